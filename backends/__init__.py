@@ -1,0 +1,21 @@
+"""gdnzoo backends: one module per backend, installed as ``gdnzoo.backends``.
+
+The protocol every backend module follows (the registry calls nothing else):
+
+``available() -> (bool, str)``
+    Whether this backend can run on this machine at all, and why not.  Imports its optional
+    packages lazily, inside the function; compiles nothing, launches nothing.
+
+``supports(problem: gdnzoo.contract.Problem) -> (bool, str)``
+    Whether it can serve these particular inputs (head sizes, T, state dtype, GPU generation...),
+    with the reason when it cannot.  The registry has already checked what ``registry.yaml``
+    declares (device, min compute capability, state dtypes, max T, head dims).
+
+``run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm) -> None``
+    Called only after :func:`gdnzoo.contract.validate` accepted the inputs.  ``scale`` is a
+    resolved float, ``out`` an allocated [B,T,HV,V] tensor, ``new_state`` an allocated
+    [B,HV,V,K] tensor or ``state`` itself (in place).  Writes every element of both.  Must not
+    modify any other input, synchronize the host, or allocate after the first call for a shape.
+
+A backend never imports another backend.
+"""

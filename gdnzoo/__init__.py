@@ -1,0 +1,74 @@
+"""gdnzoo: every way to compute the Gated Delta Net decode step, behind one signature.
+
+    out, new_state = gdnzoo.decode(q, k, v, state, A_log, a, dt_bias, b, scale=None, *,
+                                   out=None, new_state=None, use_qk_l2norm=False, algo=None)
+
+Per sequence n, token t and value head h (q/k head h // (HV // H))::
+
+    g    = exp(-exp(A_log[h]) * softplus(a[n,t,h] + dt_bias[h]))
+    beta = sigmoid(b[n,t,h])
+    S    = g * S;  u = beta * (v - S @ k);  S = S + outer(u, k);  o = scale * (S @ q)
+
+with the state S = state[n, h] stored [V, K] (K contiguous).  ``new_state`` None or ``state``
+updates the state in place; a distinct ``new_state`` leaves ``state`` untouched.  T >= 1 tokens
+are applied in order.  ``scale`` None or 0 means 1/sqrt(K).  ``algo`` names a backend
+(see :func:`list_backends`); else the ``ALGO`` environment variable, else this GPU's measured
+default table, else a fallback order.  Bad inputs raise ``ValueError``/``TypeError`` before any
+kernel runs.
+"""
+from __future__ import annotations
+
+import torch
+
+from gdnzoo.contract import Problem, validate
+from gdnzoo.registry import (BackendInfo, Selection, list_backends, runner)
+from gdnzoo.registry import select as _select
+
+__all__ = ["decode", "get", "list_backends", "select", "Problem", "BackendInfo", "Selection"]
+__version__ = "0.1.0"
+
+
+def _prepare(q, v, state, out, new_state, p):
+    if out is None:
+        out = torch.empty(p.B, p.T, p.HV, p.V, dtype=v.dtype, device=v.device)
+    if new_state is None:
+        new_state = state
+    return out, new_state
+
+
+def decode(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
+           use_qk_l2norm=False, algo=None):
+    """One GDN decode step (T tokens); returns ``(out, new_state)``.  See the module docstring."""
+    p, s = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
+                    use_qk_l2norm=use_qk_l2norm)
+    name = _select(p, algo).name
+    out, new_state = _prepare(q, v, state, out, new_state, p)
+    runner(name)(q, k, v, state, A_log, a, dt_bias, b, s, out, new_state, use_qk_l2norm)
+    return out, new_state
+
+
+def select(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
+           use_qk_l2norm=False, algo=None) -> Selection:
+    """Which backend :func:`decode` would use for these inputs, from which rule, and why."""
+    p, _ = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
+                    use_qk_l2norm=use_qk_l2norm)
+    return _select(p, algo)
+
+
+def get(name: str):
+    """A callable with :func:`decode`'s signature that always uses backend ``name``.
+
+    Raises ``ValueError`` listing the valid names if ``name`` is unknown.
+    """
+    from gdnzoo.registry import load_registry
+    reg = load_registry()
+    if name not in reg.backends:
+        raise ValueError(f"algo: unknown backend {name!r}; valid names: {', '.join(reg.names)}")
+
+    def call(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
+             use_qk_l2norm=False):
+        return decode(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
+                      use_qk_l2norm=use_qk_l2norm, algo=name)
+    call.__name__ = f"decode[{name}]"
+    call.__doc__ = f"gdnzoo.decode with algo={name!r}."
+    return call

@@ -1,0 +1,5 @@
+import sys
+
+from gdnzoo.cli import main
+
+sys.exit(main())

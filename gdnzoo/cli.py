@@ -1,0 +1,176 @@
+"""The ``gdnzoo`` command line: list | run | bench | tune | check | pack."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+BENCH_BATCHES = (1, 4, 8, 16, 32, 48, 64, 128, 256, 512)
+
+
+def _table(rows, headers):
+    cols = [headers] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cols) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cols]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def cmd_list(args) -> int:
+    import gdnzoo
+    from gdnzoo import registry
+    from gdnzoo.contract import Problem
+    from gdnzoo.inputs import DTYPES
+    device = args.device or registry.default_device()
+    rows = [(b.name, "yes" if b.available else "no", b.language, ",".join(b.state_dtypes),
+             b.min_cc or "-", b.reason if not b.available else b.notes)
+            for b in gdnzoo.list_backends(device)]
+    print(f"gdnzoo backends on this machine (device: {device})\n")
+    print(_table(rows, ["name", "available", "language", "state", "min cc", "notes / reason"]))
+    if device == "cuda":
+        gpu, cc = registry._cuda_info()
+        row = registry.default_row(gpu)
+        print(f"\nauto-selection on {gpu} (contest geometry; "
+              f"{'table row ' + repr(row.gpu) if row else 'no default-table row: fallback order'}):")
+        for sd in ("fp32", "bf16"):
+            picks = []
+            for B in BENCH_BATCHES:
+                p = Problem(B=B, T=1, H=4, HV=8, K=128, V=128, state_dtype=DTYPES[sd],
+                            io_dtype=DTYPES["bf16"], device="cuda", cc=cc)
+                try:
+                    picks.append(f"B={B}:{registry.select(p).name}")
+                except ValueError as e:
+                    picks.append(f"B={B}:none ({e})")
+            print(f"  {sd} state: " + "  ".join(picks))
+    else:
+        print("\nauto-selection on CPU: " + " > ".join(registry.load_registry().fallback["cpu"]))
+    return 0
+
+
+def cmd_run(args) -> int:
+    import torch
+
+    import gdnzoo
+    from gdnzoo.compare import check_close
+    from gdnzoo.inputs import DTYPES, make_inputs
+    from gdnzoo.reference import reference_decode
+    H, HV = args.heads
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda but no CUDA device is available", file=sys.stderr)
+        return 2
+    x = make_inputs(B=args.batch, T=args.tokens, H=H, HV=HV, K=args.dim, V=args.dim,
+                    state_dtype=DTYPES[args.state_dtype], device=device, seed=args.seed)
+    try:
+        sel = gdnzoo.select(*x.args(), use_qk_l2norm=args.l2norm, algo=args.algo)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"backend: {sel.name} (chosen by {sel.source}: {sel.reason})")
+    print(f"inputs: B={args.batch} T={args.tokens} H={H} HV={HV} K=V={args.dim} "
+          f"state={args.state_dtype} l2norm={args.l2norm} device={device} seed={args.seed} "
+          f"mode={'dest-passing' if args.dest else 'in-place'}")
+    ref_out = torch.empty(args.batch, args.tokens, HV, args.dim, dtype=torch.float64, device=device)
+    ref_state = torch.empty(x.state.shape, dtype=torch.float64, device=device)
+    reference_decode(*x.args(), ref_out, ref_state, args.l2norm, compute_dtype=torch.float64)
+
+    state = x.state.clone()
+    out = torch.full(ref_out.shape, float("nan"), dtype=x.v.dtype, device=device)
+    new_state = torch.full_like(state, float("nan")) if args.dest else None
+    t0 = time.perf_counter()
+    out, new_state = gdnzoo.decode(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale,
+                                   out=out, new_state=new_state, use_qk_l2norm=args.l2norm,
+                                   algo=sel.name)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    first = time.perf_counter() - t0
+    ok_o, abs_o, rel_o, bad_o = check_close(out, ref_out)
+    ok_s, abs_s, rel_s, bad_s = check_close(new_state, ref_state)
+    if args.dest and not torch.equal(state, x.state):
+        print("FAIL: destination-passing call modified the input state")
+        ok_s = False
+    print(f"check vs float64 reference (SPEC rule: fail where abs>1e-2 and rel>1e-2):")
+    print(f"  output    max abs {abs_o:.3e}  max rel {rel_o:.3e}  bad {bad_o}  {'PASS' if ok_o else 'FAIL'}")
+    print(f"  new_state max abs {abs_s:.3e}  max rel {rel_s:.3e}  bad {bad_s}  {'PASS' if ok_s else 'FAIL'}")
+    # Timing: wall clock per call, synchronized, after the first (compiling) call.
+    n = args.iters
+    state2 = x.state.clone()
+    for _ in range(3):
+        gdnzoo.decode(x.q, x.k, x.v, state2, x.A_log, x.a, x.dt_bias, x.b, x.scale,
+                      use_qk_l2norm=args.l2norm, algo=sel.name)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        gdnzoo.decode(x.q, x.k, x.v, state2, x.A_log, x.a, x.dt_bias, x.b, x.scale,
+                      use_qk_l2norm=args.l2norm, algo=sel.name)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    per = (time.perf_counter() - t0) / n
+    print(f"time: first call {first * 1e3:.1f} ms (includes compile/JIT); then {per * 1e6:.1f} us "
+          f"per call (wall clock over {n} eager calls, state warm; `gdnzoo bench` for kernel time)")
+    ok = ok_o and ok_s
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+def _pair(s):
+    try:
+        h, hv = (int(t) for t in s.split(","))
+        return h, hv
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected H,HV like 4,8; got {s!r}") from None
+
+
+def _lazy_sub(sub, name, help_, module, add_fn, cmd_fn):
+    """A subcommand implemented in gdnzoo.bench.<module>; its import happens only here."""
+    p = sub.add_parser(name, help=help_)
+    try:
+        mod = __import__(f"gdnzoo.bench.{module}", fromlist=[add_fn])
+        getattr(mod, add_fn)(p)
+        p.set_defaults(func=getattr(mod, cmd_fn))
+    except (ImportError, AttributeError) as e:
+        err = f"{name}: unavailable in this install ({type(e).__name__}: {e})"
+        p.set_defaults(func=lambda a: (print(f"error: {err}", file=sys.stderr), 2)[1])
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(prog="gdnzoo", description="Gated Delta Net decode kernel zoo")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("list", help="every backend with availability and reason")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("run", help="one decode step on generated inputs, checked against the reference")
+    p.add_argument("--algo", default=None, help="backend name (default: ALGO env, else auto)")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--heads", type=_pair, default=(4, 8), help="H,HV (default 4,8)")
+    p.add_argument("--dim", type=int, default=128, help="K = V head size (default 128)")
+    p.add_argument("--state-dtype", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--tokens", type=int, default=1, help="T tokens per call (default 1)")
+    p.add_argument("--l2norm", action="store_true", help="use_qk_l2norm=True")
+    p.add_argument("--dest", action="store_true", help="destination-passing (new_state distinct)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--iters", type=int, default=20, help="timed calls (default 20)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.set_defaults(func=cmd_run)
+
+    _lazy_sub(sub, "bench", "side-by-side benchmark of every backend (three clocks)",
+              "sweep", "add_bench_args", "cmd_bench")
+    _lazy_sub(sub, "tune", "measure and write this GPU's row of the default table",
+              "tune", "add_tune_args", "cmd_tune")
+    _lazy_sub(sub, "check", "every backend on the 54-workload contest mix, PASS/FAIL",
+              "check", "add_check_args", "cmd_check")
+    _lazy_sub(sub, "pack", "export a backend as a flashinfer-bench Solution",
+              "pack", "add_pack_args", "cmd_pack")
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

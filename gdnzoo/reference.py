@@ -1,0 +1,59 @@
+"""The math of SPEC section 1 in readable PyTorch: the ``pt-reference`` backend and the test oracle.
+
+Vectorized over batch and heads, tokens applied in order.  All arithmetic in fp32 by default;
+tests run it in float64 (``compute_dtype=torch.float64``).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def gates(A_log, a, dt_bias, b, compute_dtype=torch.float32):
+    """Decay g in (0, 1) and write strength beta, both [B, T, HV]."""
+    A = A_log.to(compute_dtype)
+    x = a.to(compute_dtype) + dt_bias.to(compute_dtype)
+    g = torch.exp(-torch.exp(A) * F.softplus(x, beta=1.0, threshold=20.0))
+    beta = torch.sigmoid(b.to(compute_dtype))
+    return g, beta
+
+
+def l2norm(x, eps=1e-6):
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def reference_decode(q, k, v, state, A_log, a, dt_bias, b, scale: float, out, new_state,
+                     use_qk_l2norm: bool = False, compute_dtype=torch.float32):
+    """Write ``out`` [B,T,HV,V] and ``new_state`` [B,HV,V,K] (which may be ``state`` itself)."""
+    B, T, H, K = q.shape
+    HV = v.shape[2]
+    g, beta = gates(A_log, a, dt_bias, b, compute_dtype)
+    # GVA: value head h reads q/k head h // (HV // H), as repeat_interleave gives.
+    qx = q.to(compute_dtype).repeat_interleave(HV // H, dim=2)       # [B,T,HV,K]
+    kx = k.to(compute_dtype).repeat_interleave(HV // H, dim=2)
+    if use_qk_l2norm:
+        qx, kx = l2norm(qx), l2norm(kx)
+    vx = v.to(compute_dtype)
+    S = state.to(compute_dtype)                                       # [B,HV,V,K], a copy
+    for t in range(T):
+        S = S * g[:, t, :, None, None]                                # 1) decay first
+        sk = torch.einsum("bhvk,bhk->bhv", S, kx[:, t])               # 2) read k from decayed S
+        u = beta[:, t, :, None] * (vx[:, t] - sk)
+        S = S + u[..., None] * kx[:, t, :, None, :]                   # 3) rank-1 update
+        o = scale * torch.einsum("bhvk,bhk->bhv", S, qx[:, t])        # 4) output from updated S
+        out[:, t].copy_(o)
+    new_state.copy_(S)
+    return out, new_state
+
+
+def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
+    """Backend entry point of ``pt-reference``."""
+    reference_decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)
+
+
+def available():
+    return True, "PyTorch eager; runs on CPU and GPU"
+
+
+def supports(problem):
+    return True, ""

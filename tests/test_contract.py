@@ -1,0 +1,106 @@
+"""Every validation failure raises a clear error naming the argument, before any kernel runs."""
+import pytest
+import torch
+
+import gdnzoo
+from gdnzoo.inputs import make_inputs
+
+
+def base():
+    return make_inputs(B=2, T=1, H=2, HV=4, K=16, V=8, seed=0)
+
+
+def args_of(x):
+    return dict(q=x.q, k=x.k, v=x.v, state=x.state, A_log=x.A_log, a=x.a, dt_bias=x.dt_bias,
+                b=x.b, scale=x.scale)
+
+
+def _overlapping_pair(d):
+    n = d["state"].numel()
+    buf = torch.zeros(n + 16)
+    buf[:n] = d["state"].reshape(-1)
+    d.update(state=buf[:n].view(d["state"].shape), new_state=buf[16:].view(d["state"].shape))
+
+
+CASES = [
+    # (what to change, exception, fragments the message must contain)
+    ("q rank", lambda d: d.update(q=d["q"][0]), ValueError, ["q:", "rank 4", "rank 3"]),
+    ("q dtype", lambda d: d.update(q=d["q"].float()), TypeError, ["q:", "bf16 or fp16", "fp32"]),
+    ("k shape", lambda d: d.update(k=d["k"][:, :, :1]), ValueError, ["k:", "(2, 1, 2, 16)", "(2, 1, 1, 16)"]),
+    ("k dtype", lambda d: d.update(k=d["k"].half()), TypeError, ["k:", "bf16", "fp16"]),
+    ("v batch", lambda d: d.update(v=d["v"][:1]), ValueError, ["v:", "B=2"]),
+    ("v dtype", lambda d: d.update(v=d["v"].half()), TypeError, ["v:", "same as q"]),
+    ("HV % H", lambda d: d.update(q=torch.zeros(2, 1, 3, 16, dtype=torch.bfloat16),
+                                   k=torch.zeros(2, 1, 3, 16, dtype=torch.bfloat16)),
+     ValueError, ["HV % H", "HV=4", "H=3"]),
+    ("state shape", lambda d: d.update(state=d["state"][:, :, :, :8]), ValueError,
+     ["state:", "(2, 4, 8, 16)", "(2, 4, 8, 8)"]),
+    ("state dtype", lambda d: d.update(state=d["state"].half()), TypeError,
+     ["state:", "fp32 or bf16", "fp16"]),
+    ("state K not contiguous", lambda d: d.update(state=d["state"].transpose(2, 3).contiguous().transpose(2, 3)),
+     ValueError, ["state:", "K axis", "strides"]),
+    ("q K not contiguous", lambda d: d.update(q=d["q"].transpose(2, 3).contiguous().transpose(2, 3)),
+     ValueError, ["q:", "K axis"]),
+    ("A_log shape", lambda d: d.update(A_log=d["A_log"][:2]), ValueError, ["A_log:", "(4,)", "(2,)"]),
+    ("A_log dtype", lambda d: d.update(A_log=d["A_log"].double()), TypeError, ["A_log:", "fp32", "fp64"]),
+    ("a shape", lambda d: d.update(a=d["a"][:, :, :2]), ValueError, ["a:", "(2, 1, 4)"]),
+    ("a dtype", lambda d: d.update(a=d["a"].float()), TypeError, ["a:", "bf16 or fp16"]),
+    ("b rank", lambda d: d.update(b=d["b"][0]), ValueError, ["b:", "rank 3"]),
+    ("dt_bias dtype", lambda d: d.update(dt_bias=d["dt_bias"].half()), TypeError,
+     ["dt_bias:", "fp32 or bf16", "fp16"]),
+    ("scale negative", lambda d: d.update(scale=-1.0), ValueError, ["scale:", ">= 0", "-1.0"]),
+    ("scale nan", lambda d: d.update(scale=float("nan")), ValueError, ["scale:", "finite"]),
+    ("scale type", lambda d: d.update(scale="x"), TypeError, ["scale:", "float"]),
+    ("not a tensor", lambda d: d.update(v=[1, 2]), TypeError, ["v:", "torch.Tensor", "list"]),
+    ("out shape", lambda d: d.update(out=torch.empty(2, 1, 4, 7, dtype=torch.bfloat16)), ValueError,
+     ["out:", "(2, 1, 4, 8)", "(2, 1, 4, 7)"]),
+    ("out dtype", lambda d: d.update(out=torch.empty(2, 1, 4, 8)), TypeError, ["out:", "bf16", "fp32"]),
+    ("new_state dtype", lambda d: d.update(new_state=torch.empty(2, 4, 8, 16, dtype=torch.bfloat16)),
+     TypeError, ["new_state:", "fp32", "bf16"]),
+    ("new_state shape", lambda d: d.update(new_state=torch.empty(1, 4, 8, 16)), ValueError,
+     ["new_state:", "(2, 4, 8, 16)"]),
+    ("new_state overlaps", lambda d: _overlapping_pair(d), ValueError, ["new_state:", "overlaps"]),
+    ("unknown algo", lambda d: d.update(algo="nope"), ValueError,
+     ["unknown backend 'nope'", "pt-reference", "cuda-v4"]),
+    ("use_qk_l2norm type", lambda d: d.update(use_qk_l2norm=1), TypeError, ["use_qk_l2norm:", "bool"]),
+]
+
+
+@pytest.mark.parametrize("what,mutate,exc,frags", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_raises_clearly_and_leaves_state(what, mutate, exc, frags):
+    x = base()
+    d = args_of(x)
+    mutate(d)
+    state = d["state"]
+    before = state.clone()
+    with pytest.raises(exc) as ei:
+        gdnzoo.decode(**d)
+    msg = str(ei.value)
+    for f in frags:
+        assert f in msg, f"message {msg!r} lacks {f!r}"
+    assert torch.equal(state, before), "state was modified by a rejected call"
+
+
+def test_unavailable_algo_names_reason():
+    x = base()
+    with pytest.raises(ValueError) as ei:
+        gdnzoo.decode(*x.args(), algo="cuda-v1")
+    msg = str(ei.value)
+    assert "cuda-v1" in msg and "cannot serve" in msg and "Available here" in msg
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device to mix devices")
+def test_mixed_devices_rejected():
+    x = base()
+    d = args_of(x)
+    d["state"] = d["state"].cuda()
+    with pytest.raises(ValueError, match="state: expected device cpu"):
+        gdnzoo.decode(**d)
+
+
+def test_scale_zero_and_none_mean_inv_sqrt_k():
+    x = base()
+    o1, _ = gdnzoo.decode(*x.clone().args()[:8], None, algo="pt-reference")
+    o2, _ = gdnzoo.decode(*x.clone().args()[:8], 0.0, algo="pt-reference")
+    o3, _ = gdnzoo.decode(*x.clone().args()[:8], 16 ** -0.5, algo="pt-reference")
+    assert torch.equal(o1, o2) and torch.equal(o1, o3)

@@ -1,0 +1,138 @@
+"""registry.yaml validation, availability reasons, and the selection precedence."""
+import copy
+
+import pytest
+import yaml
+
+import gdnzoo
+from gdnzoo import registry
+from gdnzoo.contract import Problem
+from gdnzoo.inputs import make_inputs
+import torch
+
+SPEC_NAMES = ["pt-reference", "pt-compiled", "fla-recurrent", "fla-tma", "cuda-v1", "cuda-v4",
+              "fi-baseline", "fla-upstream"]
+
+
+@pytest.fixture
+def raw():
+    return yaml.safe_load(registry.registry_path().read_text())
+
+
+@pytest.fixture
+def fake_registry(tmp_path, monkeypatch, raw):
+    """Install a modified registry and a fake GPU; restore caches afterwards."""
+    def install(data, gpu=("NVIDIA FAKE-GPU 80GB", (9, 0))):
+        p = tmp_path / "registry.yaml"
+        p.write_text(yaml.safe_dump(data))
+        monkeypatch.setattr(registry, "registry_path", lambda: p)
+        registry.reset_caches()
+        monkeypatch.setattr(registry, "_cuda_info", lambda: gpu)
+        monkeypatch.setattr(registry, "availability", _fake_availability)
+        return p
+    yield install
+    registry.reset_caches()
+
+
+def _fake_availability(name, device=None):
+    # Only the two PyTorch backends "exist" on the fake GPU.
+    return (name in ("pt-reference", "pt-compiled"), "fake: only pt-* here")
+
+
+def cuda_problem(B=1, sd=torch.float32):
+    return Problem(B=B, T=1, H=4, HV=8, K=128, V=128, state_dtype=sd, io_dtype=torch.bfloat16,
+                   device="cuda", cc=(9, 0))
+
+
+def test_all_eight_spec_names_registered():
+    assert registry.load_registry().names == SPEC_NAMES
+
+
+def test_list_backends_reports_reasons():
+    rows = {b.name: b for b in gdnzoo.list_backends()}
+    assert set(rows) == set(SPEC_NAMES)
+    assert rows["pt-reference"].available
+    for b in rows.values():
+        if not b.available:
+            assert b.reason, f"{b.name} unavailable without a reason"
+
+
+def test_import_touches_no_optional_package():
+    import subprocess, sys
+    code = ("import sys, gdnzoo; gdnzoo.list_backends; "
+            "bad=[m for m in sys.modules if m.split('.')[0] in ('triton','cupy','flashinfer','fla','cutlass')]; "
+            "import torch; init=torch.cuda.is_initialized(); print(bad, init); "
+            "sys.exit(1 if bad or init else 0)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("mutate,frag", [
+    (lambda d: d["backends"][2].pop("entry"), "'fla-recurrent': missing fields ['entry']"),
+    (lambda d: d["backends"][0].update(language="fortran"), "'pt-reference': language 'fortran'"),
+    (lambda d: d["backends"][1].update(state_dtypes=["fp8"]), "'pt-compiled': state_dtypes"),
+    (lambda d: d["backends"][3].update(min_cc="nine"), "'fla-tma': min_cc"),
+    (lambda d: d["backends"][4].update(entry="nomodule"), "'cuda-v1': entry must be"),
+    (lambda d: d["backends"].append(copy.deepcopy(d["backends"][0])), "'pt-reference': duplicate"),
+    (lambda d: d["defaults"][0]["table"]["fp32"][0].update(backend="ghost"), "unknown backend 'ghost'"),
+    (lambda d: d["defaults"][0].pop("provenance"), "defaults[0] (NVIDIA B200)"),
+    (lambda d: d["fallback"]["cuda"].append("ghost"), "fallback[cuda]: unknown backend 'ghost'"),
+])
+def test_malformed_registry_names_the_entry(raw, mutate, frag):
+    mutate(raw)
+    with pytest.raises(registry.RegistryError) as ei:
+        registry.parse_registry(raw)
+    assert frag in str(ei.value)
+
+
+def test_precedence_algo_env_table_fallback(fake_registry, raw, monkeypatch):
+    raw["defaults"].append({"gpu": "FAKE-GPU", "provenance": {"how": "test"},
+                            "table": {"fp32": [{"batch": [1, 8], "backend": "pt-compiled"},
+                                               {"batch": [9, None], "backend": "fla-recurrent"}]}})
+    fake_registry(raw)
+    monkeypatch.delenv("ALGO", raising=False)
+    p = cuda_problem(B=4)
+    s = registry.select(p)
+    assert (s.name, s.source) == ("pt-compiled", "default table FAKE-GPU")
+    # the table's choice for B=16 is unavailable: auto-selection falls back and says why
+    s = registry.select(cuda_problem(B=16))
+    assert s.source == "fallback" and s.name == "pt-compiled"
+    assert "fla-recurrent cannot serve" in s.reason
+    # no bf16 range: fallback
+    assert registry.select(cuda_problem(B=4, sd=torch.bfloat16)).source == "fallback"
+    # ALGO env beats the table; algo= beats ALGO
+    monkeypatch.setenv("ALGO", "pt-reference")
+    assert registry.select(p).name == "pt-reference"
+    assert registry.select(p).source == "ALGO env"
+    s = registry.select(p, algo="pt-compiled")
+    assert (s.name, s.source) == ("pt-compiled", "algo")
+
+
+def test_explicit_unavailable_or_unknown_raises(fake_registry, raw, monkeypatch):
+    fake_registry(raw)
+    with pytest.raises(ValueError, match="fake: only pt-"):
+        registry.select(cuda_problem(), algo="cuda-v4")
+    monkeypatch.setenv("ALGO", "bogus")
+    with pytest.raises(ValueError, match="ALGO env: unknown backend 'bogus'.*pt-reference"):
+        registry.select(cuda_problem())
+
+
+def test_cpu_auto_selection_reports_what_served():
+    x = make_inputs(B=1, H=2, HV=4, K=16, V=8)
+    s = gdnzoo.select(*x.args())
+    assert s.name == "pt-reference" and s.source in ("fallback", "ALGO env")
+
+
+def test_get_returns_callable_with_the_signature():
+    x = make_inputs(B=1, H=2, HV=4, K=16, V=8)
+    f = gdnzoo.get("pt-reference")
+    out, st = f(*x.args())
+    assert st is x.state and out.shape == (1, 1, 4, 8)
+    with pytest.raises(ValueError, match="valid names"):
+        gdnzoo.get("nope")
+
+
+def test_b200_row_seeded_from_published_numbers():
+    row = registry.default_row("NVIDIA B200")
+    assert row is not None and registry.table_choice(row, "fp32", 1) == "fla-recurrent"
+    assert row.provenance["values_us"]["fla-recurrent"] == 2.56
