@@ -18,9 +18,11 @@ kernel runs.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 
-from gdnzoo.contract import Problem, validate
+from gdnzoo.contract import Problem, check_aliasing, signature, validate
 from gdnzoo.registry import (BackendInfo, Selection, list_backends, runner)
 from gdnzoo.registry import select as _select
 
@@ -28,22 +30,41 @@ __all__ = ["decode", "get", "list_backends", "select", "Problem", "BackendInfo",
 __version__ = "0.1.0"
 
 
-def _prepare(q, v, state, out, new_state, p):
-    if out is None:
-        out = torch.empty(p.B, p.T, p.HV, p.V, dtype=v.dtype, device=v.device)
-    if new_state is None:
-        new_state = state
-    return out, new_state
+_FAST = {}          # signature + algo + ALGO env -> (Problem, scale, runner)
+_FAST_MAX = 4096
+
+
+def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo):
+    """Validate and select, memoized on everything the verdict depends on."""
+    try:
+        key = (signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                         use_qk_l2norm), algo, os.environ.get("ALGO"))
+        hit = _FAST.get(key)
+    except (AttributeError, TypeError):      # non-tensors or unhashable scale: full path
+        key, hit = None, None
+    if hit is not None:
+        check_aliasing(state, out, new_state)
+        return hit
+    p, s = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
+                    use_qk_l2norm=use_qk_l2norm)
+    hit = (p, s, runner(_select(p, algo).name))
+    if key is not None:
+        if len(_FAST) >= _FAST_MAX:
+            _FAST.clear()
+        _FAST[key] = hit
+    return hit
 
 
 def decode(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
            use_qk_l2norm=False, algo=None):
     """One GDN decode step (T tokens); returns ``(out, new_state)``.  See the module docstring."""
-    p, s = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
-                    use_qk_l2norm=use_qk_l2norm)
-    name = _select(p, algo).name
-    out, new_state = _prepare(q, v, state, out, new_state, p)
-    runner(name)(q, k, v, state, A_log, a, dt_bias, b, s, out, new_state, use_qk_l2norm)
+    p, s, run = _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                         use_qk_l2norm, algo)
+    if out is None:
+        out = torch.empty((p.B, p.T, p.HV, p.V), dtype=v.dtype, device=v.device)
+    if new_state is None:
+        new_state = state
+    run(q, k, v, state, A_log, a, dt_bias, b, s, out, new_state, use_qk_l2norm)
     return out, new_state
 
 

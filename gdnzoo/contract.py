@@ -184,11 +184,7 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
         _need_last_contiguous("out", out, "V")
     if not inplace:
         _need_last_contiguous("new_state", new_state, "K")
-        if new_state.data_ptr() == state.data_ptr() or _overlaps(new_state, state):
-            raise ValueError("new_state: expected a tensor distinct from state or state itself, "
-                             "got a different view that overlaps state's memory")
-    if out is not None and _overlaps(out, state):
-        raise ValueError("out: expected memory disjoint from state, got an overlapping tensor")
+    check_aliasing(state, out, new_state)
 
     s = resolve_scale(scale, K)
     if not isinstance(use_qk_l2norm, bool):
@@ -197,6 +193,32 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
     p = Problem(B=B, T=T, H=H, HV=HV, K=K, V=V, state_dtype=state.dtype, io_dtype=q.dtype,
                 device=dev.type, use_qk_l2norm=use_qk_l2norm, inplace=inplace, cc=cc)
     return p, s
+
+
+def check_aliasing(state, out, new_state):
+    """Data-dependent checks that a cached signature cannot cover: run on every call."""
+    if new_state is not None and new_state is not state and _overlaps(new_state, state):
+        raise ValueError("new_state: expected a tensor distinct from state or state itself, "
+                         "got a different view that overlaps state's memory")
+    if out is not None and _overlaps(out, state):
+        raise ValueError("out: expected memory disjoint from state, got an overlapping tensor")
+
+
+def _sig(t):
+    return (t.size(), t.stride(), t.dtype, t.get_device())
+
+
+def signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
+    """Everything :func:`validate` decides from, except data pointers, as a hashable key.
+
+    Two calls with equal signatures get the same verdict, so a cached ``(Problem, scale)``
+    may be reused; :func:`check_aliasing` still runs per call.  Raises ``TypeError`` for
+    non-tensors (the caller then runs the full :func:`validate` for its message).
+    """
+    return (_sig(q), _sig(k), _sig(v), _sig(state), _sig(A_log), _sig(a), _sig(dt_bias), _sig(b),
+            None if out is None else _sig(out),
+            0 if new_state is None else (1 if new_state is state else _sig(new_state)),
+            scale, use_qk_l2norm)
 
 
 def _span(x):

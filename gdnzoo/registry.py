@@ -187,6 +187,8 @@ def reset_caches():
     """Forget the loaded registry and every cached availability answer (tests, `tune`)."""
     for f in (load_registry, availability, runner, _cuda_info):
         getattr(f, "cache_clear", lambda: None)()
+    import gdnzoo
+    gdnzoo._FAST.clear()
 
 
 @functools.lru_cache(maxsize=None)
