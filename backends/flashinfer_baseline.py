@@ -1,0 +1,109 @@
+"""fi-baseline: FlashInfer's CuTe-DSL GDN decode, ``gated_delta_rule_decode_pretranspose``.
+
+This is the contest's baseline kernel (FlashInfer 0.7.2.post1, k-last state ``[B, HV, V, K]``),
+called through FlashInfer's public function with ``backend="flashinfer"`` so that its generic
+CuTe-DSL kernels run (not the optional "cake" or Rubin variants):
+
+- fp32 state, T = 1: ``state=`` (the direct path the contest baseline uses; FlashInfer keeps its
+  index tensors cached, so a call launches one kernel).
+- bf16 state (any T), and fp32 state with T > 1 (FlashInfer's MTP kernels; registry.yaml keeps
+  max_T: 1 until ``bench/gpu_peers.py`` shows T > 1 passing): ``initial_state=`` with
+  ``initial_state_indices`` = arange(B), an int32 tensor cached here per (B, device).  Through
+  ``state=`` FlashInfer would allocate that arange on every call (an extra kernel); fp32 T > 1 is
+  only offered in this pool form.
+
+FlashInfer always updates the state in place.  Destination-passing calls (``new_state`` distinct
+from ``state``) therefore first copy ``state`` into ``new_state`` and run in place there: one extra
+device copy of the whole state (read + write of ``B*HV*V*K*sizeof(state)`` bytes, about as much
+traffic as the kernel itself), which the benchmark includes in this backend's time.
+
+Other costs, all FlashInfer's: the fp32 kernel bakes ``scale`` and ``use_qk_l2norm`` into the
+compiled code, so each new (shape, dtypes, scale, l2norm) compiles once (seconds to tens of
+seconds; FlashInfer also caches the result on disk under ``~/.cache/flashinfer``).  A state whose
+strides are not the contiguous ones is gathered into a copy and written back by FlashInfer (fp32
+path).  The first call per variant logs to stderr and records its wall time in
+:data:`compile_seconds` (cold compile, or a disk-cache load if FlashInfer has it already).
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+
+import torch
+
+#: variant description -> wall seconds of its first call in this process (JIT compile + launch)
+compile_seconds: dict = {}
+
+_seen: set = set()
+_indices: dict = {}
+
+
+def available():
+    missing = [m for m in ("flashinfer", "cutlass") if importlib.util.find_spec(m) is None]
+    if missing:
+        return False, (f"needs flashinfer-python 0.7.2.post1 and nvidia-cutlass-dsl; not installed: "
+                       f"{', '.join(missing)}")
+    if not torch.cuda.is_available():
+        return False, "no CUDA device on this machine (FlashInfer's GDN kernels are GPU-only)"
+    return True, "FlashInfer CuTe-DSL gated_delta_rule_decode_pretranspose (JIT-compiled on first call)"
+
+
+def supports(problem):
+    p = problem
+    if p.device != "cuda":
+        return False, "FlashInfer's GDN decode runs only on CUDA devices"
+    if p.cc is not None and p.cc < (9, 0):
+        return False, f"FlashInfer's GDN CuTe-DSL kernels need SM90+ (Hopper or newer), device is sm_{p.cc[0]}{p.cc[1]}"
+    if p.io_dtype != torch.bfloat16:
+        return False, ("FlashInfer's GDN kernels read q/k/v as bf16; fp16 inputs would be rounded "
+                       "to bf16 by an extra conversion on every call")
+    if p.K != 128 or p.V != 128:
+        return False, (f"needs K = V = 128, got K={p.K} V={p.V}: the bf16-state kernels assert it, "
+                       f"and the fp32-state kernel loads q/k/v as 32 lanes x 4 elements (TILE_K=128) "
+                       f"although its API only asserts K, V >= 128")
+    if p.state_dtype not in (torch.float32, torch.bfloat16):
+        return False, f"state dtype {p.state_name} not supported (fp32 or bf16)"
+    return True, ""
+
+
+def _pool_indices(B: int, device) -> torch.Tensor:
+    key = (B, device)
+    idx = _indices.get(key)
+    if idx is None:
+        idx = torch.arange(B, dtype=torch.int32, device=device)
+        _indices[key] = idx
+    return idx
+
+
+def _variant(q, v, state, use_qk_l2norm, scale) -> str:
+    B, T, H, K = q.shape
+    HV = v.shape[2]
+    sd = "fp32" if state.dtype == torch.float32 else "bf16"
+    return (f"{sd}-state T={T} H={H} HV={HV} K={K} V={v.shape[3]} l2norm={use_qk_l2norm} "
+            f"scale={scale:.6g}" + (f" B={B}" if sd == "bf16" else ""))
+
+
+def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
+    from flashinfer.gdn_decode import gated_delta_rule_decode_pretranspose as fi_decode
+
+    if new_state is not state:
+        new_state.copy_(state)           # FlashInfer only updates in place: see module docstring
+    target = new_state
+    B, T = q.shape[0], q.shape[1]
+    key = _variant(q, v, state, use_qk_l2norm, scale)
+    first = key not in _seen
+    if first:
+        print(f"fi-baseline: compiling FlashInfer CuTe-DSL kernel for {key} (first call, may take "
+              f"tens of seconds; FlashInfer caches it on disk)...", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+    if state.dtype == torch.float32 and T == 1:
+        fi_decode(q, k, v, target, A_log, a, dt_bias, b, scale=scale, output=out,
+                  use_qk_l2norm=use_qk_l2norm, backend="flashinfer")
+    else:
+        fi_decode(q, k, v, None, A_log, a, dt_bias, b, scale=scale, output=out,
+                  use_qk_l2norm=use_qk_l2norm, initial_state=target,
+                  initial_state_indices=_pool_indices(B, q.device), backend="flashinfer")
+    if first:
+        compile_seconds[key] = time.perf_counter() - t0
+        _seen.add(key)

@@ -1,0 +1,157 @@
+"""``gdnzoo check``: every backend on the contest's 54-workload batch mix, PASS/FAIL per backend.
+
+Each backend is called destination-passing, as the contest's evaluator calls a solution: ``out``
+and ``new_state`` preallocated (filled with NaN here, so an unwritten element fails), ``state``
+only read.  Output and new state are compared with the fp32 reference (the contest's reference
+computes in fp32 and returns bf16 output) under SPEC section 2's rule, see
+:func:`gdnzoo.compare.compare`; additionally ``state`` must come back unmodified.
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+from collections import defaultdict
+
+import torch
+
+from gdnzoo.compare import compare
+
+WORKLOAD_SETS = ("contest",)
+
+
+def add_check_args(p):
+    p.add_argument("--workloads", choices=WORKLOAD_SETS, default="contest",
+                   help="workload set (contest: 54 workloads, B = 1x10 4x8 8x7 16x7 32x7 48x7 64x8)")
+    p.add_argument("--algo", default=None,
+                   help="comma-separated backend names, or 'all' (default: all)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="default: cuda if present, else cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--state-dtype", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--atol", type=float, default=1e-2)
+    p.add_argument("--rtol", type=float, default=1e-2)
+
+
+def _names(algo):
+    import gdnzoo
+    every = [b.name for b in gdnzoo.list_backends()]
+    if algo is None or str(algo).strip() in ("", "all"):
+        return every
+    names = [n.strip() for n in str(algo).split(",") if n.strip()]
+    unknown = [n for n in names if n not in every]
+    if unknown:
+        raise ValueError(f"--algo: unknown backend(s) {', '.join(unknown)}; "
+                         f"valid names: {', '.join(every)}")
+    return names
+
+
+def _reference(x, device):
+    B, T, H, K = x.q.shape
+    HV, V = x.v.shape[2], x.v.shape[3]
+    from gdnzoo.reference import reference_decode
+    ref_out = torch.empty(B, T, HV, V, dtype=x.v.dtype, device=device)
+    ref_state = torch.empty_like(x.state)
+    reference_decode(*x.args(), ref_out, ref_state, False, compute_dtype=torch.float32)
+    return ref_out, ref_state
+
+
+def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2):
+    """Run one backend over ``workloads`` [(i, B, inputs, ref_out, ref_state)].
+
+    Returns ``(status, reason, rows)``: status PASS | FAIL | SKIP, rows one dict per workload run.
+    """
+    import gdnzoo
+    from gdnzoo import registry
+    from gdnzoo.contract import validate
+
+    ok, why = registry.availability(name, device)
+    if not ok:
+        return "SKIP", why, []
+    fn = gdnzoo.get(name)
+    rows, skipped = [], []
+    for i, B, x, ref_out, ref_state in workloads:
+        out = torch.full_like(ref_out, float("nan"))
+        new_state = torch.full_like(x.state, float("nan"))
+        p, _ = validate(*x.args(), out=out, new_state=new_state)
+        ok, why = registry.can_serve(name, p)
+        if not ok:
+            skipped.append((B, why))
+            continue
+        state_before = x.state.clone()
+        row = dict(workload=i, B=B, ok=False, out_abs=float("nan"), out_rel=float("nan"),
+                   state_abs=float("nan"), state_rel=float("nan"), reason="")
+        try:
+            fn(*x.args(), out=out, new_state=new_state)
+            if device == "cuda":
+                torch.cuda.synchronize()
+        except Exception as e:  # a crash is a FAIL of this backend, not of the check
+            row["reason"] = f"raised {type(e).__name__}: {e}"
+            traceback.print_exc(file=sys.stderr)
+            rows.append(row)
+            continue
+        vo = compare(out, ref_out, atol=atol, rtol=rtol, dtype=ref_out.dtype)
+        vs = compare(new_state, ref_state, atol=atol, rtol=rtol, dtype=ref_state.dtype)
+        untouched = torch.equal(x.state, state_before)
+        x.state.copy_(state_before)
+        reasons = [f"output: {vo.reason}"] if not vo.ok else []
+        reasons += [f"new_state: {vs.reason}"] if not vs.ok else []
+        reasons += [] if untouched else ["state was modified (destination-passing must only read it)"]
+        row.update(ok=vo.ok and vs.ok and untouched, out_abs=vo.max_abs, out_rel=vo.max_rel,
+                   state_abs=vs.max_abs, state_rel=vs.max_rel, reason="; ".join(reasons))
+        rows.append(row)
+    if not rows:
+        return "SKIP", skipped[0][1] if skipped else "no workloads", rows
+    status = "PASS" if all(r["ok"] for r in rows) else "FAIL"
+    reason = next((f"B={r['B']} workload {r['workload']}: {r['reason']}" for r in rows if not r["ok"]), "")
+    if skipped:
+        reason = (reason + "; " if reason else "") + f"{len(skipped)} workloads skipped: {skipped[0][1]}"
+    return status, reason, rows
+
+
+def _per_batch(rows):
+    by = defaultdict(list)
+    for r in rows:
+        by[r["B"]].append(r)
+    for B in sorted(by):
+        rs = by[B]
+        yield (B, sum(r["ok"] for r in rs), len(rs), max(r["out_abs"] for r in rs),
+               max(r["state_abs"] for r in rs))
+
+
+def cmd_check(args) -> int:
+    from gdnzoo.inputs import DTYPES, contest_workloads
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda but no CUDA device is available", file=sys.stderr)
+        return 2
+    if getattr(args, "workloads", "contest") != "contest":
+        print(f"error: --workloads: unknown set {args.workloads!r} (known: contest)", file=sys.stderr)
+        return 2
+    try:
+        names = _names(getattr(args, "algo", None))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    atol, rtol = getattr(args, "atol", 1e-2), getattr(args, "rtol", 1e-2)
+    sd = getattr(args, "state_dtype", "fp32") or "fp32"
+    seed = getattr(args, "seed", 0) or 0
+    wl = []
+    for i, B, x in contest_workloads(seed=seed, device=device, state_dtype=DTYPES[sd]):
+        wl.append((i, B, x) + _reference(x, device))
+    print(f"gdnzoo check: {len(wl)} contest workloads (B mix {sorted(set(w[1] for w in wl))}), "
+          f"{sd} state, device {device}, seed {seed}, destination-passing, "
+          f"rule: fail where abs>{atol:g} and rel>{rtol:g}, vs fp32 reference")
+    results = {}
+    for name in names:
+        status, reason, rows = check_backend(name, wl, device, atol, rtol)
+        results[name] = (status, reason, rows)
+        print(f"  {name:<14} {status}" + (f"  ({reason})" if reason else ""), flush=True)
+    print(f"\n{'backend':<14} {'B':>4} {'pass':>7} {'max|d| out':>11} {'max|d| state':>13}")
+    for name, (status, reason, rows) in results.items():
+        for B, n_ok, n, oa, sa in _per_batch(rows):
+            print(f"{name:<14} {B:>4} {n_ok:>3}/{n:<3} {oa:>11.2e} {sa:>13.2e}")
+    print()
+    for name, (status, reason, rows) in results.items():
+        n_ok = sum(r["ok"] for r in rows)
+        print(f"{status:<5} {name:<14} {n_ok}/{len(rows)} workloads" + (f"  {reason}" if status != "PASS" and reason else ""))
+    return 1 if any(s == "FAIL" for s, _, _ in results.values()) else 0

@@ -1,0 +1,263 @@
+"""Three clocks for one GDN decode call, and the cold-L2 rotation they share (SPEC section 6).
+
+Every clock takes ``launch(i)``: issue call number ``i`` (the caller rotates state sets by ``i``).
+
+* kernel: CUPTI activity records (cupti-python when importable, else torch.profiler, which reads
+  CUPTI too).  Per iteration: last end - first start over all GPU activity (kernels, memcpy,
+  memset) launched by that call, so the copies and fills a wrapper adds count.  The device is
+  drained *between* iterations, never inside one: the timestamps come from the GPU, so the drain
+  costs nothing that is measured (flashinfer-bench issue #195 was a sync inside an event window).
+* graph: per-call time inside one CUDA graph of many calls, CUDA events around each replay.
+* host: wall time per eager call (Python dispatch included), batches of calls issued back to back
+  with no synchronization at all: the GPU runs ahead, so this is max(host dispatch, GPU time).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import torch
+
+L2_FACTOR = 4            # working set >= L2_FACTOR x L2 for reads and for writes
+MIN_SETS = 2             # even a state larger than 4x L2 alternates between two buffers
+MAX_SETS = 4096
+
+
+def l2_bytes(device=None) -> int:
+    """L2 size of the CUDA device (0 on CPU)."""
+    if not torch.cuda.is_available():
+        return 0
+    return int(torch.cuda.get_device_properties(device or 0).L2_cache_size)
+
+
+def rotation_count(set_bytes: int, l2: int, factor: int = L2_FACTOR, min_sets: int = MIN_SETS,
+                   max_sets: int = MAX_SETS) -> int:
+    """How many distinct state sets make the rotated working set >= factor x L2.
+
+    A set is re-touched only after every other set was read and written, so with this many sets
+    no byte of it can still be in L2.  Never fewer than ``min_sets``.
+    """
+    if set_bytes <= 0:
+        raise ValueError(f"set_bytes: expected > 0, got {set_bytes}")
+    need = math.ceil(factor * max(l2, 0) / set_bytes)
+    return int(min(max(need, min_sets), max_sets))
+
+
+def summarize(xs) -> dict:
+    """median, p20, p80, n of a list of microsecond samples."""
+    xs = sorted(float(x) for x in xs)
+    if not xs:
+        return dict(median=float("nan"), p20=float("nan"), p80=float("nan"), n=0)
+
+    def q(p):
+        k = (len(xs) - 1) * p
+        lo, hi = math.floor(k), math.ceil(k)
+        return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+    return dict(median=statistics.median(xs), p20=q(0.2), p80=q(0.8), n=len(xs))
+
+
+# ------------------------------------------------------------------------------- kernel clock
+
+def cupti_python_available() -> tuple[bool, str]:
+    try:
+        from cupti import cupti  # noqa: F401
+    except Exception as e:  # ImportError, or a CUPTI/driver mismatch at import
+        return False, f"cupti-python not importable ({type(e).__name__}: {e})"
+    return True, "cupti-python"
+
+
+def kernel_clock_method() -> str:
+    ok, _ = cupti_python_available()
+    return "cupti-python activity records" if ok else "torch.profiler (CUPTI) activity records"
+
+
+def _spans(windows, launch_of, gpu):
+    """Group GPU records by iteration.
+
+    windows: [(cpu_start, cpu_end)] per iteration; launch_of: {correlation id: cpu time of the
+    API call}; gpu: [(start, end, correlation id)].  A record goes to the iteration whose window
+    holds its launching API call; without that link, to the last window starting before it.
+    """
+    starts = [w[0] for w in windows]
+    per = [[] for _ in windows]
+    import bisect
+    for s, e, corr in gpu:
+        t = launch_of.get(corr)
+        key = t if t is not None else s
+        i = bisect.bisect_right(starts, key) - 1
+        if i >= 0 and (t is None or t <= windows[i][1]):
+            per[i].append((s, e))
+    out = []
+    for i, recs in enumerate(per):
+        if not recs:
+            raise RuntimeError(f"kernel clock: iteration {i} launched no GPU activity "
+                               "(does this backend run on the GPU?)")
+        out.append((max(e for _, e in recs) - min(s for s, _ in recs)) / 1e3)   # ns -> us
+    return out
+
+
+def _kernel_times_cupti(launch, iters, start):
+    from cupti import cupti
+    K = cupti.ActivityKind
+    gpu_kinds = (K.CONCURRENT_KERNEL, K.MEMCPY, K.MEMSET)
+    api_kinds = (K.RUNTIME, K.DRIVER)
+    gpu, launch_of = [], {}
+
+    def requested():
+        return 8 * 1024 * 1024, 0
+
+    def completed(acts):
+        for a in acts:
+            if a.kind in gpu_kinds:
+                gpu.append((a.start, a.end, a.correlation_id))
+            elif a.kind in api_kinds:
+                launch_of[a.correlation_id] = a.start
+
+    windows = []
+    for k in gpu_kinds + api_kinds:
+        cupti.activity_enable(k)
+    try:
+        cupti.activity_register_callbacks(requested, completed)
+        for i in range(iters):
+            torch.cuda.synchronize()                 # drain: between iterations only
+            t0 = cupti.get_timestamp()
+            launch(start + i)
+            windows.append((t0, cupti.get_timestamp()))
+        torch.cuda.synchronize()
+        cupti.activity_flush_all(1)
+    finally:
+        for k in gpu_kinds + api_kinds:
+            try:
+                cupti.activity_disable(k)
+            except Exception:
+                pass
+        cupti.finalize()
+    return _spans(windows, launch_of, gpu)
+
+
+def _kernel_times_torch_profiler(launch, iters, start):
+    from torch.profiler import ProfilerActivity, profile, record_function
+    tag = "gdnzoo_iter_"
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(iters):
+            torch.cuda.synchronize()                 # drain: between iterations only
+            with record_function(f"{tag}{i}"):
+                launch(start + i)
+        torch.cuda.synchronize()
+    windows, launch_of, gpu = {}, {}, []
+    for ev in prof.profiler.kineto_results.events():
+        name = ev.name()
+        if ev.device_type() == torch.autograd.DeviceType.CUDA:
+            gpu.append((ev.start_ns(), ev.end_ns(), ev.linked_correlation_id()))
+            continue
+        if name.startswith(tag):
+            windows[int(name[len(tag):])] = (ev.start_ns(), ev.end_ns())
+        if ev.correlation_id():     # kernels link to the op (or our marker) that launched them
+            launch_of[ev.correlation_id()] = ev.start_ns()
+    if sorted(windows) != list(range(iters)):
+        raise RuntimeError("kernel clock: torch.profiler lost iteration markers")
+    return _spans([windows[i] for i in range(iters)], launch_of, gpu)
+
+
+def kernel_times(launch, iters: int, warmup: int = 3, start: int = 0) -> tuple[list, str]:
+    """Per-iteration GPU time (us) of ``launch(i)`` from CUPTI records; returns (samples, method)."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("kernel clock needs a CUDA device")
+    for i in range(warmup):
+        launch(start + i)
+    torch.cuda.synchronize()
+    start += warmup
+    ok, _ = cupti_python_available()
+    if ok:
+        try:
+            return _kernel_times_cupti(launch, iters, start), "cupti-python"
+        except RuntimeError:
+            raise
+        except Exception as e:   # CUPTI busy (another profiler attached): fall back, say so
+            method = f"torch.profiler (cupti-python failed: {type(e).__name__}: {e})"
+            return _kernel_times_torch_profiler(launch, iters, start), method
+    return _kernel_times_torch_profiler(launch, iters, start), "torch.profiler"
+
+
+# -------------------------------------------------------------------------------- graph clock
+
+class GraphUnsupported(RuntimeError):
+    """The call cannot be captured into a CUDA graph (the reason is the message)."""
+
+
+def graph_times(launch, n_calls: int, replays: int, warmup: int = 3) -> list:
+    """Per-call time (us) of ``n_calls`` calls captured in one CUDA graph, one sample per replay."""
+    if not torch.cuda.is_available():
+        raise GraphUnsupported("no CUDA device")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):          # first calls off the capture (lazy init, autotune)
+        for i in range(warmup):
+            launch(i)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g):
+            for i in range(n_calls):
+                launch(i)
+    except Exception as e:
+        try:
+            torch.cuda.synchronize()
+        except Exception:
+            pass
+        raise GraphUnsupported(f"capture failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}") from None
+    g.replay()
+    torch.cuda.synchronize()
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(replays + 1)]
+    ev[0].record()
+    for r in range(replays):
+        g.replay()
+        ev[r + 1].record()
+    torch.cuda.synchronize()
+    out = [ev[r].elapsed_time(ev[r + 1]) * 1e3 / n_calls for r in range(replays)]
+    del g
+    return out
+
+
+# --------------------------------------------------------------------------------- host clock
+
+def host_times(call, batches: int, per_batch: int, warmup: int = 5) -> list:
+    """Wall time per eager call (us): one sample per batch of ``per_batch`` back-to-back calls.
+
+    Nothing synchronizes between or inside batches; the device is drained once before warmup.
+    """
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    i = 0
+    for _ in range(warmup):
+        call(i)
+        i += 1
+    out = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        for _ in range(per_batch):
+            call(i)
+            i += 1
+        out.append((time.perf_counter() - t0) * 1e6 / per_batch)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()               # after the last sample, outside every batch
+    return out
+
+
+def event_time_us(launch, n: int) -> float:
+    """Rough per-call time from CUDA events over ``n`` back-to-back calls (for budgeting only)."""
+    if not torch.cuda.is_available():
+        t0 = time.perf_counter()
+        for i in range(n):
+            launch(i)
+        return (time.perf_counter() - t0) * 1e6 / n
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for i in range(n):
+        launch(i)
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) * 1e3 / n

@@ -1,0 +1,155 @@
+"""The floor: what any kernel that must read and write the state bytes once costs on this GPU.
+
+An in-place streaming kernel (CuPy/NVRTC) reads and writes exactly ``set_bytes`` as float4, with
+``x * alpha + beta`` on runtime scalars so the compiler cannot drop the load/store pair.  Only bytes
+matter, so one kernel serves fp32 and bf16 state.  Its launch shape (threads per block, float4s in
+flight per thread, exact or persistent grid) is searched per size, timed with the same CUPTI clock
+and the same cold-L2 rotation as the backends.  Also here: device-to-device copy bandwidth and an
+empty-kernel time, measured in the same run.  Without CuPy, a torch ``mul_`` stands in (no search).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from gdnzoo.bench import clocks
+
+_SRC = r"""
+template <int VPT>
+__global__ void stream_inplace(float4* __restrict__ x, long long n4, float alpha, float beta) {
+    // All VPT loads are issued before any store: loads in flight per thread hide DRAM latency.
+    const long long step = (long long)blockDim.x;
+    const long long stride = (long long)gridDim.x * blockDim.x * VPT;
+    for (long long i = (long long)blockIdx.x * blockDim.x * VPT + threadIdx.x; i < n4; i += stride) {
+        float4 v[VPT];
+#pragma unroll
+        for (int j = 0; j < VPT; ++j) {
+            long long k = i + j * step;
+            if (k < n4) v[j] = x[k];
+        }
+#pragma unroll
+        for (int j = 0; j < VPT; ++j) {
+            long long k = i + j * step;
+            if (k < n4) {
+                float4 t = v[j];
+                t.x = t.x * alpha + beta; t.y = t.y * alpha + beta;
+                t.z = t.z * alpha + beta; t.w = t.w * alpha + beta;
+                x[k] = t;
+            }
+        }
+    }
+}
+extern "C" __global__ void empty_kernel() {}
+"""
+VPTS = (1, 2, 4, 8)
+BLOCKS = (128, 256, 512, 1024)
+WAVES = (None, 1, 2, 4)          # None: one pass, grid covers the array; k: k blocks per SM-slot
+
+
+def cupy_available() -> tuple[bool, str]:
+    try:
+        import cupy  # noqa: F401
+    except Exception as e:
+        return False, f"cupy not importable ({type(e).__name__})"
+    return True, "cupy"
+
+
+@functools.lru_cache(maxsize=None)
+def _module():
+    import cupy
+    names = [f"stream_inplace<{v}>" for v in VPTS]
+    mod = cupy.RawModule(code=_SRC, options=("-std=c++17",), name_expressions=names)
+    return mod, {v: mod.get_function(f"stream_inplace<{v}>") for v in VPTS}
+
+
+def _stream():
+    import cupy
+    return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+
+
+def configs(n4: int, sms: int):
+    """(vpt, block, grid) launch shapes worth trying for n4 float4s; duplicates removed."""
+    seen, out = set(), []
+    for vpt in VPTS:
+        for blk in BLOCKS:
+            exact = max(1, -(-n4 // (blk * vpt)))
+            for w in WAVES:
+                grid = exact if w is None else min(exact, sms * w * max(1, 2048 // blk))
+                if (vpt, blk, grid) not in seen:
+                    seen.add((vpt, blk, grid))
+                    out.append((vpt, blk, grid))
+    return out
+
+
+def _launcher(bufs, cfgs, alpha=1.0, beta=0.0):
+    """launch(i): config i % len(cfgs) on buffer i % len(bufs) (consecutive calls never share a buffer)."""
+    import numpy as np
+    _, kern = _module()
+    import cupy
+    arrs = [cupy.asarray(b) for b in bufs]
+    n4 = np.int64(bufs[0].numel() * bufs[0].element_size() // 16)
+    one, zero = np.float32(alpha), np.float32(beta)
+
+    def launch(i):
+        vpt, blk, grid = cfgs[i % len(cfgs)]
+        with _stream():
+            kern[vpt]((grid,), (blk,), (arrs[i % len(arrs)], n4, one, zero))
+    return launch
+
+
+def _buffers(set_bytes: int, n_sets: int):
+    if set_bytes % 16:
+        raise ValueError(f"floor: set_bytes must be a multiple of 16, got {set_bytes}")
+    return [torch.randn(set_bytes // 4, device="cuda") for _ in range(n_sets)]
+
+
+def floor_times(set_bytes: int, iters: int = 100, search_reps: int = 8, l2: int | None = None) -> dict:
+    """Best in-place streaming time over ``set_bytes`` (us samples) and the winning launch shape."""
+    l2 = clocks.l2_bytes() if l2 is None else l2
+    n_sets = clocks.rotation_count(set_bytes, l2)
+    bufs = _buffers(set_bytes, n_sets)
+    ok, why = cupy_available()
+    if not ok:
+        alpha = torch.ones((), device="cuda")
+
+        def launch(i):
+            bufs[i % n_sets].mul_(alpha)
+        samples, method = clocks.kernel_times(launch, iters)
+        return dict(samples=samples, config=f"torch mul_ (no shape search: {why})", n_sets=n_sets,
+                    method=method)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    cfgs = configs(set_bytes // 16, sms)
+    samples, method = clocks.kernel_times(_launcher(bufs, cfgs), len(cfgs) * search_reps)
+    med = [clocks.summarize(samples[c::len(cfgs)])["median"] for c in range(len(cfgs))]
+    best = cfgs[min(range(len(cfgs)), key=med.__getitem__)]
+    samples, method = clocks.kernel_times(_launcher(bufs, [best]), iters)
+    vpt, blk, grid = best
+    return dict(samples=samples, config=f"float4 x{vpt}/thread, {blk} threads, grid {grid}",
+                n_sets=n_sets, method=method, searched=len(cfgs))
+
+
+def copy_bandwidth(nbytes: int | None = None, iters: int = 20) -> dict:
+    """Device-to-device copy: (bytes read + bytes written) / CUPTI time of one large torch copy."""
+    l2 = clocks.l2_bytes()
+    nbytes = nbytes or max(16 * l2, 512 << 20)
+    src = torch.empty(nbytes // 4, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    samples, method = clocks.kernel_times(lambda i: dst.copy_(src), iters)
+    s = clocks.summarize(samples)
+    return dict(bytes=nbytes, us=s["median"], gbps=2 * nbytes / (s["median"] * 1e-6) / 1e9,
+                method=method)
+
+
+def empty_kernel_us(iters: int = 50) -> dict:
+    ok, why = cupy_available()
+    if not ok:
+        return dict(us=float("nan"), note=f"not measured: {why}")
+    mod, _ = _module()
+    k = mod.get_function("empty_kernel")
+
+    def launch(i):
+        with _stream():
+            k((1,), (32,), ())
+    samples, method = clocks.kernel_times(launch, iters)
+    return dict(us=clocks.summarize(samples)["median"], method=method)

@@ -1,0 +1,377 @@
+"""GPU check and tuning of the CUDA backends (cuda-v1, cuda-v4).  Run from the repo root:
+
+    python3 bench/gpu_cuda.py            # writes $OUT (default /tmp/out)/gpu_cuda.{json,csv,log}
+
+1. correctness of both kernels vs the float64 reference (PASS/FAIL counts, failures listed);
+2. kernel time: cuda-v4 over every launch config (W warps/block, RW row groups/warp), cuda-v1,
+   and an in-place streaming floor over the same bytes, for B in BATCHES x fp32/bf16 state at
+   the contest shape.  Timing: a CUDA graph of one launch per state set, rotating over >= 256 MB
+   of in-place state sets (reads and writes cold in the 50 MB L2), CUDA events around replays,
+   no sync inside; median of replays, per call;
+3. host time of an eager gdnzoo.decode(algo=...) call at B=1 and of its parts;
+4. registers / local memory of every compiled cuda-v4 variant.
+Each part catches its own errors.  Prints a short table last.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+from gdnzoo import cuda_build
+from gdnzoo.backends import cuda_v1, cuda_v4
+from gdnzoo.compare import check_close
+from gdnzoo.inputs import make_inputs
+from gdnzoo.reference import reference_decode
+
+OUT = Path(os.environ.get("OUT", "/tmp/out"))
+BATCHES = (1, 4, 8, 16, 32, 48, 64, 128, 256, 512)
+ROTATE_BYTES = 256 << 20
+F32, BF16 = torch.float32, torch.bfloat16
+DT = {"fp32": F32, "bf16": BF16}
+LOG = []
+RESULTS = {"correctness": [], "timing": [], "host": [], "resources": []}
+
+
+def log(*a):
+    s = " ".join(str(x) for x in a)
+    LOG.append(s)
+    print(s, flush=True)
+
+
+# ------------------------------------------------------------------------------ correctness
+
+def ref64(x, l2):
+    B, T, _, _ = x.q.shape
+    HV, V = x.v.shape[2:]
+    o = torch.empty(B, T, HV, V, dtype=torch.float64, device="cuda")
+    s = torch.empty(x.state.shape, dtype=torch.float64, device="cuda")
+    reference_decode(*x.args(), o, s, l2, compute_dtype=torch.float64)
+    return o, s
+
+
+def verdict(out, st, ro, rs, sd):
+    if not (torch.isfinite(out.float()).all() and torch.isfinite(st.float()).all()):
+        return "NaN/Inf (unwritten element?)"
+    rel = lambda a, r: float((a.double() - r).norm() / r.norm().clamp_min(1e-30))
+    es, eo = rel(st, rs), rel(out, ro)
+    if es > (1e-4 if sd == F32 else 8e-3) or eo > 1e-2:
+        return f"rel err state {es:.1e} out {eo:.1e}"
+    for name, a, r in (("out", out, ro), ("state", st, rs)):
+        ok, ma, mr, nb = check_close(a, r)
+        if not ok:
+            return f"{name}: {nb} elements beyond SPEC tolerance (max abs {ma:.1e})"
+    return None
+
+
+def run_case(mod, x, l2, inplace, misalign=False):
+    B, T, H, K = x.q.shape
+    HV, V = x.v.shape[2:]
+    state = x.state.clone()
+    if misalign:        # a 1-element offset view: forces cuda-v4's element-load variant
+        buf = torch.empty(state.numel() + 1, dtype=state.dtype, device="cuda")
+        state = buf[1:].view(state.shape)
+        state.copy_(x.state)
+    out = torch.full((B, T, HV, V), float("nan"), dtype=x.v.dtype, device="cuda")
+    ns = state if inplace else torch.full_like(state, float("nan"))
+    before = state.clone()
+    mod.run(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, ns, l2)
+    torch.cuda.synchronize()
+    if not inplace and not torch.equal(state, before):
+        return out, ns, "destination-passing modified state"
+    return out, ns, None
+
+
+def correctness():
+    cases = []
+    for B in (1, 4, 16, 64, 512):
+        for sd in ("fp32", "bf16"):
+            for T in (1, 2, 4):
+                for l2 in (False, True):
+                    cases.append(dict(B=B, T=T, H=4, HV=8, K=128, V=128, sd=sd, l2=l2))
+    for H, HV in ((8, 16), (16, 32), (16, 64)):
+        for B in (1, 16):
+            for sd in ("fp32", "bf16"):
+                for T, l2 in ((1, False), (2, True)):
+                    cases.append(dict(B=B, T=T, H=H, HV=HV, K=128, V=128, sd=sd, l2=l2))
+    for K, V in ((64, 64), (32, 96), (256, 256)):
+        for sd in ("fp32", "bf16"):
+            cases.append(dict(B=3, T=2, H=2, HV=4, K=K, V=V, sd=sd, l2=True))
+    counts = {"cuda-v1": [0, 0], "cuda-v4": [0, 0]}
+    for i, c in enumerate(cases):
+        x = make_inputs(B=c["B"], T=c["T"], H=c["H"], HV=c["HV"], K=c["K"], V=c["V"],
+                        state_dtype=DT[c["sd"]], device="cuda", seed=i)
+        ro, rs = ref64(x, c["l2"])
+        for name, mod in (("cuda-v1", cuda_v1), ("cuda-v4", cuda_v4)):
+            ok, why = mod.supports(_problem(x, c["l2"]))
+            if not ok:
+                continue
+            modes = [(True, False), (False, False)] + ([(True, True)] if name == "cuda-v4" and c["B"] <= 16 else [])
+            for inplace, mis in modes:
+                try:
+                    out, ns, err = run_case(mod, x, c["l2"], inplace, mis)
+                    err = err or verdict(out, ns, ro, rs, DT[c["sd"]])
+                except Exception as e:
+                    err = f"{type(e).__name__}: {str(e)[:200]}"
+                counts[name][err is not None] += 1
+                row = dict(c, backend=name, inplace=inplace, misaligned=mis, error=err)
+                RESULTS["correctness"].append(row)
+                if err:
+                    log("FAIL", row)
+    for name, mod in (("cuda-v1", cuda_v1), ("cuda-v4", cuda_v4)):
+        for sd in ("fp32", "bf16"):
+            try:
+                err = graph_check(mod, DT[sd])
+            except Exception as e:
+                err = f"{type(e).__name__}: {str(e)[:200]}"
+            counts[name][err is not None] += 1
+            RESULTS["correctness"].append(dict(backend=name, sd=sd, graph=True, error=err))
+            if err:
+                log("FAIL graph", name, sd, err)
+    return counts
+
+
+def _problem(x, l2):
+    from gdnzoo.contract import validate
+    return validate(*x.args(), use_qk_l2norm=l2)[0]
+
+
+def graph_check(mod, sd):
+    """Capture one call in a CUDA graph, replay it on new data copied into the same tensors."""
+    x = make_inputs(B=4, T=2, state_dtype=sd, device="cuda", seed=100)
+    out = torch.empty(4, 2, 8, 128, dtype=BF16, device="cuda")
+    ns = torch.empty_like(x.state)
+    args = (x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, ns, True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        mod.run(*args)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        mod.run(*args)
+    y = make_inputs(B=4, T=2, state_dtype=sd, device="cuda", seed=101)
+    for n in ("q", "k", "v", "state", "a", "b"):
+        getattr(x, n).copy_(getattr(y, n))
+    out.fill_(float("nan")), ns.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    return verdict(out, ns, *ref64(y, True), sd)
+
+
+# ---------------------------------------------------------------------------------- timing
+
+_FLOOR_SRC = r"""
+template <int VPT> __global__ void stream_inplace(float4* x, long long n4, float a, float b) {
+    long long i0 = (long long)blockIdx.x * blockDim.x * VPT + threadIdx.x;
+    float4 v[VPT];
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) { long long i = i0 + j * blockDim.x; if (i < n4) v[j] = x[i]; }
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+        long long i = i0 + j * blockDim.x;
+        if (i < n4) { float4 t = v[j]; t.x = t.x*a+b; t.y = t.y*a+b; t.z = t.z*a+b; t.w = t.w*a+b; x[i] = t; }
+    }
+}
+"""
+_floor_mod = None
+
+
+def floor_launcher(sets, vpt, block):
+    import cupy
+    import numpy as np
+    global _floor_mod
+    if _floor_mod is None:
+        names = [f"stream_inplace<{v}>" for v in (1, 2, 4)]
+        _floor_mod = cupy.RawModule(code=_FLOOR_SRC, options=("-std=c++17",), name_expressions=names)
+    fn = _floor_mod.get_function(f"stream_inplace<{vpt}>")
+    n4 = sets[0].numel() * sets[0].element_size() // 16
+    grid = -(-n4 // (block * vpt))
+    ptrs = [np.uint64(s.data_ptr()) for s in sets]
+    a, b, n = np.float32(1.0), np.float32(0.0), np.int64(n4)
+
+    def launch(i):
+        with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+            fn((grid,), (block,), (ptrs[i % len(ptrs)], n, a, b))
+    return launch
+
+
+def graph_time(launch, n_calls, replays=7):
+    """Per-call us: one graph of n_calls launches (launch(i) uses state set i), median replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        launch(0)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(n_calls):
+            launch(i)
+    g.replay()
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(replays + 1)]
+    ev[0].record()
+    for r in range(replays):
+        g.replay()
+        ev[r + 1].record()
+    torch.cuda.synchronize()
+    ts = [ev[r].elapsed_time(ev[r + 1]) * 1e3 / n_calls for r in range(replays)]
+    del g
+    return statistics.median(ts), (min(ts), max(ts))
+
+
+def timing(sd_name, B, quick=False):
+    sd = DT[sd_name]
+    x = make_inputs(B=B, T=1, H=4, HV=8, K=128, V=128, state_dtype=sd, device="cuda", seed=7)
+    set_bytes = x.state.numel() * x.state.element_size()
+    n_sets = max(2, math.ceil(ROTATE_BYTES / set_bytes))
+    sets = [torch.randn(x.state.shape, device="cuda").mul_(0.05).to(sd) for _ in range(n_sets)]
+    out = torch.empty(B, 1, 8, 128, dtype=BF16, device="cuda")
+    n_calls = max(n_sets, 16)
+    rows = []
+
+    def rec(backend, cfg, us, spread):
+        rows.append(dict(sd=sd_name, B=B, backend=backend, config=cfg, us=us, lo=spread[0], hi=spread[1]))
+
+    best_floor = None
+    for vpt in (1, 2, 4):
+        for block in (256, 512, 1024):
+            us, sp = graph_time(floor_launcher(sets, vpt, block), n_calls)
+            rec("floor", f"vpt={vpt},block={block}", us, sp)
+            best_floor = us if best_floor is None else min(best_floor, us)
+
+    def backend_launch(mod, **kw):
+        def launch(i):
+            s = sets[i % n_sets]
+            mod.run(x.q, x.k, x.v, s, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, s, False, **kw)
+        return launch
+
+    us, sp = graph_time(backend_launch(cuda_v1), n_calls)
+    rec("cuda-v1", "", us, sp)
+    us, sp = graph_time(backend_launch(cuda_v4), n_calls)
+    rec("cuda-v4", "table " + "W=%d,RW=%d" % cuda_v4.pick_config(B * 8, sd), us, sp)
+    for w, rw in cuda_v4.CANDIDATES:
+        if rw * cuda_v4.rows_per_group(128, sd) > 32 or w * rw * cuda_v4.rows_per_group(128, sd) > 128:
+            continue
+        us, sp = graph_time(backend_launch(cuda_v4, config=(w, rw)), n_calls)
+        rec("cuda-v4", f"W={w},RW={rw}", us, sp)
+    del sets
+    torch.cuda.empty_cache()
+    return rows, best_floor
+
+
+# ------------------------------------------------------------------------------------ host
+
+def host_time():
+    import gdnzoo
+    x = make_inputs(B=1, device="cuda", seed=3)
+    out = torch.empty(1, 1, 8, 128, dtype=BF16, device="cuda")
+    rows = []
+
+    def clock(name, fn, n=2000, batches=7):
+        for _ in range(50):
+            fn()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(batches):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            ts.append((time.perf_counter() - t0) * 1e6 / n)
+            torch.cuda.synchronize()          # between batches, outside the clock
+        rows.append(dict(what=name, us=statistics.median(ts), lo=min(ts), hi=max(ts)))
+
+    args = (x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale)
+    for name in ("cuda-v4", "cuda-v1"):
+        clock(f"gdnzoo.decode(algo={name}) eager", lambda: gdnzoo.decode(*args, out=out, algo=name))
+    f = gdnzoo.get("cuda-v4")
+    clock("gdnzoo.get('cuda-v4')(...)", lambda: f(*args, out=out))
+    from gdnzoo.contract import validate
+    clock("validate() alone", lambda: validate(*args, out=out, new_state=x.state))
+    clock("cuda_v4.run() (launcher only)",
+          lambda: cuda_v4.run(*args, out, x.state, False))
+    vals = cuda_build.param_values(*args, out, x.state)
+    clock("cuda_build.param_values()", lambda: cuda_build.param_values(*args, out, x.state))
+    kern_v4 = [k for (d, src, name, defs), k in cuda_build._kernels.items() if name == cuda_v4.KERNEL][0]
+    w, rw = cuda_v4.pick_config(8, F32)
+    bph = cuda_v4.blocks_per_head(128, w, rw, 1)
+    vals = vals[:-3] + (bph, 0, vals[-1])
+    clock("cuda_build.launch() (pack + cuLaunchKernel)",
+          lambda: cuda_build.launch(kern_v4, 8 * bph, 32 * w, x.q.device.index, vals))
+    return rows
+
+
+# ------------------------------------------------------------------------------------ main
+
+def part(name, fn, *a):
+    t0 = time.time()
+    try:
+        r = fn(*a)
+        log(f"[{name}] done in {time.time() - t0:.1f}s")
+        return r
+    except Exception:
+        log(f"[{name}] ERROR\n{traceback.format_exc()}")
+        return None
+
+
+def main():
+    OUT.mkdir(parents=True, exist_ok=True)
+    import cupy
+    env = dict(gpu=torch.cuda.get_device_name(), cc=torch.cuda.get_device_capability(),
+               torch=torch.__version__, cuda=torch.version.cuda, cupy=cupy.__version__,
+               python=sys.version.split()[0])
+    log("env", env)
+    counts = part("correctness", correctness)
+    summary = []
+    best_cfg = {}
+    for sd in ("fp32", "bf16"):
+        for B in BATCHES:
+            r = part(f"timing {sd} B={B}", timing, sd, B)
+            if r is None:
+                continue
+            rows, fl = r
+            RESULTS["timing"] += rows
+            v4 = [x for x in rows if x["backend"] == "cuda-v4" and not x["config"].startswith("table")]
+            best = min(v4, key=lambda x: x["us"])
+            tab = [x for x in rows if x["config"].startswith("table")][0]
+            v1 = [x for x in rows if x["backend"] == "cuda-v1"][0]
+            best_cfg[(sd, B)] = best["config"]
+            summary.append((sd, B, fl, v1["us"], tab["us"], best["us"], best["config"]))
+    host = part("host", host_time) or []
+    RESULTS["host"] = host
+    for (dev, src, name, defs), k in cuda_build._kernels.items():
+        RESULTS["resources"].append(dict(kernel=name, defs=dict(defs), arch=k.arch,
+                                         regs=k.num_regs, local_bytes=k.local_bytes,
+                                         smem=k.static_smem))
+    (OUT / "gpu_cuda.json").write_text(json.dumps(dict(env=env, **RESULTS), indent=1, default=str))
+    with open(OUT / "gpu_cuda.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["sd", "B", "backend", "config", "us", "lo", "hi"])
+        w.writeheader()
+        w.writerows(RESULTS["timing"])
+    (OUT / "gpu_cuda.log").write_text("\n".join(LOG))
+
+    print("\n==== cuda backends on", env["gpu"], "====")
+    if counts:
+        print("correctness:", ", ".join(f"{k} PASS {v[0]} FAIL {v[1]}" for k, v in counts.items()))
+    print("resources (cuda-v4): " + "; ".join(
+        f"{r['defs'].get('GDN_STATE_DT')}/RW{r['defs'].get('GDN_RW')}/l2{r['defs'].get('GDN_L2NORM')}"
+        f"/v{r['defs'].get('GDN_VEC16')}: {r['regs']}r {r['local_bytes']}B"
+        for r in RESULTS["resources"] if r["kernel"] == cuda_v4.KERNEL))
+    print(f"{'state':5} {'B':>4} {'floor':>7} {'v1':>7} {'v4 tab':>7} {'v4 best':>7} {'best/fl':>7}  best config")
+    for sd, B, fl, v1, tab, best, cfg in summary:
+        print(f"{sd:5} {B:4d} {fl:7.2f} {v1:7.2f} {tab:7.2f} {best:7.2f} {best / fl:7.3f}  {cfg}")
+    for r in host:
+        print(f"host  {r['what']:45} {r['us']:7.2f} us  [{r['lo']:.2f}, {r['hi']:.2f}]")
+    print("suggested CONFIG_TABLE rows (B*HV = 8*B):",
+          {sd: [(8 * B, best_cfg[(sd, B)]) for B in BATCHES if (sd, B) in best_cfg] for sd in ("fp32", "bf16")})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,137 @@
+"""NVBench (the ``cuda-bench`` package) as a second opinion on kernel time.
+
+Runs in a subprocess (``python -m gdnzoo.bench.nvbench_xcheck SPEC OUT``) because NVBench's
+registry of benchmarks is process-global and its runner owns the process while it measures.
+Each cell the sweep timed correctly becomes one NVBench benchmark: the raw launcher on NVBench's
+stream, rotating over the same state sets; NVBench flushes L2 before each cold sample.  The
+reported figure is NVBench's cold GPU time (median when present, else mean).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def _name(c):
+    return f"{c['backend']}|B={c['B']}|{c['state_dtype']}|{c['mode']}"
+
+
+def available():
+    if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bench") is None:
+        return False, "cuda-bench (NVBench Python) not installed"
+    return True, ""
+
+
+def cross_check(rows, args, timeout_per_cell=4.0):
+    """Extra rows (clock 'nvbench') for every cell that passed on the kernel clock, and a note."""
+    import torch
+    ok, why = available()
+    if not ok:
+        return [], f"nvbench cross-check skipped: {why}"
+    if not torch.cuda.is_available():
+        return [], "nvbench cross-check skipped: no CUDA device"
+    cells = {}
+    for r in rows:
+        c = r["cell"]
+        if r["clock"] == "kernel" and r["status"] == "PASS" and c.backend != "floor" and r.get("samples"):
+            cells[_name(c.__dict__)] = c
+    if not cells:
+        return [], "nvbench cross-check: no correct kernel-clock cells to check"
+    with tempfile.TemporaryDirectory() as d:
+        spec, out = Path(d) / "spec.json", Path(d) / "nvbench.json"
+        spec.write_text(json.dumps(dict(seed=args.seed, cells=[c.__dict__ for c in cells.values()])))
+        try:
+            p = subprocess.run([sys.executable, "-m", "gdnzoo.bench.nvbench_xcheck", str(spec), str(out)],
+                               capture_output=True, text=True,
+                               timeout=60 + timeout_per_cell * 3 * len(cells))
+        except subprocess.TimeoutExpired:
+            return [], "nvbench cross-check: timed out"
+        if not out.is_file():
+            tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+            return [], f"nvbench cross-check failed (rc {p.returncode}): {' | '.join(tail)}"
+        res = parse(json.loads(out.read_text()))
+    extra = []
+    for name, c in cells.items():
+        v = res.get(name)
+        if v is None:
+            extra.append(dict(cell=c, clock="nvbench", status="PASS", note="n/a (no NVBench result)"))
+            continue
+        extra.append(dict(cell=c, clock="nvbench", status="PASS", note=v["stat"], median_us=v["us"],
+                          p20_us=float("nan"), p80_us=float("nan"), n=v["n"],
+                          method="NVBench cold GPU time (L2 flushed per sample)"))
+    return extra, f"nvbench cross-check: {len(res)}/{len(cells)} cells measured"
+
+
+def parse(doc):
+    """{benchmark name: {us, n, stat}} from an NVBench JSON file."""
+    out = {}
+    for b in doc.get("benchmarks", []):
+        for st in b.get("states", []):
+            if st.get("is_skipped"):
+                continue
+            summ = {}
+            for s in st.get("summaries") or []:
+                for dat in s.get("data", []):
+                    if dat.get("name") == "value":
+                        summ[s["tag"]] = dat.get("value")
+            for tag, stat in (("nv/cold/time/gpu/median", "median"), ("nv/cold/time/gpu/mean", "mean")):
+                if summ.get(tag) is not None:
+                    us = float(summ[tag]) * 1e6
+                    if math.isfinite(us):
+                        out[b["name"]] = dict(us=us, n=int(float(summ.get("nv/cold/sample_size", 0) or 0)),
+                                              stat=f"NVBench cold {stat}")
+                    break
+    return out
+
+
+def _bench(c, seed):
+    import torch
+    from gdnzoo import registry
+    from gdnzoo.bench import clocks
+    from gdnzoo.bench.sweep import Cell, bytes_moved, state_set_bytes
+    from gdnzoo.contract import validate
+    from gdnzoo.inputs import make_inputs
+    cell = Cell(**c)
+
+    def fn(state):
+        inp = make_inputs(B=cell.B, T=cell.T, H=cell.H, HV=cell.HV, K=cell.K, V=cell.V,
+                          state_dtype=cell.state_dtype, device="cuda", seed=seed)
+        out = torch.empty(cell.B, cell.T, cell.HV, cell.V, dtype=inp.v.dtype, device="cuda")
+        _, scale = validate(*inp.args(), out=out, use_qk_l2norm=cell.l2norm)
+        n = clocks.rotation_count(state_set_bytes(cell), clocks.l2_bytes())
+        S = [inp.state.clone() for _ in range(n)]
+        NS = None if cell.mode == "inplace" else [torch.empty_like(inp.state) for _ in range(n)]
+        raw = registry.runner(cell.backend)
+        torch.cuda.synchronize()
+        total = bytes_moved(cell)
+        state.add_global_memory_reads(total // 2)
+        state.add_global_memory_writes(total - total // 2)
+        i = [0]
+
+        def launch(lc):
+            stream = torch.cuda.ExternalStream(lc.get_stream().addressof())
+            j = i[0] % n
+            i[0] += 1
+            with torch.cuda.stream(stream):
+                raw(inp.q, inp.k, inp.v, S[j], inp.A_log, inp.a, inp.dt_bias, inp.b, scale, out,
+                    S[j] if NS is None else NS[j], cell.l2norm)
+        state.exec(launch)
+    return fn
+
+
+def main(argv):
+    import cuda.bench as nb
+    spec = json.loads(Path(argv[1]).read_text())
+    for c in spec["cells"]:
+        nb.register(_bench(c, spec.get("seed", 0))).set_name(_name(c))
+    nb.run_all_benchmarks([argv[0], "--json", argv[2], "--no-batch", "--min-samples", "50",
+                           "--max-noise", "2", "--timeout", "3", "--quiet"])
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,50 @@
+"""Run each CUDA backend once per case, for compute-sanitizer (from the repo root):
+
+    compute-sanitizer --tool memcheck  python3 bench/sanitize_cuda.py
+    compute-sanitizer --tool racecheck python3 bench/sanitize_cuda.py
+
+Cases: cuda-v1 and cuda-v4, B in {1, 64}, fp32 and bf16 state, in place and destination-passing,
+T=2 with the L2 norm, plus a misaligned state (cuda-v4's element-load variant) and V=96
+(partial row blocks).  Prints one line per case and a max error vs the fp32 reference.
+"""
+from __future__ import annotations
+
+import torch
+
+from gdnzoo.backends import cuda_v1, cuda_v4
+from gdnzoo.inputs import make_inputs
+from gdnzoo.reference import reference_decode
+
+
+def one(mod, B, sd, inplace, V=128, misalign=False):
+    x = make_inputs(B=B, T=2, H=4, HV=8, K=128, V=V, state_dtype=sd, device="cuda", seed=B)
+    state = x.state.clone()
+    if misalign:
+        buf = torch.empty(state.numel() + 1, dtype=sd, device="cuda")
+        state = buf[1:].view(x.state.shape)
+        state.copy_(x.state)
+    out = torch.empty(B, 2, 8, V, dtype=x.v.dtype, device="cuda")
+    ns = state if inplace else torch.empty_like(state)
+    mod.run(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, ns, True)
+    ro = torch.empty(B, 2, 8, V, dtype=torch.float32, device="cuda")
+    rs = torch.empty(x.state.shape, dtype=torch.float32, device="cuda")
+    reference_decode(*x.args(), ro, rs, True)
+    torch.cuda.synchronize()
+    return max(float((out.float() - ro).abs().max()), float((ns.float() - rs).abs().max()))
+
+
+def main():
+    for name, mod in (("cuda-v1", cuda_v1), ("cuda-v4", cuda_v4)):
+        for B in (1, 64):
+            for sd in (torch.float32, torch.bfloat16):
+                for inplace in (True, False):
+                    err = one(mod, B, sd, inplace)
+                    print(f"{name} B={B} {sd} {'in-place' if inplace else 'dest'}: max err {err:.2e}")
+        err = one(mod, 4, torch.bfloat16, True, V=96)
+        print(f"{name} V=96 bf16: max err {err:.2e}")
+    err = one(cuda_v4, 4, torch.float32, True, misalign=True)
+    print(f"cuda-v4 misaligned fp32: max err {err:.2e}")
+
+
+if __name__ == "__main__":
+    main()

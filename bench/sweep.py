@@ -1,0 +1,381 @@
+"""``gdnzoo bench``: every backend x batch size x state dtype, correctness first, three clocks.
+
+Per cell: inputs from :func:`gdnzoo.inputs.make_inputs`; one call through the validated public
+callable ``gdnzoo.get(name)`` checked against the float64 reference (SPEC section 2 rule; output
+and new state; a destination-passing call must leave ``state`` untouched).  A failing cell gets FAIL
+and no time.  Then the raw launcher (``gdnzoo.registry.runner``) is timed on the kernel and graph
+clocks and the public callable on the host clock, rotating over enough state sets (and, for
+destination passing, new-state sets) that reads and writes miss L2.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+from gdnzoo.bench import clocks
+
+DEFAULT_BATCHES = (1, 4, 8, 16, 32, 48, 64, 128, 256, 512)
+CLOCKS = ("kernel", "graph", "host")
+RUN_LAST = ("pt-compiled",)          # slow to compile per shape: a time budget cuts it first
+CELL_SECONDS = 0.15                  # target measuring time per clock per cell
+WARMUP_CALLS = 8                     # untimed calls per cell before any clock (public + raw)
+
+METHOD = (
+    "Correctness first: one call through gdnzoo.get(name) vs the float64 reference on the same "
+    "inputs (fail only where |x-y|>1e-2 and |x-y|/(|y|+1e-8)>1e-2, or NaN/Inf/shape/dtype); a "
+    "failing cell gets no time. Cold L2 for reads and writes: calls rotate over N distinct state "
+    "sets (destination passing: N state and N new-state sets) with N*set bytes >= 4x the L2 "
+    "(N >= 2), updated in place. kernel: CUPTI activity records, per call last end - first start "
+    "of all kernels/memcpy/memset it launched, device drained between calls (never inside). "
+    "graph: per-call time of many calls captured in one CUDA graph, CUDA events per replay. "
+    "host: wall time per eager call via gdnzoo.get(name), batches of back-to-back calls with no "
+    "synchronization (measures dispatch until the launch queue fills, then max(dispatch, GPU)). "
+    "floor: in-place float4 streaming kernel over exactly the state bytes, best launch shape "
+    "searched, same clock and rotation. Medians with p20/p80.")
+
+
+@dataclass(frozen=True)
+class Cell:
+    backend: str
+    B: int
+    H: int
+    HV: int
+    K: int
+    V: int
+    T: int
+    state_dtype: str
+    mode: str            # "inplace" | "dest"
+    l2norm: bool = False
+
+
+def _ints(s):
+    return [int(x) for x in str(s).split(",") if x.strip()]
+
+
+def _words(s):
+    return [x.strip() for x in str(s).split(",") if x.strip()]
+
+
+def add_bench_args(p):
+    p.add_argument("--algo", default=None,
+                   help="comma list of backends or 'all' (default: ALGO env, else all)")
+    p.add_argument("--batch", type=_ints, default=list(DEFAULT_BATCHES),
+                   help="comma list of batch sizes (default 1,4,8,16,32,48,64,128,256,512)")
+    p.add_argument("--heads", default="4,8", help="H,HV (default 4,8: the contest geometry)")
+    p.add_argument("--dim", type=int, default=128, help="K = V (default 128)")
+    p.add_argument("--tokens", type=int, default=1, help="T tokens per call (default 1)")
+    p.add_argument("--state-dtype", type=_words, default=["fp32"], help="fp32, bf16 or fp32,bf16")
+    p.add_argument("--timing", type=_words, default=list(CLOCKS),
+                   help="comma list of kernel,graph,host (default all three)")
+    p.add_argument("--mode", type=_words, default=["inplace"],
+                   help="inplace, dest or inplace,dest (default inplace)")
+    p.add_argument("--l2norm", action="store_true", help="use_qk_l2norm=True")
+    p.add_argument("--iters", type=int, default=200, help="most timed calls per clock per cell")
+    p.add_argument("--nvbench", action="store_true",
+                   help="cross-check kernel time with NVBench (cuda-bench), in a subprocess")
+    p.add_argument("--out", default=None,
+                   help="results directory (default bench/results/<gpu-slug>/)")
+    p.add_argument("--time-budget", type=float, default=None,
+                   help="seconds; cells not started by then are SKIPped (slow backends run last)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+# ----------------------------------------------------------------------------- cell planning
+
+def plan(args, names, device):
+    H, HV = _ints(args.heads)
+    cells = []
+    order = [n for n in names if n not in RUN_LAST] + [n for n in names if n in RUN_LAST]
+    for mode in args.mode:            # dtype innermost: a time budget cuts whole backends last
+        for name in order:
+            for B in args.batch:
+                for sd in args.state_dtype:
+                    cells.append(Cell(name, B, H, HV, args.dim, args.dim, args.tokens, sd, mode,
+                                      bool(args.l2norm)))
+    return cells
+
+
+def resolve_names(algo):
+    from gdnzoo.registry import load_registry
+    all_names = load_registry().names
+    algo = algo or os.environ.get("ALGO") or "all"
+    if algo == "all":
+        return all_names
+    names = _words(algo)
+    bad = [n for n in names if n not in all_names]
+    if bad:
+        raise SystemExit(f"--algo: unknown backend(s) {', '.join(bad)}; valid: {', '.join(all_names)}, all")
+    return names
+
+
+def state_set_bytes(c: Cell) -> int:
+    return c.B * c.HV * c.V * c.K * (4 if c.state_dtype == "fp32" else 2)
+
+
+def bytes_moved(c: Cell, io_bytes: int = 2) -> int:
+    """State read + written, plus q, k, v, a, b read and out written, plus A_log, dt_bias."""
+    state = 2 * state_set_bytes(c)
+    qk = 2 * c.B * c.T * c.H * c.K * io_bytes
+    vo = 2 * c.B * c.T * c.HV * c.V * io_bytes
+    gates = 2 * c.B * c.T * c.HV * io_bytes + 2 * c.HV * 4
+    return state + qk + vo + gates
+
+
+# ------------------------------------------------------------------------------- one cell
+
+def _problem(c, inp, device):
+    from gdnzoo.contract import validate
+    out = torch.empty(c.B, c.T, c.HV, c.V, dtype=inp.v.dtype, device=device)
+    ns = None if c.mode == "inplace" else torch.empty_like(inp.state)
+    p, s = validate(*inp.args(), out=out, new_state=ns, use_qk_l2norm=c.l2norm)
+    return p, s
+
+
+def _check(c, name, inp, scale):
+    """Run once through the public API on fresh buffers; compare with the float64 reference."""
+    import gdnzoo
+    from gdnzoo.compare import compare
+    from gdnzoo.reference import reference_decode
+    dev = inp.q.device
+    out = torch.full((c.B, c.T, c.HV, c.V), float("nan"), dtype=inp.v.dtype, device=dev)
+    st = inp.state.clone()
+    ns = None if c.mode == "inplace" else torch.full_like(inp.state, float("nan"))
+    gdnzoo.get(name)(inp.q, inp.k, inp.v, st, inp.A_log, inp.a, inp.dt_bias, inp.b, scale,
+                     out=out, new_state=ns, use_qk_l2norm=c.l2norm)
+    ref_o = torch.empty(out.shape, dtype=torch.float64, device=dev)
+    ref_s = torch.empty(inp.state.shape, dtype=torch.float64, device=dev)
+    reference_decode(inp.q, inp.k, inp.v, inp.state, inp.A_log, inp.a, inp.dt_bias, inp.b, scale,
+                     ref_o, ref_s, c.l2norm, compute_dtype=torch.float64)
+    got_s = st if ns is None else ns
+    vo = compare(out, ref_o, dtype=inp.v.dtype)
+    vs = compare(got_s, ref_s, dtype=inp.state.dtype)
+    reasons = [f"out: {vo.reason}"] * (not vo.ok) + [f"new_state: {vs.reason}"] * (not vs.ok)
+    if ns is not None and not torch.equal(st, inp.state):
+        reasons.append("state: modified by a destination-passing call")
+    return dict(ok=not reasons, reason="; ".join(reasons), max_abs_err_out=vo.max_abs,
+                max_abs_err_state=vs.max_abs, n_bad=max(vo.n_bad, 0) + max(vs.n_bad, 0))
+
+
+def _flags(mod):
+    f = getattr(mod, "allocates_state", None)
+    try:
+        return "warm write target" if callable(f) and f() else ""
+    except Exception:
+        return ""
+
+
+def measure_cell(c: Cell, timing, iters, device, seed=0):
+    """Rows (one per clock) for one cell: correctness, then each requested clock."""
+    from gdnzoo import registry
+    from gdnzoo.inputs import make_inputs
+    import gdnzoo
+    base = dict(cell=c, flags="", n_sets=0, working_set_mib=0.0)
+    inp = make_inputs(B=c.B, T=c.T, H=c.H, HV=c.HV, K=c.K, V=c.V, state_dtype=c.state_dtype,
+                      device=device, seed=seed)
+    p, scale = _problem(c, inp, device)
+    ok, why = registry.can_serve(c.backend, p)
+    if ok and device == "cpu" and registry.load_registry().backends[c.backend].language == "triton":
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            ok, why = False, "Triton on CPU needs TRITON_INTERPRET=1 (the interpreter)"
+        elif c.B > 4:
+            ok, why = False, "Triton interpreter on CPU: only B <= 4 (too slow beyond)"
+    if not ok:
+        return [dict(base, clock=k, status="SKIP", note=why) for k in timing]
+    chk = _check(c, c.backend, inp, scale)
+    base.update(max_abs_err_out=chk["max_abs_err_out"], max_abs_err_state=chk["max_abs_err_state"],
+                n_bad=chk["n_bad"])
+    if not chk["ok"]:
+        return [dict(base, clock=k, status="FAIL", note=chk["reason"]) for k in timing]
+
+    raw = registry.runner(c.backend)
+    public = gdnzoo.get(c.backend)
+    base["flags"] = _flags(registry.backend_module(c.backend))
+    sb = state_set_bytes(c)
+    n = clocks.rotation_count(sb, clocks.l2_bytes() if device == "cuda" else 0)
+    S = [inp.state.clone() for _ in range(n)]
+    NS = None if c.mode == "inplace" else [torch.empty_like(inp.state) for _ in range(n)]
+    base.update(n_sets=n, working_set_mib=n * sb * (1 if NS is None else 2) / 2**20)
+    out = torch.empty(c.B, c.T, c.HV, c.V, dtype=inp.v.dtype, device=device)
+    q, k, v, A_log, a, dt_bias, b = inp.q, inp.k, inp.v, inp.A_log, inp.a, inp.dt_bias, inp.b
+
+    def launch(i):
+        st = S[i % n]
+        raw(q, k, v, st, A_log, a, dt_bias, b, scale, out, st if NS is None else NS[i % n], c.l2norm)
+
+    def call(i):
+        public(q, k, v, S[i % n], A_log, a, dt_bias, b, scale, out=out,
+               new_state=None if NS is None else NS[i % n], use_qk_l2norm=c.l2norm)
+
+    for i in range(WARMUP_CALLS):      # compile-on-first-shape backends settle over a few calls
+        call(i)
+        launch(i)
+    est = clocks.event_time_us(launch, 3)
+    rows = []
+    for clock in timing:
+        row = dict(base, clock=clock, status="PASS", note="", samples=[])
+        try:
+            if clock == "host":
+                t0 = time.perf_counter()
+                for i in range(3):
+                    call(i)
+                host_est = (time.perf_counter() - t0) * 1e6 / 3
+                per = 10
+                nb = int(min(max(CELL_SECONDS * 1e6 / (per * max(host_est, 1.0)), 3), max(iters // per, 3)))
+                row["samples"] = clocks.host_times(call, nb, per)
+                row["method"] = "perf_counter"
+            elif device != "cuda":
+                row["note"] = "n/a (no CUDA device)"
+            elif clock == "kernel":
+                it = int(min(iters, max(10, CELL_SECONDS * 1e6 / (est + 40))))
+                row["samples"], row["method"] = clocks.kernel_times(launch, it)
+            elif clock == "graph":
+                calls = n * max(1, math.ceil(20 / n))
+                reps = int(min(max(CELL_SECONDS * 1e6 / (calls * max(est, 1.0)), 3), 20))
+                row["samples"] = clocks.graph_times(launch, calls, reps)
+                row["method"] = f"CUDA graph of {calls} calls, {reps} replays"
+        except clocks.GraphUnsupported as e:
+            row["note"] = f"n/a ({e})"
+        except Exception as e:
+            row.update(status="ERROR", note=f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+            if device == "cuda":
+                try:
+                    torch.cuda.synchronize()
+                except Exception:
+                    pass
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------- the sweep
+
+class _Progress:
+    def __init__(self, total, quiet):
+        self.total, self.i, self.bar = total, 0, None
+        self.quiet = quiet
+        if not quiet:
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=total, file=sys.stderr, unit="cell", leave=False)
+            except ImportError:
+                pass
+
+    def step(self, label):
+        self.i += 1
+        if self.bar is not None:
+            self.bar.set_postfix_str(label, refresh=False)
+            self.bar.update(1)
+        elif not self.quiet:
+            print(f"\r[{self.i}/{self.total}] {label:<40}", end="", file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+        elif not self.quiet:
+            print(file=sys.stderr)
+
+
+def floor_rows(floor_cells, timing, device, iters):
+    """Floor rows per (B, state dtype) and the device reference numbers (copy bandwidth, empty kernel)."""
+    from gdnzoo.bench import floor
+    ref = {}
+    if device != "cuda":
+        return [], dict(note="floor, copy bandwidth, empty kernel: not measured (no CUDA device)")
+    try:
+        ref["copy"] = floor.copy_bandwidth()
+    except Exception as e:
+        ref["copy"] = dict(gbps=float("nan"), note=f"{type(e).__name__}: {e}")
+    try:
+        ref["empty_kernel"] = floor.empty_kernel_us()
+    except Exception as e:
+        ref["empty_kernel"] = dict(us=float("nan"), note=f"{type(e).__name__}: {e}")
+    rows = []
+    if "kernel" not in timing:
+        return rows, ref
+    for c in floor_cells:
+        row = dict(cell=c, clock="kernel", status="PASS", note="", flags="", samples=[])
+        try:
+            f = floor.floor_times(state_set_bytes(c), iters=min(iters, 100))
+            row.update(samples=f["samples"], note=f["config"], n_sets=f["n_sets"],
+                       working_set_mib=f["n_sets"] * state_set_bytes(c) / 2**20, method=f["method"])
+        except Exception as e:
+            row.update(status="ERROR", note=f"{type(e).__name__}: {e}")
+        rows.append(row)
+    return rows, ref
+
+
+def run_sweep(args, progress=True):
+    """Measure every planned cell; returns (rows, device_reference, skipped_clock_notes)."""
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    names = resolve_names(args.algo)
+    bad = [k for k in args.timing if k not in CLOCKS]
+    if bad:
+        raise SystemExit(f"--timing: unknown clock(s) {bad}; valid: {', '.join(CLOCKS)}")
+    cells = plan(args, names, device)
+    from gdnzoo import registry
+    avail = {n: registry.availability(n, device) for n in names}
+    notes = []
+    if device != "cuda":
+        notes.append("no CUDA device: kernel and graph clocks, floor, copy bandwidth and empty "
+                     "kernel are skipped; host clock only")
+    for n_, (ok, why) in avail.items():
+        if not ok:
+            notes.append(f"{n_}: skipped ({why})")
+    rows = []
+    t_start = time.perf_counter()
+    bar = _Progress(len(cells), quiet=not progress or getattr(args, "quiet", False))
+    for c in cells:
+        label = f"{c.backend} B={c.B} {c.state_dtype} {c.mode}"
+        bar.step(label)
+        ok, why = avail[c.backend]
+        if not ok:
+            rows += [dict(cell=c, clock=k, status="SKIP", note=why, flags="") for k in args.timing]
+            continue
+        if args.time_budget and time.perf_counter() - t_start > args.time_budget:
+            rows += [dict(cell=c, clock=k, status="SKIP", flags="",
+                          note=f"time budget ({args.time_budget:g} s) exhausted") for k in args.timing]
+            continue
+        try:
+            rows += measure_cell(c, args.timing, args.iters, device, args.seed)
+        except Exception as e:
+            msg = str(e).splitlines()[0][:200] if str(e) else ""
+            rows += [dict(cell=c, clock=k, status="ERROR", note=f"{type(e).__name__}: {msg}", flags="")
+                     for k in args.timing]
+            if device == "cuda":
+                try:
+                    torch.cuda.synchronize()
+                except Exception:
+                    pass
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    bar.close()
+    first = {}
+    for c in cells:
+        first.setdefault((c.B, c.state_dtype), Cell("floor", c.B, c.H, c.HV, c.K, c.V, c.T,
+                                                    c.state_dtype, "inplace", c.l2norm))
+    frows, ref = floor_rows(list(first.values()), args.timing, device, args.iters)
+    return rows + frows, ref, notes
+
+
+def cmd_bench(args) -> int:
+    from gdnzoo.bench import report
+    rows, ref, notes = run_sweep(args)
+    if getattr(args, "nvbench", False):
+        from gdnzoo.bench import nvbench_xcheck
+        extra, note = nvbench_xcheck.cross_check(rows, args)
+        rows += extra
+        notes.append(note)
+    table = report.build_rows(rows, ref)
+    out = args.out or report.default_out_dir()
+    env = report.environment(METHOD, ref, notes)
+    files = report.write_all(table, env, out, plots=not args.no_plots)
+    print(report.console(table, env, notes, files))
+    return 0 if not any(r["status"] == "FAIL" for r in table) else 1

@@ -1,0 +1,172 @@
+"""``gdnzoo tune``: measure, pick the fastest correct backend per batch size, write this GPU's row.
+
+The row goes into ``registry.yaml``'s ``defaults:`` list (format in that file).  Only the lines of
+this GPU's entry change: every other line, comment included, is kept as it is.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import re
+from pathlib import Path
+
+import yaml
+
+from gdnzoo.bench import sweep
+
+EXCLUDE_FLAGS = ("warm write target",)     # flattered measurements never win a table slot
+
+
+def add_tune_args(p):
+    p.add_argument("--out", default=None, help="results directory (default bench/results/<gpu>/tune)")
+    p.add_argument("--write-registry", action="store_true",
+                   help="replace this GPU's row in registry.yaml (else print the YAML)")
+    p.add_argument("--registry", default=None, help="registry.yaml to update (default: the loaded one)")
+    p.add_argument("--batch", type=sweep._ints, default=list(sweep.DEFAULT_BATCHES))
+    p.add_argument("--algo", default=None, help="comma list of candidate backends (default all)")
+    p.add_argument("--iters", type=int, default=200)
+    p.add_argument("--time-budget", type=float, default=None)
+    p.add_argument("--quiet", action="store_true")
+    return p
+
+
+def fastest(rows, state_dtype, mode="inplace", clock="kernel", top=3):
+    """{B: [(backend, median_us), ...]} fastest first, over correct, honestly timed rows."""
+    by_b = {}
+    for r in rows:
+        m = r.get("median_us")
+        if (r["state_dtype"] != state_dtype or r["mode"] != mode or r["clock"] != clock
+                or r["status"] != "PASS" or r["backend"] == "floor"
+                or not isinstance(m, (int, float)) or not math.isfinite(m)
+                or any(f in (r.get("flags") or "") for f in EXCLUDE_FLAGS)):
+            continue
+        by_b.setdefault(r["B"], []).append((r["backend"], float(m)))
+    return {B: sorted(v, key=lambda t: t[1])[:top] for B, v in sorted(by_b.items())}
+
+
+def merge_ranges(choice):
+    """{B: backend} -> [(lo, hi, backend)]: adjacent measured sizes with one winner form a range.
+
+    The first range starts at 1, a range ends just before the next winner's first measured size,
+    and the last is open (hi None).
+    """
+    Bs = sorted(choice)
+    out = []
+    for B in Bs:
+        if out and out[-1][2] == choice[B]:
+            continue
+        if out:
+            out[-1] = (out[-1][0], B - 1, out[-1][2])
+        out.append((1 if not out else B, None, choice[B]))
+    return out
+
+
+def make_row(gpu, results, *, results_file=None, commit=None, versions=None, date=None):
+    """The ``defaults:`` entry for this GPU from sweep rows (kernel clock, in place)."""
+    table, values = {}, {}
+    for sd in ("fp32", "bf16"):
+        f = fastest(results, sd)
+        if not f:
+            continue
+        table[sd] = merge_ranges({B: v[0][0] for B, v in f.items()})
+        values[sd] = {B: {n: round(us, 2) for n, us in v} for B, v in f.items()}
+    if not table:
+        raise ValueError("tune: no correct kernel-clock results to choose from")
+    prov = dict(how="gdnzoo tune: CUPTI kernel-clock medians, cold L2 (rotated state sets), "
+                    "contest geometry H=4 HV=8 K=V=128, T=1, in place; fastest correct backend "
+                    "per measured batch size",
+                measured=date or datetime.date.today().isoformat(),
+                versions={k: v for k, v in (versions or {}).items() if v},
+                commit=commit, results=results_file, values_us=values)
+    return dict(gpu=gpu, provenance=prov, table=table)
+
+
+def render_row(row, indent=2):
+    """YAML text of one ``defaults:`` list item, in the style of registry.yaml."""
+    pad = " " * indent
+    prov = yaml.safe_dump(row["provenance"], sort_keys=False, default_flow_style=None, width=110)
+    lines = [f"{pad}- gpu: {yaml.safe_dump(row['gpu'], default_style=None).splitlines()[0]}",
+             f"{pad}  provenance:"]
+    lines += [f"{pad}    {ln}" for ln in prov.rstrip("\n").splitlines()]
+    lines.append(f"{pad}  table:")
+    for sd, ranges in row["table"].items():
+        lines.append(f"{pad}    {sd}:")
+        for lo, hi, be in ranges:
+            lines.append(f"{pad}      - {{batch: [{lo}, {'null' if hi is None else hi}], backend: {be}}}")
+    return "\n".join(lines) + "\n"
+
+
+_TOP = re.compile(r"^[A-Za-z_][\w-]*\s*:")
+_ITEM = re.compile(r"^(\s*)- gpu:\s*(.*?)\s*$")
+
+
+def replace_row(text, row):
+    """registry.yaml text with this GPU's ``defaults:`` item replaced (or appended); rest untouched."""
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    d = next((i for i, ln in enumerate(lines) if re.match(r"^defaults\s*:", ln)), None)
+    if d is None:
+        return "".join(lines) + "\ndefaults:\n" + render_row(row)
+    if re.match(r"^defaults\s*:\s*\[\s*\]", lines[d]):
+        lines[d] = "defaults:\n"
+    end = next((i for i in range(d + 1, len(lines)) if _TOP.match(lines[i])), len(lines))
+    while end > d + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
+        end -= 1                                       # comments above the next key stay there
+    items = [i for i in range(d + 1, end) if _ITEM.match(lines[i])]
+    indent = len(_ITEM.match(lines[items[0]]).group(1)) if items else 2
+    new = render_row(row, indent).splitlines(keepends=True)
+    for n, i in enumerate(items):
+        if str(yaml.safe_load(_ITEM.match(lines[i]).group(2))) != row["gpu"]:
+            continue
+        stop = items[n + 1] if n + 1 < len(items) else end
+        while stop > i + 1 and (not lines[stop - 1].strip() or lines[stop - 1].lstrip().startswith("#")):
+            stop -= 1
+        return "".join(lines[:i] + new + lines[stop:])
+    return "".join(lines[:end] + new + lines[end:])
+
+
+def write_registry(path, row):
+    """Replace this GPU's row in the file at ``path``, after checking the result still validates."""
+    from gdnzoo.registry import parse_registry
+    path = Path(path)
+    text = replace_row(path.read_text(), row)
+    parse_registry(yaml.safe_load(text), path)
+    path.write_text(text)
+    return text
+
+
+def cmd_tune(args) -> int:
+    from gdnzoo.bench import report
+    from gdnzoo.registry import load_registry, registry_path
+    ns = argparse.Namespace(algo=args.algo, batch=args.batch, heads="4,8", dim=128, tokens=1,
+                            state_dtype=["fp32", "bf16"], timing=["kernel"], mode=["inplace"],
+                            l2norm=False, iters=args.iters, nvbench=False, out=None,
+                            time_budget=args.time_budget, seed=0, device="cuda",
+                            no_plots=False, quiet=args.quiet)
+    import torch
+    if not torch.cuda.is_available():
+        raise SystemExit("gdnzoo tune: needs a CUDA device (the table is per GPU)")
+    raw, ref, notes = sweep.run_sweep(ns)
+    rows = report.build_rows(raw, ref)
+    env = report.environment(sweep.METHOD, ref, notes)
+    out = Path(args.out or Path(report.default_out_dir()) / "tune")
+    files = report.write_all(rows, env, out)
+    print(report.console(rows, env, notes, files))
+    res = (out / "results.json").resolve()
+    try:
+        res = res.relative_to(Path(registry_path()).resolve().parent)
+    except ValueError:
+        pass
+    row = make_row(env["gpu"], rows, results_file=str(res), commit=env["commit"],
+                   versions=env["versions"], date=env["date"][:10])
+    if args.write_registry:
+        path = args.registry or str(registry_path())
+        write_registry(path, row)
+        load_registry.cache_clear()
+        print(f"\nwrote the {env['gpu']} row of {path}")
+    else:
+        print("\n# this GPU's row for registry.yaml `defaults:` (use --write-registry to write it)")
+        print(render_row(row), end="")
+    return 0

@@ -1,0 +1,238 @@
+"""Compile, cache and launch the CUDA C++ backends (cuda-v1, cuda-v4) through CuPy.
+
+* Compiling: CuPy's NVRTC binding (``cupy_backends.cuda.libs.nvrtc``), for the running GPU's
+  exact architecture (``--gpu-architecture=sm_90a`` on H100, ``sm_100a`` on B200, ``sm_XY``
+  elsewhere; PTX for the newest arch NVRTC knows when the GPU is newer still).  CuPy's
+  ``RawModule`` is not used because it appends its own ``-arch=sm_XY`` (no ``a`` suffix) and
+  ``-ftz=true``.  Variants are ``-D`` constants (see :func:`defines`).
+* Caching: in memory per (device, source, options); on disk as cubin files under
+  ``$GDNZOO_CACHE_DIR``, else ``$CUPY_CACHE_DIR/gdnzoo``, else ``~/.cache/gdnzoo/cubin``, named by
+  a hash of the sources, options and NVRTC version (CuPy's own kernel cache is not involved).
+* Launching: ``cuLaunchKernel`` through CuPy's driver binding with one by-value
+  :data:`PARAM_FIELDS` struct packed into a per-thread buffer: raw ``data_ptr()`` values and
+  int64 strides of the torch tensors, no copies, no CuPy arrays, no allocation; on the current
+  torch stream of the tensors' device, so CUDA-graph capture records the launch.  The first
+  call of a variant compiles and loads the module; it must happen before graph capture.
+
+Nothing here imports cupy at module import time.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import struct
+import threading
+from pathlib import Path
+
+import torch
+
+HEADER = Path(__file__).with_name("gdn_common.cuh")
+STD = "-std=c++17"
+
+# Mirrors struct GdnParams in gdn_common.cuh, in order; every field is 8 bytes.
+PARAM_FIELDS = (
+    "q", "k", "v", "a", "b", "A_log", "dt_bias", "state", "new_state", "out",
+    "q_n", "q_t", "q_h", "k_n", "k_t", "k_h", "v_n", "v_t", "v_h",
+    "a_n", "a_t", "a_h", "b_n", "b_t", "b_h", "o_n", "o_t", "o_h",
+    "s_n", "s_h", "s_v", "ns_n", "ns_h", "ns_v", "A_log_h", "dtb_h",
+    "B", "T", "H", "HV", "V", "aux0", "aux1", "scale",
+)
+N_PTRS = 10
+# cuda_v4 reads these positions directly (per-call speed): keep them in sync.
+assert (PARAM_FIELDS.index("q_n"), PARAM_FIELDS.index("s_n"), PARAM_FIELDS.index("B"),
+        PARAM_FIELDS.index("aux0"), len(PARAM_FIELDS)) == (10, 28, 36, 41, 44)
+PARAMS = struct.Struct("<" + "Q" * N_PTRS + "q" * (len(PARAM_FIELDS) - N_PTRS - 1) + "d")
+
+DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}   # GDN_F32/BF16/F16
+ELEM_SIZE = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}
+
+
+def param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, aux0=0, aux1=0):
+    """The GdnParams field values for these tensors, in PARAM_FIELDS order."""
+    qs, ks, vs, as_, bs = q.stride(), k.stride(), v.stride(), a.stride(), b.stride()
+    os_, ss, ns = out.stride(), state.stride(), new_state.stride()
+    B, T, H, _ = q.shape
+    _, _, HV, V = v.shape
+    return (q.data_ptr(), k.data_ptr(), v.data_ptr(), a.data_ptr(), b.data_ptr(),
+            A_log.data_ptr(), dt_bias.data_ptr(), state.data_ptr(), new_state.data_ptr(),
+            out.data_ptr(),
+            qs[0], qs[1], qs[2], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2],
+            as_[0], as_[1], as_[2], bs[0], bs[1], bs[2], os_[0], os_[1], os_[2],
+            ss[0], ss[1], ss[2], ns[0], ns[1], ns[2], A_log.stride(0), dt_bias.stride(0),
+            B, T, H, HV, V, aux0, aux1, float(scale))
+
+
+def defines(state_dtype, io_dtype, a_dtype, b_dtype, dt_bias_dtype, K, l2norm, **extra):
+    """The -D constants of one kernel variant, as a sorted tuple of (name, int)."""
+    d = dict(GDN_K=int(K), GDN_STATE_DT=DTYPE_CODE[state_dtype], GDN_IO_DT=DTYPE_CODE[io_dtype],
+             GDN_A_DT=DTYPE_CODE[a_dtype], GDN_B_DT=DTYPE_CODE[b_dtype],
+             GDN_DTB_DT=DTYPE_CODE[dt_bias_dtype], GDN_L2NORM=int(bool(l2norm)))
+    d.update({f"GDN_{n.upper()}": int(v) for n, v in extra.items()})
+    return tuple(sorted(d.items()))
+
+
+def define_options(defs) -> list[str]:
+    return [f"-D{n}={v}" for n, v in defs]
+
+
+_ARCH_SPECIFIC = {90, 100, 103}          # where the 'a' (arch-specific) target exists
+
+
+def arch_option(cc, supported=None) -> tuple[str, str]:
+    """NVRTC architecture option for compute capability ``cc`` and what it produces."""
+    num = cc[0] * 10 + cc[1]
+    if supported is not None and num not in supported:
+        older = [s for s in supported if s <= num]
+        if not older:
+            raise RuntimeError(f"NVRTC supports {sorted(supported)}, none usable for sm_{num}")
+        return f"--gpu-architecture=compute_{max(older)}", "ptx"   # the driver JITs it
+    suffix = "a" if num in _ARCH_SPECIFIC else ""
+    return f"--gpu-architecture=sm_{num}{suffix}", "cubin"
+
+
+def nvrtc_options(defs, arch: str) -> list[str]:
+    """The NVRTC options of one variant; ``arch`` from :func:`arch_option`."""
+    return [STD, arch, f"--include-path={HEADER.parent}", *define_options(defs)]
+
+
+def nvcc_args(defs, cc) -> list[str]:
+    """The nvcc flags equivalent to the NVRTC options (used by tests/test_cuda_sources.py)."""
+    num = cc[0] * 10 + cc[1]
+    suffix = "a" if num in _ARCH_SPECIFIC else ""
+    return [STD, f"-gencode=arch=compute_{num}{suffix},code=sm_{num}{suffix}",
+            f"-I{HEADER.parent}", *define_options(defs)]
+
+
+def cache_dir() -> Path:
+    if os.environ.get("GDNZOO_CACHE_DIR"):
+        return Path(os.environ["GDNZOO_CACHE_DIR"])
+    if os.environ.get("CUPY_CACHE_DIR"):
+        return Path(os.environ["CUPY_CACHE_DIR"]) / "gdnzoo"
+    return Path.home() / ".cache" / "gdnzoo" / "cubin"
+
+
+def cache_key(source: str, options, nvrtc_version, kind) -> str:
+    h = hashlib.sha256()
+    for part in (HEADER.read_text(), source, "\0".join(options), repr(nvrtc_version), kind):
+        h.update(part.encode())
+        h.update(b"\1")
+    return h.hexdigest()[:40]
+
+
+class Kernel:
+    """A loaded kernel: driver function handle plus what the compiler made of it."""
+
+    def __init__(self, func, module, arch, options, attrs):
+        self.func, self.module, self.arch, self.options = func, module, arch, options
+        self.num_regs = attrs["num_regs"]
+        self.local_bytes = attrs["local_bytes"]        # > 0: stack or spills
+        self.static_smem = attrs["static_smem"]
+        self.max_threads = attrs["max_threads"]
+
+
+_kernels: dict = {}
+_lock = threading.Lock()
+
+
+def _compile(source: str, options: list, kind: str) -> bytes:
+    from cupy_backends.cuda.libs import nvrtc
+    prog = nvrtc.createProgram(source, "gdn.cu", (), ())
+    try:
+        try:
+            nvrtc.compileProgram(prog, options)
+        except nvrtc.NVRTCError as e:
+            raise RuntimeError(f"NVRTC failed ({' '.join(options)}):\n"
+                               f"{nvrtc.getProgramLog(prog)}") from e
+        if kind == "cubin":
+            return nvrtc.getCUBIN(prog)
+        ptx = nvrtc.getPTX(prog)                       # str in older CuPy, bytes in newer
+        ptx = ptx if isinstance(ptx, bytes) else ptx.encode()
+        return ptx if ptx.endswith(b"\0") else ptx + b"\0"   # the driver wants C text
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def get_kernel(cu_path: Path, name: str, defs, device_index: int) -> Kernel:
+    """Compile (or load from the caches) kernel ``name`` of ``cu_path`` for this device."""
+    key = (device_index, str(cu_path), name, defs)
+    kern = _kernels.get(key)
+    if kern is not None:
+        return kern
+    with _lock:
+        if key in _kernels:
+            return _kernels[key]
+        import cupy
+        from cupy_backends.cuda.api import driver
+        from cupy_backends.cuda.libs import nvrtc
+        cc = torch.cuda.get_device_capability(device_index)
+        arch, kind = arch_option(cc, set(nvrtc.getSupportedArchs()))
+        options = nvrtc_options(defs, arch)
+        source = Path(cu_path).read_text()
+        path = cache_dir() / f"{cache_key(source, options, nvrtc.getVersion(), kind)}.{kind}"
+        image = path.read_bytes() if path.exists() else None
+        if image is None:
+            image = _compile(source, options, kind)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
+                tmp.write_bytes(image)
+                os.replace(tmp, path)
+            except OSError:
+                pass                                   # a read-only cache only costs time
+        with cupy.cuda.Device(device_index):
+            module = driver.moduleLoadData(image)
+            func = driver.moduleGetFunction(module, name)
+            # Querying attributes also forces a lazily loaded function in, before any capture.
+            attrs = dict(max_threads=driver.funcGetAttribute(0, func),
+                         static_smem=driver.funcGetAttribute(1, func),
+                         local_bytes=driver.funcGetAttribute(3, func),
+                         num_regs=driver.funcGetAttribute(4, func))
+        kern = Kernel(func, module, arch, options, attrs)
+        _kernels[key] = kern
+        return kern
+
+
+class _Buffers(threading.local):
+    def __init__(self):
+        self.params = ctypes.create_string_buffer(PARAMS.size)
+        self.argv = (ctypes.c_void_p * 1)(ctypes.addressof(self.params))
+        self.argv_addr = ctypes.addressof(self.argv)
+
+
+_tls = _Buffers()
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_driver = None
+
+
+def current_stream(device_index: int) -> int:
+    if _raw_stream is not None:
+        return _raw_stream(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
+def launch(kern: Kernel, grid: int, block: int, device_index: int, values) -> None:
+    """Launch ``kern`` with GdnParams ``values`` on the current torch stream of the device.
+
+    cuLaunchKernel copies the parameter block before returning, so one buffer per thread is
+    reused; a graph capture records the values of this call.
+    """
+    global _driver
+    if _driver is None:
+        from cupy_backends.cuda.api import driver, runtime
+        _driver = (driver, runtime)
+    driver, runtime = _driver
+    buf = _tls
+    PARAMS.pack_into(buf.params, 0, *values)
+    stream = current_stream(device_index)
+    if runtime.getDevice() != device_index:
+        import cupy
+        with cupy.cuda.Device(device_index):
+            driver.launchKernel(kern.func, grid, 1, 1, block, 1, 1, 0, stream, buf.argv_addr, 0)
+        return
+    try:
+        driver.launchKernel(kern.func, grid, 1, 1, block, 1, 1, 0, stream, buf.argv_addr, 0)
+    except driver.CUDADriverError:
+        # A thread whose driver context was never made current (the runtime binds it lazily).
+        runtime.setDevice(device_index)
+        driver.launchKernel(kern.func, grid, 1, 1, block, 1, 1, 0, stream, buf.argv_addr, 0)

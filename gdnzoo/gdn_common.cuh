@@ -1,0 +1,107 @@
+// Shared by the CUDA backends (cuda-v1, cuda-v4): the kernel parameter block, dtype
+// conversions, the gates, and the one place a sequence's state address is computed.
+//
+// Self-contained on purpose: no CUDA headers, so NVRTC (at run time) and nvcc (in the tests)
+// see exactly the same text, and compiling takes a fraction of a second.
+#pragma once
+
+// dtype codes, passed as -D constants by gdnzoo/cuda_build.py
+#define GDN_F32 0
+#define GDN_BF16 1
+#define GDN_F16 2
+
+// The kernel's only argument, passed by value.  Every field is 8 bytes so the layout has no
+// padding and the host packs it with one struct.pack_into (gdnzoo/cuda_build.py PARAM_FIELDS
+// mirrors this list in order; tests/test_cuda_sources.py checks they agree).
+// Strides are in elements; the innermost (K or V) axis is contiguous, validated on the host.
+struct GdnParams {
+    const void* q;            // [B, T, H, K]
+    const void* k;            // [B, T, H, K]
+    const void* v;            // [B, T, HV, V]
+    const void* a;            // [B, T, HV]
+    const void* b;            // [B, T, HV]
+    const float* A_log;       // [HV]
+    const void* dt_bias;      // [HV]
+    const void* state;        // [B, HV, V, K]
+    void* new_state;          // [B, HV, V, K]; equal to state when updating in place
+    void* out;                // [B, T, HV, V]
+    long long q_n, q_t, q_h;
+    long long k_n, k_t, k_h;
+    long long v_n, v_t, v_h;
+    long long a_n, a_t, a_h;
+    long long b_n, b_t, b_h;
+    long long o_n, o_t, o_h;
+    long long s_n, s_h, s_v;
+    long long ns_n, ns_h, ns_v;
+    long long A_log_h, dtb_h;
+    long long B, T, H, HV, V;
+    long long aux0;           // kernel specific (cuda-v4: blocks per head)
+    long long aux1;           // kernel specific, unused so far
+    double scale;
+};
+
+// ---- dtype conversions (inline PTX, sm_80+) -------------------------------------------------
+__device__ __forceinline__ float gdn_bf16_to_f32(unsigned short x) {
+    return __uint_as_float(((unsigned int)x) << 16);  // exact
+}
+__device__ __forceinline__ unsigned short gdn_f32_to_bf16(float f) {
+    unsigned short r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));  // round to nearest even, as torch
+    return r;
+}
+__device__ __forceinline__ float gdn_f16_to_f32(unsigned short x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+    return f;
+}
+__device__ __forceinline__ unsigned short gdn_f32_to_f16(float f) {
+    unsigned short r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+}
+
+template <int DT> struct GdnStorage { typedef unsigned short type; };   // bf16, fp16
+template <> struct GdnStorage<GDN_F32> { typedef float type; };
+
+template <int DT>
+__device__ __forceinline__ float gdn_to_f32(typename GdnStorage<DT>::type x) {
+    if constexpr (DT == GDN_F32) return x;
+    else if constexpr (DT == GDN_BF16) return gdn_bf16_to_f32(x);
+    else return gdn_f16_to_f32(x);
+}
+template <int DT>
+__device__ __forceinline__ typename GdnStorage<DT>::type gdn_from_f32(float x) {
+    if constexpr (DT == GDN_F32) return x;
+    else if constexpr (DT == GDN_BF16) return gdn_f32_to_bf16(x);
+    else return gdn_f32_to_f16(x);
+}
+
+// Load element i (64-bit offset) of a tensor of dtype DT as fp32; store likewise.
+template <int DT>
+__device__ __forceinline__ float gdn_ld(const void* p, long long i) {
+    return gdn_to_f32<DT>(static_cast<const typename GdnStorage<DT>::type*>(p)[i]);
+}
+template <int DT>
+__device__ __forceinline__ void gdn_st(void* p, long long i, float x) {
+    static_cast<typename GdnStorage<DT>::type*>(p)[i] = gdn_from_f32<DT>(x);
+}
+
+// ---- gates (SPEC section 1) -----------------------------------------------------------------
+// g = exp(-exp(A_log) * softplus(a + dt_bias)); softplus with beta 1 and threshold 20 as torch.
+__device__ __forceinline__ float gdn_decay(float A_log, float x) {
+    const float sp = x > 20.0f ? x : log1pf(expf(x));
+    return expf(-expf(A_log) * sp);
+}
+__device__ __forceinline__ float gdn_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// ---- state addressing -----------------------------------------------------------------------
+// THE place a sequence's state rows are located.  A state pool ([slots, HV, V, K] with
+// per-sequence read/write slot indices) replaces `n` by the slot here and nowhere else.
+__device__ __forceinline__ long long gdn_state_read_offset(const GdnParams& p, long long n,
+                                                          long long h) {
+    return n * p.s_n + h * p.s_h;
+}
+__device__ __forceinline__ long long gdn_state_write_offset(const GdnParams& p, long long n,
+                                                           long long h) {
+    return n * p.ns_n + h * p.ns_h;
+}

@@ -1,0 +1,229 @@
+"""The benchmark on CPU: sweep output files, table formatting, tune's table logic, rotation counts."""
+import argparse
+import csv
+import difflib
+import json
+import math
+import shutil
+
+import pytest
+import torch
+import yaml
+
+from gdnzoo.bench import clocks, report, sweep, tune
+from gdnzoo.bench.sweep import Cell
+
+MIB = 1 << 20
+
+
+def _args(tmp_path, *extra):
+    p = sweep.add_bench_args(argparse.ArgumentParser())
+    return p.parse_args(["--algo", "pt-reference", "--batch", "1,2", "--heads", "1,2", "--dim", "16",
+                         "--iters", "10", "--device", "cpu", "--no-plots", "--quiet",
+                         "--out", str(tmp_path / "out"), *extra])
+
+
+# ------------------------------------------------------------------------------ rotation
+
+@pytest.mark.parametrize("set_bytes", [1, 4096, 512 * 1024, 3 * MIB, 50 * MIB, 256 * MIB, 1 << 33])
+def test_rotation_covers_four_l2(set_bytes):
+    l2 = 50 * MIB
+    n = clocks.rotation_count(set_bytes, l2, max_sets=1 << 40)
+    assert n >= 2
+    assert n * set_bytes >= 4 * l2
+    assert n == 2 or (n - 1) * set_bytes < 4 * l2          # no more sets than needed
+
+
+def test_rotation_examples():
+    l2 = 50 * MIB
+    assert clocks.rotation_count(512 * 1024, l2) == 400      # B=1 fp32 contest state
+    assert clocks.rotation_count(256 * MIB, l2) == 2         # B=512 fp32: two sets suffice
+    assert clocks.rotation_count(4096, 0) == 2               # CPU: still alternate
+    assert clocks.rotation_count(1, l2, max_sets=64) == 64
+    with pytest.raises(ValueError):
+        clocks.rotation_count(0, l2)
+
+
+def test_summarize():
+    s = clocks.summarize([5, 1, 4, 2, 3, 6, 7, 8, 9, 10])
+    assert s["median"] == 5.5 and s["n"] == 10
+    assert s["p20"] == pytest.approx(2.8) and s["p80"] == pytest.approx(8.2)
+    assert math.isnan(clocks.summarize([])["median"])
+
+
+def test_host_clock_cpu_counts_calls():
+    calls = []
+    t = clocks.host_times(lambda i: calls.append(i), batches=4, per_batch=5, warmup=2)
+    assert len(t) == 4 and all(x >= 0 for x in t)
+    assert calls == list(range(22))                          # call ids keep rotating
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_kernel_clock_needs_cuda():
+    with pytest.raises(RuntimeError, match="CUDA"):
+        clocks.kernel_times(lambda i: None, 3)
+
+
+def test_spans_group_by_launch_window():
+    windows = [(0, 10), (100, 110)]
+    launch_of = {1: 5, 2: 6, 3: 105}
+    gpu = [(20, 30, 1), (31, 50, 2), (120, 125, 3)]          # ns
+    assert clocks._spans(windows, launch_of, gpu) == [pytest.approx(0.030), pytest.approx(0.005)]
+    with pytest.raises(RuntimeError, match="no GPU activity"):
+        clocks._spans(windows, launch_of, gpu[:2])
+
+
+# ------------------------------------------------------------------------------ the sweep
+
+def test_sweep_cpu_writes_files(tmp_path, capsys):
+    args = _args(tmp_path, "--state-dtype", "fp32,bf16", "--mode", "inplace,dest")
+    assert sweep.cmd_bench(args) == 0
+    out = tmp_path / "out"
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == report.COLUMNS
+    assert len(rows) == 2 * 2 * 2 * 3                       # B x dtype x mode x clock
+    host = [r for r in rows if r["clock"] == "host"]
+    assert all(r["status"] == "PASS" and float(r["median_us"]) > 0 for r in host)
+    assert all(float(r["max_abs_err_out"]) < 1e-2 for r in host)
+    assert all(float(r["speedup_vs_ref"]) == 1.0 for r in host)
+    other = [r for r in rows if r["clock"] != "host"]
+    assert all(r["median_us"] == "" and "no CUDA" in r["note"] for r in other)
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["columns"] == report.COLUMNS and len(doc["rows"]) == len(rows)
+    env = doc["environment"]
+    assert {"gpu", "driver", "cuda", "date", "commit", "method", "versions"} <= set(env)
+    assert "torch" in env["versions"] and "cold" in env["method"].lower()
+    text = capsys.readouterr().out
+    assert "| Algorithm" in text and "host clock" in text and "skipped" in text
+
+
+def test_sweep_fails_a_wrong_backend_and_times_nothing(tmp_path, monkeypatch):
+    import gdnzoo.reference as ref
+    from gdnzoo import registry
+
+    def broken(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+        out.fill_(1.0)                                        # garbage, far beyond the tolerance
+        new_state.copy_(state)
+
+    import gdnzoo
+    registry.runner.cache_clear()
+    monkeypatch.setattr(gdnzoo, "_FAST", {}, raising=False)   # decode's memo of resolved runners
+    monkeypatch.setattr(ref, "run", broken)
+    try:
+        rows, _, _ = sweep.run_sweep(_args(tmp_path), progress=False)
+    finally:
+        registry.runner.cache_clear()
+    assert rows and all(r["status"] == "FAIL" for r in rows)
+    assert all(not r.get("samples") for r in rows)
+    assert "elements off" in rows[0]["note"]
+
+
+def test_unknown_algo_lists_names(tmp_path):
+    with pytest.raises(SystemExit, match="pt-reference"):
+        sweep.run_sweep(_args(tmp_path, "--algo", "nope"), progress=False)
+
+
+def test_bytes_moved_contest_b1():
+    c = Cell("x", 1, 4, 8, 128, 128, 1, "fp32", "inplace")
+    assert sweep.bytes_moved(c) == 2 * 8 * 128 * 128 * 4 + 2 * 4 * 128 * 2 + 2 * 8 * 128 * 2 + 2 * 8 * 2 + 2 * 8 * 4
+
+
+# ------------------------------------------------------------------------------ report
+
+def _raw(backend, B, us, clock="kernel", status="PASS", sd="fp32", flags=""):
+    return dict(cell=Cell(backend, B, 4, 8, 128, 128, 1, sd, "inplace"), clock=clock,
+                status=status, note="", flags=flags, samples=[us] * 5 if us else [])
+
+
+def _synthetic():
+    raw = [_raw("floor", 1, 2.0), _raw("floor", 64, 20.0),
+           _raw("pt-reference", 1, 100.0), _raw("pt-reference", 64, 400.0),
+           _raw("fi-baseline", 1, 4.0), _raw("fi-baseline", 64, 26.0),
+           _raw("fla-recurrent", 1, 2.5), _raw("fla-recurrent", 64, 24.0),
+           _raw("cuda-v1", 1, None, status="FAIL"), _raw("cuda-v1", 64, None, status="FAIL")]
+    return report.build_rows(raw, {"copy": {"gbps": 3000.0}})
+
+
+def test_derived_columns():
+    rows = {(r["backend"], r["B"]): r for r in _synthetic()}
+    r = rows[("fla-recurrent", 1)]
+    assert r["speedup_vs_ref"] == pytest.approx(40.0)
+    assert r["speedup_vs_fi"] == pytest.approx(1.6)
+    assert r["x_floor"] == pytest.approx(1.25)
+    assert r["pct_copy_bw"] == pytest.approx(100 * r["bytes_moved"] / 2.5 / 1e3 / 3000.0)
+    assert math.isnan(rows[("cuda-v1", 1)]["median_us"])
+    assert rows[("floor", 1)]["bytes_moved"] == 2 * 8 * 128 * 128 * 4
+
+
+def test_published_table_and_pivot():
+    rows = _synthetic()
+    t = report.published_table(rows, 1, "fp32", "inplace")
+    assert t[0].split("|")[1:5] == [" Algorithm     ", " Median (us) ", " Speedup ", " vs FlashInfer "]
+    body = [ln.split("|")[1].strip() for ln in t[2:]]
+    assert body == ["fla-recurrent", "fi-baseline", "pt-reference", "cuda-v1"]   # fastest first
+    assert "40.00x" in t[2] and "1.60x" in t[2] and "FAIL" in t[5]
+    p = report.pivot(rows, "fp32", "inplace")
+    assert p[0].split() == ["backend", "B=1", "B=64"]
+    assert p[1].split() == ["floor", "2.00", "20.00"]
+    assert "2.50/1.2x" in p[[ln.split()[0] for ln in p].index("fla-recurrent")]
+    assert "FAIL" in p[-1]
+    env = dict(gpu="G", driver="d", cuda="c", versions={"torch": "t"}, commit=None,
+               device_reference={"copy": {"gbps": 3000.0}, "empty_kernel": {"us": 0.9}},
+               kernel_clock="cupti")
+    text = report.console(rows, env)
+    assert len(text.splitlines()) < 60 and "3.00 TB/s" in text
+
+
+def test_gpu_slug():
+    assert report.gpu_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
+    assert report.gpu_slug("cpu") == "cpu"
+
+
+# ------------------------------------------------------------------------------ tune
+
+def test_merge_ranges():
+    assert tune.merge_ranges({1: "a", 4: "a", 8: "b", 16: "b", 32: "a"}) == [
+        (1, 7, "a"), (8, 31, "b"), (32, None, "a")]
+    assert tune.merge_ranges({4: "a"}) == [(1, None, "a")]
+    assert tune.merge_ranges({}) == []
+
+
+def test_fastest_skips_failed_and_flattered():
+    rows = _synthetic()
+    rows += report.build_rows([_raw("fla-upstream", 1, 1.0, flags="warm write target")])
+    f = tune.fastest(rows, "fp32")
+    assert f[1][0] == ("fla-recurrent", 2.5)
+    assert all(n not in ("floor", "cuda-v1", "fla-upstream") for v in f.values() for n, _ in v)
+    row = tune.make_row("NVIDIA H100 80GB HBM3", rows, commit="abc", versions={"torch": "x"})
+    assert row["table"] == {"fp32": [(1, None, "fla-recurrent")]}
+    assert row["provenance"]["values_us"]["fp32"][1]["fla-recurrent"] == 2.5
+
+
+def test_registry_row_written_text_preserving(tmp_path):
+    from gdnzoo.registry import parse_registry, registry_path
+    src = registry_path()
+    reg = tmp_path / "registry.yaml"
+    shutil.copy(src, reg)
+    before = reg.read_text()
+    row = dict(gpu="NVIDIA H100 80GB HBM3", provenance=dict(how="test", measured="today"),
+               table={"fp32": [(1, 7, "cuda-v4"), (8, None, "fla-recurrent")],
+                      "bf16": [(1, None, "fi-baseline")]})
+    tune.write_registry(reg, row)
+    once = reg.read_text()
+    r = parse_registry(yaml.safe_load(once))
+    h100 = [d for d in r.defaults if d.gpu == "NVIDIA H100 80GB HBM3"]
+    assert len(h100) == 1 and h100[0].table["fp32"] == [(1, 7, "cuda-v4"), (8, None, "fla-recurrent")]
+    ops = difflib.SequenceMatcher(a=before.splitlines(), b=once.splitlines()).get_opcodes()
+    assert {op[0] for op in ops} == {"equal", "insert"}                      # only added lines
+    row["table"] = {"fp32": [(1, None, "cuda-v1")]}
+    tune.write_registry(reg, row)                                            # replace, not append
+    twice = reg.read_text()
+    r = parse_registry(yaml.safe_load(twice))
+    assert [d.table for d in r.defaults if d.gpu == row["gpu"]] == [{"fp32": [(1, None, "cuda-v1")]}]
+    assert twice == tune.replace_row(before, row)                            # replaced in place
+    assert len(r.defaults) == len(parse_registry(yaml.safe_load(before)).defaults) + 1
+    bad = dict(row, table={"fp32": [(1, None, "no-such-backend")]})
+    with pytest.raises(ValueError):
+        tune.write_registry(reg, bad)
+    assert reg.read_text() == twice                                          # untouched on error

@@ -1,0 +1,125 @@
+"""The three clocks against work of known cost, on a GPU.
+
+Reference times come from a separate method: CUDA events around many back-to-back launches,
+synchronized once at the end (the per-launch overhead vanishes in the average).
+"""
+import pytest
+import torch
+
+from gdnzoo.bench import clocks
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _events_us(fn, n):
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        fn()
+    b.record()
+    torch.cuda.synchronize()
+    return a.elapsed_time(b) * 1e3 / n
+
+
+@pytest.fixture(scope="module")
+def sleep50():
+    """(cycles, us) of a torch.cuda._sleep kernel calibrated to about 50 us."""
+    c = 100_000
+    for _ in range(3):
+        t = _events_us(lambda: torch.cuda._sleep(c), 50)
+        c = int(c * 50.0 / t)
+    return c, _events_us(lambda: torch.cuda._sleep(c), 200)
+
+
+def _med(xs):
+    return clocks.summarize(xs)["median"]
+
+
+def test_kernel_clock_spin_kernel(sleep50):
+    c, ref = sleep50
+    t, method = clocks.kernel_times(lambda i: torch.cuda._sleep(c), 50)
+    assert _med(t) == pytest.approx(ref, rel=0.10), method
+
+
+def test_kernel_clock_torch_profiler_path(sleep50):
+    c, ref = sleep50
+    torch.cuda._sleep(c)
+    torch.cuda.synchronize()
+    t = clocks._kernel_times_torch_profiler(lambda i: torch.cuda._sleep(c), 30, 0)
+    assert _med(t) == pytest.approx(ref, rel=0.10)
+
+
+def test_kernel_clock_counts_every_kernel_of_a_call(sleep50):
+    c, ref = sleep50
+
+    def two(i):
+        torch.cuda._sleep(c)
+        torch.cuda._sleep(c)
+    t, _ = clocks.kernel_times(two, 30)
+    assert _med(t) == pytest.approx(2 * ref, rel=0.10)
+
+
+def test_graph_clock_spin_kernel(sleep50):
+    c, ref = sleep50
+    t = clocks.graph_times(lambda i: torch.cuda._sleep(c), 40, 5)
+    assert _med(t) == pytest.approx(ref, rel=0.10)
+
+
+def test_host_clock_runs_ahead(sleep50):
+    """K launches of a 50 us kernel return long before K x 50 us: nothing waits for the GPU."""
+    c, ref = sleep50
+    t = clocks.host_times(lambda i: torch.cuda._sleep(c), batches=1, per_batch=20, warmup=0)
+    assert t[0] < 0.5 * ref
+
+
+def test_host_clock_steady_state_is_gpu_bound(sleep50):
+    """Once the launch queue is full, wall time per call settles at the kernel's time."""
+    c, ref = sleep50
+    t = clocks.host_times(lambda i: torch.cuda._sleep(c), batches=10, per_batch=100, warmup=4000)
+    assert _med(t) == pytest.approx(ref, rel=0.10)
+
+
+def test_kernel_clock_tiny_kernel_has_no_sync_inside():
+    """A tiny kernel's CUPTI time is GPU time (near its in-graph time), not launch + sync time."""
+    x = torch.zeros(1, device="cuda")
+    t, _ = clocks.kernel_times(lambda i: x.add_(1.0), 50)
+    g = clocks.graph_times(lambda i: x.add_(1.0), 200, 5)
+    assert _med(t) < 10.0
+    assert _med(t) < _med(g) + 3.0
+
+
+def test_copy_bandwidth_two_methods():
+    """CUPTI time of a copy of known bytes vs CUDA events over many copies (bandwidth within 10%)."""
+    from gdnzoo.bench import floor
+    n = 256 << 20
+    cb = floor.copy_bandwidth(n, iters=20)
+    src = torch.empty(n // 4, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    ev = 2 * n / (_events_us(lambda: dst.copy_(src), 30) * 1e-6) / 1e9
+    assert cb["gbps"] == pytest.approx(ev, rel=0.10)
+
+
+def test_floor_between_half_and_full_copy_bandwidth():
+    from gdnzoo.bench import floor
+    cb = floor.copy_bandwidth()
+    set_bytes = 64 << 20
+    f = floor.floor_times(set_bytes, iters=30)
+    gbps = 2 * set_bytes / (_med(f["samples"]) * 1e-6) / 1e9
+    assert 0.5 * cb["gbps"] < gbps < 1.15 * cb["gbps"], f["config"]
+    assert f["n_sets"] * set_bytes >= 4 * clocks.l2_bytes()
+
+
+def test_floor_kernel_reads_and_writes():
+    """Every launch shape the search tries really rewrites every element (x -> 2x + 1)."""
+    from gdnzoo.bench import floor
+    if not floor.cupy_available()[0]:
+        pytest.skip("cupy not installed")
+    n = (1 << 20) + 4                      # not a multiple of any block: tails are covered
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for cfg in floor.configs(n // 4, sms):
+        x = torch.randint(-8, 8, (n,), device="cuda").float()
+        y = 2 * x + 1
+        floor._launcher([x], [cfg], alpha=2.0, beta=1.0)(0)
+        torch.cuda.synchronize()
+        assert torch.equal(x, y), cfg

@@ -1,0 +1,241 @@
+"""Checks specific to the two Triton backends (fla-recurrent, fla-tma).
+
+The shared matrix (test_matrix.py) covers shapes x dtypes x modes through gdnzoo.decode; here:
+the launch-shape tables, explicit tilings (several V tiles per head, several tiles per program),
+views with odd strides, T > 1, GVA ratios, K/V 64 and 256, the TMA alignment refusal, the
+launch cache, and (CUDA only) capture and replay in a CUDA graph and a grid past 2^31 state
+elements.  Without a GPU the kernels run through the Triton interpreter (conftest sets
+TRITON_INTERPRET=1), so CPU cases stay small.
+"""
+import importlib
+
+import pytest
+import torch
+
+from conftest import DEVICE, HAS_CUDA
+from gdnzoo.contract import Problem
+from gdnzoo.inputs import make_inputs
+from helpers import assert_matches, reference64
+
+NAMES = {"fla-recurrent": "gdnzoo.backends.triton_recurrent", "fla-tma": "gdnzoo.backends.triton_tma"}
+
+
+def _backend(name):
+    mod = importlib.import_module(NAMES[name])
+    ok, why = mod.available()
+    if not ok:
+        pytest.skip(f"{name} unavailable: {why}")
+    return mod
+
+
+def _call(mod, x, l2, inplace, config=None, views=False):
+    """Run on NaN-poisoned outputs; returns (out, new_state). ``views`` passes strided views."""
+    B, T, H, K = x.q.shape
+    HV, V = x.v.shape[2], x.v.shape[3]
+    dev = x.q.device
+    q, k, v, a, b, A_log, dt_bias, state = x.q, x.k, x.v, x.a, x.b, x.A_log, x.dt_bias, x.state
+    if views:
+        # q and k interleaved in one buffer, v inside a wider one, a/b every other element,
+        # A_log/dt_bias strided, state and out inside larger pools at an offset.
+        qk = torch.empty(B, T, H, 2, K, dtype=q.dtype, device=dev)
+        qk[:, :, :, 0], qk[:, :, :, 1] = q, k
+        q, k = qk[:, :, :, 0], qk[:, :, :, 1]
+        vbig = torch.zeros(B, T, HV + 3, V, dtype=v.dtype, device=dev)
+        vbig[:, :, 1:HV + 1] = v
+        v = vbig[:, :, 1:HV + 1]
+        ab = torch.stack([a, b], dim=-1)
+        a, b = ab[..., 0], ab[..., 1]
+        A_log = torch.stack([A_log, A_log * 0], -1)[:, 0]
+        dt_bias = torch.stack([dt_bias, dt_bias * 0], -1)[:, 0]
+        pool = torch.zeros(B + 2, HV + 1, V, K, dtype=state.dtype, device=dev)
+        pool[1:B + 1, :HV] = state
+        state = pool[1:B + 1, :HV]
+        assert not state.is_contiguous() and not a.is_contiguous() and A_log.stride(0) == 2
+    ins = [t.clone() for t in (q, k, v, a, b, A_log, dt_bias)]
+    state_before = state.clone()
+    obig = torch.full((B, T + 1, HV, V + 64), float("nan"), dtype=x.v.dtype, device=dev)
+    out = obig[:, 1:, :, 32:32 + V] if views else torch.full((B, T, HV, V), float("nan"),
+                                                             dtype=x.v.dtype, device=dev)
+    if inplace:
+        new_state = state
+    else:
+        nbig = torch.full((B, HV, V, K + 64), float("nan"), dtype=state.dtype, device=dev)
+        new_state = nbig[..., 64:] if views else torch.full_like(state, float("nan"))
+    if config is None:
+        mod.run(q, k, v, state, A_log, a, dt_bias, b, x.scale, out, new_state, l2)
+    else:
+        mod.launch(q, k, v, state, A_log, a, dt_bias, b, x.scale, out, new_state, l2, config=config)
+    for before, after in zip(ins, (q, k, v, a, b, A_log, dt_bias)):
+        assert torch.equal(before, after), "an input was modified"
+    if not inplace:
+        assert torch.equal(state, state_before), "state was modified in destination-passing mode"
+    if views:
+        assert torch.isnan(obig[:, 0]).all() and torch.isnan(obig[..., :32]).all(), \
+            "wrote outside the out view"
+    return out, new_state
+
+
+# (B, T, H, HV, K, V, state dtype, l2norm, in place, views, recurrent config, tma config)
+CASES = [
+    (2, 1, 4, 8, 128, 128, torch.float32, False, True, False, None, None),
+    (1, 3, 2, 8, 64, 128, torch.bfloat16, True, False, False, (16, 1, 1), (16, 2, 1, 2, False)),
+    (1, 2, 1, 2, 256, 64, torch.float32, True, True, False, (8, 1, 1), (8, 4, 1, 3, False)),
+    (2, 2, 2, 4, 128, 64, torch.float32, False, False, True, (32, 2, 1), (16, 2, 2, 2, True)),
+    (2, 1, 4, 8, 64, 64, torch.bfloat16, False, True, True, (64, 1, 1), (32, 2, 1, 2, False)),
+]
+
+
+def _case_id(c):
+    B, T, H, HV, K, V, sd, l2, inplace, views = c[:10]
+    return (f"B{B}-T{T}-h{H}x{HV}-K{K}V{V}-{'fp32' if sd == torch.float32 else 'bf16'}"
+            f"{'-l2' if l2 else ''}-{'inplace' if inplace else 'dest'}{'-views' if views else ''}")
+
+
+@pytest.mark.parametrize("name", sorted(NAMES))
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_against_reference(name, case):
+    mod = _backend(name)
+    B, T, H, HV, K, V, sd, l2, inplace, views, cfg_rec, cfg_tma = case
+    x = make_inputs(B=B, T=T, H=H, HV=HV, K=K, V=V, state_dtype=sd, device=DEVICE, seed=B * T + K)
+    ref_out, ref_state = reference64(x, l2)
+    cfg = cfg_rec if name == "fla-recurrent" else cfg_tma
+    out, new_state = _call(mod, x, l2, inplace, config=cfg, views=views)
+    assert_matches(out, new_state, ref_out, ref_state, sd, what=f"{name} {_case_id(case)}")
+
+
+def test_recurrent_launch_table():
+    from gdnzoo.backends import triton_recurrent as m
+    table = {"default": {"fp32": [(64, 8, 1, 1), (None, 32, 4, 3)],
+                         "bf16": [(None, 16, 2, 1)]},
+             "H100": {"fp32": [(8, 4, 1, 1), (None, 64, 8, 2)]}}
+    assert m.lookup_config("NVIDIA H100 80GB HBM3", "fp32", 8, 128, 128, table) == (4, 1, 1)
+    assert m.lookup_config("NVIDIA H100 80GB HBM3", "fp32", 9, 128, 128, table) == (64, 8, 2)
+    # a GPU row without this dtype falls back to the default row for it
+    assert m.lookup_config("NVIDIA H100 80GB HBM3", "bf16", 9, 128, 128, table) == (16, 2, 1)
+    assert m.lookup_config("NVIDIA B200", "fp32", 64, 128, 128, table) == (8, 1, 1)
+    assert m.lookup_config("NVIDIA B200", "fp32", 65, 128, 128, table) == (32, 4, 3)
+    # K=256: a 32x256 fp32 tile over 4 warps is 64 registers a thread: kept; over 1 warp
+    # it would be 256, so warps grow to 4
+    assert m.lookup_config("x", "fp32", 1000, 256, 128, table) == (32, 4, 3)
+    assert m.lookup_config("x", "fp32", 1, 256, 128,
+                           {"default": {"fp32": [(None, 32, 1, 1)]}}) == (32, 4, 1)
+    # BV never exceeds V; the grid (B*HV*V/BV programs) stays on one axis below 2^31
+    assert m.lookup_config("x", "fp32", 1, 64, 64, {"default": {"fp32": [(None, 128, 8, 1)]}})[0] == 64
+    BV, _, _ = m.lookup_config("x", "fp32", 2**29, 64, 64, {"default": {"fp32": [(None, 4, 1, 1)]}})
+    assert 2**29 * (64 // BV) <= m.GRID_LIMIT
+    for bhv in (1, 8, 64, 65, 512, 4096, 2**20):
+        for K in (64, 128, 256):
+            BV, nw, ns = m.lookup_config("NVIDIA H100", "fp32", bhv, K, 128)
+            assert 128 % BV == 0 and BV * K <= 64 * 32 * nw and bhv * (128 // BV) <= m.GRID_LIMIT
+
+
+def test_tma_launch_table():
+    from gdnzoo.backends import triton_tma as m
+    for bhv in (1, 8, 64, 65, 4096):
+        for K in (64, 128, 256):
+            for sd, nbytes in (("fp32", 4), ("bf16", 2)):
+                BV, tiles, nw, ns, ws = m.lookup_config("NVIDIA H100", sd, bhv, K, 128)
+                assert 128 % (BV * tiles) == 0 and BV * K <= 64 * 32 * nw
+                assert BV * K * nbytes * (ns + 1) <= m.SMEM_BUDGET
+    # 64x256 fp32 needs 8 warps for registers; 5 buffers of it exceed shared memory: BV 32
+    assert m.fit_config((64, 8, 1, 4, False), 1, 256, 64, 4) == (32, 2, 8, 4, False)
+
+
+@pytest.mark.parametrize("name", sorted(NAMES))
+def test_supports_reasons(name):
+    mod = importlib.import_module(NAMES[name])
+    p = Problem(B=1, T=1, H=4, HV=8, K=96, V=128, state_dtype=torch.float32,
+                io_dtype=torch.bfloat16, device=DEVICE)
+    ok, why = mod.supports(p)
+    assert not ok and "K" in why and "96" in why
+    if DEVICE == "cpu":
+        big = Problem(B=64, T=4, H=4, HV=8, K=128, V=128, state_dtype=torch.float32,
+                      io_dtype=torch.bfloat16, device="cpu")
+        ok, why = mod.supports(big)
+        assert not ok and "interpreter" in why
+
+
+def test_tma_refuses_misaligned_state():
+    mod = _backend("fla-tma")
+    x = make_inputs(B=1, T=1, H=1, HV=2, K=64, V=64, device=DEVICE, seed=3)
+    flat = torch.zeros(x.state.numel() + 4, dtype=x.state.dtype, device=DEVICE)
+    state = flat[1:1 + x.state.numel()].view(x.state.shape)     # 4 bytes off alignment
+    state.copy_(x.state)
+    before = state.clone()
+    out = torch.empty(1, 1, 2, 64, dtype=x.v.dtype, device=DEVICE)
+    with pytest.raises(ValueError, match="16-byte"):
+        mod.run(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, state, False)
+    assert torch.equal(state, before)
+
+
+@pytest.mark.parametrize("name", sorted(NAMES))
+def test_repeat_calls_take_new_pointers(name):
+    """The launch cache must pass each call's own tensors (second call: the fast path on GPU)."""
+    mod = _backend(name)
+    for seed in (1, 2):
+        x = make_inputs(B=1, T=1, H=4, HV=8, K=128, V=128, device=DEVICE, seed=seed)
+        ref_out, ref_state = reference64(x, False)
+        out, new_state = _call(mod, x, False, inplace=(seed == 1))
+        assert_matches(out, new_state, ref_out, ref_state, torch.float32, what=f"call {seed}")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs need a CUDA device")
+@pytest.mark.parametrize("name", sorted(NAMES))
+@pytest.mark.parametrize("inplace", [True, False], ids=["inplace", "dest"])
+def test_cuda_graph_capture_and_replay(name, inplace):
+    mod = _backend(name)
+    x = make_inputs(B=4, T=1, H=4, HV=8, K=128, V=128, device="cuda", seed=5)
+    bufs = x.clone()
+    out = torch.empty(4, 1, 8, 128, dtype=torch.bfloat16, device="cuda")
+    dst = bufs.state if inplace else torch.empty_like(bufs.state)
+    args = (bufs.q, bufs.k, bufs.v, bufs.state, bufs.A_log, bufs.a, bufs.dt_bias, bufs.b,
+            bufs.scale, out, dst, False)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        mod.run(*args)                                    # first call compiles and caches
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        mod.run(*args)
+    for seed in (6, 7):
+        y = make_inputs(B=4, T=1, H=4, HV=8, K=128, V=128, device="cuda", seed=seed)
+        for name_, t in (("q", y.q), ("k", y.k), ("v", y.v), ("state", y.state), ("a", y.a),
+                         ("b", y.b), ("A_log", y.A_log), ("dt_bias", y.dt_bias)):
+            getattr(bufs, name_).copy_(t)
+        out.fill_(float("nan"))
+        if not inplace:
+            dst.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        ref_out, ref_state = reference64(y, False)
+        assert_matches(out, dst, ref_out, ref_state, torch.float32, what=f"replay seed {seed}")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU with ~9 GB free")
+@pytest.mark.parametrize("name", sorted(NAMES))
+def test_grid_past_int32_offsets(name):
+    """B*HV = 2^20 programs' worth of heads and 2^32 state elements: 64-bit addressing."""
+    mod = _backend(name)
+    B, HV, K, V = 2**17, 8, 64, 64
+    free = torch.cuda.mem_get_info()[0]
+    if free < 10 * 2**30:
+        pytest.skip(f"needs 10 GiB free GPU memory, has {free / 2**30:.1f}")
+    small = make_inputs(B=2, T=1, H=4, HV=HV, K=K, V=V, state_dtype=torch.bfloat16,
+                        device="cuda", seed=11)
+    state = torch.zeros(B, HV, V, K, dtype=torch.bfloat16, device="cuda")
+    q = small.q[:1].expand(B, -1, -1, -1).contiguous()
+    k = small.k[:1].expand(B, -1, -1, -1).contiguous()
+    v = small.v[:1].expand(B, -1, -1, -1).contiguous()
+    a = small.a[:1].expand(B, -1, -1).contiguous()
+    b = small.b[:1].expand(B, -1, -1).contiguous()
+    for n in (0, B // 2, B - 1):                          # B-1 lies past 2^31 elements
+        state[n] = small.state[0]
+    out = torch.full((B, 1, HV, V), float("nan"), dtype=torch.bfloat16, device="cuda")
+    mod.run(q, k, v, state, small.A_log, a, small.dt_bias, b, small.scale, out, state, False)
+    torch.cuda.synchronize()
+    ref_out, ref_state = reference64(small, False)
+    for n in (0, B // 2, B - 1):
+        assert_matches(out[n:n + 1], state[n:n + 1], ref_out[:1], ref_state[:1],
+                       torch.bfloat16, what=f"sequence {n}")
+    del state
