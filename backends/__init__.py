@@ -17,5 +17,11 @@ The protocol every backend module follows (the registry calls nothing else):
     [B,HV,V,K] tensor or ``state`` itself (in place).  Writes every element of both.  Must not
     modify any other input, synchronize the host, or allocate after the first call for a shape.
 
+``bind(same arguments as run) -> callable`` (optional)
+    A launcher with ``run``'s signature, valid for every later call whose shapes, strides,
+    dtypes, devices, scale, l2norm flag and in-place-ness equal these (what
+    :func:`gdnzoo.decode` memoizes on), so per-signature work is done once.  Data pointers
+    (and so their alignment) may differ between calls.
+
 A backend never imports another backend.
 """

@@ -94,6 +94,53 @@ class FastLaunch:
                       *ptrs, scale, *self.tail)
 
 
+class Dispatcher:
+    """Per-signature launch cache of one Triton backend, behind ``run`` and ``bind``.
+
+    ``first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, key)``
+    launches through Triton's own path and returns a :class:`FastLaunch` for later calls with
+    the same key, or None to keep Triton's path.  The key is everything Triton specializes on
+    except pointer alignment, which is checked on every call (it varies with the buffers).
+    """
+
+    def __init__(self, first_call):
+        self.first_call = first_call
+        self.fast = {}
+
+    @staticmethod
+    def key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, use_qk_l2norm):
+        return (q.shape, v.shape, q.dtype, a.dtype, b.dtype, dt_bias.dtype, state.dtype,
+                q.stride(), k.stride(), v.stride(), a.stride(), b.stride(), A_log.stride(),
+                dt_bias.stride(), out.stride(), state.stride(), new_state.stride(),
+                bool(use_qk_l2norm), new_state is state, q.get_device())
+
+    def call(self, base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+        ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), a.data_ptr(), b.data_ptr(),
+                A_log.data_ptr(), dt_bias.data_ptr(), out.data_ptr(), state.data_ptr(),
+                new_state.data_ptr())
+        key = (base, (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6]
+                      | ptrs[7] | ptrs[8] | ptrs[9]) & 15 == 0)
+        fast = self.fast.get(key)
+        if fast is not None:
+            fast(ptrs, float(scale))
+            return
+        made = self.first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                               l2, key)
+        if key[1] and not interpreter_on():       # misaligned calls keep Triton's own path
+            self.fast[key] = made
+
+    def run(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2)
+        self.call(base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2)
+
+    def bind(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+        """A launcher valid for every call with these shapes, strides, dtypes and mode: what
+        gdnzoo.decode's signature guarantees, so the key is computed once, here."""
+        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2)
+        call = self.call
+        return lambda *args: call(base, *args)
+
+
 class ScratchAllocator:
     """A ``triton.set_allocator`` allocator that remembers what it handed out, so the scratch
     of the first (compiling) launch is reused by every later launch of the same shape."""

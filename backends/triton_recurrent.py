@@ -19,6 +19,13 @@ GRID_LIMIT = 2**31 - 1
 # num_stages).  "default" serves GPUs without a row.  Small B*HV takes small tiles so that
 # enough programs cover the SMs (B=1 at HV=8: 8 heads x 16 tiles = 128 programs on 132 SMs).
 LAUNCH_TABLE = {
+    # Measured on an NVIDIA H100 80GB HBM3 (2026-11-22, torch 2.11, triton 3.6, contest
+    # geometry HV=8, cold L2, CUDA-graph time): the fastest config per batch size from
+    # `python3 bench/gpu_triton.py` (bench/results/h100-80gb-hbm3/gpu_triton_sweep.csv).
+    "H100": {
+        "fp32": [(64, 4, 1, 1), (128, 16, 1, 1), (256, 8, 1, 3), (384, 4, 1, 3), (512, 4, 1, 1), (1024, 8, 1, 1), (2048, 32, 8, 3), (None, 32, 8, 1)],
+        "bf16": [(8, 4, 1, 3), (64, 4, 1, 1), (128, 4, 1, 3), (256, 4, 1, 1), (384, 32, 8, 1), (512, 32, 8, 3), (None, 8, 1, 3)],
+    },
     "default": {
         "fp32": [(64, 8, 1, 1), (512, 16, 2, 1), (None, 32, 4, 1)],
         "bf16": [(64, 8, 1, 1), (512, 16, 2, 1), (None, 32, 4, 1)],
@@ -64,9 +71,6 @@ def supports(problem):
     return True, ""
 
 
-_FAST = {}        # argument signature -> FastLaunch (or None: always Triton's own path)
-
-
 def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
            config=None):
     """Launch with an explicit (BV, num_warps, num_stages), or the table's when None."""
@@ -92,24 +96,15 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
         grid0, tail
 
 
-def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
-    ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), a.data_ptr(), b.data_ptr(),
-            A_log.data_ptr(), dt_bias.data_ptr(), out.data_ptr(), state.data_ptr(),
-            new_state.data_ptr())
-    key = (q.shape, v.shape, q.dtype, a.dtype, b.dtype, dt_bias.dtype, state.dtype,
-           q.stride(), k.stride(), v.stride(), a.stride(), b.stride(), A_log.stride(),
-           dt_bias.stride(), out.stride(), state.stride(), new_state.stride(),
-           use_qk_l2norm, q.device,
-           (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6] | ptrs[7]
-            | ptrs[8] | ptrs[9]) & 15 == 0)
-    fast = _FAST.get(key)
-    if fast is not None:
-        fast(ptrs, float(scale))
-        return
+def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, key):
     compiled, grid0, tail = launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                   use_qk_l2norm)
-    if key[-1] and not tlaunch.interpreter_on():
-        try:
-            _FAST[key] = tlaunch.FastLaunch(compiled, grid0, tail, q.get_device())
-        except AttributeError:                    # another Triton version: keep its own path
-            _FAST[key] = None
+                                   l2)
+    try:
+        return tlaunch.FastLaunch(compiled, grid0, tail, q.get_device())
+    except AttributeError:                        # another Triton version: keep its own path
+        return None
+
+
+_DISPATCH = tlaunch.Dispatcher(_first_call)
+run = _DISPATCH.run
+bind = _DISPATCH.bind

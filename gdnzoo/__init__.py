@@ -23,14 +23,14 @@ import os
 import torch
 
 from gdnzoo.contract import Problem, check_aliasing, signature, validate
-from gdnzoo.registry import (BackendInfo, Selection, list_backends, runner)
+from gdnzoo.registry import BackendInfo, Selection, launcher, list_backends
 from gdnzoo.registry import select as _select
 
 __all__ = ["decode", "get", "list_backends", "select", "Problem", "BackendInfo", "Selection"]
 __version__ = "0.1.0"
 
 
-_FAST = {}          # signature + algo + ALGO env -> (Problem, scale, runner)
+_FAST = {}          # signature + algo + ALGO env -> [Problem, scale, launcher or None, name]
 _FAST_MAX = 4096
 
 
@@ -47,7 +47,7 @@ def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk
         return hit
     p, s = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
                     use_qk_l2norm=use_qk_l2norm)
-    hit = (p, s, runner(_select(p, algo).name))
+    hit = [p, s, None, _select(p, algo).name]
     if key is not None:
         if len(_FAST) >= _FAST_MAX:
             _FAST.clear()
@@ -58,13 +58,19 @@ def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk
 def decode(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
            use_qk_l2norm=False, algo=None):
     """One GDN decode step (T tokens); returns ``(out, new_state)``.  See the module docstring."""
-    p, s, run = _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                         use_qk_l2norm, algo)
+    hit = _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
+                   algo)
+    p, s, launch = hit[0], hit[1], hit[2]
     if out is None:
         out = torch.empty((p.B, p.T, p.HV, p.V), dtype=v.dtype, device=v.device)
     if new_state is None:
         new_state = state
-    run(q, k, v, state, A_log, a, dt_bias, b, s, out, new_state, use_qk_l2norm)
+    if launch is None:
+        # A backend's optional bind() does its per-signature work once; decode's signature
+        # guarantees later calls share shapes, strides, dtypes, scale and mode.
+        launch = hit[2] = launcher(hit[3], q, k, v, state, A_log, a, dt_bias, b, s, out,
+                                   new_state, use_qk_l2norm)
+    launch(q, k, v, state, A_log, a, dt_bias, b, s, out, new_state, use_qk_l2norm)
     return out, new_state
 
 

@@ -295,6 +295,16 @@ def runner(name: str):
     return getattr(backend_module(name), spec.func_name)
 
 
+def launcher(name: str, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+             use_qk_l2norm):
+    """The backend's ``bind(...)`` result when it has one (a launcher specialised to these
+    shapes, strides, dtypes, scale and mode), else its plain ``run``."""
+    bind = getattr(backend_module(name), "bind", None)
+    if bind is None:
+        return runner(name)
+    return bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)
+
+
 # ---------------------------------------------------------------- selection
 
 def default_row(gpu_name: str | None):
