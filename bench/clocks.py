@@ -7,6 +7,8 @@ Every clock takes ``launch(i)``: issue call number ``i`` (the caller rotates sta
   memset) launched by that call, so the copies and fills a wrapper adds count.  The device is
   drained *between* iterations, never inside one: the timestamps come from the GPU, so the drain
   costs nothing that is measured (flashinfer-bench issue #195 was a sync inside an event window).
+  Each session starts by detaching CUPTI (a torch.profiler run leaves a TSC timestamp callback
+  behind) and checks the timestamp unit against the host clock.
 * graph: per-call time inside one CUDA graph of many calls, CUDA events around each replay.
 * host: wall time per eager call (Python dispatch included), batches of calls issued back to back
   with no synchronization at all: the GPU runs ahead, so this is max(host dispatch, GPU time).
@@ -22,6 +24,7 @@ import torch
 L2_FACTOR = 4            # working set >= L2_FACTOR x L2 for reads and for writes
 MIN_SETS = 2             # even a state larger than 4x L2 alternates between two buffers
 MAX_SETS = 4096
+UNIT_TOLERANCE = 0.02    # host and CUPTI ns clocks agree far better than 2% over a session
 
 
 def l2_bytes(device=None) -> int:
@@ -97,8 +100,44 @@ def _spans(windows, launch_of, gpu):
     return out
 
 
-def _kernel_times_cupti(launch, iters, start):
-    from cupti import cupti
+def _detach_cupti(cupti):
+    """Drop whatever an earlier CUPTI client left registered in this process.
+
+    torch.profiler (Kineto) registers an activity timestamp callback (``getApproximateTime``:
+    raw TSC ticks on x86) that outlives its profiling session; records taken after it are in
+    ticks, not ns (a 2.1 GHz TSC read 100 us as ~206 us).  cuptiFinalize forgets every callback,
+    so CUPTI's own ns clock is back; CUPTI re-attaches on the next call.
+    """
+    try:
+        cupti.finalize()
+    except Exception:
+        pass
+
+
+def _paired_now(cupti):
+    """(host ns, CUPTI timestamp) read back to back: the host read brackets the CUPTI read."""
+    a = time.perf_counter_ns()
+    c = cupti.get_timestamp()
+    b = time.perf_counter_ns()
+    return (a + b) // 2, c
+
+
+def ns_per_tick(first, last) -> float:
+    """How many ns one unit of the CUPTI timestamp is, from two (host ns, CUPTI) pairs.
+
+    1.0 when CUPTI counts ns, as it should; anything else means a foreign timestamp callback.
+    """
+    dh, dc = last[0] - first[0], last[1] - first[1]
+    if dh <= 0 or dc <= 0:
+        return 1.0
+    r = dh / dc
+    return 1.0 if abs(r - 1.0) < UNIT_TOLERANCE else r
+
+
+def _kernel_times_cupti(launch, iters, start, cupti=None, sync=None):
+    if cupti is None:
+        from cupti import cupti
+    sync = sync or torch.cuda.synchronize
     K = cupti.ActivityKind
     gpu_kinds = (K.CONCURRENT_KERNEL, K.MEMCPY, K.MEMSET)
     api_kinds = (K.RUNTIME, K.DRIVER)
@@ -115,16 +154,20 @@ def _kernel_times_cupti(launch, iters, start):
                 launch_of[a.correlation_id] = a.start
 
     windows = []
-    for k in gpu_kinds + api_kinds:
-        cupti.activity_enable(k)
+    _detach_cupti(cupti)
     try:
         cupti.activity_register_callbacks(requested, completed)
+        for k in gpu_kinds + api_kinds:
+            cupti.activity_enable(k)
+        sync()
+        first = _paired_now(cupti)
         for i in range(iters):
-            torch.cuda.synchronize()                 # drain: between iterations only
+            sync()                                   # drain: between iterations only
             t0 = cupti.get_timestamp()
             launch(start + i)
             windows.append((t0, cupti.get_timestamp()))
-        torch.cuda.synchronize()
+        sync()
+        last = _paired_now(cupti)
         cupti.activity_flush_all(1)
     finally:
         for k in gpu_kinds + api_kinds:
@@ -133,7 +176,10 @@ def _kernel_times_cupti(launch, iters, start):
             except Exception:
                 pass
         cupti.finalize()
-    return _spans(windows, launch_of, gpu)
+    scale = ns_per_tick(first, last)
+    spans = _spans(windows, launch_of, gpu)
+    note = "" if scale == 1.0 else f" (CUPTI timestamps were not ns: rescaled by {scale:.4f} ns/tick)"
+    return [t * scale for t in spans], note
 
 
 def _kernel_times_torch_profiler(launch, iters, start):
@@ -171,7 +217,8 @@ def kernel_times(launch, iters: int, warmup: int = 3, start: int = 0) -> tuple[l
     ok, _ = cupti_python_available()
     if ok:
         try:
-            return _kernel_times_cupti(launch, iters, start), "cupti-python"
+            samples, note = _kernel_times_cupti(launch, iters, start)
+            return samples, "cupti-python" + note
         except RuntimeError:
             raise
         except Exception as e:   # CUPTI busy (another profiler attached): fall back, say so

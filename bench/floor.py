@@ -16,8 +16,11 @@ import torch
 from gdnzoo.bench import clocks
 
 _SRC = r"""
-template <int VPT>
-__global__ void stream_inplace(float4* __restrict__ x, long long n4, float alpha, float beta) {
+// BLK is the block size the instantiation is launched with: __launch_bounds__ caps registers so
+// that VPT float4s in flight still fit 1024 threads (without it x8/1024 is unlaunchable).
+template <int VPT, int BLK>
+__global__ void __launch_bounds__(BLK) stream_inplace(float4* __restrict__ x, long long n4,
+                                                      float alpha, float beta) {
     // All VPT loads are issued before any store: loads in flight per thread hide DRAM latency.
     const long long step = (long long)blockDim.x;
     const long long stride = (long long)gridDim.x * blockDim.x * VPT;
@@ -57,10 +60,24 @@ def cupy_available() -> tuple[bool, str]:
 
 @functools.lru_cache(maxsize=None)
 def _module():
+    """(module, {(vpt, block): kernel}) for every instantiation."""
     import cupy
-    names = [f"stream_inplace<{v}>" for v in VPTS]
+    keys = [(v, b) for v in VPTS for b in BLOCKS]
+    names = [f"stream_inplace<{v}, {b}>" for v, b in keys]
     mod = cupy.RawModule(code=_SRC, options=("-std=c++17",), name_expressions=names)
-    return mod, {v: mod.get_function(f"stream_inplace<{v}>") for v in VPTS}
+    return mod, {k: mod.get_function(n) for k, n in zip(keys, names)}
+
+
+def launchable(vpt: int, blk: int) -> tuple[bool, str]:
+    """Whether the compiled (vpt, blk) kernel can start ``blk`` threads (registers, limits)."""
+    try:
+        f = _module()[1][(vpt, blk)]
+        m = int(f.max_threads_per_block)
+    except Exception as e:
+        return False, f"x{vpt}/{blk}: {type(e).__name__}: {e}"
+    if m < blk:
+        return False, f"x{vpt}/{blk}: at most {m} threads per block ({f.num_regs} registers/thread)"
+    return True, ""
 
 
 def _stream():
@@ -68,11 +85,16 @@ def _stream():
     return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
 
 
-def configs(n4: int, sms: int):
-    """(vpt, block, grid) launch shapes worth trying for n4 float4s; duplicates removed."""
+def configs(n4: int, sms: int, ok=None):
+    """(vpt, block, grid) launch shapes worth trying for n4 float4s; duplicates removed.
+
+    ``ok(vpt, blk) -> bool`` drops the shapes the compiled kernel cannot launch.
+    """
     seen, out = set(), []
     for vpt in VPTS:
         for blk in BLOCKS:
+            if ok is not None and not ok(vpt, blk):
+                continue
             exact = max(1, -(-n4 // (blk * vpt)))
             for w in WAVES:
                 grid = exact if w is None else min(exact, sms * w * max(1, 2048 // blk))
@@ -94,8 +116,35 @@ def _launcher(bufs, cfgs, alpha=1.0, beta=0.0):
     def launch(i):
         vpt, blk, grid = cfgs[i % len(cfgs)]
         with _stream():
-            kern[vpt]((grid,), (blk,), (arrs[i % len(arrs)], n4, one, zero))
+            kern[(vpt, blk)]((grid,), (blk,), (arrs[i % len(arrs)], n4, one, zero))
     return launch
+
+
+def search_configs(n4: int, sms: int, probe=None):
+    """Launch shapes the compiled kernel really launches, and a note per shape dropped.
+
+    A shape must pass the kernel's attributes and one probe launch on ``probe`` (a buffer of n4
+    float4s; alpha=1, beta=0 leaves it unchanged), so a resource error never reaches a timed run.
+    """
+    notes = []
+
+    def ok(vpt, blk):
+        good, why = launchable(vpt, blk)
+        if not good:
+            notes.append(why)
+        return good
+    cfgs = configs(n4, sms, ok)
+    if probe is None:
+        return cfgs, notes
+    kept = []
+    for cfg in cfgs:
+        try:
+            _launcher([probe], [cfg])(0)
+            torch.cuda.synchronize()
+            kept.append(cfg)
+        except Exception as e:           # launch errors are not sticky: the context stays usable
+            notes.append(f"x{cfg[0]}/{cfg[1]} grid {cfg[2]}: {type(e).__name__}: {str(e)[:120]}")
+    return kept, notes
 
 
 def _buffers(set_bytes: int, n_sets: int):
@@ -119,14 +168,19 @@ def floor_times(set_bytes: int, iters: int = 100, search_reps: int = 8, l2: int 
         return dict(samples=samples, config=f"torch mul_ (no shape search: {why})", n_sets=n_sets,
                     method=method)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cfgs = configs(set_bytes // 16, sms)
+    cfgs, dropped = search_configs(set_bytes // 16, sms, probe=bufs[0])
+    if not cfgs:
+        raise RuntimeError("floor: no launch shape could be launched: " + "; ".join(dropped[:4]))
     samples, method = clocks.kernel_times(_launcher(bufs, cfgs), len(cfgs) * search_reps)
     med = [clocks.summarize(samples[c::len(cfgs)])["median"] for c in range(len(cfgs))]
     best = cfgs[min(range(len(cfgs)), key=med.__getitem__)]
     samples, method = clocks.kernel_times(_launcher(bufs, [best]), iters)
     vpt, blk, grid = best
-    return dict(samples=samples, config=f"float4 x{vpt}/thread, {blk} threads, grid {grid}",
-                n_sets=n_sets, method=method, searched=len(cfgs))
+    config = f"float4 x{vpt}/thread, {blk} threads, grid {grid}"
+    if dropped:
+        config += f" ({len(dropped)} shapes not launchable, skipped)"
+    return dict(samples=samples, config=config, n_sets=n_sets, method=method,
+                searched=len(cfgs), dropped=dropped)
 
 
 def copy_bandwidth(nbytes: int | None = None, iters: int = 20) -> dict:

@@ -13,8 +13,9 @@ from gdnzoo.bench.clocks import summarize
 
 COLUMNS = ["backend", "B", "T", "H", "HV", "K", "V", "state_dtype", "mode", "l2norm", "clock",
            "status", "note", "median_us", "p20_us", "p80_us", "n", "max_abs_err_out",
-           "max_abs_err_state", "n_bad", "bytes_moved", "achieved_gbps", "pct_copy_bw", "x_floor",
-           "speedup_vs_ref", "speedup_vs_fi", "n_sets", "working_set_mib", "flags", "method"]
+           "max_abs_err_state", "rel_err_out", "rel_err_state", "n_bad", "bytes_moved",
+           "achieved_gbps", "pct_copy_bw", "x_floor", "speedup_vs_ref",
+           "speedup_vs_fi", "n_sets", "working_set_mib", "flags", "method"]
 REF, FI, FLOOR = "pt-reference", "fi-baseline", "floor"
 NAN = float("nan")
 
@@ -37,7 +38,9 @@ def build_rows(raw, ref=None):
                    status=r["status"], note=r.get("note", ""), median_us=s["median"],
                    p20_us=s["p20"], p80_us=s["p80"], n=s["n"],
                    max_abs_err_out=r.get("max_abs_err_out", NAN),
-                   max_abs_err_state=r.get("max_abs_err_state", NAN), n_bad=r.get("n_bad", ""),
+                   max_abs_err_state=r.get("max_abs_err_state", NAN),
+                   rel_err_out=r.get("rel_err_out", NAN), rel_err_state=r.get("rel_err_state", NAN),
+                   n_bad=r.get("n_bad", ""),
                    bytes_moved=bytes_moved(c) if c.backend != FLOOR else 2 * state_set_bytes(c), n_sets=r.get("n_sets", ""),
                    working_set_mib=r.get("working_set_mib", ""), flags=r.get("flags", ""),
                    method=r.get("method", ""))
@@ -160,6 +163,31 @@ def _jsonable(x):
     return x
 
 
+def json_text(rows, env):
+    """results.json: environment, columns, then one row per line as a list in column order.
+
+    Compact on purpose: a full H100 sweep stays a few hundred kB, small enough to commit.
+    """
+    head = json.dumps(_jsonable(dict(environment=env, columns=COLUMNS)), indent=1)
+    body = ",\n".join(json.dumps(_jsonable([r.get(k, "") for k in COLUMNS]), separators=(",", ":"))
+                      for r in rows)
+    return head[:-2] + ',\n "rows": [\n' + body + "\n ]\n}\n"
+
+
+def read_results(path):
+    """(rows as dicts, environment) from a results.json written by :func:`write_all`."""
+    doc = json.loads(Path(path).read_text())
+    cols = doc["columns"]
+    rows = []
+    for r in doc["rows"]:
+        d = dict(zip(cols, r)) if isinstance(r, list) else dict(r)
+        for k in ("median_us", "p20_us", "p80_us"):
+            if d.get(k) is None:
+                d[k] = NAN
+        rows.append(d)
+    return rows, doc.get("environment") or {}
+
+
 def _fmt_csv(x):
     if isinstance(x, float):
         return "" if not math.isfinite(x) else f"{x:.6g}"
@@ -177,7 +205,7 @@ def write_all(rows, env, out_dir, plots=True):
             w.writerow({k: _fmt_csv(r.get(k, "")) for k in COLUMNS})
     files.append(str(out / "results.csv"))
     with open(out / "results.json", "w") as f:
-        json.dump(_jsonable(dict(environment=env, columns=COLUMNS, rows=rows)), f, indent=1)
+        f.write(json_text(rows, env))
     files.append(str(out / "results.json"))
     if plots:
         from gdnzoo.bench import plots as plots_mod

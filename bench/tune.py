@@ -1,7 +1,10 @@
 """``gdnzoo tune``: measure, pick the fastest correct backend per batch size, write this GPU's row.
 
 The row goes into ``registry.yaml``'s ``defaults:`` list (format in that file).  Only the lines of
-this GPU's entry change: every other line, comment included, is kept as it is.
+this GPU's entry change: every other line, comment included, is kept as it is.  With ``--from``
+the row is built from the results.json files of earlier ``gdnzoo bench`` runs (one per state
+dtype is fine): nothing is measured and no GPU is needed; provenance names those files and the
+date, versions and commit each run recorded.
 """
 from __future__ import annotations
 
@@ -28,6 +31,11 @@ def add_tune_args(p):
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--time-budget", type=float, default=None)
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--from", dest="from_files", action="append", default=None,
+                   metavar="RESULTS_JSON",
+                   help="build the row from existing `gdnzoo bench` results.json file(s) instead "
+                        "of measuring (repeat or comma-separate to merge runs, e.g. one per "
+                        "state dtype); no GPU needed")
     return p
 
 
@@ -60,6 +68,58 @@ def merge_ranges(choice):
             out[-1] = (out[-1][0], B - 1, out[-1][2])
         out.append((1 if not out else B, None, choice[B]))
     return out
+
+
+def load_runs(paths, base=None):
+    """Rows and provenance merged from several results.json files of one GPU.
+
+    Returns (gpu, rows, dict(results_file, commit, versions, date)).  A (backend, B, dtype, mode,
+    clock) measured in more than one file is an error: two runs would silently disagree.
+    """
+    from gdnzoo.bench import report
+    files = [Path(x) for p in paths for x in str(p).split(",") if x.strip()]
+    if not files:
+        raise SystemExit("tune --from: no results file given")
+    rows, envs, seen = [], [], {}
+    for f in files:
+        if not f.is_file():
+            raise SystemExit(f"tune --from: {f}: no such file")
+        rs, env = report.read_results(f)
+        envs.append(env)
+        for r in rs:
+            if r.get("backend") == "floor":
+                continue
+            k = tuple(r.get(c) for c in ("backend", "B", "T", "H", "HV", "K", "V", "state_dtype",
+                                         "mode", "l2norm", "clock"))
+            if k in seen and r.get("status") == "PASS":
+                raise SystemExit(f"tune --from: {k[0]} B={k[1]} {k[7]} {k[8]} {k[10]} is in both "
+                                 f"{seen[k]} and {f}")
+            if r.get("status") == "PASS":
+                seen[k] = f
+            rows.append(r)
+    gpus = sorted({str(e.get("gpu")) for e in envs})
+    if len(gpus) != 1 or gpus[0] in ("None", "cpu"):
+        raise SystemExit(f"tune --from: the files must come from one GPU run, got {gpus}")
+
+    def rel(f):
+        f = f.resolve()
+        try:
+            return str(f.relative_to(Path(base).resolve())) if base else str(f)
+        except ValueError:
+            return str(f)
+
+    def one(xs):
+        xs = [x for i, x in enumerate(xs) if x not in xs[:i]]
+        return xs[0] if len(xs) == 1 else xs
+    versions = {}
+    for e in envs:
+        for k, v in (e.get("versions") or {}).items():
+            if v and versions.setdefault(k, v) != v:
+                versions[k] = f"{versions[k]} / {v}"
+    prov = dict(results_file=one([rel(f) for f in files]),
+                commit=one([e.get("commit") for e in envs]), versions=versions,
+                date=max(str(e.get("date") or "")[:10] for e in envs) or None)
+    return gpus[0], rows, prov
 
 
 def make_row(gpu, results, *, results_file=None, commit=None, versions=None, date=None):
@@ -137,9 +197,30 @@ def write_registry(path, row):
     return text
 
 
+def _emit(args, row, gpu):
+    from gdnzoo.registry import load_registry, registry_path
+    if args.write_registry:
+        path = args.registry or str(registry_path())
+        write_registry(path, row)
+        load_registry.cache_clear()
+        print(f"\nwrote the {gpu} row of {path}")
+    else:
+        print("\n# this GPU's row for registry.yaml `defaults:` (use --write-registry to write it)")
+        print(render_row(row), end="")
+    return 0
+
+
 def cmd_tune(args) -> int:
     from gdnzoo.bench import report
-    from gdnzoo.registry import load_registry, registry_path
+    from gdnzoo.registry import registry_path
+    if getattr(args, "from_files", None):
+        base = Path(args.registry or registry_path()).resolve().parent
+        gpu, rows, prov = load_runs(args.from_files, base)
+        row = make_row(gpu, rows, results_file=prov["results_file"], commit=prov["commit"],
+                       versions=prov["versions"], date=prov["date"])
+        for sd, ranges in row["table"].items():
+            print(f"{gpu} {sd}: " + ", ".join(f"B {lo}..{hi or ''} {be}" for lo, hi, be in ranges))
+        return _emit(args, row, gpu)
     ns = argparse.Namespace(algo=args.algo, batch=args.batch, heads="4,8", dim=128, tokens=1,
                             state_dtype=["fp32", "bf16"], timing=["kernel"], mode=["inplace"],
                             l2norm=False, iters=args.iters, nvbench=False, out=None,
@@ -161,12 +242,4 @@ def cmd_tune(args) -> int:
         pass
     row = make_row(env["gpu"], rows, results_file=str(res), commit=env["commit"],
                    versions=env["versions"], date=env["date"][:10])
-    if args.write_registry:
-        path = args.registry or str(registry_path())
-        write_registry(path, row)
-        load_registry.cache_clear()
-        print(f"\nwrote the {env['gpu']} row of {path}")
-    else:
-        print("\n# this GPU's row for registry.yaml `defaults:` (use --write-registry to write it)")
-        print(render_row(row), end="")
-    return 0
+    return _emit(args, row, env["gpu"])

@@ -79,3 +79,37 @@ def check_close(out: torch.Tensor, ref: torch.Tensor, atol: float = 1e-2, rtol: 
                 dtype: torch.dtype | None = None) -> Closeness:
     """``(ok, max_abs, max_rel, n_bad)`` under the contest rule; see :func:`compare`."""
     return compare(out, ref, atol=atol, rtol=rtol, dtype=dtype).closeness()
+
+
+# ------------------------------------------------------------------ the strict (relative) rule
+
+#: Relative Frobenius error bounds every gdnzoo gate uses on top of the SPEC rule (the test suite
+#: and ``gdnzoo bench``): with realistic input magnitudes the elementwise rule alone passes an
+#: output of zeros or a state that was never updated, a relative error does not.  fp32 state:
+#: fp32 math lands near 1e-6; bf16 state: one rounding to bf16 (2^-9 relative) per element.
+STRICT_TOL = {"out": 1e-2, "state": {torch.float32: 1e-4, torch.bfloat16: 8e-3}}
+
+
+def strict_tol(what: str, state_dtype: torch.dtype | None = None) -> float:
+    """The :data:`STRICT_TOL` bound for ``"out"``, or for ``"state"`` of ``state_dtype``."""
+    if what == "out":
+        return STRICT_TOL["out"]
+    if what == "state":
+        try:
+            return STRICT_TOL["state"][state_dtype]
+        except KeyError:
+            raise ValueError(f"strict_tol: no state bound for {state_dtype}") from None
+    raise ValueError(f"strict_tol: expected 'out' or 'state', got {what!r}")
+
+
+def relative_error(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """``||x - ref||_F / ||ref||_F`` in float64 (0 when both are zero, inf when only ref is).
+
+    NaN or Inf in ``x`` give NaN or Inf, which fail every ``<`` bound.
+    """
+    a = x.detach().to(torch.float64)
+    b = ref.detach().to(device=a.device, dtype=torch.float64)
+    num, den = float((a - b).norm()), float(b.norm())
+    if den == 0.0:
+        return 0.0 if num == 0.0 else float("inf")
+    return num / den

@@ -73,6 +73,93 @@ def test_spans_group_by_launch_window():
         clocks._spans(windows, launch_of, gpu[:2])
 
 
+class _FakeCupti:
+    """CUPTI stand-in whose timestamps run ``ticks_per_ns`` times faster than ns (a TSC callback)."""
+
+    class ActivityKind:
+        CONCURRENT_KERNEL, MEMCPY, MEMSET, RUNTIME, DRIVER = range(5)
+
+    class _Rec:
+        def __init__(self, kind, start, end, corr):
+            self.kind, self.start, self.end, self.correlation_id = kind, start, end, corr
+
+    def __init__(self, ticks_per_ns, kernel_ns, finalize_resets=False):
+        import time
+        self.time, self.rate, self.kernel_ns = time, ticks_per_ns, kernel_ns
+        self.finalize_resets, self.recs, self.corr, self.finalized = finalize_resets, [], 0, 0
+
+    def get_timestamp(self):
+        return int(self.time.perf_counter_ns() * self.rate)
+
+    def finalize(self):
+        self.finalized += 1
+        if self.finalize_resets:
+            self.rate = 1.0
+
+    def activity_register_callbacks(self, req, done):
+        self.done = done
+
+    def activity_enable(self, k):
+        pass
+
+    def activity_disable(self, k):
+        pass
+
+    def launch(self, i):                       # an API call, then one kernel of kernel_ns
+        K = self.ActivityKind
+        self.corr += 1
+        t = self.get_timestamp()
+        self.recs.append(self._Rec(K.RUNTIME, t, t + 10, self.corr))
+        s = t + int(2000 * self.rate)
+        self.recs.append(self._Rec(K.CONCURRENT_KERNEL, s, s + int(self.kernel_ns * self.rate), self.corr))
+
+    def activity_flush_all(self, flag):
+        self.done(self.recs)
+
+
+@pytest.mark.parametrize("rate,resets", [(1.0, False), (2.07, False), (2.07, True)])
+def test_kernel_clock_timestamp_unit(rate, resets):
+    """CUPTI records in TSC ticks (left behind by torch.profiler) still give microseconds."""
+    import time
+    fake = _FakeCupti(rate, kernel_ns=100_000, finalize_resets=resets)
+
+    def sync():
+        time.sleep(2e-4)                       # a drain long enough to make the session >= ms
+    t, note = clocks._kernel_times_cupti(fake.launch, 20, 0, cupti=fake, sync=sync)
+    assert len(t) == 20 and all(x == pytest.approx(100.0, rel=0.01) for x in t)
+    assert fake.finalized >= 2                 # detached before (foreign callbacks) and after
+    assert ("rescaled" in note) == (rate != 1.0 and not resets)
+
+
+def test_floor_search_skips_unlaunchable_shapes(monkeypatch):
+    """Shapes the kernel's attributes rule out, or whose probe launch fails, are dropped with a note."""
+    from gdnzoo.bench import floor
+    monkeypatch.setattr(floor, "launchable", lambda v, b: (False, f"x{v}/{b}: too many registers")
+                        if (v, b) == (8, 1024) else (True, ""))
+    cfgs, notes = floor.search_configs(1 << 20, 132)
+    assert cfgs and all((v, b) != (8, 1024) for v, b, _ in cfgs)
+    assert notes == ["x8/1024: too many registers"]
+
+    def launcher(bufs, cfgs_):
+        def launch(i):
+            if cfgs_[0][:2] == (4, 512):
+                raise RuntimeError("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
+        return launch
+    monkeypatch.setattr(floor, "_launcher", launcher)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    kept, notes = floor.search_configs(1 << 20, 132, probe=object())
+    assert kept and all(c[:2] != (4, 512) for c in kept)
+    assert len(kept) == len(cfgs) - sum(c[:2] == (4, 512) for c in cfgs)
+    assert any("OUT_OF_RESOURCES" in n for n in notes)
+
+
+def test_ns_per_tick():
+    assert clocks.ns_per_tick((0, 0), (1_000_000, 1_000_000)) == 1.0
+    assert clocks.ns_per_tick((0, 0), (1_000_000, 1_005_000)) == 1.0      # within tolerance
+    assert clocks.ns_per_tick((0, 5), (1_000_000, 2_070_005)) == pytest.approx(1 / 2.07)
+    assert clocks.ns_per_tick((0, 0), (0, 0)) == 1.0
+
+
 # ------------------------------------------------------------------------------ the sweep
 
 def test_sweep_cpu_writes_files(tmp_path, capsys):
@@ -117,6 +204,76 @@ def test_sweep_fails_a_wrong_backend_and_times_nothing(tmp_path, monkeypatch):
     assert rows and all(r["status"] == "FAIL" for r in rows)
     assert all(not r.get("samples") for r in rows)
     assert "elements off" in rows[0]["note"]
+
+
+def _corrupt(kind):
+    """A pt-reference run that computes the right thing, then breaks one part of it."""
+    import gdnzoo.reference as ref
+    orig = ref.run
+
+    def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+        old = state.clone()
+        orig(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2)
+        if kind == "zero-out":
+            out.zero_()
+        elif kind == "skip-state":
+            new_state.copy_(old)
+        elif kind == "out-5pct":                 # every element within the SPEC rule's atol
+            out.mul_(0.95)
+        elif kind == "state-rounded":            # fp32 state kept at bf16 precision only
+            new_state.copy_(new_state.to(torch.bfloat16).to(new_state.dtype))
+    return run
+
+
+@pytest.mark.parametrize("kind,mode", [("zero-out", "inplace"), ("skip-state", "inplace"),
+                                       ("skip-state", "dest"), ("out-5pct", "inplace"),
+                                       ("state-rounded", "inplace")])
+def test_sweep_gate_needs_relative_error_too(tmp_path, monkeypatch, kind, mode):
+    import gdnzoo
+    import gdnzoo.reference as ref
+    from gdnzoo import registry
+    from gdnzoo.compare import compare
+    registry.runner.cache_clear()
+    monkeypatch.setattr(gdnzoo, "_FAST", {}, raising=False)
+    monkeypatch.setattr(ref, "run", _corrupt(kind))
+    try:
+        rows, _, _ = sweep.run_sweep(_args(tmp_path, "--mode", mode), progress=False)
+    finally:
+        registry.runner.cache_clear()
+    assert rows and all(r["status"] == "FAIL" for r in rows)
+    assert all(not r.get("samples") for r in rows)
+    what = "out" if kind in ("zero-out", "out-5pct") else "new_state"
+    assert all(f"{what}: " in r["note"] for r in rows)
+    assert all(r["rel_err_out" if what == "out" else "rel_err_state"] > 1e-4 for r in rows)
+    if kind in ("out-5pct", "state-rounded"):
+        # The SPEC rule alone passes these: only the relative error catches them.
+        assert all("relative error" in r["note"] for r in rows)
+        assert all(r["n_bad"] == 0 for r in rows)
+
+
+def test_sweep_reports_relative_errors(tmp_path):
+    rows, _, _ = sweep.run_sweep(_args(tmp_path, "--state-dtype", "fp32,bf16"), progress=False)
+    for r in rows:
+        assert r["status"] == "PASS", r["note"]
+        assert 0 <= r["rel_err_out"] < 1e-2
+        assert 0 <= r["rel_err_state"] < (1e-4 if r["cell"].state_dtype == "fp32" else 8e-3)
+    table = report.build_rows(rows)
+    assert all(math.isfinite(t["rel_err_out"]) and math.isfinite(t["rel_err_state"]) for t in table)
+
+
+def test_relative_error_and_strict_tol():
+    from gdnzoo.compare import STRICT_TOL, relative_error, strict_tol
+    y = torch.tensor([3.0, 4.0], dtype=torch.float64)
+    assert relative_error(y, y) == 0.0
+    assert relative_error(torch.zeros(2), y) == 1.0
+    assert relative_error(torch.tensor([3.0, 4.5]), y) == pytest.approx(0.1)
+    assert relative_error(torch.zeros(2), torch.zeros(2)) == 0.0
+    assert relative_error(torch.ones(2), torch.zeros(2)) == math.inf
+    assert not relative_error(torch.tensor([float("nan"), 4.0]), y) < 1.0
+    assert strict_tol("out") == STRICT_TOL["out"] == 1e-2
+    assert strict_tol("state", torch.float32) == 1e-4 and strict_tol("state", torch.bfloat16) == 8e-3
+    with pytest.raises(ValueError):
+        strict_tol("state", torch.float16)
 
 
 def test_unknown_algo_lists_names(tmp_path):
@@ -227,3 +384,73 @@ def test_registry_row_written_text_preserving(tmp_path):
     with pytest.raises(ValueError):
         tune.write_registry(reg, bad)
     assert reg.read_text() == twice                                          # untouched on error
+
+
+def _write_run(d, raw, commit, date="2026-01-02T03:04:05+00:00", torch_v="2.11"):
+    rows = report.build_rows(raw, {"copy": {"gbps": 3000.0}})
+    env = dict(gpu="NVIDIA H100 80GB HBM3", driver="d", cuda="13.0", date=date, commit=commit,
+               method="m", notes=[], versions={"torch": torch_v, "triton": None})
+    report.write_all(rows, env, d, plots=False)
+    return d / "results.json"
+
+
+def test_results_json_round_trip(tmp_path):
+    rows = _synthetic()
+    env = dict(gpu="G", date="2026-01-01", commit="c", versions={})
+    report.write_all(rows, env, tmp_path, plots=False)
+    back, env2 = report.read_results(tmp_path / "results.json")
+    assert env2["gpu"] == "G" and len(back) == len(rows)
+    for a, b in zip(rows, back):
+        assert set(b) == set(report.COLUMNS)
+        for k in report.COLUMNS:
+            if isinstance(a[k], float) and math.isnan(a[k]):
+                assert b[k] is None or math.isnan(b[k])
+            else:
+                assert b[k] == a[k], k
+
+
+def test_tune_from_results_files_writes_registry(tmp_path, capsys):
+    from gdnzoo.registry import parse_registry, registry_path
+    f32 = _write_run(tmp_path / "fp32", [_raw("floor", 1, 2.0), _raw("cuda-v4", 1, 3.0),
+                                          _raw("fla-recurrent", 1, 3.5), _raw("cuda-v4", 64, 30.0),
+                                          _raw("fla-recurrent", 64, 25.0)], "abc123")
+    b16 = _write_run(tmp_path / "bf16", [_raw("fi-baseline", 1, 2.0, sd="bf16"),
+                                          _raw("cuda-v1", 1, None, status="FAIL", sd="bf16")],
+                     "abc123", date="2026-01-03T00:00:00+00:00")
+    reg = tmp_path / "registry.yaml"
+    shutil.copy(registry_path(), reg)
+    p = tune.add_tune_args(argparse.ArgumentParser())
+    args = p.parse_args(["--from", str(f32), "--from", str(b16), "--write-registry",
+                         "--registry", str(reg)])
+    assert tune.cmd_tune(args) == 0
+    r = parse_registry(yaml.safe_load(reg.read_text()))
+    row = [d for d in r.defaults if d.gpu == "NVIDIA H100 80GB HBM3"][0]
+    assert row.table["fp32"] == [(1, 63, "cuda-v4"), (64, None, "fla-recurrent")]
+    assert row.table["bf16"] == [(1, None, "fi-baseline")]
+    prov = row.provenance
+    assert prov["results"] == ["fp32/results.json", "bf16/results.json"]   # relative to registry
+    assert prov["commit"] == "abc123" and prov["measured"] == "2026-01-03"
+    assert prov["versions"] == {"torch": "2.11"}
+    assert prov["values_us"]["fp32"][64] == {"fla-recurrent": 25.0, "cuda-v4": 30.0}
+    # the same, as one comma-separated --from, prints the row instead of writing it
+    args = p.parse_args(["--from", f"{f32},{b16}"])
+    assert tune.cmd_tune(args) == 0
+    assert "- gpu: NVIDIA H100 80GB HBM3" in capsys.readouterr().out
+
+
+def test_tune_from_refuses_overlapping_or_mixed_runs(tmp_path):
+    a = _write_run(tmp_path / "a", [_raw("cuda-v4", 1, 3.0)], "c1")
+    b = _write_run(tmp_path / "b", [_raw("cuda-v4", 1, 2.0)], "c2")
+    with pytest.raises(SystemExit, match="in both"):
+        tune.load_runs([a, b])
+    with pytest.raises(SystemExit, match="no such file"):
+        tune.load_runs([tmp_path / "nope.json"])
+    c = _write_run(tmp_path / "c", [_raw("cuda-v4", 4, 3.0)], "c3", torch_v="2.12")
+    gpu, rows, prov = tune.load_runs([a, c])
+    assert prov["commit"] == ["c1", "c3"] and prov["versions"]["torch"] == "2.11 / 2.12"
+
+
+def test_bench_defaults_fit_the_final_run():
+    args = sweep.add_bench_args(argparse.ArgumentParser()).parse_args([])
+    assert 0 < args.time_budget <= 300
+    assert args.out is None and report.default_out_dir().endswith(report.gpu_slug())

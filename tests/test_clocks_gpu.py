@@ -60,6 +60,22 @@ def test_kernel_clock_counts_every_kernel_of_a_call(sleep50):
     assert _med(t) == pytest.approx(2 * ref, rel=0.10)
 
 
+def test_kernel_clock_after_torch_profiler(sleep50):
+    """A torch.profiler session leaves a TSC timestamp callback in CUPTI: ours must not read it."""
+    c, ref = sleep50
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]):
+        torch.cuda._sleep(c)
+        torch.cuda.synchronize()
+
+    def two(i):
+        torch.cuda._sleep(c)
+        torch.cuda._sleep(c)
+    t, method = clocks.kernel_times(two, 30)
+    assert _med(t) == pytest.approx(2 * ref, rel=0.10), method
+    t, method = clocks.kernel_times(lambda i: torch.cuda._sleep(c), 30)
+    assert _med(t) == pytest.approx(ref, rel=0.10), method
+
+
 def test_graph_clock_spin_kernel(sleep50):
     c, ref = sleep50
     t = clocks.graph_times(lambda i: torch.cuda._sleep(c), 40, 5)
@@ -117,7 +133,11 @@ def test_floor_kernel_reads_and_writes():
         pytest.skip("cupy not installed")
     n = (1 << 20) + 4                      # not a multiple of any block: tails are covered
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for cfg in floor.configs(n // 4, sms):
+    cfgs, dropped = floor.search_configs(n // 4, sms, probe=torch.zeros(n, device="cuda"))
+    # __launch_bounds__(block) per instantiation: every (vpt, block) pair fits the register file.
+    assert not dropped, dropped
+    assert {(v, b) for v, b, _ in cfgs} == {(v, b) for v in floor.VPTS for b in floor.BLOCKS}
+    for cfg in cfgs:
         x = torch.randint(-8, 8, (n,), device="cuda").float()
         y = 2 * x + 1
         floor._launcher([x], [cfg], alpha=2.0, beta=1.0)(0)
