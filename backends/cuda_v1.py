@@ -16,7 +16,7 @@ MAX_K = 128          # the state row lives in K registers per thread
 MAX_V = 256          # one thread per row; __launch_bounds__(256) in the kernel
 MAX_GRID_X = 2**31 - 1
 
-_plans: dict = {}
+_binds: dict = {}                # signature -> Bound
 
 
 def available():
@@ -39,20 +39,38 @@ def supports(problem):
     return True, ""
 
 
-def _plan(q, v, state, a, b, dt_bias, use_qk_l2norm):
-    key = (q.get_device(), q.dtype, state.dtype, a.dtype, b.dtype, dt_bias.dtype, q.shape[3],
-           v.shape[3], use_qk_l2norm)
-    plan = _plans.get(key)
-    if plan is None:
-        dev, io, sd, ad, bd, dd, K, V, l2 = key
-        defs = cuda_build.defines(sd, io, ad, bd, dd, K, l2)
+class Bound:
+    """cuda-v1 for one signature: the GdnParams block is packed once, calls patch pointers."""
+
+    def __init__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+        dev, V = q.get_device(), v.shape[3]
+        defs = cuda_build.defines(state.dtype, q.dtype, a.dtype, b.dtype, dt_bias.dtype,
+                                  q.shape[3], l2)
         kern = cuda_build.get_kernel(SOURCE, KERNEL, defs, dev)
-        block = (V + 31) // 32 * 32
-        plan = _plans[key] = (kern, block, dev)
-    return plan
+        values = cuda_build.param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out,
+                                         new_state)
+        self.launch = cuda_build.Launch(kern, q.shape[0] * v.shape[2], (V + 31) // 32 * 32, dev,
+                                        values)
+
+    def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+        self.launch((q.data_ptr(), k.data_ptr(), v.data_ptr(), a.data_ptr(), b.data_ptr(),
+                     A_log.data_ptr(), dt_bias.data_ptr(), state.data_ptr(),
+                     new_state.data_ptr(), out.data_ptr()))
+
+
+def bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
+    """A launcher for every call with these shapes, strides, dtypes, scale and mode."""
+    key = cuda_build.signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                                   use_qk_l2norm)
+    bound = _binds.get(key)
+    if bound is None:
+        if len(_binds) >= 4096:
+            _binds.clear()
+        bound = _binds[key] = Bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                                    use_qk_l2norm)
+    return bound
 
 
 def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
-    kern, block, dev = _plan(q, v, state, a, b, dt_bias, use_qk_l2norm)
-    values = cuda_build.param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state)
-    cuda_build.launch(kern, q.shape[0] * v.shape[2], block, dev, values)
+    bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+         use_qk_l2norm)(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)

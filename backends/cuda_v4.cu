@@ -1,76 +1,91 @@
 // cuda-v4: latency-optimized GDN decode (SPEC section 1).
 //
-// At small batch the step is latency-bound: what counts is how many loads are in flight at
-// once and how many SMs issue them.  So:
-//  * each head's V rows are split over blocks_per_head (p.aux0) blocks, and each block has
-//    several warps, so even B=1 spreads over every SM;
+// At small batch the step is latency-bound: what counts is how soon the state loads issue, how
+// many are in flight at once and how many SMs issue them.  So:
+//  * everything that shapes the index math is a compile-time constant (HV, HV/H, V, T, warps per
+//    block, rows per warp): the block index splits with 32-bit multiply-shift, not the 64-bit
+//    division subroutine that used to sit between the kernel start and the first state load;
+//  * each head's V rows are split over BPH blocks of W warps, so even B=1 spreads over every SM;
 //  * a row is read along its contiguous K axis with 16-byte loads by LPR lanes; a warp-wide
-//    load covers RPW whole rows, perfectly coalesced;
-//  * all RW row groups of a warp are loaded before any is used (the loads are independent and
-//    fully unrolled), and the gate inputs, q, k and v loads are issued right behind them;
+//    load covers RPW = 32/LPR whole rows, perfectly coalesced;
+//  * all RW row groups of a warp are loaded before any is used (independent, fully unrolled),
+//    and the gate inputs, q, k and v loads are issued right behind them;
 //  * per row, k.S and q.S come from one pass and one interleaved butterfly; the output uses
 //    o = scale*(g*(q.S) + u*(k.q)) (SPEC section 1), so the new row is never re-read;
-//  * the gates are computed by every lane of each warp, redundantly: it costs a few
-//    instructions hidden behind the state loads, where a per-block computation would put a
-//    __syncthreads on the critical path.
+//  * the gates are computed by every lane of each warp, redundantly: a few instructions hidden
+//    behind the state loads, where a per-block computation would put a __syncthreads on the
+//    critical path.
 //
-// Compile-time (-D, gdnzoo/cuda_build.py): GDN_K, GDN_STATE_DT, GDN_IO_DT, GDN_A_DT, GDN_B_DT,
-// GDN_DTB_DT, GDN_L2NORM (0/1), GDN_RW (row groups per warp), GDN_VEC16 (1: 16-byte vectors,
-// which the host picks only when every state/q/k row is 16-byte aligned; 0: element loads).
-// Runtime: warps per block (blockDim.x / 32), blocks per head, B, T, H, HV, V, strides.
+// Compile-time (-D, gdnzoo/cuda_build.py): GDN_K, GDN_V, GDN_T, GDN_HV, GDN_GVA (HV/H),
+// GDN_STATE_DT, GDN_IO_DT, GDN_A_DT, GDN_B_DT, GDN_DTB_DT, GDN_L2NORM (0/1), GDN_W (warps per
+// block), GDN_RW (row groups per warp), GDN_LPR (lanes per row), GDN_VEC16 (1: 16-byte vectors,
+// picked by the host only when every state/q/k row is 16-byte aligned; 0: element loads),
+// GDN_HINT (bit 0: state loads ld.global.nc.L1::no_allocate, bit 1: state stores st.global.cs),
+// GDN_FASTGATE (0/1: gates with fast intrinsics).
+// Runtime: B (the grid), strides, pointers, scale.
 #include "gdn_common.cuh"
 
-#if !defined(GDN_K) || !defined(GDN_STATE_DT) || !defined(GDN_IO_DT) || !defined(GDN_A_DT) || \
-    !defined(GDN_B_DT) || !defined(GDN_DTB_DT) || !defined(GDN_L2NORM) || !defined(GDN_RW) || \
-    !defined(GDN_VEC16)
+#if !defined(GDN_K) || !defined(GDN_V) || !defined(GDN_T) || !defined(GDN_HV) || \
+    !defined(GDN_GVA) || !defined(GDN_STATE_DT) || !defined(GDN_IO_DT) || !defined(GDN_A_DT) || \
+    !defined(GDN_B_DT) || !defined(GDN_DTB_DT) || !defined(GDN_L2NORM) || !defined(GDN_W) || \
+    !defined(GDN_RW) || !defined(GDN_LPR) || !defined(GDN_VEC16) || !defined(GDN_HINT) || \
+    !defined(GDN_FASTGATE)
 #error "compile with the -D options of gdnzoo/cuda_build.py"
 #endif
 
 constexpr int K = GDN_K;
+constexpr int V = GDN_V;
+constexpr int T = GDN_T;
+constexpr unsigned HV = GDN_HV;
+constexpr unsigned GVA = GDN_GVA;
 constexpr int SD = GDN_STATE_DT;
 constexpr int IOD = GDN_IO_DT;
 constexpr int SBYTES = SD == GDN_F32 ? 4 : 2;
 constexpr int VEC = GDN_VEC16 ? 16 / SBYTES : 1;   // state elements per lane per load
-constexpr int LPR = K / VEC < 32 ? K / VEC : 32;   // lanes that share one row
+constexpr int LPR = GDN_LPR;                       // lanes that share one row
 constexpr int NV = K / (LPR * VEC);                // loads per lane per row
 constexpr int RPW = 32 / LPR;                      // rows covered by one warp-wide load
 constexpr int RW = GDN_RW;                         // row groups per warp
+constexpr int W = GDN_W;                           // warps per block
+constexpr int ROWS_PER_BLOCK = W * RW * RPW;
+constexpr unsigned BPH = (V + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;   // blocks per head
+constexpr bool TAIL = V % ROWS_PER_BLOCK != 0;     // only then can a row be out of range
 constexpr unsigned FULL = 0xffffffffu;
-static_assert(K % VEC == 0 && 32 % LPR == 0 && NV * LPR * VEC == K, "unsupported K");
+static_assert(32 % LPR == 0 && NV >= 1 && NV * LPR * VEC == K, "unsupported K / LPR");
 static_assert(RW >= 1 && RW * RPW <= 32, "a warp owns at most 32 rows");
+static_assert(W >= 1 && W <= 8 && T >= 1 && HV % GVA == 0, "bad launch constants");
 
 // N consecutive elements of dtype DT (N*size a multiple of the access width, aligned to it)
-// as fp32, with the widest loads: 16 bytes when N*size allows.
-template <int DT, int N>
+// as fp32, with the widest loads: 16 bytes when N*size allows.  NC: the read-only,
+// no-L1-allocate path (each state element is read once, before the same thread writes it).
+template <int DT, int N, bool NC = false>
 __device__ __forceinline__ void ld_vec(const void* base, long long i, float (&x)[N]) {
-    if constexpr (DT == GDN_F32 && N % 4 == 0) {
-        const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
+    constexpr int PER16 = DT == GDN_F32 ? 4 : 8;
+    if constexpr (N % PER16 == 0) {
+        const uint4* p = reinterpret_cast<const uint4*>(
+            static_cast<const char*>(base) + i * (DT == GDN_F32 ? 4 : 2));
 #pragma unroll
-        for (int c = 0; c < N / 4; ++c) {
-            const float4 f = p[c];
-            x[4 * c] = f.x; x[4 * c + 1] = f.y; x[4 * c + 2] = f.z; x[4 * c + 3] = f.w;
-        }
-    } else if constexpr (DT != GDN_F32 && N % 8 == 0) {
-        const uint4* p = reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(base) + i);
-#pragma unroll
-        for (int c = 0; c < N / 8; ++c) {
-            const uint4 u = p[c];
+        for (int c = 0; c < N / PER16; ++c) {
+            uint4 u;
+            if constexpr (NC)
+                asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                             : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p + c));
+            else
+                u = p[c];
             const unsigned w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                x[8 * c + 2 * e] = gdn_to_f32<DT>((unsigned short)(w[e] & 0xffffu));
-                x[8 * c + 2 * e + 1] = gdn_to_f32<DT>((unsigned short)(w[e] >> 16));
+                if constexpr (DT == GDN_F32) x[PER16 * c + e] = __uint_as_float(w[e]);
+                else gdn_unpack2<DT>(w[e], x[8 * c + 2 * e], x[8 * c + 2 * e + 1]);
             }
         }
-    } else if constexpr (DT != GDN_F32 && N % 4 == 0) {
+    } else if constexpr (DT != GDN_F32 && N % 4 == 0) {      // 4 x 16-bit: one 8-byte load
         const uint2* p = reinterpret_cast<const uint2*>(static_cast<const unsigned short*>(base) + i);
 #pragma unroll
         for (int c = 0; c < N / 4; ++c) {
             const uint2 u = p[c];
-            x[4 * c] = gdn_to_f32<DT>((unsigned short)(u.x & 0xffffu));
-            x[4 * c + 1] = gdn_to_f32<DT>((unsigned short)(u.x >> 16));
-            x[4 * c + 2] = gdn_to_f32<DT>((unsigned short)(u.y & 0xffffu));
-            x[4 * c + 3] = gdn_to_f32<DT>((unsigned short)(u.y >> 16));
+            gdn_unpack2<DT>(u.x, x[4 * c], x[4 * c + 1]);
+            gdn_unpack2<DT>(u.y, x[4 * c + 2], x[4 * c + 3]);
         }
     } else {
 #pragma unroll
@@ -78,23 +93,27 @@ __device__ __forceinline__ void ld_vec(const void* base, long long i, float (&x)
     }
 }
 
-template <int DT, int N>
+// 16-byte stores; CS: st.global.cs (streaming: evict first).
+template <int DT, int N, bool CS = false>
 __device__ __forceinline__ void st_vec(void* base, long long i, const float (&x)[N]) {
-    if constexpr (DT == GDN_F32 && N % 4 == 0) {
-        float4* p = reinterpret_cast<float4*>(static_cast<float*>(base) + i);
+    constexpr int PER16 = DT == GDN_F32 ? 4 : 8;
+    if constexpr (N % PER16 == 0) {
+        uint4* p = reinterpret_cast<uint4*>(static_cast<char*>(base) + i * (DT == GDN_F32 ? 4 : 2));
 #pragma unroll
-        for (int c = 0; c < N / 4; ++c)
-            p[c] = make_float4(x[4 * c], x[4 * c + 1], x[4 * c + 2], x[4 * c + 3]);
-    } else if constexpr (DT != GDN_F32 && N % 8 == 0) {
-        uint4* p = reinterpret_cast<uint4*>(static_cast<unsigned short*>(base) + i);
-#pragma unroll
-        for (int c = 0; c < N / 8; ++c) {
+        for (int c = 0; c < N / PER16; ++c) {
             unsigned w[4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-                w[e] = (unsigned)gdn_from_f32<DT>(x[8 * c + 2 * e]) |
-                       ((unsigned)gdn_from_f32<DT>(x[8 * c + 2 * e + 1]) << 16);
-            p[c] = make_uint4(w[0], w[1], w[2], w[3]);
+            for (int e = 0; e < 4; ++e) {
+                if constexpr (DT == GDN_F32) w[e] = __float_as_uint(x[4 * c + e]);
+                else w[e] = gdn_pack2<DT>(x[8 * c + 2 * e], x[8 * c + 2 * e + 1]);
+            }
+            // Inline PTX: from C++ the front end splits this store into four 4-byte stores.
+            if constexpr (CS)
+                asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};"
+                             :: "l"(p + c), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
+            else
+                asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};"
+                             :: "l"(p + c), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]) : "memory");
         }
     } else {
 #pragma unroll
@@ -102,21 +121,22 @@ __device__ __forceinline__ void st_vec(void* base, long long i, const float (&x)
     }
 }
 
-extern "C" __global__ void __launch_bounds__(256) gdn_decode_v4(const GdnParams p) {
+extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnParams p) {
     using ST = typename GdnStorage<SD>::type;
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    const int nwarps = blockDim.x >> 5;
-    const long long bph = p.aux0;                      // blocks per head
-    const long long nh = blockIdx.x / bph;
-    const long long part = blockIdx.x - nh * bph;
-    const long long n = nh / p.HV;
-    const long long h = nh - n * p.HV;
-    const long long hq = h / (p.HV / p.H);             // GVA: repeat_interleave mapping
-    const int sub = lane / LPR;                        // which row of a warp-wide load
-    const int kl = lane % LPR;                         // position along K within that row
+    constexpr bool NC = GDN_VEC16 && (GDN_HINT & 1);
+    constexpr bool CS = GDN_VEC16 && (GDN_HINT & 2);
+    const unsigned lane = threadIdx.x & 31;
+    const unsigned warp = threadIdx.x >> 5;
+    // Constant divisors: multiply-shift (or a shift), a few cycles before the first load.
+    const unsigned nh = blockIdx.x / BPH;
+    const unsigned part = blockIdx.x - nh * BPH;
+    const unsigned n = nh / HV;
+    const unsigned h = nh - n * HV;
+    const unsigned hq = h / GVA;                       // GVA: repeat_interleave mapping
+    const unsigned sub = lane / LPR;                   // which row of a warp-wide load
+    const unsigned kl = lane % LPR;                    // position along K within that row
     // This warp owns rows wbase .. wbase + RW*RPW - 1; lane handles wbase + g*RPW + sub.
-    const long long wbase = part * (long long)(nwarps * RW * RPW) + (long long)warp * (RW * RPW);
+    const int wbase = (int)(part * ROWS_PER_BLOCK + warp * (RW * RPW));
 
     const ST* src = static_cast<const ST*>(p.state) + gdn_state_read_offset(p, n, h);
     ST* dst = static_cast<ST*>(p.new_state) + gdn_state_write_offset(p, n, h);
@@ -127,12 +147,12 @@ extern "C" __global__ void __launch_bounds__(256) gdn_decode_v4(const GdnParams 
     bool live[RW];
 #pragma unroll
     for (int g = 0; g < RW; ++g) {
-        const long long row = wbase + g * RPW + sub;
-        live[g] = row < p.V;
+        const int row = wbase + g * RPW + (int)sub;
+        live[g] = !TAIL || row < V;
 #pragma unroll
         for (int i = 0; i < NV; ++i) {
             if (live[g]) {
-                ld_vec<SD, VEC>(src, row * p.s_v + (i * LPR + kl) * VEC, S[g][i]);
+                ld_vec<SD, VEC, NC>(src, row * p.s_v + (i * LPR + kl) * VEC, S[g][i]);
             } else {
 #pragma unroll
                 for (int e = 0; e < VEC; ++e) S[g][i][e] = 0.0f;
@@ -143,22 +163,25 @@ extern "C" __global__ void __launch_bounds__(256) gdn_decode_v4(const GdnParams 
     const float A_log = p.A_log[h * p.A_log_h];
     const float dtb = gdn_ld<GDN_DTB_DT>(p.dt_bias, h * p.dtb_h);
     const float scale = (float)p.scale;
+    const long long qk_nh = n * p.q_n + hq * p.q_h, kk_nh = n * p.k_n + hq * p.k_h;
 
-    for (long long t = 0; t < p.T; ++t) {
+#pragma unroll 1
+    for (int t = 0; t < T; ++t) {
         float qv[NV][VEC], kv[NV][VEC];
 #pragma unroll
         for (int i = 0; i < NV; ++i) {
-            const long long kofs = (i * LPR + kl) * VEC;
-            ld_vec<IOD, VEC>(p.q, n * p.q_n + t * p.q_t + hq * p.q_h + kofs, qv[i]);
-            ld_vec<IOD, VEC>(p.k, n * p.k_n + t * p.k_t + hq * p.k_h + kofs, kv[i]);
+            const int kofs = (i * LPR + kl) * VEC;
+            ld_vec<IOD, VEC>(p.q, qk_nh + t * p.q_t + kofs, qv[i]);
+            ld_vec<IOD, VEC>(p.k, kk_nh + t * p.k_t + kofs, kv[i]);
         }
         float vr[RW];
+        const long long vofs = n * p.v_n + t * p.v_t + h * p.v_h + wbase + sub;
 #pragma unroll
-        for (int g = 0; g < RW; ++g)
-            vr[g] = live[g] ? gdn_ld<IOD>(p.v, n * p.v_n + t * p.v_t + h * p.v_h + wbase + g * RPW + sub)
-                            : 0.0f;
-        const float gd = gdn_decay(A_log, gdn_ld<GDN_A_DT>(p.a, n * p.a_n + t * p.a_t + h * p.a_h) + dtb);
-        const float beta = gdn_sigmoid(gdn_ld<GDN_B_DT>(p.b, n * p.b_n + t * p.b_t + h * p.b_h));
+        for (int g = 0; g < RW; ++g) vr[g] = live[g] ? gdn_ld<IOD>(p.v, vofs + g * RPW) : 0.0f;
+        const float xa = gdn_ld<GDN_A_DT>(p.a, n * p.a_n + t * p.a_t + h * p.a_h) + dtb;
+        const float xb = gdn_ld<GDN_B_DT>(p.b, n * p.b_n + t * p.b_t + h * p.b_h);
+        const float gd = GDN_FASTGATE ? gdn_decay_fast(A_log, xa) : gdn_decay(A_log, xa);
+        const float beta = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
 
         // This lane's slice of every dot product; the butterfly below sums the LPR slices.
         float kq = 0.0f, qq = 0.0f, kk = 0.0f, sk[RW], sq[RW];
@@ -224,17 +247,18 @@ extern "C" __global__ void __launch_bounds__(256) gdn_decode_v4(const GdnParams 
 #pragma unroll
         for (int g = 0; g < RW; ++g) {
             const float x = __shfl_sync(FULL, o[g], (lane % RPW) * LPR);
-            if (lane / RPW == g) mine = x;
+            if (lane / RPW == (unsigned)g) mine = x;
         }
-        if (lane < RW * RPW && wbase + lane < p.V)
+        if (lane < RW * RPW && (!TAIL || wbase + (int)lane < V))
             gdn_st<IOD>(p.out, n * p.o_n + t * p.o_t + h * p.o_h + wbase + lane, mine);
     }
 
 #pragma unroll
     for (int g = 0; g < RW; ++g) {
         if (!live[g]) continue;
-        const long long row = wbase + g * RPW + sub;
+        const int row = wbase + g * RPW + (int)sub;
 #pragma unroll
-        for (int i = 0; i < NV; ++i) st_vec<SD, VEC>(dst, row * p.ns_v + (i * LPR + kl) * VEC, S[g][i]);
+        for (int i = 0; i < NV; ++i)
+            st_vec<SD, VEC, CS>(dst, row * p.ns_v + (i * LPR + kl) * VEC, S[g][i]);
     }
 }

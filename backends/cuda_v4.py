@@ -1,7 +1,9 @@
 """cuda-v4: the latency-optimized CUDA C++ kernel (``cuda_v4.cu``), launched through CuPy.
 
 Each head's V rows are split over several blocks of several warps; the launch shape (warps per
-block W, row groups per warp RW) comes from :data:`CONFIG_TABLE` by B*HV and state dtype.
+block W, row groups per warp RW, lanes per row LPR, cache hints) comes from
+:data:`CONFIG_TABLE` by B*HV and state dtype.  Shapes, GVA ratio and launch shape are
+compile-time constants of the kernel (one NVRTC variant per signature, cached on disk).
 """
 from __future__ import annotations
 
@@ -16,19 +18,21 @@ SOURCE = Path(__file__).with_name("cuda_v4.cu")
 KERNEL = "gdn_decode_v4"
 HEAD_DIMS = (32, 64, 128, 256)   # K: whole 16-byte vectors per lane, lane groups dividing 32
 MAX_GRID_X = 2**31 - 1
-MAX_WARPS = 8                    # __launch_bounds__(256) in the kernel
+MAX_WARPS = 8
+FASTGATE = 0                     # 1: gates with fast intrinsics (bench/gpu_cuda.py measures both)
 
-# (largest B*HV, warps per block W, row groups per warp RW) by state dtype, first match wins.
-# A row group is 1 row (fp32, K=128) or 2 rows (bf16, K=128): one 16-byte load per lane.
-# Rows per block = W*RW*rows-per-group; blocks per head = ceil(V / rows per block).
-# Defaults to be replaced by bench/gpu_cuda.py's H100 sweep (it prints the best per B).
+# (largest B*HV, W warps per block, RW row groups per warp, LPR lanes per row, HINT) by state
+# dtype, first match wins.  A row group is 32/LPR rows (one 16-byte load per lane per LPR*16
+# bytes of row); rows per block = W*RW*32/LPR; blocks per head = ceil(V / rows per block).
+# HINT bit 0: state loads ld.global.nc.L1::no_allocate; bit 1: state stores st.global.cs.
+# From bench/gpu_cuda.py's H100 sweep (it prints suggested rows in this format).
 CONFIG_TABLE = {
-    torch.float32: ((8, 4, 2), (32, 4, 4), (128, 4, 8), (None, 8, 8)),
-    torch.bfloat16: ((8, 4, 1), (32, 4, 2), (128, 4, 4), (None, 8, 4)),
+    torch.float32: ((8, 2, 2, 32, 0), (32, 4, 4, 32, 0), (512, 4, 2, 32, 0), (None, 4, 4, 32, 0)),
+    torch.bfloat16: ((8, 4, 2, 16, 0), (32, 2, 2, 16, 0), (128, 4, 4, 16, 0), (512, 2, 4, 16, 0),
+                     (None, 1, 4, 16, 0)),
 }
-CANDIDATES = tuple((w, rw) for w in (1, 2, 4, 8) for rw in (1, 2, 4, 8))
 
-_plans: dict = {}
+_binds: dict = {}                # signature -> Bound
 
 
 def available():
@@ -37,20 +41,31 @@ def available():
     return True, "CUDA C++ compiled with CuPy's NVRTC at first use"
 
 
-def rows_per_group(K, state_dtype, vec16=True):
-    vec = 16 // cuda_build.ELEM_SIZE[state_dtype] if vec16 else 1
-    return 32 // min(32, K // vec)
+def vec_elems(state_dtype, vec16=True):
+    return 16 // cuda_build.ELEM_SIZE[state_dtype] if vec16 else 1
+
+
+def valid_config(K, V, state_dtype, w, rw, lpr, vec16=True):
+    """Why launch shape (W, RW, LPR) cannot serve K, V, or '' when it can."""
+    vec = vec_elems(state_dtype, vec16)
+    if lpr not in (1, 2, 4, 8, 16, 32) or K % (lpr * vec):
+        return f"LPR={lpr} lanes x {vec} elements must divide K={K}"
+    if rw < 1 or rw * (32 // lpr) > 32:
+        return f"RW={rw} row groups of {32 // lpr} rows exceed a warp's 32 rows"
+    if not 1 <= w <= MAX_WARPS:
+        return f"W={w} warps per block not in 1..{MAX_WARPS}"
+    return ""
 
 
 def pick_config(BHV, state_dtype):
-    for hi, w, rw in CONFIG_TABLE[state_dtype]:
+    for hi, w, rw, lpr, hint in CONFIG_TABLE[state_dtype]:
         if hi is None or BHV <= hi:
-            return w, rw
+            return w, rw, lpr, hint
     raise AssertionError("CONFIG_TABLE needs a last row with no upper bound")
 
 
-def blocks_per_head(V, w, rw, rpg):
-    return -(-V // (w * rw * rpg))
+def blocks_per_head(V, w, rw, lpr):
+    return -(-V // (w * rw * (32 // lpr)))
 
 
 def supports(problem):
@@ -61,51 +76,82 @@ def supports(problem):
     if problem.K not in HEAD_DIMS:
         return False, (f"K in {HEAD_DIMS} (each row is split into 16-byte vectors over a "
                        f"power-of-two lane group), got K={problem.K}")
-    w, rw = pick_config(problem.B * problem.HV, problem.state_dtype)
-    rpg = rows_per_group(problem.K, problem.state_dtype, vec16=False)   # the largest grid
-    grid = problem.B * problem.HV * blocks_per_head(problem.V, w, rw, rpg)
+    w, rw, _, _ = pick_config(problem.B * problem.HV, problem.state_dtype)
+    grid = problem.B * problem.HV * blocks_per_head(problem.V, w, rw, 32)   # the largest grid
     if grid > MAX_GRID_X:
         return False, f"grid of {grid} blocks exceeds {MAX_GRID_X} (B*HV={problem.B * problem.HV})"
     return True, ""
 
 
-def _aligned16(values, es, eio) -> bool:
-    """16-byte vectors need every state/new_state/q/k row start 16-byte aligned."""
-    qk_ptrs = values[0] | values[1]
-    st_ptrs = values[7] | values[8]
-    q_n, q_t, q_h, k_n, k_t, k_h = values[10:16]
-    s_n, s_h, s_v, ns_n, ns_h, ns_v = values[28:34]
-    io = (q_n | q_t | q_h | k_n | k_t | k_h) * eio        # element sizes are powers of two
-    st = (s_n | s_h | s_v | ns_n | ns_h | ns_v) * es
-    return (qk_ptrs | st_ptrs | io | st) & 15 == 0
+class Bound:
+    """cuda-v4 for one signature: a Launch for 16-byte-aligned pointers and one (built on first
+    need) for the element-load variant; per call only the pointers are looked at."""
 
+    def __init__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, config):
+        # Only plain values are kept: a bound launcher must not keep the first call's tensors alive.
+        self.values = cuda_build.param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out,
+                                              new_state)
+        self.dtypes = (state.dtype, q.dtype, a.dtype, b.dtype, dt_bias.dtype)
+        self.shape = (*q.shape, v.shape[2], v.shape[3])         # B, T, H, K, HV, V
+        self.l2, self.config, self.dev = bool(l2), config, q.get_device()
+        es, eio = state.element_size(), q.element_size()
+        f = self.values
+        st = (f[28] | f[29] | f[30] | f[31] | f[32] | f[33]) * es   # state/new_state strides
+        io = (f[10] | f[11] | f[12] | f[13] | f[14] | f[15]) * eio  # q/k strides
+        self.strides_aligned = (st | io) & 15 == 0
+        self.launches = {}
+        if self.strides_aligned:
+            self.vec16 = self.make(True)
 
-def _plan(values, q, state, a, b, dt_bias, use_qk_l2norm, config):
-    B, HV, V, K = values[36], values[39], values[40], q.shape[3]
-    es = state.element_size()
-    aligned = _aligned16(values, es, q.element_size())
-    key = (q.get_device(), q.dtype, state.dtype, a.dtype, b.dtype, dt_bias.dtype, B * HV, K, V,
-           use_qk_l2norm, aligned, config)
-    plan = _plans.get(key)
-    if plan is None:
-        rpg = rows_per_group(K, state.dtype, aligned)
-        if config is None:
-            w, rw = pick_config(B * HV, state.dtype)
-            rw = min(rw, 32 // rpg)                   # a warp owns at most 32 rows
+    def make(self, vec16):
+        B, T, H, K, HV, V = self.shape
+        sd, io, ad, bd, dd = self.dtypes
+        config = self.config
+        w, rw, lpr, hint = config[:4] if config is not None else pick_config(B * HV, sd)
+        fast = FASTGATE if config is None or len(config) < 5 else config[4]
+        if not vec16:
+            lpr, hint = min(32, K), 0                  # element loads: one element per lane
+        why = valid_config(K, V, sd, w, rw, lpr, vec16)
+        if why:
+            raise ValueError(f"cuda-v4: launch config invalid: {why}")
+        defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
+                                  w=w, rw=rw, lpr=lpr, vec16=int(vec16), hint=hint,
+                                  fastgate=fast)
+        kern = cuda_build.get_kernel(SOURCE, KERNEL, defs, self.dev)
+        bph = blocks_per_head(V, w, rw, lpr)
+        launch = cuda_build.Launch(kern, B * HV * bph, 32 * w, self.dev, self.values)
+        self.launches[vec16] = launch
+        return launch
+
+    def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+        qp, kp, sp, np_ = q.data_ptr(), k.data_ptr(), state.data_ptr(), new_state.data_ptr()
+        if self.strides_aligned and (qp | kp | sp | np_) & 15 == 0:
+            launch = self.vec16
         else:
-            w, rw = config
-        if rw * rpg > 32 or not 1 <= w <= MAX_WARPS:
-            raise ValueError(f"cuda-v4: launch config W={w}, RW={rw} invalid at K={K} ({rpg} rows per group)")
-        defs = cuda_build.defines(state.dtype, q.dtype, a.dtype, b.dtype, dt_bias.dtype, K,
-                                  use_qk_l2norm, rw=rw, vec16=aligned)
-        kern = cuda_build.get_kernel(SOURCE, KERNEL, defs, key[0])
-        bph = blocks_per_head(V, w, rw, rpg)
-        plan = _plans[key] = (kern, B * HV * bph, 32 * w, bph, key[0])
-    return plan
+            launch = self.launches.get(False) or self.make(False)
+        try:
+            buf, _, argv = launch._tls.b
+        except AttributeError:
+            buf, _, argv = launch.buffers()
+        cuda_build.PTRS.pack_into(buf, 0, qp, kp, v.data_ptr(), a.data_ptr(), b.data_ptr(),
+                                  A_log.data_ptr(), dt_bias.data_ptr(), sp, np_, out.data_ptr())
+        cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
+
+
+def bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, config=None):
+    """A launcher for every call with these shapes, strides, dtypes, scale and mode."""
+    key = (cuda_build.signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                                    use_qk_l2norm), config)
+    bound = _binds.get(key)
+    if bound is None:
+        if len(_binds) >= 4096:
+            _binds.clear()
+        bound = _binds[key] = Bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                                    use_qk_l2norm, config)
+    return bound
 
 
 def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, config=None):
-    """Backend entry point; ``config=(W, RW)`` overrides the table (benchmark sweeps)."""
-    values = cuda_build.param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state)
-    kern, grid, block, bph, dev = _plan(values, q, state, a, b, dt_bias, use_qk_l2norm, config)
-    cuda_build.launch(kern, grid, block, dev, values[:41] + (bph, 0, values[43]))  # aux0: blocks per head
+    """Backend entry point; ``config=(W, RW, LPR, HINT[, FASTGATE])`` overrides the table."""
+    bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
+         config)(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)

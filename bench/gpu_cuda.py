@@ -158,13 +158,41 @@ def graph_check(mod, sd):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         mod.run(*args)
+    # An eager call with other tensors of the same signature rewrites the launcher's parameter
+    # buffer; the captured node must keep its own copy.
+    z = make_inputs(B=4, T=2, state_dtype=sd, device="cuda", seed=102)
+    mod.run(*z.args(), torch.empty_like(out), torch.empty_like(ns), True)
     y = make_inputs(B=4, T=2, state_dtype=sd, device="cuda", seed=101)
-    for n in ("q", "k", "v", "state", "a", "b"):
+    for n in ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b"):   # every seeded input
         getattr(x, n).copy_(getattr(y, n))
     out.fill_(float("nan")), ns.fill_(float("nan"))
     g.replay()
     torch.cuda.synchronize()
     return verdict(out, ns, *ref64(y, True), sd)
+
+
+def gate_accuracy():
+    """Max relative error of cuda-v4's decay g, accurate and fast-intrinsic gates: with k = 0
+    the update is new_state = g * state exactly, so g is read back per (sequence, head)."""
+    B, HV = 64, 8
+    x = make_inputs(B=B, T=1, H=4, HV=HV, state_dtype=F32, device="cuda", seed=5)
+    x.k.zero_()
+    x.a.copy_(torch.linspace(-30, 30, B * HV, device="cuda").view(B, 1, HV))
+    A = x.A_log.double().exp()
+    xa = x.a.double()[:, 0] + x.dt_bias.double()
+    g_ref = torch.exp(-A * torch.nn.functional.softplus(xa, beta=1.0, threshold=20.0))
+    res = {}
+    for fast in (0, 1):
+        out = torch.empty(B, 1, HV, 128, dtype=BF16, device="cuda")
+        ns = torch.empty_like(x.state)
+        w, rw, lpr, hint = cuda_v4.pick_config(B * HV, F32)
+        cuda_v4.run(*x.args(), out, ns, False, config=(w, rw, lpr, hint, fast))
+        torch.cuda.synchronize()
+        s64 = x.state.double()
+        g = (ns.double() * s64).sum((2, 3)) / (s64 * s64).sum((2, 3))
+        res[f"fastgate={fast}"] = float(((g - g_ref).abs() / g_ref.clamp_min(1e-30)).max())
+    log("gate accuracy (max rel err of g over a in [-30, 30]):", res)
+    return res
 
 
 # ---------------------------------------------------------------------------------- timing
@@ -227,6 +255,32 @@ def graph_time(launch, n_calls, replays=7):
     return statistics.median(ts), (min(ts), max(ts))
 
 
+def candidates(sd):
+    """Stage-1 launch shapes (W, RW, LPR, HINT=0, FASTGATE=0) at K = V = 128: at most 64 state
+    floats per lane and 128 rows per block."""
+    vec = cuda_v4.vec_elems(sd)
+    out = []
+    for lpr in (8, 16, 32):
+        if 128 % (lpr * vec):
+            continue
+        per_row = 128 // lpr                       # state floats per lane per row
+        for w in (1, 2, 4, 8):
+            for rw in (1, 2, 4, 8, 16):
+                rows = rw * (32 // lpr)
+                if rows > 32 or w * rows > 128 or rw * per_row > 64:
+                    continue
+                out.append((w, rw, lpr, 0, 0))
+    return out
+
+
+def cfg_name(cfg):
+    return "W=%d,RW=%d,LPR=%d,HINT=%d,FAST=%d" % tuple(cfg)
+
+
+def parse_cfg(name):
+    return tuple(int(kv.split("=")[1]) for kv in name.replace("table ", "").split(","))
+
+
 def timing(sd_name, B, quick=False):
     sd = DT[sd_name]
     x = make_inputs(B=B, T=1, H=4, HV=8, K=128, V=128, state_dtype=sd, device="cuda", seed=7)
@@ -256,12 +310,18 @@ def timing(sd_name, B, quick=False):
     us, sp = graph_time(backend_launch(cuda_v1), n_calls)
     rec("cuda-v1", "", us, sp)
     us, sp = graph_time(backend_launch(cuda_v4), n_calls)
-    rec("cuda-v4", "table " + "W=%d,RW=%d" % cuda_v4.pick_config(B * 8, sd), us, sp)
-    for w, rw in cuda_v4.CANDIDATES:
-        if rw * cuda_v4.rows_per_group(128, sd) > 32 or w * rw * cuda_v4.rows_per_group(128, sd) > 128:
-            continue
-        us, sp = graph_time(backend_launch(cuda_v4, config=(w, rw)), n_calls)
-        rec("cuda-v4", f"W={w},RW={rw}", us, sp)
+    rec("cuda-v4", "table " + cfg_name(cuda_v4.pick_config(B * 8, sd) + (cuda_v4.FASTGATE,)), us, sp)
+    stage1 = []
+    for cfg in candidates(sd):
+        us, sp = graph_time(backend_launch(cuda_v4, config=cfg), n_calls)
+        rec("cuda-v4", cfg_name(cfg), us, sp)
+        stage1.append((us, cfg))
+    # Stage 2: cache hints and fast gates on the two best shapes.
+    for _, (w, rw, lpr, _, _) in sorted(stage1)[:2]:
+        for hint, fast in ((1, 0), (2, 0), (3, 0), (0, 1), (3, 1)):
+            cfg = (w, rw, lpr, hint, fast)
+            us, sp = graph_time(backend_launch(cuda_v4, config=cfg), n_calls)
+            rec("cuda-v4", cfg_name(cfg), us, sp)
     del sets
     torch.cuda.empty_cache()
     return rows, best_floor
@@ -295,16 +355,17 @@ def host_time():
     clock("gdnzoo.get('cuda-v4')(...)", lambda: f(*args, out=out))
     from gdnzoo.contract import validate
     clock("validate() alone", lambda: validate(*args, out=out, new_state=x.state))
-    clock("cuda_v4.run() (launcher only)",
-          lambda: cuda_v4.run(*args, out, x.state, False))
-    vals = cuda_build.param_values(*args, out, x.state)
-    clock("cuda_build.param_values()", lambda: cuda_build.param_values(*args, out, x.state))
-    kern_v4 = [k for (d, src, name, defs), k in cuda_build._kernels.items() if name == cuda_v4.KERNEL][0]
-    w, rw = cuda_v4.pick_config(8, F32)
-    bph = cuda_v4.blocks_per_head(128, w, rw, 1)
-    vals = vals[:-3] + (bph, 0, vals[-1])
-    clock("cuda_build.launch() (pack + cuLaunchKernel)",
-          lambda: cuda_build.launch(kern_v4, 8 * bph, 32 * w, x.q.device.index, vals))
+    clock("cuda_v4.run() (signature key + launch)", lambda: cuda_v4.run(*args, out, x.state, False))
+    bound = cuda_v4.bind(*args, out, x.state, False)
+    clock("cuda_v4.bind(...) result (pointers + launch)", lambda: bound(*args, out, x.state, False))
+    lau = bound.vec16
+    argv = lau.buffers()[2]
+    clock("cuda_build.launch_raw() (stream + cuLaunchKernel)",
+          lambda: cuda_build.launch_raw(lau.func, lau.grid, lau.block, lau.dev, argv))
+    import cupy_backends.cuda.api.driver as drv
+    st = cuda_build.current_stream(lau.dev)
+    clock("driver.launchKernel alone",
+          lambda: drv.launchKernel(lau.func, lau.grid, 1, 1, lau.block, 1, 1, 0, st, argv, 0))
     return rows
 
 
@@ -329,6 +390,7 @@ def main():
                python=sys.version.split()[0])
     log("env", env)
     counts = part("correctness", correctness)
+    RESULTS["gate_accuracy"] = part("gate accuracy", gate_accuracy)
     summary = []
     best_cfg = {}
     for sd in ("fp32", "bf16"):
@@ -360,17 +422,32 @@ def main():
     print("\n==== cuda backends on", env["gpu"], "====")
     if counts:
         print("correctness:", ", ".join(f"{k} PASS {v[0]} FAIL {v[1]}" for k, v in counts.items()))
-    print("resources (cuda-v4): " + "; ".join(
-        f"{r['defs'].get('GDN_STATE_DT')}/RW{r['defs'].get('GDN_RW')}/l2{r['defs'].get('GDN_L2NORM')}"
-        f"/v{r['defs'].get('GDN_VEC16')}: {r['regs']}r {r['local_bytes']}B"
-        for r in RESULTS["resources"] if r["kernel"] == cuda_v4.KERNEL))
+    v4res = [r for r in RESULTS["resources"] if r["kernel"] == cuda_v4.KERNEL]
+    print(f"resources (cuda-v4, {len(v4res)} variants): regs {min((r['regs'] for r in v4res), default=0)}"
+          f"..{max((r['regs'] for r in v4res), default=0)}, variants with local memory: "
+          f"{sum(r['local_bytes'] > 0 for r in v4res)}")
+    print("gate accuracy:", RESULTS.get("gate_accuracy"))
     print(f"{'state':5} {'B':>4} {'floor':>7} {'v1':>7} {'v4 tab':>7} {'v4 best':>7} {'best/fl':>7}  best config")
     for sd, B, fl, v1, tab, best, cfg in summary:
         print(f"{sd:5} {B:4d} {fl:7.2f} {v1:7.2f} {tab:7.2f} {best:7.2f} {best / fl:7.3f}  {cfg}")
     for r in host:
         print(f"host  {r['what']:45} {r['us']:7.2f} us  [{r['lo']:.2f}, {r['hi']:.2f}]")
-    print("suggested CONFIG_TABLE rows (B*HV = 8*B):",
-          {sd: [(8 * B, best_cfg[(sd, B)]) for B in BATCHES if (sd, B) in best_cfg] for sd in ("fp32", "bf16")})
+    print("suggested CONFIG_TABLE rows (largest B*HV, W, RW, LPR, HINT); FAST column = best "
+          "with fast gates (set FASTGATE only if it wins everywhere and gate accuracy is fine):")
+    for sd in ("fp32", "bf16"):
+        rows, fast = [], []
+        for B in BATCHES:
+            if (sd, B) not in best_cfg:
+                continue
+            cfg = parse_cfg(best_cfg[(sd, B)])
+            fast.append(cfg[4])
+            if rows and rows[-1][1:] == cfg[:4]:
+                rows[-1] = (8 * B,) + cfg[:4]
+            else:
+                rows.append((8 * B,) + cfg[:4])
+        if rows:
+            rows[-1] = (None,) + rows[-1][1:]
+        print(f"  torch.{'float32' if sd == 'fp32' else 'bfloat16'}: {tuple(rows)},  FAST by B: {fast}")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,8 @@
     compute-sanitizer --tool racecheck python3 bench/sanitize_cuda.py
 
 Cases: cuda-v1 and cuda-v4, B in {1, 64}, fp32 and bf16 state, in place and destination-passing,
-T=2 with the L2 norm, plus a misaligned state (cuda-v4's element-load variant) and V=96
-(partial row blocks).  Prints one line per case and a max error vs the fp32 reference.
+T=2 with the L2 norm, plus a misaligned state (cuda-v4's element-load variant), V=96
+(partial row blocks) and other cuda-v4 launch shapes / cache hints / fast gates.  Prints one line per case and a max error vs the fp32 reference.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from gdnzoo.inputs import make_inputs
 from gdnzoo.reference import reference_decode
 
 
-def one(mod, B, sd, inplace, V=128, misalign=False):
+def one(mod, B, sd, inplace, V=128, misalign=False, **kw):
     x = make_inputs(B=B, T=2, H=4, HV=8, K=128, V=V, state_dtype=sd, device="cuda", seed=B)
     state = x.state.clone()
     if misalign:
@@ -25,7 +25,7 @@ def one(mod, B, sd, inplace, V=128, misalign=False):
         state.copy_(x.state)
     out = torch.empty(B, 2, 8, V, dtype=x.v.dtype, device="cuda")
     ns = state if inplace else torch.empty_like(state)
-    mod.run(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, ns, True)
+    mod.run(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, ns, True, **kw)
     ro = torch.empty(B, 2, 8, V, dtype=torch.float32, device="cuda")
     rs = torch.empty(x.state.shape, dtype=torch.float32, device="cuda")
     reference_decode(*x.args(), ro, rs, True)
@@ -44,6 +44,12 @@ def main():
         print(f"{name} V=96 bf16: max err {err:.2e}")
     err = one(cuda_v4, 4, torch.float32, True, misalign=True)
     print(f"cuda-v4 misaligned fp32: max err {err:.2e}")
+    # Other lane splits, cache hints and fast gates (W, RW, LPR, HINT, FASTGATE).
+    for sd, cfg in ((torch.float32, (4, 4, 8, 3, 1)), (torch.float32, (1, 8, 16, 1, 0)),
+                    (torch.bfloat16, (2, 4, 8, 3, 1)), (torch.bfloat16, (8, 16, 16, 2, 0))):
+        for inplace in (True, False):
+            err = one(cuda_v4, 4, sd, inplace, V=96, config=cfg)
+            print(f"cuda-v4 V=96 {sd} config {cfg} {'in-place' if inplace else 'dest'}: max err {err:.2e}")
 
 
 if __name__ == "__main__":

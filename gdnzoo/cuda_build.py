@@ -9,10 +9,12 @@
   ``$GDNZOO_CACHE_DIR``, else ``$CUPY_CACHE_DIR/gdnzoo``, else ``~/.cache/gdnzoo/cubin``, named by
   a hash of the sources, options and NVRTC version (CuPy's own kernel cache is not involved).
 * Launching: ``cuLaunchKernel`` through CuPy's driver binding with one by-value
-  :data:`PARAM_FIELDS` struct packed into a per-thread buffer: raw ``data_ptr()`` values and
-  int64 strides of the torch tensors, no copies, no CuPy arrays, no allocation; on the current
-  torch stream of the tensors' device, so CUDA-graph capture records the launch.  The first
-  call of a variant compiles and loads the module; it must happen before graph capture.
+  :data:`PARAM_FIELDS` struct.  A :class:`Launch` is built once per signature (shapes,
+  strides, dtypes, scale) with every non-pointer field packed; a call writes only the 10 raw
+  ``data_ptr()`` values into its per-thread copy: no copies, no CuPy arrays, no allocation; on
+  the current torch stream of the tensors' device, so CUDA-graph capture records the launch
+  (the driver copies the parameter block into the graph node).  The first call of a variant
+  compiles and loads the module; it must happen before graph capture.
 
 Nothing here imports cupy at module import time.
 """
@@ -39,7 +41,7 @@ PARAM_FIELDS = (
     "B", "T", "H", "HV", "V", "aux0", "aux1", "scale",
 )
 N_PTRS = 10
-# cuda_v4 reads these positions directly (per-call speed): keep them in sync.
+# cuda_v4 reads these positions directly: keep them in sync.
 assert (PARAM_FIELDS.index("q_n"), PARAM_FIELDS.index("s_n"), PARAM_FIELDS.index("B"),
         PARAM_FIELDS.index("aux0"), len(PARAM_FIELDS)) == (10, 28, 36, 41, 44)
 PARAMS = struct.Struct("<" + "Q" * N_PTRS + "q" * (len(PARAM_FIELDS) - N_PTRS - 1) + "d")
@@ -193,14 +195,6 @@ def get_kernel(cu_path: Path, name: str, defs, device_index: int) -> Kernel:
         return kern
 
 
-class _Buffers(threading.local):
-    def __init__(self):
-        self.params = ctypes.create_string_buffer(PARAMS.size)
-        self.argv = (ctypes.c_void_p * 1)(ctypes.addressof(self.params))
-        self.argv_addr = ctypes.addressof(self.argv)
-
-
-_tls = _Buffers()
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 _driver = None
 
@@ -211,28 +205,78 @@ def current_stream(device_index: int) -> int:
     return torch.cuda.current_stream(device_index).cuda_stream
 
 
-def launch(kern: Kernel, grid: int, block: int, device_index: int, values) -> None:
-    """Launch ``kern`` with GdnParams ``values`` on the current torch stream of the device.
+def launch_raw(func, grid: int, block: int, device_index: int, argv_addr: int) -> None:
+    """cuLaunchKernel(func) on the current torch stream of the device; ``argv_addr`` is the
+    address of a ``void*[1]`` that points at one packed GdnParams block.
 
-    cuLaunchKernel copies the parameter block before returning, so one buffer per thread is
-    reused; a graph capture records the values of this call.
+    The driver copies the parameter block before returning (during stream capture it goes into
+    the graph's kernel node), so the caller may rewrite its buffer right after.
     """
     global _driver
     if _driver is None:
         from cupy_backends.cuda.api import driver, runtime
         _driver = (driver, runtime)
     driver, runtime = _driver
-    buf = _tls
-    PARAMS.pack_into(buf.params, 0, *values)
     stream = current_stream(device_index)
     if runtime.getDevice() != device_index:
         import cupy
         with cupy.cuda.Device(device_index):
-            driver.launchKernel(kern.func, grid, 1, 1, block, 1, 1, 0, stream, buf.argv_addr, 0)
+            driver.launchKernel(func, grid, 1, 1, block, 1, 1, 0, stream, argv_addr, 0)
         return
     try:
-        driver.launchKernel(kern.func, grid, 1, 1, block, 1, 1, 0, stream, buf.argv_addr, 0)
+        driver.launchKernel(func, grid, 1, 1, block, 1, 1, 0, stream, argv_addr, 0)
     except driver.CUDADriverError:
         # A thread whose driver context was never made current (the runtime binds it lazily).
         runtime.setDevice(device_index)
-        driver.launchKernel(kern.func, grid, 1, 1, block, 1, 1, 0, stream, buf.argv_addr, 0)
+        driver.launchKernel(func, grid, 1, 1, block, 1, 1, 0, stream, argv_addr, 0)
+
+
+PTRS = struct.Struct("<" + "Q" * N_PTRS)          # the leading pointer fields of GdnParams
+
+
+class Launch:
+    """One kernel, grid and block with a prebuilt GdnParams block: per call only the 10 data
+    pointers are written (one pack_into) before cuLaunchKernel.  Each thread gets its own copy
+    of the block, so concurrent callers never rewrite a block the driver is still reading."""
+
+    __slots__ = ("kern", "func", "grid", "block", "dev", "template", "_tls")
+
+    def __init__(self, kern, grid: int, block: int, device_index: int, values):
+        self.kern, self.func = kern, getattr(kern, "func", kern)
+        self.grid, self.block, self.dev = int(grid), int(block), int(device_index)
+        self.template = PARAMS.pack(*values)
+        self._tls = threading.local()
+
+    def buffers(self):
+        buf = ctypes.create_string_buffer(self.template, PARAMS.size)
+        argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
+        self._tls.b = (buf, argv, ctypes.addressof(argv))
+        return self._tls.b
+
+    def __call__(self, ptrs) -> None:
+        try:
+            buf, _, argv_addr = self._tls.b
+        except AttributeError:
+            buf, _, argv_addr = self.buffers()
+        PTRS.pack_into(buf, 0, *ptrs)
+        launch_raw(self.func, self.grid, self.block, self.dev, argv_addr)
+
+
+def data_ptrs(q, k, v, state, A_log, a, dt_bias, b, out, new_state):
+    """The pointer fields of GdnParams, in order."""
+    return (q.data_ptr(), k.data_ptr(), v.data_ptr(), a.data_ptr(), b.data_ptr(),
+            A_log.data_ptr(), dt_bias.data_ptr(), state.data_ptr(), new_state.data_ptr(),
+            out.data_ptr())
+
+
+def signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+    """Everything a Launch depends on except data pointers (what gdnzoo.decode memoizes on)."""
+    return (q.shape, v.shape, q.dtype, a.dtype, b.dtype, dt_bias.dtype, state.dtype,
+            q.stride(), k.stride(), v.stride(), a.stride(), b.stride(), A_log.stride(),
+            dt_bias.stride(), out.stride(), state.stride(), new_state.stride(), bool(l2),
+            scale, q.get_device())
+
+
+def launch(kern: Kernel, grid: int, block: int, device_index: int, values) -> None:
+    """Launch ``kern`` once with GdnParams ``values`` (slow path: builds a Launch each call)."""
+    Launch(kern, grid, block, device_index, values)(values[:N_PTRS])

@@ -35,7 +35,7 @@ struct GdnParams {
     long long ns_n, ns_h, ns_v;
     long long A_log_h, dtb_h;
     long long B, T, H, HV, V;
-    long long aux0;           // kernel specific (cuda-v4: blocks per head)
+    long long aux0;           // kernel specific, unused so far
     long long aux1;           // kernel specific, unused so far
     double scale;
 };
@@ -57,6 +57,28 @@ __device__ __forceinline__ float gdn_f16_to_f32(unsigned short x) {
 __device__ __forceinline__ unsigned short gdn_f32_to_f16(float f) {
     unsigned short r;
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+}
+
+// Two adjacent 16-bit elements (one 32-bit word, low half first) to fp32 and back, one
+// instruction per element or pair: bf16 is the top half of an fp32; cvt.rn.bf16x2 packs a pair.
+template <int DT>
+__device__ __forceinline__ void gdn_unpack2(unsigned w, float& lo, float& hi) {
+    if constexpr (DT == GDN_BF16) {
+        lo = __uint_as_float(w << 16);
+        hi = __uint_as_float(w & 0xffff0000u);
+    } else {
+        lo = gdn_f16_to_f32((unsigned short)(w & 0xffffu));
+        hi = gdn_f16_to_f32((unsigned short)(w >> 16));
+    }
+}
+template <int DT>
+__device__ __forceinline__ unsigned gdn_pack2(float lo, float hi) {
+    unsigned r;
+    if constexpr (DT == GDN_BF16)
+        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));   // hi in the top half
+    else
+        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
 
@@ -93,6 +115,20 @@ __device__ __forceinline__ float gdn_decay(float A_log, float x) {
     return expf(-expf(A_log) * sp);
 }
 __device__ __forceinline__ float gdn_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// Fast-intrinsic gates (cuda-v4 with GDN_FASTGATE=1).  exp via ex2.approx; softplus keeps its
+// relative accuracy for very negative x (log1p(e) ~ e - e^2/2 + e^3/3 when e = exp(x) < 2^-6)
+// and uses lg2.approx above that, where log1p(e) >= 0.015.  bench/gpu_cuda.py measures the
+// error on g against the float64 reference.
+__device__ __forceinline__ float gdn_decay_fast(float A_log, float x) {
+    const float e = __expf(x);
+    const float small = e * (1.0f - e * (0.5f - e * (1.0f / 3.0f)));
+    const float sp = x > 20.0f ? x : (e < 0.015625f ? small : __logf(1.0f + e));
+    return __expf(-__expf(A_log) * sp);
+}
+__device__ __forceinline__ float gdn_sigmoid_fast(float x) {
+    return __fdividef(1.0f, 1.0f + __expf(-x));
+}
 
 // ---- state addressing -----------------------------------------------------------------------
 // THE place a sequence's state rows are located.  A state pool ([slots, HV, V, K] with

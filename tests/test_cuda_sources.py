@@ -23,15 +23,24 @@ F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 NVCC = shutil.which("nvcc")
 
 # (source, state, io, a, b, dt_bias, K, l2norm, extra -D)
+def _v4(V=128, T=1, HV=8, GVA=2, W=2, RW=2, LPR=32, VEC16=1, HINT=0, FAST=0):
+    return dict(v=V, t=T, hv=HV, gva=GVA, w=W, rw=RW, lpr=LPR, vec16=VEC16, hint=HINT,
+                fastgate=FAST)
+
+
 VARIANTS = [
     (cuda_v1.SOURCE, F32, BF16, BF16, BF16, F32, 128, False, {}),
     (cuda_v1.SOURCE, BF16, F16, F16, BF16, BF16, 128, True, {}),
-    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, False, dict(rw=2, vec16=1)),
-    (cuda_v4.SOURCE, BF16, F16, F16, F16, BF16, 128, True, dict(rw=8, vec16=1)),
-    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, True, dict(rw=1, vec16=0)),
-    (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 128, False, dict(rw=4, vec16=0)),
-    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 32, False, dict(rw=8, vec16=1)),
-    (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 256, True, dict(rw=4, vec16=1)),
+    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, False, _v4()),
+    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, True, _v4(W=4, RW=4, LPR=8, HINT=3, FAST=1)),
+    (cuda_v4.SOURCE, BF16, F16, F16, F16, BF16, 128, True, _v4(T=3, W=1, RW=8, LPR=16, HINT=1)),
+    (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 128, False, _v4(W=8, RW=4, LPR=8, HINT=2, FAST=1)),
+    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, True, _v4(V=96, HV=64, GVA=4, W=4, RW=1,
+                                                                 VEC16=0)),
+    (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 128, False, _v4(T=2, RW=4, VEC16=0)),
+    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 32, False, _v4(V=32, RW=8, LPR=8)),
+    (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 256, True, _v4(V=256, HV=6, GVA=3, RW=4,
+                                                                  LPR=16)),
 ]
 ARCHS = [(9, 0), (10, 0)]
 
@@ -55,7 +64,7 @@ def test_sources_compile_with_nvcc():
 
 
 def test_nvcc_flags_match_nvrtc_options():
-    defs = cuda_build.defines(F32, BF16, BF16, F16, F32, 128, True, rw=2, vec16=1)
+    defs = cuda_build.defines(F32, BF16, BF16, F16, F32, 128, True, **_v4())
     nvrtc = cuda_build.nvrtc_options(defs, "--gpu-architecture=sm_90a")
     nvcc = cuda_build.nvcc_args(defs, (9, 0))
     same = [o for o in nvrtc if o.startswith(("-D", "-std"))]
@@ -100,9 +109,9 @@ def test_param_values_of_strided_views():
 
 
 def test_defines_and_arch_options():
-    d = dict(cuda_build.defines(BF16, F16, F16, BF16, BF16, 64, True, rw=4))
+    d = dict(cuda_build.defines(BF16, F16, F16, BF16, BF16, 64, True, rw=4, hv=8))
     assert d == dict(GDN_K=64, GDN_STATE_DT=1, GDN_IO_DT=2, GDN_A_DT=2, GDN_B_DT=1, GDN_DTB_DT=1,
-                     GDN_L2NORM=1, GDN_RW=4)
+                     GDN_L2NORM=1, GDN_RW=4, GDN_HV=8)
     assert cuda_build.arch_option((9, 0)) == ("--gpu-architecture=sm_90a", "cubin")
     assert cuda_build.arch_option((10, 0), {90, 100}) == ("--gpu-architecture=sm_100a", "cubin")
     assert cuda_build.arch_option((8, 9), {80, 89, 90}) == ("--gpu-architecture=sm_89", "cubin")
@@ -142,17 +151,27 @@ def test_v4_config_table():
         rows = cuda_v4.CONFIG_TABLE[sd]
         his = [r[0] for r in rows]
         assert his[-1] is None and his[:-1] == sorted(his[:-1])
-        for _, w, rw in rows:
-            assert (w, rw) in cuda_v4.CANDIDATES
-            assert rw * cuda_v4.rows_per_group(128, sd) <= 32
-    assert cuda_v4.rows_per_group(128, F32) == 1 and cuda_v4.rows_per_group(128, BF16) == 2
-    assert cuda_v4.rows_per_group(64, F32) == 2 and cuda_v4.rows_per_group(128, F32, False) == 1
-    assert cuda_v4.blocks_per_head(128, 4, 2, 1) == 16 and cuda_v4.blocks_per_head(100, 4, 2, 2) == 7
+        for _, w, rw, lpr, hint in rows:
+            assert cuda_v4.valid_config(128, 128, sd, w, rw, lpr) == "", (sd, w, rw, lpr)
+            assert hint in (0, 1, 2, 3)
+    assert cuda_v4.valid_config(128, 128, BF16, 1, 1, 32)          # 32 lanes x 8 > K
+    assert cuda_v4.valid_config(128, 128, F32, 1, 17, 16)          # 17 groups of 2 rows > 32
+    assert cuda_v4.valid_config(128, 128, F32, 16, 1, 32)          # too many warps
+    assert cuda_v4.blocks_per_head(128, 4, 2, 32) == 16 and cuda_v4.blocks_per_head(100, 4, 2, 16) == 7
+
+
+def _params_at(argv_addr):
+    """The GdnParams block a void*[1] at argv_addr points to, as a field dict."""
+    import ctypes
+    ptr = ctypes.c_void_p.from_address(argv_addr).value
+    raw = ctypes.string_at(ptr, cuda_build.PARAMS.size)
+    return dict(zip(cuda_build.PARAM_FIELDS, cuda_build.PARAMS.unpack(raw)))
 
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    """Replace compiling and launching by recorders; everything else runs as on a GPU."""
+    """Replace compiling and the driver call by recorders; the parameter block handed to the
+    driver is decoded from the bytes actually passed."""
     compiled, launches = [], []
 
     def get_kernel(src, name, defs, dev):
@@ -160,11 +179,11 @@ def fake_gpu(monkeypatch):
         return ("kernel", len(compiled))
 
     monkeypatch.setattr(cuda_build, "get_kernel", get_kernel)
-    monkeypatch.setattr(cuda_build, "launch",
-                        lambda kern, grid, block, dev, values: launches.append(
-                            (kern, grid, block, dev, _unpack(values))))
-    monkeypatch.setattr(cuda_v1, "_plans", {})
-    monkeypatch.setattr(cuda_v4, "_plans", {})
+    monkeypatch.setattr(cuda_build, "launch_raw",
+                        lambda func, grid, block, dev, argv: launches.append(
+                            (func, grid, block, dev, _params_at(argv))))
+    monkeypatch.setattr(cuda_v1, "_binds", {})
+    monkeypatch.setattr(cuda_v4, "_binds", {})
     return compiled, launches
 
 
@@ -182,32 +201,65 @@ def test_v4_launch_marshalling(fake_gpu):
     compiled, launches = fake_gpu
     x = make_inputs(B=1, H=4, HV=8)
     _call(cuda_v4, x)
-    _call(cuda_v4, make_inputs(B=1, H=4, HV=8, seed=1))       # same shape: cached plan
+    y = make_inputs(B=1, H=4, HV=8, seed=1)
+    _call(cuda_v4, y)                                          # same signature: one compile
     assert len(compiled) == 1 and len(launches) == 2
     src, name, defs, _ = compiled[0]
     assert (src, name) == ("cuda_v4.cu", "gdn_decode_v4")
-    assert defs["GDN_VEC16"] == 1 and defs["GDN_STATE_DT"] == 0 and defs["GDN_L2NORM"] == 0
-    w, rw = cuda_v4.pick_config(8, F32)
-    kern, grid, block, _, f = launches[0]
-    assert block == 32 * w and f["aux0"] == -(-128 // (w * rw)) and grid == 8 * f["aux0"]
-    assert f["state"] == f["new_state"] == x.state.data_ptr()
-    _, ns = _call(cuda_v4, x, inplace=False)                   # destination passing: same plan
+    w, rw, lpr, hint = cuda_v4.pick_config(8, F32)
+    assert defs == dict(GDN_K=128, GDN_V=128, GDN_T=1, GDN_HV=8, GDN_GVA=2, GDN_STATE_DT=0,
+                        GDN_IO_DT=1, GDN_A_DT=1, GDN_B_DT=1, GDN_DTB_DT=0, GDN_L2NORM=0,
+                        GDN_W=w, GDN_RW=rw, GDN_LPR=lpr, GDN_VEC16=1, GDN_HINT=hint,
+                        GDN_FASTGATE=cuda_v4.FASTGATE)
+    func, grid, block, _, f = launches[0]
+    assert block == 32 * w and grid == 8 * cuda_v4.blocks_per_head(128, w, rw, lpr)
+    assert f["state"] == f["new_state"] == x.state.data_ptr() and f["q"] == x.q.data_ptr()
+    assert (f["s_n"], f["s_h"], f["s_v"]) == x.state.stride()[:3] and f["scale"] == x.scale
+    assert (f["B"], f["T"], f["H"], f["HV"], f["V"]) == (1, 1, 4, 8, 128)
+    g = launches[1][4]                                          # pointers patched, rest equal
+    assert g["q"] == y.q.data_ptr() and g["state"] == y.state.data_ptr() != f["state"]
+    assert {n: g[n] for n in cuda_build.PARAM_FIELDS[cuda_build.N_PTRS:]} == \
+        {n: f[n] for n in cuda_build.PARAM_FIELDS[cuda_build.N_PTRS:]}
+    _, ns = _call(cuda_v4, x, inplace=False)                   # destination passing
     assert len(compiled) == 1 and launches[-1][4]["new_state"] == ns.data_ptr()
     _call(cuda_v4, x, l2=True)                                 # new variant
     assert len(compiled) == 2 and compiled[1][2]["GDN_L2NORM"] == 1
-    _call(cuda_v4, x, config=(2, 8))
-    assert launches[-1][2] == 64 and launches[-1][4]["aux0"] == 8
+    _call(cuda_v4, x, config=(2, 8, 16, 3))
+    assert launches[-1][2] == 64 and launches[-1][1] == 8 * 4
+    assert (compiled[-1][2]["GDN_LPR"], compiled[-1][2]["GDN_HINT"]) == (16, 3)
+    with pytest.raises(ValueError, match="LPR"):
+        _call(cuda_v4, x, config=(1, 1, 64, 0))
+
+
+def test_bind_is_reused_and_keeps_no_tensors(fake_gpu):
+    import gc
+    import weakref
+    compiled, launches = fake_gpu
+    x = make_inputs(B=2, H=4, HV=8)
+    out = torch.empty(2, 1, 8, 128, dtype=BF16)
+    bound = cuda_v4.bind(*x.args(), out, x.state, False)
+    assert cuda_v4.bind(*x.args(), out, x.state, False) is bound
+    ref = weakref.ref(x.state)
+    bound(*x.args(), out, x.state, False)
+    del x
+    gc.collect()
+    assert ref() is None                                       # the launcher holds no tensors
+    assert len(compiled) == 1 and len(launches) == 1
 
 
 def test_v4_falls_back_to_element_loads_when_misaligned(fake_gpu):
     compiled, launches = fake_gpu
     x = make_inputs(B=2, H=2, HV=4, K=128, V=32, state_dtype=BF16)
-    big = torch.zeros(2 * 4 * 32 * 128 + 1, dtype=BF16)
-    x.state = big[1:].view(2, 4, 32, 128)                    # 2-byte offset: not 16-byte aligned
     _call(cuda_v4, x)
-    assert compiled[-1][2]["GDN_VEC16"] == 0
-    w, rw = cuda_v4.pick_config(8, BF16)
-    assert launches[-1][4]["aux0"] == -(-32 // (w * rw))       # one row per group without vectors
+    assert compiled[-1][2]["GDN_VEC16"] == 1
+    big = torch.zeros(2 * 4 * 32 * 128 + 1, dtype=BF16)
+    big[1:].copy_(x.state.flatten())
+    x.state = big[1:].view(2, 4, 32, 128)                    # 2-byte offset: not 16-byte aligned
+    _call(cuda_v4, x)                                         # same signature, new pointer
+    assert compiled[-1][2]["GDN_VEC16"] == 0 and compiled[-1][2]["GDN_LPR"] == 32
+    w, rw, _, _ = cuda_v4.pick_config(8, BF16)
+    assert launches[-1][1] == 8 * cuda_v4.blocks_per_head(32, w, rw, 32)   # one row per group
+    assert launches[-1][4]["state"] == x.state.data_ptr()
 
 
 def test_v1_launch_marshalling(fake_gpu):
@@ -217,6 +269,23 @@ def test_v1_launch_marshalling(fake_gpu):
     assert compiled[0][2]["GDN_K"] == 64 and compiled[0][2]["GDN_L2NORM"] == 1
     kern, grid, block, _, f = launches[0]
     assert grid == 3 * 6 and block == 64 and (f["T"], f["H"], f["HV"]) == (2, 2, 6)
+    assert f["a"] == x.a.data_ptr() and f["b"] == x.b.data_ptr() and f["v"] == x.v.data_ptr()
+
+
+def test_host_overhead_of_a_bound_call(fake_gpu):
+    """Per-call Python work of a bound launcher (driver call stubbed): pointers only."""
+    import time
+    compiled, launches = fake_gpu
+    x = make_inputs(B=1)
+    out = torch.empty(1, 1, 8, 128, dtype=BF16)
+    args = (*x.args(), out, x.state, False)
+    bound = cuda_v4.bind(*args)
+    launches.clear()
+    t0 = time.perf_counter()
+    for _ in range(200):
+        bound(*args)
+    per_call = (time.perf_counter() - t0) / 200
+    assert len(launches) == 200 and per_call < 200e-6          # generous: shared CI machines
 
 
 # ------------------------------------------------------------------------------------- GPU
@@ -251,9 +320,15 @@ def test_graph_capture_and_replay_with_new_data(mod, state_dtype):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         mod.run(*args())
+    # The launcher's parameter buffer is rewritten by a later eager call with other tensors of
+    # the same signature: the graph node must keep the values captured with it.
+    z = make_inputs(B=4, T=2, state_dtype=state_dtype, device="cuda", seed=9)
+    out_z, ns_z = torch.empty_like(out), torch.empty_like(ns)
+    mod.run(z.q, z.k, z.v, z.state, z.A_log, z.a, z.dt_bias, z.b, z.scale, out_z, ns_z, True)
     for seed in (2, 3):
         y = make_inputs(B=4, T=2, state_dtype=state_dtype, device="cuda", seed=seed)
-        for name in ("q", "k", "v", "state", "a", "b"):
+        # Every input tensor, A_log and dt_bias included: make_inputs draws them per seed too.
+        for name in ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b"):
             getattr(x, name).copy_(getattr(y, name))
         out.fill_(float("nan"))
         ns.fill_(float("nan"))
