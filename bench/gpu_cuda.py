@@ -359,7 +359,9 @@ def host_time():
     bound = cuda_v4.bind(*args, out, x.state, False)
     clock("cuda_v4.bind(...) result (pointers + launch)", lambda: bound(*args, out, x.state, False))
     lau = bound.vec16
-    argv = lau.buffers()[2]
+    buf, _, argv = lau.buffers()
+    cuda_build.PTRS.pack_into(buf, 0, *cuda_build.data_ptrs(x.q, x.k, x.v, x.state, x.A_log, x.a,
+                                                            x.dt_bias, x.b, out, x.state))
     clock("cuda_build.launch_raw() (stream + cuLaunchKernel)",
           lambda: cuda_build.launch_raw(lau.func, lau.grid, lau.block, lau.dev, argv))
     import cupy_backends.cuda.api.driver as drv

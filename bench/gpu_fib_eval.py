@@ -150,7 +150,7 @@ def main() -> int:
         return 0
     algos = [a.strip() for a in os.environ.get("GDNZOO_FIB_ALGOS", ",".join(DEFAULT_ALGOS)).split(",") if a.strip()]
     root = Path(tempfile.mkdtemp(prefix="fib_traceset_", dir=out))
-    os.environ.setdefault("FIB_CACHE_PATH", str(out / "fib_cache"))
+    os.environ.setdefault("FIB_CACHE_PATH", str(Path(tempfile.gettempdir()) / "gdnzoo_fib_cache"))
     t0 = time.time()
     packed, skipped = build_trace_set(root, algos)
     for a, why in skipped.items():
@@ -162,7 +162,7 @@ def main() -> int:
     try:
         ts = TraceSet.from_path(str(root))
         cfg = BenchmarkConfig(warmup_runs=10, iterations=50, num_trials=3, timeout_seconds=120,
-                              log_dir=str(out / "fib_logs"))
+                              log_dir=str(Path(tempfile.gettempdir()) / "gdnzoo_fib_logs"))
         bench = Benchmark(ts, cfg)
         try:
             res = bench.run_all(dump_traces=True)

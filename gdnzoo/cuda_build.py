@@ -244,7 +244,9 @@ class Launch:
     def __init__(self, kern, grid: int, block: int, device_index: int, values):
         self.kern, self.func = kern, getattr(kern, "func", kern)
         self.grid, self.block, self.dev = int(grid), int(block), int(device_index)
-        self.template = PARAMS.pack(*values)
+        # Pointer fields are zeroed: they are written on every call, and a stale address from
+        # the binding call must never reach a launch.
+        self.template = PARAMS.pack(*((0,) * N_PTRS), *values[N_PTRS:])
         self._tls = threading.local()
 
     def buffers(self):

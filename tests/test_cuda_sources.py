@@ -358,3 +358,13 @@ def test_strided_views(mod):
     mod.run(q, k, v, pool, x.A_log, a, x.dt_bias, b, x.scale, out, pool, False)
     torch.cuda.synchronize()
     assert_matches(out, pool, ref_o, ref_s, F32, f"{mod.__name__} strided views")
+
+
+@pytest.mark.parametrize("sd", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("K", [32, 64, 128, 256])
+def test_v4_table_config_fits_every_head_dim(sd, K):
+    # The table is measured at K=128; every batch size must give a valid shape for each K.
+    from gdnzoo.backends import cuda_v4
+    for BHV in (8, 32, 64, 128, 512, 4096, 1 << 20):
+        w, rw, lpr, hint = cuda_v4.table_config(BHV, sd, K)
+        assert cuda_v4.valid_config(K, 128, sd, w, rw, lpr) == "", (BHV, K, w, rw, lpr)
