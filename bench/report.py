@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import datetime
 import json
+import os
 import math
 import re
 import subprocess
@@ -107,16 +108,19 @@ def _version(dist):
     try:
         return metadata.version(dist)
     except Exception:
-        return None
+        return env
 
 
 def _git_commit():
+    """HEAD of the checkout (``-dirty`` if modified), else ``$GDNZOO_COMMIT`` (for copies of a
+    tree without its .git, as on a lent GPU machine), else None."""
     here = Path(__file__).resolve().parent.parent
+    env = os.environ.get("GDNZOO_COMMIT") or None
     try:
         c = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
                            timeout=5)
         if c.returncode != 0:
-            return None
+            return env
         d = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
                            capture_output=True, text=True, timeout=5)
         return c.stdout.strip() + ("-dirty" if d.stdout.strip() else "")
