@@ -108,7 +108,7 @@ def _version(dist):
     try:
         return metadata.version(dist)
     except Exception:
-        return env
+        return None
 
 
 def _git_commit():
@@ -125,7 +125,7 @@ def _git_commit():
                            capture_output=True, text=True, timeout=5)
         return c.stdout.strip() + ("-dirty" if d.stdout.strip() else "")
     except Exception:
-        return None
+        return env
 
 
 def _driver():

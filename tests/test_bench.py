@@ -363,13 +363,13 @@ def test_registry_row_written_text_preserving(tmp_path):
     reg = tmp_path / "registry.yaml"
     shutil.copy(src, reg)
     before = reg.read_text()
-    row = dict(gpu="NVIDIA H100 80GB HBM3", provenance=dict(how="test", measured="today"),
+    row = dict(gpu="NVIDIA TEST-GPU 1GB", provenance=dict(how="test", measured="today"),
                table={"fp32": [(1, 7, "cuda-v4"), (8, None, "fla-recurrent")],
                       "bf16": [(1, None, "fi-baseline")]})
     tune.write_registry(reg, row)
     once = reg.read_text()
     r = parse_registry(yaml.safe_load(once))
-    h100 = [d for d in r.defaults if d.gpu == "NVIDIA H100 80GB HBM3"]
+    h100 = [d for d in r.defaults if d.gpu == "NVIDIA TEST-GPU 1GB"]
     assert len(h100) == 1 and h100[0].table["fp32"] == [(1, 7, "cuda-v4"), (8, None, "fla-recurrent")]
     ops = difflib.SequenceMatcher(a=before.splitlines(), b=once.splitlines()).get_opcodes()
     assert {op[0] for op in ops} == {"equal", "insert"}                      # only added lines
