@@ -36,6 +36,23 @@ def available(min_cc: tuple[int, int]) -> tuple[bool, str]:
     return True, f"Triton on {torch.cuda.get_device_name()} (sm_{cc[0]}{cc[1]})"
 
 
+def common_supports(problem, head_dims, cpu_max_program_tokens, grid_limit):
+    """What both Triton backends refuse: head sizes, CPU without the interpreter or with more
+    work than the interpreter does in reasonable time, and grids past one axis."""
+    if problem.K not in head_dims or problem.V not in head_dims:
+        return False, f"K and V must each be one of {head_dims}, got K={problem.K} V={problem.V}"
+    if problem.device == "cpu":
+        if not interpreter_on():
+            return False, "CPU tensors need the Triton interpreter (set TRITON_INTERPRET=1)"
+        work = problem.B * problem.HV * problem.T
+        if work > cpu_max_program_tokens:
+            return False, (f"on CPU the Triton interpreter is limited to B*HV*T <= "
+                           f"{cpu_max_program_tokens} (5-20 ms each), got {work}")
+    if problem.B * problem.HV > grid_limit:
+        return False, f"B*HV must be <= {grid_limit} (one grid axis), got {problem.B * problem.HV}"
+    return True, ""
+
+
 def loop_count(T: int):
     """A runtime loop bound as the kernel should receive it.
 

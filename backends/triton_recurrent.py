@@ -57,18 +57,7 @@ def available():
 
 
 def supports(problem):
-    if problem.K not in HEAD_DIMS or problem.V not in HEAD_DIMS:
-        return False, f"K and V must each be one of {HEAD_DIMS}, got K={problem.K} V={problem.V}"
-    if problem.device == "cpu":
-        if not tlaunch.interpreter_on():
-            return False, "CPU tensors need the Triton interpreter (set TRITON_INTERPRET=1)"
-        work = problem.B * problem.HV * problem.T
-        if work > CPU_MAX_PROGRAM_TOKENS:
-            return False, (f"on CPU the Triton interpreter is limited to B*HV*T <= "
-                           f"{CPU_MAX_PROGRAM_TOKENS} (5-20 ms each), got {work}")
-    if problem.B * problem.HV > GRID_LIMIT:
-        return False, f"B*HV must be <= {GRID_LIMIT} (one grid axis), got {problem.B * problem.HV}"
-    return True, ""
+    return tlaunch.common_supports(problem, HEAD_DIMS, CPU_MAX_PROGRAM_TOKENS, GRID_LIMIT)
 
 
 def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,

@@ -75,18 +75,10 @@ def available():
 
 
 def supports(problem):
-    if problem.K not in HEAD_DIMS or problem.V not in HEAD_DIMS:
-        return False, f"K and V must each be one of {HEAD_DIMS}, got K={problem.K} V={problem.V}"
-    if problem.device == "cpu":
-        if not tlaunch.interpreter_on():
-            return False, "CPU tensors need the Triton interpreter (set TRITON_INTERPRET=1)"
-        work = problem.B * problem.HV * problem.T
-        if work > CPU_MAX_PROGRAM_TOKENS:
-            return False, (f"on CPU the Triton interpreter is limited to B*HV*T <= "
-                           f"{CPU_MAX_PROGRAM_TOKENS} (slow), got {work}")
-    elif problem.cc is not None and tuple(problem.cc) < (9, 0):
+    ok, why = tlaunch.common_supports(problem, HEAD_DIMS, CPU_MAX_PROGRAM_TOKENS, GRID_LIMIT)
+    if ok and problem.device == "cuda" and problem.cc is not None and tuple(problem.cc) < (9, 0):
         return False, "TMA tensor descriptors need compute capability >= 9.0"
-    return True, ""
+    return ok, why
 
 
 def _check_tma_alignment(state, new_state):
