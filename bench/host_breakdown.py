@@ -1,0 +1,67 @@
+"""Where the host time of one eager gdnzoo.decode call at B=1 goes, per layer (GPU machine).
+
+    python3 -m gdnzoo.bench.host_breakdown [--algo cuda-v4,fla-recurrent]
+
+Each row is the median wall time per call over batches of back-to-back calls (no
+synchronization inside a batch), so it is dispatch cost as long as the GPU keeps up.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+import gdnzoo
+from gdnzoo import registry
+from gdnzoo.contract import check_aliasing, signature, validate
+from gdnzoo.inputs import make_inputs
+
+
+def per_call_us(fn, n=1000, batches=9):
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        ts.append((time.perf_counter() - t0) * 1e6 / n)
+        torch.cuda.synchronize()
+    return statistics.median(ts)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--algo", default="cuda-v4,fla-recurrent")
+    args = ap.parse_args(argv)
+    x = make_inputs(B=1, device="cuda", seed=0)
+    out = torch.empty(1, 1, 8, 128, dtype=x.v.dtype, device="cuda")
+    a = (x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b)
+    rows = [
+        ("signature() of the inputs", lambda: signature(*a, x.scale, out, None, False)),
+        ("full validate()", lambda: validate(*a, x.scale, out=out)),
+        ("check_aliasing()", lambda: check_aliasing(x.state, out, None)),
+        ("os.environ.get('ALGO')", lambda: os.environ.get("ALGO")),
+        ("10 x Tensor.data_ptr()", lambda: [t.data_ptr() for t in (*a, out, x.state)]),
+        ("torch raw current stream", lambda: torch._C._cuda_getCurrentRawStream(0)),
+    ]
+    for name in args.algo.split(","):
+        run = registry.runner(name)
+        bound = registry.launcher(name, *a, x.scale, out, x.state, False)
+        rows += [
+            (f"{name}: gdnzoo.decode(..., out=out)",
+             lambda name=name: gdnzoo.decode(*a, x.scale, out=out, algo=name)),
+            (f"{name}: backend run()", lambda run=run: run(*a, x.scale, out, x.state, False)),
+            (f"{name}: bound launcher", lambda b=bound: b(*a, x.scale, out, x.state, False)),
+        ]
+    print(f"host time per call, B=1, {torch.cuda.get_device_name()}:")
+    for what, fn in rows:
+        print(f"  {what:45s} {per_call_us(fn):7.2f} us")
+
+
+if __name__ == "__main__":
+    main()
