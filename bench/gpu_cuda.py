@@ -30,7 +30,7 @@ from gdnzoo import cuda_build
 from gdnzoo.backends import cuda_v1, cuda_v4
 from gdnzoo.compare import check_close
 from gdnzoo.inputs import make_inputs
-from gdnzoo.reference import reference_decode
+from gdnzoo.reference import reference_outputs
 
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
 BATCHES = (1, 4, 8, 16, 32, 48, 64, 128, 256, 512)
@@ -50,12 +50,7 @@ def log(*a):
 # ------------------------------------------------------------------------------ correctness
 
 def ref64(x, l2):
-    B, T, _, _ = x.q.shape
-    HV, V = x.v.shape[2:]
-    o = torch.empty(B, T, HV, V, dtype=torch.float64, device="cuda")
-    s = torch.empty(x.state.shape, dtype=torch.float64, device="cuda")
-    reference_decode(*x.args(), o, s, l2, compute_dtype=torch.float64)
-    return o, s
+    return reference_outputs(x, l2)
 
 
 def verdict(out, st, ro, rs, sd):

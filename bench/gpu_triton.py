@@ -31,7 +31,8 @@ import torch  # noqa: E402
 
 from gdnzoo.compare import check_close  # noqa: E402
 from gdnzoo.inputs import make_inputs  # noqa: E402
-from gdnzoo.reference import reference_decode  # noqa: E402
+from gdnzoo.compare import relative_error  # noqa: E402
+from gdnzoo.reference import reference_outputs  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp/out")
 DEV = "cpu" if SMOKE else "cuda"
@@ -70,17 +71,11 @@ def mods():
 
 # ---------------------------------------------------------------- 1. correctness
 def ref64(x, l2):
-    B, T = x.q.shape[:2]
-    HV, V = x.v.shape[2:]
-    o = torch.empty(B, T, HV, V, dtype=torch.float64, device=x.q.device)
-    s = torch.empty(x.state.shape, dtype=torch.float64, device=x.q.device)
-    reference_decode(*x.args(), o, s, l2, compute_dtype=torch.float64)
-    return o, s
+    return reference_outputs(x, l2)
 
 
 def rel(x, y):
-    x, y = x.double(), y.double()
-    return float((x - y).norm() / y.norm().clamp_min(1e-30))
+    return relative_error(x, y)
 
 
 def check_case(mod, name, B, T, H, HV, K, V, sd, l2, inplace, seed):

@@ -2,36 +2,26 @@
 
     python3 -m gdnzoo.bench.host_breakdown [--algo cuda-v4,fla-recurrent]
 
-Each row is the median wall time per call over batches of back-to-back calls (no
-synchronization inside a batch), so it is dispatch cost as long as the GPU keeps up.
+Each row is the median wall time per call over batches of back-to-back calls (the host clock of
+``gdnzoo bench``: no synchronization), so it is dispatch cost as long as the GPU keeps up.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
-import time
 
 import torch
 
 import gdnzoo
 from gdnzoo import registry
+from gdnzoo.bench.clocks import host_times
 from gdnzoo.contract import check_aliasing, signature, validate
 from gdnzoo.inputs import make_inputs
 
 
-def per_call_us(fn, n=1000, batches=9):
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        ts.append((time.perf_counter() - t0) * 1e6 / n)
-        torch.cuda.synchronize()
-    return statistics.median(ts)
+def per_call_us(fn):
+    return statistics.median(host_times(lambda i: fn(), batches=9, per_batch=1000, warmup=200))
 
 
 def main(argv=None):

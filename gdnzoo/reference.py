@@ -46,6 +46,17 @@ def reference_decode(q, k, v, state, A_log, a, dt_bias, b, scale: float, out, ne
     return out, new_state
 
 
+def reference_outputs(x, use_qk_l2norm=False, compute_dtype=torch.float64):
+    """Fresh (out [B,T,HV,V], new_state [B,HV,V,K]) in ``compute_dtype`` for an
+    :class:`gdnzoo.inputs.Inputs`; float64 by default, the oracle of tests and benchmarks."""
+    B, T = x.q.shape[:2]
+    HV, V = x.v.shape[2], x.v.shape[3]
+    out = torch.empty(B, T, HV, V, dtype=compute_dtype, device=x.q.device)
+    new_state = torch.empty(x.state.shape, dtype=compute_dtype, device=x.q.device)
+    reference_decode(*x.args(), out, new_state, use_qk_l2norm, compute_dtype=compute_dtype)
+    return out, new_state
+
+
 def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
     """Backend entry point of ``pt-reference``."""
     reference_decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)

@@ -4,17 +4,12 @@ from __future__ import annotations
 import torch
 
 from gdnzoo.compare import check_close, relative_error, strict_tol
-from gdnzoo.reference import reference_decode
+from gdnzoo.reference import reference_outputs
 
 
 def reference64(x, use_qk_l2norm):
     """Float64 reference output [B,T,HV,V] and new state [B,HV,V,K] for inputs ``x``."""
-    B, T, _, _ = x.q.shape
-    HV, V = x.v.shape[2], x.v.shape[3]
-    out = torch.empty(B, T, HV, V, dtype=torch.float64, device=x.q.device)
-    st = torch.empty(x.state.shape, dtype=torch.float64, device=x.q.device)
-    reference_decode(*x.args(), out, st, use_qk_l2norm, compute_dtype=torch.float64)
-    return out, st
+    return reference_outputs(x, use_qk_l2norm)
 
 
 def assert_matches(out, new_state, ref_out, ref_state, state_dtype, what=""):
