@@ -37,10 +37,12 @@ _FAST_MAX = 4096
 def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo):
     """Validate and select, memoized on everything the verdict depends on."""
     try:
+        if isinstance(scale, torch.Tensor):   # its value may change in place: never memoized
+            raise TypeError
         key = (signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
                          use_qk_l2norm), algo, os.environ.get("ALGO"))
         hit = _FAST.get(key)
-    except (AttributeError, TypeError):      # non-tensors or unhashable scale: full path
+    except (AttributeError, TypeError):      # non-tensors, tensor or unhashable scale: full path
         key, hit = None, None
     if hit is not None:
         check_aliasing(state, out, new_state)

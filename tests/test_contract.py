@@ -104,3 +104,32 @@ def test_scale_zero_and_none_mean_inv_sqrt_k():
     o2, _ = gdnzoo.decode(*x.clone().args()[:8], 0.0, algo="pt-reference")
     o3, _ = gdnzoo.decode(*x.clone().args()[:8], 16 ** -0.5, algo="pt-reference")
     assert torch.equal(o1, o2) and torch.equal(o1, o3)
+
+
+def test_memoized_decode_sees_a_changed_scale_tensor():
+    # decode memoizes validation per signature; a scalar-tensor scale changed in place must not
+    # be served from that memo.
+    x = base()
+    s = torch.tensor(0.25)
+    o1, _ = gdnzoo.decode(*x.clone().args()[:8], s, algo="pt-reference")
+    s.fill_(0.5)
+    o2, _ = gdnzoo.decode(*x.clone().args()[:8], s, algo="pt-reference")
+    torch.testing.assert_close(o2.float(), 2 * o1.float(), rtol=1e-2, atol=1e-6)
+
+
+def test_memoized_decode_follows_the_algo_env(monkeypatch):
+    # The same signature resolved under ALGO=a and then ALGO=b must use b the second time.
+    from gdnzoo import registry
+    calls = []
+    real = registry.launcher
+
+    def spy(name, *args):
+        calls.append(name)
+        return real(name, *args)
+    monkeypatch.setattr(gdnzoo, "launcher", spy)
+    x = base()
+    monkeypatch.setenv("ALGO", "pt-reference")
+    gdnzoo.decode(*x.clone().args())
+    monkeypatch.setenv("ALGO", "pt-compiled")
+    gdnzoo.decode(*x.clone().args())
+    assert calls[-2:] == ["pt-reference", "pt-compiled"]
