@@ -276,7 +276,7 @@ def pivot(rows, state_dtype, mode, clock="kernel", with_floor=True):
                 s = f"{_us(r['median_us'])}/{r['x_floor']:.1f}x"
             else:
                 s = _us(r["median_us"])
-            parts.append(f"{s:>{cw}}")
+            parts.append(" " + f"{s:>{cw - 1}}")     # a separating blank even when s fills it
         lines.append(f"{n:<{w}} " + "".join(parts))
     return lines
 
