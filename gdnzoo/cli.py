@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
@@ -90,7 +89,7 @@ def cmd_run(args) -> int:
     if args.dest and not torch.equal(state, x.state):
         print("FAIL: destination-passing call modified the input state")
         ok_s = False
-    print(f"check vs float64 reference (SPEC rule: fail where abs>1e-2 and rel>1e-2):")
+    print("check vs float64 reference (SPEC rule: fail where abs>1e-2 and rel>1e-2):")
     print(f"  output    max abs {abs_o:.3e}  max rel {rel_o:.3e}  bad {bad_o}  {'PASS' if ok_o else 'FAIL'}")
     print(f"  new_state max abs {abs_s:.3e}  max rel {rel_s:.3e}  bad {bad_s}  {'PASS' if ok_s else 'FAIL'}")
     # Timing: wall clock per call, synchronized, after the first (compiling) call.

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from gdnzoo.contract import Problem, dtype_name
+from gdnzoo.contract import Problem
 
 _BACKEND_KEYS = {"name": str, "entry": str, "language": str, "requires": list, "devices": list,
                  "min_cc": (str, type(None)), "state_dtypes": list, "max_T": (int, type(None)),
@@ -366,6 +366,6 @@ def select(p: Problem, algo: str | None = None) -> Selection:
     for name in reg.fallback.get(p.device, reg.names):
         ok, why = can_serve(name, p)
         if ok:
-            return Selection(name, "fallback", "; ".join(notes + [f"first usable in fallback order"]))
+            return Selection(name, "fallback", "; ".join(notes + ["first usable in fallback order"]))
         notes.append(f"{name}: {why}")
     raise ValueError(f"algo: no backend can serve {p.describe()}: " + "; ".join(notes))
