@@ -28,7 +28,8 @@ import torch
 
 from gdnzoo import cuda_build
 from gdnzoo.backends import cuda_v1, cuda_v4
-from gdnzoo.compare import check_close
+from gdnzoo.bench.clocks import graph_times
+from gdnzoo.compare import check_close, relative_error
 from gdnzoo.inputs import make_inputs
 from gdnzoo.reference import reference_outputs
 
@@ -49,15 +50,10 @@ def log(*a):
 
 # ------------------------------------------------------------------------------ correctness
 
-def ref64(x, l2):
-    return reference_outputs(x, l2)
-
-
 def verdict(out, st, ro, rs, sd):
     if not (torch.isfinite(out.float()).all() and torch.isfinite(st.float()).all()):
         return "NaN/Inf (unwritten element?)"
-    rel = lambda a, r: float((a.double() - r).norm() / r.norm().clamp_min(1e-30))
-    es, eo = rel(st, rs), rel(out, ro)
+    es, eo = relative_error(st, rs), relative_error(out, ro)
     if es > (1e-4 if sd == F32 else 8e-3) or eo > 1e-2:
         return f"rel err state {es:.1e} out {eo:.1e}"
     for name, a, r in (("out", out, ro), ("state", st, rs)):
@@ -104,7 +100,7 @@ def correctness():
     for i, c in enumerate(cases):
         x = make_inputs(B=c["B"], T=c["T"], H=c["H"], HV=c["HV"], K=c["K"], V=c["V"],
                         state_dtype=DT[c["sd"]], device="cuda", seed=i)
-        ro, rs = ref64(x, c["l2"])
+        ro, rs = reference_outputs(x, c["l2"])
         for name, mod in (("cuda-v1", cuda_v1), ("cuda-v4", cuda_v4)):
             ok, why = mod.supports(_problem(x, c["l2"]))
             if not ok:
@@ -163,7 +159,7 @@ def graph_check(mod, sd):
     out.fill_(float("nan")), ns.fill_(float("nan"))
     g.replay()
     torch.cuda.synchronize()
-    return verdict(out, ns, *ref64(y, True), sd)
+    return verdict(out, ns, *reference_outputs(y, True), sd)
 
 
 def gate_accuracy():
@@ -228,25 +224,9 @@ def floor_launcher(sets, vpt, block):
 
 
 def graph_time(launch, n_calls, replays=7):
-    """Per-call us: one graph of n_calls launches (launch(i) uses state set i), median replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        launch(0)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(n_calls):
-            launch(i)
-    g.replay()
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(replays + 1)]
-    ev[0].record()
-    for r in range(replays):
-        g.replay()
-        ev[r + 1].record()
-    torch.cuda.synchronize()
-    ts = [ev[r].elapsed_time(ev[r + 1]) * 1e3 / n_calls for r in range(replays)]
-    del g
+    """Per-call us: one graph of n_calls launches (launch(i) uses state set i), median replay;
+    the graph clock of ``gdnzoo bench``."""
+    ts = graph_times(launch, n_calls, replays, warmup=1)
     return statistics.median(ts), (min(ts), max(ts))
 
 

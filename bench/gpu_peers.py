@@ -21,18 +21,11 @@ import time
 import traceback
 from pathlib import Path
 
+from gdnzoo.compare import relative_error
+from gdnzoo.reference import reference_outputs
+
 CONTEST = [((4, 8), B) for B in (1, 4, 16, 64, 512)]
 OTHER = [((16, 32), B) for B in (1, 64)] + [((16, 64), B) for B in (1, 64)]
-
-
-def _reference(x, l2):
-    from gdnzoo.reference import reference_outputs
-    return reference_outputs(x, l2)
-
-
-def _relerr(a, b):
-    from gdnzoo.compare import relative_error
-    return relative_error(a, b)
 
 
 def one_case(call, x, l2, dps, ref=None):
@@ -40,7 +33,7 @@ def one_case(call, x, l2, dps, ref=None):
     import torch
 
     from gdnzoo.compare import compare
-    ro, rs = ref if ref is not None else _reference(x, l2)
+    ro, rs = ref if ref is not None else reference_outputs(x, l2)
     state = x.state.clone()
     before = state.clone()
     out = torch.full(ro.shape, float("nan"), dtype=x.v.dtype, device=x.q.device)
@@ -54,7 +47,7 @@ def one_case(call, x, l2, dps, ref=None):
     why = "; ".join([f"output: {vo.reason}"] * (not vo.ok) + [f"new_state: {vs.reason}"] * (not vs.ok)
                     + ["state modified in destination-passing mode"] * (not untouched))
     return dict(ok=vo.ok and vs.ok and untouched, out_abs=vo.max_abs, state_abs=vs.max_abs,
-                out_relfro=_relerr(out, ro), state_relfro=_relerr(ns, rs), reason=why)
+                out_relfro=relative_error(out, ro), state_relfro=relative_error(ns, rs), reason=why)
 
 
 def main() -> int:
@@ -122,7 +115,7 @@ def main() -> int:
                             rows.append(dict(row, status="SKIP", reason=why))
                             continue
                         if ref is None:
-                            ref = _reference(x, l2)
+                            ref = reference_outputs(x, l2)
                         try:
                             r = one_case(call, x, l2, dps, ref)
                             rows.append(dict(row, status="PASS" if r.pop("ok") else "FAIL", **r))

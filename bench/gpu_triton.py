@@ -31,6 +31,7 @@ import torch  # noqa: E402
 
 from gdnzoo.compare import check_close  # noqa: E402
 from gdnzoo.inputs import make_inputs  # noqa: E402
+from gdnzoo.bench.clocks import graph_times  # noqa: E402
 from gdnzoo.compare import relative_error  # noqa: E402
 from gdnzoo.reference import reference_outputs  # noqa: E402
 
@@ -70,17 +71,9 @@ def mods():
 
 
 # ---------------------------------------------------------------- 1. correctness
-def ref64(x, l2):
-    return reference_outputs(x, l2)
-
-
-def rel(x, y):
-    return relative_error(x, y)
-
-
 def check_case(mod, name, B, T, H, HV, K, V, sd, l2, inplace, seed):
     x = make_inputs(B=B, T=T, H=H, HV=HV, K=K, V=V, state_dtype=sd, device=DEV, seed=seed)
-    ro, rs = ref64(x, l2)
+    ro, rs = reference_outputs(x, l2)
     out = torch.full((B, T, HV, V), float("nan"), dtype=x.v.dtype, device=DEV)
     st = x.state.clone()
     ns = st if inplace else torch.full_like(st, float("nan"))
@@ -89,7 +82,7 @@ def check_case(mod, name, B, T, H, HV, K, V, sd, l2, inplace, seed):
             torch.empty_like(out), torch.empty_like(st), l2)     # second call: the cached path
     ok_o, ma_o, _, _ = check_close(out, ro)
     ok_s, ma_s, _, _ = check_close(ns, rs)
-    e_s, e_o = rel(ns, rs), rel(out, ro)
+    e_s, e_o = relative_error(ns, rs), relative_error(out, ro)
     tight = e_s < (1e-4 if sd == torch.float32 else 8e-3) and e_o < 1e-2
     if not inplace:
         tight = tight and torch.equal(st, x.state)
@@ -158,7 +151,7 @@ def big_grid(mod, name):
     out = torch.full((B, 1, HV, V), float("nan"), dtype=torch.bfloat16, device=DEV)
     mod.run(rep(x.q), rep(x.k), rep(x.v), state, x.A_log, rep(x.a), x.dt_bias, rep(x.b),
             x.scale, out, state, False)
-    ro, rs = ref64(x, False)
+    ro, rs = reference_outputs(x, False)
     ok = all(check_close(out[n:n + 1], ro)[0] and check_close(state[n:n + 1], rs)[0]
              for n in (0, B - 1)) and bool(torch.isfinite(out.float()).all())
     del state
@@ -169,7 +162,7 @@ def big_grid(mod, name):
 def views_case(mod, name):
     B, T, H, HV, K, V = 16, 2, 4, 8, 128, 128
     x = make_inputs(B=B, T=T, H=H, HV=HV, K=K, V=V, device=DEV, seed=88)
-    ro, rs = ref64(x, True)
+    ro, rs = reference_outputs(x, True)
     qk = torch.cat([x.q, x.k], dim=2)                                   # one fused buffer
     q, k = qk[:, :, :H], qk[:, :, H:]
     v = x.v.transpose(1, 2).contiguous().transpose(1, 2)                  # T-major strides
@@ -179,7 +172,7 @@ def views_case(mod, name):
     state = pool[2:B + 2]
     out = torch.full((B, T, HV, V + 8), float("nan"), dtype=torch.bfloat16, device=DEV)[..., :V]
     mod.run(q, k, v, state, x.A_log, ab[..., 0], x.dt_bias, ab[..., 1], x.scale, out, state, True)
-    ok = check_close(out, ro)[0] and check_close(state, rs)[0] and rel(state, rs) < 1e-4
+    ok = check_close(out, ro)[0] and check_close(state, rs)[0] and relative_error(state, rs) < 1e-4
     return dict(backend=name, case="strided views (fused qk, T-major v, a/b interleaved, pool)",
                 pass_=bool(ok))
 
@@ -203,29 +196,9 @@ class Rotation:
 
 
 def graph_time_us(fn_i, calls, reps=15):
-    """Median per-call time of a CUDA graph holding ``calls`` calls fn_i(0..calls-1)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(min(calls, 3)):
-            fn_i(i)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(calls):
-            fn_i(i)
-    g.replay()
-    torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-          for _ in range(reps)]
-    for e0, e1 in ev:
-        e0.record()
-        g.replay()
-        e1.record()
-    torch.cuda.synchronize()
-    per = sorted(e0.elapsed_time(e1) * 1e3 / calls for e0, e1 in ev)
-    del g
+    """(median, min, max) per-call time of a CUDA graph holding ``calls`` calls fn_i(0..calls-1);
+    the graph clock of ``gdnzoo bench``."""
+    per = sorted(graph_times(fn_i, calls, reps, warmup=min(calls, 3)))
     return statistics.median(per), per[0], per[-1]
 
 

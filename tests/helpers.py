@@ -4,12 +4,6 @@ from __future__ import annotations
 import torch
 
 from gdnzoo.compare import check_close, relative_error, strict_tol
-from gdnzoo.reference import reference_outputs
-
-
-def reference64(x, use_qk_l2norm):
-    """Float64 reference output [B,T,HV,V] and new state [B,HV,V,K] for inputs ``x``."""
-    return reference_outputs(x, use_qk_l2norm)
 
 
 def assert_matches(out, new_state, ref_out, ref_state, state_dtype, what=""):

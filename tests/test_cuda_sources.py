@@ -307,7 +307,8 @@ gpu = pytest.mark.skipif(_gpu_ready() is not None, reason=f"needs a GPU and CuPy
 @pytest.mark.parametrize("mod", [cuda_v1, cuda_v4], ids=["cuda-v1", "cuda-v4"])
 @pytest.mark.parametrize("state_dtype", [F32, BF16], ids=["fp32", "bf16"])
 def test_graph_capture_and_replay_with_new_data(mod, state_dtype):
-    from tests.helpers import assert_matches, reference64
+    from gdnzoo.reference import reference_outputs
+    from tests.helpers import assert_matches
     x = make_inputs(B=4, T=2, state_dtype=state_dtype, device="cuda", seed=1)
     out = torch.empty(4, 2, 8, 128, dtype=BF16, device="cuda")
     ns = torch.empty_like(x.state)
@@ -334,7 +335,7 @@ def test_graph_capture_and_replay_with_new_data(mod, state_dtype):
         ns.fill_(float("nan"))
         g.replay()
         torch.cuda.synchronize()
-        ro, rs = reference64(y, True)
+        ro, rs = reference_outputs(y, True)
         assert_matches(out, ns, ro, rs, state_dtype, f"{mod.__name__} graph replay seed {seed}")
 
 
@@ -342,9 +343,10 @@ def test_graph_capture_and_replay_with_new_data(mod, state_dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("mod", [cuda_v1, cuda_v4], ids=["cuda-v1", "cuda-v4"])
 def test_strided_views(mod):
-    from tests.helpers import assert_matches, reference64
+    from gdnzoo.reference import reference_outputs
+    from tests.helpers import assert_matches
     x = make_inputs(B=3, T=2, state_dtype=F32, device="cuda", seed=4)
-    ref_o, ref_s = reference64(x, False)
+    ref_o, ref_s = reference_outputs(x, False)
     qkv = torch.zeros(3, 2, 4 + 4 + 8 + 1, 128, dtype=BF16, device="cuda")   # fused qkv buffer
     q, k, v = qkv[:, :, 0:4], qkv[:, :, 4:8], qkv[:, :, 8:16]
     q.copy_(x.q), k.copy_(x.k), v.copy_(x.v)

@@ -14,7 +14,8 @@ import torch
 import gdnzoo
 from gdnzoo import registry
 from gdnzoo.inputs import make_inputs
-from helpers import assert_matches, reference64
+from helpers import assert_matches
+from gdnzoo.reference import reference_outputs
 from conftest import DEVICE
 
 GEOMS = [(4, 8), (8, 16), (16, 32), (16, 64)]
@@ -56,7 +57,7 @@ def _reference(i):
     H, HV = c["geom"]
     x = make_inputs(B=c["B"], T=c["T"], H=H, HV=HV, K=128, V=128, state_dtype=c["sd"],
                     device=DEVICE, seed=c["seed"])
-    return x, reference64(x, c["l2"])
+    return x, reference_outputs(x, c["l2"])
 
 
 RAN = set()

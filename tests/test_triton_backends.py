@@ -15,7 +15,8 @@ import torch
 from conftest import DEVICE, HAS_CUDA
 from gdnzoo.contract import Problem
 from gdnzoo.inputs import make_inputs
-from helpers import assert_matches, reference64
+from helpers import assert_matches
+from gdnzoo.reference import reference_outputs
 
 NAMES = {"fla-recurrent": "gdnzoo.backends.triton_recurrent", "fla-tma": "gdnzoo.backends.triton_tma"}
 
@@ -97,7 +98,7 @@ def test_against_reference(name, case):
     mod = _backend(name)
     B, T, H, HV, K, V, sd, l2, inplace, views, cfg_rec, cfg_tma = case
     x = make_inputs(B=B, T=T, H=H, HV=HV, K=K, V=V, state_dtype=sd, device=DEVICE, seed=B * T + K)
-    ref_out, ref_state = reference64(x, l2)
+    ref_out, ref_state = reference_outputs(x, l2)
     cfg = cfg_rec if name == "fla-recurrent" else cfg_tma
     out, new_state = _call(mod, x, l2, inplace, config=cfg, views=views)
     assert_matches(out, new_state, ref_out, ref_state, sd, what=f"{name} {_case_id(case)}")
@@ -174,7 +175,7 @@ def test_repeat_calls_take_new_pointers(name):
     mod = _backend(name)
     for seed in (1, 2):
         x = make_inputs(B=1, T=1, H=4, HV=8, K=128, V=128, device=DEVICE, seed=seed)
-        ref_out, ref_state = reference64(x, False)
+        ref_out, ref_state = reference_outputs(x, False)
         out, new_state = _call(mod, x, False, inplace=(seed == 1))
         assert_matches(out, new_state, ref_out, ref_state, torch.float32, what=f"call {seed}")
 
@@ -208,7 +209,7 @@ def test_cuda_graph_capture_and_replay(name, inplace):
             dst.fill_(float("nan"))
         g.replay()
         torch.cuda.synchronize()
-        ref_out, ref_state = reference64(y, False)
+        ref_out, ref_state = reference_outputs(y, False)
         assert_matches(out, dst, ref_out, ref_state, torch.float32, what=f"replay seed {seed}")
 
 
@@ -234,7 +235,7 @@ def test_grid_past_int32_offsets(name):
     out = torch.full((B, 1, HV, V), float("nan"), dtype=torch.bfloat16, device="cuda")
     mod.run(q, k, v, state, small.A_log, a, small.dt_bias, b, small.scale, out, state, False)
     torch.cuda.synchronize()
-    ref_out, ref_state = reference64(small, False)
+    ref_out, ref_state = reference_outputs(small, False)
     for n in (0, B // 2, B - 1):
         assert_matches(out[n:n + 1], state[n:n + 1], ref_out[:1], ref_state[:1],
                        torch.bfloat16, what=f"sequence {n}")
