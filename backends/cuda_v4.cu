@@ -21,7 +21,8 @@
 // block), GDN_RW (row groups per warp), GDN_LPR (lanes per row), GDN_VEC16 (1: 16-byte vectors,
 // picked by the host only when every state/q/k row is 16-byte aligned; 0: element loads),
 // GDN_HINT (bit 0: state loads ld.global.nc.L1::no_allocate, bit 1: state stores st.global.cs),
-// GDN_FASTGATE (0/1: gates with fast intrinsics).
+// GDN_FASTGATE (0/1: gates with fast intrinsics), GDN_DENSE (1: every tensor has the dense
+// layout of its shape, so strides are compile-time constants; 0: strides from the parameters).
 // Runtime: B (the grid), strides, pointers, scale.
 #include "gdn_common.cuh"
 
@@ -29,7 +30,7 @@
     !defined(GDN_GVA) || !defined(GDN_STATE_DT) || !defined(GDN_IO_DT) || !defined(GDN_A_DT) || \
     !defined(GDN_B_DT) || !defined(GDN_DTB_DT) || !defined(GDN_L2NORM) || !defined(GDN_W) || \
     !defined(GDN_RW) || !defined(GDN_LPR) || !defined(GDN_VEC16) || !defined(GDN_HINT) || \
-    !defined(GDN_FASTGATE)
+    !defined(GDN_FASTGATE) || !defined(GDN_DENSE)
 #error "compile with the -D options of gdnzoo/cuda_build.py"
 #endif
 
@@ -121,10 +122,27 @@ __device__ __forceinline__ void st_vec(void* base, long long i, const float (&x)
     }
 }
 
+// A stride: the compile-time value of the dense layout when the host found every tensor dense
+// (GDN_DENSE=1: offsets become 32-bit constant multiplies, so the first state load issues a few
+// instructions into the kernel), else the runtime value from the parameter block.
+#if GDN_DENSE
+#define GDN_STRIDE(field, dense) ((long long)(dense))
+#else
+#define GDN_STRIDE(field, dense) (p.field)
+#endif
+
+// Sum of f(LO) .. f(LO + N - 1) as a balanced tree: log2(N) dependent adds, not N.
+template <int LO, int N, typename F>
+__device__ __forceinline__ float tree_sum(const F& f) {
+    if constexpr (N == 1) return f(LO);
+    else return tree_sum<LO, N / 2>(f) + tree_sum<LO + N / 2, N - N / 2>(f);
+}
+
 extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnParams p) {
     using ST = typename GdnStorage<SD>::type;
     constexpr bool NC = GDN_VEC16 && (GDN_HINT & 1);
     constexpr bool CS = GDN_VEC16 && (GDN_HINT & 2);
+    constexpr unsigned H = HV / GVA;
     const unsigned lane = threadIdx.x & 31;
     const unsigned warp = threadIdx.x >> 5;
     // Constant divisors: multiply-shift (or a shift), a few cycles before the first load.
@@ -138,8 +156,16 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
     // This warp owns rows wbase .. wbase + RW*RPW - 1; lane handles wbase + g*RPW + sub.
     const int wbase = (int)(part * ROWS_PER_BLOCK + warp * (RW * RPW));
 
-    const ST* src = static_cast<const ST*>(p.state) + gdn_state_read_offset(p, n, h);
-    ST* dst = static_cast<ST*>(p.new_state) + gdn_state_write_offset(p, n, h);
+    // State first: its loads are the long pole, everything else hides behind them.
+    const long long s_v = GDN_STRIDE(s_v, K), ns_v = GDN_STRIDE(ns_v, K);
+#if GDN_DENSE
+    const long long s_head = (long long)nh * (V * K), ns_head = s_head;
+#else
+    const long long s_head = gdn_state_read_offset(p, n, h);
+    const long long ns_head = gdn_state_write_offset(p, n, h);
+#endif
+    const ST* src = static_cast<const ST*>(p.state) + s_head;
+    ST* dst = static_cast<ST*>(p.new_state) + ns_head;
 
     // Lane's i-th vector holds K elements [(i*LPR + kl)*VEC, +VEC): consecutive lanes read
     // consecutive 16-byte chunks of a row.
@@ -152,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
 #pragma unroll
         for (int i = 0; i < NV; ++i) {
             if (live[g]) {
-                ld_vec<SD, VEC, NC>(src, row * p.s_v + (i * LPR + kl) * VEC, S[g][i]);
+                ld_vec<SD, VEC, NC>(src, row * s_v + (i * LPR + kl) * VEC, S[g][i]);
             } else {
 #pragma unroll
                 for (int e = 0; e < VEC; ++e) S[g][i][e] = 0.0f;
@@ -160,10 +186,22 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
         }
     }
 
-    const float A_log = p.A_log[h * p.A_log_h];
-    const float dtb = gdn_ld<GDN_DTB_DT>(p.dt_bias, h * p.dtb_h);
+    // Keep the state loads first in issue order: without this fence the compiler hoists the
+    // small loads above them, delaying the long pole by their address math.
+    asm volatile("" ::: "memory");
+
+    const float A_log = p.A_log[h * GDN_STRIDE(A_log_h, 1)];
+    const float dtb = gdn_ld<GDN_DTB_DT>(p.dt_bias, h * GDN_STRIDE(dtb_h, 1));
     const float scale = (float)p.scale;
-    const long long qk_nh = n * p.q_n + hq * p.q_h, kk_nh = n * p.k_n + hq * p.k_h;
+    const long long q_t = GDN_STRIDE(q_t, H * K), k_t = GDN_STRIDE(k_t, H * K);
+    const long long v_t = GDN_STRIDE(v_t, HV * V), o_t = GDN_STRIDE(o_t, HV * V);
+    const long long a_t = GDN_STRIDE(a_t, HV), b_t = GDN_STRIDE(b_t, HV);
+    const long long q0 = n * GDN_STRIDE(q_n, T * H * K) + hq * GDN_STRIDE(q_h, K);
+    const long long k0 = n * GDN_STRIDE(k_n, T * H * K) + hq * GDN_STRIDE(k_h, K);
+    const long long v0 = n * GDN_STRIDE(v_n, T * HV * V) + h * GDN_STRIDE(v_h, V) + wbase + sub;
+    const long long o0 = n * GDN_STRIDE(o_n, T * HV * V) + h * GDN_STRIDE(o_h, V) + wbase + sub;
+    const long long a0 = n * GDN_STRIDE(a_n, T * HV) + h * GDN_STRIDE(a_h, 1);
+    const long long b0 = n * GDN_STRIDE(b_n, T * HV) + h * GDN_STRIDE(b_h, 1);
 
 #pragma unroll 1
     for (int t = 0; t < T; ++t) {
@@ -171,41 +209,30 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
 #pragma unroll
         for (int i = 0; i < NV; ++i) {
             const int kofs = (i * LPR + kl) * VEC;
-            ld_vec<IOD, VEC>(p.q, qk_nh + t * p.q_t + kofs, qv[i]);
-            ld_vec<IOD, VEC>(p.k, kk_nh + t * p.k_t + kofs, kv[i]);
+            ld_vec<IOD, VEC>(p.q, q0 + t * q_t + kofs, qv[i]);
+            ld_vec<IOD, VEC>(p.k, k0 + t * k_t + kofs, kv[i]);
         }
         float vr[RW];
-        const long long vofs = n * p.v_n + t * p.v_t + h * p.v_h + wbase + sub;
 #pragma unroll
-        for (int g = 0; g < RW; ++g) vr[g] = live[g] ? gdn_ld<IOD>(p.v, vofs + g * RPW) : 0.0f;
-        const float xa = gdn_ld<GDN_A_DT>(p.a, n * p.a_n + t * p.a_t + h * p.a_h) + dtb;
-        const float xb = gdn_ld<GDN_B_DT>(p.b, n * p.b_n + t * p.b_t + h * p.b_h);
+        for (int g = 0; g < RW; ++g) vr[g] = live[g] ? gdn_ld<IOD>(p.v, v0 + t * v_t + g * RPW) : 0.0f;
+        const float xa = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
+        const float xb = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
         const float gd = GDN_FASTGATE ? gdn_decay_fast(A_log, xa) : gdn_decay(A_log, xa);
         const float beta = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
 
-        // This lane's slice of every dot product; the butterfly below sums the LPR slices.
-        float kq = 0.0f, qq = 0.0f, kk = 0.0f, sk[RW], sq[RW];
-#pragma unroll
-        for (int i = 0; i < NV; ++i)
-#pragma unroll
-            for (int e = 0; e < VEC; ++e) {
-                kq += kv[i][e] * qv[i][e];
-                if (GDN_L2NORM) {
-                    qq += qv[i][e] * qv[i][e];
-                    kk += kv[i][e] * kv[i][e];
-                }
-            }
+        // This lane's slice of every dot product (tree sums); the butterfly below adds the
+        // LPR slices of a row.
+        constexpr int NE = NV * VEC;
+        float kq = tree_sum<0, NE>([&](int j) { return kv[j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
+        float qq = 0.0f, kk = 0.0f, sk[RW], sq[RW];
+        if (GDN_L2NORM) {
+            qq = tree_sum<0, NE>([&](int j) { return qv[j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
+            kk = tree_sum<0, NE>([&](int j) { return kv[j / VEC][j % VEC] * kv[j / VEC][j % VEC]; });
+        }
 #pragma unroll
         for (int g = 0; g < RW; ++g) {
-            sk[g] = 0.0f;
-            sq[g] = 0.0f;
-#pragma unroll
-            for (int i = 0; i < NV; ++i)
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) {
-                    sk[g] += S[g][i][e] * kv[i][e];
-                    sq[g] += S[g][i][e] * qv[i][e];
-                }
+            sk[g] = tree_sum<0, NE>([&](int j) { return S[g][j / VEC][j % VEC] * kv[j / VEC][j % VEC]; });
+            sq[g] = tree_sum<0, NE>([&](int j) { return S[g][j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
         }
         // xor offsets below LPR stay inside a row's lane group; all chains are interleaved so
         // the shuffles of different rows overlap.
@@ -230,27 +257,18 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
             rk = rsqrtf(kk + 1e-6f);
         }
         const float kqn = kq * rq * rk;
-        float o[RW];
 #pragma unroll
         for (int g = 0; g < RW; ++g) {
             const float u = beta * (vr[g] - gd * sk[g] * rk);   // k read from the decayed row
-            o[g] = scale * (gd * sq[g] * rq + u * kqn);          // q read from the updated row
             const float uk = u * rk;
 #pragma unroll
             for (int i = 0; i < NV; ++i)
 #pragma unroll
                 for (int e = 0; e < VEC; ++e) S[g][i][e] = gd * S[g][i][e] + uk * kv[i][e];
+            // q read from the updated row; the first lane of the row's group stores it.
+            if (kl == 0 && live[g])
+                gdn_st<IOD>(p.out, o0 + t * o_t + g * RPW, scale * (gd * sq[g] * rq + u * kqn));
         }
-        // Lane j stores the output of the warp's row wbase + j (row group j / RPW, sub-row
-        // j % RPW, whose sums every lane of lane group j % RPW holds): one coalesced store.
-        float mine = 0.0f;
-#pragma unroll
-        for (int g = 0; g < RW; ++g) {
-            const float x = __shfl_sync(FULL, o[g], (lane % RPW) * LPR);
-            if (lane / RPW == (unsigned)g) mine = x;
-        }
-        if (lane < RW * RPW && (!TAIL || wbase + (int)lane < V))
-            gdn_st<IOD>(p.out, n * p.o_n + t * p.o_t + h * p.o_h + wbase + lane, mine);
     }
 
 #pragma unroll
@@ -259,6 +277,6 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
         const int row = wbase + g * RPW + (int)sub;
 #pragma unroll
         for (int i = 0; i < NV; ++i)
-            st_vec<SD, VEC, CS>(dst, row * p.ns_v + (i * LPR + kl) * VEC, S[g][i]);
+            st_vec<SD, VEC, CS>(dst, row * ns_v + (i * LPR + kl) * VEC, S[g][i]);
     }
 }

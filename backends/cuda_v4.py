@@ -19,24 +19,27 @@ KERNEL = "gdn_decode_v4"
 HEAD_DIMS = (32, 64, 128, 256)   # K: whole 16-byte vectors per lane, lane groups dividing 32
 MAX_GRID_X = 2**31 - 1
 MAX_WARPS = 8
-FASTGATE = 0                     # 1: gates with fast intrinsics (bench/gpu_cuda.py measures both)
+FASTGATE = 1                     # gates of an explicit 4-field config: 1 fast intrinsics, 0 precise
 
-# (largest B*HV, W warps per block, RW row groups per warp, LPR lanes per row, HINT) by state
-# dtype, first match wins.  A row group is 32/LPR rows (one 16-byte load per lane per LPR*16
-# bytes of row); rows per block = W*RW*32/LPR; blocks per head = ceil(V / rows per block).
+# (largest B*HV, W warps per block, RW row groups per warp, LPR lanes per row, HINT, FAST) by
+# state dtype, first match wins.  A row group is 32/LPR rows (one 16-byte load per lane per
+# LPR*16 bytes of row); rows per block = W*RW*32/LPR; blocks per head = ceil(V / rows per block).
 # HINT bit 0: state loads ld.global.nc.L1::no_allocate; bit 1: state stores st.global.cs.
-# From bench/gpu_cuda.py's H100 sweep (it prints suggested rows in this format).
-# Measured on an NVIDIA H100 80GB HBM3 (2026-11-22, contest geometry HV=8, K=V=128, cold L2,
-# CUDA-graph time; `python3 bench/gpu_cuda.py`, bench/results/h100-80gb-hbm3/gpu_cuda.csv):
-# the fastest shape per batch size with precise gates.  Loads with HINT bit 0 (.nc) are safe in
-# place too: each state element is read once, by the thread that later writes it.
+# FAST 1: gates with fast intrinsics (relative error of g ~1e-5, bench/gpu_cuda.py measures it).
+# Measured on an NVIDIA H100 80GB HBM3 (2026-11-22, contest geometry HV=8, K=V=128): the fastest
+# shape per batch size on the CUPTI kernel clock with state read and written cold, from
+# `python3 -m gdnzoo.bench.gpu_tune` (bench/results/h100-80gb-hbm3/gpu_tune.csv).  Loads with
+# HINT bit 0 (.nc) are safe in place too: each state element is read once, by the thread that
+# later writes it.
 CONFIG_TABLE = {
-    torch.float32: ((8, 4, 1, 8, 3), (32, 4, 1, 16, 2), (64, 4, 1, 8, 3), (128, 4, 8, 16, 2),
-                    (256, 2, 4, 16, 0), (384, 4, 4, 16, 0), (512, 4, 4, 16, 3),
-                    (1024, 1, 8, 16, 0), (2048, 2, 8, 16, 0), (None, 1, 8, 16, 0)),
-    torch.bfloat16: ((8, 1, 1, 8, 3), (32, 4, 1, 8, 3), (64, 2, 1, 8, 2), (128, 2, 1, 8, 3),
-                     (256, 1, 4, 8, 2), (384, 2, 2, 8, 2), (512, 2, 1, 8, 2),
-                     (2048, 8, 1, 8, 3), (None, 8, 8, 16, 3)),
+    torch.float32: ((8, 2, 1, 8, 0, 1), (32, 2, 2, 16, 3, 1), (64, 8, 2, 8, 3, 1),
+                    (128, 2, 8, 16, 3, 1), (256, 2, 8, 16, 2, 0), (384, 1, 2, 16, 3, 1),
+                    (512, 4, 8, 16, 3, 1), (1024, 1, 1, 16, 2, 1), (2048, 1, 1, 16, 2, 0),
+                    (None, 1, 1, 16, 3, 0)),
+    torch.bfloat16: ((8, 4, 2, 16, 0, 1), (32, 8, 2, 16, 2, 1), (64, 8, 2, 16, 0, 1),
+                     (128, 2, 4, 16, 3, 1), (256, 1, 4, 8, 3, 1), (384, 1, 1, 8, 2, 1),
+                     (512, 2, 4, 16, 2, 1), (1024, 4, 1, 8, 3, 1), (2048, 8, 2, 16, 2, 1),
+                     (None, 1, 1, 8, 3, 1)),
 }
 
 _binds: dict = {}                # signature -> Bound
@@ -65,21 +68,33 @@ def valid_config(K, V, state_dtype, w, rw, lpr, vec16=True):
 
 
 def pick_config(BHV, state_dtype):
-    for hi, w, rw, lpr, hint in CONFIG_TABLE[state_dtype]:
+    """The table's (W, RW, LPR, HINT, FAST) for B*HV heads of this state dtype."""
+    for hi, *cfg in CONFIG_TABLE[state_dtype]:
         if hi is None or BHV <= hi:
-            return w, rw, lpr, hint
+            return tuple(cfg)
     raise AssertionError("CONFIG_TABLE needs a last row with no upper bound")
 
 
 def table_config(BHV, state_dtype, K):
-    """The table's (W, RW, LPR, HINT) fitted to K: the table is measured at K=128, and
+    """The table's (W, RW, LPR, HINT, FAST) fitted to K: the table is measured at K=128, and
     narrower rows take fewer lanes per row."""
-    w, rw, lpr, hint = pick_config(BHV, state_dtype)
+    w, rw, lpr, hint, fast = pick_config(BHV, state_dtype)
     while lpr > 1 and K % (lpr * vec_elems(state_dtype)):
         lpr //= 2
     while rw > 1 and rw * (32 // lpr) > 32:       # a warp owns at most 32 rows
         rw //= 2
-    return w, rw, lpr, hint
+    return w, rw, lpr, hint, fast
+
+
+def is_dense(t):
+    """Whether ``t`` has the row-major dense strides of its shape (size-1 dims: any stride, as
+    their index is always 0), so the kernel may use compile-time strides."""
+    want = 1
+    for n, st in zip(reversed(t.shape), reversed(t.stride())):
+        if n != 1 and st != want:
+            return False
+        want *= n
+    return True
 
 
 def blocks_per_head(V, w, rw, lpr):
@@ -94,7 +109,7 @@ def supports(problem):
     if problem.K not in HEAD_DIMS:
         return False, (f"K in {HEAD_DIMS} (each row is split into 16-byte vectors over a "
                        f"power-of-two lane group), got K={problem.K}")
-    w, rw, _, _ = pick_config(problem.B * problem.HV, problem.state_dtype)
+    w, rw = pick_config(problem.B * problem.HV, problem.state_dtype)[:2]
     grid = problem.B * problem.HV * blocks_per_head(problem.V, w, rw, 32)   # the largest grid
     if grid > MAX_GRID_X:
         return False, f"grid of {grid} blocks exceeds {MAX_GRID_X} (B*HV={problem.B * problem.HV})"
@@ -117,6 +132,8 @@ class Bound:
         st = (f[28] | f[29] | f[30] | f[31] | f[32] | f[33]) * es   # state/new_state strides
         io = (f[10] | f[11] | f[12] | f[13] | f[14] | f[15]) * eio  # q/k strides
         self.strides_aligned = (st | io) & 15 == 0
+        self.dense = all(is_dense(t) for t in (q, k, v, state, A_log, a, dt_bias, b, out,
+                                                 new_state))
         self.launches = {}
         if self.strides_aligned:
             self.vec16 = self.make(True)
@@ -126,10 +143,10 @@ class Bound:
         sd, io, ad, bd, dd = self.dtypes
         config = self.config
         if config is None:
-            w, rw, lpr, hint = table_config(B * HV, sd, K)
+            w, rw, lpr, hint, fast = table_config(B * HV, sd, K)
         else:
             w, rw, lpr, hint = config[:4]
-        fast = FASTGATE if config is None or len(config) < 5 else config[4]
+            fast = FASTGATE if len(config) < 5 else config[4]
         if not vec16:
             lpr, hint = min(32, K), 0                  # element loads: one element per lane
         why = valid_config(K, V, sd, w, rw, lpr, vec16)
@@ -137,7 +154,7 @@ class Bound:
             raise ValueError(f"cuda-v4: launch config invalid: {why}")
         defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
                                   w=w, rw=rw, lpr=lpr, vec16=int(vec16), hint=hint,
-                                  fastgate=fast)
+                                  fastgate=fast, dense=int(self.dense))
         kern = cuda_build.get_kernel(SOURCE, KERNEL, defs, self.dev)
         bph = blocks_per_head(V, w, rw, lpr)
         launch = cuda_build.Launch(kern, B * HV * bph, 32 * w, self.dev, self.values)

@@ -17,14 +17,16 @@ GRID_LIMIT = 2**31 - 1
 
 # GPU name substring -> state dtype -> rows (max B*HV inclusive or None, BV, num_warps,
 # num_stages).  "default" serves GPUs without a row.  Small B*HV takes small tiles so that
-# enough programs cover the SMs (B=1 at HV=8: 8 heads x 16 tiles = 128 programs on 132 SMs).
+# enough programs cover the SMs (B=1 at HV=8 on the H100: 8 heads x 64 tiles of 2 rows).
 LAUNCH_TABLE = {
     # Measured on an NVIDIA H100 80GB HBM3 (2026-11-22, torch 2.11, triton 3.6, contest
-    # geometry HV=8, cold L2, CUDA-graph time): the fastest config per batch size from
-    # `python3 bench/gpu_triton.py` (bench/results/h100-80gb-hbm3/gpu_triton_sweep.csv).
+    # geometry HV=8): the fastest shape per batch size on the CUPTI kernel clock with state read
+    # and written cold, from `python3 -m gdnzoo.bench.gpu_tune`
+    # (bench/results/h100-80gb-hbm3/gpu_tune.csv).
     "H100": {
-        "fp32": [(64, 4, 1, 1), (128, 16, 1, 1), (256, 8, 1, 3), (384, 4, 1, 3), (512, 4, 1, 1), (1024, 8, 1, 1), (2048, 32, 8, 3), (None, 32, 8, 1)],
-        "bf16": [(8, 4, 1, 3), (64, 4, 1, 1), (128, 4, 1, 3), (256, 4, 1, 1), (384, 32, 8, 1), (512, 32, 8, 3), (None, 8, 1, 3)],
+        "fp32": [(32, 2, 1, 1), (64, 4, 1, 1), (256, 16, 1, 1), (384, 4, 1, 1), (2048, 2, 1, 1),
+                 (None, 32, 8, 1)],
+        "bf16": [(8, 2, 1, 1), (128, 32, 8, 1), (256, 4, 1, 1), (512, 32, 8, 1), (None, 8, 1, 1)],
     },
     "default": {
         "fp32": [(64, 8, 1, 1), (512, 16, 2, 1), (None, 32, 4, 1)],

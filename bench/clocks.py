@@ -227,6 +227,31 @@ def kernel_times(launch, iters: int, warmup: int = 3, start: int = 0) -> tuple[l
     return _kernel_times_torch_profiler(launch, iters, start), "torch.profiler"
 
 
+def interleaved_kernel_times(launches, reps: int, warmup: int = 3) -> tuple[list, str]:
+    """Kernel-clock samples of several launchers timed side by side in one session.
+
+    ``launches[j](i)`` runs candidate j with rotation index i; the session runs them round robin
+    (``reps`` timed launches each).  Returns ``(samples per candidate, method)``.  Which
+    candidate produced each sample is recorded as it runs, never inferred from positions, so
+    warm-up calls cannot shift the attribution.  Only for candidates with the same cache
+    policy (the floor's shapes): lines stored with normal L2 priority outlive a rotation of
+    evict-first (``st.global.cs``) traffic, so mixing policies can warm a neighbour's state.
+    """
+    m = len(launches)
+    ran = []
+
+    def launch(i):
+        j = i % m
+        ran.append(j)
+        launches[j](i)
+    samples, method = kernel_times(launch, m * reps, warmup=warmup)
+    ran = ran[len(ran) - len(samples):]
+    per = [[] for _ in range(m)]
+    for j, t in zip(ran, samples):
+        per[j].append(t)
+    return per, method
+
+
 # -------------------------------------------------------------------------------- graph clock
 
 class GraphUnsupported(RuntimeError):

@@ -10,6 +10,7 @@ empty-kernel time, measured in the same run.  Without CuPy, a torch ``mul_`` sta
 from __future__ import annotations
 
 import functools
+import itertools
 
 import torch
 
@@ -104,8 +105,10 @@ def configs(n4: int, sms: int, ok=None):
     return out
 
 
-def _launcher(bufs, cfgs, alpha=1.0, beta=0.0):
-    """launch(i): config i % len(cfgs) on buffer i % len(bufs) (consecutive calls never share a buffer)."""
+def _launcher(bufs, cfgs, alpha=1.0, beta=0.0, turn=None):
+    """launch(i): config i % len(cfgs) on the next buffer of ``turn`` (an itertools.count shared
+    by every session over ``bufs``, so a new session never restarts on buffers just written;
+    default: buffer i % len(bufs))."""
     import numpy as np
     _, kern = _module()
     import cupy
@@ -116,7 +119,8 @@ def _launcher(bufs, cfgs, alpha=1.0, beta=0.0):
     def launch(i):
         vpt, blk, grid = cfgs[i % len(cfgs)]
         with _stream():
-            kern[(vpt, blk)]((grid,), (blk,), (arrs[i % len(arrs)], n4, one, zero))
+            j = i if turn is None else next(turn)
+            kern[(vpt, blk)]((grid,), (blk,), (arrs[j % len(arrs)], n4, one, zero))
     return launch
 
 
@@ -171,10 +175,12 @@ def floor_times(set_bytes: int, iters: int = 100, search_reps: int = 8, l2: int 
     cfgs, dropped = search_configs(set_bytes // 16, sms, probe=bufs[0])
     if not cfgs:
         raise RuntimeError("floor: no launch shape could be launched: " + "; ".join(dropped[:4]))
-    samples, method = clocks.kernel_times(_launcher(bufs, cfgs), len(cfgs) * search_reps)
-    med = [clocks.summarize(samples[c::len(cfgs)])["median"] for c in range(len(cfgs))]
+    turn = itertools.count()
+    per, method = clocks.interleaved_kernel_times(
+        [_launcher(bufs, [c], turn=turn) for c in cfgs], search_reps)
+    med = [clocks.summarize(s)["median"] for s in per]
     best = cfgs[min(range(len(cfgs)), key=med.__getitem__)]
-    samples, method = clocks.kernel_times(_launcher(bufs, [best]), iters)
+    samples, method = clocks.kernel_times(_launcher(bufs, [best], turn=turn), iters)
     vpt, blk, grid = best
     config = f"float4 x{vpt}/thread, {blk} threads, grid {grid}"
     if dropped:

@@ -1,22 +1,17 @@
-"""GPU check and tuning of the CUDA backends (cuda-v1, cuda-v4).  Run from the repo root:
+"""GPU check of the CUDA backends (cuda-v1, cuda-v4).  Run from the repo root:
 
-    python3 bench/gpu_cuda.py            # writes $OUT (default /tmp/out)/gpu_cuda.{json,csv,log}
+    python3 bench/gpu_cuda.py            # writes $OUT (default /tmp/out)/gpu_cuda.{json,log}
 
 1. correctness of both kernels vs the float64 reference (PASS/FAIL counts, failures listed);
-2. kernel time: cuda-v4 over every launch config (W warps/block, RW row groups/warp), cuda-v1,
-   and an in-place streaming floor over the same bytes, for B in BATCHES x fp32/bf16 state at
-   the contest shape.  Timing: a CUDA graph of one launch per state set, rotating over >= 256 MB
-   of in-place state sets (reads and writes cold in the 50 MB L2), CUDA events around replays,
-   no sync inside; median of replays, per call;
+2. accuracy of the precise and fast gates (relative error of g over a in [-30, 30]);
 3. host time of an eager gdnzoo.decode(algo=...) call at B=1 and of its parts;
 4. registers / local memory of every compiled cuda-v4 variant.
-Each part catches its own errors.  Prints a short table last.
+Launch shapes are measured by ``python3 -m gdnzoo.bench.gpu_tune`` (kernel clock).  Each part
+catches its own errors.  Prints a short summary last.
 """
 from __future__ import annotations
 
-import csv
 import json
-import math
 import os
 import statistics
 import sys
@@ -28,14 +23,11 @@ import torch
 
 from gdnzoo import cuda_build
 from gdnzoo.backends import cuda_v1, cuda_v4
-from gdnzoo.bench.clocks import graph_times
 from gdnzoo.compare import check_close, relative_error
 from gdnzoo.inputs import make_inputs
 from gdnzoo.reference import reference_outputs
 
 OUT = Path(os.environ.get("OUT", "/tmp/out"))
-BATCHES = (1, 4, 8, 16, 32, 48, 64, 128, 256, 512)
-ROTATE_BYTES = 256 << 20
 F32, BF16 = torch.float32, torch.bfloat16
 DT = {"fp32": F32, "bf16": BF16}
 LOG = []
@@ -176,7 +168,7 @@ def gate_accuracy():
     for fast in (0, 1):
         out = torch.empty(B, 1, HV, 128, dtype=BF16, device="cuda")
         ns = torch.empty_like(x.state)
-        w, rw, lpr, hint = cuda_v4.pick_config(B * HV, F32)
+        w, rw, lpr, hint = cuda_v4.pick_config(B * HV, F32)[:4]
         cuda_v4.run(*x.args(), out, ns, False, config=(w, rw, lpr, hint, fast))
         torch.cuda.synchronize()
         s64 = x.state.double()
@@ -184,122 +176,6 @@ def gate_accuracy():
         res[f"fastgate={fast}"] = float(((g - g_ref).abs() / g_ref.clamp_min(1e-30)).max())
     log("gate accuracy (max rel err of g over a in [-30, 30]):", res)
     return res
-
-
-# ---------------------------------------------------------------------------------- timing
-
-_FLOOR_SRC = r"""
-template <int VPT> __global__ void stream_inplace(float4* x, long long n4, float a, float b) {
-    long long i0 = (long long)blockIdx.x * blockDim.x * VPT + threadIdx.x;
-    float4 v[VPT];
-#pragma unroll
-    for (int j = 0; j < VPT; ++j) { long long i = i0 + j * blockDim.x; if (i < n4) v[j] = x[i]; }
-#pragma unroll
-    for (int j = 0; j < VPT; ++j) {
-        long long i = i0 + j * blockDim.x;
-        if (i < n4) { float4 t = v[j]; t.x = t.x*a+b; t.y = t.y*a+b; t.z = t.z*a+b; t.w = t.w*a+b; x[i] = t; }
-    }
-}
-"""
-_floor_mod = None
-
-
-def floor_launcher(sets, vpt, block):
-    import cupy
-    import numpy as np
-    global _floor_mod
-    if _floor_mod is None:
-        names = [f"stream_inplace<{v}>" for v in (1, 2, 4)]
-        _floor_mod = cupy.RawModule(code=_FLOOR_SRC, options=("-std=c++17",), name_expressions=names)
-    fn = _floor_mod.get_function(f"stream_inplace<{vpt}>")
-    n4 = sets[0].numel() * sets[0].element_size() // 16
-    grid = -(-n4 // (block * vpt))
-    ptrs = [np.uint64(s.data_ptr()) for s in sets]
-    a, b, n = np.float32(1.0), np.float32(0.0), np.int64(n4)
-
-    def launch(i):
-        with cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-            fn((grid,), (block,), (ptrs[i % len(ptrs)], n, a, b))
-    return launch
-
-
-def graph_time(launch, n_calls, replays=7):
-    """Per-call us: one graph of n_calls launches (launch(i) uses state set i), median replay;
-    the graph clock of ``gdnzoo bench``."""
-    ts = graph_times(launch, n_calls, replays, warmup=1)
-    return statistics.median(ts), (min(ts), max(ts))
-
-
-def candidates(sd):
-    """Stage-1 launch shapes (W, RW, LPR, HINT=0, FASTGATE=0) at K = V = 128: at most 64 state
-    floats per lane and 128 rows per block."""
-    vec = cuda_v4.vec_elems(sd)
-    out = []
-    for lpr in (8, 16, 32):
-        if 128 % (lpr * vec):
-            continue
-        per_row = 128 // lpr                       # state floats per lane per row
-        for w in (1, 2, 4, 8):
-            for rw in (1, 2, 4, 8, 16):
-                rows = rw * (32 // lpr)
-                if rows > 32 or w * rows > 128 or rw * per_row > 64:
-                    continue
-                out.append((w, rw, lpr, 0, 0))
-    return out
-
-
-def cfg_name(cfg):
-    return "W=%d,RW=%d,LPR=%d,HINT=%d,FAST=%d" % tuple(cfg)
-
-
-def parse_cfg(name):
-    return tuple(int(kv.split("=")[1]) for kv in name.replace("table ", "").split(","))
-
-
-def timing(sd_name, B, quick=False):
-    sd = DT[sd_name]
-    x = make_inputs(B=B, T=1, H=4, HV=8, K=128, V=128, state_dtype=sd, device="cuda", seed=7)
-    set_bytes = x.state.numel() * x.state.element_size()
-    n_sets = max(2, math.ceil(ROTATE_BYTES / set_bytes))
-    sets = [torch.randn(x.state.shape, device="cuda").mul_(0.05).to(sd) for _ in range(n_sets)]
-    out = torch.empty(B, 1, 8, 128, dtype=BF16, device="cuda")
-    n_calls = max(n_sets, 16)
-    rows = []
-
-    def rec(backend, cfg, us, spread):
-        rows.append(dict(sd=sd_name, B=B, backend=backend, config=cfg, us=us, lo=spread[0], hi=spread[1]))
-
-    best_floor = None
-    for vpt in (1, 2, 4):
-        for block in (256, 512, 1024):
-            us, sp = graph_time(floor_launcher(sets, vpt, block), n_calls)
-            rec("floor", f"vpt={vpt},block={block}", us, sp)
-            best_floor = us if best_floor is None else min(best_floor, us)
-
-    def backend_launch(mod, **kw):
-        def launch(i):
-            s = sets[i % n_sets]
-            mod.run(x.q, x.k, x.v, s, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, s, False, **kw)
-        return launch
-
-    us, sp = graph_time(backend_launch(cuda_v1), n_calls)
-    rec("cuda-v1", "", us, sp)
-    us, sp = graph_time(backend_launch(cuda_v4), n_calls)
-    rec("cuda-v4", "table " + cfg_name(cuda_v4.pick_config(B * 8, sd) + (cuda_v4.FASTGATE,)), us, sp)
-    stage1 = []
-    for cfg in candidates(sd):
-        us, sp = graph_time(backend_launch(cuda_v4, config=cfg), n_calls)
-        rec("cuda-v4", cfg_name(cfg), us, sp)
-        stage1.append((us, cfg))
-    # Stage 2: cache hints and fast gates on the two best shapes.
-    for _, (w, rw, lpr, _, _) in sorted(stage1)[:2]:
-        for hint, fast in ((1, 0), (2, 0), (3, 0), (0, 1), (3, 1)):
-            cfg = (w, rw, lpr, hint, fast)
-            us, sp = graph_time(backend_launch(cuda_v4, config=cfg), n_calls)
-            rec("cuda-v4", cfg_name(cfg), us, sp)
-    del sets
-    torch.cuda.empty_cache()
-    return rows, best_floor
 
 
 # ------------------------------------------------------------------------------------ host
@@ -368,21 +244,6 @@ def main():
     log("env", env)
     counts = part("correctness", correctness)
     RESULTS["gate_accuracy"] = part("gate accuracy", gate_accuracy)
-    summary = []
-    best_cfg = {}
-    for sd in ("fp32", "bf16"):
-        for B in BATCHES:
-            r = part(f"timing {sd} B={B}", timing, sd, B)
-            if r is None:
-                continue
-            rows, fl = r
-            RESULTS["timing"] += rows
-            v4 = [x for x in rows if x["backend"] == "cuda-v4" and not x["config"].startswith("table")]
-            best = min(v4, key=lambda x: x["us"])
-            tab = [x for x in rows if x["config"].startswith("table")][0]
-            v1 = [x for x in rows if x["backend"] == "cuda-v1"][0]
-            best_cfg[(sd, B)] = best["config"]
-            summary.append((sd, B, fl, v1["us"], tab["us"], best["us"], best["config"]))
     host = part("host", host_time) or []
     RESULTS["host"] = host
     for (dev, src, name, defs), k in cuda_build._kernels.items():
@@ -390,10 +251,6 @@ def main():
                                          regs=k.num_regs, local_bytes=k.local_bytes,
                                          smem=k.static_smem))
     (OUT / "gpu_cuda.json").write_text(json.dumps(dict(env=env, **RESULTS), indent=1, default=str))
-    with open(OUT / "gpu_cuda.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["sd", "B", "backend", "config", "us", "lo", "hi"])
-        w.writeheader()
-        w.writerows(RESULTS["timing"])
     (OUT / "gpu_cuda.log").write_text("\n".join(LOG))
 
     print("\n==== cuda backends on", env["gpu"], "====")
@@ -404,27 +261,8 @@ def main():
           f"..{max((r['regs'] for r in v4res), default=0)}, variants with local memory: "
           f"{sum(r['local_bytes'] > 0 for r in v4res)}")
     print("gate accuracy:", RESULTS.get("gate_accuracy"))
-    print(f"{'state':5} {'B':>4} {'floor':>7} {'v1':>7} {'v4 tab':>7} {'v4 best':>7} {'best/fl':>7}  best config")
-    for sd, B, fl, v1, tab, best, cfg in summary:
-        print(f"{sd:5} {B:4d} {fl:7.2f} {v1:7.2f} {tab:7.2f} {best:7.2f} {best / fl:7.3f}  {cfg}")
     for r in host:
         print(f"host  {r['what']:45} {r['us']:7.2f} us  [{r['lo']:.2f}, {r['hi']:.2f}]")
-    print("suggested CONFIG_TABLE rows (largest B*HV, W, RW, LPR, HINT); FAST column = best "
-          "with fast gates (set FASTGATE only if it wins everywhere and gate accuracy is fine):")
-    for sd in ("fp32", "bf16"):
-        rows, fast = [], []
-        for B in BATCHES:
-            if (sd, B) not in best_cfg:
-                continue
-            cfg = parse_cfg(best_cfg[(sd, B)])
-            fast.append(cfg[4])
-            if rows and rows[-1][1:] == cfg[:4]:
-                rows[-1] = (8 * B,) + cfg[:4]
-            else:
-                rows.append((8 * B,) + cfg[:4])
-        if rows:
-            rows[-1] = (None,) + rows[-1][1:]
-        print(f"  torch.{'float32' if sd == 'fp32' else 'bfloat16'}: {tuple(rows)},  FAST by B: {fast}")
 
 
 if __name__ == "__main__":

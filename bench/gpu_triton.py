@@ -5,9 +5,8 @@ Run from the repository root after ``pip install -e .``:  ``python3 bench/gpu_tr
 
 1. correctness of both kernels against the float64 reference (contest shape: B x state dtype x
    mode x T x l2norm; other geometries, K/V 64 and 256, strided views, 2^32 state elements);
-2. fla-recurrent launch-shape sweep (BV, num_warps, num_stages) per B and state dtype;
-3. fla-tma config sweep, timed the same way;
-4. eager host time per call at B=1 (gdnzoo.decode, the backend's run, Triton's own launch).
+2. fla-tma config sweep (fla-recurrent's launch shapes: ``python3 -m gdnzoo.bench.gpu_tune``);
+3. eager host time per call at B=1 (gdnzoo.decode, the backend's run, Triton's own launch).
 Kernel time: CUDA events around replays of a CUDA graph of N in-place calls that rotate over
 distinct state sets totalling >= 256 MB (5x the H100's 50 MB L2), so state reads and writes
 miss L2; no synchronization inside the timed region.  A graph of N empty kernels measured the
@@ -39,14 +38,11 @@ OUT = os.environ.get("OUT", "/tmp/out")
 DEV = "cpu" if SMOKE else "cuda"
 ROT_BYTES = 256 << 20
 SWEEP_B = [1, 4, 8, 16, 32, 48, 64, 128, 256, 512]
-REC_CFGS = [(bv, nw, 1) for bv, nw in [(4, 1), (4, 2), (4, 4), (8, 1), (8, 2), (8, 4), (8, 8),
-                                       (16, 1), (16, 2), (16, 4), (16, 8), (32, 1), (32, 2),
-                                       (32, 4), (32, 8), (64, 2), (64, 4), (64, 8)]]
 TMA_CFGS = [(8, 1, 1, 1, False), (8, 2, 1, 2, False), (16, 2, 2, 2, False), (16, 4, 2, 3, False),
             (32, 2, 4, 2, False), (32, 4, 4, 3, False), (16, 8, 4, 4, False), (64, 2, 8, 2, False),
             (16, 2, 4, 2, True), (32, 4, 4, 3, True)]
 DEADLINE = [float("inf")]      # sweeps stop starting new B values past it (4-minute budget)
-RESULTS = {"correctness": [], "sweep": [], "tma": [], "host": [], "overhead": {}, "compile": {},
+RESULTS = {"correctness": [], "tma": [], "host": [], "overhead": {}, "compile": {},
            "errors": []}
 
 
@@ -214,50 +210,6 @@ def launch_overhead():
     RESULTS["overhead"] = dict(empty_kernel_graph_us=med, min=lo, max=hi)
 
 
-def sweep_recurrent():
-    m = mods()["fla-recurrent"]
-    for sd in (torch.float32, torch.bfloat16):
-        sdn = "fp32" if sd == torch.float32 else "bf16"
-        for B in SWEEP_B:
-            if time.time() > DEADLINE[0]:
-                RESULTS["errors"].append(f"time budget: recurrent sweep skipped {sdn} B={B}")
-                continue
-            rot = Rotation(B, sd)
-            rows = []
-            for cfg in REC_CFGS:
-                if 128 % cfg[0] or cfg[0] * 128 > 64 * 32 * cfg[1] * 2:
-                    continue                                  # > 128 fp32 registers a thread
-                try:
-                    med, lo, hi = graph_time_us(
-                        lambda i, c=cfg: m.launch(*rot.args(i), config=c), rot.calls)
-                    rows.append(dict(backend="fla-recurrent", state=sdn, B=B, BV=cfg[0],
-                                     num_warps=cfg[1], num_stages=cfg[2], us=med, min=lo, max=hi,
-                                     nsets=rot.nsets))
-                except Exception as e:
-                    RESULTS["errors"].append(f"sweep {sdn} B={B} {cfg}: {e!r}")
-            # num_stages only matters for T>1 loops; check it on the two best at T=1 anyway
-            for r in sorted(rows, key=lambda r: r["us"])[:2]:
-                cfg = (r["BV"], r["num_warps"], 3)
-                try:
-                    med, lo, hi = graph_time_us(
-                        lambda i, c=cfg: m.launch(*rot.args(i), config=c), rot.calls)
-                    rows.append(dict(r, num_stages=3, us=med, min=lo, max=hi))
-                except Exception as e:
-                    RESULTS["errors"].append(f"sweep {sdn} B={B} {cfg}: {e!r}")
-            # the table's own choice through run() (the launch cache), same rotation
-            try:
-                med, lo, hi = graph_time_us(lambda i: m.run(*rot.args(i)), rot.calls)
-                BV, nw, ns = m.lookup_config(torch.cuda.get_device_name(), sdn, B * 8, 128, 128)
-                rows.append(dict(backend="fla-recurrent", state=sdn, B=B, BV=BV, num_warps=nw,
-                                 num_stages=ns, us=med, min=lo, max=hi, nsets=rot.nsets,
-                                 via="run (current table)"))
-            except Exception as e:
-                RESULTS["errors"].append(f"run {sdn} B={B}: {e!r}")
-            RESULTS["sweep"] += rows
-            del rot
-            torch.cuda.empty_cache()
-
-
 def sweep_tma():
     from gdnzoo.backends._triton_launch import ScratchAllocator
     m = mods()["fla-tma"]
@@ -353,7 +305,7 @@ def report():
     RESULTS["env"] = environment()
     with open(os.path.join(OUT, "gpu_triton.json"), "w") as f:
         json.dump(RESULTS, f, indent=1, default=str)
-    rows = RESULTS["sweep"] + RESULTS["tma"]
+    rows = RESULTS["tma"]
     if rows:
         keys = sorted({k for r in rows for k in r})
         with open(os.path.join(OUT, "gpu_triton_sweep.csv"), "w") as f:
@@ -368,28 +320,15 @@ def report():
             + (f"  first fail: {bad[0]}" if bad else ""))
     if RESULTS["overhead"]:
         log(f"empty kernel, same graph method: {RESULTS['overhead']['empty_kernel_graph_us']:.2f} us/call")
-    table = {}
-    log("best per B (graph time, us/call, cold L2):  state  B  | recurrent BV/nw/ns  us | table us | tma BV/tiles/nw/ns/ws  us")
+    log("fla-tma best per B (graph time, us/call, cold L2):  state  B  | BV/tiles/nw/ns/ws  us"
+        "  (fla-recurrent shapes: python3 -m gdnzoo.bench.gpu_tune)")
     for sdn in ("fp32", "bf16"):
-        table[sdn] = []
         for B in SWEEP_B:
-            rec = [r for r in RESULTS["sweep"] if r["state"] == sdn and r["B"] == B and "via" not in r]
-            cur = [r for r in RESULTS["sweep"] if r["state"] == sdn and r["B"] == B and "via" in r]
             tma = [r for r in RESULTS["tma"] if r["state"] == sdn and r["B"] == B]
-            if not rec:
-                continue
-            b = min(rec, key=lambda r: r["us"])
-            table[sdn].append((B * 8, b["BV"], b["num_warps"], b["num_stages"]))
-            t = min(tma, key=lambda r: r["us"]) if tma else None
-            log(f"  {sdn} {B:4d} | {b['BV']:2d}/{b['num_warps']}/{b['num_stages']} {b['us']:7.2f}"
-                f" [{b['min']:.2f}-{b['max']:.2f}] | {cur[0]['us'] if cur else float('nan'):7.2f} | "
-                + (f"{t['BV']}/{t['tiles']}/{t['num_warps']}/{t['num_stages']}/{int(t['ws'])} {t['us']:7.2f}" if t else "-"))
-    if any(table.values()):
-        for sdn in table:                          # last row open-ended
-            if table[sdn]:
-                table[sdn][-1] = (None,) + table[sdn][-1][1:]
-        log("suggested LAUNCH_TABLE row (max B*HV, BV, num_warps, num_stages):")
-        log(f"  {json.dumps(table)}")
+            if tma:
+                t = min(tma, key=lambda r: r["us"])
+                log(f"  {sdn} {B:4d} | {t['BV']}/{t['tiles']}/{t['num_warps']}/{t['num_stages']}/"
+                    f"{int(t['ws'])} {t['us']:7.2f}")
     for r in RESULTS["host"]:
         log(f"host B=1 {r['backend']:13s} {r['what']:26s} median {r['us']:6.1f} us [{r['min']:.1f}-{r['max']:.1f}]")
     for tag, lst in RESULTS["compile"].items():
@@ -407,7 +346,6 @@ def main():
     if not SMOKE:
         guarded("launch overhead", launch_overhead)
         guarded("host time", host_times)
-        guarded("sweep fla-recurrent", sweep_recurrent)
         guarded("sweep fla-tma", sweep_tma)
         guarded("compile report", compile_report)
     log(f"total {time.time() - t0:.0f}s")

@@ -4,7 +4,7 @@
     compute-sanitizer --tool racecheck python3 bench/sanitize_cuda.py
 
 Cases: cuda-v1 and cuda-v4, B in {1, 64}, fp32 and bf16 state, in place and destination-passing,
-T=2 with the L2 norm, plus a misaligned state (cuda-v4's element-load variant), V=96
+T=2 with the L2 norm, plus a misaligned state (cuda-v4's element-load variant), a strided q (runtime strides), V=96
 (partial row blocks) and other cuda-v4 launch shapes / cache hints / fast gates.  Prints one line per case and a max error vs the fp32 reference.
 """
 from __future__ import annotations
@@ -16,8 +16,12 @@ from gdnzoo.inputs import make_inputs
 from gdnzoo.reference import reference_decode
 
 
-def one(mod, B, sd, inplace, V=128, misalign=False, **kw):
+def one(mod, B, sd, inplace, V=128, misalign=False, strided=False, **kw):
     x = make_inputs(B=B, T=2, H=4, HV=8, K=128, V=V, state_dtype=sd, device="cuda", seed=B)
+    if strided:         # q as a view into a wider buffer: not dense, runtime strides
+        wide = torch.zeros(B, 2, 4, 256, dtype=x.q.dtype, device="cuda")
+        wide[..., :128].copy_(x.q)
+        x.q = wide[..., :128]
     state = x.state.clone()
     if misalign:
         buf = torch.empty(state.numel() + 1, dtype=sd, device="cuda")
@@ -44,6 +48,9 @@ def main():
         print(f"{name} V=96 bf16: max err {err:.2e}")
     err = one(cuda_v4, 4, torch.float32, True, misalign=True)
     print(f"cuda-v4 misaligned fp32: max err {err:.2e}")
+    for sd in (torch.float32, torch.bfloat16):
+        err = one(cuda_v4, 4, sd, False, strided=True)
+        print(f"cuda-v4 strided q (runtime strides) {sd}: max err {err:.2e}")
     # Other lane splits, cache hints and fast gates (W, RW, LPR, HINT, FASTGATE).
     for sd, cfg in ((torch.float32, (4, 4, 8, 3, 1)), (torch.float32, (1, 8, 16, 1, 0)),
                     (torch.bfloat16, (2, 4, 8, 3, 1)), (torch.bfloat16, (8, 16, 16, 2, 0))):

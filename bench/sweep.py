@@ -9,6 +9,7 @@ destination passing, new-state sets) that reads and writes miss L2.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import sys
@@ -221,13 +222,19 @@ def measure_cell(c: Cell, timing, iters, device, seed=0):
     out = torch.empty(c.B, c.T, c.HV, c.V, dtype=inp.v.dtype, device=device)
     q, k, v, A_log, a, dt_bias, b = inp.q, inp.k, inp.v, inp.A_log, inp.a, inp.dt_bias, inp.b
 
+    # One rotation for every clock and warm-up of the cell (the clocks' own indices restart at
+    # 0 each session, so indexing sets by them would re-touch sets just written, still in L2).
+    turn = itertools.count()
+
     def launch(i):
-        st = S[i % n]
-        raw(q, k, v, st, A_log, a, dt_bias, b, scale, out, st if NS is None else NS[i % n], c.l2norm)
+        j = next(turn) % n
+        st = S[j]
+        raw(q, k, v, st, A_log, a, dt_bias, b, scale, out, st if NS is None else NS[j], c.l2norm)
 
     def call(i):
-        public(q, k, v, S[i % n], A_log, a, dt_bias, b, scale, out=out,
-               new_state=None if NS is None else NS[i % n], use_qk_l2norm=c.l2norm)
+        j = next(turn) % n
+        public(q, k, v, S[j], A_log, a, dt_bias, b, scale, out=out,
+               new_state=None if NS is None else NS[j], use_qk_l2norm=c.l2norm)
 
     for i in range(WARMUP_CALLS):      # compile-on-first-shape backends settle over a few calls
         call(i)

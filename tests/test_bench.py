@@ -153,6 +153,28 @@ def test_floor_search_skips_unlaunchable_shapes(monkeypatch):
     assert any("OUT_OF_RESOURCES" in n for n in notes)
 
 
+def test_interleaved_times_follow_the_launches_not_positions(monkeypatch):
+    """Warm-up launches precede the timed ones; samples must still go to who ran them."""
+    ran = []
+
+    def fake_kernel_times(launch, iters, warmup=3, start=0):
+        for i in range(warmup):
+            launch(start + i)
+        ran.clear()
+        for i in range(iters):
+            launch(start + warmup + i)
+        return [10.0 * who for who in ran], "fake"
+
+    def make(j):
+        def launch(i):
+            ran.append(j)
+        return launch
+    monkeypatch.setattr(clocks, "kernel_times", fake_kernel_times)
+    per, method = clocks.interleaved_kernel_times([make(j) for j in range(5)], reps=4)
+    assert method == "fake" and [len(s) for s in per] == [4] * 5
+    assert all(set(s) == {10.0 * j} for j, s in enumerate(per))
+
+
 def test_ns_per_tick():
     assert clocks.ns_per_tick((0, 0), (1_000_000, 1_000_000)) == 1.0
     assert clocks.ns_per_tick((0, 0), (1_000_000, 1_005_000)) == 1.0      # within tolerance

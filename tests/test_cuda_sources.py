@@ -23,17 +23,19 @@ F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 NVCC = shutil.which("nvcc")
 
 # (source, state, io, a, b, dt_bias, K, l2norm, extra -D)
-def _v4(V=128, T=1, HV=8, GVA=2, W=2, RW=2, LPR=32, VEC16=1, HINT=0, FAST=0):
+def _v4(V=128, T=1, HV=8, GVA=2, W=2, RW=2, LPR=32, VEC16=1, HINT=0, FAST=0, DENSE=0):
     return dict(v=V, t=T, hv=HV, gva=GVA, w=W, rw=RW, lpr=LPR, vec16=VEC16, hint=HINT,
-                fastgate=FAST)
+                fastgate=FAST, dense=DENSE)
 
 
 VARIANTS = [
     (cuda_v1.SOURCE, F32, BF16, BF16, BF16, F32, 128, False, {}),
     (cuda_v1.SOURCE, BF16, F16, F16, BF16, BF16, 128, True, {}),
     (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, False, _v4()),
-    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, True, _v4(W=4, RW=4, LPR=8, HINT=3, FAST=1)),
-    (cuda_v4.SOURCE, BF16, F16, F16, F16, BF16, 128, True, _v4(T=3, W=1, RW=8, LPR=16, HINT=1)),
+    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, True, _v4(W=4, RW=4, LPR=8, HINT=3, FAST=1,
+                                                                 DENSE=1)),
+    (cuda_v4.SOURCE, BF16, F16, F16, F16, BF16, 128, True, _v4(T=3, W=1, RW=8, LPR=16, HINT=1,
+                                                                  DENSE=1)),
     (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 128, False, _v4(W=8, RW=4, LPR=8, HINT=2, FAST=1)),
     (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, True, _v4(V=96, HV=64, GVA=4, W=4, RW=1,
                                                                  VEC16=0)),
@@ -151,9 +153,9 @@ def test_v4_config_table():
         rows = cuda_v4.CONFIG_TABLE[sd]
         his = [r[0] for r in rows]
         assert his[-1] is None and his[:-1] == sorted(his[:-1])
-        for _, w, rw, lpr, hint in rows:
+        for _, w, rw, lpr, hint, fast in rows:
             assert cuda_v4.valid_config(128, 128, sd, w, rw, lpr) == "", (sd, w, rw, lpr)
-            assert hint in (0, 1, 2, 3)
+            assert hint in (0, 1, 2, 3) and fast in (0, 1)
     assert cuda_v4.valid_config(128, 128, BF16, 1, 1, 32)          # 32 lanes x 8 > K
     assert cuda_v4.valid_config(128, 128, F32, 1, 17, 16)          # 17 groups of 2 rows > 32
     assert cuda_v4.valid_config(128, 128, F32, 16, 1, 32)          # too many warps
@@ -206,11 +208,11 @@ def test_v4_launch_marshalling(fake_gpu):
     assert len(compiled) == 1 and len(launches) == 2
     src, name, defs, _ = compiled[0]
     assert (src, name) == ("cuda_v4.cu", "gdn_decode_v4")
-    w, rw, lpr, hint = cuda_v4.pick_config(8, F32)
+    w, rw, lpr, hint, fast = cuda_v4.pick_config(8, F32)
     assert defs == dict(GDN_K=128, GDN_V=128, GDN_T=1, GDN_HV=8, GDN_GVA=2, GDN_STATE_DT=0,
                         GDN_IO_DT=1, GDN_A_DT=1, GDN_B_DT=1, GDN_DTB_DT=0, GDN_L2NORM=0,
                         GDN_W=w, GDN_RW=rw, GDN_LPR=lpr, GDN_VEC16=1, GDN_HINT=hint,
-                        GDN_FASTGATE=cuda_v4.FASTGATE)
+                        GDN_FASTGATE=fast, GDN_DENSE=1)
     func, grid, block, _, f = launches[0]
     assert block == 32 * w and grid == 8 * cuda_v4.blocks_per_head(128, w, rw, lpr)
     assert f["state"] == f["new_state"] == x.state.data_ptr() and f["q"] == x.q.data_ptr()
@@ -229,6 +231,25 @@ def test_v4_launch_marshalling(fake_gpu):
     assert (compiled[-1][2]["GDN_LPR"], compiled[-1][2]["GDN_HINT"]) == (16, 3)
     with pytest.raises(ValueError, match="LPR"):
         _call(cuda_v4, x, config=(1, 1, 64, 0))
+
+
+def test_v4_dense_flag_follows_the_strides(fake_gpu):
+    compiled, _ = fake_gpu
+    x = make_inputs(B=2, T=2, H=2, HV=4, K=64, V=64)
+    _call(cuda_v4, x)
+    assert compiled[-1][2]["GDN_DENSE"] == 1
+    wide = torch.zeros(2, 2, 2, 2 * 64, dtype=x.q.dtype)      # q as a strided view: not dense
+    wide[..., :64].copy_(x.q)
+    x.q = wide[..., :64]
+    _call(cuda_v4, x)
+    assert compiled[-1][2]["GDN_DENSE"] == 0
+
+
+def test_is_dense_ignores_size_one_dims():
+    t = torch.zeros(1, 1, 4, 8)
+    assert cuda_v4.is_dense(t) and cuda_v4.is_dense(t.as_strided((1, 1, 4, 8), (999, 7, 8, 1)))
+    assert not cuda_v4.is_dense(torch.zeros(4, 8).t())
+    assert not cuda_v4.is_dense(torch.zeros(3, 4, 16)[:, :, :8])
 
 
 def test_bind_is_reused_and_keeps_no_tensors(fake_gpu):
@@ -257,7 +278,7 @@ def test_v4_falls_back_to_element_loads_when_misaligned(fake_gpu):
     x.state = big[1:].view(2, 4, 32, 128)                    # 2-byte offset: not 16-byte aligned
     _call(cuda_v4, x)                                         # same signature, new pointer
     assert compiled[-1][2]["GDN_VEC16"] == 0 and compiled[-1][2]["GDN_LPR"] == 32
-    w, rw, _, _ = cuda_v4.pick_config(8, BF16)
+    w, rw = cuda_v4.pick_config(8, BF16)[:2]
     assert launches[-1][1] == 8 * cuda_v4.blocks_per_head(32, w, rw, 32)   # one row per group
     assert launches[-1][4]["state"] == x.state.data_ptr()
 
@@ -368,5 +389,5 @@ def test_v4_table_config_fits_every_head_dim(sd, K):
     # The table is measured at K=128; every batch size must give a valid shape for each K.
     from gdnzoo.backends import cuda_v4
     for BHV in (8, 32, 64, 128, 512, 4096, 1 << 20):
-        w, rw, lpr, hint = cuda_v4.table_config(BHV, sd, K)
+        w, rw, lpr, hint, fast = cuda_v4.table_config(BHV, sd, K)
         assert cuda_v4.valid_config(K, 128, sd, w, rw, lpr) == "", (BHV, K, w, rw, lpr)

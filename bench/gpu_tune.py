@@ -1,0 +1,201 @@
+"""Launch-shape search for cuda-v4 and fla-recurrent on the kernel clock of ``gdnzoo bench``.
+
+    python3 -m gdnzoo.bench.gpu_tune [--batches 1,4,...] [--dtypes fp32,bf16] [--reps 15]
+
+Per (state dtype, B) at the contest shape: the floor (its own shape search, SPEC section 6), then
+every candidate launch shape of both kernels on the CUPTI kernel clock, each in its own session
+over state sets rotated through several times the L2 (reads and writes cold; no
+synchronization inside a timed launch); stage 2 re-times the best shapes with cache-hint and
+gate-precision variants, in two rounds.  Medians per candidate;
+writes ``$OUT/gpu_tune.{csv,json}`` and prints the best shape per cell and table rows in the
+formats of ``cuda_v4.CONFIG_TABLE`` and ``triton_recurrent.LAUNCH_TABLE``.  Each candidate is
+first checked against the float64 reference (output and state, the contest rule plus a relative
+error bound); one that fails, or fails to compile or launch, is reported and never timed.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from gdnzoo.backends import cuda_v4, triton_recurrent
+from gdnzoo.bench import clocks, floor
+from gdnzoo.compare import check_close, relative_error
+from gdnzoo.inputs import make_inputs
+from gdnzoo.reference import reference_outputs
+
+DT = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def v4_shapes(sd):
+    """(W, RW, LPR) at K = V = 128: at most 64 state floats per lane, 128 rows per block."""
+    vec = cuda_v4.vec_elems(sd)
+    out = []
+    for lpr in (4, 8, 16, 32):
+        if 128 % (lpr * vec):
+            continue
+        for w in (1, 2, 4, 8):
+            for rw in (1, 2, 4, 8):
+                rows = rw * (32 // lpr)
+                if rows <= 32 and w * rows <= 128 and rw * 128 // lpr <= 64:
+                    out.append((w, rw, lpr))
+    return out
+
+
+def tri_shapes(sd):
+    """(BV, num_warps, num_stages) with at most 64 state elements per thread."""
+    return [(bv, nw, 1) for bv in (2, 4, 8, 16, 32, 64, 128) for nw in (1, 2, 4, 8)
+            if bv * 128 <= 64 * 32 * nw and bv * 128 >= 32 * nw * 4]
+
+
+class Cell:
+    def __init__(self, sd, B):
+        self.sd, self.B = sd, B
+        self.x = make_inputs(B=B, T=1, H=4, HV=8, K=128, V=128, state_dtype=DT[sd],
+                             device="cuda", seed=3)
+        self.set_bytes = self.x.state.numel() * self.x.state.element_size()
+        self.n = clocks.rotation_count(self.set_bytes, clocks.l2_bytes())
+        self.sets = [self.x.state.clone() for _ in range(self.n)]
+        self.turn = 0
+        self.out = torch.empty(B, 1, 8, 128, dtype=self.x.v.dtype, device="cuda")
+        self.ref = reference_outputs(self.x)
+
+    def call(self, fn, i):
+        """One launch on the next state set of the cell's rotation.  The rotation runs across
+        sessions (``i`` is ignored): every session restarting at set 0 would find the sets
+        the previous session just wrote still in L2."""
+        self.turn += 1
+        x, s = self.x, self.sets[self.turn % self.n]
+        fn(x.q, x.k, x.v, s, x.A_log, x.a, x.dt_bias, x.b, x.scale, self.out, s, False)
+
+
+def bound(cell, backend, cfg):
+    """A checked launcher for one candidate; raises if it cannot be built, launched, or is
+    wrong against the reference."""
+    x = cell.x
+    if backend == "cuda-v4":
+        def fn(*a, cfg=cfg):
+            cuda_v4.bind(*a, config=cfg)(*a)
+    else:
+        def fn(*a, cfg=cfg):
+            triton_recurrent.launch(*a, config=cfg)
+    s = x.state.clone()
+    out = torch.full_like(cell.out, float("nan"))
+    fn(x.q, x.k, x.v, s, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, s, False)
+    torch.cuda.synchronize()
+    ro, rs = cell.ref
+    for name, got, ref, bound_ in (("out", out, ro, 1e-2), ("state", s, rs, 1e-4 if
+                                   s.dtype == torch.float32 else 8e-3)):
+        ok, max_abs, _, n_bad = check_close(got, ref)
+        rel = relative_error(got, ref)
+        if not ok or not rel <= bound_:
+            raise AssertionError(f"{name} wrong: {n_bad} bad, max abs {max_abs:.1e}, rel {rel:.1e}")
+    return fn
+
+
+def time_candidates(cell, cands, reps, rounds=2):
+    """{(backend, cfg): samples}: each candidate in its own kernel-clock session, all candidates
+    once per round (so slow drift spreads over all of them).
+
+    Never interleaved within a session: the candidates store with different L2 eviction
+    priorities (``st.global.cs`` vs default), and lines written with normal priority outlive a
+    rotation's worth of evict-first traffic, so a neighbour could find its state in L2.
+    """
+    per = {(b, cfg): [] for b, cfg, _ in cands}
+    method = ""
+    for _ in range(rounds):
+        for b, cfg, fn in cands:
+            samples, method = clocks.kernel_times(lambda i, fn=fn: cell.call(fn, i), reps)
+            per[(b, cfg)] += samples
+    return per, method
+
+
+def stage(cell, todo, reps, log, rounds=1):
+    cands = []
+    for backend, cfg in todo:
+        try:
+            cands.append((backend, cfg, bound(cell, backend, cfg)))
+        except Exception as e:
+            log(f"  skip {backend} {cfg}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            torch.cuda.synchronize()
+    res, method = time_candidates(cell, cands, reps, rounds)
+    return {k: statistics.median(v) for k, v in res.items()}, res, method
+
+
+def write(out, rows):
+    with open(out / "gpu_tune.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["sd", "B", "backend", "config", "us", "stage"])
+        w.writeheader()
+        for r in rows:
+            w.writerow(dict(r, config=str(r["config"])))
+    env = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+               commit=os.environ.get("GDNZOO_COMMIT", "unknown"))
+    (out / "gpu_tune.json").write_text(json.dumps(dict(env=env, rows=rows), default=str, indent=1))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", default="1,4,8,16,32,48,64,128,256,512")
+    ap.add_argument("--dtypes", default="fp32,bf16")
+    ap.add_argument("--reps", type=int, default=12)
+    ap.add_argument("--backends", default="cuda-v4,fla-recurrent")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+
+    def log(s):
+        lines.append(s)
+        print(s, flush=True)
+
+    rows, best = [], {}
+    t0 = time.time()
+    for sd in args.dtypes.split(","):
+        for B in (int(b) for b in args.batches.split(",")):
+            cell = Cell(sd, B)
+            fl = floor.floor_times(cell.set_bytes)
+            fmed = statistics.median(fl["samples"])
+            rows.append(dict(sd=sd, B=B, backend="floor", config=fl["config"], us=fmed))
+            # Stage 1: every shape with hints and fast gates on; every Triton shape.
+            todo = [("cuda-v4", (w, rw, lpr, 3, 1)) for w, rw, lpr in v4_shapes(DT[sd])]
+            todo += [("fla-recurrent", c) for c in tri_shapes(sd)]
+            todo = [t for t in todo if t[0] in args.backends.split(",")]
+            med, _, method = stage(cell, todo, args.reps, log)
+            # Stage 2: cache hints x gate precision on the four best cuda-v4 shapes.
+            v4 = sorted((us, cfg) for (b, cfg), us in med.items() if b == "cuda-v4")[:4]
+            todo = [("cuda-v4", (w, rw, lpr, h, f)) for _, (w, rw, lpr, _, _) in v4
+                    for h in (0, 2, 3) for f in (0, 1)]
+            todo += [("fla-recurrent", cfg) for us, cfg in
+                     sorted((us, cfg) for (b, cfg), us in med.items() if b == "fla-recurrent")[:3]]
+            med2, _, _ = stage(cell, todo, args.reps, log, rounds=2)
+            for (b, cfg), us in med2.items():
+                rows.append(dict(sd=sd, B=B, backend=b, config=cfg, us=us, stage=2))
+            for (b, cfg), us in med.items():
+                rows.append(dict(sd=sd, B=B, backend=b, config=cfg, us=us, stage=1))
+            summary = [f"{sd} B={B:<4d} floor {fmed:7.2f}"]
+            for b in args.backends.split(","):
+                us, cfg = min((us, cfg) for (bb, cfg), us in med2.items() if bb == b)
+                best[(sd, B, b)] = (us, cfg)
+                summary.append(f"{b} {us:7.2f} ({us / fmed:.3f}) {cfg}")
+            log("  ".join(summary) + f"   [{time.time() - t0:.0f} s, {method}]")
+            write(out, rows)                # after every cell: a time-out keeps what was measured
+            del cell
+            torch.cuda.empty_cache()
+    write(out, rows)
+    log("\nsuggested rows (largest B*HV, config...), per dtype:")
+    for b in args.backends.split(","):
+        for sd in args.dtypes.split(","):
+            log(f"{b} {sd}: " + ", ".join(f"({B * 8}, {best[(sd, B, b)][1]})"
+                                        for (s, B, bb) in best if s == sd and bb == b))
+    (out / "gpu_tune.log").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
