@@ -112,10 +112,12 @@ def _version(dist):
 
 
 def _git_commit():
-    """HEAD of the checkout (``-dirty`` if modified), else ``$GDNZOO_COMMIT`` (for copies of a
-    tree without its .git, as on a lent GPU machine), else None."""
+    """``$GDNZOO_COMMIT`` when set (a copy of the tree on a lent GPU machine may carry a stale
+    .git), else HEAD of the checkout (``-dirty`` if modified), else None."""
     here = Path(__file__).resolve().parent.parent
     env = os.environ.get("GDNZOO_COMMIT") or None
+    if env:
+        return env
     try:
         c = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
                            timeout=5)
