@@ -391,3 +391,16 @@ def test_v4_table_config_fits_every_head_dim(sd, K):
     for BHV in (8, 32, 64, 128, 512, 4096, 1 << 20):
         w, rw, lpr, hint, fast = cuda_v4.table_config(BHV, sd, K)
         assert cuda_v4.valid_config(K, 128, sd, w, rw, lpr) == "", (BHV, K, w, rw, lpr)
+
+
+def test_tune_candidates_are_valid_and_cover_the_tables():
+    from gdnzoo.backends import triton_recurrent
+    from gdnzoo.bench import gpu_tune
+    for sd in (F32, BF16):
+        shapes = gpu_tune.v4_shapes(sd)
+        assert shapes and all(cuda_v4.valid_config(128, 128, sd, *s) == "" for s in shapes)
+        for _, w, rw, lpr, _, _ in cuda_v4.CONFIG_TABLE[sd]:
+            assert (w, rw, lpr) in shapes                      # every table row was measurable
+    tri = gpu_tune.tri_shapes("fp32")
+    for rows in triton_recurrent.LAUNCH_TABLE["H100"].values():
+        assert all(tuple(r[1:]) in tri for r in rows)
