@@ -22,7 +22,7 @@ import os
 
 import torch
 
-from gdnzoo.contract import Problem, check_aliasing, signature, validate
+from gdnzoo.contract import Problem, byte_span, check_aliasing, signature, validate
 from gdnzoo.registry import BackendInfo, Selection, launcher, list_backends
 from gdnzoo.registry import select as _select
 
@@ -30,26 +30,18 @@ __all__ = ["decode", "get", "list_backends", "select", "Problem", "BackendInfo",
 __version__ = "0.1.0"
 
 
-_FAST = {}          # signature + algo + ALGO env -> [Problem, scale, launcher or None, name]
+_FAST = {}          # signature + algo (+ ALGO env when no algo) -> [Problem, scale, launcher, name, spans]
 _FAST_MAX = 4096
 
 
-def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo):
-    """Validate and select, memoized on everything the verdict depends on."""
-    try:
-        if isinstance(scale, torch.Tensor):   # its value may change in place: never memoized
-            raise TypeError
-        key = (signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                         use_qk_l2norm), algo, os.environ.get("ALGO"))
-        hit = _FAST.get(key)
-    except (AttributeError, TypeError):      # non-tensors, tensor or unhashable scale: full path
-        key, hit = None, None
-    if hit is not None:
-        check_aliasing(state, out, new_state)
-        return hit
+def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
+             key):
+    """Validate and select (the slow path); the verdict is memoized under ``key`` if any."""
     p, s = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
                     use_qk_l2norm=use_qk_l2norm)
-    hit = [p, s, None, _select(p, algo).name]
+    spans = (byte_span(state), None if out is None else byte_span(out),
+             None if new_state is None or new_state is state else byte_span(new_state))
+    hit = [p, s, None, _select(p, algo).name, spans]
     if key is not None:
         if len(_FAST) >= _FAST_MAX:
             _FAST.clear()
@@ -57,11 +49,32 @@ def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk
     return hit
 
 
-def decode(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
-           use_qk_l2norm=False, algo=None):
-    """One GDN decode step (T tokens); returns ``(out, new_state)``.  See the module docstring."""
-    hit = _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-                   algo)
+def _decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo):
+    try:
+        if isinstance(scale, torch.Tensor):   # its value may change in place: never memoized
+            raise TypeError
+        # The ALGO variable only matters when no algo is named (it is re-read on every call).
+        key = (signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                         use_qk_l2norm), algo, os.environ.get("ALGO") if algo is None else None)
+        hit = _FAST.get(key)
+    except (AttributeError, TypeError):      # non-tensors, tensor or unhashable scale: full path
+        key, hit = None, None
+    if hit is None:
+        hit = _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                       use_qk_l2norm, algo, key)
+    else:
+        # Data-dependent checks a signature cannot cover (validate() made them on the slow
+        # path): byte ranges from the pointers and the signature's fixed extents.
+        ext_s, ext_o, ext_n = hit[4]
+        s0 = state.data_ptr()
+        if out is not None:
+            o0 = out.data_ptr()
+            if o0 < s0 + ext_s and s0 < o0 + ext_o:
+                check_aliasing(state, out, new_state)          # raises with the message
+        if ext_n is not None:
+            n0 = new_state.data_ptr()
+            if n0 < s0 + ext_s and s0 < n0 + ext_n:
+                check_aliasing(state, out, new_state)
     p, s, launch = hit[0], hit[1], hit[2]
     if out is None:
         out = torch.empty((p.B, p.T, p.HV, p.V), dtype=v.dtype, device=v.device)
@@ -74,6 +87,13 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_st
                                    new_state, use_qk_l2norm)
     launch(q, k, v, state, A_log, a, dt_bias, b, s, out, new_state, use_qk_l2norm)
     return out, new_state
+
+
+def decode(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
+           use_qk_l2norm=False, algo=None):
+    """One GDN decode step (T tokens); returns ``(out, new_state)``.  See the module docstring."""
+    return _decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
+                   algo)
 
 
 def select(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
@@ -96,8 +116,8 @@ def get(name: str):
 
     def call(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
              use_qk_l2norm=False):
-        return decode(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
-                      use_qk_l2norm=use_qk_l2norm, algo=name)
+        return _decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                       use_qk_l2norm, name)
     call.__name__ = f"decode[{name}]"
     call.__doc__ = f"gdnzoo.decode with algo={name!r}."
     return call

@@ -221,6 +221,14 @@ def signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_q
             scale, use_qk_l2norm)
 
 
+def byte_span(x) -> int:
+    """Bytes from ``x``'s first to one past its last element (0 when empty): fixed by shape,
+    strides and dtype, so a memoized signature can check overlaps from data pointers alone."""
+    if x.numel() == 0:
+        return 0
+    return (sum((n - 1) * st for n, st in zip(x.shape, x.stride())) + 1) * x.element_size()
+
+
 def _span(x):
     start = x.data_ptr()
     extent = sum((n - 1) * st for n, st in zip(x.shape, x.stride())) + 1

@@ -133,3 +133,23 @@ def test_memoized_decode_follows_the_algo_env(monkeypatch):
     monkeypatch.setenv("ALGO", "pt-compiled")
     gdnzoo.decode(*x.clone().args())
     assert calls[-2:] == ["pt-reference", "pt-compiled"]
+
+
+@pytest.mark.parametrize("which", ["out", "new_state"])
+def test_memoized_decode_still_refuses_overlapping_buffers(which):
+    # The memo skips validate(); the per-call overlap check must still catch an `out` or a
+    # `new_state` that lies inside state's memory, with the same signature as a good call.
+    x = make_inputs(B=2, T=1, H=2, HV=4, K=16, V=16, state_dtype=torch.bfloat16, seed=3)
+    B, T, HV, V = 2, 1, 4, 16
+    good = dict(out=torch.empty(B, T, HV, V, dtype=torch.bfloat16),
+                new_state=torch.empty_like(x.state))
+    gdnzoo.decode(*x.args(), **good, algo="pt-reference")              # memoizes the signature
+    flat = x.state.view(-1)
+    bad = dict(good)
+    if which == "out":
+        bad["out"] = flat[7:7 + B * T * HV * V].view(B, T, HV, V)       # dense, same signature
+    else:
+        bad["new_state"] = flat[:x.state.numel()].view(x.state.shape)[:, :]  # a distinct view
+    with pytest.raises(ValueError, match=which):
+        gdnzoo.decode(*x.args(), **bad, algo="pt-reference")
+    gdnzoo.decode(*x.args(), **good, algo="pt-reference")              # the good call still works
