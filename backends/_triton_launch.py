@@ -131,12 +131,19 @@ class Dispatcher:
                 dt_bias.stride(), out.stride(), state.stride(), new_state.stride(),
                 bool(use_qk_l2norm), new_state is state, q.get_device())
 
-    def call(self, base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+    @staticmethod
+    def pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state):
+        """The kernel's pointer arguments in signature order, and whether all are 16-byte
+        aligned (Triton specializes on that)."""
         ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), a.data_ptr(), b.data_ptr(),
                 A_log.data_ptr(), dt_bias.data_ptr(), out.data_ptr(), state.data_ptr(),
                 new_state.data_ptr())
-        key = (base, (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6]
-                      | ptrs[7] | ptrs[8] | ptrs[9]) & 15 == 0)
+        return ptrs, (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6]
+                      | ptrs[7] | ptrs[8] | ptrs[9]) & 15 == 0
+
+    def call(self, base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+        ptrs, aligned = self.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
+        key = (base, aligned)
         fast = self.fast.get(key)
         if fast is not None:
             fast(ptrs, float(scale))
@@ -155,15 +162,11 @@ class Dispatcher:
         gdnzoo.decode's signature guarantees, so the key is computed once, here, and its fast
         launchers are looked up by pointer alignment alone (no per-call hashing of the key)."""
         base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2)
-        call, fast = self.call, self.fast
+        call, fast, pointers = self.call, self.fast, self.pointers
         slots = {}                                  # 16-byte aligned? -> FastLaunch
 
         def bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
-            ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), a.data_ptr(), b.data_ptr(),
-                    A_log.data_ptr(), dt_bias.data_ptr(), out.data_ptr(), state.data_ptr(),
-                    new_state.data_ptr())
-            aligned = (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6]
-                       | ptrs[7] | ptrs[8] | ptrs[9]) & 15 == 0
+            ptrs, aligned = pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
             launch = slots.get(aligned)
             if launch is None:
                 launch = fast.get((base, aligned))

@@ -86,17 +86,6 @@ def table_config(BHV, state_dtype, K):
     return w, rw, lpr, hint, fast
 
 
-def is_dense(t):
-    """Whether ``t`` has the row-major dense strides of its shape (size-1 dims: any stride, as
-    their index is always 0), so the kernel may use compile-time strides."""
-    want = 1
-    for n, st in zip(reversed(t.shape), reversed(t.stride())):
-        if n != 1 and st != want:
-            return False
-        want *= n
-    return True
-
-
 def blocks_per_head(V, w, rw, lpr):
     return -(-V // (w * rw * (32 // lpr)))
 
@@ -132,8 +121,10 @@ class Bound:
         st = (f[28] | f[29] | f[30] | f[31] | f[32] | f[33]) * es   # state/new_state strides
         io = (f[10] | f[11] | f[12] | f[13] | f[14] | f[15]) * eio  # q/k strides
         self.strides_aligned = (st | io) & 15 == 0
-        self.dense = all(is_dense(t) for t in (q, k, v, state, A_log, a, dt_bias, b, out,
-                                                 new_state))
+        # Dense: every tensor has the row-major strides of its shape (torch's contiguity, which
+        # ignores size-1 dims: their index is always 0), so the kernel may use constant strides.
+        self.dense = all(t.is_contiguous() for t in (q, k, v, state, A_log, a, dt_bias, b, out,
+                                                      new_state))
         self.launches = {}
         if self.strides_aligned:
             self.vec16 = self.make(True)

@@ -5,7 +5,7 @@ Imported only when the backend runs (it imports triton at module level).
 import triton
 import triton.language as tl
 
-from gdnzoo.backends._triton_gates import softplus_decay
+from gdnzoo.backends._triton_gates import token_step
 
 
 @triton.jit
@@ -50,22 +50,9 @@ def gdn_recurrent_kernel(
     p_b = b + i_n * sb_b + i_hv * sb_h
 
     for _ in tl.range(0, T):
-        b_q = tl.load(p_q).to(tl.float32)
-        b_k = tl.load(p_k).to(tl.float32)
-        b_v = tl.load(p_v).to(tl.float32)
-        g = softplus_decay(A_neg, tl.load(p_a).to(tl.float32), dtb)
-        beta = tl.sigmoid(tl.load(p_b).to(tl.float32))
-        if L2NORM:
-            b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q) + 1e-6)
-            b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k) + 1e-6)
-        # One pass over the tile: both row reductions on the old state, so they run side by
-        # side; then S' = g S + u k^T and o = scale (g S q + u (k.q)) need no second reduction.
-        sk = tl.sum(h * b_k[None, :], 1)
-        sq = tl.sum(h * b_q[None, :], 1)
-        kq = tl.sum(b_k * b_q)
-        u = beta * (b_v - g * sk)
-        h = g * h + u[:, None] * b_k[None, :]
-        o = scale * (g * sq + u * kq)
+        h, o = token_step(h, tl.load(p_q).to(tl.float32), tl.load(p_k).to(tl.float32),
+                          tl.load(p_v).to(tl.float32), tl.load(p_a).to(tl.float32),
+                          tl.load(p_b).to(tl.float32), A_neg, dtb, scale, L2NORM)
         tl.store(p_o, o.to(out.dtype.element_ty))
         p_q += sq_t
         p_k += sk_t

@@ -14,7 +14,7 @@ Imported only when the backend runs (it imports triton at module level).
 import triton
 import triton.language as tl
 
-from gdnzoo.backends._triton_gates import softplus_decay
+from gdnzoo.backends._triton_gates import token_step
 
 
 @triton.jit
@@ -66,20 +66,10 @@ def gdn_tma_kernel(
         # q, k and the gates are re-read per tile: they are tiny and stay in L1/L2, and a
         # tile's tokens must see them in order while its rows stay in registers.
         for _ in tl.range(0, T):
-            b_q = tl.load(p_q).to(tl.float32)
-            b_k = tl.load(p_k).to(tl.float32)
-            b_v = tl.load(p_v).to(tl.float32)
-            g = softplus_decay(A_neg, tl.load(p_a).to(tl.float32), dtb)
-            beta = tl.sigmoid(tl.load(p_b).to(tl.float32))
-            if L2NORM:
-                b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q) + 1e-6)
-                b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k) + 1e-6)
-            sk = tl.sum(h * b_k[None, :], 1)
-            sq = tl.sum(h * b_q[None, :], 1)
-            kq = tl.sum(b_k * b_q)
-            u = beta * (b_v - g * sk)
-            h = g * h + u[:, None] * b_k[None, :]
-            tl.store(p_o, (scale * (g * sq + u * kq)).to(out.dtype.element_ty))
+            h, o = token_step(h, tl.load(p_q).to(tl.float32), tl.load(p_k).to(tl.float32),
+                              tl.load(p_v).to(tl.float32), tl.load(p_a).to(tl.float32),
+                              tl.load(p_b).to(tl.float32), A_neg, dtb, scale, L2NORM)
+            tl.store(p_o, o.to(out.dtype.element_ty))
             p_q += sq_t
             p_k += sk_t
             p_v += sv_t

@@ -23,7 +23,7 @@ import torch
 
 from gdnzoo import cuda_build
 from gdnzoo.backends import cuda_v1, cuda_v4
-from gdnzoo.compare import check_close, relative_error
+from gdnzoo.compare import check_close, relative_error, strict_tol
 from gdnzoo.inputs import make_inputs
 from gdnzoo.reference import reference_outputs
 
@@ -46,7 +46,7 @@ def verdict(out, st, ro, rs, sd):
     if not (torch.isfinite(out.float()).all() and torch.isfinite(st.float()).all()):
         return "NaN/Inf (unwritten element?)"
     es, eo = relative_error(st, rs), relative_error(out, ro)
-    if es > (1e-4 if sd == F32 else 8e-3) or eo > 1e-2:
+    if es > strict_tol("state", sd) or eo > strict_tol("out"):
         return f"rel err state {es:.1e} out {eo:.1e}"
     for name, a, r in (("out", out, ro), ("state", st, rs)):
         ok, ma, mr, nb = check_close(a, r)

@@ -26,7 +26,7 @@ import torch
 
 from gdnzoo.backends import cuda_v4, triton_recurrent
 from gdnzoo.bench import clocks, floor
-from gdnzoo.compare import check_close, relative_error
+from gdnzoo.compare import check_close, relative_error, strict_tol
 from gdnzoo.inputs import make_inputs
 from gdnzoo.reference import reference_outputs
 
@@ -90,11 +90,10 @@ def bound(cell, backend, cfg):
     fn(x.q, x.k, x.v, s, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, s, False)
     torch.cuda.synchronize()
     ro, rs = cell.ref
-    for name, got, ref, bound_ in (("out", out, ro, 1e-2), ("state", s, rs, 1e-4 if
-                                   s.dtype == torch.float32 else 8e-3)):
+    for name, got, ref in (("out", out, ro), ("state", s, rs)):
         ok, max_abs, _, n_bad = check_close(got, ref)
         rel = relative_error(got, ref)
-        if not ok or not rel <= bound_:
+        if not ok or not rel < strict_tol(name, s.dtype):
             raise AssertionError(f"{name} wrong: {n_bad} bad, max abs {max_abs:.1e}, rel {rel:.1e}")
     return fn
 

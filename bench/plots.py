@@ -25,6 +25,23 @@ def _series(rows, sd, clock="kernel"):
     return out
 
 
+def _finish_axes(ax, ylabel, title):
+    """What every panel shares: log2 batch axis, labels, grid, legend."""
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("batch size B")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def _save(plt, fig, path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return str(path)
+
+
 def plot_all(rows, env, out_dir):
     try:
         import matplotlib
@@ -51,17 +68,9 @@ def plot_all(rows, env, out_dir):
             pts = sorted({(p[0], p[3]) for v in ser.values() for p in v})
             ax.plot([p[0] for p in pts], [p[1] / copy_gbps / 1e3 for p in pts], color="gray",
                     ls=":", label="bytes / copy bandwidth")
-        ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("batch size B")
-        ax.set_ylabel("kernel time per call (us), CUPTI, cold L2")
-        ax.set_title(f"{env.get('gpu')}, {sd} state")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / "latency.png", dpi=90)
-    plt.close(fig)
-    files.append(str(out_dir / "latency.png"))
+        _finish_axes(ax, "kernel time per call (us), CUPTI, cold L2", f"{env.get('gpu')}, {sd} state")
+    files.append(_save(plt, fig, out_dir / "latency.png"))
 
     if copy_gbps:
         fig, axes = plt.subplots(1, len(dtypes), figsize=(6.5 * len(dtypes), 4.8), squeeze=False)
@@ -69,14 +78,7 @@ def plot_all(rows, env, out_dir):
             for name, pts in _series(rows, sd).items():
                 style = dict(color="black", ls="--", lw=2, marker="s", ms=3) if name == FLOOR else dict(marker="o", ms=3)
                 ax.plot([p[0] for p in pts], [p[2] for p in pts], label=name, **style)
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("batch size B")
-            ax.set_ylabel(f"% of measured D2D copy bandwidth ({copy_gbps / 1e3:.2f} TB/s)")
-            ax.set_title(f"{env.get('gpu')}, {sd} state")
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out_dir / "bandwidth.png", dpi=90)
-        plt.close(fig)
-        files.append(str(out_dir / "bandwidth.png"))
+            _finish_axes(ax, f"% of measured D2D copy bandwidth ({copy_gbps / 1e3:.2f} TB/s)",
+                         f"{env.get('gpu')}, {sd} state")
+        files.append(_save(plt, fig, out_dir / "bandwidth.png"))
     return files

@@ -115,19 +115,19 @@ def _git_commit():
     """``$GDNZOO_COMMIT`` when set (a copy of the tree on a lent GPU machine may carry a stale
     .git), else HEAD of the checkout (``-dirty`` if modified), else None."""
     here = Path(__file__).resolve().parent.parent
-    env = os.environ.get("GDNZOO_COMMIT") or None
+    env = os.environ.get("GDNZOO_COMMIT")
     if env:
         return env
     try:
         c = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
                            timeout=5)
         if c.returncode != 0:
-            return env
+            return None
         d = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
                            capture_output=True, text=True, timeout=5)
         return c.stdout.strip() + ("-dirty" if d.stdout.strip() else "")
     except Exception:
-        return env
+        return None
 
 
 def _driver():

@@ -67,14 +67,11 @@ def _decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_
         # path): byte ranges from the pointers and the signature's fixed extents.
         ext_s, ext_o, ext_n = hit[4]
         s0 = state.data_ptr()
-        if out is not None:
-            o0 = out.data_ptr()
-            if o0 < s0 + ext_s and s0 < o0 + ext_o:
-                check_aliasing(state, out, new_state)          # raises with the message
-        if ext_n is not None:
-            n0 = new_state.data_ptr()
-            if n0 < s0 + ext_s and s0 < n0 + ext_n:
-                check_aliasing(state, out, new_state)
+        for buf, ext in ((out, ext_o), (new_state, ext_n)):
+            if ext is not None:                                # None: no buffer, or state itself
+                b0 = buf.data_ptr()
+                if b0 < s0 + ext_s and s0 < b0 + ext:
+                    check_aliasing(state, out, new_state)      # raises with the message
     p, s, launch = hit[0], hit[1], hit[2]
     if out is None:
         out = torch.empty((p.B, p.T, p.HV, p.V), dtype=v.dtype, device=v.device)

@@ -231,8 +231,7 @@ def byte_span(x) -> int:
 
 def _span(x):
     start = x.data_ptr()
-    extent = sum((n - 1) * st for n, st in zip(x.shape, x.stride())) + 1
-    return start, start + extent * x.element_size()
+    return start, start + byte_span(x)
 
 
 def _overlaps(x, y) -> bool:
