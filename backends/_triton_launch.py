@@ -111,6 +111,116 @@ class FastLaunch:
                       *ptrs, scale, *self.tail)
 
 
+# C types of Triton's launcher arguments -> struct codes; float scalars are passed as the bits
+# of their storage type, which struct packs from the Python float directly.
+_CODES = {"CUdeviceptr": "Q", "int8_t": "b", "uint8_t": "B", "int16_t": "h", "uint16_t": "H",
+          "int32_t": "i", "uint32_t": "I", "int64_t": "q", "uint64_t": "Q"}
+_FLOAT_CODES = {"fp32": "f", "f32": "f", "fp64": "d"}
+
+
+def launcher_params(compiled):
+    """[(name, struct code)] of the kernel parameters in the order Triton's own launcher passes
+    them (``argN`` = positional argument N, then ``global_scratch``, ``profile_scratch``), read
+    from the launcher source this Triton version generates; None when this is not a plain
+    cuLaunchKernel (clusters, cooperative or PDL launches, tensor-map or tuple arguments)."""
+    import re
+    from triton.backends.nvidia import driver as nvd
+    md, src = compiled.metadata, compiled.src
+    if (getattr(md, "num_ctas", 1) != 1 or getattr(md, "launch_cooperative_grid", False)
+            or getattr(md, "launch_pdl", False)):
+        return None
+    sig = dict(src.signature)
+    if any(not isinstance(t, str) or t.startswith(("tensordesc", "nvTmaDesc")) for t in sig.values()):
+        return None
+    arg_idx = lambda x: (src.fn.arg_names.index(x),) if isinstance(x, str) else x  # noqa: E731
+    constants = {arg_idx(i): val for i, val in getattr(src, "constants", {}).items()}
+    text = nvd.make_launcher(constants, sig, getattr(md, "tensordesc_meta", None))
+    order = re.search(r"void \*params\[\] = \{([^}]*)\}", text)
+    decl = re.search(r"static void _launch\(([^)]*)\)", text)
+    if order is None or decl is None:
+        return None
+    ctype = dict(reversed(d.strip().rsplit(" ", 1)) for d in decl.group(1).split(","))
+    types = list(sig.values())
+    out = []
+    for ref in (x.strip() for x in order.group(1).split(",") if x.strip()):
+        name = ref.lstrip("&")
+        if name.startswith("arg"):
+            ty = types[int(name[3:])]
+            code = _FLOAT_CODES.get(ty) or _CODES.get(ctype.get(name))
+        else:
+            code = "Q" if ctype.get(name) == "CUdeviceptr" else None
+        if code is None:
+            return None
+        out.append((name, code))
+    return out
+
+
+class RawLaunch:
+    """A compiled Triton kernel launched with cuLaunchKernel on a prebuilt parameter block, as
+    the CUDA backends are (gdnzoo.cuda_build): per call only the pointers and ``scale`` are
+    written.  Triton's own C launcher parses all ~40 arguments from Python on every call.
+
+    Every parameter gets an 8-byte slot; the driver reads each one's size from the kernel.
+    The first ``n_ptrs`` parameters must be the pointer arguments and the next one ``scale``.
+    """
+
+    def __init__(self, compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int,
+                 scratch_ptr=None):
+        import ctypes
+        import struct
+        params = launcher_params(compiled)
+        want = [f"arg{i}" for i in range(n_ptrs + 1)]
+        if params is None or [n for n, _ in params[:n_ptrs + 1]] != want or \
+                any(c != "Q" for _, c in params[:n_ptrs]) or params[n_ptrs][1] != "f":
+            raise AttributeError("kernel parameters are not laid out as this launcher needs")
+        if compiled.metadata.global_scratch_size and scratch_ptr is None:
+            raise AttributeError("kernel needs global scratch but none was given")
+        values = []
+        for name, code in params:
+            if name.startswith("arg"):
+                values.append(args[int(name[3:])])
+            else:
+                values.append((scratch_ptr or 0) if name == "global_scratch" else 0)
+        self.buf = ctypes.create_string_buffer(8 * len(params))
+        for i, ((_, code), val) in enumerate(zip(params, values)):
+            struct.pack_into("<" + code, self.buf, 8 * i, val)
+        base = ctypes.addressof(self.buf)
+        self.argv = (ctypes.c_void_p * len(params))(*(base + 8 * i for i in range(len(params))))
+        self.argv_addr = ctypes.addressof(self.argv)
+        self.head = struct.Struct("<" + "Q" * n_ptrs + "f")
+        compiled.run                                   # loads the module if it was not yet
+        self.function, self.grid0 = compiled.function, int(grid0)
+        self.block = 32 * compiled.metadata.num_warps
+        self.shared, self.dev = int(compiled.metadata.shared), int(device_index)
+        self.lock = __import__("threading").Lock()
+
+    def __call__(self, ptrs: tuple, scale: float):
+        from gdnzoo.cuda_build import launch_raw
+        with self.lock:                 # one parameter block: callers on threads take turns
+            self.head.pack_into(self.buf, 0, *ptrs, scale)
+            launch_raw(self.function, self.grid0, self.block, self.dev, self.argv_addr,
+                       self.shared)
+
+
+def fast_launch(compiled, grid0: int, ptrs: tuple, scale: float, tail: tuple,
+                device_index: int, scratch=None):
+    """The quickest launcher this Triton and CuPy allow: :class:`RawLaunch`, else
+    :class:`FastLaunch` (Triton's C launcher without its Python binding), else None."""
+    sp = None if scratch is None else scratch.data_ptr()
+    import importlib.util
+    try:
+        if importlib.util.find_spec("cupy_backends") is None:    # launch_raw's binding
+            raise ImportError("no CuPy")
+        return RawLaunch(compiled, grid0, (*ptrs, float(scale), *tail), len(ptrs),
+                         device_index, sp)
+    except Exception:
+        pass
+    try:
+        return FastLaunch(compiled, grid0, tail, device_index, scratch)
+    except AttributeError:
+        return None
+
+
 class Dispatcher:
     """Per-signature launch cache of one Triton backend, behind ``run`` and ``bind``.
 

@@ -90,10 +90,8 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
 def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, key):
     compiled, grid0, tail = launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
                                    l2)
-    try:
-        return tlaunch.FastLaunch(compiled, grid0, tail, q.get_device())
-    except AttributeError:                        # another Triton version: keep its own path
-        return None
+    ptrs, _ = tlaunch.Dispatcher.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
+    return tlaunch.fast_launch(compiled, grid0, ptrs, scale, tail, q.get_device())
 
 
 _DISPATCH = tlaunch.Dispatcher(_first_call)

@@ -50,9 +50,7 @@ def gdn_recurrent_kernel(
     p_b = b + i_n * sb_b + i_hv * sb_h
 
     for _ in tl.range(0, T):
-        h, o = token_step(h, tl.load(p_q).to(tl.float32), tl.load(p_k).to(tl.float32),
-                          tl.load(p_v).to(tl.float32), tl.load(p_a).to(tl.float32),
-                          tl.load(p_b).to(tl.float32), A_neg, dtb, scale, L2NORM)
+        h, o = token_step(h, p_q, p_k, p_v, p_a, p_b, A_neg, dtb, scale, L2NORM)
         tl.store(p_o, o.to(out.dtype.element_ty))
         p_q += sq_t
         p_k += sk_t

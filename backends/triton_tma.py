@@ -128,10 +128,8 @@ def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
     compiled, grid0, tail, alloc = launch(q, k, v, state, A_log, a, dt_bias, b, scale, out,
                                           new_state, l2, allocator=_ALLOCS.get(key))
     _ALLOCS[key] = alloc
-    try:
-        return tlaunch.FastLaunch(compiled, grid0, tail, q.get_device(), alloc.buffer)
-    except AttributeError:
-        return None
+    ptrs, _ = tlaunch.Dispatcher.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
+    return tlaunch.fast_launch(compiled, grid0, ptrs, scale, tail, q.get_device(), alloc.buffer)
 
 
 _ALLOCS = {}      # argument signature -> the scratch allocator its launches share

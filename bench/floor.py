@@ -157,36 +157,50 @@ def _buffers(set_bytes: int, n_sets: int):
     return [torch.randn(set_bytes // 4, device="cuda") for _ in range(n_sets)]
 
 
-def floor_times(set_bytes: int, iters: int = 100, search_reps: int = 8, l2: int | None = None) -> dict:
-    """Best in-place streaming time over ``set_bytes`` (us samples) and the winning launch shape."""
+def best_launcher(set_bytes: int, search_reps: int = 8, l2: int | None = None) -> dict:
+    """The floor's launch shape for ``set_bytes``, searched on the kernel clock, and a cold
+    rotating launcher of it: ``dict(launch, config, n_sets, dropped, searched)``, with
+    ``launch`` None (and ``config`` saying why) when CuPy is missing (no search possible)."""
     l2 = clocks.l2_bytes() if l2 is None else l2
     n_sets = clocks.rotation_count(set_bytes, l2)
     bufs = _buffers(set_bytes, n_sets)
     ok, why = cupy_available()
     if not ok:
-        alpha = torch.ones((), device="cuda")
-
-        def launch(i):
-            bufs[i % n_sets].mul_(alpha)
-        samples, method = clocks.kernel_times(launch, iters)
-        return dict(samples=samples, config=f"torch mul_ (no shape search: {why})", n_sets=n_sets,
-                    method=method)
+        return dict(launch=None, config=why, n_sets=n_sets, dropped=[], searched=0, bufs=bufs)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     cfgs, dropped = search_configs(set_bytes // 16, sms, probe=bufs[0])
     if not cfgs:
         raise RuntimeError("floor: no launch shape could be launched: " + "; ".join(dropped[:4]))
     turn = itertools.count()
-    per, method = clocks.interleaved_kernel_times(
+    per, _ = clocks.interleaved_kernel_times(
         [_launcher(bufs, [c], turn=turn) for c in cfgs], search_reps)
     med = [clocks.summarize(s)["median"] for s in per]
     best = cfgs[min(range(len(cfgs)), key=med.__getitem__)]
-    samples, method = clocks.kernel_times(_launcher(bufs, [best], turn=turn), iters)
     vpt, blk, grid = best
     config = f"float4 x{vpt}/thread, {blk} threads, grid {grid}"
     if dropped:
         config += f" ({len(dropped)} shapes not launchable, skipped)"
-    return dict(samples=samples, config=config, n_sets=n_sets, method=method,
-                searched=len(cfgs), dropped=dropped)
+    return dict(launch=_launcher(bufs, [best], turn=turn), config=config, n_sets=n_sets,
+                dropped=dropped, searched=len(cfgs), bufs=bufs)
+
+
+def floor_times(set_bytes: int, iters: int = 100, search_reps: int = 8, l2: int | None = None) -> dict:
+    """Best in-place streaming time over ``set_bytes`` (us samples) and the winning launch shape,
+    timed in a session of its own after the search (the search's best median is biased low:
+    the minimum of many noisy medians)."""
+    f = best_launcher(set_bytes, search_reps, l2)
+    if f["launch"] is None:
+        alpha = torch.ones((), device="cuda")
+        bufs, n_sets = f["bufs"], f["n_sets"]
+
+        def launch(i):
+            bufs[i % n_sets].mul_(alpha)
+        samples, method = clocks.kernel_times(launch, iters)
+        return dict(samples=samples, config=f"torch mul_ (no shape search: {f['config']})",
+                    n_sets=n_sets, method=method)
+    samples, method = clocks.kernel_times(f["launch"], iters)
+    return dict(samples=samples, config=f["config"], n_sets=f["n_sets"], method=method,
+                searched=f["searched"], dropped=f["dropped"])
 
 
 def copy_bandwidth(nbytes: int | None = None, iters: int = 20) -> dict:

@@ -14,7 +14,7 @@ import statistics
 import torch
 
 import gdnzoo
-from gdnzoo import registry
+from gdnzoo import guards, registry
 from gdnzoo.bench.clocks import host_times
 from gdnzoo.contract import check_aliasing, signature, validate
 from gdnzoo.inputs import make_inputs
@@ -43,7 +43,10 @@ def main(argv=None):
     for name in args.algo.split(","):
         run = registry.runner(name)
         bound = registry.launcher(name, *a, x.scale, out, x.state, False)
+        gdnzoo.decode(*a, x.scale, out=out, algo=name)          # memoizes (and guards) it
         rows += [
+            (f"{name}: decode's memo lookup (guards in use: {guards.available()})",
+             lambda name=name: gdnzoo._lookup(*a, x.scale, out, None, False, name)),
             (f"{name}: gdnzoo.decode(..., out=out)",
              lambda name=name: gdnzoo.decode(*a, x.scale, out=out, algo=name)),
             (f"{name}: backend run()", lambda run=run: run(*a, x.scale, out, x.state, False)),

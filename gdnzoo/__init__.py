@@ -22,6 +22,7 @@ import os
 
 import torch
 
+from gdnzoo import guards
 from gdnzoo.contract import Problem, byte_span, check_aliasing, signature, validate
 from gdnzoo.registry import BackendInfo, Selection, launcher, list_backends
 from gdnzoo.registry import select as _select
@@ -30,8 +31,9 @@ __all__ = ["decode", "get", "list_backends", "select", "Problem", "BackendInfo",
 __version__ = "0.1.0"
 
 
-_FAST = {}          # signature + algo (+ ALGO env when no algo) -> [Problem, scale, launcher, name, spans]
-_FAST_MAX = 4096
+_FAST = {}          # signature + algo (+ ALGO env) -> [Problem, scale, launcher, name, spans, guard]
+_FAST_MAX = 4096    # and ("guards", mode) -> up to _GUARDS_PER_MODE of those entries, newest first
+_GUARDS_PER_MODE = 4
 
 
 def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
@@ -41,7 +43,7 @@ def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk
                     use_qk_l2norm=use_qk_l2norm)
     spans = (byte_span(state), None if out is None else byte_span(out),
              None if new_state is None or new_state is state else byte_span(new_state))
-    hit = [p, s, None, _select(p, algo).name, spans]
+    hit = [p, s, None, _select(p, algo).name, spans, None]
     if key is not None:
         if len(_FAST) >= _FAST_MAX:
             _FAST.clear()
@@ -49,29 +51,80 @@ def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk
     return hit
 
 
+def _lookup(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo):
+    """The memoized verdict for calls like this one and, on a miss, what to memoize it under.
+
+    First the guards of this mode (one C++ check of all tensors each, gdnzoo.guards), then the
+    Python signature; a signature hit gets a guard so that the next such call takes the first
+    way.  Raises TypeError/AttributeError for non-tensors and unhashable or tensor scales."""
+    if isinstance(scale, torch.Tensor):   # its value may change in place: never memoized
+        raise TypeError
+    env = os.environ.get("ALGO") if algo is None else None    # only matters when no algo
+    ns = 0 if new_state is None else (1 if new_state is state else 2)
+    mode = ("guards", algo, env, scale, use_qk_l2norm, out is None, ns)
+    recent = _FAST.get(mode)
+    if recent:
+        if out is None:
+            tensors = (q, k, v, state, A_log, a, dt_bias, b) if ns != 2 else \
+                (q, k, v, state, A_log, a, dt_bias, b, new_state)
+        elif ns != 2:
+            tensors = (q, k, v, state, A_log, a, dt_bias, b, out)
+        else:
+            tensors = (q, k, v, state, A_log, a, dt_bias, b, out, new_state)
+        for hit in recent:
+            if hit[5].check(*tensors):
+                return hit, None
+    key = (signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                     use_qk_l2norm), algo, env)
+    hit = _FAST.get(key)
+    if hit is not None and hit[5] is not False:
+        _remember(hit, mode, _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns))
+    return hit, (key, mode, ns)
+
+
+def _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns):
+    """The tensors a guard checks: those of the signature (new_state only when distinct)."""
+    t = (q, k, v, state, A_log, a, dt_bias, b)
+    if out is not None:
+        t += (out,)
+    return t + (new_state,) if ns == 2 else t
+
+
+def _remember(hit, mode, tensors):
+    """Put ``hit`` first among ``mode``'s guarded verdicts (building its guard once)."""
+    if hit[5] is None:
+        hit[5] = guards.make(tensors) or False      # False: no guards in this process
+    if hit[5] is not False:
+        older = [h for h in _FAST.get(mode, ()) if h is not hit]
+        _FAST[mode] = [hit] + older[:_GUARDS_PER_MODE - 1]     # replaced whole: thread-safe
+
+
 def _decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo):
     try:
-        if isinstance(scale, torch.Tensor):   # its value may change in place: never memoized
-            raise TypeError
-        # The ALGO variable only matters when no algo is named (it is re-read on every call).
-        key = (signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                         use_qk_l2norm), algo, os.environ.get("ALGO") if algo is None else None)
-        hit = _FAST.get(key)
+        hit, miss = _lookup(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                            use_qk_l2norm, algo)
     except (AttributeError, TypeError):      # non-tensors, tensor or unhashable scale: full path
-        key, hit = None, None
+        hit, miss = None, None
     if hit is None:
         hit = _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                       use_qk_l2norm, algo, key)
+                       use_qk_l2norm, algo, miss and miss[0])
+        if miss is not None:
+            _remember(hit, miss[1], _tensors(q, k, v, state, A_log, a, dt_bias, b, out,
+                                             new_state, miss[2]))
     else:
         # Data-dependent checks a signature cannot cover (validate() made them on the slow
         # path): byte ranges from the pointers and the signature's fixed extents.
-        ext_s, ext_o, ext_n = hit[4]
-        s0 = state.data_ptr()
-        for buf, ext in ((out, ext_o), (new_state, ext_n)):
-            if ext is not None:                                # None: no buffer, or state itself
-                b0 = buf.data_ptr()
-                if b0 < s0 + ext_s and s0 < b0 + ext:
+        ext_s, ext_o, ext_n = hit[4]                 # None: no buffer, or state itself
+        if ext_o is not None or ext_n is not None:
+            s0 = state.data_ptr()
+            if ext_o is not None:
+                b0 = out.data_ptr()
+                if b0 < s0 + ext_s and s0 < b0 + ext_o:
                     check_aliasing(state, out, new_state)      # raises with the message
+            if ext_n is not None:
+                b0 = new_state.data_ptr()
+                if b0 < s0 + ext_s and s0 < b0 + ext_n:
+                    check_aliasing(state, out, new_state)
     p, s, launch = hit[0], hit[1], hit[2]
     if out is None:
         out = torch.empty((p.B, p.T, p.HV, p.V), dtype=v.dtype, device=v.device)

@@ -205,9 +205,11 @@ def current_stream(device_index: int) -> int:
     return torch.cuda.current_stream(device_index).cuda_stream
 
 
-def launch_raw(func, grid: int, block: int, device_index: int, argv_addr: int) -> None:
+def launch_raw(func, grid: int, block: int, device_index: int, argv_addr: int,
+               shared: int = 0) -> None:
     """cuLaunchKernel(func) on the current torch stream of the device; ``argv_addr`` is the
-    address of a ``void*[1]`` that points at one packed GdnParams block.
+    address of the kernel's ``void*`` parameter array (for our kernels one pointer, at one
+    packed GdnParams block); ``shared``: dynamic shared memory bytes.
 
     The driver copies the parameter block before returning (during stream capture it goes into
     the graph's kernel node), so the caller may rewrite its buffer right after.
@@ -221,14 +223,14 @@ def launch_raw(func, grid: int, block: int, device_index: int, argv_addr: int) -
     if runtime.getDevice() != device_index:
         import cupy
         with cupy.cuda.Device(device_index):
-            driver.launchKernel(func, grid, 1, 1, block, 1, 1, 0, stream, argv_addr, 0)
+            driver.launchKernel(func, grid, 1, 1, block, 1, 1, shared, stream, argv_addr, 0)
         return
     try:
-        driver.launchKernel(func, grid, 1, 1, block, 1, 1, 0, stream, argv_addr, 0)
+        driver.launchKernel(func, grid, 1, 1, block, 1, 1, shared, stream, argv_addr, 0)
     except driver.CUDADriverError:
         # A thread whose driver context was never made current (the runtime binds it lazily).
         runtime.setDevice(device_index)
-        driver.launchKernel(func, grid, 1, 1, block, 1, 1, 0, stream, argv_addr, 0)
+        driver.launchKernel(func, grid, 1, 1, block, 1, 1, shared, stream, argv_addr, 0)
 
 
 PTRS = struct.Struct("<" + "Q" * N_PTRS)          # the leading pointer fields of GdnParams

@@ -153,3 +153,50 @@ def test_memoized_decode_still_refuses_overlapping_buffers(which):
     with pytest.raises(ValueError, match=which):
         gdnzoo.decode(*x.args(), **bad, algo="pt-reference")
     gdnzoo.decode(*x.args(), **good, algo="pt-reference")              # the good call still works
+
+
+def _memo_probe(x, **kw):
+    """What decode's memo answers for these inputs (None: it would validate from scratch)."""
+    a = x.args()
+    hit, _ = gdnzoo._lookup(*a, kw.get("out"), kw.get("new_state"), False, "pt-reference")
+    return hit
+
+
+def test_memo_guard_serves_only_calls_with_the_same_layout(monkeypatch):
+    # The guard replaces the Python signature on the hot path: it must hit for fresh tensors
+    # of the same layout, and miss (so decode validates) for any change the signature sees.
+    from gdnzoo import guards
+    if not guards.available():
+        pytest.skip(f"torch {torch.__version__}: dynamo TensorGuards failed the self-test")
+    monkeypatch.setattr(gdnzoo, "_FAST", {})
+    x = base()
+    gdnzoo.decode(*x.args(), algo="pt-reference")
+    assert any(isinstance(k[0], str) for k in gdnzoo._FAST), "no guard was memoized"
+    hit = _memo_probe(x.clone())
+    assert hit is not None and hit[5] not in (None, False)
+    changed = {
+        "state strides": lambda s: s.transpose(2, 3).contiguous().transpose(2, 3),
+        "state dtype": lambda s: s.to(torch.float64),
+        "state size": lambda s: torch.cat([s, s], 0),
+    }
+    for what, f in changed.items():
+        y = x.clone()
+        y.state = f(y.state)
+        got = _memo_probe(y)
+        assert got is not hit, f"{what} changed, yet the memoized verdict was served"
+    # A tensor type the guard did not see (requires_grad) misses the guard, not the signature.
+    y = x.clone()
+    y.q.requires_grad_(True)
+    assert _memo_probe(y) is hit
+
+
+def test_decode_without_guards_matches_with_guards(monkeypatch):
+    from gdnzoo import guards
+    x = base()
+    o1, s1 = gdnzoo.decode(*x.clone().args(), algo="pt-reference")
+    monkeypatch.setattr(gdnzoo, "_FAST", {})
+    monkeypatch.setitem(guards._state, "ok", False)
+    o2, s2 = gdnzoo.decode(*x.clone().args(), algo="pt-reference")
+    o3, s3 = gdnzoo.decode(*x.clone().args(), algo="pt-reference")    # the signature memo
+    assert not any(isinstance(k[0], str) for k in gdnzoo._FAST)
+    assert torch.equal(o1, o2) and torch.equal(o2, o3) and torch.equal(s1, s3)

@@ -180,6 +180,27 @@ def test_repeat_calls_take_new_pointers(name):
         assert_matches(out, new_state, ref_out, ref_state, torch.float32, what=f"call {seed}")
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="the raw launch path exists on a CUDA device only")
+@pytest.mark.parametrize("name", sorted(NAMES))
+def test_cached_launches_are_raw_and_take_a_new_scale(name):
+    """With CuPy present, repeat calls launch through RawLaunch (a prebuilt parameter block);
+    the pointers and the scale of each call must reach the kernel."""
+    import importlib.util
+    from gdnzoo.backends import _triton_launch as tlaunch
+    if importlib.util.find_spec("cupy") is None:
+        pytest.skip("RawLaunch needs CuPy's driver binding")
+    mod = _backend(name)
+    mod._DISPATCH.fast.clear()
+    for seed, scale in ((5, 0.5), (6, 0.125), (7, None)):
+        x = make_inputs(B=2, T=1, H=4, HV=8, K=128, V=128, device=DEVICE, seed=seed, scale=scale)
+        ref_out, ref_state = reference_outputs(x, False)
+        out, new_state = _call(mod, x, False, inplace=True)
+        assert_matches(out, new_state, ref_out, ref_state, torch.float32, what=f"scale {scale}")
+    kinds = {type(f).__name__ for f in mod._DISPATCH.fast.values()}
+    assert kinds == {"RawLaunch"}, f"cached launchers: {kinds}"
+    assert isinstance(next(iter(mod._DISPATCH.fast.values())), tlaunch.RawLaunch)
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs need a CUDA device")
 @pytest.mark.parametrize("name", sorted(NAMES))
 @pytest.mark.parametrize("inplace", [True, False], ids=["inplace", "dest"])
