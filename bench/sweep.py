@@ -25,6 +25,7 @@ CLOCKS = ("kernel", "graph", "host")
 RUN_LAST = ("pt-compiled",)          # slow to compile per shape: a time budget cuts it first
 CELL_SECONDS = 0.15                  # target measuring time per clock per cell
 WARMUP_CALLS = 8                     # untimed calls per cell before any clock (public + raw)
+HOST_WARM_S = 0.02                   # host clock: calls for this long first (CPU clock ramp)
 DEFAULT_BUDGET_S = 240.0             # cells; then the floor (~30 s), files and plots
 
 METHOD = (
@@ -251,7 +252,7 @@ def measure_cell(c: Cell, timing, iters, device, seed=0):
                 host_est = (time.perf_counter() - t0) * 1e6 / 3
                 per = 10
                 nb = int(min(max(CELL_SECONDS * 1e6 / (per * max(host_est, 1.0)), 3), max(iters // per, 3)))
-                row["samples"] = clocks.host_times(call, nb, per)
+                row["samples"] = clocks.host_times(call, nb, per, warm_s=HOST_WARM_S)
                 row["method"] = "perf_counter"
             elif device != "cuda":
                 row["note"] = "n/a (no CUDA device)"

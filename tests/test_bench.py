@@ -5,6 +5,7 @@ import difflib
 import json
 import math
 import shutil
+import time
 
 import pytest
 import torch
@@ -56,6 +57,15 @@ def test_host_clock_cpu_counts_calls():
     t = clocks.host_times(lambda i: calls.append(i), batches=4, per_batch=5, warmup=2)
     assert len(t) == 4 and all(x >= 0 for x in t)
     assert calls == list(range(22))                          # call ids keep rotating
+
+
+def test_host_clock_warms_up_for_the_given_time():
+    calls = []
+    t0 = time.perf_counter()
+    t = clocks.host_times(lambda i: (calls.append(i), time.sleep(2e-4)), batches=2, per_batch=3,
+                          warmup=1, warm_s=0.01)
+    assert time.perf_counter() - t0 >= 0.01 and len(t) == 2
+    assert len(calls) > 1 + 6 and calls == list(range(len(calls)))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
