@@ -155,64 +155,49 @@ def launcher_params(compiled):
     return out
 
 
-class RawLaunch:
-    """A compiled Triton kernel launched with cuLaunchKernel on a prebuilt parameter block, as
-    the CUDA backends are (gdnzoo.cuda_build): per call only the pointers and ``scale`` are
-    written.  Triton's own C launcher parses all ~40 arguments from Python on every call.
-
-    Every parameter gets an 8-byte slot; the driver reads each one's size from the kernel.
-    The first ``n_ptrs`` parameters must be the pointer arguments and the next one ``scale``.
-    """
-
-    def __init__(self, compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int,
-                 scratch_ptr=None):
-        import ctypes
-        import struct
-        params = launcher_params(compiled)
-        want = [f"arg{i}" for i in range(n_ptrs + 1)]
-        if params is None or [n for n, _ in params[:n_ptrs + 1]] != want or \
-                any(c != "Q" for _, c in params[:n_ptrs]) or params[n_ptrs][1] != "f":
-            raise AttributeError("kernel parameters are not laid out as this launcher needs")
-        if compiled.metadata.global_scratch_size and scratch_ptr is None:
-            raise AttributeError("kernel needs global scratch but none was given")
-        values = []
-        for name, code in params:
-            if name.startswith("arg"):
-                values.append(args[int(name[3:])])
-            else:
-                values.append((scratch_ptr or 0) if name == "global_scratch" else 0)
-        self.buf = ctypes.create_string_buffer(8 * len(params))
-        for i, ((_, code), val) in enumerate(zip(params, values)):
-            struct.pack_into("<" + code, self.buf, 8 * i, val)
-        base = ctypes.addressof(self.buf)
-        self.argv = (ctypes.c_void_p * len(params))(*(base + 8 * i for i in range(len(params))))
-        self.argv_addr = ctypes.addressof(self.argv)
-        self.head = struct.Struct("<" + "Q" * n_ptrs + "f")
-        compiled.run                                   # loads the module if it was not yet
-        self.function, self.grid0 = compiled.function, int(grid0)
-        self.block = 32 * compiled.metadata.num_warps
-        self.shared, self.dev = int(compiled.metadata.shared), int(device_index)
-        self.lock = __import__("threading").Lock()
-
-    def __call__(self, ptrs: tuple, scale: float):
-        from gdnzoo.cuda_build import launch_raw
-        with self.lock:                 # one parameter block: callers on threads take turns
-            self.head.pack_into(self.buf, 0, *ptrs, scale)
-            launch_raw(self.function, self.grid0, self.block, self.dev, self.argv_addr,
-                       self.shared)
+def raw_launch(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int,
+               scratch_ptr=None):
+    """A :class:`gdnzoo.cuda_build.Launch` of a compiled Triton kernel: cuLaunchKernel on a
+    prebuilt parameter block, as the CUDA backends launch, where Triton's own C launcher parses
+    all ~40 arguments from Python on every call.  Per call only the ``n_ptrs`` pointers and
+    ``scale`` (the next parameter) are written; every parameter gets an 8-byte slot (the driver
+    reads each one's size from the kernel).  Raises AttributeError when the kernel's parameters
+    are not laid out so."""
+    import struct
+    from gdnzoo import cuda_build
+    params = launcher_params(compiled)
+    want = [f"arg{i}" for i in range(n_ptrs + 1)]
+    if params is None or [n for n, _ in params[:n_ptrs + 1]] != want or \
+            any(c != "Q" for _, c in params[:n_ptrs]) or params[n_ptrs][1] != "f":
+        raise AttributeError("kernel parameters are not laid out as this launcher needs")
+    if compiled.metadata.global_scratch_size and scratch_ptr is None:
+        raise AttributeError("kernel needs global scratch but none was given")
+    template = bytearray(8 * len(params))
+    for i, (name, code) in enumerate(params):
+        if name.startswith("arg"):
+            val = args[int(name[3:])]
+        else:
+            val = (scratch_ptr or 0) if name == "global_scratch" else 0
+        struct.pack_into("<" + code, template, 8 * i, val)
+    compiled.run                                       # loads the module if it was not yet
+    return cuda_build.Launch(compiled.function, grid0, 32 * compiled.metadata.num_warps,
+                             device_index, template=template,
+                             slots=range(0, 8 * len(params), 8),
+                             head=struct.Struct("<" + "Q" * n_ptrs + "f"),
+                             shared=compiled.metadata.shared)
 
 
 def fast_launch(compiled, grid0: int, ptrs: tuple, scale: float, tail: tuple,
                 device_index: int, scratch=None):
-    """The quickest launcher this Triton and CuPy allow: :class:`RawLaunch`, else
+    """The quickest launcher this Triton and CuPy allow: :func:`raw_launch`, else
     :class:`FastLaunch` (Triton's C launcher without its Python binding), else None."""
     sp = None if scratch is None else scratch.data_ptr()
     import importlib.util
     try:
         if importlib.util.find_spec("cupy_backends") is None:    # launch_raw's binding
             raise ImportError("no CuPy")
-        return RawLaunch(compiled, grid0, (*ptrs, float(scale), *tail), len(ptrs),
-                         device_index, sp)
+        return raw_launch(compiled, grid0, (*ptrs, float(scale), *tail), len(ptrs),
+                          device_index, sp)
     except Exception:
         pass
     try:
@@ -225,8 +210,8 @@ class Dispatcher:
     """Per-signature launch cache of one Triton backend, behind ``run`` and ``bind``.
 
     ``first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, key)``
-    launches through Triton's own path and returns a :class:`FastLaunch` for later calls with
-    the same key, or None to keep Triton's path.  The key is everything Triton specializes on
+    launches through Triton's own path and returns a launcher (:func:`fast_launch`) for later
+    calls with the same key, or None to keep Triton's path.  The key is everything Triton specializes on
     except pointer alignment, which is checked on every call (it varies with the buffers).
     """
 

@@ -159,7 +159,7 @@ def _buffers(set_bytes: int, n_sets: int):
 
 def best_launcher(set_bytes: int, search_reps: int = 8, l2: int | None = None) -> dict:
     """The floor's launch shape for ``set_bytes``, searched on the kernel clock, and a cold
-    rotating launcher of it: ``dict(launch, config, n_sets, dropped, searched)``, with
+    rotating launcher of it: ``dict(launch, config, n_sets, dropped, searched, bufs)``, with
     ``launch`` None (and ``config`` saying why) when CuPy is missing (no search possible)."""
     l2 = clocks.l2_bytes() if l2 is None else l2
     n_sets = clocks.rotation_count(set_bytes, l2)

@@ -64,13 +64,7 @@ def _lookup(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_
     mode = ("guards", algo, env, scale, use_qk_l2norm, out is None, ns)
     recent = _FAST.get(mode)
     if recent:
-        if out is None:
-            tensors = (q, k, v, state, A_log, a, dt_bias, b) if ns != 2 else \
-                (q, k, v, state, A_log, a, dt_bias, b, new_state)
-        elif ns != 2:
-            tensors = (q, k, v, state, A_log, a, dt_bias, b, out)
-        else:
-            tensors = (q, k, v, state, A_log, a, dt_bias, b, out, new_state)
+        tensors = _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns)
         for hit in recent:
             if hit[5].check(*tensors):
                 return hit, None
@@ -114,17 +108,13 @@ def _decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_
     else:
         # Data-dependent checks a signature cannot cover (validate() made them on the slow
         # path): byte ranges from the pointers and the signature's fixed extents.
-        ext_s, ext_o, ext_n = hit[4]                 # None: no buffer, or state itself
-        if ext_o is not None or ext_n is not None:
-            s0 = state.data_ptr()
-            if ext_o is not None:
-                b0 = out.data_ptr()
-                if b0 < s0 + ext_s and s0 < b0 + ext_o:
+        ext_s, ext_o, ext_n = hit[4]
+        s0 = state.data_ptr()
+        for buf, ext in ((out, ext_o), (new_state, ext_n)):
+            if ext is not None:                                # None: no buffer, or state itself
+                b0 = buf.data_ptr()
+                if b0 < s0 + ext_s and s0 < b0 + ext:
                     check_aliasing(state, out, new_state)      # raises with the message
-            if ext_n is not None:
-                b0 = new_state.data_ptr()
-                if b0 < s0 + ext_s and s0 < b0 + ext_n:
-                    check_aliasing(state, out, new_state)
     p, s, launch = hit[0], hit[1], hit[2]
     if out is None:
         out = torch.empty((p.B, p.T, p.HV, p.V), dtype=v.dtype, device=v.device)

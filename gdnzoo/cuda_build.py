@@ -237,33 +237,44 @@ PTRS = struct.Struct("<" + "Q" * N_PTRS)          # the leading pointer fields o
 
 
 class Launch:
-    """One kernel, grid and block with a prebuilt GdnParams block: per call only the 10 data
-    pointers are written (one pack_into) before cuLaunchKernel.  Each thread gets its own copy
-    of the block, so concurrent callers never rewrite a block the driver is still reading."""
+    """One kernel, grid and block with a prebuilt parameter block: per call only the leading
+    ``head`` fields (by default the 10 data pointers of GdnParams) are written, one pack_into,
+    before cuLaunchKernel.  Each thread gets its own copy of the block, so concurrent callers
+    never rewrite a block the driver is still reading.
 
-    __slots__ = ("kern", "func", "grid", "block", "dev", "template", "_tls")
+    Our CUDA kernels take one by-value GdnParams (``values``; one parameter at offset 0).  Other
+    kernels (the Triton backends) pass ``template``, the bytes of all their parameters, and
+    ``slots``, the offset of each parameter in it."""
 
-    def __init__(self, kern, grid: int, block: int, device_index: int, values):
+    __slots__ = ("kern", "func", "grid", "block", "dev", "template", "slots", "head", "shared",
+                 "_tls")
+
+    def __init__(self, kern, grid: int, block: int, device_index: int, values=None, *,
+                 template: bytes | None = None, slots=(0,), head=None, shared: int = 0):
         self.kern, self.func = kern, getattr(kern, "func", kern)
         self.grid, self.block, self.dev = int(grid), int(block), int(device_index)
         # Pointer fields are zeroed: they are written on every call, and a stale address from
         # the binding call must never reach a launch.
-        self.template = PARAMS.pack(*((0,) * N_PTRS), *values[N_PTRS:])
+        self.template = PARAMS.pack(*((0,) * N_PTRS), *values[N_PTRS:]) if template is None \
+            else bytes(template)
+        self.slots, self.head, self.shared = tuple(slots), head or PTRS, int(shared)
         self._tls = threading.local()
 
     def buffers(self):
-        buf = ctypes.create_string_buffer(self.template, PARAMS.size)
-        argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
+        buf = ctypes.create_string_buffer(self.template, len(self.template))
+        base = ctypes.addressof(buf)
+        argv = (ctypes.c_void_p * len(self.slots))(*(base + o for o in self.slots))
         self._tls.b = (buf, argv, ctypes.addressof(argv))
         return self._tls.b
 
-    def __call__(self, ptrs) -> None:
+    def __call__(self, ptrs, *more) -> None:
+        """Launch with these leading fields: ``ptrs`` (and ``more``, e.g. a Triton scale)."""
         try:
             buf, _, argv_addr = self._tls.b
         except AttributeError:
             buf, _, argv_addr = self.buffers()
-        PTRS.pack_into(buf, 0, *ptrs)
-        launch_raw(self.func, self.grid, self.block, self.dev, argv_addr)
+        self.head.pack_into(buf, 0, *ptrs, *more)
+        launch_raw(self.func, self.grid, self.block, self.dev, argv_addr, self.shared)
 
 
 def data_ptrs(q, k, v, state, A_log, a, dt_bias, b, out, new_state):

@@ -182,7 +182,7 @@ def fake_gpu(monkeypatch):
 
     monkeypatch.setattr(cuda_build, "get_kernel", get_kernel)
     monkeypatch.setattr(cuda_build, "launch_raw",
-                        lambda func, grid, block, dev, argv: launches.append(
+                        lambda func, grid, block, dev, argv, shared=0: launches.append(
                             (func, grid, block, dev, _params_at(argv))))
     monkeypatch.setattr(cuda_v1, "_binds", {})
     monkeypatch.setattr(cuda_v4, "_binds", {})

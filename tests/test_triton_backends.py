@@ -183,12 +183,12 @@ def test_repeat_calls_take_new_pointers(name):
 @pytest.mark.skipif(not HAS_CUDA, reason="the raw launch path exists on a CUDA device only")
 @pytest.mark.parametrize("name", sorted(NAMES))
 def test_cached_launches_are_raw_and_take_a_new_scale(name):
-    """With CuPy present, repeat calls launch through RawLaunch (a prebuilt parameter block);
-    the pointers and the scale of each call must reach the kernel."""
+    """With CuPy present, repeat calls launch through cuda_build.Launch (a prebuilt parameter
+    block, see _triton_launch.raw_launch); each call's pointers and scale must reach the kernel."""
     import importlib.util
-    from gdnzoo.backends import _triton_launch as tlaunch
+    from gdnzoo import cuda_build
     if importlib.util.find_spec("cupy") is None:
-        pytest.skip("RawLaunch needs CuPy's driver binding")
+        pytest.skip("the raw launch needs CuPy's driver binding")
     mod = _backend(name)
     mod._DISPATCH.fast.clear()
     for seed, scale in ((5, 0.5), (6, 0.125), (7, None)):
@@ -197,8 +197,8 @@ def test_cached_launches_are_raw_and_take_a_new_scale(name):
         out, new_state = _call(mod, x, False, inplace=True)
         assert_matches(out, new_state, ref_out, ref_state, torch.float32, what=f"scale {scale}")
     kinds = {type(f).__name__ for f in mod._DISPATCH.fast.values()}
-    assert kinds == {"RawLaunch"}, f"cached launchers: {kinds}"
-    assert isinstance(next(iter(mod._DISPATCH.fast.values())), tlaunch.RawLaunch)
+    assert kinds == {"Launch"}, f"cached launchers: {kinds}"
+    assert all(isinstance(f, cuda_build.Launch) for f in mod._DISPATCH.fast.values())
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs need a CUDA device")
