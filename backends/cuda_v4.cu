@@ -22,7 +22,10 @@
 // picked by the host only when every state/q/k row is 16-byte aligned; 0: element loads),
 // GDN_HINT (bit 0: state loads ld.global.nc.L1::no_allocate, bit 1: state stores st.global.cs),
 // GDN_FASTGATE (0/1: gates with fast intrinsics), GDN_DENSE (1: every tensor has the dense
-// layout of its shape, so strides are compile-time constants; 0: strides from the parameters).
+// layout of its shape, so strides are compile-time constants; 0: strides from the parameters),
+// GDN_CHAIN (0: each lane's slice of a dot product as one balanced tree, the shortest chain;
+// c > 0: chains of c fused multiply-adds, then a tree over the chains, about half the
+// instructions, which wins where one warp per scheduler issues everything itself).
 // Runtime: B (the grid), strides, pointers, scale.
 #include "gdn_common.cuh"
 
@@ -30,7 +33,7 @@
     !defined(GDN_GVA) || !defined(GDN_STATE_DT) || !defined(GDN_IO_DT) || !defined(GDN_A_DT) || \
     !defined(GDN_B_DT) || !defined(GDN_DTB_DT) || !defined(GDN_L2NORM) || !defined(GDN_W) || \
     !defined(GDN_RW) || !defined(GDN_LPR) || !defined(GDN_VEC16) || !defined(GDN_HINT) || \
-    !defined(GDN_FASTGATE) || !defined(GDN_DENSE)
+    !defined(GDN_FASTGATE) || !defined(GDN_DENSE) || !defined(GDN_CHAIN)
 #error "compile with the -D options of gdnzoo/cuda_build.py"
 #endif
 
@@ -138,6 +141,27 @@ __device__ __forceinline__ float tree_sum(const F& f) {
     else return tree_sum<LO, N / 2>(f) + tree_sum<LO + N / 2, N - N / 2>(f);
 }
 
+// Sum of the products f(0) .. f(N-1) as GDN_CHAIN says: a tree, or N/C interleaved chains of
+// C fused multiply-adds (chain c takes c, c + N/C, ...) added by a tree.
+template <int N, typename F>
+__device__ __forceinline__ float dot_sum(const F& f) {
+    constexpr int C = GDN_CHAIN;
+    if constexpr (C <= 0) {
+        return tree_sum<0, N>(f);
+    } else {
+        constexpr int NC = N > C ? N / C : 1;
+        static_assert(N % NC == 0, "GDN_CHAIN must split N evenly");
+        float acc[NC];
+#pragma unroll
+        for (int c = 0; c < NC; ++c) acc[c] = f(c);
+#pragma unroll
+        for (int j = NC; j < N; j += NC)
+#pragma unroll
+            for (int c = 0; c < NC; ++c) acc[c] += f(j + c);
+        return tree_sum<0, NC>([&](int c) { return acc[c]; });
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnParams p) {
     using ST = typename GdnStorage<SD>::type;
     constexpr bool NC = GDN_VEC16 && (GDN_HINT & 1);
@@ -220,19 +244,19 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
         const float gd = GDN_FASTGATE ? gdn_decay_fast(A_log, xa) : gdn_decay(A_log, xa);
         const float beta = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
 
-        // This lane's slice of every dot product (tree sums); the butterfly below adds the
+        // This lane's slice of every dot product (dot_sum); the butterfly below adds the
         // LPR slices of a row.
         constexpr int NE = NV * VEC;
-        float kq = tree_sum<0, NE>([&](int j) { return kv[j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
+        float kq = dot_sum<NE>([&](int j) { return kv[j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
         float qq = 0.0f, kk = 0.0f, sk[RW], sq[RW];
         if (GDN_L2NORM) {
-            qq = tree_sum<0, NE>([&](int j) { return qv[j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
-            kk = tree_sum<0, NE>([&](int j) { return kv[j / VEC][j % VEC] * kv[j / VEC][j % VEC]; });
+            qq = dot_sum<NE>([&](int j) { return qv[j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
+            kk = dot_sum<NE>([&](int j) { return kv[j / VEC][j % VEC] * kv[j / VEC][j % VEC]; });
         }
 #pragma unroll
         for (int g = 0; g < RW; ++g) {
-            sk[g] = tree_sum<0, NE>([&](int j) { return S[g][j / VEC][j % VEC] * kv[j / VEC][j % VEC]; });
-            sq[g] = tree_sum<0, NE>([&](int j) { return S[g][j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
+            sk[g] = dot_sum<NE>([&](int j) { return S[g][j / VEC][j % VEC] * kv[j / VEC][j % VEC]; });
+            sq[g] = dot_sum<NE>([&](int j) { return S[g][j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
         }
         // xor offsets below LPR stay inside a row's lane group; all chains are interleaved so
         // the shuffles of different rows overlap.

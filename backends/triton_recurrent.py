@@ -1,10 +1,11 @@
 """fla-recurrent: our Triton kernel in the style of FLA's fused recurrent kernel.
 
 One launch per call; one program per (sequence, v-head, V-tile of BV rows) holding its
-[BV, K] state tile in registers across all T tokens; raw gates (softplus / exp / sigmoid)
-computed in the kernel; the k-last state read and written where it lies (no transpose, no
-copy).  The launch shape (BV, num_warps, num_stages) comes from a small per-GPU table indexed
-by B*HV, measured with ``bench/gpu_triton.py``; nothing is autotuned inside a call.
+[BV, K] state tile in registers across all T tokens, LPR lanes per row; raw gates (softplus /
+exp / sigmoid) computed in the kernel; the k-last state read and written where it lies (no
+transpose, no copy).  The launch shape (BV, num_warps, num_stages, LPR) comes from a small
+per-GPU table indexed by B*HV, measured with ``python3 -m gdnzoo.bench.gpu_tune``; nothing is
+autotuned inside a call.
 """
 from __future__ import annotations
 
@@ -16,17 +17,21 @@ CPU_MAX_PROGRAM_TOKENS = 512
 GRID_LIMIT = 2**31 - 1
 
 # GPU name substring -> state dtype -> rows (max B*HV inclusive or None, BV, num_warps,
-# num_stages).  "default" serves GPUs without a row.  Small B*HV takes small tiles so that
-# enough programs cover the SMs (B=1 at HV=8 on the H100: 8 heads x 64 tiles of 2 rows).
+# num_stages[, LPR lanes per row; default all of a row's 16-byte vectors up to 32 lanes]).
+# "default" serves GPUs without a row.  Small B*HV takes small tiles so that enough programs
+# cover the SMs (B=1 at HV=8 on the H100: 8 heads x 32 tiles of 4 rows).
 LAUNCH_TABLE = {
     # Measured on an NVIDIA H100 80GB HBM3 (2026-11-22, torch 2.11, triton 3.6, contest
-    # geometry HV=8): the fastest shape per batch size on the CUPTI kernel clock with state read
-    # and written cold, from `python3 -m gdnzoo.bench.gpu_tune`
-    # (bench/results/h100-80gb-hbm3/gpu_tune.csv).
+    # geometry HV=8): the fastest shape per batch size on the CUPTI kernel clock with state
+    # read and written cold, from `python3 -m gdnzoo.bench.gpu_tune --backends fla-recurrent`
+    # (bench/results/h100-80gb-hbm3/gpu_tune.csv).  From B=4 to 16 one 128-thread program
+    # per 32 rows with 4 lanes a row (a thread streams 128 bytes of its row) reads at the floor.
     "H100": {
-        "fp32": [(32, 2, 1, 1), (64, 4, 1, 1), (256, 16, 1, 1), (384, 4, 1, 1), (2048, 2, 1, 1),
-                 (None, 32, 8, 1)],
-        "bf16": [(8, 2, 1, 1), (128, 32, 8, 1), (256, 4, 1, 1), (512, 32, 8, 1), (None, 8, 1, 1)],
+        "fp32": [(8, 4, 1, 1, 8), (64, 32, 4, 1, 4), (128, 64, 8, 1, 4), (256, 16, 2, 1, 16),
+                 (384, 16, 8, 1, 32), (1024, 16, 2, 1, 16), (2048, 2, 1, 1, 16),
+                 (None, 16, 8, 1, 16)],
+        "bf16": [(8, 4, 1, 1, 8), (128, 32, 4, 1, 4), (256, 128, 8, 1, 4), (512, 16, 4, 1, 16),
+                 (None, 32, 2, 1, 16)],
     },
     "default": {
         "fp32": [(64, 8, 1, 1), (512, 16, 2, 1), (None, 32, 4, 1)],
@@ -35,14 +40,33 @@ LAUNCH_TABLE = {
 }
 
 
+def vec_elems(state_dtype: str) -> int:
+    """State elements in one 16-byte vector (a thread's unit along K)."""
+    return 4 if state_dtype == "fp32" else 8
+
+
+def default_lpr(state_dtype: str, K: int) -> int:
+    """Lanes per row when a table row names none: all of a row's vectors, at most 32 (the
+    thread map Triton picks by itself for a [BV, K] tile)."""
+    return min(32, K // vec_elems(state_dtype))
+
+
+def fit_lpr(state_dtype: str, K: int, lpr: int) -> int:
+    """``lpr`` lowered until its lanes' vectors divide K (the table is measured at K=128)."""
+    while lpr > 1 and K % (lpr * vec_elems(state_dtype)):
+        lpr //= 2
+    return lpr
+
+
 def lookup_config(gpu: str, state_dtype: str, BHV: int, K: int, V: int,
-                  table=None) -> tuple[int, int, int]:
-    """(BV, num_warps, num_stages) for this GPU, state dtype and B*HV, fitted to K and V."""
+                  table=None) -> tuple[int, int, int, int]:
+    """(BV, num_warps, num_stages, LPR) for this GPU, state dtype and B*HV, fitted to K, V."""
     table = LAUNCH_TABLE if table is None else table
     per_gpu = next((rows for name, rows in table.items() if name != "default" and name in gpu),
                    table["default"])
     rows = per_gpu.get(state_dtype, table["default"][state_dtype])
-    BV, nw, ns = next((bv, w, s) for hi, bv, w, s in rows if hi is None or BHV <= hi)
+    BV, nw, ns, *lpr = next(row[1:] for row in rows if row[0] is None or BHV <= row[0])
+    lpr = fit_lpr(state_dtype, K, lpr[0] if lpr else default_lpr(state_dtype, K))
     BV = min(BV, V)
     # Keep the fp32 tile at <= 64 registers a thread: more warps first, then a smaller tile.
     while BV * K > 64 * 32 * nw and nw < 8:
@@ -51,7 +75,7 @@ def lookup_config(gpu: str, state_dtype: str, BHV: int, K: int, V: int,
         BV //= 2
     while BHV * (V // BV) > GRID_LIMIT and BV < V:
         BV *= 2
-    return BV, nw, ns
+    return BV, nw, ns, lpr
 
 
 def available():
@@ -64,24 +88,28 @@ def supports(problem):
 
 def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
            config=None):
-    """Launch with an explicit (BV, num_warps, num_stages), or the table's when None."""
+    """Launch with an explicit (BV, num_warps, num_stages[, LPR]), or the table's when None."""
     from gdnzoo.backends.triton_recurrent_kernel import gdn_recurrent_kernel
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dev = q.get_device()
+    sd = "fp32" if state.element_size() == 4 else "bf16"
     if config is None:
         if dev < 0:
             config = (V, 1, 1)                    # interpreter: fewest programs is fastest
         else:
-            sd = "fp32" if state.element_size() == 4 else "bf16"
             config = lookup_config(tlaunch.gpu_name(dev), sd, B * HV, K, V)
-    BV, nw, ns = config
+    BV, nw, ns, *lpr = config
+    lpr = lpr[0] if lpr else default_lpr(sd, K)
     grid0 = B * HV * (V // BV)
     if V % BV or grid0 > GRID_LIMIT:
         raise ValueError(f"fla-recurrent: BV={BV} must divide V={V} and B*HV*V/BV <= {GRID_LIMIT}")
+    if lpr not in (1, 2, 4, 8, 16, 32) or K % (lpr * vec_elems(sd)):
+        raise ValueError(f"fla-recurrent: LPR={lpr} lanes x {vec_elems(sd)} elements must "
+                         f"divide K={K}")
     tail = (tlaunch.loop_count(T), *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *a.stride(), *b.stride(),
             A_log.stride(0), dt_bias.stride(0), *out.stride()[:3], *state.stride()[:3],
-            *new_state.stride()[:3], H, HV, K, V, BV, bool(use_qk_l2norm))
+            *new_state.stride()[:3], H, HV, K, V, BV, bool(use_qk_l2norm), lpr, vec_elems(sd))
     return gdn_recurrent_kernel[(grid0,)](q, k, v, a, b, A_log, dt_bias, out, state, new_state,
                                           float(scale), *tail, num_warps=nw, num_stages=ns), \
         grid0, tail

@@ -1,11 +1,25 @@
 """The fla-recurrent Triton kernel: one program per (sequence, v-head, V-tile).
 
+The state tile is held as a 4-D tensor [LPR, BV, KO, VEC] over K = KO * LPR * VEC: each
+thread holds 16-byte vectors (VEC elements) of its row, LPR lanes share a row and the rest of
+the warp takes further rows.  Triton orders a blocked layout's threads by the pointer's
+contiguity (VEC) and then by dimension index, so putting the lanes-of-a-row dimension first
+gives exactly this thread map; a [BV, K] tile would put all 32 lanes along K.  A row's dot
+products then add VEC * KO products in a thread and finish with log2(LPR) shuffle rounds
+instead of five.
+
 Imported only when the backend runs (it imports triton at module level).
 """
 import triton
 import triton.language as tl
 
-from gdnzoo.backends._triton_gates import token_step
+from gdnzoo.backends._triton_gates import softplus_decay
+
+
+@triton.jit
+def row_sum(x):
+    """[LPR, BV, KO, VEC] -> [BV]: the in-thread axes first, then the lanes of each row."""
+    return tl.sum(tl.sum(tl.sum(x, 3), 2), 0)
 
 
 @triton.jit
@@ -16,8 +30,9 @@ def gdn_recurrent_kernel(
         sa_b, sa_t, sa_h, sb_b, sb_t, sb_h, s_alog, s_dtb,
         so_b, so_t, so_h, ss_b, ss_h, ss_v, sn_b, sn_h, sn_v,
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-        BV: tl.constexpr, L2NORM: tl.constexpr):
+        BV: tl.constexpr, L2NORM: tl.constexpr, LPR: tl.constexpr, VEC: tl.constexpr):
     NV: tl.constexpr = V // BV
+    KO: tl.constexpr = K // (LPR * VEC)
     # Everything on grid axis 0 (limit 2^31-1; axes 1 and 2 stop at 65535). Neighbouring
     # programs take neighbouring V tiles of one head, so they stream contiguous state.
     pid = tl.program_id(0).to(tl.int64)
@@ -33,25 +48,42 @@ def gdn_recurrent_kernel(
     dst = new_state + i_n * sn_b + i_hv * sn_h
 
     rows = i_v * BV + tl.arange(0, BV)
-    cols = tl.arange(0, K)
-    rows64 = rows.to(tl.int64)
-    p_src = src + (rows64 * ss_v)[:, None] + cols[None, :]
-    p_dst = dst + (rows64 * sn_v)[:, None] + cols[None, :]
+    rows4 = rows.to(tl.int64)[None, :, None, None]
+    col = (tl.arange(0, LPR)[:, None, None, None] * VEC
+           + tl.arange(0, KO)[None, None, :, None] * (LPR * VEC)
+           + tl.arange(0, VEC)[None, None, None, :])
     # Issue the big load first; the small per-token loads below overlap its latency.
-    h = tl.load(p_src).to(tl.float32)
+    h = tl.load(src + rows4 * ss_v + col).to(tl.float32)
 
+    # q and k are read with the tile's shape (same thread map, rows reading the same address),
+    # so no layout conversion sits between them and the state.
+    col = tl.broadcast_to(col, [LPR, BV, KO, VEC])
     A_neg = -tl.exp(tl.load(A_log + i_hv * s_alog).to(tl.float32))
     dtb = tl.load(dt_bias + i_hv * s_dtb).to(tl.float32)
-    p_q = q + i_n * sq_b + i_h * sq_h + cols
-    p_k = k + i_n * sk_b + i_h * sk_h + cols
+    p_q = q + i_n * sq_b + i_h * sq_h + col
+    p_k = k + i_n * sk_b + i_h * sk_h + col
     p_v = v + i_n * sv_b + i_hv * sv_h + rows
     p_o = out + i_n * so_b + i_hv * so_h + rows
     p_a = a + i_n * sa_b + i_hv * sa_h
     p_b = b + i_n * sb_b + i_hv * sb_h
 
     for _ in tl.range(0, T):
-        h, o = token_step(h, p_q, p_k, p_v, p_a, p_b, A_neg, dtb, scale, L2NORM)
-        tl.store(p_o, o.to(out.dtype.element_ty))
+        b_q = tl.load(p_q).to(tl.float32)
+        b_k = tl.load(p_k).to(tl.float32)
+        b_v = tl.load(p_v).to(tl.float32)
+        g = softplus_decay(A_neg, tl.load(p_a).to(tl.float32), dtb)
+        beta = tl.sigmoid(tl.load(p_b).to(tl.float32))
+        if L2NORM:
+            b_q = b_q * tl.rsqrt(row_sum(b_q * b_q) + 1e-6)[None, :, None, None]
+            b_k = b_k * tl.rsqrt(row_sum(b_k * b_k) + 1e-6)[None, :, None, None]
+        # One pass (SPEC section 1): both reductions read the old state, then
+        # S' = g S + u k^T and o = scale (g S q + u (k.q)) need no second reduction.
+        sk = row_sum(h * b_k)
+        sq = row_sum(h * b_q)
+        kq = row_sum(b_k * b_q)
+        u = beta * (b_v - g * sk)
+        h = g * h + u[None, :, None, None] * b_k
+        tl.store(p_o, (scale * (g * sq + u * kq)).to(out.dtype.element_ty))
         p_q += sq_t
         p_k += sk_t
         p_v += sv_t
@@ -59,4 +91,4 @@ def gdn_recurrent_kernel(
         p_a += sa_t
         p_b += sb_t
 
-    tl.store(p_dst, h.to(new_state.dtype.element_ty))
+    tl.store(dst + rows4 * sn_v + col, h.to(new_state.dtype.element_ty))

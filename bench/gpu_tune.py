@@ -3,10 +3,11 @@
     python3 -m gdnzoo.bench.gpu_tune [--batches 1,4,...] [--dtypes fp32,bf16] [--reps 15]
 
 Per (state dtype, B) at the contest shape: the floor (its own shape search, SPEC section 6), then
-every candidate launch shape of both kernels on the CUPTI kernel clock, each in its own session
-over state sets rotated through several times the L2 (reads and writes cold; no
-synchronization inside a timed launch); stage 2 re-times the best shapes with cache-hint and
-gate-precision variants, in two rounds; last, each backend's stage-2 winner is re-timed beside
+every candidate launch shape of both kernels on the CUPTI kernel clock (cuda-v4 shapes with
+each ``--v4-hints`` cache hint, fla-recurrent shapes with each lanes-per-row), each in its own
+session over state sets rotated through several times the L2 (reads and writes cold; no
+synchronization inside a timed launch); stage 2 re-times the four best cuda-v4 shapes with
+every cache-hint and gate-precision variant, and the three best Triton shapes, in two rounds; last, each backend's stage-2 winner is re-timed beside
 the floor in bench-length sessions, alternated (confirm): the minimum of many noisy medians
 reads low (about 5% at B=1), so the summary quotes the confirm times.  Medians per candidate;
 writes ``$OUT/gpu_tune.{csv,json}`` and prints the best shape per cell and table rows in the
@@ -51,9 +52,12 @@ def v4_shapes(sd):
 
 
 def tri_shapes(sd):
-    """(BV, num_warps, num_stages) with at most 64 state elements per thread."""
-    return [(bv, nw, 1) for bv in (2, 4, 8, 16, 32, 64, 128) for nw in (1, 2, 4, 8)
-            if bv * 128 <= 64 * 32 * nw and bv * 128 >= 32 * nw * 4]
+    """(BV, num_warps, num_stages, LPR) at K = V = 128: at most 64 state elements per thread,
+    and at least as many rows as the threads cover (32/LPR rows per warp)."""
+    vec = triton_recurrent.vec_elems(sd)
+    return [(bv, nw, 1, lpr) for lpr in (4, 8, 16, 32) if 128 % (lpr * vec) == 0
+            for bv in (1, 2, 4, 8, 16, 32, 64, 128) for nw in (1, 2, 4, 8)
+            if bv * 128 <= 64 * 32 * nw and bv >= (32 // lpr) * nw]
 
 
 class Cell:
@@ -147,6 +151,8 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="fp32,bf16")
     ap.add_argument("--reps", type=int, default=12)
     ap.add_argument("--backends", default="cuda-v4,fla-recurrent")
+    ap.add_argument("--v4-hints", default="0,2,3", type=lambda s: [int(h) for h in s.split(",")],
+                    help="cuda-v4 cache hints tried with every shape in stage 1")
     ap.add_argument("--confirm-iters", type=int, default=100,
                     help="calls per confirm session (gdnzoo bench's floor uses 100)")
     ap.add_argument("--confirm-rounds", type=int, default=3)
@@ -168,15 +174,18 @@ def main(argv=None):
             fl = floor.best_launcher(cell.set_bytes)
             if fl["launch"] is None:
                 raise SystemExit(f"gpu_tune needs the floor's CuPy kernel: {fl['config']}")
-            # Stage 1: every shape with hints and fast gates on; every Triton shape.
-            todo = [("cuda-v4", (w, rw, lpr, 3, 1)) for w, rw, lpr in v4_shapes(DT[sd])]
+            # Stage 1: every shape with each stage-1 cache hint and fast gates; every Triton
+            # shape.  (Hints change the ranking at small B: with HINT=3 alone, shapes that
+            # win with plain loads and stores were never carried into stage 2.)
+            todo = [("cuda-v4", (w, rw, lpr, h, 1)) for w, rw, lpr in v4_shapes(DT[sd])
+                    for h in args.v4_hints]
             todo += [("fla-recurrent", c) for c in tri_shapes(sd)]
             todo = [t for t in todo if t[0] in args.backends.split(",")]
             med, _, method, _ = stage(cell, todo, args.reps, log)
             # Stage 2: cache hints x gate precision on the four best cuda-v4 shapes.
-            v4 = sorted((us, cfg) for (b, cfg), us in med.items() if b == "cuda-v4")[:4]
-            todo = [("cuda-v4", (w, rw, lpr, h, f)) for _, (w, rw, lpr, _, _) in v4
-                    for h in (0, 2, 3) for f in (0, 1)]
+            v4 = sorted((us, cfg) for (b, cfg), us in med.items() if b == "cuda-v4")
+            shapes = list(dict.fromkeys(cfg[:3] for _, cfg in v4))[:4]
+            todo = [("cuda-v4", s + (h, f)) for s in shapes for h in (0, 2, 3) for f in (0, 1)]
             todo += [("fla-recurrent", cfg) for us, cfg in
                      sorted((us, cfg) for (b, cfg), us in med.items() if b == "fla-recurrent")[:3]]
             med2, _, _, cands2 = stage(cell, todo, args.reps, log, rounds=2)

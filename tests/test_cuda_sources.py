@@ -23,9 +23,9 @@ F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 NVCC = shutil.which("nvcc")
 
 # (source, state, io, a, b, dt_bias, K, l2norm, extra -D)
-def _v4(V=128, T=1, HV=8, GVA=2, W=2, RW=2, LPR=32, VEC16=1, HINT=0, FAST=0, DENSE=0):
+def _v4(V=128, T=1, HV=8, GVA=2, W=2, RW=2, LPR=32, VEC16=1, HINT=0, FAST=0, DENSE=0, CHAIN=0):
     return dict(v=V, t=T, hv=HV, gva=GVA, w=W, rw=RW, lpr=LPR, vec16=VEC16, hint=HINT,
-                fastgate=FAST, dense=DENSE)
+                fastgate=FAST, dense=DENSE, chain=CHAIN)
 
 
 VARIANTS = [
@@ -41,6 +41,10 @@ VARIANTS = [
                                                                  VEC16=0)),
     (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 128, False, _v4(T=2, RW=4, VEC16=0)),
     (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 32, False, _v4(V=32, RW=8, LPR=8)),
+    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, True, _v4(W=4, RW=1, LPR=4, CHAIN=4,
+                                                                 DENSE=1)),
+    (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 128, False, _v4(T=2, W=1, RW=4, LPR=8,
+                                                                   CHAIN=32)),
     (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 256, True, _v4(V=256, HV=6, GVA=3, RW=4,
                                                                   LPR=16)),
 ]
@@ -153,7 +157,7 @@ def test_v4_config_table():
         rows = cuda_v4.CONFIG_TABLE[sd]
         his = [r[0] for r in rows]
         assert his[-1] is None and his[:-1] == sorted(his[:-1])
-        for _, w, rw, lpr, hint, fast in rows:
+        for _, w, rw, lpr, hint, fast, *chain in rows:
             assert cuda_v4.valid_config(128, 128, sd, w, rw, lpr) == "", (sd, w, rw, lpr)
             assert hint in (0, 1, 2, 3) and fast in (0, 1)
     assert cuda_v4.valid_config(128, 128, BF16, 1, 1, 32)          # 32 lanes x 8 > K
@@ -208,11 +212,11 @@ def test_v4_launch_marshalling(fake_gpu):
     assert len(compiled) == 1 and len(launches) == 2
     src, name, defs, _ = compiled[0]
     assert (src, name) == ("cuda_v4.cu", "gdn_decode_v4")
-    w, rw, lpr, hint, fast = cuda_v4.pick_config(8, F32)
+    w, rw, lpr, hint, fast, chain = cuda_v4.pick_config(8, F32)
     assert defs == dict(GDN_K=128, GDN_V=128, GDN_T=1, GDN_HV=8, GDN_GVA=2, GDN_STATE_DT=0,
                         GDN_IO_DT=1, GDN_A_DT=1, GDN_B_DT=1, GDN_DTB_DT=0, GDN_L2NORM=0,
                         GDN_W=w, GDN_RW=rw, GDN_LPR=lpr, GDN_VEC16=1, GDN_HINT=hint,
-                        GDN_FASTGATE=fast, GDN_DENSE=1)
+                        GDN_FASTGATE=fast, GDN_DENSE=1, GDN_CHAIN=chain)
     func, grid, block, _, f = launches[0]
     assert block == 32 * w and grid == 8 * cuda_v4.blocks_per_head(128, w, rw, lpr)
     assert f["state"] == f["new_state"] == x.state.data_ptr() and f["q"] == x.q.data_ptr()
@@ -390,7 +394,7 @@ def test_v4_table_config_fits_every_head_dim(sd, K):
     # The table is measured at K=128; every batch size must give a valid shape for each K.
     from gdnzoo.backends import cuda_v4
     for BHV in (8, 32, 64, 128, 512, 4096, 1 << 20):
-        w, rw, lpr, hint, fast = cuda_v4.table_config(BHV, sd, K)
+        w, rw, lpr, hint, fast, chain = cuda_v4.table_config(BHV, sd, K)
         assert cuda_v4.valid_config(K, 128, sd, w, rw, lpr) == "", (BHV, K, w, rw, lpr)
 
 
@@ -400,8 +404,9 @@ def test_tune_candidates_are_valid_and_cover_the_tables():
     for sd in (F32, BF16):
         shapes = gpu_tune.v4_shapes(sd)
         assert shapes and all(cuda_v4.valid_config(128, 128, sd, *s) == "" for s in shapes)
-        for _, w, rw, lpr, _, _ in cuda_v4.CONFIG_TABLE[sd]:
+        for _, w, rw, lpr, *_ in cuda_v4.CONFIG_TABLE[sd]:
             assert (w, rw, lpr) in shapes                      # every table row was measurable
-    tri = gpu_tune.tri_shapes("fp32")
-    for rows in triton_recurrent.LAUNCH_TABLE["H100"].values():
+    for sd, rows in triton_recurrent.LAUNCH_TABLE["H100"].items():
+        tri = gpu_tune.tri_shapes(sd)
+        assert tri and all(triton_recurrent.fit_lpr(sd, 128, s[3]) == s[3] for s in tri)
         assert all(tuple(r[1:]) in tri for r in rows)

@@ -76,12 +76,13 @@ def _call(mod, x, l2, inplace, config=None, views=False):
     return out, new_state
 
 
-# (B, T, H, HV, K, V, state dtype, l2norm, in place, views, recurrent config, tma config)
+# (B, T, H, HV, K, V, state dtype, l2norm, in place, views, recurrent config (BV, warps,
+# stages[, lanes per row]), tma config)
 CASES = [
     (2, 1, 4, 8, 128, 128, torch.float32, False, True, False, None, None),
-    (1, 3, 2, 8, 64, 128, torch.bfloat16, True, False, False, (16, 1, 1), (16, 2, 1, 2, False)),
-    (1, 2, 1, 2, 256, 64, torch.float32, True, True, False, (8, 1, 1), (8, 4, 1, 3, False)),
-    (2, 2, 2, 4, 128, 64, torch.float32, False, False, True, (32, 2, 1), (16, 2, 2, 2, True)),
+    (1, 3, 2, 8, 64, 128, torch.bfloat16, True, False, False, (16, 1, 1, 4), (16, 2, 1, 2, False)),
+    (1, 2, 1, 2, 256, 64, torch.float32, True, True, False, (8, 1, 1, 8), (8, 4, 1, 3, False)),
+    (2, 2, 2, 4, 128, 64, torch.float32, False, False, True, (32, 2, 1, 4), (16, 2, 2, 2, True)),
     (2, 1, 4, 8, 64, 64, torch.bfloat16, False, True, True, (64, 1, 1), (32, 2, 1, 2, False)),
 ]
 
@@ -107,27 +108,34 @@ def test_against_reference(name, case):
 def test_recurrent_launch_table():
     from gdnzoo.backends import triton_recurrent as m
     table = {"default": {"fp32": [(64, 8, 1, 1), (None, 32, 4, 3)],
-                         "bf16": [(None, 16, 2, 1)]},
-             "H100": {"fp32": [(8, 4, 1, 1), (None, 64, 8, 2)]}}
-    assert m.lookup_config("NVIDIA H100 80GB HBM3", "fp32", 8, 128, 128, table) == (4, 1, 1)
-    assert m.lookup_config("NVIDIA H100 80GB HBM3", "fp32", 9, 128, 128, table) == (64, 8, 2)
+                         "bf16": [(None, 16, 2, 1, 8)]},
+             "H100": {"fp32": [(8, 4, 1, 1, 8), (None, 64, 8, 2)]}}
+    # a row without LPR takes all of a row's 16-byte vectors, at most 32 lanes
+    assert m.lookup_config("NVIDIA H100 80GB HBM3", "fp32", 8, 128, 128, table) == (4, 1, 1, 8)
+    assert m.lookup_config("NVIDIA H100 80GB HBM3", "fp32", 9, 128, 128, table) == (64, 8, 2, 32)
     # a GPU row without this dtype falls back to the default row for it
-    assert m.lookup_config("NVIDIA H100 80GB HBM3", "bf16", 9, 128, 128, table) == (16, 2, 1)
-    assert m.lookup_config("NVIDIA B200", "fp32", 64, 128, 128, table) == (8, 1, 1)
-    assert m.lookup_config("NVIDIA B200", "fp32", 65, 128, 128, table) == (32, 4, 3)
+    assert m.lookup_config("NVIDIA H100 80GB HBM3", "bf16", 9, 128, 128, table) == (16, 2, 1, 8)
+    assert m.lookup_config("NVIDIA B200", "fp32", 64, 128, 128, table) == (8, 1, 1, 32)
+    assert m.lookup_config("NVIDIA B200", "fp32", 65, 128, 128, table) == (32, 4, 3, 32)
+    # K=64: 8 lanes of 8 bf16 fill a row, and 16 lanes of 4 fp32
+    assert m.lookup_config("NVIDIA B200", "bf16", 1, 64, 128, table)[3] == 8
+    assert m.lookup_config("x", "fp32", 1, 64, 64, {"default": {"fp32": [(None, 4, 1, 1)]}})[3] == 16
+    assert m.fit_lpr("bf16", 64, 16) == 8 and m.fit_lpr("fp32", 256, 32) == 32
     # K=256: a 32x256 fp32 tile over 4 warps is 64 registers a thread: kept; over 1 warp
     # it would be 256, so warps grow to 4
-    assert m.lookup_config("x", "fp32", 1000, 256, 128, table) == (32, 4, 3)
+    assert m.lookup_config("x", "fp32", 1000, 256, 128, table)[:3] == (32, 4, 3)
     assert m.lookup_config("x", "fp32", 1, 256, 128,
-                           {"default": {"fp32": [(None, 32, 1, 1)]}}) == (32, 4, 1)
+                           {"default": {"fp32": [(None, 32, 1, 1)]}})[:3] == (32, 4, 1)
     # BV never exceeds V; the grid (B*HV*V/BV programs) stays on one axis below 2^31
     assert m.lookup_config("x", "fp32", 1, 64, 64, {"default": {"fp32": [(None, 128, 8, 1)]}})[0] == 64
-    BV, _, _ = m.lookup_config("x", "fp32", 2**29, 64, 64, {"default": {"fp32": [(None, 4, 1, 1)]}})
+    BV = m.lookup_config("x", "fp32", 2**29, 64, 64, {"default": {"fp32": [(None, 4, 1, 1)]}})[0]
     assert 2**29 * (64 // BV) <= m.GRID_LIMIT
     for bhv in (1, 8, 64, 65, 512, 4096, 2**20):
         for K in (64, 128, 256):
-            BV, nw, ns = m.lookup_config("NVIDIA H100", "fp32", bhv, K, 128)
-            assert 128 % BV == 0 and BV * K <= 64 * 32 * nw and bhv * (128 // BV) <= m.GRID_LIMIT
+            for sd in ("fp32", "bf16"):
+                BV, nw, ns, lpr = m.lookup_config("NVIDIA H100", sd, bhv, K, 128)
+                assert 128 % BV == 0 and BV * K <= 64 * 32 * nw and bhv * (128 // BV) <= m.GRID_LIMIT
+                assert K % (lpr * m.vec_elems(sd)) == 0
 
 
 def test_tma_launch_table():
