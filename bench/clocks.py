@@ -298,12 +298,13 @@ def graph_times(launch, n_calls: int, replays: int, warmup: int = 3) -> list:
 def host_times(call, batches: int, per_batch: int, warmup: int = 5, warm_s: float = 0.0) -> list:
     """Wall time per eager call (us): one sample per batch of ``per_batch`` back-to-back calls.
 
-    Nothing synchronizes between or inside batches.  Before them: ``warmup`` calls, then more
-    calls until ``warm_s`` seconds have passed (at most 20000 calls), then one drain outside every
-    batch.  Why a time-based warm-up: on a lent H100 machine, cells of 200 calls right after the
-    other clocks read 14-15 us per call where the same calls read 8.4-10.7 us after 200 warm-up
-    calls in 1000-call batches; our guess (unverified) is a host core that needs some ms of work
-    to reach its full clock.
+    Nothing synchronizes between or inside batches, nor between the warm-up and the batches:
+    once the launch queue is full a call waits for a free slot, so a kernel slower than its
+    dispatch is timed at steady state, max(dispatch, GPU).  Before the batches: ``warmup`` calls,
+    then more calls until ``warm_s`` seconds have passed (at most 20000 calls).  Why a time-based
+    warm-up: on a lent H100 machine, cells of 200 calls right after the other clocks read 14-15 us
+    per call where the same calls read 8.4-10.7 us after 200 warm-up calls in 1000-call batches;
+    our guess (unverified) is a host core that needs some ms of work to reach its full clock.
     """
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -312,8 +313,6 @@ def host_times(call, batches: int, per_batch: int, warmup: int = 5, warm_s: floa
     while i < warmup or (time.perf_counter() < t_end and i < 20000):
         call(i)
         i += 1
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()               # the warm-up's GPU work, outside every batch
     out = []
     for _ in range(batches):
         t0 = time.perf_counter()
