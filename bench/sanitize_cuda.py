@@ -5,7 +5,7 @@
 
 Cases: cuda-v1 and cuda-v4, B in {1, 64}, fp32 and bf16 state, in place and destination-passing,
 T=2 with the L2 norm, plus a misaligned state (cuda-v4's element-load variant), a strided q (runtime strides), V=96
-(partial row blocks) and other cuda-v4 launch shapes / cache hints / fast gates.  Prints one line per case and a max error vs the fp32 reference.
+(partial row blocks) and other cuda-v4 launch shapes / cache hints / fast gates / FMA chains.  Prints one line per case and a max error vs the fp32 reference.
 """
 from __future__ import annotations
 
@@ -51,9 +51,10 @@ def main():
     for sd in (torch.float32, torch.bfloat16):
         err = one(cuda_v4, 4, sd, False, strided=True)
         print(f"cuda-v4 strided q (runtime strides) {sd}: max err {err:.2e}")
-    # Other lane splits, cache hints and fast gates (W, RW, LPR, HINT, FASTGATE).
+    # Other lane splits, cache hints, fast gates and FMA chains (W, RW, LPR, HINT, FAST[, CHAIN]).
     for sd, cfg in ((torch.float32, (4, 4, 8, 3, 1)), (torch.float32, (1, 8, 16, 1, 0)),
-                    (torch.bfloat16, (2, 4, 8, 3, 1)), (torch.bfloat16, (8, 16, 16, 2, 0))):
+                    (torch.bfloat16, (2, 4, 8, 3, 1)), (torch.bfloat16, (8, 16, 16, 2, 0)),
+                    (torch.float32, (4, 1, 4, 0, 1, 4)), (torch.bfloat16, (4, 2, 16, 0, 1, 32))):
         for inplace in (True, False):
             err = one(cuda_v4, 4, sd, inplace, V=96, config=cfg)
             print(f"cuda-v4 V=96 {sd} config {cfg} {'in-place' if inplace else 'dest'}: max err {err:.2e}")
