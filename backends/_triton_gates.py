@@ -1,4 +1,5 @@
-"""Gate and per-token math shared by the Triton kernels (imports triton; only kernel modules
+"""Gate math of the Triton kernels, and fla-tma's per-token step on a [BV, K] tile (fla-recurrent
+keeps its tile as [LPR, BV, KO, VEC] and has its own step; imports triton; only kernel modules
 import it)."""
 import triton
 import triton.language as tl

@@ -68,6 +68,7 @@ def gdn_recurrent_kernel(
     p_b = b + i_n * sb_b + i_hv * sb_h
 
     for _ in tl.range(0, T):
+        # Loads in the order of fla-tma's token_step (q, k, v, then each gate before its math).
         b_q = tl.load(p_q).to(tl.float32)
         b_k = tl.load(p_k).to(tl.float32)
         b_v = tl.load(p_v).to(tl.float32)
