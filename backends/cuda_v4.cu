@@ -25,7 +25,10 @@
 // layout of its shape, so strides are compile-time constants; 0: strides from the parameters),
 // GDN_CHAIN (0: each lane's slice of a dot product as one balanced tree, the shortest chain;
 // c > 0: chains of c fused multiply-adds, then a tree over the chains, about half the
-// instructions, which wins where one warp per scheduler issues everything itself).
+// instructions, which wins where one warp per scheduler issues everything itself),
+// GDN_SMEM (1, T = 1 with 16-byte vectors: the state is copied into shared memory with
+// cp.async and updated one row group at a time, so a warp holds one group in registers and
+// more blocks fit on an SM; 0: all row groups in registers).
 // Runtime: B (the grid), strides, pointers, scale.
 #include "gdn_common.cuh"
 
@@ -33,7 +36,7 @@
     !defined(GDN_GVA) || !defined(GDN_STATE_DT) || !defined(GDN_IO_DT) || !defined(GDN_A_DT) || \
     !defined(GDN_B_DT) || !defined(GDN_DTB_DT) || !defined(GDN_L2NORM) || !defined(GDN_W) || \
     !defined(GDN_RW) || !defined(GDN_LPR) || !defined(GDN_VEC16) || !defined(GDN_HINT) || \
-    !defined(GDN_FASTGATE) || !defined(GDN_DENSE) || !defined(GDN_CHAIN)
+    !defined(GDN_FASTGATE) || !defined(GDN_DENSE) || !defined(GDN_CHAIN) || !defined(GDN_SMEM)
 #error "compile with the -D options of gdnzoo/cuda_build.py"
 #endif
 
@@ -58,6 +61,7 @@ constexpr unsigned FULL = 0xffffffffu;
 static_assert(32 % LPR == 0 && NV >= 1 && NV * LPR * VEC == K, "unsupported K / LPR");
 static_assert(RW >= 1 && RW * RPW <= 32, "a warp owns at most 32 rows");
 static_assert(W >= 1 && W <= 8 && T >= 1 && HV % GVA == 0, "bad launch constants");
+static_assert(!GDN_SMEM || (T == 1 && GDN_VEC16), "GDN_SMEM: T = 1 with 16-byte vectors");
 
 // N consecutive elements of dtype DT (N*size a multiple of the access width, aligned to it)
 // as fp32, with the widest loads: 16 bytes when N*size allows.  NC: the read-only,
@@ -193,26 +197,42 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
 
     // Lane's i-th vector holds K elements [(i*LPR + kl)*VEC, +VEC): consecutive lanes read
     // consecutive 16-byte chunks of a row.
-    float S[RW][NV][VEC];
+    float S[GDN_SMEM ? 1 : RW][NV][VEC];
     bool live[RW];
+#if GDN_SMEM
+    // Each lane's 16-byte vectors, lane-contiguous per (group, vector): conflict-free reads.
+    __shared__ uint4 stage[W][RW][NV][32];
+#endif
 #pragma unroll
     for (int g = 0; g < RW; ++g) {
         const int row = wbase + g * RPW + (int)sub;
         live[g] = !TAIL || row < V;
 #pragma unroll
         for (int i = 0; i < NV; ++i) {
+#if GDN_SMEM
+            if (live[g]) {
+                const unsigned to = (unsigned)__cvta_generic_to_shared(&stage[warp][g][i][lane]);
+                const ST* from = src + row * s_v + (i * LPR + kl) * VEC;
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(to), "l"(from)
+                             : "memory");
+            }
+#else
             if (live[g]) {
                 ld_vec<SD, VEC, NC>(src, row * s_v + (i * LPR + kl) * VEC, S[g][i]);
             } else {
 #pragma unroll
                 for (int e = 0; e < VEC; ++e) S[g][i][e] = 0.0f;
             }
+#endif
         }
     }
 
     // Keep the state loads first in issue order: without this fence the compiler hoists the
     // small loads above them, delaying the long pole by their address math.
     asm volatile("" ::: "memory");
+#if GDN_SMEM
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
 
     const float A_log = p.A_log[h * GDN_STRIDE(A_log_h, 1)];
     const float dtb = gdn_ld<GDN_DTB_DT>(p.dt_bias, h * GDN_STRIDE(dtb_h, 1));
@@ -243,7 +263,68 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
         const float xb = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
         const float gd = GDN_FASTGATE ? gdn_decay_fast(A_log, xa) : gdn_decay(A_log, xa);
         const float beta = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
-
+#if GDN_SMEM
+        constexpr int NE = NV * VEC;
+        float kq = dot_sum<NE>([&](int j) { return kv[j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
+        float qq = 0.0f, kk = 0.0f;
+        if (GDN_L2NORM) {
+            qq = dot_sum<NE>([&](int j) { return qv[j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
+            kk = dot_sum<NE>([&](int j) { return kv[j / VEC][j % VEC] * kv[j / VEC][j % VEC]; });
+        }
+#pragma unroll
+        for (int off = LPR / 2; off > 0; off >>= 1) {
+            kq += __shfl_xor_sync(FULL, kq, off);
+            if (GDN_L2NORM) {
+                qq += __shfl_xor_sync(FULL, qq, off);
+                kk += __shfl_xor_sync(FULL, kk, off);
+            }
+        }
+        float rq = 1.0f, rk = 1.0f;
+        if (GDN_L2NORM) {
+            rq = rsqrtf(qq + 1e-6f);
+            rk = rsqrtf(kk + 1e-6f);
+        }
+        const float kqn = kq * rq * rk;
+        asm volatile("cp.async.wait_all;" ::: "memory");   // this thread's copies have landed
+        // One row group at a time (not unrolled: one group's state in registers).
+#pragma unroll 1
+        for (int g = 0; g < RW; ++g) {
+            const int row = wbase + g * RPW + (int)sub;
+            float vg = 0.0f;                               // vr[g] without a local-memory array
+#pragma unroll
+            for (int j = 0; j < RW; ++j) vg = j == g ? vr[j] : vg;
+            float Sg[NV][VEC];
+#pragma unroll
+            for (int i = 0; i < NV; ++i) {
+                const uint4 w = stage[warp][g][i][lane];
+                const unsigned ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    if constexpr (SD == GDN_F32) Sg[i][e] = __uint_as_float(ws[e]);
+                    else gdn_unpack2<SD>(ws[e], Sg[i][2 * e], Sg[i][2 * e + 1]);
+                }
+            }
+            float sk = dot_sum<NE>([&](int j) { return Sg[j / VEC][j % VEC] * kv[j / VEC][j % VEC]; });
+            float sq = dot_sum<NE>([&](int j) { return Sg[j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
+#pragma unroll
+            for (int off = LPR / 2; off > 0; off >>= 1) {
+                sk += __shfl_xor_sync(FULL, sk, off);
+                sq += __shfl_xor_sync(FULL, sq, off);
+            }
+            const float u = beta * (vg - gd * sk * rk);
+            const float uk = u * rk;
+#pragma unroll
+            for (int i = 0; i < NV; ++i)
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) Sg[i][e] = gd * Sg[i][e] + uk * kv[i][e];
+            if (!TAIL || row < V) {
+#pragma unroll
+                for (int i = 0; i < NV; ++i)
+                    st_vec<SD, VEC, CS>(dst, row * ns_v + (i * LPR + kl) * VEC, Sg[i]);
+                if (kl == 0) gdn_st<IOD>(p.out, o0 + g * RPW, scale * (gd * sq * rq + u * kqn));
+            }
+        }
+#else
         // This lane's slice of every dot product (dot_sum); the butterfly below adds the
         // LPR slices of a row.
         constexpr int NE = NV * VEC;
@@ -293,8 +374,10 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
             if (kl == 0 && live[g])
                 gdn_st<IOD>(p.out, o0 + t * o_t + g * RPW, scale * (gd * sq[g] * rq + u * kqn));
         }
+#endif
     }
 
+#if !GDN_SMEM
 #pragma unroll
     for (int g = 0; g < RW; ++g) {
         if (!live[g]) continue;
@@ -303,4 +386,5 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
         for (int i = 0; i < NV; ++i)
             st_vec<SD, VEC, CS>(dst, row * ns_v + (i * LPR + kl) * VEC, S[g][i]);
     }
+#endif
 }

@@ -23,9 +23,10 @@ F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 NVCC = shutil.which("nvcc")
 
 # (source, state, io, a, b, dt_bias, K, l2norm, extra -D)
-def _v4(V=128, T=1, HV=8, GVA=2, W=2, RW=2, LPR=32, VEC16=1, HINT=0, FAST=0, DENSE=0, CHAIN=0):
+def _v4(V=128, T=1, HV=8, GVA=2, W=2, RW=2, LPR=32, VEC16=1, HINT=0, FAST=0, DENSE=0, CHAIN=0,
+        SMEM=0):
     return dict(v=V, t=T, hv=HV, gva=GVA, w=W, rw=RW, lpr=LPR, vec16=VEC16, hint=HINT,
-                fastgate=FAST, dense=DENSE, chain=CHAIN)
+                fastgate=FAST, dense=DENSE, chain=CHAIN, smem=SMEM)
 
 
 VARIANTS = [
@@ -45,6 +46,10 @@ VARIANTS = [
                                                                  DENSE=1)),
     (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 128, False, _v4(T=2, W=1, RW=4, LPR=8,
                                                                    CHAIN=32)),
+    (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 128, True, _v4(W=8, RW=8, LPR=16, SMEM=1,
+                                                                  HINT=3, DENSE=1)),
+    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, False, _v4(V=96, W=4, RW=4, LPR=16,
+                                                                  SMEM=1, CHAIN=4)),
     (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 256, True, _v4(V=256, HV=6, GVA=3, RW=4,
                                                                   LPR=16)),
 ]
@@ -212,11 +217,11 @@ def test_v4_launch_marshalling(fake_gpu):
     assert len(compiled) == 1 and len(launches) == 2
     src, name, defs, _ = compiled[0]
     assert (src, name) == ("cuda_v4.cu", "gdn_decode_v4")
-    w, rw, lpr, hint, fast, chain = cuda_v4.pick_config(8, F32)
+    w, rw, lpr, hint, fast, chain, smem = cuda_v4.pick_config(8, F32)
     assert defs == dict(GDN_K=128, GDN_V=128, GDN_T=1, GDN_HV=8, GDN_GVA=2, GDN_STATE_DT=0,
                         GDN_IO_DT=1, GDN_A_DT=1, GDN_B_DT=1, GDN_DTB_DT=0, GDN_L2NORM=0,
                         GDN_W=w, GDN_RW=rw, GDN_LPR=lpr, GDN_VEC16=1, GDN_HINT=hint,
-                        GDN_FASTGATE=fast, GDN_DENSE=1, GDN_CHAIN=chain)
+                        GDN_FASTGATE=fast, GDN_DENSE=1, GDN_CHAIN=chain, GDN_SMEM=smem)
     func, grid, block, _, f = launches[0]
     assert block == 32 * w and grid == 8 * cuda_v4.blocks_per_head(128, w, rw, lpr)
     assert f["state"] == f["new_state"] == x.state.data_ptr() and f["q"] == x.q.data_ptr()
@@ -394,7 +399,7 @@ def test_v4_table_config_fits_every_head_dim(sd, K):
     # The table is measured at K=128; every batch size must give a valid shape for each K.
     from gdnzoo.backends import cuda_v4
     for BHV in (8, 32, 64, 128, 512, 4096, 1 << 20):
-        w, rw, lpr, hint, fast, chain = cuda_v4.table_config(BHV, sd, K)
+        w, rw, lpr, hint, fast, chain, smem = cuda_v4.table_config(BHV, sd, K)
         assert cuda_v4.valid_config(K, 128, sd, w, rw, lpr) == "", (BHV, K, w, rw, lpr)
 
 
