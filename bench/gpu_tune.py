@@ -4,7 +4,8 @@
 
 Per (state dtype, B) at the contest shape: the floor (its own shape search, SPEC section 6), then
 every candidate launch shape of both kernels on the CUPTI kernel clock (cuda-v4 shapes with
-each ``--v4-hints`` cache hint, fla-recurrent shapes with each lanes-per-row), each in its own
+each ``--v4-hints`` cache hint, in registers and staged through shared memory; fla-recurrent
+shapes with each lanes-per-row), each in its own
 session over state sets rotated through several times the L2 (reads and writes cold; no
 synchronization inside a timed launch); stage 2 re-times the four best cuda-v4 shapes with
 every cache-hint and gate-precision variant, and the three best Triton shapes, in two rounds; last, each backend's stage-2 winner is re-timed beside
@@ -49,6 +50,15 @@ def v4_shapes(sd):
                 if rows <= 32 and w * rows <= 128 and rw * 128 // lpr <= 64:
                     out.append((w, rw, lpr))
     return out
+
+
+def v4_smem_shapes(sd):
+    """(W, RW, LPR) for shared-memory staging (SMEM=1): one row group in registers at a time,
+    so only the block's rows (<= 128) and the static shared memory bound the shape."""
+    return [(w, rw, lpr) for lpr in (8, 16, 32) if 128 % (lpr * cuda_v4.vec_elems(sd)) == 0
+            for w in (2, 4, 8) for rw in (2, 4, 8, 16)
+            if rw * (32 // lpr) <= 32 and w * rw * (32 // lpr) <= 128
+            and cuda_v4.smem_bytes(128, sd, w, rw, lpr) <= cuda_v4.SMEM_STATIC_MAX]
 
 
 def tri_shapes(sd):
@@ -179,13 +189,16 @@ def main(argv=None):
             # win with plain loads and stores were never carried into stage 2.)
             todo = [("cuda-v4", (w, rw, lpr, h, 1)) for w, rw, lpr in v4_shapes(DT[sd])
                     for h in args.v4_hints]
+            todo += [("cuda-v4", (w, rw, lpr, h, 1, 0, 1)) for w, rw, lpr in v4_smem_shapes(DT[sd])
+                     for h in args.v4_hints if h in (0, 2)]      # .nc is unused when staging
             todo += [("fla-recurrent", c) for c in tri_shapes(sd)]
             todo = [t for t in todo if t[0] in args.backends.split(",")]
             med, _, method, _ = stage(cell, todo, args.reps, log)
             # Stage 2: cache hints x gate precision on the four best cuda-v4 shapes.
             v4 = sorted((us, cfg) for (b, cfg), us in med.items() if b == "cuda-v4")
-            shapes = list(dict.fromkeys(cfg[:3] for _, cfg in v4))[:4]
-            todo = [("cuda-v4", s + (h, f)) for s in shapes for h in (0, 2, 3) for f in (0, 1)]
+            shapes = list(dict.fromkeys(cfg[:3] + cfg[6:] for _, cfg in v4))[:4]   # (W, RW, LPR[, 1])
+            todo = [("cuda-v4", s[:3] + (h, f) + ((0, 1) if s[3:] else ()))
+                    for s in shapes for h in ((0, 2) if s[3:] else (0, 2, 3)) for f in (0, 1)]
             todo += [("fla-recurrent", cfg) for us, cfg in
                      sorted((us, cfg) for (b, cfg), us in med.items() if b == "fla-recurrent")[:3]]
             med2, _, _, cands2 = stage(cell, todo, args.reps, log, rounds=2)

@@ -409,8 +409,11 @@ def test_tune_candidates_are_valid_and_cover_the_tables():
     for sd in (F32, BF16):
         shapes = gpu_tune.v4_shapes(sd)
         assert shapes and all(cuda_v4.valid_config(128, 128, sd, *s) == "" for s in shapes)
-        for _, w, rw, lpr, *_ in cuda_v4.CONFIG_TABLE[sd]:
-            assert (w, rw, lpr) in shapes                      # every table row was measurable
+        staged = gpu_tune.v4_smem_shapes(sd)
+        assert staged and all(cuda_v4.valid_config(128, 128, sd, *s) == "" for s in staged)
+        for _, w, rw, lpr, *rest in cuda_v4.CONFIG_TABLE[sd]:
+            smem = cuda_v4.full_config((w, rw, lpr, *rest))[6]
+            assert (w, rw, lpr) in (staged if smem else shapes)   # every table row was measurable
     for sd, rows in triton_recurrent.LAUNCH_TABLE["H100"].items():
         tri = gpu_tune.tri_shapes(sd)
         assert tri and all(triton_recurrent.fit_lpr(sd, 128, s[3]) == s[3] for s in tri)
