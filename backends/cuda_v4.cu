@@ -14,7 +14,10 @@
 //    o = scale*(g*(q.S) + u*(k.q)) (SPEC section 1), so the new row is never re-read;
 //  * the gates are computed by every lane of each warp, redundantly: a few instructions hidden
 //    behind the state loads, where a per-block computation would put a __syncthreads on the
-//    critical path.
+//    critical path;
+//  * where one wave of register-bound blocks cannot hold the state (measured: B*HV 257-384 on
+//    the H100), GDN_SMEM stages every row group through shared memory with cp.async and updates
+//    one group at a time, so fewer registers per warp let more blocks keep loads in flight.
 //
 // Compile-time (-D, gdnzoo/cuda_build.py): GDN_K, GDN_V, GDN_T, GDN_HV, GDN_GVA (HV/H),
 // GDN_STATE_DT, GDN_IO_DT, GDN_A_DT, GDN_B_DT, GDN_DTB_DT, GDN_L2NORM (0/1), GDN_W (warps per

@@ -1,8 +1,8 @@
 """cuda-v4: the latency-optimized CUDA C++ kernel (``cuda_v4.cu``), launched through CuPy.
 
 Each head's V rows are split over several blocks of several warps; the launch shape (warps per
-block W, row groups per warp RW, lanes per row LPR, cache hints) comes from
-:data:`CONFIG_TABLE` by B*HV and state dtype.  Shapes, GVA ratio and launch shape are
+block W, row groups per warp RW, lanes per row LPR, cache hints, gate precision, dot-product
+chains, shared-memory staging) comes from :data:`CONFIG_TABLE` by B*HV and state dtype.  Shapes, GVA ratio and launch shape are
 compile-time constants of the kernel (one NVRTC variant per signature, cached on disk).
 """
 from __future__ import annotations
