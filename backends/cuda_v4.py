@@ -160,11 +160,11 @@ class Bound:
         if not vec16:
             lpr, hint = min(32, K), 0                  # element loads: one element per lane
         why = valid_config(K, V, sd, w, rw, lpr, vec16)
+        if why:
+            raise ValueError(f"cuda-v4: launch config invalid: {why}")
         # shared-memory staging: T = 1, 16-byte vectors, within static shared memory
         smem = int(bool(smem) and vec16 and T == 1
                    and smem_bytes(K, sd, w, rw, lpr) <= SMEM_STATIC_MAX)
-        if why:
-            raise ValueError(f"cuda-v4: launch config invalid: {why}")
         defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
                                   w=w, rw=rw, lpr=lpr, vec16=int(vec16), hint=hint,
                                   fastgate=fast, dense=int(self.dense), chain=chain, smem=smem)

@@ -13,7 +13,7 @@ Imported only when the backend runs (it imports triton at module level).
 import triton
 import triton.language as tl
 
-from gdnzoo.backends._triton_gates import softplus_decay
+from gdnzoo.backends._triton_gates import token_inputs
 
 
 @triton.jit
@@ -68,12 +68,7 @@ def gdn_recurrent_kernel(
     p_b = b + i_n * sb_b + i_hv * sb_h
 
     for _ in tl.range(0, T):
-        # Loads in the order of fla-tma's token_step (q, k, v, then each gate before its math).
-        b_q = tl.load(p_q).to(tl.float32)
-        b_k = tl.load(p_k).to(tl.float32)
-        b_v = tl.load(p_v).to(tl.float32)
-        g = softplus_decay(A_neg, tl.load(p_a).to(tl.float32), dtb)
-        beta = tl.sigmoid(tl.load(p_b).to(tl.float32))
+        b_q, b_k, b_v, g, beta = token_inputs(p_q, p_k, p_v, p_a, p_b, A_neg, dtb)
         if L2NORM:
             b_q = b_q * tl.rsqrt(row_sum(b_q * b_q) + 1e-6)[None, :, None, None]
             b_k = b_k * tl.rsqrt(row_sum(b_k * b_k) + 1e-6)[None, :, None, None]
