@@ -31,7 +31,10 @@
 // instructions, which wins where one warp per scheduler issues everything itself),
 // GDN_SMEM (1, T = 1 with 16-byte vectors: the state is copied into shared memory with
 // cp.async and updated one row group at a time, so a warp holds one group in registers and
-// more blocks fit on an SM; 0: all row groups in registers).
+// more blocks fit on an SM; 0: all row groups in registers),
+// GDN_QKS (1, 16-byte vectors: each token's q and k rows are read from global memory once per
+// block into shared memory, behind one __syncthreads, and every warp reads them from there;
+// 0: every warp reads them from global memory (L2), once per warp).
 // Runtime: B (the grid), strides, pointers, scale.
 #include "gdn_common.cuh"
 
@@ -39,7 +42,8 @@
     !defined(GDN_GVA) || !defined(GDN_STATE_DT) || !defined(GDN_IO_DT) || !defined(GDN_A_DT) || \
     !defined(GDN_B_DT) || !defined(GDN_DTB_DT) || !defined(GDN_L2NORM) || !defined(GDN_W) || \
     !defined(GDN_RW) || !defined(GDN_LPR) || !defined(GDN_VEC16) || !defined(GDN_HINT) || \
-    !defined(GDN_FASTGATE) || !defined(GDN_DENSE) || !defined(GDN_CHAIN) || !defined(GDN_SMEM)
+    !defined(GDN_FASTGATE) || !defined(GDN_DENSE) || !defined(GDN_CHAIN) || !defined(GDN_SMEM) || \
+    !defined(GDN_QKS)
 #error "compile with the -D options of gdnzoo/cuda_build.py"
 #endif
 
@@ -51,6 +55,7 @@ constexpr unsigned GVA = GDN_GVA;
 constexpr int SD = GDN_STATE_DT;
 constexpr int IOD = GDN_IO_DT;
 constexpr int SBYTES = SD == GDN_F32 ? 4 : 2;
+constexpr int IOBYTES = IOD == GDN_F32 ? 4 : 2;
 constexpr int VEC = GDN_VEC16 ? 16 / SBYTES : 1;   // state elements per lane per load
 constexpr int LPR = GDN_LPR;                       // lanes that share one row
 constexpr int NV = K / (LPR * VEC);                // loads per lane per row
@@ -65,6 +70,9 @@ static_assert(32 % LPR == 0 && NV >= 1 && NV * LPR * VEC == K, "unsupported K / 
 static_assert(RW >= 1 && RW * RPW <= 32, "a warp owns at most 32 rows");
 static_assert(W >= 1 && W <= 8 && T >= 1 && HV % GVA == 0, "bad launch constants");
 static_assert(!GDN_SMEM || (T == 1 && GDN_VEC16), "GDN_SMEM: T = 1 with 16-byte vectors");
+static_assert(!GDN_QKS || GDN_VEC16, "GDN_QKS: q/k rows 16-byte aligned (the vec16 variant)");
+constexpr int QK_CH = K * IOBYTES / 16;            // 16-byte chunks of one q or k row
+constexpr int QK_CP = (2 * QK_CH + 32 * W - 1) / (32 * W);   // chunks of q and k per thread
 
 // N consecutive elements of dtype DT (N*size a multiple of the access width, aligned to it)
 // as fp32, with the widest loads: 16 bytes when N*size allows.  NC: the read-only,
@@ -206,6 +214,9 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
     // Each lane's 16-byte vectors, lane-contiguous per (group, vector): conflict-free reads.
     __shared__ uint4 stage[W][RW][NV][32];
 #endif
+#if GDN_QKS
+    __shared__ uint4 qk_s[T > 1 ? 2 : 1][2][QK_CH];   // [token parity][q, k][chunk]
+#endif
 #pragma unroll
     for (int g = 0; g < RW; ++g) {
         const int row = wbase + g * RPW + (int)sub;
@@ -253,17 +264,52 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
 #pragma unroll 1
     for (int t = 0; t < T; ++t) {
         float qv[NV][VEC], kv[NV][VEC];
+#if GDN_QKS
+        // Chunk c < QK_CH of q, else chunk c - QK_CH of k: loaded now, stored to shared memory
+        // after the v and gate loads have issued.
+        uint4 qkx[QK_CP];
+#pragma unroll
+        for (int j = 0; j < QK_CP; ++j) {
+            const int c = (int)threadIdx.x + j * 32 * W;
+            if (c < 2 * QK_CH) {
+                const bool isk = c >= QK_CH;
+                const long long e = (isk ? k0 + t * k_t : q0 + t * q_t) + (c % QK_CH) * (16 / IOBYTES);
+                qkx[j] = *reinterpret_cast<const uint4*>(
+                    static_cast<const char*>(isk ? p.k : p.q) + e * IOBYTES);
+            }
+        }
+#else
 #pragma unroll
         for (int i = 0; i < NV; ++i) {
             const int kofs = (i * LPR + kl) * VEC;
             ld_vec<IOD, VEC>(p.q, q0 + t * q_t + kofs, qv[i]);
             ld_vec<IOD, VEC>(p.k, k0 + t * k_t + kofs, kv[i]);
         }
+#endif
         float vr[RW];
 #pragma unroll
         for (int g = 0; g < RW; ++g) vr[g] = live[g] ? gdn_ld<IOD>(p.v, v0 + t * v_t + g * RPW) : 0.0f;
         const float xa = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
         const float xb = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
+#if GDN_QKS
+        {
+            // Two buffers: a thread writes token t's buffer only after every thread passed
+            // token t-1's barrier, so nobody still reads the buffer of token t-2.
+            uint4 (&buf)[2][QK_CH] = qk_s[T > 1 ? (t & 1) : 0];
+#pragma unroll
+            for (int j = 0; j < QK_CP; ++j) {
+                const int c = (int)threadIdx.x + j * 32 * W;
+                if (c < 2 * QK_CH) buf[c / QK_CH][c % QK_CH] = qkx[j];
+            }
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < NV; ++i) {
+                const int kofs = (i * LPR + kl) * VEC;
+                ld_vec<IOD, VEC>(&buf[0][0], kofs, qv[i]);
+                ld_vec<IOD, VEC>(&buf[1][0], kofs, kv[i]);
+            }
+        }
+#endif
         const float gd = GDN_FASTGATE ? gdn_decay_fast(A_log, xa) : gdn_decay(A_log, xa);
         const float beta = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
 #if GDN_SMEM

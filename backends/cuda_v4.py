@@ -2,7 +2,8 @@
 
 Each head's V rows are split over several blocks of several warps; the launch shape (warps per
 block W, row groups per warp RW, lanes per row LPR, cache hints, gate precision, dot-product
-chains, shared-memory staging) comes from :data:`CONFIG_TABLE` by B*HV and state dtype.  Shapes, GVA ratio and launch shape are
+chains, shared-memory staging, q and k shared per block) comes from :data:`CONFIG_TABLE` by B*HV
+and state dtype.  Shapes, GVA ratio and launch shape are
 compile-time constants of the kernel (one NVRTC variant per signature, cached on disk).
 """
 from __future__ import annotations
@@ -22,28 +23,30 @@ MAX_WARPS = 8
 FASTGATE = 1                     # gates of an explicit 4-field config: 1 fast intrinsics, 0 precise
 
 # (largest B*HV, W warps per block, RW row groups per warp, LPR lanes per row, HINT, FAST[,
-# CHAIN[, SMEM]]) by state dtype, first match wins.  A row group is 32/LPR rows (one 16-byte load per
-# lane per LPR*16 bytes of row); rows per block = W*RW*32/LPR; blocks per head =
+# CHAIN[, SMEM[, QKS]]]) by state dtype, first match wins.  A row group is 32/LPR rows (one
+# 16-byte load per lane per LPR*16 bytes of row); rows per block = W*RW*32/LPR; blocks per head =
 # ceil(V / rows per block).  HINT bit 0: state loads ld.global.nc.L1::no_allocate; bit 1: state
 # stores st.global.cs.  FAST 1: gates with fast intrinsics (relative error of g ~1e-5,
 # bench/gpu_cuda.py measures it).  CHAIN c > 0: dot-product slices as chains of c fused
 # multiply-adds (default 0: balanced trees).  SMEM 1: the state staged through shared memory
-# (cp.async) and updated one row group at a time.
+# (cp.async) and updated one row group at a time.  QKS 1: q and k read once per block into
+# shared memory (one 16-byte load per thread instead of K/(LPR*VEC) small loads per lane, which
+# is what makes the 4-lanes-per-row shapes pay: two shuffle rounds per dot product, not four).
 # Measured on an NVIDIA H100 80GB HBM3 (2026-11-22, contest geometry HV=8, K=V=128): the fastest
 # shape per batch size on the CUPTI kernel clock with state read and written cold, from
 # `python3 -m gdnzoo.bench.gpu_tune --backends cuda-v4` (bench/results/h100-80gb-hbm3/
-# gpu_tune.csv); CHAIN where chains beat trees on the same shape in bench-length sessions
-# (ab_cuda_v4_chain.log), and bf16 B*HV <= 256 from the same file, where the tune's winner read
-# 4% slower than (4, 8, 16) in bench-length sessions; B*HV <= 384 with SMEM, which read 1-4%
-# faster there than the register shapes (ab_cuda_v4_smem.log).  Loads with HINT bit 0 (.nc) are
-# safe in place too: each state element is read once, by the thread that later writes it.
+# gpu_tune.csv), then the tune's winner against the previous table's row in bench-length
+# sessions, alternated (ab_cuda_v4_qks_confirm.log): a row changed only where the winner read
+# at least 1% faster there.  Loads with HINT bit 0 (.nc) are safe in place too: each state
+# element is read once, by the thread that later writes it.
 CONFIG_TABLE = {
-    torch.float32: ((32, 1, 2, 16, 0, 1), (64, 8, 2, 8, 0, 1), (128, 1, 8, 16, 2, 1, 4),
-                    (256, 2, 8, 16, 0, 0), (384, 2, 8, 8, 2, 1, 0, 1), (512, 1, 4, 16, 3, 1, 4),
-                    (1024, 1, 1, 16, 3, 1), (2048, 1, 2, 32, 3, 0), (None, 1, 1, 16, 3, 0)),
-    torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 4, 2, 16, 0, 0, 4),
-                     (128, 8, 4, 16, 0, 1), (256, 4, 8, 16, 3, 1), (384, 4, 4, 8, 2, 1, 0, 1),
-                     (512, 1, 2, 8, 2, 1), (2048, 4, 2, 16, 2, 0), (None, 1, 2, 16, 3, 0)),
+    torch.float32: ((8, 1, 2, 16, 0, 1), (32, 4, 1, 4, 3, 1, 0, 0, 1), (64, 4, 1, 16, 0, 1, 0, 0, 1),
+                    (128, 1, 8, 16, 2, 1, 4), (256, 1, 8, 16, 2, 1), (384, 2, 8, 8, 2, 0, 0, 1),
+                    (512, 1, 4, 16, 3, 1, 4), (1024, 1, 1, 16, 3, 1), (2048, 1, 2, 32, 3, 0),
+                    (None, 1, 1, 16, 3, 0)),
+    torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 4, 2, 4, 0, 1, 0, 0, 1),
+                     (128, 8, 4, 16, 0, 1), (256, 1, 4, 8, 3, 1), (384, 4, 4, 8, 2, 1, 0, 1),
+                     (512, 2, 8, 8, 0, 1, 0, 1, 1), (2048, 4, 2, 16, 2, 0), (None, 1, 2, 16, 3, 0)),
 }
 
 _binds: dict = {}                # signature -> Bound
@@ -72,11 +75,12 @@ def valid_config(K, V, state_dtype, w, rw, lpr, vec16=True):
 
 
 def full_config(cfg):
-    """(W, RW, LPR, HINT, FAST, CHAIN, SMEM) from a table row or an explicit config of 4 to 7
-    fields (FAST defaults to FASTGATE, CHAIN to 0: tree sums, SMEM to 0: registers only)."""
+    """(W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS) from a table row or an explicit config of 4
+    to 8 fields (FAST defaults to FASTGATE, CHAIN to 0: tree sums, SMEM to 0: registers only,
+    QKS to 0: q and k read by every warp)."""
     cfg = tuple(cfg)
     fast = cfg[4] if len(cfg) > 4 else FASTGATE
-    return (*cfg[:4], fast, cfg[5] if len(cfg) > 5 else 0, cfg[6] if len(cfg) > 6 else 0)
+    return (*cfg[:4], fast, *(cfg[i] if len(cfg) > i else 0 for i in (5, 6, 7)))
 
 
 SMEM_STATIC_MAX = 48 * 1024      # bytes of static shared memory a kernel may declare
@@ -87,8 +91,14 @@ def smem_bytes(K, state_dtype, w, rw, lpr):
     return w * rw * (K // (lpr * vec_elems(state_dtype))) * 32 * 16
 
 
+def qks_bytes(K, io_dtype, T):
+    """Shared memory of GDN_QKS=1: q and k rows of one token (two tokens' when T > 1)."""
+    return (2 if T > 1 else 1) * 2 * K * cuda_build.ELEM_SIZE[io_dtype]
+
+
 def pick_config(BHV, state_dtype):
-    """The table's (W, RW, LPR, HINT, FAST, CHAIN, SMEM) for B*HV heads of this state dtype."""
+    """The table's (W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS) for B*HV heads of this state
+    dtype."""
     for hi, *cfg in CONFIG_TABLE[state_dtype]:
         if hi is None or BHV <= hi:
             return full_config(cfg)
@@ -154,20 +164,22 @@ class Bound:
         sd, io, ad, bd, dd = self.dtypes
         config = self.config
         if config is None:
-            w, rw, lpr, hint, fast, chain, smem = table_config(B * HV, sd, K)
+            w, rw, lpr, hint, fast, chain, smem, qks = table_config(B * HV, sd, K)
         else:
-            w, rw, lpr, hint, fast, chain, smem = full_config(config)
+            w, rw, lpr, hint, fast, chain, smem, qks = full_config(config)
         if not vec16:
             lpr, hint = min(32, K), 0                  # element loads: one element per lane
         why = valid_config(K, V, sd, w, rw, lpr, vec16)
         if why:
             raise ValueError(f"cuda-v4: launch config invalid: {why}")
-        # shared-memory staging: T = 1, 16-byte vectors, within static shared memory
-        smem = int(bool(smem) and vec16 and T == 1
-                   and smem_bytes(K, sd, w, rw, lpr) <= SMEM_STATIC_MAX)
+        # shared q/k rows: 16-byte vectors; staging: T = 1 too, within static shared memory
+        qks = int(bool(qks) and vec16)
+        smem = int(bool(smem) and vec16 and T == 1 and smem_bytes(K, sd, w, rw, lpr)
+                   + qks * qks_bytes(K, io, T) <= SMEM_STATIC_MAX)
         defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
                                   w=w, rw=rw, lpr=lpr, vec16=int(vec16), hint=hint,
-                                  fastgate=fast, dense=int(self.dense), chain=chain, smem=smem)
+                                  fastgate=fast, dense=int(self.dense), chain=chain, smem=smem,
+                                  qks=qks)
         kern = cuda_build.get_kernel(SOURCE, KERNEL, defs, self.dev)
         bph = blocks_per_head(V, w, rw, lpr)
         launch = cuda_build.Launch(kern, B * HV * bph, 32 * w, self.dev, self.values)
@@ -203,8 +215,9 @@ def bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2n
 
 
 def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, config=None):
-    """Backend entry point; ``config=(W, RW, LPR, HINT[, FAST[, CHAIN[, SMEM]]])`` overrides
-    the table (CHAIN: 0 tree sums, c > 0 chains of c fused multiply-adds; SMEM 1: the state
-    staged through shared memory with cp.async, T = 1 only)."""
+    """Backend entry point; ``config=(W, RW, LPR, HINT[, FAST[, CHAIN[, SMEM[, QKS]]]])``
+    overrides the table (CHAIN: 0 tree sums, c > 0 chains of c fused multiply-adds; SMEM 1: the
+    state staged through shared memory with cp.async, T = 1 only; QKS 1: q and k read once per
+    block into shared memory)."""
     bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
          config)(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)

@@ -4,7 +4,8 @@
 
 Per (state dtype, B) at the contest shape: the floor (its own shape search, SPEC section 6), then
 every candidate launch shape of both kernels on the CUPTI kernel clock (cuda-v4 shapes with
-each ``--v4-hints`` cache hint, in registers and staged through shared memory; fla-recurrent
+each ``--v4-hints`` cache hint, in registers and staged through shared memory, each with q and
+k read per warp and shared per block; fla-recurrent
 shapes with each lanes-per-row), each in its own
 session over state sets rotated through several times the L2 (reads and writes cold; no
 synchronization inside a timed launch); stage 2 re-times the four best cuda-v4 shapes with
@@ -187,18 +188,21 @@ def main(argv=None):
             # Stage 1: every shape with each stage-1 cache hint and fast gates; every Triton
             # shape.  (Hints change the ranking at small B: with HINT=3 alone, shapes that
             # win with plain loads and stores were never carried into stage 2.)
-            todo = [("cuda-v4", (w, rw, lpr, h, 1)) for w, rw, lpr in v4_shapes(DT[sd])
-                    for h in args.v4_hints]
-            todo += [("cuda-v4", (w, rw, lpr, h, 1, 0, 1)) for w, rw, lpr in v4_smem_shapes(DT[sd])
-                     for h in args.v4_hints if h in (0, 2)]      # .nc is unused when staging
+            # Each shape with q/k read per warp and shared per block (QKS 0/1).
+            todo = [("cuda-v4", (w, rw, lpr, h, 1, 0, 0, qks)) for w, rw, lpr in v4_shapes(DT[sd])
+                    for h in args.v4_hints for qks in (0, 1)]
+            todo += [("cuda-v4", (w, rw, lpr, h, 1, 0, 1, qks))
+                     for w, rw, lpr in v4_smem_shapes(DT[sd])
+                     for h in args.v4_hints if h in (0, 2)       # .nc is unused when staging
+                     for qks in (0, 1)]
             todo += [("fla-recurrent", c) for c in tri_shapes(sd)]
             todo = [t for t in todo if t[0] in args.backends.split(",")]
             med, _, method, _ = stage(cell, todo, args.reps, log)
             # Stage 2: cache hints x gate precision on the four best cuda-v4 shapes.
             v4 = sorted((us, cfg) for (b, cfg), us in med.items() if b == "cuda-v4")
-            shapes = list(dict.fromkeys(cfg[:3] + cfg[6:] for _, cfg in v4))[:4]   # (W, RW, LPR[, 1])
-            todo = [("cuda-v4", s[:3] + (h, f) + ((0, 1) if s[3:] else ()))
-                    for s in shapes for h in ((0, 2) if s[3:] else (0, 2, 3)) for f in (0, 1)]
+            shapes = list(dict.fromkeys(cfg[:3] + cfg[6:] for _, cfg in v4))[:4]   # W, RW, LPR, SMEM, QKS
+            todo = [("cuda-v4", s[:3] + (h, f, 0) + s[3:])
+                    for s in shapes for h in ((0, 2) if s[3] else (0, 2, 3)) for f in (0, 1)]
             todo += [("fla-recurrent", cfg) for us, cfg in
                      sorted((us, cfg) for (b, cfg), us in med.items() if b == "fla-recurrent")[:3]]
             med2, _, _, cands2 = stage(cell, todo, args.reps, log, rounds=2)

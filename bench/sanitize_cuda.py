@@ -6,7 +6,7 @@
 Cases: cuda-v1 and cuda-v4, B in {1, 64}, fp32 and bf16 state, in place and destination-passing,
 T=2 with the L2 norm, plus a misaligned state (cuda-v4's element-load variant), a strided q (runtime strides), V=96
 (partial row blocks), B=48 at T=1 (the table's shared-memory staging) and other cuda-v4 launch
-shapes / cache hints / fast gates / FMA chains / staging.  Prints one line per case and a max
+shapes / cache hints / fast gates / FMA chains / staging / shared q and k.  Prints one line per case and a max
 error vs the fp32 reference.
 """
 from __future__ import annotations
@@ -58,13 +58,17 @@ def main():
         err = one(cuda_v4, 4, sd, False, strided=True)
         print(f"cuda-v4 strided q (runtime strides) {sd}: max err {err:.2e}")
     # Other lane splits, cache hints, fast gates, FMA chains and shared-memory staging (W, RW,
-    # LPR, HINT, FAST[, CHAIN[, SMEM]]); staging serves T=1 only, so those run with T=1.
+    # LPR, HINT, FAST[, CHAIN[, SMEM[, QKS]]]); staging serves T=1 only, so those run with T=1
+    # (shared q/k without staging runs at T=2: both token buffers).
     for sd, cfg in ((torch.float32, (4, 4, 8, 3, 1)), (torch.float32, (1, 8, 16, 1, 0)),
                     (torch.bfloat16, (2, 4, 8, 3, 1)), (torch.bfloat16, (8, 16, 16, 2, 0)),
                     (torch.float32, (4, 1, 4, 0, 1, 4)), (torch.bfloat16, (4, 2, 16, 0, 1, 32)),
-                    (torch.float32, (2, 8, 8, 2, 1, 0, 1)), (torch.bfloat16, (4, 4, 8, 2, 1, 0, 1))):
+                    (torch.float32, (2, 8, 8, 2, 1, 0, 1)), (torch.bfloat16, (4, 4, 8, 2, 1, 0, 1)),
+                    (torch.bfloat16, (4, 2, 8, 2, 1, 0, 0, 1)), (torch.float32, (8, 2, 16, 3, 1, 0, 0, 1)),
+                    (torch.bfloat16, (4, 4, 8, 2, 1, 0, 1, 1))):
         for inplace in (True, False):
-            err = one(cuda_v4, 4, sd, inplace, V=96, config=cfg, T=1 if len(cfg) > 6 else 2)
+            err = one(cuda_v4, 4, sd, inplace, V=96, config=cfg,
+                      T=1 if len(cfg) > 6 and cfg[6] else 2)
             print(f"cuda-v4 V=96 {sd} config {cfg} {'in-place' if inplace else 'dest'}: max err {err:.2e}")
 
 

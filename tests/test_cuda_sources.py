@@ -24,9 +24,9 @@ NVCC = shutil.which("nvcc")
 
 # (source, state, io, a, b, dt_bias, K, l2norm, extra -D)
 def _v4(V=128, T=1, HV=8, GVA=2, W=2, RW=2, LPR=32, VEC16=1, HINT=0, FAST=0, DENSE=0, CHAIN=0,
-        SMEM=0):
+        SMEM=0, QKS=0):
     return dict(v=V, t=T, hv=HV, gva=GVA, w=W, rw=RW, lpr=LPR, vec16=VEC16, hint=HINT,
-                fastgate=FAST, dense=DENSE, chain=CHAIN, smem=SMEM)
+                fastgate=FAST, dense=DENSE, chain=CHAIN, smem=SMEM, qks=QKS)
 
 
 VARIANTS = [
@@ -52,6 +52,12 @@ VARIANTS = [
                                                                   SMEM=1, CHAIN=4)),
     (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 256, True, _v4(V=256, HV=6, GVA=3, RW=4,
                                                                   LPR=16)),
+    (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 128, False, _v4(W=4, RW=2, LPR=8, QKS=1,
+                                                                   HINT=2, DENSE=1)),
+    (cuda_v4.SOURCE, F32, F32, BF16, BF16, F32, 256, True, _v4(V=64, T=3, W=1, RW=4, LPR=16,
+                                                                QKS=1)),
+    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, False, _v4(W=8, RW=8, LPR=16, SMEM=1,
+                                                                  QKS=1, DENSE=1)),
 ]
 ARCHS = [(9, 0), (10, 0)]
 
@@ -217,11 +223,12 @@ def test_v4_launch_marshalling(fake_gpu):
     assert len(compiled) == 1 and len(launches) == 2
     src, name, defs, _ = compiled[0]
     assert (src, name) == ("cuda_v4.cu", "gdn_decode_v4")
-    w, rw, lpr, hint, fast, chain, smem = cuda_v4.pick_config(8, F32)
+    w, rw, lpr, hint, fast, chain, smem, qks = cuda_v4.pick_config(8, F32)
     assert defs == dict(GDN_K=128, GDN_V=128, GDN_T=1, GDN_HV=8, GDN_GVA=2, GDN_STATE_DT=0,
                         GDN_IO_DT=1, GDN_A_DT=1, GDN_B_DT=1, GDN_DTB_DT=0, GDN_L2NORM=0,
                         GDN_W=w, GDN_RW=rw, GDN_LPR=lpr, GDN_VEC16=1, GDN_HINT=hint,
-                        GDN_FASTGATE=fast, GDN_DENSE=1, GDN_CHAIN=chain, GDN_SMEM=smem)
+                        GDN_FASTGATE=fast, GDN_DENSE=1, GDN_CHAIN=chain, GDN_SMEM=smem,
+                        GDN_QKS=qks)
     func, grid, block, _, f = launches[0]
     assert block == 32 * w and grid == 8 * cuda_v4.blocks_per_head(128, w, rw, lpr)
     assert f["state"] == f["new_state"] == x.state.data_ptr() and f["q"] == x.q.data_ptr()
@@ -393,13 +400,43 @@ def test_strided_views(mod):
     assert_matches(out, pool, ref_o, ref_s, F32, f"{mod.__name__} strided views")
 
 
+# (W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS) beyond the table: FMA chains, staging, shared q/k
+# (one warp and eight; with staging), each at T=1 and T=3 (staging serves T=1 only: the host
+# turns it off at T=3, which then runs the register path).
+V4_EXPLICIT = [(4, 1, 4, 0, 1, 4), (2, 8, 8, 2, 1, 0, 1), (1, 2, 8, 2, 1, 0, 0, 1),
+               (8, 2, 16, 3, 1, 0, 0, 1), (4, 4, 8, 2, 1, 0, 1, 1)]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", V4_EXPLICIT, ids=str)
+@pytest.mark.parametrize("state_dtype", [F32, BF16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("T", [1, 3])
+def test_v4_explicit_configs(cfg, state_dtype, T):
+    from gdnzoo.reference import reference_outputs
+    from tests.helpers import assert_matches
+    for seed, V, l2, inplace in ((1, 128, True, True), (2, 96, False, False)):   # 96: a tail
+        x = make_inputs(B=3, T=T, H=4, HV=8, V=V, state_dtype=state_dtype, device="cuda",
+                        seed=seed)
+        ro, rs = reference_outputs(x, l2)
+        out = torch.full((3, T, 8, V), float("nan"), dtype=BF16, device="cuda")
+        state = x.state.clone()
+        ns = state if inplace else torch.full_like(state, float("nan"))
+        cuda_v4.run(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, ns, l2,
+                    config=cfg)
+        torch.cuda.synchronize()
+        assert_matches(out, ns, ro, rs, state_dtype, f"cuda-v4 {cfg} T={T} V={V} l2={l2}")
+        if not inplace:
+            assert torch.equal(state, x.state), "destination passing modified state"
+
+
 @pytest.mark.parametrize("sd", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("K", [32, 64, 128, 256])
 def test_v4_table_config_fits_every_head_dim(sd, K):
     # The table is measured at K=128; every batch size must give a valid shape for each K.
     from gdnzoo.backends import cuda_v4
     for BHV in (8, 32, 64, 128, 512, 4096, 1 << 20):
-        w, rw, lpr, hint, fast, chain, smem = cuda_v4.table_config(BHV, sd, K)
+        w, rw, lpr, hint, fast, chain, smem, qks = cuda_v4.table_config(BHV, sd, K)
         assert cuda_v4.valid_config(K, 128, sd, w, rw, lpr) == "", (BHV, K, w, rw, lpr)
 
 
