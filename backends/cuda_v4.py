@@ -35,7 +35,7 @@ FASTGATE = 1                     # gates of an explicit 4-field config: 1 fast i
 # Measured on an NVIDIA H100 80GB HBM3 (2026-11-22, contest geometry HV=8, K=V=128): the fastest
 # shape per batch size on the CUPTI kernel clock with state read and written cold, from
 # `python3 -m gdnzoo.bench.gpu_tune --backends cuda-v4` (bench/results/h100-80gb-hbm3/
-# gpu_tune.csv), then the tune's winner against the previous table's row in bench-length
+# gpu_tune_cuda_v4_qks.csv), then the tune's winner against the previous table's row in bench-length
 # sessions, alternated (ab_cuda_v4_qks_confirm.log): a row changed only where the winner read
 # at least 1% faster there.  Loads with HINT bit 0 (.nc) are safe in place too: each state
 # element is read once, by the thread that later writes it.
