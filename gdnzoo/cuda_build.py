@@ -219,7 +219,9 @@ def launch_raw(func, grid: int, block: int, device_index: int, argv_addr: int,
         from cupy_backends.cuda.api import driver, runtime
         _driver = (driver, runtime)
     driver, runtime = _driver
-    stream = current_stream(device_index)
+    # current_stream(), inlined: this runs on every launch of every CUDA and Triton backend.
+    stream = _raw_stream(device_index) if _raw_stream is not None \
+        else torch.cuda.current_stream(device_index).cuda_stream
     if runtime.getDevice() != device_index:
         import cupy
         with cupy.cuda.Device(device_index):
