@@ -2,8 +2,8 @@
 
 Each head's V rows are split over several blocks of several warps; the launch shape (warps per
 block W, row groups per warp RW, lanes per row LPR, cache hints, gate precision, dot-product
-chains, shared-memory staging, q and k shared per block) comes from :data:`CONFIG_TABLE` by B*HV
-and state dtype.  Shapes, GVA ratio and launch shape are
+chains, shared-memory staging, q and k shared per block) comes from :data:`CONFIG_TABLE` (in
+place) or :data:`DEST_TABLE` (destination passing) by B*HV and state dtype.  Shapes, GVA ratio and launch shape are
 compile-time constants of the kernel (one NVRTC variant per signature, cached on disk).
 """
 from __future__ import annotations
@@ -47,6 +47,21 @@ CONFIG_TABLE = {
     torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 4, 2, 4, 0, 1, 0, 0, 1),
                      (128, 8, 4, 16, 0, 1), (256, 1, 4, 8, 3, 1), (384, 4, 4, 8, 2, 1, 0, 1),
                      (512, 2, 8, 8, 0, 1, 0, 1, 1), (2048, 4, 2, 16, 2, 0), (None, 1, 2, 16, 3, 0)),
+}
+# Destination passing (new_state a distinct tensor: reads and writes go to different lines) by
+# the same rules, from `gpu_tune --backends cuda-v4 --mode dest` (gpu_tune_cuda_v4_dest.*) and
+# the in-place row against the dest winner in dest-mode bench-length sessions
+# (ab_cuda_v4_dest_confirm.log): the rows that differ read 1.6-7% faster there (bf16 B=8 3.07
+# vs 3.30 us, B=256 46.00 vs 47.31), the others are the in-place rows.
+DEST_TABLE = {
+    torch.float32: ((8, 2, 2, 16, 3, 1), (32, 4, 1, 4, 3, 1, 0, 0, 1), (64, 4, 1, 16, 0, 1, 0, 0, 1),
+                    (128, 4, 2, 16, 3, 0, 0, 0, 1), (256, 1, 8, 16, 2, 1), (384, 2, 8, 8, 2, 0, 0, 1),
+                    (512, 1, 4, 16, 3, 1, 4), (1024, 1, 1, 16, 3, 1), (2048, 1, 2, 32, 3, 0),
+                    (None, 1, 1, 16, 3, 0)),
+    torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 8, 2, 16, 2, 0),
+                     (128, 8, 4, 16, 0, 1), (256, 1, 4, 8, 3, 1), (384, 2, 4, 8, 0, 1, 0, 1, 1),
+                     (512, 4, 4, 8, 2, 0, 0, 1, 1), (1024, 2, 2, 8, 3, 1, 0, 0, 1),
+                     (2048, 1, 2, 16, 3, 1, 0, 0, 1), (None, 1, 2, 16, 3, 0)),
 }
 
 _binds: dict = {}                # signature -> Bound
@@ -96,19 +111,19 @@ def qks_bytes(K, io_dtype, T):
     return (2 if T > 1 else 1) * 2 * K * cuda_build.ELEM_SIZE[io_dtype]
 
 
-def pick_config(BHV, state_dtype):
+def pick_config(BHV, state_dtype, dest=False):
     """The table's (W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS) for B*HV heads of this state
-    dtype."""
-    for hi, *cfg in CONFIG_TABLE[state_dtype]:
+    dtype, in place or (``dest``) destination passing."""
+    for hi, *cfg in (DEST_TABLE if dest else CONFIG_TABLE)[state_dtype]:
         if hi is None or BHV <= hi:
             return full_config(cfg)
     raise AssertionError("CONFIG_TABLE needs a last row with no upper bound")
 
 
-def table_config(BHV, state_dtype, K):
+def table_config(BHV, state_dtype, K, dest=False):
     """The table's config fitted to K: the table is measured at K=128, and narrower rows take
     fewer lanes per row."""
-    w, rw, lpr, *rest = pick_config(BHV, state_dtype)
+    w, rw, lpr, *rest = pick_config(BHV, state_dtype, dest)
     while lpr > 1 and K % (lpr * vec_elems(state_dtype)):
         lpr //= 2
     while rw > 1 and rw * (32 // lpr) > 32:       # a warp owns at most 32 rows
@@ -128,8 +143,9 @@ def supports(problem):
     if problem.K not in HEAD_DIMS:
         return False, (f"K in {HEAD_DIMS} (each row is split into 16-byte vectors over a "
                        f"power-of-two lane group), got K={problem.K}")
-    w, rw = pick_config(problem.B * problem.HV, problem.state_dtype)[:2]
-    grid = problem.B * problem.HV * blocks_per_head(problem.V, w, rw, 32)   # the largest grid
+    grid = max(problem.B * problem.HV * blocks_per_head(problem.V, w, rw, 32)  # the largest grid
+               for w, rw, *_ in (pick_config(problem.B * problem.HV, problem.state_dtype, dest)
+                                 for dest in (False, True)))
     if grid > MAX_GRID_X:
         return False, f"grid of {grid} blocks exceeds {MAX_GRID_X} (B*HV={problem.B * problem.HV})"
     return True, ""
@@ -146,6 +162,7 @@ class Bound:
         self.dtypes = (state.dtype, q.dtype, a.dtype, b.dtype, dt_bias.dtype)
         self.shape = (*q.shape, v.shape[2], v.shape[3])         # B, T, H, K, HV, V
         self.l2, self.config, self.dev = bool(l2), config, q.get_device()
+        self.dest = new_state is not state        # which table: bind() keys on it
         es, eio = state.element_size(), q.element_size()
         f = self.values
         st = (f[28] | f[29] | f[30] | f[31] | f[32] | f[33]) * es   # state/new_state strides
@@ -164,7 +181,7 @@ class Bound:
         sd, io, ad, bd, dd = self.dtypes
         config = self.config
         if config is None:
-            w, rw, lpr, hint, fast, chain, smem, qks = table_config(B * HV, sd, K)
+            w, rw, lpr, hint, fast, chain, smem, qks = table_config(B * HV, sd, K, self.dest)
         else:
             w, rw, lpr, hint, fast, chain, smem, qks = full_config(config)
         if not vec16:
@@ -202,9 +219,10 @@ class Bound:
 
 
 def bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, config=None):
-    """A launcher for every call with these shapes, strides, dtypes, scale and mode."""
+    """A launcher for every call with these shapes, strides, dtypes, scale and mode (in place
+    or destination passing: each has its own table)."""
     key = (cuda_build.signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                    use_qk_l2norm), config)
+                                    use_qk_l2norm), config, new_state is state)
     bound = _binds.get(key)
     if bound is None:
         if len(_binds) >= 4096:

@@ -1,6 +1,7 @@
 """Launch-shape search for cuda-v4 and fla-recurrent on the kernel clock of ``gdnzoo bench``.
 
     python3 -m gdnzoo.bench.gpu_tune [--batches 1,4,...] [--dtypes fp32,bf16] [--reps 15]
+                                     [--mode inplace|dest]
 
 Per (state dtype, B) at the contest shape: the floor (its own shape search, SPEC section 6), then
 every candidate launch shape of both kernels on the CUPTI kernel clock (cuda-v4 shapes with
@@ -72,13 +73,15 @@ def tri_shapes(sd):
 
 
 class Cell:
-    def __init__(self, sd, B):
-        self.sd, self.B = sd, B
+    def __init__(self, sd, B, dest=False):
+        self.sd, self.B, self.dest = sd, B, dest
         self.x = make_inputs(B=B, T=1, H=4, HV=8, K=128, V=128, state_dtype=DT[sd],
                              device="cuda", seed=3)
         self.set_bytes = self.x.state.numel() * self.x.state.element_size()
         self.n = clocks.rotation_count(self.set_bytes, clocks.l2_bytes())
         self.sets = [self.x.state.clone() for _ in range(self.n)]
+        # Destination passing: a new-state set per state set, written cold as well.
+        self.dests = [torch.empty_like(self.x.state) for _ in range(self.n)] if dest else None
         self.turn = 0
         self.out = torch.empty(B, 1, 8, 128, dtype=self.x.v.dtype, device="cuda")
         self.ref = reference_outputs(self.x)
@@ -89,7 +92,8 @@ class Cell:
         the previous session just wrote still in L2."""
         self.turn += 1
         x, s = self.x, self.sets[self.turn % self.n]
-        fn(x.q, x.k, x.v, s, x.A_log, x.a, x.dt_bias, x.b, x.scale, self.out, s, False)
+        ns = s if self.dests is None else self.dests[self.turn % self.n]
+        fn(x.q, x.k, x.v, s, x.A_log, x.a, x.dt_bias, x.b, x.scale, self.out, ns, False)
 
 
 def bound(cell, backend, cfg):
@@ -103,11 +107,14 @@ def bound(cell, backend, cfg):
         def fn(*a, cfg=cfg):
             triton_recurrent.launch(*a, config=cfg)
     s = x.state.clone()
+    ns = torch.full_like(s, float("nan")) if cell.dest else s
     out = torch.full_like(cell.out, float("nan"))
-    fn(x.q, x.k, x.v, s, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, s, False)
+    fn(x.q, x.k, x.v, s, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, ns, False)
     torch.cuda.synchronize()
+    if cell.dest and not torch.equal(s, x.state):
+        raise AssertionError("state modified by a destination-passing call")
     ro, rs = cell.ref
-    for name, got, ref in (("out", out, ro), ("state", s, rs)):
+    for name, got, ref in (("out", out, ro), ("state", ns, rs)):
         ok, max_abs, _, n_bad = check_close(got, ref)
         rel = relative_error(got, ref)
         if not ok or not rel < strict_tol(name, s.dtype):
@@ -167,6 +174,9 @@ def main(argv=None):
     ap.add_argument("--confirm-iters", type=int, default=100,
                     help="calls per confirm session (gdnzoo bench's floor uses 100)")
     ap.add_argument("--confirm-rounds", type=int, default=3)
+    ap.add_argument("--mode", default="inplace", choices=("inplace", "dest"),
+                    help="in place (new_state is state) or destination passing (a distinct "
+                         "new_state, rotated cold like the state)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -179,9 +189,11 @@ def main(argv=None):
 
     rows, best = [], {}
     t0 = time.time()
+    log(f"# gpu_tune --mode {args.mode} on {torch.cuda.get_device_name()}, commit "
+        f"{os.environ.get('GDNZOO_COMMIT', 'unknown')}")
     for sd in args.dtypes.split(","):
         for B in (int(b) for b in args.batches.split(",")):
-            cell = Cell(sd, B)
+            cell = Cell(sd, B, dest=args.mode == "dest")
             fl = floor.best_launcher(cell.set_bytes)
             if fl["launch"] is None:
                 raise SystemExit(f"gpu_tune needs the floor's CuPy kernel: {fl['config']}")

@@ -163,9 +163,10 @@ def test_supports_reasons():
         assert not ok and word in why, (p.describe(), why)
 
 
-def test_v4_config_table():
+@pytest.mark.parametrize("table", ["CONFIG_TABLE", "DEST_TABLE"])
+def test_v4_config_table(table):
     for sd in (F32, BF16):
-        rows = cuda_v4.CONFIG_TABLE[sd]
+        rows = getattr(cuda_v4, table)[sd]
         his = [r[0] for r in rows]
         assert his[-1] is None and his[:-1] == sorted(his[:-1])
         for _, w, rw, lpr, hint, fast, *chain in rows:
@@ -238,10 +239,16 @@ def test_v4_launch_marshalling(fake_gpu):
     assert g["q"] == y.q.data_ptr() and g["state"] == y.state.data_ptr() != f["state"]
     assert {n: g[n] for n in cuda_build.PARAM_FIELDS[cuda_build.N_PTRS:]} == \
         {n: f[n] for n in cuda_build.PARAM_FIELDS[cuda_build.N_PTRS:]}
-    _, ns = _call(cuda_v4, x, inplace=False)                   # destination passing
-    assert len(compiled) == 1 and launches[-1][4]["new_state"] == ns.data_ptr()
+    _, ns = _call(cuda_v4, x, inplace=False)                   # destination passing: its table
+    assert launches[-1][4]["new_state"] == ns.data_ptr() != launches[-1][4]["state"]
+    dw, drw, dlpr, dhint = cuda_v4.pick_config(8, F32, dest=True)[:4]
+    assert launches[-1][2] == 32 * dw and launches[-1][1] == 8 * cuda_v4.blocks_per_head(
+        128, dw, drw, dlpr) and compiled[-1][2]["GDN_HINT"] == dhint
+    n = len(compiled)
+    _call(cuda_v4, x, inplace=False)                           # same signature and mode
+    assert len(compiled) == n
     _call(cuda_v4, x, l2=True)                                 # new variant
-    assert len(compiled) == 2 and compiled[1][2]["GDN_L2NORM"] == 1
+    assert len(compiled) == n + 1 and compiled[-1][2]["GDN_L2NORM"] == 1
     _call(cuda_v4, x, config=(2, 8, 16, 3))
     assert launches[-1][2] == 64 and launches[-1][1] == 8 * 4
     assert (compiled[-1][2]["GDN_LPR"], compiled[-1][2]["GDN_HINT"]) == (16, 3)
@@ -436,8 +443,9 @@ def test_v4_table_config_fits_every_head_dim(sd, K):
     # The table is measured at K=128; every batch size must give a valid shape for each K.
     from gdnzoo.backends import cuda_v4
     for BHV in (8, 32, 64, 128, 512, 4096, 1 << 20):
-        w, rw, lpr, hint, fast, chain, smem, qks = cuda_v4.table_config(BHV, sd, K)
-        assert cuda_v4.valid_config(K, 128, sd, w, rw, lpr) == "", (BHV, K, w, rw, lpr)
+        for dest in (False, True):
+            w, rw, lpr, hint, fast, chain, smem, qks = cuda_v4.table_config(BHV, sd, K, dest)
+            assert cuda_v4.valid_config(K, 128, sd, w, rw, lpr) == "", (BHV, K, w, rw, lpr)
 
 
 def test_tune_candidates_are_valid_and_cover_the_tables():
@@ -448,7 +456,7 @@ def test_tune_candidates_are_valid_and_cover_the_tables():
         assert shapes and all(cuda_v4.valid_config(128, 128, sd, *s) == "" for s in shapes)
         staged = gpu_tune.v4_smem_shapes(sd)
         assert staged and all(cuda_v4.valid_config(128, 128, sd, *s) == "" for s in staged)
-        for _, w, rw, lpr, *rest in cuda_v4.CONFIG_TABLE[sd]:
+        for _, w, rw, lpr, *rest in cuda_v4.CONFIG_TABLE[sd] + cuda_v4.DEST_TABLE[sd]:
             smem = cuda_v4.full_config((w, rw, lpr, *rest))[6]
             assert (w, rw, lpr) in (staged if smem else shapes)   # every table row was measurable
     for sd, rows in triton_recurrent.LAUNCH_TABLE["H100"].items():
