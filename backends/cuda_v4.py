@@ -52,12 +52,13 @@ CONFIG_TABLE = {
 # the same rules, from `gpu_tune --backends cuda-v4 --mode dest` (gpu_tune_cuda_v4_dest.*) and
 # the in-place row against the dest winner in dest-mode bench-length sessions
 # (ab_cuda_v4_dest_confirm.log): the rows that differ read 1.6-7% faster there (bf16 B=8 3.07
-# vs 3.30 us, B=256 46.00 vs 47.31), the others are the in-place rows.
+# vs 3.30 us, B=256 46.00 vs 47.31), or 0.8% at fp32 B*HV > 2048 (179.4 vs 180.8 us, in the tune
+# too; fla-upstream reads ~181 there); the others are the in-place rows.
 DEST_TABLE = {
     torch.float32: ((8, 2, 2, 16, 3, 1), (32, 4, 1, 4, 3, 1, 0, 0, 1), (64, 4, 1, 16, 0, 1, 0, 0, 1),
                     (128, 4, 2, 16, 3, 0, 0, 0, 1), (256, 1, 8, 16, 2, 1), (384, 2, 8, 8, 2, 0, 0, 1),
                     (512, 1, 4, 16, 3, 1, 4), (1024, 1, 1, 16, 3, 1), (2048, 1, 2, 32, 3, 0),
-                    (None, 1, 1, 16, 3, 0)),
+                    (None, 8, 1, 16, 0, 0, 0, 0, 1)),
     torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 8, 2, 16, 2, 0),
                      (128, 8, 4, 16, 0, 1), (256, 1, 4, 8, 3, 1), (384, 2, 4, 8, 0, 1, 0, 1, 1),
                      (512, 4, 4, 8, 2, 0, 0, 1, 1), (1024, 2, 2, 8, 3, 1, 0, 0, 1),
