@@ -16,6 +16,8 @@ import os
 
 import torch
 
+from gdnzoo.cuda_build import signature_key
+
 
 def interpreter_on() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
@@ -221,10 +223,9 @@ class Dispatcher:
 
     @staticmethod
     def key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, use_qk_l2norm):
-        return (q.shape, v.shape, q.dtype, a.dtype, b.dtype, dt_bias.dtype, state.dtype,
-                q.stride(), k.stride(), v.stride(), a.stride(), b.stride(), A_log.stride(),
-                dt_bias.stride(), out.stride(), state.stride(), new_state.stride(),
-                bool(use_qk_l2norm), new_state is state, q.get_device())
+        # scale is passed per call, so it is not part of the key
+        return signature_key(q, k, v, state, A_log, a, dt_bias, b, None, out, new_state,
+                             use_qk_l2norm)
 
     @staticmethod
     def pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state):

@@ -223,7 +223,7 @@ def bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2n
     """A launcher for every call with these shapes, strides, dtypes, scale and mode (in place
     or destination passing: each has its own table)."""
     key = (cuda_build.signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                    use_qk_l2norm), config, new_state is state)
+                                    use_qk_l2norm), config)
     bound = _binds.get(key)
     if bound is None:
         if len(_binds) >= 4096:

@@ -287,11 +287,13 @@ def data_ptrs(q, k, v, state, A_log, a, dt_bias, b, out, new_state):
 
 
 def signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
-    """Everything a Launch depends on except data pointers (what gdnzoo.decode memoizes on)."""
+    """Everything a bound launcher of the CUDA and Triton backends depends on except data
+    pointers: shapes, dtypes, strides, the L2 norm, ``scale`` (None where it is passed per
+    call), in place or not, and the device."""
     return (q.shape, v.shape, q.dtype, a.dtype, b.dtype, dt_bias.dtype, state.dtype,
             q.stride(), k.stride(), v.stride(), a.stride(), b.stride(), A_log.stride(),
             dt_bias.stride(), out.stride(), state.stride(), new_state.stride(), bool(l2),
-            scale, q.get_device())
+            scale, new_state is state, q.get_device())
 
 
 def launch(kern: Kernel, grid: int, block: int, device_index: int, values) -> None:
