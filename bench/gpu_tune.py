@@ -10,11 +10,15 @@ k read per warp and shared per block; fla-recurrent
 shapes with each lanes-per-row), each in its own
 session over state sets rotated through several times the L2 (reads and writes cold; no
 synchronization inside a timed launch); stage 2 re-times the four best cuda-v4 shapes with
-every cache-hint and gate-precision variant, and the three best Triton shapes, in two rounds; last, each backend's stage-2 winner is re-timed beside
-the floor in bench-length sessions, alternated (confirm): the minimum of many noisy medians
-reads low (about 5% at B=1), so the summary quotes the confirm times.  Medians per candidate;
-writes ``$OUT/gpu_tune.{csv,json}`` and prints the best shape per cell and table rows in the
-formats of ``cuda_v4.CONFIG_TABLE`` and ``triton_recurrent.LAUNCH_TABLE``.  Each candidate is
+every cache-hint and gate-precision variant, and the three best Triton shapes, in two rounds;
+last, each backend's stage-2 winner and the committed table's row for the cell are re-timed
+beside the floor in bench-length sessions, alternated (confirm): the minimum of many noisy
+medians reads low (about 5% at B=1), so the summary quotes the confirm times, and a row is
+suggested for change only where the winner beats the committed row by ``--margin`` (1%) there.
+Medians per candidate; writes ``$OUT/gpu_tune.{csv,json}`` and prints the suggested rows in the
+formats of ``cuda_v4.CONFIG_TABLE`` / ``DEST_TABLE`` and ``triton_recurrent.LAUNCH_TABLE``.
+``--mode dest`` tunes destination passing (a distinct ``new_state``, rotated cold too).  Each
+candidate is
 first checked against the float64 reference (output and state, the contest rule plus a relative
 error bound); one that fails, or fails to compile or launch, is reported and never timed.
 """
@@ -122,6 +126,25 @@ def bound(cell, backend, cfg):
     return fn
 
 
+def table_row(backend, sd, B, dest, gpu):
+    """The launch shape the committed table gives this cell (contest geometry, HV=8)."""
+    if backend == "cuda-v4":
+        return cuda_v4.table_config(B * 8, DT[sd], 128, dest)
+    return triton_recurrent.lookup_config(gpu, sd, B * 8, 128, 128)
+
+
+def same_row(backend, a, b):
+    return (cuda_v4.full_config(a) == cuda_v4.full_config(b)) if backend == "cuda-v4" \
+        else tuple(a) == tuple(b)
+
+
+def keep_or_change(winner_us, table_us, margin):
+    """'change' only where the tune's winner reads at least ``margin`` (a fraction) faster
+    than the committed row in the same confirm sessions, else 'keep': the confirm's spread is
+    about 1%, and a table should not churn on noise."""
+    return "change" if winner_us <= table_us * (1 - margin) else "keep"
+
+
 def time_candidates(cands, reps, rounds=2):
     """{(label, cfg): samples}: ``cands`` are (label, cfg, launch(i)); each candidate in its own
     kernel-clock session, all candidates once per round (so slow drift spreads over all).
@@ -174,6 +197,9 @@ def main(argv=None):
     ap.add_argument("--confirm-iters", type=int, default=100,
                     help="calls per confirm session (gdnzoo bench's floor uses 100)")
     ap.add_argument("--confirm-rounds", type=int, default=3)
+    ap.add_argument("--margin", type=float, default=0.01,
+                    help="suggest a new row only where it reads this fraction faster than the "
+                         "committed table's row in the confirm sessions")
     ap.add_argument("--mode", default="inplace", choices=("inplace", "dest"),
                     help="in place (new_state is state) or destination passing (a distinct "
                          "new_state, rotated cold like the state)")
@@ -224,25 +250,47 @@ def main(argv=None):
                 rows.append(dict(sd=sd, B=B, backend=b, config=cfg, us=us, stage=1))
             # Confirm: the minimum of many noisy medians reads low (by ~5% at B=1), so the
             # chosen shapes are re-timed with the floor in bench-length sessions, alternated.
-            picks = [("floor", fl["config"], fl["launch"])]
+            # The committed table's row is re-timed beside them: a row is suggested for change
+            # only where the winner beats it by --margin in these sessions.
+            picks, wins, tabs = [("floor", fl["config"], fl["launch"])], {}, {}
             for b in args.backends.split(","):
                 us, cfg = min((us, cfg) for (bb, cfg), us in med2.items() if bb == b)
                 picks += [c for c in cands2 if c[:2] == (b, cfg)]
+                wins[b] = cfg
+                tab = table_row(b, sd, B, cell.dest, torch.cuda.get_device_name())
+                if not same_row(b, tab, cfg):
+                    try:
+                        fn = bound(cell, b, tab)
+                        picks.append((b, tab, lambda i, fn=fn: cell.call(fn, i)))
+                        tabs[b] = tab
+                    except Exception as e:
+                        log(f"  table row {b} {tab}: {type(e).__name__}: {str(e)[:120]}")
             conf, _ = time_candidates(picks, args.confirm_iters, args.confirm_rounds)
             conf = {k: statistics.median(v) for k, v in conf.items()}
             fmed = conf[("floor", fl["config"])]
             summary = [f"{sd} B={B:<4d} floor {fmed:7.2f}"]
             for (b, cfg), us in conf.items():
-                rows.append(dict(sd=sd, B=B, backend=b, config=cfg, us=us, stage="confirm"))
-                if b != "floor":
-                    best[(sd, B, b)] = (us, cfg)
-                    summary.append(f"{b} {us:7.2f} ({us / fmed:.3f}) {cfg}")
+                is_tab = b in tabs and cfg == tabs[b]
+                rows.append(dict(sd=sd, B=B, backend=b, config=cfg, us=us,
+                                 stage="table" if is_tab else "confirm"))
+            for b, cfg in wins.items():
+                us = conf[(b, cfg)]
+                best[(sd, B, b)] = (us, cfg)
+                text = f"{b} {us:7.2f} ({us / fmed:.3f}) {cfg}"
+                if b in tabs:
+                    t_us = conf[(b, tabs[b])]
+                    verdict = keep_or_change(us, t_us, args.margin)
+                    text += f" vs table {t_us:7.2f} ({t_us / fmed:.3f}) {tabs[b]}: {verdict}"
+                    if verdict == "keep":
+                        best[(sd, B, b)] = (t_us, tabs[b])
+                summary.append(text)
             log("  ".join(summary) + f"   [{time.time() - t0:.0f} s, {method}]")
             write(out, rows)                # after every cell: a time-out keeps what was measured
             del cell
             torch.cuda.empty_cache()
     write(out, rows)
-    log("\nsuggested rows (largest B*HV, config...), per dtype:")
+    log(f"\nsuggested rows (largest B*HV, config...), per dtype: the winner where it beat the "
+        f"committed row by {args.margin:.0%} in the confirm, else the committed row:")
     for b in args.backends.split(","):
         for sd in args.dtypes.split(","):
             log(f"{b} {sd}: " + ", ".join(f"({B * 8}, {best[(sd, B, b)][1]})"

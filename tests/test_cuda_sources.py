@@ -463,3 +463,19 @@ def test_tune_candidates_are_valid_and_cover_the_tables():
         tri = gpu_tune.tri_shapes(sd)
         assert tri and all(triton_recurrent.fit_lpr(sd, 128, s[3]) == s[3] for s in tri)
         assert all(tuple(r[1:]) in tri for r in rows)
+
+
+def test_tune_confirm_compares_with_the_committed_row():
+    from gdnzoo.backends import triton_recurrent
+    from gdnzoo.bench import gpu_tune
+    assert gpu_tune.keep_or_change(9.89, 10.0, 0.01) == "change"
+    assert gpu_tune.keep_or_change(9.95, 10.0, 0.01) == "keep"      # inside the margin: no churn
+    assert gpu_tune.keep_or_change(10.2, 10.0, 0.01) == "keep"
+    for dest, table in ((False, cuda_v4.CONFIG_TABLE), (True, cuda_v4.DEST_TABLE)):
+        row = gpu_tune.table_row("cuda-v4", "bf16", 8, dest, "NVIDIA H100 80GB HBM3")
+        assert row == cuda_v4.full_config(next(r[1:] for r in table[BF16] if r[0] >= 64))
+    assert gpu_tune.same_row("cuda-v4", (1, 2, 16, 0, 1), (1, 2, 16, 0, 1, 0, 0, 0))
+    assert not gpu_tune.same_row("cuda-v4", (1, 2, 16, 0, 1), (1, 2, 16, 0, 1, 0, 0, 1))
+    tri = gpu_tune.table_row("fla-recurrent", "fp32", 4, False, "NVIDIA H100 80GB HBM3")
+    assert tri == triton_recurrent.lookup_config("H100", "fp32", 32, 128, 128)
+    assert gpu_tune.same_row("fla-recurrent", tri, tuple(tri))
