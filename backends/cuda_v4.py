@@ -3,8 +3,9 @@
 Each head's V rows are split over several blocks of several warps; the launch shape (warps per
 block W, row groups per warp RW, lanes per row LPR, cache hints, gate precision, dot-product
 chains, shared-memory staging, q and k shared per block) comes from :data:`CONFIG_TABLE` (in
-place) or :data:`DEST_TABLE` (destination passing) by B*HV and state dtype.  Shapes, GVA ratio and launch shape are
-compile-time constants of the kernel (one NVRTC variant per signature, cached on disk).
+place) or :data:`DEST_TABLE` (destination passing) by B*HV and state dtype.  Shapes, GVA ratio
+and launch shape are compile-time constants of the kernel (one NVRTC variant per signature,
+cached on disk).
 """
 from __future__ import annotations
 
@@ -35,10 +36,11 @@ FASTGATE = 1                     # gates of an explicit 4-field config: 1 fast i
 # Measured on an NVIDIA H100 80GB HBM3 (2026-11-22, contest geometry HV=8, K=V=128): the fastest
 # shape per batch size on the CUPTI kernel clock with state read and written cold, from
 # `python3 -m gdnzoo.bench.gpu_tune --backends cuda-v4` (bench/results/h100-80gb-hbm3/
-# gpu_tune_cuda_v4_qks.csv), then the tune's winner against the previous table's row in bench-length
-# sessions, alternated (ab_cuda_v4_qks_confirm.log): a row changed only where the winner read
-# at least 1% faster there.  Loads with HINT bit 0 (.nc) are safe in place too: each state
-# element is read once, by the thread that later writes it.
+# gpu_tune_cuda_v4_qks.csv), then the tune's winner against the previous table's row in
+# bench-length sessions, alternated (ab_cuda_v4_qks_confirm.log): a row changed only where the
+# winner read at least 1% faster there (0.8% at fp32 B*HV 129-256, 11.87 vs 11.97 us).  Loads
+# with HINT bit 0 (.nc) are safe in place too: each state element is read once, by the thread
+# that later writes it.
 CONFIG_TABLE = {
     torch.float32: ((8, 1, 2, 16, 0, 1), (32, 4, 1, 4, 3, 1, 0, 0, 1), (64, 4, 1, 16, 0, 1, 0, 0, 1),
                     (128, 1, 8, 16, 2, 1, 4), (256, 1, 8, 16, 2, 1), (384, 2, 8, 8, 2, 0, 0, 1),
