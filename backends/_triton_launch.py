@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from gdnzoo.cuda_build import signature_key
+from gdnzoo import cuda_build
 
 
 def interpreter_on() -> bool:
@@ -166,7 +166,6 @@ def raw_launch(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int
     reads each one's size from the kernel).  Raises AttributeError when the kernel's parameters
     are not laid out so."""
     import struct
-    from gdnzoo import cuda_build
     params = launcher_params(compiled)
     want = [f"arg{i}" for i in range(n_ptrs + 1)]
     if params is None or [n for n, _ in params[:n_ptrs + 1]] != want or \
@@ -224,8 +223,8 @@ class Dispatcher:
     @staticmethod
     def key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, use_qk_l2norm):
         # scale is passed per call, so it is not part of the key
-        return signature_key(q, k, v, state, A_log, a, dt_bias, b, None, out, new_state,
-                             use_qk_l2norm)
+        return cuda_build.signature_key(q, k, v, state, A_log, a, dt_bias, b, None, out,
+                                        new_state, use_qk_l2norm)
 
     @staticmethod
     def pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state):

@@ -36,14 +36,15 @@ _FAST_MAX = 4096    # and ("guards", mode) -> up to _GUARDS_PER_MODE of those en
 _GUARDS_PER_MODE = 4
 
 
-_ENV_DATA = getattr(os.environ, "_data", None)   # POSIX: os.environ's own dict of bytes
+# POSIX CPython: os.environ's own dict, of bytes keys and values.
+_ENV_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
 
 
 def _env_algo():
     """``os.environ.get("ALGO")``, read from os.environ's underlying dict where it is one of
     bytes (POSIX CPython; 0.04 us instead of 0.6-1.4): decode reads it on every call that
     names no algo."""
-    if _ENV_DATA is not None and os.name == "posix":
+    if _ENV_DATA is not None:
         try:
             value = _ENV_DATA.get(b"ALGO")
             return None if value is None else os.fsdecode(value)
@@ -84,6 +85,14 @@ def _lookup(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_
         for hit in recent:
             if hit[5].check(*tensors):
                 return hit, None
+    return _by_signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                         use_qk_l2norm, mode)
+
+
+def _by_signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
+                  mode):
+    """_lookup's second way, once this ``mode``'s guards have missed: the Python signature."""
+    algo, env, ns = mode[1], mode[2], mode[6]
     key = (signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
                      use_qk_l2norm), algo, env)
     hit = _FAST.get(key)
@@ -111,15 +120,16 @@ def _remember(hit, mode, tensors):
 
 def _decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo):
     # Hot path, inline (every call costs here): this mode's guarded verdicts, one C++ check of
-    # all tensors each; everything else goes through _lookup / _resolve.
+    # all tensors each (_lookup's first way); then the signature, else _resolve validates.
     ns = 0 if new_state is None else (1 if new_state is state else 2)
-    hit, fresh = None, False
-    if not isinstance(scale, torch.Tensor):
+    hit, fresh, mode = None, False, None
+    if not isinstance(scale, torch.Tensor):  # a tensor scale may change in place: never memoized
+        mode = ("guards", algo, None if algo is not None else _env_algo(), scale, use_qk_l2norm,
+                out is None, ns)
         try:
-            recent = _FAST.get(("guards", algo, None if algo is not None else _env_algo(),
-                                scale, use_qk_l2norm, out is None, ns))
-        except TypeError:                    # unhashable scale
-            recent = None
+            recent = _FAST.get(mode)
+        except TypeError:                    # unhashable scale: never memoized
+            recent = mode = None
         if recent:
             t = (q, k, v, state, A_log, a, dt_bias, b) if out is None else \
                 (q, k, v, state, A_log, a, dt_bias, b, out)
@@ -130,11 +140,13 @@ def _decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_
                     hit = h
                     break
     if hit is None:
-        try:
-            hit, miss = _lookup(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                use_qk_l2norm, algo)
-        except (AttributeError, TypeError):  # non-tensors, tensor or unhashable scale: full path
-            hit, miss = None, None
+        hit = miss = None
+        if mode is not None:
+            try:
+                hit, miss = _by_signature(q, k, v, state, A_log, a, dt_bias, b, scale, out,
+                                          new_state, use_qk_l2norm, mode)
+            except (AttributeError, TypeError):  # non-tensors: validate() says what is wrong
+                hit, miss = None, None
         if hit is None:
             hit = _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
                            use_qk_l2norm, algo, miss and miss[0])
