@@ -130,7 +130,7 @@ def table_row(backend, sd, B, dest, gpu):
     """The launch shape the committed table gives this cell (contest geometry, HV=8)."""
     if backend == "cuda-v4":
         return cuda_v4.table_config(B * 8, DT[sd], 128, dest)
-    return triton_recurrent.lookup_config(gpu, sd, B * 8, 128, 128)
+    return triton_recurrent.lookup_config(gpu, sd, B * 8, 128, 128, dest=dest)
 
 
 def same_row(backend, a, b):

@@ -459,7 +459,8 @@ def test_tune_candidates_are_valid_and_cover_the_tables():
         for _, w, rw, lpr, *rest in cuda_v4.CONFIG_TABLE[sd] + cuda_v4.DEST_TABLE[sd]:
             smem = cuda_v4.full_config((w, rw, lpr, *rest))[6]
             assert (w, rw, lpr) in (staged if smem else shapes)   # every table row was measurable
-    for sd, rows in triton_recurrent.LAUNCH_TABLE["H100"].items():
+    for sd, rows in [*triton_recurrent.LAUNCH_TABLE["H100"].items(),
+                     *triton_recurrent.DEST_LAUNCH_TABLE["H100"].items()]:
         tri = gpu_tune.tri_shapes(sd)
         assert tri and all(triton_recurrent.fit_lpr(sd, 128, s[3]) == s[3] for s in tri)
         assert all(tuple(r[1:]) in tri for r in rows)
@@ -479,3 +480,5 @@ def test_tune_confirm_compares_with_the_committed_row():
     tri = gpu_tune.table_row("fla-recurrent", "fp32", 4, False, "NVIDIA H100 80GB HBM3")
     assert tri == triton_recurrent.lookup_config("H100", "fp32", 32, 128, 128)
     assert gpu_tune.same_row("fla-recurrent", tri, tuple(tri))
+    tri_d = gpu_tune.table_row("fla-recurrent", "bf16", 8, True, "NVIDIA H100 80GB HBM3")
+    assert tri_d == triton_recurrent.lookup_config("H100", "bf16", 64, 128, 128, dest=True)

@@ -121,6 +121,16 @@ def test_recurrent_launch_table():
     assert m.lookup_config("NVIDIA B200", "bf16", 1, 64, 128, table)[3] == 8
     assert m.lookup_config("x", "fp32", 1, 64, 64, {"default": {"fp32": [(None, 4, 1, 1)]}})[3] == 16
     assert m.fit_lpr("bf16", 64, 16) == 8 and m.fit_lpr("fp32", 256, 32) == 32
+    # destination passing: DEST_LAUNCH_TABLE's row for this GPU and dtype, else LAUNCH_TABLE's
+    h100 = "NVIDIA H100 80GB HBM3"
+    for sd, rows in m.DEST_LAUNCH_TABLE["H100"].items():
+        for hi, *_ in rows:
+            got = m.lookup_config(h100, sd, hi or 8192, 128, 128, dest=True)
+            assert got == m.lookup_config(h100, sd, hi or 8192, 128, 128, {"default": {sd: rows}})
+    assert m.lookup_config(h100, "bf16", 64, 128, 128, dest=True) != \
+        m.lookup_config(h100, "bf16", 64, 128, 128)
+    assert m.lookup_config("NVIDIA B200", "fp32", 64, 128, 128, dest=True) == \
+        m.lookup_config("NVIDIA B200", "fp32", 64, 128, 128)
     # K=256: a 32x256 fp32 tile over 4 warps is 64 registers a thread: kept; over 1 warp
     # it would be 256, so warps grow to 4
     assert m.lookup_config("x", "fp32", 1000, 256, 128, table)[:3] == (32, 4, 3)
