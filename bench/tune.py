@@ -31,6 +31,8 @@ def add_tune_args(p):
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--time-budget", type=float, default=None)
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--dest", action="store_true",
+                   help="also measure destination passing and write its own table (table_dest)")
     p.add_argument("--from", dest="from_files", action="append", default=None,
                    metavar="RESULTS_JSON",
                    help="build the row from existing `gdnzoo bench` results.json file(s) instead "
@@ -123,23 +125,32 @@ def load_runs(paths, base=None):
 
 
 def make_row(gpu, results, *, results_file=None, commit=None, versions=None, date=None):
-    """The ``defaults:`` entry for this GPU from sweep rows (kernel clock, in place)."""
-    table, values = {}, {}
-    for sd in ("fp32", "bf16"):
-        f = fastest(results, sd)
-        if not f:
-            continue
-        table[sd] = merge_ranges({B: v[0][0] for B, v in f.items()})
-        values[sd] = {B: {n: round(us, 2) for n, us in v} for B, v in f.items()}
-    if not table:
-        raise ValueError("tune: no correct kernel-clock results to choose from")
-    prov = dict(how="gdnzoo tune: CUPTI kernel-clock medians, cold L2 (rotated state sets), "
-                    "contest geometry H=4 HV=8 K=V=128, T=1, in place; fastest correct backend "
-                    "per measured batch size",
-                measured=date or datetime.date.today().isoformat(),
+    """The ``defaults:`` entry for this GPU from sweep rows (kernel clock): ``table`` from the
+    in-place rows and, where the rows include destination passing, ``table_dest`` from those."""
+    tables, values = {}, {}
+    for mode in ("inplace", "dest"):
+        for sd in ("fp32", "bf16"):
+            f = fastest(results, sd, mode)
+            if f:
+                tables.setdefault(mode, {})[sd] = merge_ranges({B: v[0][0] for B, v in f.items()})
+                values.setdefault(mode, {})[sd] = {B: {n: round(us, 2) for n, us in v}
+                                                   for B, v in f.items()}
+    if "inplace" not in tables:
+        raise ValueError("tune: no correct in-place kernel-clock results to choose from")
+    how = ("gdnzoo tune: CUPTI kernel-clock medians, cold L2 (rotated state sets), contest "
+           "geometry H=4 HV=8 K=V=128, T=1, in place; fastest correct backend per measured "
+           "batch size")
+    if "dest" in tables:
+        how += ("; table_dest: the same with destination passing (a distinct new_state, "
+                "rotated cold too)")
+    prov = dict(how=how, measured=date or datetime.date.today().isoformat(),
                 versions={k: v for k, v in (versions or {}).items() if v},
-                commit=commit, results=results_file, values_us=values)
-    return dict(gpu=gpu, provenance=prov, table=table)
+                commit=commit, results=results_file, values_us=values["inplace"])
+    row = dict(gpu=gpu, provenance=prov, table=tables["inplace"])
+    if "dest" in tables:
+        prov["values_us_dest"] = values["dest"]
+        row["table_dest"] = tables["dest"]
+    return row
 
 
 def render_row(row, indent=2):
@@ -149,11 +160,14 @@ def render_row(row, indent=2):
     lines = [f"{pad}- gpu: {yaml.safe_dump(row['gpu'], default_style=None).splitlines()[0]}",
              f"{pad}  provenance:"]
     lines += [f"{pad}    {ln}" for ln in prov.rstrip("\n").splitlines()]
-    lines.append(f"{pad}  table:")
-    for sd, ranges in row["table"].items():
-        lines.append(f"{pad}    {sd}:")
-        for lo, hi, be in ranges:
-            lines.append(f"{pad}      - {{batch: [{lo}, {'null' if hi is None else hi}], backend: {be}}}")
+    for key in ("table", "table_dest"):
+        if key not in row:
+            continue
+        lines.append(f"{pad}  {key}:")
+        for sd, ranges in row[key].items():
+            lines.append(f"{pad}    {sd}:")
+            for lo, hi, be in ranges:
+                lines.append(f"{pad}      - {{batch: [{lo}, {'null' if hi is None else hi}], backend: {be}}}")
     return "\n".join(lines) + "\n"
 
 
@@ -218,11 +232,14 @@ def cmd_tune(args) -> int:
         gpu, rows, prov = load_runs(args.from_files, base)
         row = make_row(gpu, rows, results_file=prov["results_file"], commit=prov["commit"],
                        versions=prov["versions"], date=prov["date"])
-        for sd, ranges in row["table"].items():
-            print(f"{gpu} {sd}: " + ", ".join(f"B {lo}..{hi or ''} {be}" for lo, hi, be in ranges))
+        for key, mode in (("table", "in place"), ("table_dest", "destination passing")):
+            for sd, ranges in row.get(key, {}).items():
+                print(f"{gpu} {sd} {mode}: "
+                      + ", ".join(f"B {lo}..{hi or ''} {be}" for lo, hi, be in ranges))
         return _emit(args, row, gpu)
     ns = argparse.Namespace(algo=args.algo, batch=args.batch, heads="4,8", dim=128, tokens=1,
-                            state_dtype=["fp32", "bf16"], timing=["kernel"], mode=["inplace"],
+                            state_dtype=["fp32", "bf16"], timing=["kernel"],
+                            mode=["inplace", "dest"] if args.dest else ["inplace"],
                             l2norm=False, iters=args.iters, nvbench=False, out=None,
                             time_budget=args.time_budget, seed=0, device="cuda",
                             no_plots=False, quiet=args.quiet)

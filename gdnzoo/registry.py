@@ -56,6 +56,7 @@ class DefaultRow:
     gpu: str
     provenance: dict
     table: dict          # state dtype name -> list of (lo, hi|None, backend)
+    table_dest: dict = field(default_factory=dict)   # the same, destination passing; optional
 
 
 @dataclass
@@ -112,6 +113,31 @@ def _parse_cc(s, where):
         raise RegistryError(f"{where}: min_cc must look like '9.0', got {s!r}") from None
 
 
+def _parse_table(data, where, backends) -> dict:
+    """A default table (``table:`` or ``table_dest:``): state dtype -> [(lo, hi|None, backend)]."""
+    table = {}
+    if data is not None and not isinstance(data, dict):
+        raise RegistryError(f"{where}: expected a mapping of state dtype to batch ranges")
+    for sd, ranges in (data or {}).items():
+        if sd not in _STATE:
+            raise RegistryError(f"{where}: state dtype {sd!r} not in {sorted(_STATE)}")
+        parsed = []
+        for r in ranges or ():
+            try:
+                lo, hi = r["batch"]
+                be = r["backend"]
+            except (KeyError, TypeError, ValueError):
+                raise RegistryError(f"{where} {sd}: each range needs batch: [lo, hi] and "
+                                    f"backend, got {r!r}") from None
+            if be not in backends:
+                raise RegistryError(f"{where} {sd}: unknown backend {be!r}")
+            if not isinstance(lo, int) or lo < 1 or (hi is not None and (not isinstance(hi, int) or hi < lo)):
+                raise RegistryError(f"{where} {sd}: bad batch range {[lo, hi]}")
+            parsed.append((lo, hi, be))
+        table[sd] = parsed
+    return table
+
+
 def parse_registry(data, path=None) -> Registry:
     """Validate the parsed YAML; raise RegistryError naming the entry and field at fault."""
     if not isinstance(data, dict) or "backends" not in data:
@@ -156,25 +182,10 @@ def parse_registry(data, path=None) -> Registry:
             raise RegistryError(f"{where}: expected gpu, provenance and table")
         if not isinstance(row["provenance"], dict) or "how" not in row["provenance"]:
             raise RegistryError(f"{where}: provenance must be a mapping with at least 'how'")
-        table = {}
-        for sd, ranges in (row["table"] or {}).items():
-            if sd not in _STATE:
-                raise RegistryError(f"{where}: state dtype {sd!r} not in {sorted(_STATE)}")
-            parsed = []
-            for r in ranges:
-                try:
-                    lo, hi = r["batch"]
-                    be = r["backend"]
-                except (KeyError, TypeError, ValueError):
-                    raise RegistryError(f"{where} {sd}: each range needs batch: [lo, hi] and "
-                                        f"backend, got {r!r}") from None
-                if be not in backends:
-                    raise RegistryError(f"{where} {sd}: unknown backend {be!r}")
-                if not isinstance(lo, int) or lo < 1 or (hi is not None and (not isinstance(hi, int) or hi < lo)):
-                    raise RegistryError(f"{where} {sd}: bad batch range {[lo, hi]}")
-                parsed.append((lo, hi, be))
-            table[sd] = parsed
-        defaults.append(DefaultRow(gpu=str(row["gpu"]), provenance=row["provenance"], table=table))
+        tables = {key: _parse_table(row.get(key), f"{where} {key}", backends)
+                  for key in ("table", "table_dest")}
+        defaults.append(DefaultRow(gpu=str(row["gpu"]), provenance=row["provenance"],
+                                   table=tables["table"], table_dest=tables["table_dest"]))
     fallback = data.get("fallback") or {}
     for dev, names in fallback.items():
         for n in names:
@@ -318,8 +329,11 @@ def default_row(gpu_name: str | None):
     return best
 
 
-def table_choice(row: DefaultRow, state_name: str, B: int):
-    for lo, hi, be in row.table.get(state_name, []):
+def table_choice(row: DefaultRow, state_name: str, B: int, inplace: bool = True):
+    """The row's backend for B: from ``table_dest`` for destination passing where the row has
+    one for this state dtype, else from ``table`` (measured in place)."""
+    table = row.table if inplace or state_name not in row.table_dest else row.table_dest
+    for lo, hi, be in table.get(state_name, []):
         if lo <= B and (hi is None or B <= hi):
             return be
     return None
@@ -353,14 +367,16 @@ def select(p: Problem, algo: str | None = None) -> Selection:
         if row is None:
             notes.append(f"no default-table row for {gpu}")
         else:
-            be = table_choice(row, p.state_name, p.B)
+            be = table_choice(row, p.state_name, p.B, p.inplace)
+            dest = not p.inplace and p.state_name in row.table_dest
             if be is None:
                 notes.append(f"row {row.gpu} has no {p.state_name} range covering B={p.B}")
             else:
                 ok, why = can_serve(be, p)
                 if ok:
                     return Selection(be, f"default table {row.gpu}",
-                                     f"fastest measured for {p.state_name} state at B={p.B} "
+                                     f"fastest measured for {p.state_name} state at B={p.B}"
+                                     f"{' with destination passing' if dest else ''} "
                                      f"({row.provenance.get('how', '')})")
                 notes.append(f"table choice {be} cannot serve: {why}")
     for name in reg.fallback.get(p.device, reg.names):

@@ -320,8 +320,8 @@ def test_bytes_moved_contest_b1():
 
 # ------------------------------------------------------------------------------ report
 
-def _raw(backend, B, us, clock="kernel", status="PASS", sd="fp32", flags=""):
-    return dict(cell=Cell(backend, B, 4, 8, 128, 128, 1, sd, "inplace"), clock=clock,
+def _raw(backend, B, us, clock="kernel", status="PASS", sd="fp32", flags="", mode="inplace"):
+    return dict(cell=Cell(backend, B, 4, 8, 128, 128, 1, sd, mode), clock=clock,
                 status=status, note="", flags=flags, samples=[us] * 5 if us else [])
 
 
@@ -468,6 +468,33 @@ def test_tune_from_results_files_writes_registry(tmp_path, capsys):
     args = p.parse_args(["--from", f"{f32},{b16}"])
     assert tune.cmd_tune(args) == 0
     assert "- gpu: NVIDIA H100 80GB HBM3" in capsys.readouterr().out
+
+
+def test_tune_from_dest_results_writes_table_dest(tmp_path, capsys):
+    from gdnzoo.registry import parse_registry, registry_path, table_choice
+    inp = _write_run(tmp_path / "inplace", [_raw("cuda-v4", 1, 3.0), _raw("fla-recurrent", 1, 2.5)],
+                     "abc123")
+    dst = _write_run(tmp_path / "dest", [_raw("cuda-v4", 1, 3.0, mode="dest"),
+                                          _raw("fla-recurrent", 1, 3.2, mode="dest"),
+                                          _raw("cuda-v4", 64, 30.0, mode="dest"),
+                                          _raw("fla-recurrent", 64, 25.0, mode="dest")], "def456")
+    reg = tmp_path / "registry.yaml"
+    shutil.copy(registry_path(), reg)
+    p = tune.add_tune_args(argparse.ArgumentParser())
+    assert tune.cmd_tune(p.parse_args(["--from", f"{inp},{dst}", "--write-registry",
+                                       "--registry", str(reg)])) == 0
+    assert "fp32 destination passing: B 1..63 cuda-v4, B 64.. fla-recurrent" in capsys.readouterr().out
+    row = [d for d in parse_registry(yaml.safe_load(reg.read_text())).defaults
+           if d.gpu == "NVIDIA H100 80GB HBM3"][0]
+    assert row.table == {"fp32": [(1, None, "fla-recurrent")]}
+    assert row.table_dest == {"fp32": [(1, 63, "cuda-v4"), (64, None, "fla-recurrent")]}
+    assert table_choice(row, "fp32", 1, inplace=False) == "cuda-v4"
+    assert table_choice(row, "fp32", 1) == "fla-recurrent"
+    assert row.provenance["values_us_dest"]["fp32"][1] == {"cuda-v4": 3.0, "fla-recurrent": 3.2}
+    assert "table_dest" in row.provenance["how"]
+    # only destination-passing rows: no in-place table to write
+    with pytest.raises(ValueError, match="in-place"):
+        tune.make_row("G", report.read_results(dst)[0])
 
 
 def test_tune_from_refuses_overlapping_or_mixed_runs(tmp_path):

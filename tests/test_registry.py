@@ -77,6 +77,9 @@ def test_import_touches_no_optional_package():
     (lambda d: d["defaults"][0]["table"]["fp32"][0].update(backend="ghost"), "unknown backend 'ghost'"),
     (lambda d: d["defaults"][0].pop("provenance"), "defaults[0] (NVIDIA B200)"),
     (lambda d: d["fallback"]["cuda"].append("ghost"), "fallback[cuda]: unknown backend 'ghost'"),
+    (lambda d: d["defaults"][0].update(table_dest={"fp32": [{"batch": [1, None], "backend": "x"}]}),
+     "(NVIDIA B200) table_dest fp32: unknown backend 'x'"),
+    (lambda d: d["defaults"][0].update(table_dest=["fp32"]), "table_dest: expected a mapping"),
 ])
 def test_malformed_registry_names_the_entry(raw, mutate, frag):
     mutate(raw)
@@ -106,6 +109,26 @@ def test_precedence_algo_env_table_fallback(fake_registry, raw, monkeypatch):
     assert registry.select(p).source == "ALGO env"
     s = registry.select(p, algo="pt-compiled")
     assert (s.name, s.source) == ("pt-compiled", "algo")
+
+
+def test_destination_passing_uses_table_dest(fake_registry, raw, monkeypatch):
+    import dataclasses
+    raw["defaults"].append({"gpu": "FAKE-GPU", "provenance": {"how": "test"},
+                            "table": {"fp32": [{"batch": [1, None], "backend": "pt-compiled"}],
+                                      "bf16": [{"batch": [1, None], "backend": "pt-compiled"}]},
+                            "table_dest": {"fp32": [{"batch": [1, 8], "backend": "pt-reference"},
+                                                    {"batch": [9, None], "backend": "pt-compiled"}]}})
+    fake_registry(raw)
+    monkeypatch.delenv("ALGO", raising=False)
+    dest = dataclasses.replace(cuda_problem(B=4), inplace=False)
+    s = registry.select(dest)
+    assert (s.name, s.source) == ("pt-reference", "default table FAKE-GPU")
+    assert "destination passing" in s.reason
+    assert registry.select(cuda_problem(B=4)).name == "pt-compiled"          # in place: table
+    assert registry.select(dataclasses.replace(dest, B=16)).name == "pt-compiled"
+    # no bf16 table_dest: destination passing takes the in-place table
+    s = registry.select(dataclasses.replace(dest, state_dtype=torch.bfloat16))
+    assert s.name == "pt-compiled" and "destination passing" not in s.reason
 
 
 def test_explicit_unavailable_or_unknown_raises(fake_registry, raw, monkeypatch):
