@@ -77,9 +77,9 @@ def tri_shapes(sd):
 
 
 class Cell:
-    def __init__(self, sd, B, dest=False):
-        self.sd, self.B, self.dest = sd, B, dest
-        self.x = make_inputs(B=B, T=1, H=4, HV=8, K=128, V=128, state_dtype=DT[sd],
+    def __init__(self, sd, B, dest=False, T=1):
+        self.sd, self.B, self.dest, self.T = sd, B, dest, T
+        self.x = make_inputs(B=B, T=T, H=4, HV=8, K=128, V=128, state_dtype=DT[sd],
                              device="cuda", seed=3)
         self.set_bytes = self.x.state.numel() * self.x.state.element_size()
         self.n = clocks.rotation_count(self.set_bytes, clocks.l2_bytes())
@@ -87,7 +87,7 @@ class Cell:
         # Destination passing: a new-state set per state set, written cold as well.
         self.dests = [torch.empty_like(self.x.state) for _ in range(self.n)] if dest else None
         self.turn = 0
-        self.out = torch.empty(B, 1, 8, 128, dtype=self.x.v.dtype, device="cuda")
+        self.out = torch.empty(B, T, 8, 128, dtype=self.x.v.dtype, device="cuda")
         self.ref = reference_outputs(self.x)
 
     def call(self, fn, i):
@@ -203,6 +203,8 @@ def main(argv=None):
     ap.add_argument("--mode", default="inplace", choices=("inplace", "dest"),
                     help="in place (new_state is state) or destination passing (a distinct "
                          "new_state, rotated cold like the state)")
+    ap.add_argument("--tokens", type=int, default=1,
+                    help="T tokens per call (the launch tables serve every T but are tuned at T=1)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -215,11 +217,11 @@ def main(argv=None):
 
     rows, best = [], {}
     t0 = time.time()
-    log(f"# gpu_tune --mode {args.mode} on {torch.cuda.get_device_name()}, commit "
+    log(f"# gpu_tune --mode {args.mode} --tokens {args.tokens} on {torch.cuda.get_device_name()}, commit "
         f"{os.environ.get('GDNZOO_COMMIT', 'unknown')}")
     for sd in args.dtypes.split(","):
         for B in (int(b) for b in args.batches.split(",")):
-            cell = Cell(sd, B, dest=args.mode == "dest")
+            cell = Cell(sd, B, dest=args.mode == "dest", T=args.tokens)
             fl = floor.best_launcher(cell.set_bytes)
             if fl["launch"] is None:
                 raise SystemExit(f"gpu_tune needs the floor's CuPy kernel: {fl['config']}")
