@@ -67,6 +67,22 @@ DEST_TABLE = {
                      (2048, 1, 2, 16, 3, 1, 0, 0, 1), (None, 1, 2, 16, 3, 0)),
 }
 
+# Several tokens per call (T >= 2, either mode): each token's work (q/k loads, gates, the norms'
+# reductions) is shared by a warp's rows, so more rows per warp pay, and the T=1 rows read up to
+# 2x the floor at T=4.  From `gpu_tune --backends cuda-v4 --tokens 4` (gpu_tune_t4_*.*): the
+# winners against the T=1 rows in bench-length T=4 sessions, e.g. fp32 B=512 198.9 vs 290.5 us,
+# B=256 99.0 vs 149.5, bf16 B=512 137.5 vs 183.6, B=256 64.3 vs 92.5, B=1 3.01 vs 3.84 (staging
+# serves T=1 only, so no row stages).
+MULTI_TOKEN_TABLE = {
+    torch.float32: ((8, 4, 1, 16, 3, 1), (32, 4, 1, 4, 0, 1), (64, 4, 2, 8, 3, 1),
+                    (128, 1, 4, 8, 2, 1, 0, 0, 1), (256, 1, 2, 16, 2, 1), (384, 2, 4, 16, 3, 1),
+                    (512, 1, 4, 16, 3, 1, 4), (1024, 1, 4, 16, 3, 1),
+                    (2048, 1, 8, 16, 3, 0, 0, 0, 1), (None, 2, 8, 16, 3, 0, 0, 0, 1)),
+    torch.bfloat16: ((8, 4, 1, 8, 3, 1), (64, 8, 1, 8, 3, 1), (128, 4, 2, 8, 0, 1),
+                     (256, 4, 2, 8, 2, 1), (384, 4, 2, 4, 2, 1), (512, 1, 4, 16, 2, 1),
+                     (2048, 2, 4, 8, 3, 1), (None, 1, 4, 16, 3, 1)),
+}
+
 _binds: dict = {}                # signature -> Bound
 
 
@@ -114,19 +130,24 @@ def qks_bytes(K, io_dtype, T):
     return (2 if T > 1 else 1) * 2 * K * cuda_build.ELEM_SIZE[io_dtype]
 
 
-def pick_config(BHV, state_dtype, dest=False):
+def table_for(dest=False, T=1):
+    """The launch table of this mode and token count."""
+    return MULTI_TOKEN_TABLE if T > 1 else DEST_TABLE if dest else CONFIG_TABLE
+
+
+def pick_config(BHV, state_dtype, dest=False, T=1):
     """The table's (W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS) for B*HV heads of this state
-    dtype, in place or (``dest``) destination passing."""
-    for hi, *cfg in (DEST_TABLE if dest else CONFIG_TABLE)[state_dtype]:
+    dtype, in place or (``dest``) destination passing, and T tokens per call."""
+    for hi, *cfg in table_for(dest, T)[state_dtype]:
         if hi is None or BHV <= hi:
             return full_config(cfg)
     raise AssertionError("CONFIG_TABLE needs a last row with no upper bound")
 
 
-def table_config(BHV, state_dtype, K, dest=False):
+def table_config(BHV, state_dtype, K, dest=False, T=1):
     """The table's config fitted to K: the table is measured at K=128, and narrower rows take
     fewer lanes per row."""
-    w, rw, lpr, *rest = pick_config(BHV, state_dtype, dest)
+    w, rw, lpr, *rest = pick_config(BHV, state_dtype, dest, T)
     while lpr > 1 and K % (lpr * vec_elems(state_dtype)):
         lpr //= 2
     while rw > 1 and rw * (32 // lpr) > 32:       # a warp owns at most 32 rows
@@ -147,8 +168,8 @@ def supports(problem):
         return False, (f"K in {HEAD_DIMS} (each row is split into 16-byte vectors over a "
                        f"power-of-two lane group), got K={problem.K}")
     grid = max(problem.B * problem.HV * blocks_per_head(problem.V, w, rw, 32)  # the largest grid
-               for w, rw, *_ in (pick_config(problem.B * problem.HV, problem.state_dtype, dest)
-                                 for dest in (False, True)))
+               for w, rw, *_ in (pick_config(problem.B * problem.HV, problem.state_dtype, dest,
+                                             problem.T) for dest in (False, True)))
     if grid > MAX_GRID_X:
         return False, f"grid of {grid} blocks exceeds {MAX_GRID_X} (B*HV={problem.B * problem.HV})"
     return True, ""
@@ -184,7 +205,7 @@ class Bound:
         sd, io, ad, bd, dd = self.dtypes
         config = self.config
         if config is None:
-            w, rw, lpr, hint, fast, chain, smem, qks = table_config(B * HV, sd, K, self.dest)
+            w, rw, lpr, hint, fast, chain, smem, qks = table_config(B * HV, sd, K, self.dest, T)
         else:
             w, rw, lpr, hint, fast, chain, smem, qks = full_config(config)
         if not vec16:

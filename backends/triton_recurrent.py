@@ -52,6 +52,17 @@ DEST_LAUNCH_TABLE = {
                  (512, 16, 4, 1, 16), (None, 32, 2, 1, 16)],
     },
 }
+# Several tokens per call (T >= 2, either mode), same format: from `gpu_tune --backends
+# fla-recurrent --tokens 4` (gpu_tune_t4_*.*), where the T=1 rows read up to 2.7x the floor
+# (fp32 B=512 204.8 vs 297.2 us, bf16 B=512 149.6 vs 195.9, bf16 B=32 11.9 vs 18.4).
+MULTI_TOKEN_LAUNCH_TABLE = {
+    "H100": {
+        "fp32": [(32, 2, 1, 1, 16), (128, 32, 2, 1, 4), (256, 4, 1, 1, 8), (512, 8, 1, 1, 16),
+                 (1024, 16, 2, 1, 16), (None, 32, 4, 1, 16)],
+        "bf16": [(8, 2, 1, 1, 16), (32, 32, 4, 1, 4), (64, 32, 2, 1, 4), (256, 16, 1, 1, 8),
+                 (384, 32, 2, 1, 8), (None, 16, 1, 1, 8)],
+    },
+}
 
 
 def vec_elems(state_dtype: str) -> int:
@@ -73,15 +84,15 @@ def fit_lpr(state_dtype: str, K: int, lpr: int) -> int:
 
 
 def lookup_config(gpu: str, state_dtype: str, BHV: int, K: int, V: int,
-                  table=None, dest=False) -> tuple[int, int, int, int]:
+                  table=None, dest=False, T=1) -> tuple[int, int, int, int]:
     """(BV, num_warps, num_stages, LPR) for this GPU, state dtype and B*HV, fitted to K, V;
-    ``dest``: destination passing (DEST_LAUNCH_TABLE's row where it has one)."""
+    ``T`` > 1: MULTI_TOKEN_LAUNCH_TABLE's row, else with ``dest`` (destination passing)
+    DEST_LAUNCH_TABLE's, where they have one for this GPU and dtype; else LAUNCH_TABLE's."""
     rows = None
     if table is None:
         table = LAUNCH_TABLE
-        if dest:
-            rows = next((r.get(state_dtype) for name, r in DEST_LAUNCH_TABLE.items()
-                         if name in gpu), None)
+        special = MULTI_TOKEN_LAUNCH_TABLE if T > 1 else DEST_LAUNCH_TABLE if dest else {}
+        rows = next((r.get(state_dtype) for name, r in special.items() if name in gpu), None)
     if rows is None:
         per_gpu = next((r for name, r in table.items() if name != "default" and name in gpu),
                        table["default"])
@@ -120,7 +131,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
             config = (V, 1, 1)                    # interpreter: fewest programs is fastest
         else:
             config = lookup_config(tlaunch.gpu_name(dev), sd, B * HV, K, V,
-                                   dest=new_state is not state)
+                                   dest=new_state is not state, T=T)
     BV, nw, ns, *lpr = config
     lpr = lpr[0] if lpr else default_lpr(sd, K)
     grid0 = B * HV * (V // BV)

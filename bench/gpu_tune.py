@@ -126,11 +126,11 @@ def bound(cell, backend, cfg):
     return fn
 
 
-def table_row(backend, sd, B, dest, gpu):
+def table_row(backend, sd, B, dest, gpu, T=1):
     """The launch shape the committed table gives this cell (contest geometry, HV=8)."""
     if backend == "cuda-v4":
-        return cuda_v4.table_config(B * 8, DT[sd], 128, dest)
-    return triton_recurrent.lookup_config(gpu, sd, B * 8, 128, 128, dest=dest)
+        return cuda_v4.table_config(B * 8, DT[sd], 128, dest, T)
+    return triton_recurrent.lookup_config(gpu, sd, B * 8, 128, 128, dest=dest, T=T)
 
 
 def same_row(backend, a, b):
@@ -204,7 +204,7 @@ def main(argv=None):
                     help="in place (new_state is state) or destination passing (a distinct "
                          "new_state, rotated cold like the state)")
     ap.add_argument("--tokens", type=int, default=1,
-                    help="T tokens per call (the launch tables serve every T but are tuned at T=1)")
+                    help="T tokens per call (T > 1 compares with the multi-token tables)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -259,7 +259,7 @@ def main(argv=None):
                 us, cfg = min((us, cfg) for (bb, cfg), us in med2.items() if bb == b)
                 picks += [c for c in cands2 if c[:2] == (b, cfg)]
                 wins[b] = cfg
-                tab = table_row(b, sd, B, cell.dest, torch.cuda.get_device_name())
+                tab = table_row(b, sd, B, cell.dest, torch.cuda.get_device_name(), cell.T)
                 if not same_row(b, tab, cfg):
                     try:
                         fn = bound(cell, b, tab)

@@ -249,6 +249,12 @@ def test_v4_launch_marshalling(fake_gpu):
     assert len(compiled) == n
     _call(cuda_v4, x, l2=True)                                 # new variant
     assert len(compiled) == n + 1 and compiled[-1][2]["GDN_L2NORM"] == 1
+    x2 = make_inputs(B=1, T=2, H=4, HV=8, K=128, V=128)        # T >= 2: its own table
+    _call(cuda_v4, x2)
+    mw, mrw, mlpr, mhint = cuda_v4.pick_config(8, F32, T=2)[:4]
+    assert (mw, mrw, mlpr, mhint) == cuda_v4.full_config(cuda_v4.MULTI_TOKEN_TABLE[F32][0][1:])[:4]
+    assert launches[-1][2] == 32 * mw and compiled[-1][2]["GDN_T"] == 2
+    assert (compiled[-1][2]["GDN_RW"], compiled[-1][2]["GDN_LPR"]) == (mrw, mlpr)
     _call(cuda_v4, x, config=(2, 8, 16, 3))
     assert launches[-1][2] == 64 and launches[-1][1] == 8 * 4
     assert (compiled[-1][2]["GDN_LPR"], compiled[-1][2]["GDN_HINT"]) == (16, 3)
@@ -443,8 +449,8 @@ def test_v4_table_config_fits_every_head_dim(sd, K):
     # The table is measured at K=128; every batch size must give a valid shape for each K.
     from gdnzoo.backends import cuda_v4
     for BHV in (8, 32, 64, 128, 512, 4096, 1 << 20):
-        for dest in (False, True):
-            w, rw, lpr, hint, fast, chain, smem, qks = cuda_v4.table_config(BHV, sd, K, dest)
+        for dest, T in ((False, 1), (True, 1), (False, 2)):
+            w, rw, lpr, hint, fast, chain, smem, qks = cuda_v4.table_config(BHV, sd, K, dest, T)
             assert cuda_v4.valid_config(K, 128, sd, w, rw, lpr) == "", (BHV, K, w, rw, lpr)
 
 
@@ -456,11 +462,14 @@ def test_tune_candidates_are_valid_and_cover_the_tables():
         assert shapes and all(cuda_v4.valid_config(128, 128, sd, *s) == "" for s in shapes)
         staged = gpu_tune.v4_smem_shapes(sd)
         assert staged and all(cuda_v4.valid_config(128, 128, sd, *s) == "" for s in staged)
-        for _, w, rw, lpr, *rest in cuda_v4.CONFIG_TABLE[sd] + cuda_v4.DEST_TABLE[sd]:
+        for _, w, rw, lpr, *rest in (cuda_v4.CONFIG_TABLE[sd] + cuda_v4.DEST_TABLE[sd]
+                                     + cuda_v4.MULTI_TOKEN_TABLE[sd]):
             smem = cuda_v4.full_config((w, rw, lpr, *rest))[6]
             assert (w, rw, lpr) in (staged if smem else shapes)   # every table row was measurable
+        assert not any(cuda_v4.full_config(r[1:])[6] for r in cuda_v4.MULTI_TOKEN_TABLE[sd])
     for sd, rows in [*triton_recurrent.LAUNCH_TABLE["H100"].items(),
-                     *triton_recurrent.DEST_LAUNCH_TABLE["H100"].items()]:
+                     *triton_recurrent.DEST_LAUNCH_TABLE["H100"].items(),
+                     *triton_recurrent.MULTI_TOKEN_LAUNCH_TABLE["H100"].items()]:
         tri = gpu_tune.tri_shapes(sd)
         assert tri and all(triton_recurrent.fit_lpr(sd, 128, s[3]) == s[3] for s in tri)
         assert all(tuple(r[1:]) in tri for r in rows)
@@ -482,3 +491,7 @@ def test_tune_confirm_compares_with_the_committed_row():
     assert gpu_tune.same_row("fla-recurrent", tri, tuple(tri))
     tri_d = gpu_tune.table_row("fla-recurrent", "bf16", 8, True, "NVIDIA H100 80GB HBM3")
     assert tri_d == triton_recurrent.lookup_config("H100", "bf16", 64, 128, 128, dest=True)
+    assert gpu_tune.table_row("cuda-v4", "fp32", 512, False, "H100", 4) == \
+        cuda_v4.full_config(cuda_v4.MULTI_TOKEN_TABLE[F32][-1][1:])
+    assert gpu_tune.table_row("fla-recurrent", "fp32", 512, True, "H100", 4) == \
+        triton_recurrent.lookup_config("H100", "fp32", 4096, 128, 128, T=4)
