@@ -52,15 +52,21 @@ DEST_LAUNCH_TABLE = {
                  (512, 16, 4, 1, 16), (None, 32, 2, 1, 16)],
     },
 }
-# Several tokens per call (T >= 2, either mode), same format: from `gpu_tune --backends
-# fla-recurrent --tokens 4` (gpu_tune_t4_*.*), where the T=1 rows read up to 2.7x the floor
-# (fp32 B=512 204.8 vs 297.2 us, bf16 B=512 149.6 vs 195.9, bf16 B=32 11.9 vs 18.4).
+# Several tokens per call (either mode), by the least T each table serves, same format.  T >= 4:
+# from `gpu_tune --backends fla-recurrent --tokens 4` (gpu_tune_t4_*.*), where the T=1 rows
+# read up to 2.7x the floor (fp32 B=512 204.8 vs 297.2 us, bf16 B=512 149.6 vs 195.9, bf16 B=32
+# 11.9 vs 18.4).  T = 2-3: per batch size the faster of the T=1 and the T=4 row at T=2 in one
+# session (ab_multi_token_t2.log): the T=1 row at fp32 B = 2-4 (3.71 vs 4.03 us), else T=4's.
 MULTI_TOKEN_LAUNCH_TABLE = {
     "H100": {
-        "fp32": [(32, 2, 1, 1, 16), (128, 32, 2, 1, 4), (256, 4, 1, 1, 8), (512, 8, 1, 1, 16),
-                 (1024, 16, 2, 1, 16), (None, 32, 4, 1, 16)],
-        "bf16": [(8, 2, 1, 1, 16), (32, 32, 4, 1, 4), (64, 32, 2, 1, 4), (256, 16, 1, 1, 8),
-                 (384, 32, 2, 1, 8), (None, 16, 1, 1, 8)],
+        2: {"fp32": [(8, 2, 1, 1, 16), (32, 32, 4, 1, 4), (128, 32, 2, 1, 4), (256, 4, 1, 1, 8),
+                     (512, 8, 1, 1, 16), (1024, 16, 2, 1, 16), (None, 32, 4, 1, 16)],
+            "bf16": [(8, 2, 1, 1, 16), (32, 32, 4, 1, 4), (64, 32, 2, 1, 4), (256, 16, 1, 1, 8),
+                     (384, 32, 2, 1, 8), (None, 16, 1, 1, 8)]},
+        4: {"fp32": [(32, 2, 1, 1, 16), (128, 32, 2, 1, 4), (256, 4, 1, 1, 8), (512, 8, 1, 1, 16),
+                     (1024, 16, 2, 1, 16), (None, 32, 4, 1, 16)],
+            "bf16": [(8, 2, 1, 1, 16), (32, 32, 4, 1, 4), (64, 32, 2, 1, 4), (256, 16, 1, 1, 8),
+                     (384, 32, 2, 1, 8), (None, 16, 1, 1, 8)]},
     },
 }
 
@@ -91,8 +97,12 @@ def lookup_config(gpu: str, state_dtype: str, BHV: int, K: int, V: int,
     rows = None
     if table is None:
         table = LAUNCH_TABLE
-        special = MULTI_TOKEN_LAUNCH_TABLE if T > 1 else DEST_LAUNCH_TABLE if dest else {}
-        rows = next((r.get(state_dtype) for name, r in special.items() if name in gpu), None)
+        if T > 1:
+            per_t = next((r for name, r in MULTI_TOKEN_LAUNCH_TABLE.items() if name in gpu), {})
+            rows = per_t[max(t for t in per_t if t <= T)].get(state_dtype) if per_t else None
+        elif dest:
+            rows = next((r.get(state_dtype) for name, r in DEST_LAUNCH_TABLE.items()
+                         if name in gpu), None)
     if rows is None:
         per_gpu = next((r for name, r in table.items() if name != "default" and name in gpu),
                        table["default"])

@@ -252,7 +252,7 @@ def test_v4_launch_marshalling(fake_gpu):
     x2 = make_inputs(B=1, T=2, H=4, HV=8, K=128, V=128)        # T >= 2: its own table
     _call(cuda_v4, x2)
     mw, mrw, mlpr, mhint = cuda_v4.pick_config(8, F32, T=2)[:4]
-    assert (mw, mrw, mlpr, mhint) == cuda_v4.full_config(cuda_v4.MULTI_TOKEN_TABLE[F32][0][1:])[:4]
+    assert (mw, mrw, mlpr, mhint) == cuda_v4.full_config(cuda_v4.MULTI_TOKEN_TABLE[2][F32][0][1:])[:4]
     assert launches[-1][2] == 32 * mw and compiled[-1][2]["GDN_T"] == 2
     assert (compiled[-1][2]["GDN_RW"], compiled[-1][2]["GDN_LPR"]) == (mrw, mlpr)
     _call(cuda_v4, x, config=(2, 8, 16, 3))
@@ -463,13 +463,15 @@ def test_tune_candidates_are_valid_and_cover_the_tables():
         staged = gpu_tune.v4_smem_shapes(sd)
         assert staged and all(cuda_v4.valid_config(128, 128, sd, *s) == "" for s in staged)
         for _, w, rw, lpr, *rest in (cuda_v4.CONFIG_TABLE[sd] + cuda_v4.DEST_TABLE[sd]
-                                     + cuda_v4.MULTI_TOKEN_TABLE[sd]):
+                                     + sum((t[sd] for t in cuda_v4.MULTI_TOKEN_TABLE.values()), ())):
             smem = cuda_v4.full_config((w, rw, lpr, *rest))[6]
             assert (w, rw, lpr) in (staged if smem else shapes)   # every table row was measurable
-        assert not any(cuda_v4.full_config(r[1:])[6] for r in cuda_v4.MULTI_TOKEN_TABLE[sd])
+        assert not any(cuda_v4.full_config(r[1:])[6] for t in cuda_v4.MULTI_TOKEN_TABLE.values()
+                       for r in t[sd])
     for sd, rows in [*triton_recurrent.LAUNCH_TABLE["H100"].items(),
                      *triton_recurrent.DEST_LAUNCH_TABLE["H100"].items(),
-                     *triton_recurrent.MULTI_TOKEN_LAUNCH_TABLE["H100"].items()]:
+                     *(kv for t in triton_recurrent.MULTI_TOKEN_LAUNCH_TABLE["H100"].values()
+                       for kv in t.items())]:
         tri = gpu_tune.tri_shapes(sd)
         assert tri and all(triton_recurrent.fit_lpr(sd, 128, s[3]) == s[3] for s in tri)
         assert all(tuple(r[1:]) in tri for r in rows)
@@ -492,6 +494,9 @@ def test_tune_confirm_compares_with_the_committed_row():
     tri_d = gpu_tune.table_row("fla-recurrent", "bf16", 8, True, "NVIDIA H100 80GB HBM3")
     assert tri_d == triton_recurrent.lookup_config("H100", "bf16", 64, 128, 128, dest=True)
     assert gpu_tune.table_row("cuda-v4", "fp32", 512, False, "H100", 4) == \
-        cuda_v4.full_config(cuda_v4.MULTI_TOKEN_TABLE[F32][-1][1:])
+        cuda_v4.full_config(cuda_v4.MULTI_TOKEN_TABLE[4][F32][-1][1:])
+    for T, want in ((2, 2), (3, 2), (4, 4), (9, 4)):                  # the least T each serves
+        assert cuda_v4.table_for(False, T) is cuda_v4.MULTI_TOKEN_TABLE[want]
+        assert cuda_v4.table_for(True, T) is cuda_v4.MULTI_TOKEN_TABLE[want]
     assert gpu_tune.table_row("fla-recurrent", "fp32", 512, True, "H100", 4) == \
         triton_recurrent.lookup_config("H100", "fp32", 4096, 128, 128, T=4)

@@ -131,12 +131,14 @@ def test_recurrent_launch_table():
         m.lookup_config(h100, "bf16", 64, 128, 128)
     assert m.lookup_config("NVIDIA B200", "fp32", 64, 128, 128, dest=True) == \
         m.lookup_config("NVIDIA B200", "fp32", 64, 128, 128)
-    # several tokens per call: MULTI_TOKEN_LAUNCH_TABLE's row in either mode
-    for sd, rows in m.MULTI_TOKEN_LAUNCH_TABLE["H100"].items():
-        for hi, *_ in rows:
-            want = m.lookup_config(h100, sd, hi or 8192, 128, 128, {"default": {sd: rows}})
-            for dest in (False, True):
-                assert m.lookup_config(h100, sd, hi or 8192, 128, 128, dest=dest, T=3) == want
+    # several tokens per call: the MULTI_TOKEN_LAUNCH_TABLE row of the largest least-T <= T,
+    # in either mode
+    for least, T in ((2, 2), (2, 3), (4, 4), (4, 7)):
+        for sd, rows in m.MULTI_TOKEN_LAUNCH_TABLE["H100"][least].items():
+            for hi, *_ in rows:
+                want = m.lookup_config(h100, sd, hi or 8192, 128, 128, {"default": {sd: rows}})
+                for dest in (False, True):
+                    assert m.lookup_config(h100, sd, hi or 8192, 128, 128, dest=dest, T=T) == want
     assert m.lookup_config("NVIDIA B200", "bf16", 64, 128, 128, T=2) == \
         m.lookup_config("NVIDIA B200", "bf16", 64, 128, 128)
     # K=256: a 32x256 fp32 tile over 4 warps is 64 registers a thread: kept; over 1 warp
