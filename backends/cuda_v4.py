@@ -69,25 +69,28 @@ DEST_TABLE = {
 
 # Several tokens per call (either mode), by the least T each table serves: each token's work
 # (q/k loads, gates, the norms' reductions) is shared by a warp's rows, so more rows per warp pay,
-# and the T=1 rows read up to 2x the floor at T=4.  T >= 4: from `gpu_tune --backends cuda-v4
-# --tokens 4` (gpu_tune_t4_*.*): the winners against the T=1 rows in bench-length T=4 sessions,
-# e.g. fp32 B=512 198.9 vs 290.5 us, B=256 99.0 vs 149.5, bf16 B=512 137.5 vs 183.6, B=1 3.01
-# vs 3.84 (staging serves T=1 only, so no row stages).  T = 2-3: per batch size the faster of
-# the T=1 row and the T=4 row at T=2 in one session (ab_multi_token_t2.log): the T=1 rows where
-# B <= 8 (bf16) and fp32 B = 2-4 (3.52 vs 3.70 us), the T=4 rows elsewhere (fp32 B=512 184.9
-# vs 199.8, bf16 B=512 106.3 vs 119.0).
-_T4_F32 = ((8, 4, 1, 16, 3, 1), (32, 4, 1, 4, 0, 1), (64, 4, 2, 8, 3, 1),
-           (128, 1, 4, 8, 2, 1, 0, 0, 1), (256, 1, 2, 16, 2, 1), (384, 2, 4, 16, 3, 1),
-           (512, 1, 4, 16, 3, 1, 4), (1024, 1, 4, 16, 3, 1), (2048, 1, 8, 16, 3, 0, 0, 0, 1),
-           (None, 2, 8, 16, 3, 0, 0, 0, 1))
-_T4_BF16 = ((8, 4, 1, 8, 3, 1), (64, 8, 1, 8, 3, 1), (128, 4, 2, 8, 0, 1), (256, 4, 2, 8, 2, 1),
-            (384, 4, 2, 4, 2, 1), (512, 1, 4, 16, 2, 1), (2048, 2, 4, 8, 3, 1),
-            (None, 1, 4, 16, 3, 1))
+# and the T=1 rows read up to 2x the floor at T=4.  From `gpu_tune --backends cuda-v4 --tokens T`
+# at T=4 (gpu_tune_t4_*.*) and T=2 (gpu_tune_t2_*.*; its confirm stage against rows taken from
+# the T=1 and T=4 tables, ab_multi_token_t2.log), a row changed where the winner read >= 1%
+# faster in bench-length sessions: at T=4 e.g. fp32 B=512 198.9 vs 290.5 us (the T=1 row),
+# bf16 B=512 137.5 vs 183.6, B=1 3.01 vs 3.84; at T=2 bf16 B=256 52.6 vs 56.7 (the T=4 row),
+# fp32 B=16 7.65 vs 8.18.  Staging serves T=1 only, so no row stages.
 MULTI_TOKEN_TABLE = {
-    2: {torch.float32: (_T4_F32[0], (32, 4, 1, 4, 3, 1, 0, 0, 1)) + _T4_F32[2:],
-        torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1),
-                         (64, 4, 2, 4, 0, 1, 0, 0, 1)) + _T4_BF16[2:]},
-    4: {torch.float32: _T4_F32, torch.bfloat16: _T4_BF16},
+    2: {torch.float32: ((8, 4, 2, 16, 3, 1), (32, 4, 1, 4, 0, 1, 0, 0, 1), (64, 8, 2, 16, 3, 1),
+                        (128, 2, 2, 16, 2, 1), (256, 1, 8, 16, 3, 1, 0, 0, 1),
+                        (384, 2, 4, 16, 3, 1), (512, 1, 4, 16, 3, 1, 4),
+                        (1024, 4, 2, 16, 3, 0, 0, 0, 1), (None, 2, 2, 16, 3, 0, 0, 0, 1)),
+        torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 4, 2, 4, 0, 1, 0, 0, 1),
+                         (128, 4, 2, 8, 0, 1), (256, 1, 2, 8, 2, 1), (384, 1, 2, 8, 3, 1),
+                         (1024, 1, 2, 8, 2, 0), (2048, 4, 2, 8, 2, 1, 0, 0, 1),
+                         (None, 4, 2, 8, 3, 1, 0, 0, 1))},
+    4: {torch.float32: ((8, 4, 1, 16, 3, 1), (32, 4, 1, 4, 0, 1), (64, 4, 2, 8, 3, 1),
+                        (128, 1, 4, 8, 2, 1, 0, 0, 1), (256, 1, 2, 16, 2, 1), (384, 2, 4, 16, 3, 1),
+                        (512, 1, 4, 16, 3, 1, 4), (1024, 1, 4, 16, 3, 1),
+                        (2048, 1, 8, 16, 3, 0, 0, 0, 1), (None, 2, 8, 16, 3, 0, 0, 0, 1)),
+        torch.bfloat16: ((8, 4, 1, 8, 3, 1), (64, 8, 1, 8, 3, 1), (128, 4, 2, 8, 0, 1),
+                         (256, 4, 2, 8, 2, 1), (384, 4, 2, 4, 2, 1), (512, 1, 4, 16, 2, 1),
+                         (2048, 2, 4, 8, 3, 1), (None, 1, 4, 16, 3, 1))},
 }
 
 _binds: dict = {}                # signature -> Bound
