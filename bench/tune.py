@@ -41,12 +41,13 @@ def add_tune_args(p):
     return p
 
 
-def fastest(rows, state_dtype, mode="inplace", clock="kernel", top=3):
+def fastest(rows, state_dtype, mode="inplace", clock="kernel", top=3, T=1):
     """{B: [(backend, median_us), ...]} fastest first, over correct, honestly timed rows."""
     by_b = {}
     for r in rows:
         m = r.get("median_us")
         if (r["state_dtype"] != state_dtype or r["mode"] != mode or r["clock"] != clock
+                or int(r.get("T") or 1) != T
                 or r["status"] != "PASS" or r["backend"] == "floor"
                 or not isinstance(m, (int, float)) or not math.isfinite(m)
                 or any(f in (r.get("flags") or "") for f in EXCLUDE_FLAGS)):
@@ -126,11 +127,15 @@ def load_runs(paths, base=None):
 
 def make_row(gpu, results, *, results_file=None, commit=None, versions=None, date=None):
     """The ``defaults:`` entry for this GPU from sweep rows (kernel clock): ``table`` from the
-    in-place rows and, where the rows include destination passing, ``table_dest`` from those."""
+    in-place rows at T=1 and, where the rows include them, ``table_dest`` from destination
+    passing at T=1 and ``table_tokens`` from in-place rows at one T > 1."""
     tables, values = {}, {}
-    for mode in ("inplace", "dest"):
+    Ts = sorted({int(r.get("T") or 1) for r in results} - {1})
+    if len(Ts) > 1:
+        raise ValueError(f"tune: results at several T > 1 ({Ts}): give one for table_tokens")
+    for mode, T in (("inplace", 1), ("dest", 1), *(("tokens", t) for t in Ts)):
         for sd in ("fp32", "bf16"):
-            f = fastest(results, sd, mode)
+            f = fastest(results, sd, "inplace" if mode == "tokens" else mode, T=T)
             if f:
                 tables.setdefault(mode, {})[sd] = merge_ranges({B: v[0][0] for B, v in f.items()})
                 values.setdefault(mode, {})[sd] = {B: {n: round(us, 2) for n, us in v}
@@ -146,10 +151,14 @@ def make_row(gpu, results, *, results_file=None, commit=None, versions=None, dat
     prov = dict(how=how, measured=date or datetime.date.today().isoformat(),
                 versions={k: v for k, v in (versions or {}).items() if v},
                 commit=commit, results=results_file, values_us=values["inplace"])
+    if "tokens" in tables:
+        prov["how"] += (f"; table_tokens: the same at T={Ts[0]} tokens per call, in place, "
+                        "serving T >= 2")
     row = dict(gpu=gpu, provenance=prov, table=tables["inplace"])
-    if "dest" in tables:
-        prov["values_us_dest"] = values["dest"]
-        row["table_dest"] = tables["dest"]
+    for mode in ("dest", "tokens"):
+        if mode in tables:
+            prov[f"values_us_{mode}"] = values[mode]
+            row[f"table_{mode}"] = tables[mode]
     return row
 
 
@@ -160,7 +169,7 @@ def render_row(row, indent=2):
     lines = [f"{pad}- gpu: {yaml.safe_dump(row['gpu'], default_style=None).splitlines()[0]}",
              f"{pad}  provenance:"]
     lines += [f"{pad}    {ln}" for ln in prov.rstrip("\n").splitlines()]
-    for key in ("table", "table_dest"):
+    for key in ("table", "table_dest", "table_tokens"):
         if key not in row:
             continue
         lines.append(f"{pad}  {key}:")
@@ -232,7 +241,8 @@ def cmd_tune(args) -> int:
         gpu, rows, prov = load_runs(args.from_files, base)
         row = make_row(gpu, rows, results_file=prov["results_file"], commit=prov["commit"],
                        versions=prov["versions"], date=prov["date"])
-        for key, mode in (("table", "in place"), ("table_dest", "destination passing")):
+        for key, mode in (("table", "in place"), ("table_dest", "destination passing"),
+                          ("table_tokens", "T >= 2 tokens")):
             for sd, ranges in row.get(key, {}).items():
                 print(f"{gpu} {sd} {mode}: "
                       + ", ".join(f"B {lo}..{hi or ''} {be}" for lo, hi, be in ranges))

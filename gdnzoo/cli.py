@@ -33,16 +33,16 @@ def cmd_list(args) -> int:
         print(f"\nauto-selection on {gpu} (contest geometry; "
               f"{'table row ' + repr(row.gpu) if row else 'no default-table row: fallback order'}):")
         for sd in ("fp32", "bf16"):
-            for inplace in (True, False):
+            for mode, inplace, T in (("in place", True, 1), ("dest    ", False, 1),
+                                     ("T=2     ", True, 2)):
                 picks = []
                 for B in BENCH_BATCHES:
-                    p = Problem(B=B, T=1, H=4, HV=8, K=128, V=128, state_dtype=DTYPES[sd],
+                    p = Problem(B=B, T=T, H=4, HV=8, K=128, V=128, state_dtype=DTYPES[sd],
                                 io_dtype=DTYPES["bf16"], device="cuda", cc=cc, inplace=inplace)
                     try:
                         picks.append(f"B={B}:{registry.select(p).name}")
                     except ValueError as e:
                         picks.append(f"B={B}:none ({e})")
-                mode = "in place" if inplace else "dest    "
                 print(f"  {sd} state, {mode}: " + "  ".join(picks))
     else:
         print("\nauto-selection on CPU: " + " > ".join(registry.load_registry().fallback["cpu"]))

@@ -57,6 +57,7 @@ class DefaultRow:
     provenance: dict
     table: dict          # state dtype name -> list of (lo, hi|None, backend)
     table_dest: dict = field(default_factory=dict)   # the same, destination passing; optional
+    table_tokens: dict = field(default_factory=dict)  # the same, T >= 2 tokens per call; optional
 
 
 @dataclass
@@ -114,7 +115,8 @@ def _parse_cc(s, where):
 
 
 def _parse_table(data, where, backends) -> dict:
-    """A default table (``table:`` or ``table_dest:``): state dtype -> [(lo, hi|None, backend)]."""
+    """A default table (``table:``, ``table_dest:`` or ``table_tokens:``): state dtype ->
+    [(lo, hi|None, backend)]."""
     table = {}
     if data is not None and not isinstance(data, dict):
         raise RegistryError(f"{where}: expected a mapping of state dtype to batch ranges")
@@ -183,9 +185,8 @@ def parse_registry(data, path=None) -> Registry:
         if not isinstance(row["provenance"], dict) or "how" not in row["provenance"]:
             raise RegistryError(f"{where}: provenance must be a mapping with at least 'how'")
         tables = {key: _parse_table(row.get(key), f"{where} {key}", backends)
-                  for key in ("table", "table_dest")}
-        defaults.append(DefaultRow(gpu=str(row["gpu"]), provenance=row["provenance"],
-                                   table=tables["table"], table_dest=tables["table_dest"]))
+                  for key in ("table", "table_dest", "table_tokens")}
+        defaults.append(DefaultRow(gpu=str(row["gpu"]), provenance=row["provenance"], **tables))
     fallback = data.get("fallback") or {}
     for dev, names in fallback.items():
         for n in names:
@@ -329,10 +330,20 @@ def default_row(gpu_name: str | None):
     return best
 
 
-def table_choice(row: DefaultRow, state_name: str, B: int, inplace: bool = True):
-    """The row's backend for B: from ``table_dest`` for destination passing where the row has
-    one for this state dtype, else from ``table`` (measured in place)."""
-    table = row.table if inplace or state_name not in row.table_dest else row.table_dest
+def table_kind(row: DefaultRow, state_name: str, inplace: bool = True, T: int = 1) -> str:
+    """Which of the row's tables serves: ``table_tokens`` for T >= 2 tokens per call, else
+    ``table_dest`` for destination passing, where the row has one for this state dtype; else
+    ``table`` (measured in place, T=1)."""
+    if T > 1 and state_name in row.table_tokens:
+        return "table_tokens"
+    if not inplace and state_name in row.table_dest:
+        return "table_dest"
+    return "table"
+
+
+def table_choice(row: DefaultRow, state_name: str, B: int, inplace: bool = True, T: int = 1):
+    """The row's backend for B from the table :func:`table_kind` names."""
+    table = getattr(row, table_kind(row, state_name, inplace, T))
     for lo, hi, be in table.get(state_name, []):
         if lo <= B and (hi is None or B <= hi):
             return be
@@ -367,8 +378,10 @@ def select(p: Problem, algo: str | None = None) -> Selection:
         if row is None:
             notes.append(f"no default-table row for {gpu}")
         else:
-            be = table_choice(row, p.state_name, p.B, p.inplace)
-            dest = not p.inplace and p.state_name in row.table_dest
+            be = table_choice(row, p.state_name, p.B, p.inplace, p.T)
+            kind = table_kind(row, p.state_name, p.inplace, p.T)
+            how = {"table_dest": " with destination passing",
+                   "table_tokens": f" with {p.T} tokens per call"}.get(kind, "")
             if be is None:
                 notes.append(f"row {row.gpu} has no {p.state_name} range covering B={p.B}")
             else:
@@ -376,7 +389,7 @@ def select(p: Problem, algo: str | None = None) -> Selection:
                 if ok:
                     return Selection(be, f"default table {row.gpu}",
                                      f"fastest measured for {p.state_name} state at B={p.B}"
-                                     f"{' with destination passing' if dest else ''} "
+                                     f"{how} "
                                      f"({row.provenance.get('how', '')})")
                 notes.append(f"table choice {be} cannot serve: {why}")
     for name in reg.fallback.get(p.device, reg.names):

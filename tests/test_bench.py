@@ -320,8 +320,8 @@ def test_bytes_moved_contest_b1():
 
 # ------------------------------------------------------------------------------ report
 
-def _raw(backend, B, us, clock="kernel", status="PASS", sd="fp32", flags="", mode="inplace"):
-    return dict(cell=Cell(backend, B, 4, 8, 128, 128, 1, sd, mode), clock=clock,
+def _raw(backend, B, us, clock="kernel", status="PASS", sd="fp32", flags="", mode="inplace", T=1):
+    return dict(cell=Cell(backend, B, 4, 8, 128, 128, T, sd, mode), clock=clock,
                 status=status, note="", flags=flags, samples=[us] * 5 if us else [])
 
 
@@ -492,6 +492,17 @@ def test_tune_from_dest_results_writes_table_dest(tmp_path, capsys):
     assert table_choice(row, "fp32", 1) == "fla-recurrent"
     assert row.provenance["values_us_dest"]["fp32"][1] == {"cuda-v4": 3.0, "fla-recurrent": 3.2}
     assert "table_dest" in row.provenance["how"]
+    # rows at one T > 1: table_tokens (the T=1 tables ignore them); at two: refused
+    t2 = report.read_results(_write_run(tmp_path / "t2", [_raw("cuda-v4", 1, 4.0, T=2),
+                                                          _raw("fla-recurrent", 1, 4.5, T=2)],
+                                        "t2"))[0]
+    row2 = tune.make_row("G", report.read_results(inp)[0] + t2)
+    assert row2["table"] == {"fp32": [(1, None, "fla-recurrent")]}
+    assert row2["table_tokens"] == {"fp32": [(1, None, "cuda-v4")]}
+    assert "T=2 tokens" in row2["provenance"]["how"] and "table_tokens" in tune.render_row(row2)
+    t4 = report.read_results(_write_run(tmp_path / "t4", [_raw("cuda-v4", 1, 5.0, T=4)], "t4"))[0]
+    with pytest.raises(ValueError, match="several T"):
+        tune.make_row("G", report.read_results(inp)[0] + t2 + t4)
     # only destination-passing rows: no in-place table to write
     with pytest.raises(ValueError, match="in-place"):
         tune.make_row("G", report.read_results(dst)[0])

@@ -131,6 +131,23 @@ def test_destination_passing_uses_table_dest(fake_registry, raw, monkeypatch):
     assert s.name == "pt-compiled" and "destination passing" not in s.reason
 
 
+def test_several_tokens_use_table_tokens(fake_registry, raw, monkeypatch):
+    import dataclasses
+    raw["defaults"].append({"gpu": "FAKE-GPU", "provenance": {"how": "test"},
+                            "table": {"fp32": [{"batch": [1, None], "backend": "pt-compiled"}]},
+                            "table_dest": {"fp32": [{"batch": [1, None], "backend": "pt-compiled"}]},
+                            "table_tokens": {"fp32": [{"batch": [1, None], "backend": "pt-reference"}]}})
+    fake_registry(raw)
+    monkeypatch.delenv("ALGO", raising=False)
+    p = cuda_problem(B=4)
+    assert registry.select(p).name == "pt-compiled"                          # T=1
+    for inplace in (True, False):                                            # T >= 2, either mode
+        s = registry.select(dataclasses.replace(p, T=3, inplace=inplace))
+        assert s.name == "pt-reference" and "3 tokens per call" in s.reason
+    s = registry.select(dataclasses.replace(p, T=2, state_dtype=torch.bfloat16))
+    assert s.source == "fallback"                                            # no bf16 tables
+
+
 def test_explicit_unavailable_or_unknown_raises(fake_registry, raw, monkeypatch):
     fake_registry(raw)
     with pytest.raises(ValueError, match="fake: only pt-"):
