@@ -4,7 +4,8 @@
     compute-sanitizer --tool racecheck python3 bench/sanitize_cuda.py
 
 Cases: cuda-v1 and cuda-v4, B in {1, 64}, fp32 and bf16 state, in place and destination-passing,
-T=2 with the L2 norm, plus a misaligned state (cuda-v4's element-load variant), a strided q (runtime strides), V=96
+T=2 with the L2 norm (and for cuda-v4 T=1 in place and T=4 destination-passing: each launch
+table's rows), plus a misaligned state (cuda-v4's element-load variant), a strided q (runtime strides), V=96
 (partial row blocks), B=48 at T=1 (the table's shared-memory staging) and other cuda-v4 launch
 shapes / cache hints / fast gates / FMA chains / staging / shared q and k.  Prints one line per case and a max
 error vs the fp32 reference.
@@ -48,6 +49,13 @@ def main():
                     print(f"{name} B={B} {sd} {'in-place' if inplace else 'dest'}: max err {err:.2e}")
         err = one(mod, 4, torch.bfloat16, True, V=96)
         print(f"{name} V=96 bf16: max err {err:.2e}")
+    # cuda-v4's tables by T: the cases above (T=2) take the T = 2-3 rows; T=1 in place and T=4
+    # destination passing take the other two tables' rows.
+    for B in (1, 64):
+        for sd in (torch.float32, torch.bfloat16):
+            for T, inplace in ((1, True), (4, False)):
+                err = one(cuda_v4, B, sd, inplace, T=T)
+                print(f"cuda-v4 B={B} T={T} {sd} {'in-place' if inplace else 'dest'}: max err {err:.2e}")
     for sd in (torch.float32, torch.bfloat16):      # the table's staged shapes (T=1, B*HV=384)
         for inplace in (True, False):
             err = one(cuda_v4, 48, sd, inplace, T=1)
