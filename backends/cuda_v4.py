@@ -143,8 +143,9 @@ def qks_bytes(K, io_dtype, T):
 
 def table_for(dest=False, T=1):
     """The launch table of this mode and token count."""
-    if T > 1:
-        return MULTI_TOKEN_TABLE[max(t for t in MULTI_TOKEN_TABLE if t <= T)]
+    least = max((t for t in MULTI_TOKEN_TABLE if t <= T), default=None) if T > 1 else None
+    if least is not None:
+        return MULTI_TOKEN_TABLE[least]
     return DEST_TABLE if dest else CONFIG_TABLE
 
 

@@ -100,7 +100,8 @@ def lookup_config(gpu: str, state_dtype: str, BHV: int, K: int, V: int,
         table = LAUNCH_TABLE
         if T > 1:
             per_t = next((r for name, r in MULTI_TOKEN_LAUNCH_TABLE.items() if name in gpu), {})
-            rows = per_t[max(t for t in per_t if t <= T)].get(state_dtype) if per_t else None
+            least = max((t for t in per_t if t <= T), default=None)
+            rows = None if least is None else per_t[least].get(state_dtype)
         elif dest:
             rows = next((r.get(state_dtype) for name, r in DEST_LAUNCH_TABLE.items()
                          if name in gpu), None)
