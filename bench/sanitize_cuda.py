@@ -49,7 +49,7 @@ def main():
                     print(f"{name} B={B} {sd} {'in-place' if inplace else 'dest'}: max err {err:.2e}")
         err = one(mod, 4, torch.bfloat16, True, V=96)
         print(f"{name} V=96 bf16: max err {err:.2e}")
-    # cuda-v4's tables by T: the cases above (T=2) take the T = 2-3 rows; T=1 in place and T=4
+    # cuda-v4's tables by T: the cases above (T=2) take the T=2 rows; T=1 in place and T=4
     # destination passing take the other two tables' rows.
     for B in (1, 64):
         for sd in (torch.float32, torch.bfloat16):

@@ -494,8 +494,8 @@ def test_tune_confirm_compares_with_the_committed_row():
     tri_d = gpu_tune.table_row("fla-recurrent", "bf16", 8, True, "NVIDIA H100 80GB HBM3")
     assert tri_d == triton_recurrent.lookup_config("H100", "bf16", 64, 128, 128, dest=True)
     assert gpu_tune.table_row("cuda-v4", "fp32", 512, False, "H100", 4) == \
-        cuda_v4.full_config(cuda_v4.MULTI_TOKEN_TABLE[4][F32][-1][1:])
-    for T, want in ((2, 2), (3, 2), (4, 4), (9, 4)):                  # the least T each serves
+        cuda_v4.full_config(cuda_v4.MULTI_TOKEN_TABLE[3][F32][-1][1:])
+    for T, want in ((2, 2), (3, 3), (4, 3), (9, 3)):                  # the least T each serves
         assert cuda_v4.table_for(False, T) is cuda_v4.MULTI_TOKEN_TABLE[want]
         assert cuda_v4.table_for(True, T) is cuda_v4.MULTI_TOKEN_TABLE[want]
     assert gpu_tune.table_row("fla-recurrent", "fp32", 512, True, "H100", 4) == \

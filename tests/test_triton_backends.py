@@ -133,7 +133,7 @@ def test_recurrent_launch_table():
         m.lookup_config("NVIDIA B200", "fp32", 64, 128, 128)
     # several tokens per call: the MULTI_TOKEN_LAUNCH_TABLE row of the largest least-T <= T,
     # in either mode
-    for least, T in ((2, 2), (2, 3), (4, 4), (4, 7)):
+    for least, T in ((2, 2), (3, 3), (3, 4), (3, 7)):
         for sd, rows in m.MULTI_TOKEN_LAUNCH_TABLE["H100"][least].items():
             for hi, *_ in rows:
                 want = m.lookup_config(h100, sd, hi or 8192, 128, 128, {"default": {sd: rows}})
