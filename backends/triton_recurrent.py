@@ -97,20 +97,20 @@ def lookup_config(gpu: str, state_dtype: str, BHV: int, K: int, V: int,
     """(BV, num_warps, num_stages, LPR) for this GPU, state dtype and B*HV, fitted to K, V;
     ``T`` > 1: MULTI_TOKEN_LAUNCH_TABLE's row, else with ``dest`` (destination passing)
     DEST_LAUNCH_TABLE's, where they have one for this GPU and dtype; else LAUNCH_TABLE's."""
+    def for_gpu(tab):                       # the entry whose GPU name is in this GPU's
+        return next((r for name, r in tab.items() if name != "default" and name in gpu), {})
     rows = None
     if table is None:
         table = LAUNCH_TABLE
         if T > 1:
-            per_t = next((r for name, r in MULTI_TOKEN_LAUNCH_TABLE.items() if name in gpu), {})
+            per_t = for_gpu(MULTI_TOKEN_LAUNCH_TABLE)
             least = max((t for t in per_t if t <= T), default=None)
             rows = None if least is None else per_t[least].get(state_dtype)
         elif dest:
-            rows = next((r.get(state_dtype) for name, r in DEST_LAUNCH_TABLE.items()
-                         if name in gpu), None)
+            rows = for_gpu(DEST_LAUNCH_TABLE).get(state_dtype)
     if rows is None:
-        per_gpu = next((r for name, r in table.items() if name != "default" and name in gpu),
-                       table["default"])
-        rows = per_gpu.get(state_dtype, table["default"][state_dtype])
+        rows = (for_gpu(table) or table["default"]).get(state_dtype,
+                                                        table["default"][state_dtype])
     BV, nw, ns, *lpr = next(row[1:] for row in rows if row[0] is None or BHV <= row[0])
     lpr = fit_lpr(state_dtype, K, lpr[0] if lpr else default_lpr(state_dtype, K))
     BV = min(BV, V)

@@ -217,8 +217,8 @@ def main(argv=None):
 
     rows, best = [], {}
     t0 = time.time()
-    log(f"# gpu_tune --mode {args.mode} --tokens {args.tokens} on {torch.cuda.get_device_name()}, commit "
-        f"{os.environ.get('GDNZOO_COMMIT', 'unknown')}")
+    log(f"# gpu_tune --mode {args.mode} --tokens {args.tokens} on "
+        f"{torch.cuda.get_device_name()}, commit {os.environ.get('GDNZOO_COMMIT', 'unknown')}")
     for sd in args.dtypes.split(","):
         for B in (int(b) for b in args.batches.split(",")):
             cell = Cell(sd, B, dest=args.mode == "dest", T=args.tokens)

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from gdnzoo.bench import sweep
+from gdnzoo.registry import TABLE_KEYS
 
 EXCLUDE_FLAGS = ("warm write target",)     # flattered measurements never win a table slot
 
@@ -148,12 +149,11 @@ def make_row(gpu, results, *, results_file=None, commit=None, versions=None, dat
     if "dest" in tables:
         how += ("; table_dest: the same with destination passing (a distinct new_state, "
                 "rotated cold too)")
+    if "tokens" in tables:
+        how += f"; table_tokens: the same at T={Ts[0]} tokens per call, in place, serving T >= 2"
     prov = dict(how=how, measured=date or datetime.date.today().isoformat(),
                 versions={k: v for k, v in (versions or {}).items() if v},
                 commit=commit, results=results_file, values_us=values["inplace"])
-    if "tokens" in tables:
-        prov["how"] += (f"; table_tokens: the same at T={Ts[0]} tokens per call, in place, "
-                        "serving T >= 2")
     row = dict(gpu=gpu, provenance=prov, table=tables["inplace"])
     for mode in ("dest", "tokens"):
         if mode in tables:
@@ -169,7 +169,7 @@ def render_row(row, indent=2):
     lines = [f"{pad}- gpu: {yaml.safe_dump(row['gpu'], default_style=None).splitlines()[0]}",
              f"{pad}  provenance:"]
     lines += [f"{pad}    {ln}" for ln in prov.rstrip("\n").splitlines()]
-    for key in ("table", "table_dest", "table_tokens"):
+    for key in TABLE_KEYS:
         if key not in row:
             continue
         lines.append(f"{pad}  {key}:")
@@ -241,8 +241,7 @@ def cmd_tune(args) -> int:
         gpu, rows, prov = load_runs(args.from_files, base)
         row = make_row(gpu, rows, results_file=prov["results_file"], commit=prov["commit"],
                        versions=prov["versions"], date=prov["date"])
-        for key, mode in (("table", "in place"), ("table_dest", "destination passing"),
-                          ("table_tokens", "T >= 2 tokens")):
+        for key, mode in zip(TABLE_KEYS, ("in place", "destination passing", "T >= 2 tokens")):
             for sd, ranges in row.get(key, {}).items():
                 print(f"{gpu} {sd} {mode}: "
                       + ", ".join(f"B {lo}..{hi or ''} {be}" for lo, hi, be in ranges))

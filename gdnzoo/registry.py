@@ -51,6 +51,11 @@ class BackendSpec:
         return self.entry.split(":")[1]
 
 
+# A GPU row's tables, by key in registry.yaml: measured in place at T=1, with destination
+# passing, with several tokens per call (the last two optional).
+TABLE_KEYS = ("table", "table_dest", "table_tokens")
+
+
 @dataclass(frozen=True)
 class DefaultRow:
     gpu: str
@@ -185,7 +190,7 @@ def parse_registry(data, path=None) -> Registry:
         if not isinstance(row["provenance"], dict) or "how" not in row["provenance"]:
             raise RegistryError(f"{where}: provenance must be a mapping with at least 'how'")
         tables = {key: _parse_table(row.get(key), f"{where} {key}", backends)
-                  for key in ("table", "table_dest", "table_tokens")}
+                  for key in TABLE_KEYS}
         defaults.append(DefaultRow(gpu=str(row["gpu"]), provenance=row["provenance"], **tables))
     fallback = data.get("fallback") or {}
     for dev, names in fallback.items():
@@ -341,13 +346,16 @@ def table_kind(row: DefaultRow, state_name: str, inplace: bool = True, T: int = 
     return "table"
 
 
-def table_choice(row: DefaultRow, state_name: str, B: int, inplace: bool = True, T: int = 1):
-    """The row's backend for B from the table :func:`table_kind` names."""
-    table = getattr(row, table_kind(row, state_name, inplace, T))
+def _in_ranges(table: dict, state_name: str, B: int):
     for lo, hi, be in table.get(state_name, []):
         if lo <= B and (hi is None or B <= hi):
             return be
     return None
+
+
+def table_choice(row: DefaultRow, state_name: str, B: int, inplace: bool = True, T: int = 1):
+    """The row's backend for B from the table :func:`table_kind` names."""
+    return _in_ranges(getattr(row, table_kind(row, state_name, inplace, T)), state_name, B)
 
 
 def _explicit(name: str, source: str, p: Problem) -> Selection:
@@ -378,8 +386,8 @@ def select(p: Problem, algo: str | None = None) -> Selection:
         if row is None:
             notes.append(f"no default-table row for {gpu}")
         else:
-            be = table_choice(row, p.state_name, p.B, p.inplace, p.T)
             kind = table_kind(row, p.state_name, p.inplace, p.T)
+            be = _in_ranges(getattr(row, kind), p.state_name, p.B)
             how = {"table_dest": " with destination passing",
                    "table_tokens": f" with {p.T} tokens per call"}.get(kind, "")
             if be is None:
