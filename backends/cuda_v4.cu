@@ -34,7 +34,9 @@
 // more blocks fit on an SM; 0: all row groups in registers),
 // GDN_QKS (1, 16-byte vectors: each token's q and k rows are read from global memory once per
 // block into shared memory, behind one __syncthreads, and every warp reads them from there;
-// 0: every warp reads them from global memory (L2), once per warp).
+// 2, 16-byte vectors and LPR <= 16: the two rows of a lane pair (lanes l and l ^ LPR) split the
+// loads, one reads q and the other k, and they swap them with one shuffle per 32-bit word, half
+// the q/k load instructions and no barrier; 0: every lane reads its q and k slices itself).
 // Runtime: B (the grid), strides, pointers, scale.
 #include "gdn_common.cuh"
 
@@ -73,6 +75,9 @@ static_assert(!GDN_SMEM || (T == 1 && GDN_VEC16), "GDN_SMEM: T = 1 with 16-byte 
 static_assert(!GDN_QKS || GDN_VEC16, "GDN_QKS: q/k rows 16-byte aligned (the vec16 variant)");
 constexpr int QK_CH = K * IOBYTES / 16;            // 16-byte chunks of one q or k row
 constexpr int QK_CP = (2 * QK_CH + 32 * W - 1) / (32 * W);   // chunks of q and k per thread
+constexpr bool QKX = GDN_QKS == 2;                 // q/k split over a lane pair (see GDN_QKS)
+constexpr int QW = QKX ? VEC * IOBYTES / 4 : 1;    // 32-bit words of a lane's q (or k) vector
+static_assert(!QKX || (RPW >= 2 && (VEC * IOBYTES) % 4 == 0), "GDN_QKS=2: LPR <= 16, 16-byte vectors");
 
 // N consecutive elements of dtype DT (N*size a multiple of the access width, aligned to it)
 // as fp32, with the widest loads: 16 bytes when N*size allows.  NC: the read-only,
@@ -214,7 +219,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
     // Each lane's 16-byte vectors, lane-contiguous per (group, vector): conflict-free reads.
     __shared__ uint4 stage[W][RW][NV][32];
 #endif
-#if GDN_QKS
+#if GDN_QKS == 1
     __shared__ uint4 qk_s[T > 1 ? 2 : 1][2][QK_CH];   // [token parity][q, k][chunk]
 #endif
 #pragma unroll
@@ -264,7 +269,8 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
 #pragma unroll 1
     for (int t = 0; t < T; ++t) {
         float qv[NV][VEC], kv[NV][VEC];
-#if GDN_QKS
+        unsigned qkw[QKX ? NV : 1][QW];                // QKX: this lane's q or k words
+#if GDN_QKS == 1
         // Chunk c < QK_CH of q, else chunk c - QK_CH of k: loaded now, stored to shared memory
         // after the v and gate loads have issued.
         uint4 qkx[QK_CP];
@@ -279,11 +285,35 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
             }
         }
 #else
+        if constexpr (QKX) {
+            // Rows sub and sub^1 share q and k: the even one loads q, the odd one k, and they
+            // swap through one shuffle per word.
+            const char* qk = (sub & 1) ? static_cast<const char*>(p.k) + (k0 + t * k_t) * IOBYTES
+                                       : static_cast<const char*>(p.q) + (q0 + t * q_t) * IOBYTES;
 #pragma unroll
-        for (int i = 0; i < NV; ++i) {
-            const int kofs = (i * LPR + kl) * VEC;
-            ld_vec<IOD, VEC>(p.q, q0 + t * q_t + kofs, qv[i]);
-            ld_vec<IOD, VEC>(p.k, k0 + t * k_t + kofs, kv[i]);
+            for (int i = 0; i < NV; ++i) {
+                const char* at = qk + (i * LPR + kl) * VEC * IOBYTES;
+                if constexpr (QW % 4 == 0) {
+#pragma unroll
+                    for (int c = 0; c < QW / 4; ++c) {
+                        const uint4 u = reinterpret_cast<const uint4*>(at)[c];
+                        qkw[i][4 * c] = u.x; qkw[i][4 * c + 1] = u.y;
+                        qkw[i][4 * c + 2] = u.z; qkw[i][4 * c + 3] = u.w;
+                    }
+                } else if constexpr (QW == 2) {
+                    const uint2 u = *reinterpret_cast<const uint2*>(at);
+                    qkw[i][0] = u.x; qkw[i][1] = u.y;
+                } else {
+                    qkw[i][0] = *reinterpret_cast<const unsigned*>(at);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < NV; ++i) {
+                const int kofs = (i * LPR + kl) * VEC;
+                ld_vec<IOD, VEC>(p.q, q0 + t * q_t + kofs, qv[i]);
+                ld_vec<IOD, VEC>(p.k, k0 + t * k_t + kofs, kv[i]);
+            }
         }
 #endif
         float vr[RW];
@@ -291,7 +321,23 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
         for (int g = 0; g < RW; ++g) vr[g] = live[g] ? gdn_ld<IOD>(p.v, v0 + t * v_t + g * RPW) : 0.0f;
         const float xa = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
         const float xb = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
-#if GDN_QKS
+        if constexpr (QKX) {               // after the v and gate loads have issued
+#pragma unroll
+            for (int i = 0; i < NV; ++i) {
+#pragma unroll
+                for (int j = 0; j < QW; ++j) {
+                    const unsigned o = __shfl_xor_sync(FULL, qkw[i][j], LPR);
+                    const unsigned wq = (sub & 1) ? o : qkw[i][j], wk = (sub & 1) ? qkw[i][j] : o;
+                    if constexpr (IOD == GDN_F32) {
+                        qv[i][j] = __uint_as_float(wq); kv[i][j] = __uint_as_float(wk);
+                    } else {
+                        gdn_unpack2<IOD>(wq, qv[i][2 * j], qv[i][2 * j + 1]);
+                        gdn_unpack2<IOD>(wk, kv[i][2 * j], kv[i][2 * j + 1]);
+                    }
+                }
+            }
+        }
+#if GDN_QKS == 1
         {
             // Two buffers: a thread writes token t's buffer only after every thread passed
             // token t-1's barrier, so nobody still reads the buffer of token t-2.

@@ -33,22 +33,26 @@ FASTGATE = 1                     # gates of an explicit 4-field config: 1 fast i
 # multiply-adds (default 0: balanced trees).  SMEM 1: the state staged through shared memory
 # (cp.async) and updated one row group at a time.  QKS 1: q and k read once per block into
 # shared memory (one 16-byte load per thread instead of K/(LPR*VEC) small loads per lane, which
-# is what makes the 4-lanes-per-row shapes pay: two shuffle rounds per dot product, not four).
+# is what makes the 4-lanes-per-row shapes pay: two shuffle rounds per dot product, not four);
+# QKS 2: the two rows of a lane pair split the q and k loads (one reads q, the other k) and swap
+# them with shuffles: half the q/k load instructions, no barrier (LPR <= 16).
 # Measured on an NVIDIA H100 80GB HBM3 (2026-11-22, contest geometry HV=8, K=V=128): the fastest
 # shape per batch size on the CUPTI kernel clock with state read and written cold, from
 # `python3 -m gdnzoo.bench.gpu_tune --backends cuda-v4` (bench/results/h100-80gb-hbm3/
 # gpu_tune_cuda_v4_qks.csv), then the tune's winner against the previous table's row in
 # bench-length sessions, alternated (ab_cuda_v4_qks_confirm.log): a row changed only where the
-# winner read at least 1% faster there (0.8% at fp32 B*HV 129-256, 11.87 vs 11.97 us).  Loads
-# with HINT bit 0 (.nc) are safe in place too: each state element is read once, by the thread
-# that later writes it.
+# winner read at least 1% faster there (0.8% at fp32 B*HV 129-256, 11.87 vs 11.97 us).  Two rows
+# changed after the tune with QKS 2 as a candidate (gpu_tune_qks2_{fp32,bf16}.*) and a 6-round
+# confirm (ab_cuda_v4_qks2.log): bf16 B*HV 257-384 (staged, q/k split) 9.57 vs 9.82 us, and
+# fp32 B*HV <= 8 2.02 vs 2.05 (a shape, not QKS).  Loads with HINT bit 0 (.nc) are safe in place
+# too: each state element is read once, by the thread that later writes it.
 CONFIG_TABLE = {
-    torch.float32: ((8, 1, 2, 16, 0, 1), (32, 4, 1, 4, 3, 1, 0, 0, 1), (64, 4, 1, 16, 0, 1, 0, 0, 1),
+    torch.float32: ((8, 2, 2, 16, 3, 1), (32, 4, 1, 4, 3, 1, 0, 0, 1), (64, 4, 1, 16, 0, 1, 0, 0, 1),
                     (128, 1, 8, 16, 2, 1, 4), (256, 1, 8, 16, 2, 1), (384, 2, 8, 8, 2, 0, 0, 1),
                     (512, 1, 4, 16, 3, 1, 4), (1024, 1, 1, 16, 3, 1), (2048, 1, 2, 32, 3, 0),
                     (None, 1, 1, 16, 3, 0)),
     torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 4, 2, 4, 0, 1, 0, 0, 1),
-                     (128, 8, 4, 16, 0, 1), (256, 1, 4, 8, 3, 1), (384, 4, 4, 8, 2, 1, 0, 1),
+                     (128, 8, 4, 16, 0, 1), (256, 1, 4, 8, 3, 1), (384, 4, 4, 8, 2, 1, 0, 1, 2),
                      (512, 2, 8, 8, 0, 1, 0, 1, 1), (2048, 4, 2, 16, 2, 0), (None, 1, 2, 16, 3, 0)),
 }
 # Destination passing (new_state a distinct tensor: reads and writes go to different lines) by
@@ -77,21 +81,25 @@ DEST_TABLE = {
 # bf16 B=512 137.5 vs 183.6, B=1 3.01 vs 3.84; at T=2 bf16 B=256 52.6 vs 56.7 (the T=4 row),
 # fp32 B=16 7.65 vs 8.18.  The T=4 rows serve T=3 too: there they read faster than the T=2 rows
 # in 16 of 20 cells (3 ties), up to 18% (fp32 B=512 189.4 vs 231.3 us; ab_multi_token_t3.log),
-# slower in one (fp32 B=4, 3.90 vs 3.81).  Staging serves T=1 only, so no row stages.
+# slower in one (fp32 B=4, 3.90 vs 3.81).  Re-tuned at T=2 and T=4 with QKS 2 as a candidate
+# (gpu_tune_qks2_t{2,4}_*.*): the q/k split halves each token's q/k load instructions and won
+# most changed rows, e.g. T=4 fp32 B=32 15.36 vs 16.10 us, B=256 98.1 vs 100.6, T=2 fp32 B=16
+# 7.33 vs 7.62, B=32 12.77 vs 13.31, bf16 B=32 9.12 vs 9.41.  Staging serves T=1 only, so no
+# row stages.
 MULTI_TOKEN_TABLE = {
-    2: {torch.float32: ((8, 4, 2, 16, 3, 1), (32, 4, 1, 4, 0, 1, 0, 0, 1), (64, 8, 2, 16, 3, 1),
-                        (128, 2, 2, 16, 2, 1), (256, 1, 8, 16, 3, 1, 0, 0, 1),
+    2: {torch.float32: ((8, 4, 2, 16, 3, 1), (32, 4, 1, 4, 0, 1, 0, 0, 1), (64, 4, 2, 8, 3, 1, 0, 0, 2),
+                        (128, 4, 2, 16, 2, 0, 0, 0, 2), (256, 1, 4, 8, 3, 0, 0, 0, 2),
                         (384, 2, 4, 16, 3, 1), (512, 1, 4, 16, 3, 1, 4),
                         (1024, 4, 2, 16, 3, 0, 0, 0, 1), (None, 2, 2, 16, 3, 0, 0, 0, 1)),
         torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 4, 2, 4, 0, 1, 0, 0, 1),
-                         (128, 4, 2, 8, 0, 1), (256, 1, 2, 8, 2, 1), (384, 1, 2, 8, 3, 1),
-                         (1024, 1, 2, 8, 2, 0), (2048, 4, 2, 8, 2, 1, 0, 0, 1),
-                         (None, 4, 2, 8, 3, 1, 0, 0, 1))},
-    3: {torch.float32: ((8, 4, 1, 16, 3, 1), (32, 4, 1, 4, 0, 1), (64, 4, 2, 8, 3, 1),
-                        (128, 1, 4, 8, 2, 1, 0, 0, 1), (256, 1, 2, 16, 2, 1), (384, 2, 4, 16, 3, 1),
-                        (512, 1, 4, 16, 3, 1, 4), (1024, 1, 4, 16, 3, 1),
-                        (2048, 1, 8, 16, 3, 0, 0, 0, 1), (None, 2, 8, 16, 3, 0, 0, 0, 1)),
-        torch.bfloat16: ((8, 4, 1, 8, 3, 1), (64, 8, 1, 8, 3, 1), (128, 4, 2, 8, 0, 1),
+                         (128, 4, 2, 8, 0, 1), (256, 2, 2, 8, 2, 1, 0, 0, 2), (384, 2, 2, 8, 2, 1, 0, 0, 2),
+                         (1024, 1, 2, 8, 2, 0), (2048, 1, 4, 8, 3, 0, 0, 0, 1),
+                         (None, 4, 4, 16, 3, 0))},
+    3: {torch.float32: ((8, 4, 1, 16, 3, 1), (32, 4, 1, 4, 0, 1), (64, 4, 2, 8, 3, 1, 0, 0, 2),
+                        (128, 2, 2, 8, 2, 1, 0, 0, 1), (256, 1, 4, 8, 3, 1, 0, 0, 2),
+                        (384, 2, 4, 16, 3, 1), (2048, 1, 4, 8, 3, 1, 0, 0, 2),
+                        (None, 2, 8, 16, 3, 0, 0, 0, 1)),
+        torch.bfloat16: ((8, 4, 1, 8, 3, 1), (64, 8, 1, 8, 3, 1), (128, 4, 4, 8, 0, 1, 0, 0, 2),
                          (256, 4, 2, 8, 2, 1), (384, 4, 2, 4, 2, 1), (512, 1, 4, 16, 2, 1),
                          (2048, 2, 4, 8, 3, 1), (None, 1, 4, 16, 3, 1))},
 }
@@ -124,7 +132,7 @@ def valid_config(K, V, state_dtype, w, rw, lpr, vec16=True):
 def full_config(cfg):
     """(W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS) from a table row or an explicit config of 4
     to 8 fields (FAST defaults to FASTGATE, CHAIN to 0: tree sums, SMEM to 0: registers only,
-    QKS to 0: q and k read by every warp)."""
+    QKS to 0: q and k read by every lane)."""
     cfg = tuple(cfg)
     fast = cfg[4] if len(cfg) > 4 else FASTGATE
     return (*cfg[:4], fast, *(cfg[i] if len(cfg) > i else 0 for i in (5, 6, 7)))
@@ -136,6 +144,15 @@ SMEM_STATIC_MAX = 48 * 1024      # bytes of static shared memory a kernel may de
 def smem_bytes(K, state_dtype, w, rw, lpr):
     """Shared memory of GDN_SMEM=1: each warp's row groups, one 16-byte vector per lane."""
     return w * rw * (K // (lpr * vec_elems(state_dtype))) * 32 * 16
+
+
+def effective_qks(qks, vec16, lpr):
+    """The q/k mode a variant is built with: both sharing modes need 16-byte vectors, and the
+    lane-pair split (2) a second row in the pair (LPR <= 16); otherwise 0, every lane reads its
+    own slices."""
+    if not vec16 or qks not in (1, 2) or (qks == 2 and lpr > 16):
+        return 0
+    return int(qks)
 
 
 def qks_bytes(K, io_dtype, T):
@@ -229,10 +246,10 @@ class Bound:
         why = valid_config(K, V, sd, w, rw, lpr, vec16)
         if why:
             raise ValueError(f"cuda-v4: launch config invalid: {why}")
-        # shared q/k rows: 16-byte vectors; staging: T = 1 too, within static shared memory
-        qks = int(bool(qks) and vec16)
+        qks = effective_qks(qks, vec16, lpr)
+        # staging: 16-byte vectors, T = 1, within static shared memory
         smem = int(bool(smem) and vec16 and T == 1 and smem_bytes(K, sd, w, rw, lpr)
-                   + qks * qks_bytes(K, io, T) <= SMEM_STATIC_MAX)
+                   + (qks == 1) * qks_bytes(K, io, T) <= SMEM_STATIC_MAX)
         defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
                                   w=w, rw=rw, lpr=lpr, vec16=int(vec16), hint=hint,
                                   fastgate=fast, dense=int(self.dense), chain=chain, smem=smem,
@@ -276,6 +293,6 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2no
     """Backend entry point; ``config=(W, RW, LPR, HINT[, FAST[, CHAIN[, SMEM[, QKS]]]])``
     overrides the table (CHAIN: 0 tree sums, c > 0 chains of c fused multiply-adds; SMEM 1: the
     state staged through shared memory with cp.async, T = 1 only; QKS 1: q and k read once per
-    block into shared memory)."""
+    block into shared memory, 2: split over a lane pair and swapped by shuffles)."""
     bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
          config)(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)

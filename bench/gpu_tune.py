@@ -6,8 +6,8 @@
 Per (state dtype, B) at the contest shape: the floor (its own shape search, SPEC section 6), then
 every candidate launch shape of both kernels on the CUPTI kernel clock (cuda-v4 shapes with
 each ``--v4-hints`` cache hint, in registers and staged through shared memory, each with q and
-k read per warp and shared per block; fla-recurrent
-shapes with each lanes-per-row), each in its own
+k read by every lane, shared per block and split over a lane pair; fla-recurrent shapes with
+each lanes-per-row), each in its own
 session over state sets rotated through several times the L2 (reads and writes cold; no
 synchronization inside a timed launch); stage 2 re-times the four best cuda-v4 shapes with
 every cache-hint and gate-precision variant, and the three best Triton shapes, in two rounds;
@@ -56,6 +56,11 @@ def v4_shapes(sd):
                 if rows <= 32 and w * rows <= 128 and rw * 128 // lpr <= 64:
                     out.append((w, rw, lpr))
     return out
+
+
+def v4_qks_modes(lpr):
+    """cuda-v4's q/k modes for a shape: the lane-pair split needs two rows per lane pair."""
+    return (0, 1, 2) if lpr <= 16 else (0, 1)
 
 
 def v4_smem_shapes(sd):
@@ -228,13 +233,14 @@ def main(argv=None):
             # Stage 1: every shape with each stage-1 cache hint and fast gates; every Triton
             # shape.  (Hints change the ranking at small B: with HINT=3 alone, shapes that
             # win with plain loads and stores were never carried into stage 2.)
-            # Each shape with q/k read per warp and shared per block (QKS 0/1).
+            # Each shape with q/k read by every lane, shared per block and split over a lane
+            # pair (QKS 0/1/2).
             todo = [("cuda-v4", (w, rw, lpr, h, 1, 0, 0, qks)) for w, rw, lpr in v4_shapes(DT[sd])
-                    for h in args.v4_hints for qks in (0, 1)]
+                    for h in args.v4_hints for qks in v4_qks_modes(lpr)]
             todo += [("cuda-v4", (w, rw, lpr, h, 1, 0, 1, qks))
                      for w, rw, lpr in v4_smem_shapes(DT[sd])
                      for h in args.v4_hints if h in (0, 2)       # .nc is unused when staging
-                     for qks in (0, 1)]
+                     for qks in v4_qks_modes(lpr)]
             todo += [("fla-recurrent", c) for c in tri_shapes(sd)]
             todo = [t for t in todo if t[0] in args.backends.split(",")]
             med, _, method, _ = stage(cell, todo, args.reps, log)

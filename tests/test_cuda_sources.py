@@ -58,6 +58,11 @@ VARIANTS = [
                                                                 QKS=1)),
     (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, False, _v4(W=8, RW=8, LPR=16, SMEM=1,
                                                                   QKS=1, DENSE=1)),
+    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, True, _v4(W=1, RW=2, LPR=16, QKS=2,
+                                                                 DENSE=1)),
+    (cuda_v4.SOURCE, BF16, F32, BF16, BF16, F32, 128, False, _v4(T=3, W=4, RW=2, LPR=4, QKS=2)),
+    (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 128, True, _v4(W=4, RW=4, LPR=8, SMEM=1,
+                                                                  QKS=2, HINT=2, DENSE=1)),
 ]
 ARCHS = [(9, 0), (10, 0)]
 
@@ -313,6 +318,20 @@ def test_v4_falls_back_to_element_loads_when_misaligned(fake_gpu):
     assert launches[-1][4]["state"] == x.state.data_ptr()
 
 
+def test_v4_qks_modes_fall_back_where_they_cannot_serve(fake_gpu):
+    # QKS 2 splits q/k over the two rows of a lane pair: it needs 16-byte vectors and LPR <= 16;
+    # elsewhere (and QKS 1 without 16-byte vectors) the variant reads q/k per lane (QKS 0).
+    assert [cuda_v4.effective_qks(q, True, 16) for q in (0, 1, 2)] == [0, 1, 2]
+    assert cuda_v4.effective_qks(2, True, 32) == 0 and cuda_v4.effective_qks(1, True, 32) == 1
+    assert cuda_v4.effective_qks(2, False, 16) == 0 and cuda_v4.effective_qks(1, False, 4) == 0
+    compiled, _ = fake_gpu
+    x = make_inputs(B=2, H=2, HV=4, K=128, V=32, state_dtype=F32)
+    _call(cuda_v4, x, config=(2, 2, 16, 0, 1, 0, 0, 2))
+    assert compiled[-1][2]["GDN_QKS"] == 2
+    _call(cuda_v4, x, config=(2, 1, 32, 0, 1, 0, 0, 2))
+    assert compiled[-1][2]["GDN_QKS"] == 0
+
+
 def test_v1_launch_marshalling(fake_gpu):
     compiled, launches = fake_gpu
     x = make_inputs(B=3, T=2, H=2, HV=6, K=64, V=40, state_dtype=BF16)
@@ -414,10 +433,12 @@ def test_strided_views(mod):
 
 
 # (W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS) beyond the table: FMA chains, staging, shared q/k
-# (one warp and eight; with staging), each at T=1 and T=3 (staging serves T=1 only: the host
-# turns it off at T=3, which then runs the register path).
+# (one warp and eight; with staging), q/k split over a lane pair (in registers and staged),
+# each at T=1 and T=3 (staging serves T=1 only: the host turns it off at T=3, which then runs
+# the register path).
 V4_EXPLICIT = [(4, 1, 4, 0, 1, 4), (2, 8, 8, 2, 1, 0, 1), (1, 2, 8, 2, 1, 0, 0, 1),
-               (8, 2, 16, 3, 1, 0, 0, 1), (4, 4, 8, 2, 1, 0, 1, 1)]
+               (8, 2, 16, 3, 1, 0, 0, 1), (4, 4, 8, 2, 1, 0, 1, 1), (1, 2, 16, 0, 1, 0, 0, 2),
+               (4, 4, 8, 2, 1, 0, 1, 2)]
 
 
 @gpu
