@@ -60,14 +60,18 @@ CONFIG_TABLE = {
 # the in-place row against the dest winner in dest-mode bench-length sessions
 # (ab_cuda_v4_dest_confirm.log): the rows that differ read 1.6-7% faster there (bf16 B=8 3.07
 # vs 3.30 us, B=256 46.00 vs 47.31), or 0.8% at fp32 B*HV > 2048 (179.4 vs 180.8 us, in the tune
-# too; fla-upstream reads ~181 there); the others are the in-place rows.
+# too; fla-upstream reads ~181 there); the others are the in-place rows.  A dest re-tune with the
+# q/k split as a candidate (gpu_tune_qks2_dest_*.*; the split won no dest cell) changed five rows
+# by 1-5%: bf16 B*HV 193-256 6.94 vs 7.33 us, 65-128 4.38 vs 4.45, 33-64 3.04 vs 3.07, fp32
+# 193-256 11.71 vs 12.16, 65-128 7.04 vs 7.17.
 DEST_TABLE = {
     torch.float32: ((8, 2, 2, 16, 3, 1), (32, 4, 1, 4, 3, 1, 0, 0, 1), (64, 4, 1, 16, 0, 1, 0, 0, 1),
-                    (128, 4, 2, 16, 3, 0, 0, 0, 1), (256, 1, 8, 16, 2, 1), (384, 2, 8, 8, 2, 0, 0, 1),
+                    (128, 4, 2, 32, 3, 1, 0, 0, 1), (256, 2, 8, 16, 3, 1), (384, 2, 8, 8, 2, 0, 0, 1),
                     (512, 1, 4, 16, 3, 1, 4), (1024, 1, 1, 16, 3, 1), (2048, 1, 2, 32, 3, 0),
                     (None, 8, 1, 16, 0, 0, 0, 0, 1)),
-    torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 8, 2, 16, 2, 0),
-                     (128, 8, 4, 16, 0, 1), (256, 1, 4, 8, 3, 1), (384, 2, 4, 8, 0, 1, 0, 1, 1),
+    torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 4, 2, 4, 3, 1, 0, 0, 1),
+                     (128, 4, 2, 16, 2, 1, 0, 0, 1), (256, 1, 8, 16, 3, 1, 0, 0, 1),
+                     (384, 2, 4, 8, 0, 1, 0, 1, 1),
                      (512, 4, 4, 8, 2, 0, 0, 1, 1), (1024, 2, 2, 8, 3, 1, 0, 0, 1),
                      (2048, 1, 2, 16, 3, 1, 0, 0, 1), (None, 1, 2, 16, 3, 0)),
 }
