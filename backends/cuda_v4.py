@@ -88,7 +88,10 @@ DEST_TABLE = {
 # slower in one (fp32 B=4, 3.90 vs 3.81).  Re-tuned at T=2 and T=4 with QKS 2 as a candidate
 # (gpu_tune_qks2_t{2,4}_*.*): the q/k split halves each token's q/k load instructions and won
 # most changed rows, e.g. T=4 fp32 B=32 15.36 vs 16.10 us, B=256 98.1 vs 100.6, T=2 fp32 B=16
-# 7.33 vs 7.62, B=32 12.77 vs 13.31, bf16 B=32 9.12 vs 9.41.  Staging serves T=1 only, so no
+# 7.33 vs 7.62, B=32 12.77 vs 13.31, bf16 B=32 9.12 vs 9.41.  At T=8 the T=4 bf16 rows read
+# 2.4-2.8x the floor and lost to fla-recurrent at B=64 and 512 (multi_token_t8_bench.log), so
+# bf16 has rows tuned at T=8 for T >= 8 (gpu_tune_qks2_t8_bf16.*: B=64 30.1 vs 33.8 us, B=256
+# 112.0 vs 120.7); a None entry means the next smaller T's rows.  Staging serves T=1 only, so no
 # row stages.
 MULTI_TOKEN_TABLE = {
     2: {torch.float32: ((8, 4, 2, 16, 3, 1), (32, 4, 1, 4, 0, 1, 0, 0, 1), (64, 4, 2, 8, 3, 1, 0, 0, 2),
@@ -106,6 +109,11 @@ MULTI_TOKEN_TABLE = {
         torch.bfloat16: ((8, 4, 1, 8, 3, 1), (64, 8, 1, 8, 3, 1), (128, 4, 4, 8, 0, 1, 0, 0, 2),
                          (256, 4, 2, 8, 2, 1), (384, 4, 2, 4, 2, 1), (512, 1, 4, 16, 2, 1),
                          (2048, 2, 4, 8, 3, 1), (None, 1, 4, 16, 3, 1))},
+    8: {torch.float32: None,      # the T >= 3 rows: at T=8 they beat both peers in every cell
+        torch.bfloat16: ((8, 4, 1, 8, 3, 1), (64, 8, 1, 8, 3, 1), (128, 4, 4, 8, 0, 1, 0, 0, 2),
+                         (256, 2, 8, 8, 2, 1), (384, 4, 2, 4, 2, 1), (512, 4, 4, 8, 3, 1, 0, 0, 2),
+                         (1024, 1, 4, 8, 3, 1, 0, 0, 2), (2048, 1, 2, 4, 3, 1, 0, 0, 1),
+                         (None, 1, 2, 4, 0, 1, 0, 0, 1))},
 }
 
 _binds: dict = {}                # signature -> Bound
@@ -164,18 +172,20 @@ def qks_bytes(K, io_dtype, T):
     return (2 if T > 1 else 1) * 2 * K * cuda_build.ELEM_SIZE[io_dtype]
 
 
-def table_for(dest=False, T=1):
-    """The launch table of this mode and token count."""
-    least = max((t for t in MULTI_TOKEN_TABLE if t <= T), default=None) if T > 1 else None
-    if least is not None:
-        return MULTI_TOKEN_TABLE[least]
-    return DEST_TABLE if dest else CONFIG_TABLE
+def table_rows(state_dtype, dest=False, T=1):
+    """The launch-table rows of this state dtype, mode and token count: for T >= 2 those of the
+    largest least-T key <= T that has rows for the dtype, else the T=1 table of the mode."""
+    if T > 1:
+        for least in sorted((t for t in MULTI_TOKEN_TABLE if t <= T), reverse=True):
+            if MULTI_TOKEN_TABLE[least][state_dtype] is not None:
+                return MULTI_TOKEN_TABLE[least][state_dtype]
+    return (DEST_TABLE if dest else CONFIG_TABLE)[state_dtype]
 
 
 def pick_config(BHV, state_dtype, dest=False, T=1):
     """The table's (W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS) for B*HV heads of this state
     dtype, in place or (``dest``) destination passing, and T tokens per call."""
-    for hi, *cfg in table_for(dest, T)[state_dtype]:
+    for hi, *cfg in table_rows(state_dtype, dest, T):
         if hi is None or BHV <= hi:
             return full_config(cfg)
     raise AssertionError("CONFIG_TABLE needs a last row with no upper bound")

@@ -4,10 +4,10 @@
     compute-sanitizer --tool racecheck python3 bench/sanitize_cuda.py
 
 Cases: cuda-v1 and cuda-v4, B in {1, 64}, fp32 and bf16 state, in place and destination-passing,
-T=2 with the L2 norm (and for cuda-v4 T=1 in place and T=4 destination-passing: each launch
-table's rows), plus a misaligned state (cuda-v4's element-load variant), a strided q (runtime strides), V=96
+T=2 with the L2 norm (and for cuda-v4 T=1 in place, T=4 destination-passing and bf16 T=8 in
+place: each launch table's rows), plus a misaligned state (cuda-v4's element-load variant), a strided q (runtime strides), V=96
 (partial row blocks), B=48 at T=1 (the table's shared-memory staging) and other cuda-v4 launch
-shapes / cache hints / fast gates / FMA chains / staging / shared q and k.  Prints one line per case and a max
+shapes / cache hints / fast gates / FMA chains / staging / shared and split q and k.  Prints one line per case and a max
 error vs the fp32 reference.
 """
 from __future__ import annotations
@@ -50,12 +50,13 @@ def main():
         err = one(mod, 4, torch.bfloat16, True, V=96)
         print(f"{name} V=96 bf16: max err {err:.2e}")
     # cuda-v4's tables by T: the cases above (T=2) take the T=2 rows; T=1 in place and T=4
-    # destination passing take the other two tables' rows.
+    # destination passing take the other two tables' rows, bf16 T=8 its own.
     for B in (1, 64):
-        for sd in (torch.float32, torch.bfloat16):
-            for T, inplace in ((1, True), (4, False)):
-                err = one(cuda_v4, B, sd, inplace, T=T)
-                print(f"cuda-v4 B={B} T={T} {sd} {'in-place' if inplace else 'dest'}: max err {err:.2e}")
+        for sd, T, inplace in ((torch.float32, 1, True), (torch.float32, 4, False),
+                               (torch.bfloat16, 1, True), (torch.bfloat16, 4, False),
+                               (torch.bfloat16, 8, True)):
+            err = one(cuda_v4, B, sd, inplace, T=T)
+            print(f"cuda-v4 B={B} T={T} {sd} {'in-place' if inplace else 'dest'}: max err {err:.2e}")
     for sd in (torch.float32, torch.bfloat16):      # the table's staged shapes (T=1, B*HV=384)
         for inplace in (True, False):
             err = one(cuda_v4, 48, sd, inplace, T=1)
@@ -73,7 +74,8 @@ def main():
                     (torch.float32, (4, 1, 4, 0, 1, 4)), (torch.bfloat16, (4, 2, 16, 0, 1, 32)),
                     (torch.float32, (2, 8, 8, 2, 1, 0, 1)), (torch.bfloat16, (4, 4, 8, 2, 1, 0, 1)),
                     (torch.bfloat16, (4, 2, 8, 2, 1, 0, 0, 1)), (torch.float32, (8, 2, 16, 3, 1, 0, 0, 1)),
-                    (torch.bfloat16, (4, 4, 8, 2, 1, 0, 1, 1))):
+                    (torch.bfloat16, (4, 4, 8, 2, 1, 0, 1, 1)), (torch.float32, (1, 2, 16, 0, 1, 0, 0, 2)),
+                    (torch.bfloat16, (4, 4, 8, 2, 1, 0, 1, 2))):
         for inplace in (True, False):
             err = one(cuda_v4, 4, sd, inplace, V=96, config=cfg,
                       T=1 if len(cfg) > 6 and cfg[6] else 2)

@@ -470,7 +470,7 @@ def test_v4_table_config_fits_every_head_dim(sd, K):
     # The table is measured at K=128; every batch size must give a valid shape for each K.
     from gdnzoo.backends import cuda_v4
     for BHV in (8, 32, 64, 128, 512, 4096, 1 << 20):
-        for dest, T in ((False, 1), (True, 1), (False, 2)):
+        for dest, T in ((False, 1), (True, 1), (False, 2), (False, 4), (False, 8)):
             w, rw, lpr, hint, fast, chain, smem, qks = cuda_v4.table_config(BHV, sd, K, dest, T)
             assert cuda_v4.valid_config(K, 128, sd, w, rw, lpr) == "", (BHV, K, w, rw, lpr)
 
@@ -483,12 +483,14 @@ def test_tune_candidates_are_valid_and_cover_the_tables():
         assert shapes and all(cuda_v4.valid_config(128, 128, sd, *s) == "" for s in shapes)
         staged = gpu_tune.v4_smem_shapes(sd)
         assert staged and all(cuda_v4.valid_config(128, 128, sd, *s) == "" for s in staged)
-        for _, w, rw, lpr, *rest in (cuda_v4.CONFIG_TABLE[sd] + cuda_v4.DEST_TABLE[sd]
-                                     + sum((t[sd] for t in cuda_v4.MULTI_TOKEN_TABLE.values()), ())):
+        for _, w, rw, lpr, *rest in cuda_v4.CONFIG_TABLE[sd] + cuda_v4.DEST_TABLE[sd]:
             smem = cuda_v4.full_config((w, rw, lpr, *rest))[6]
             assert (w, rw, lpr) in (staged if smem else shapes)   # every table row was measurable
-        assert not any(cuda_v4.full_config(r[1:])[6] for t in cuda_v4.MULTI_TOKEN_TABLE.values()
-                       for r in t[sd])
+        multi = sum((t[sd] or () for t in cuda_v4.MULTI_TOKEN_TABLE.values()), ())
+        # At T > 1 a staged candidate runs in registers (staging serves T=1 only), so the
+        # multi-token rows may have either list's shape, and none stages.
+        assert all((w, rw, lpr) in shapes + staged for _, w, rw, lpr, *_ in multi)
+        assert not any(cuda_v4.full_config(r[1:])[6] for r in multi)
     for sd, rows in [*triton_recurrent.LAUNCH_TABLE["H100"].items(),
                      *triton_recurrent.DEST_LAUNCH_TABLE["H100"].items(),
                      *(kv for t in triton_recurrent.MULTI_TOKEN_LAUNCH_TABLE["H100"].values()
@@ -516,8 +518,13 @@ def test_tune_confirm_compares_with_the_committed_row():
     assert tri_d == triton_recurrent.lookup_config("H100", "bf16", 64, 128, 128, dest=True)
     assert gpu_tune.table_row("cuda-v4", "fp32", 512, False, "H100", 4) == \
         cuda_v4.full_config(cuda_v4.MULTI_TOKEN_TABLE[3][F32][-1][1:])
-    for T, want in ((2, 2), (3, 3), (4, 3), (9, 3)):                  # the least T each serves
-        assert cuda_v4.table_for(False, T) is cuda_v4.MULTI_TOKEN_TABLE[want]
-        assert cuda_v4.table_for(True, T) is cuda_v4.MULTI_TOKEN_TABLE[want]
+    M = cuda_v4.MULTI_TOKEN_TABLE
+    for T, f32, bf16 in ((2, 2, 2), (3, 3, 3), (4, 3, 3), (8, 3, 8), (9, 3, 8)):  # least T served
+        for dest in (False, True):                                    # fp32 has no T=8 rows
+            assert cuda_v4.table_rows(F32, dest, T) is M[f32][F32]
+            assert cuda_v4.table_rows(BF16, dest, T) is M[bf16][BF16]
+    assert M[8][F32] is None
+    assert cuda_v4.table_rows(BF16, True, 1) is cuda_v4.DEST_TABLE[BF16]
+    assert cuda_v4.table_rows(BF16, False, 1) is cuda_v4.CONFIG_TABLE[BF16]
     assert gpu_tune.table_row("fla-recurrent", "fp32", 512, True, "H100", 4) == \
         triton_recurrent.lookup_config("H100", "fp32", 4096, 128, 128, T=4)
