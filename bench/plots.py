@@ -8,8 +8,10 @@ FLOOR = "floor"
 
 
 def _series(rows, sd, clock="kernel"):
-    """{backend: [(B, median_us, pct_copy_bw)]} for PASS rows of one state dtype (in place first)."""
-    modes = [m for m in ("inplace", "dest") if any(r["mode"] == m for r in rows)]
+    """{backend: [(B, median_us, pct_copy_bw)]} for PASS rows of one state dtype: the backends'
+    rows of one mode (in place first) and the floor, which is always in place."""
+    modes = [m for m in ("inplace", "dest") if any(r["mode"] == m and r["backend"] != FLOOR
+                                                   for r in rows)]
     mode = modes[0] if modes else "inplace"
     out = {}
     for r in rows:

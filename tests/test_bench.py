@@ -524,3 +524,15 @@ def test_bench_defaults_fit_the_final_run():
     args = sweep.add_bench_args(argparse.ArgumentParser()).parse_args([])
     assert 0 < args.time_budget <= 300
     assert args.out is None and report.default_out_dir().endswith(report.gpu_slug())
+
+
+def test_plot_series_of_a_dest_run_keeps_the_backends():
+    # A destination-passing run has in-place floor rows and dest backend rows: the plot must
+    # show the backends (it once picked the floor's mode and drew the floor alone).
+    from gdnzoo.bench import plots
+    row = dict(state_dtype="fp32", clock="kernel", status="PASS", median_us=2.0, pct_copy_bw=50.0,
+               bytes_moved=1)
+    rows = [dict(row, backend="floor", mode="inplace", B=1), dict(row, backend="cuda-v4", mode="dest", B=1),
+            dict(row, backend="cuda-v4", mode="dest", B=4)]
+    series = plots._series(rows, "fp32")
+    assert set(series) == {"floor", "cuda-v4"} and len(series["cuda-v4"]) == 2
