@@ -3,9 +3,8 @@
 Each head's V rows are split over several blocks of several warps; the launch shape (warps per
 block W, row groups per warp RW, lanes per row LPR, cache hints, gate precision, dot-product
 chains, shared-memory staging, q and k shared per block or split over a lane pair) comes from
-:data:`CONFIG_TABLE` (in
-place), :data:`DEST_TABLE` (destination passing) or :data:`MULTI_TOKEN_TABLE` (T >= 2 tokens
-per call) by B*HV and state dtype.  Shapes, GVA ratio
+:data:`CONFIG_TABLE` (in place), :data:`DEST_TABLE` (destination passing) or
+:data:`MULTI_TOKEN_TABLE` (T >= 2 tokens per call) by B*HV and state dtype.  Shapes, GVA ratio
 and launch shape are compile-time constants of the kernel (one NVRTC variant per signature,
 cached on disk).
 """
