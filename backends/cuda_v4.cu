@@ -77,7 +77,7 @@ constexpr int QK_CH = K * IOBYTES / 16;            // 16-byte chunks of one q or
 constexpr int QK_CP = (2 * QK_CH + 32 * W - 1) / (32 * W);   // chunks of q and k per thread
 constexpr bool QKX = GDN_QKS == 2;                 // q/k split over a lane pair (see GDN_QKS)
 constexpr int QW = QKX ? VEC * IOBYTES / 4 : 1;    // 32-bit words of a lane's q (or k) vector
-static_assert(!QKX || (RPW >= 2 && (VEC * IOBYTES) % 4 == 0), "GDN_QKS=2: LPR <= 16, 16-byte vectors");
+static_assert(!QKX || (RPW >= 2 && (QW == 2 || QW % 4 == 0)), "GDN_QKS=2: LPR <= 16, 16-byte vectors");
 
 // N consecutive elements of dtype DT (N*size a multiple of the access width, aligned to it)
 // as fp32, with the widest loads: 16 bytes when N*size allows.  NC: the read-only,
@@ -300,11 +300,9 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
                         qkw[i][4 * c] = u.x; qkw[i][4 * c + 1] = u.y;
                         qkw[i][4 * c + 2] = u.z; qkw[i][4 * c + 3] = u.w;
                     }
-                } else if constexpr (QW == 2) {
+                } else {                          // QW == 2: 4 bf16/fp16 elements
                     const uint2 u = *reinterpret_cast<const uint2*>(at);
                     qkw[i][0] = u.x; qkw[i][1] = u.y;
-                } else {
-                    qkw[i][0] = *reinterpret_cast<const unsigned*>(at);
                 }
             }
         } else {

@@ -59,8 +59,9 @@ def v4_shapes(sd):
 
 
 def v4_qks_modes(lpr):
-    """cuda-v4's q/k modes for a shape: the lane-pair split needs two rows per lane pair."""
-    return (0, 1, 2) if lpr <= 16 else (0, 1)
+    """cuda-v4's distinct q/k modes for a shape with 16-byte vectors (the launcher's own rule:
+    the lane-pair split needs two rows per lane pair)."""
+    return tuple(sorted({cuda_v4.effective_qks(q, True, lpr) for q in (0, 1, 2)}))
 
 
 def v4_smem_shapes(sd):
