@@ -116,6 +116,37 @@ MULTI_TOKEN_TABLE = {
                          (None, 1, 2, 4, 0, 1, 0, 0, 1))},
 }
 
+# Other GPUs' own T=1 rows, by a substring of the GPU name (as torch reports it), same format;
+# a GPU without an entry, and every GPU at T >= 2, takes the H100 tables above.  H200 (also
+# matches GH200): on an NVIDIA H200 (2026-11-22, `gpu_tune --backends cuda-v4 --v4-hints 0,3
+# [--mode dest]`, bench/results/h200/gpu_tune_*) the H100 rows read 1.25-1.27x the floor from
+# B*HV 1024 up (fp32 B=512 160.0 vs 127.2 us, bf16 B=512 80.7 vs 64.9); a row changed where the
+# tune's winner read >= 1% faster than the H100 row in its confirm sessions.
+GPU_TABLES = {
+    "H200": {
+        "inplace": {
+            torch.float32: ((8, 8, 1, 16, 3, 1), (32, 4, 1, 16, 0, 1), (64, 4, 1, 16, 0, 1, 0, 0, 1),
+                            (128, 2, 2, 16, 2, 1, 0, 0, 1), (256, 1, 8, 16, 2, 1),
+                            (384, 4, 1, 16, 0, 1, 0, 0, 1), (1024, 4, 1, 16, 2, 1, 0, 0, 1),
+                            (2048, 2, 1, 16, 3, 0, 0, 0, 1), (None, 4, 1, 16, 3, 1, 0, 0, 1)),
+            torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 4, 2, 4, 0, 1, 0, 0, 1),
+                             (128, 8, 4, 16, 0, 1), (256, 1, 4, 8, 3, 1), (384, 4, 4, 8, 2, 1, 0, 1, 2),
+                             (2048, 2, 2, 8, 2, 1), (None, 1, 4, 16, 3, 1, 0, 0, 2)),
+        },
+        "dest": {
+            torch.float32: ((8, 8, 1, 16, 0, 1), (32, 2, 2, 16, 3, 1), (64, 4, 1, 16, 0, 1, 0, 0, 1),
+                            (128, 4, 2, 32, 3, 1, 0, 0, 1), (256, 2, 8, 16, 3, 1),
+                            (384, 2, 8, 8, 2, 0, 0, 1), (512, 1, 4, 16, 3, 1, 4),
+                            (1024, 4, 1, 16, 3, 1, 0, 0, 1), (2048, 4, 1, 16, 3, 1),
+                            (None, 1, 2, 16, 0, 0, 0, 0, 1)),
+            torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 4, 1, 8, 3, 1),
+                             (128, 8, 2, 16, 2, 0), (256, 1, 4, 8, 3, 1), (384, 2, 2, 8, 0, 1),
+                             (512, 2, 2, 8, 2, 0), (1024, 4, 4, 16, 3, 1, 0, 0, 2),
+                             (2048, 2, 4, 16, 3, 1, 0, 0, 2), (None, 2, 4, 16, 3, 0, 0, 0, 2)),
+        },
+    },
+}
+
 _binds: dict = {}                # signature -> Bound
 
 
@@ -172,29 +203,32 @@ def qks_bytes(K, io_dtype, T):
     return (2 if T > 1 else 1) * 2 * K * cuda_build.ELEM_SIZE[io_dtype]
 
 
-def table_rows(state_dtype, dest=False, T=1):
-    """The launch-table rows of this state dtype, mode and token count: for T >= 2 those of the
-    largest least-T key <= T that has rows for the dtype, else the T=1 table of the mode."""
+def table_rows(state_dtype, dest=False, T=1, gpu=""):
+    """The launch-table rows of this state dtype, mode, token count and GPU name: for T >= 2
+    those of the largest least-T key <= T that has rows for the dtype, else the T=1 table of the
+    mode (the GPU's own in :data:`GPU_TABLES` where it has one)."""
     if T > 1:
         for least in sorted((t for t in MULTI_TOKEN_TABLE if t <= T), reverse=True):
             if MULTI_TOKEN_TABLE[least][state_dtype] is not None:
                 return MULTI_TOKEN_TABLE[least][state_dtype]
-    return (DEST_TABLE if dest else CONFIG_TABLE)[state_dtype]
+    own = next((tabs["dest" if dest else "inplace"] for name, tabs in GPU_TABLES.items()
+                if gpu and name in gpu), {})
+    return own.get(state_dtype) or (DEST_TABLE if dest else CONFIG_TABLE)[state_dtype]
 
 
-def pick_config(BHV, state_dtype, dest=False, T=1):
+def pick_config(BHV, state_dtype, dest=False, T=1, gpu=""):
     """The table's (W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS) for B*HV heads of this state
-    dtype, in place or (``dest``) destination passing, and T tokens per call."""
-    for hi, *cfg in table_rows(state_dtype, dest, T):
+    dtype, in place or (``dest``) destination passing, T tokens per call, on this GPU."""
+    for hi, *cfg in table_rows(state_dtype, dest, T, gpu):
         if hi is None or BHV <= hi:
             return full_config(cfg)
     raise AssertionError("CONFIG_TABLE needs a last row with no upper bound")
 
 
-def table_config(BHV, state_dtype, K, dest=False, T=1):
+def table_config(BHV, state_dtype, K, dest=False, T=1, gpu=""):
     """The table's config fitted to K: the table is measured at K=128, and narrower rows take
     fewer lanes per row."""
-    w, rw, lpr, *rest = pick_config(BHV, state_dtype, dest, T)
+    w, rw, lpr, *rest = pick_config(BHV, state_dtype, dest, T, gpu)
     while lpr > 1 and K % (lpr * vec_elems(state_dtype)):
         lpr //= 2
     while rw > 1 and rw * (32 // lpr) > 32:       # a warp owns at most 32 rows
@@ -216,7 +250,8 @@ def supports(problem):
                        f"power-of-two lane group), got K={problem.K}")
     grid = max(problem.B * problem.HV * blocks_per_head(problem.V, w, rw, 32)  # the largest grid
                for w, rw, *_ in (pick_config(problem.B * problem.HV, problem.state_dtype, dest,
-                                             problem.T) for dest in (False, True)))
+                                             problem.T, gpu)
+                                 for dest in (False, True) for gpu in ("", *GPU_TABLES)))
     if grid > MAX_GRID_X:
         return False, f"grid of {grid} blocks exceeds {MAX_GRID_X} (B*HV={problem.B * problem.HV})"
     return True, ""
@@ -252,7 +287,8 @@ class Bound:
         sd, io, ad, bd, dd = self.dtypes
         config = self.config
         if config is None:
-            w, rw, lpr, hint, fast, chain, smem, qks = table_config(B * HV, sd, K, self.dest, T)
+            w, rw, lpr, hint, fast, chain, smem, qks = table_config(
+                B * HV, sd, K, self.dest, T, torch.cuda.get_device_name(self.dev))
         else:
             w, rw, lpr, hint, fast, chain, smem, qks = full_config(config)
         if not vec16:

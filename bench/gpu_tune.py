@@ -135,7 +135,7 @@ def bound(cell, backend, cfg):
 def table_row(backend, sd, B, dest, gpu, T=1):
     """The launch shape the committed table gives this cell (contest geometry, HV=8)."""
     if backend == "cuda-v4":
-        return cuda_v4.table_config(B * 8, DT[sd], 128, dest, T)
+        return cuda_v4.table_config(B * 8, DT[sd], 128, dest, T, gpu)
     return triton_recurrent.lookup_config(gpu, sd, B * 8, 128, 128, dest=dest, T=T)
 
 

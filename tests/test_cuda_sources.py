@@ -168,10 +168,20 @@ def test_supports_reasons():
         assert not ok and word in why, (p.describe(), why)
 
 
-@pytest.mark.parametrize("table", ["CONFIG_TABLE", "DEST_TABLE"])
+V4_T1_TABLES = [("CONFIG_TABLE", None), ("DEST_TABLE", None),
+                *((f"GPU_TABLES[{g}][{m}]", (g, m)) for g in cuda_v4.GPU_TABLES
+                  for m in ("inplace", "dest"))]
+
+
+def _v4_t1_rows(key, sd):
+    name, gm = key
+    return getattr(cuda_v4, name)[sd] if gm is None else cuda_v4.GPU_TABLES[gm[0]][gm[1]][sd]
+
+
+@pytest.mark.parametrize("table", V4_T1_TABLES, ids=[k[0] for k in V4_T1_TABLES])
 def test_v4_config_table(table):
     for sd in (F32, BF16):
-        rows = getattr(cuda_v4, table)[sd]
+        rows = _v4_t1_rows(table, sd)
         his = [r[0] for r in rows]
         assert his[-1] is None and his[:-1] == sorted(his[:-1])
         for _, w, rw, lpr, hint, fast, *chain in rows:
@@ -207,6 +217,7 @@ def fake_gpu(monkeypatch):
                             (func, grid, block, dev, _params_at(argv))))
     monkeypatch.setattr(cuda_v1, "_binds", {})
     monkeypatch.setattr(cuda_v4, "_binds", {})
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: "NVIDIA H100 80GB HBM3")
     return compiled, launches
 
 
@@ -471,8 +482,10 @@ def test_v4_table_config_fits_every_head_dim(sd, K):
     from gdnzoo.backends import cuda_v4
     for BHV in (8, 32, 64, 128, 512, 4096, 1 << 20):
         for dest, T in ((False, 1), (True, 1), (False, 2), (False, 4), (False, 8)):
-            w, rw, lpr, hint, fast, chain, smem, qks = cuda_v4.table_config(BHV, sd, K, dest, T)
-            assert cuda_v4.valid_config(K, 128, sd, w, rw, lpr) == "", (BHV, K, w, rw, lpr)
+            for gpu in ("", *cuda_v4.GPU_TABLES):
+                w, rw, lpr, hint, fast, chain, smem, qks = cuda_v4.table_config(BHV, sd, K, dest,
+                                                                                T, gpu)
+                assert cuda_v4.valid_config(K, 128, sd, w, rw, lpr) == "", (BHV, K, w, rw, lpr)
 
 
 def test_tune_candidates_are_valid_and_cover_the_tables():
@@ -483,7 +496,7 @@ def test_tune_candidates_are_valid_and_cover_the_tables():
         assert shapes and all(cuda_v4.valid_config(128, 128, sd, *s) == "" for s in shapes)
         staged = gpu_tune.v4_smem_shapes(sd)
         assert staged and all(cuda_v4.valid_config(128, 128, sd, *s) == "" for s in staged)
-        for _, w, rw, lpr, *rest in cuda_v4.CONFIG_TABLE[sd] + cuda_v4.DEST_TABLE[sd]:
+        for _, w, rw, lpr, *rest in sum((_v4_t1_rows(key, sd) for key in V4_T1_TABLES), ()):
             smem = cuda_v4.full_config((w, rw, lpr, *rest))[6]
             assert (w, rw, lpr) in (staged if smem else shapes)   # every table row was measurable
         multi = sum((t[sd] or () for t in cuda_v4.MULTI_TOKEN_TABLE.values()), ())
@@ -491,8 +504,9 @@ def test_tune_candidates_are_valid_and_cover_the_tables():
         # multi-token rows may have either list's shape, and none stages.
         assert all((w, rw, lpr) in shapes + staged for _, w, rw, lpr, *_ in multi)
         assert not any(cuda_v4.full_config(r[1:])[6] for r in multi)
-    for sd, rows in [*triton_recurrent.LAUNCH_TABLE["H100"].items(),
-                     *triton_recurrent.DEST_LAUNCH_TABLE["H100"].items(),
+    for sd, rows in [*(kv for gpu in ("H100", "H200")
+                       for tab in (triton_recurrent.LAUNCH_TABLE, triton_recurrent.DEST_LAUNCH_TABLE)
+                       for kv in tab[gpu].items()),
                      *(kv for t in triton_recurrent.MULTI_TOKEN_LAUNCH_TABLE["H100"].values()
                        for kv in t.items())]:
         tri = gpu_tune.tri_shapes(sd)
@@ -526,5 +540,18 @@ def test_tune_confirm_compares_with_the_committed_row():
     assert M[8][F32] is None
     assert cuda_v4.table_rows(BF16, True, 1) is cuda_v4.DEST_TABLE[BF16]
     assert cuda_v4.table_rows(BF16, False, 1) is cuda_v4.CONFIG_TABLE[BF16]
+    # A GPU with its own T=1 rows (substring of the name) gets them, in either mode; at T >= 2,
+    # and on other GPUs, the H100 tables serve.
+    G = cuda_v4.GPU_TABLES["H200"]
+    for gpu in ("NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA GH200 144G HBM3e"):
+        assert cuda_v4.table_rows(F32, False, 1, gpu) is G["inplace"][F32]
+        assert cuda_v4.table_rows(BF16, True, 1, gpu) is G["dest"][BF16]
+        assert cuda_v4.table_rows(F32, False, 2, gpu) is M[2][F32]
+    for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA B200", ""):
+        assert cuda_v4.table_rows(F32, False, 1, gpu) is cuda_v4.CONFIG_TABLE[F32]
+    assert gpu_tune.table_row("cuda-v4", "fp32", 512, False, "NVIDIA H200") == \
+        cuda_v4.full_config(G["inplace"][F32][-1][1:])
+    assert gpu_tune.table_row("fla-recurrent", "bf16", 1, False, "NVIDIA H200") == \
+        triton_recurrent.lookup_config("H200", "bf16", 8, 128, 128)
     assert gpu_tune.table_row("fla-recurrent", "fp32", 512, True, "H100", 4) == \
         triton_recurrent.lookup_config("H100", "fp32", 4096, 128, 128, T=4)
