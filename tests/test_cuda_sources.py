@@ -507,7 +507,8 @@ def test_tune_candidates_are_valid_and_cover_the_tables():
     for sd, rows in [*(kv for gpu in ("H100", "H200")
                        for tab in (triton_recurrent.LAUNCH_TABLE, triton_recurrent.DEST_LAUNCH_TABLE)
                        for kv in tab[gpu].items()),
-                     *(kv for t in triton_recurrent.MULTI_TOKEN_LAUNCH_TABLE["H100"].values()
+                     *(kv for gpu in ("H100", "H200")
+                       for t in triton_recurrent.MULTI_TOKEN_LAUNCH_TABLE[gpu].values()
                        for kv in t.items())]:
         tri = gpu_tune.tri_shapes(sd)
         assert tri and all(triton_recurrent.fit_lpr(sd, 128, s[3]) == s[3] for s in tri)
