@@ -89,9 +89,9 @@ MULTI_TOKEN_LAUNCH_TABLE = {
             "bf16": [(8, 2, 1, 1, 16), (32, 32, 4, 1, 4), (64, 32, 2, 1, 4), (256, 16, 1, 1, 8),
                      (384, 32, 2, 1, 8), (None, 16, 1, 1, 8)]},
     },
-    # H200, tuned the same way (bench/results/h200/gpu_tune_fla_recurrent_t{2,4}.*) against its T=1 rows,
-    # which read up to 2.2x the floor at T=2 (bf16 B=32 11.17 vs 7.87 us, fp32 B=512 165.3 vs
-    # 136.9) and lost to fla-upstream from B=32 up.
+    # H200, tuned the same way (bench/results/h200/gpu_tune_fla_recurrent_t{2,4}.*) against
+    # its T=1 rows, which read up to 2.2x the floor at T=2 (bf16 B=32 11.17 vs 7.87 us, fp32
+    # B=512 165.3 vs 136.9) and lost to fla-upstream from B=32 up.
     "H200": {
         2: {"fp32": [(8, 2, 1, 1, 16), (32, 32, 4, 1, 4), (128, 32, 2, 1, 4), (384, 4, 1, 1, 8),
                      (1024, 8, 1, 1, 16), (None, 16, 1, 1, 16)],
