@@ -116,12 +116,14 @@ MULTI_TOKEN_TABLE = {
                          (None, 1, 2, 4, 0, 1, 0, 0, 1))},
 }
 
-# Other GPUs' own T=1 rows, by a substring of the GPU name (as torch reports it), same format;
-# a GPU without an entry, and every GPU at T >= 2, takes the H100 tables above.  H200 (also
-# matches GH200): on an NVIDIA H200 (2026-11-22, `gpu_tune --backends cuda-v4 --v4-hints 0,3
-# [--mode dest]`, bench/results/h200/gpu_tune_*) the H100 rows read 1.25-1.27x the floor from
-# B*HV 1024 up (fp32 B=512 160.0 vs 127.2 us, bf16 B=512 80.7 vs 64.9); a row changed where the
-# tune's winner read >= 1% faster than the H100 row in its confirm sessions.
+# Other GPUs' own rows, by a substring of the GPU name (as torch reports it), same formats:
+# "inplace" and "dest" at T=1, "tokens" like MULTI_TOKEN_TABLE; a GPU without an entry takes the
+# H100 tables above.  H200 (also matches GH200): on an NVIDIA H200 (2026-11-22, `gpu_tune
+# --backends cuda-v4 --v4-hints 0,3 [--mode dest] [--tokens 2|4]`, bench/results/h200/
+# gpu_tune_cuda_v4_*) the H100 rows read 1.25-1.29x the floor at the largest batches (T=1 fp32
+# B=512 160.0 vs 127.2 us, bf16 80.7 vs 64.9; T=2 fp32 158.4 vs 134.1; T=4 bf16 127.2 vs
+# 117.8); a row changed where the tune's winner read >= 1% faster than the H100 row in its
+# confirm sessions.
 GPU_TABLES = {
     "H200": {
         "inplace": {
@@ -143,6 +145,24 @@ GPU_TABLES = {
                              (128, 8, 2, 16, 2, 0), (256, 1, 4, 8, 3, 1), (384, 2, 2, 8, 0, 1),
                              (512, 2, 2, 8, 2, 0), (1024, 4, 4, 16, 3, 1, 0, 0, 2),
                              (2048, 2, 4, 16, 3, 1, 0, 0, 2), (None, 2, 4, 16, 3, 0, 0, 0, 2)),
+        },
+        "tokens": {
+            2: {torch.float32: ((8, 4, 2, 16, 2, 1, 0, 0, 2), (32, 2, 2, 16, 0, 1, 0, 0, 2),
+                                (64, 4, 2, 8, 3, 1, 0, 0, 2), (128, 4, 2, 16, 2, 0, 0, 0, 2),
+                                (256, 1, 4, 8, 3, 0, 0, 0, 2), (384, 2, 4, 16, 3, 0, 0, 0, 2),
+                                (512, 1, 4, 8, 3, 1, 0, 0, 2), (1024, 1, 4, 16, 3, 0, 0, 0, 2),
+                                (2048, 1, 4, 16, 3, 1, 0, 0, 2), (None, 1, 4, 16, 3, 0, 0, 0, 2)),
+                torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1),
+                                 (64, 4, 2, 4, 0, 1, 0, 0, 1), (128, 4, 2, 8, 0, 1),
+                                 (384, 2, 2, 8, 2, 1, 0, 0, 2), (1024, 1, 2, 8, 2, 0),
+                                 (None, 1, 4, 8, 3, 0, 0, 0, 1))},
+            3: {torch.float32: ((8, 4, 1, 16, 3, 1), (32, 4, 1, 4, 0, 1), (64, 4, 2, 8, 3, 1, 0, 0, 2),
+                                (128, 2, 2, 8, 2, 1, 0, 0, 1), (256, 1, 4, 8, 3, 1, 0, 0, 2),
+                                (384, 1, 2, 8, 2, 1, 0, 0, 2), (2048, 1, 4, 8, 3, 1, 0, 0, 2),
+                                (None, 1, 4, 8, 3, 0, 0, 0, 2)),
+                torch.bfloat16: ((8, 4, 1, 8, 3, 1), (64, 8, 1, 8, 3, 1), (128, 4, 4, 8, 0, 1, 0, 0, 2),
+                                 (256, 4, 2, 8, 2, 1), (512, 2, 4, 8, 3, 1, 0, 0, 2),
+                                 (2048, 1, 4, 8, 3, 1, 0, 0, 2), (None, 2, 4, 8, 3, 1, 0, 0, 2))},
         },
     },
 }
@@ -204,16 +224,17 @@ def qks_bytes(K, io_dtype, T):
 
 
 def table_rows(state_dtype, dest=False, T=1, gpu=""):
-    """The launch-table rows of this state dtype, mode, token count and GPU name: for T >= 2
-    those of the largest least-T key <= T that has rows for the dtype, else the T=1 table of the
-    mode (the GPU's own in :data:`GPU_TABLES` where it has one)."""
+    """The launch-table rows of this state dtype, mode, token count and GPU name (the GPU's own
+    tables in :data:`GPU_TABLES` where it has them): for T >= 2 those of the largest least-T key
+    <= T that has rows for the dtype, else the T=1 table of the mode."""
+    own = next((tabs for name, tabs in GPU_TABLES.items() if gpu and name in gpu), {})
     if T > 1:
-        for least in sorted((t for t in MULTI_TOKEN_TABLE if t <= T), reverse=True):
-            if MULTI_TOKEN_TABLE[least][state_dtype] is not None:
-                return MULTI_TOKEN_TABLE[least][state_dtype]
-    own = next((tabs["dest" if dest else "inplace"] for name, tabs in GPU_TABLES.items()
-                if gpu and name in gpu), {})
-    return own.get(state_dtype) or (DEST_TABLE if dest else CONFIG_TABLE)[state_dtype]
+        multi = own.get("tokens") or MULTI_TOKEN_TABLE
+        for least in sorted((t for t in multi if t <= T), reverse=True):
+            if multi[least][state_dtype] is not None:
+                return multi[least][state_dtype]
+    return (own.get("dest" if dest else "inplace") or {}).get(state_dtype) \
+        or (DEST_TABLE if dest else CONFIG_TABLE)[state_dtype]
 
 
 def pick_config(BHV, state_dtype, dest=False, T=1, gpu=""):

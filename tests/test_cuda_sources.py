@@ -499,7 +499,9 @@ def test_tune_candidates_are_valid_and_cover_the_tables():
         for _, w, rw, lpr, *rest in sum((_v4_t1_rows(key, sd) for key in V4_T1_TABLES), ()):
             smem = cuda_v4.full_config((w, rw, lpr, *rest))[6]
             assert (w, rw, lpr) in (staged if smem else shapes)   # every table row was measurable
-        multi = sum((t[sd] or () for t in cuda_v4.MULTI_TOKEN_TABLE.values()), ())
+        multi = sum((t[sd] or () for tabs in (cuda_v4.MULTI_TOKEN_TABLE,
+                                               *(g.get("tokens", {}) for g in cuda_v4.GPU_TABLES.values()))
+                     for t in tabs.values()), ())
         # At T > 1 a staged candidate runs in registers (staging serves T=1 only), so the
         # multi-token rows may have either list's shape, and none stages.
         assert all((w, rw, lpr) in shapes + staged for _, w, rw, lpr, *_ in multi)
@@ -541,15 +543,17 @@ def test_tune_confirm_compares_with_the_committed_row():
     assert M[8][F32] is None
     assert cuda_v4.table_rows(BF16, True, 1) is cuda_v4.DEST_TABLE[BF16]
     assert cuda_v4.table_rows(BF16, False, 1) is cuda_v4.CONFIG_TABLE[BF16]
-    # A GPU with its own T=1 rows (substring of the name) gets them, in either mode; at T >= 2,
-    # and on other GPUs, the H100 tables serve.
+    # A GPU with its own rows (substring of the name) gets them, in either mode and for several
+    # tokens (by the least T each serves); other GPUs get the H100 tables.
     G = cuda_v4.GPU_TABLES["H200"]
     for gpu in ("NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA GH200 144G HBM3e"):
         assert cuda_v4.table_rows(F32, False, 1, gpu) is G["inplace"][F32]
         assert cuda_v4.table_rows(BF16, True, 1, gpu) is G["dest"][BF16]
-        assert cuda_v4.table_rows(F32, False, 2, gpu) is M[2][F32]
+        assert cuda_v4.table_rows(F32, False, 2, gpu) is G["tokens"][2][F32]
+        assert cuda_v4.table_rows(BF16, True, 8, gpu) is G["tokens"][3][BF16]
     for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA B200", ""):
         assert cuda_v4.table_rows(F32, False, 1, gpu) is cuda_v4.CONFIG_TABLE[F32]
+        assert cuda_v4.table_rows(BF16, False, 8, gpu) is M[8][BF16]
     assert gpu_tune.table_row("cuda-v4", "fp32", 512, False, "NVIDIA H200") == \
         cuda_v4.full_config(G["inplace"][F32][-1][1:])
     assert gpu_tune.table_row("fla-recurrent", "bf16", 1, False, "NVIDIA H200") == \
