@@ -119,11 +119,12 @@ MULTI_TOKEN_TABLE = {
 # Other GPUs' own rows, by a substring of the GPU name (as torch reports it), same formats:
 # "inplace" and "dest" at T=1, "tokens" like MULTI_TOKEN_TABLE; a GPU without an entry takes the
 # H100 tables above.  H200 (also matches GH200): on an NVIDIA H200 (2026-11-22, `gpu_tune
-# --backends cuda-v4 --v4-hints 0,3 [--mode dest] [--tokens 2|4]`, bench/results/h200/
+# --backends cuda-v4 --v4-hints 0,3 [--mode dest] [--tokens 2|4|8]`, bench/results/h200/
 # gpu_tune_cuda_v4_*) the H100 rows read 1.25-1.29x the floor at the largest batches (T=1 fp32
 # B=512 160.0 vs 127.2 us, bf16 80.7 vs 64.9; T=2 fp32 158.4 vs 134.1; T=4 bf16 127.2 vs
 # 117.8); a row changed where the tune's winner read >= 1% faster than the H100 row in its
-# confirm sessions.
+# confirm sessions.  bf16 T >= 8: tuned at T=8 against the T=4 rows (B=32 16.70 vs 17.41 us,
+# B=512 210.2 vs 216.2; the staged candidate's row runs in registers at T > 1, so SMEM is 0).
 GPU_TABLES = {
     "H200": {
         "inplace": {
@@ -163,6 +164,10 @@ GPU_TABLES = {
                 torch.bfloat16: ((8, 4, 1, 8, 3, 1), (64, 8, 1, 8, 3, 1), (128, 4, 4, 8, 0, 1, 0, 0, 2),
                                  (256, 4, 2, 8, 2, 1), (512, 2, 4, 8, 3, 1, 0, 0, 2),
                                  (2048, 1, 4, 8, 3, 1, 0, 0, 2), (None, 2, 4, 8, 3, 1, 0, 0, 2))},
+            8: {torch.float32: None,
+                torch.bfloat16: ((8, 4, 1, 8, 3, 1), (64, 8, 1, 8, 3, 1), (128, 4, 4, 8, 0, 1, 0, 0, 2),
+                                 (256, 2, 8, 8, 2, 1), (512, 2, 4, 8, 3, 1, 0, 0, 2),
+                                 (2048, 1, 4, 8, 3, 1, 0, 0, 2), (None, 1, 2, 4, 0, 1, 0, 0, 1))},
         },
     },
 }

@@ -550,7 +550,8 @@ def test_tune_confirm_compares_with_the_committed_row():
         assert cuda_v4.table_rows(F32, False, 1, gpu) is G["inplace"][F32]
         assert cuda_v4.table_rows(BF16, True, 1, gpu) is G["dest"][BF16]
         assert cuda_v4.table_rows(F32, False, 2, gpu) is G["tokens"][2][F32]
-        assert cuda_v4.table_rows(BF16, True, 8, gpu) is G["tokens"][3][BF16]
+        assert cuda_v4.table_rows(BF16, True, 8, gpu) is G["tokens"][8][BF16]
+        assert cuda_v4.table_rows(F32, True, 8, gpu) is G["tokens"][3][F32]
     for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA B200", ""):
         assert cuda_v4.table_rows(F32, False, 1, gpu) is cuda_v4.CONFIG_TABLE[F32]
         assert cuda_v4.table_rows(BF16, False, 8, gpu) is M[8][BF16]
