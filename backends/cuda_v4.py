@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from gdnzoo import cuda_build
+from gdnzoo.registry import for_gpu
 
 SOURCE = Path(__file__).with_name("cuda_v4.cu")
 KERNEL = "gdn_decode_v4"
@@ -232,7 +233,7 @@ def table_rows(state_dtype, dest=False, T=1, gpu=""):
     """The launch-table rows of this state dtype, mode, token count and GPU name (the GPU's own
     tables in :data:`GPU_TABLES` where it has them): for T >= 2 those of the largest least-T key
     <= T that has rows for the dtype, else the T=1 table of the mode."""
-    own = next((tabs for name, tabs in GPU_TABLES.items() if gpu and name in gpu), {})
+    own = for_gpu(GPU_TABLES, gpu, {})
     if T > 1:
         multi = own.get("tokens") or MULTI_TOKEN_TABLE
         for least in sorted((t for t in multi if t <= T), reverse=True):

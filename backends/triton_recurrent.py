@@ -11,6 +11,7 @@ autotuned inside a call.
 from __future__ import annotations
 
 from gdnzoo.backends import _triton_launch as tlaunch
+from gdnzoo.registry import for_gpu
 
 HEAD_DIMS = (64, 128, 256)
 # On CPU the interpreter runs each program in numpy: ~5-20 ms per program and token.
@@ -128,20 +129,18 @@ def lookup_config(gpu: str, state_dtype: str, BHV: int, K: int, V: int,
     """(BV, num_warps, num_stages, LPR) for this GPU, state dtype and B*HV, fitted to K, V;
     ``T`` > 1: MULTI_TOKEN_LAUNCH_TABLE's row, else with ``dest`` (destination passing)
     DEST_LAUNCH_TABLE's, where they have one for this GPU and dtype; else LAUNCH_TABLE's."""
-    def for_gpu(tab):                       # the entry whose GPU name is in this GPU's
-        return next((r for name, r in tab.items() if name != "default" and name in gpu), {})
     rows = None
     if table is None:
         table = LAUNCH_TABLE
         if T > 1:
-            per_t = for_gpu(MULTI_TOKEN_LAUNCH_TABLE)
+            per_t = for_gpu(MULTI_TOKEN_LAUNCH_TABLE, gpu, {})
             least = max((t for t in per_t if t <= T), default=None)
             rows = None if least is None else per_t[least].get(state_dtype)
         elif dest:
-            rows = for_gpu(DEST_LAUNCH_TABLE).get(state_dtype)
+            rows = for_gpu(DEST_LAUNCH_TABLE, gpu, {}).get(state_dtype)
     if rows is None:
-        rows = (for_gpu(table) or table["default"]).get(state_dtype,
-                                                        table["default"][state_dtype])
+        rows = for_gpu(table, gpu, table["default"]).get(state_dtype,
+                                                         table["default"][state_dtype])
     BV, nw, ns, *lpr = next(row[1:] for row in rows if row[0] is None or BHV <= row[0])
     lpr = fit_lpr(state_dtype, K, lpr[0] if lpr else default_lpr(state_dtype, K))
     BV = min(BV, V)

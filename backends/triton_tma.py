@@ -24,6 +24,7 @@ captured its address stay valid.
 from __future__ import annotations
 
 from gdnzoo.backends import _triton_launch as tlaunch
+from gdnzoo.registry import for_gpu
 
 HEAD_DIMS = (64, 128, 256)
 CPU_MAX_PROGRAM_TOKENS = 512      # the interpreter: ~5-20 ms per program and token
@@ -63,9 +64,7 @@ def fit_config(cfg, BHV: int, K: int, V: int, state_bytes: int):
 
 def lookup_config(gpu: str, state_dtype: str, BHV: int, K: int, V: int, table=None):
     table = LAUNCH_TABLE if table is None else table
-    per_gpu = next((rows for name, rows in table.items() if name != "default" and name in gpu),
-                   table["default"])
-    rows = per_gpu.get(state_dtype, table["default"][state_dtype])
+    rows = for_gpu(table, gpu, table["default"]).get(state_dtype, table["default"][state_dtype])
     cfg = next(r[1:] for r in rows if r[0] is None or BHV <= r[0])
     return fit_config(cfg, BHV, K, V, 4 if state_dtype == "fp32" else 2)
 

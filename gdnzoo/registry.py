@@ -324,15 +324,21 @@ def launcher(name: str, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_st
 
 # ---------------------------------------------------------------- selection
 
+def for_gpu(table: dict, gpu_name: str | None, default=None):
+    """The value of ``table`` (keyed by GPU names or parts of one, e.g. "H100") whose key is
+    contained in ``gpu_name``, case-insensitively, the longest such key winning; the key
+    "default" never matches; ``default`` where no key does.  The one rule by which the default
+    table's rows and the backends' per-GPU launch tables are found."""
+    low, best = (gpu_name or "").lower(), None
+    for name in table:
+        if name != "default" and name.lower() in low and (best is None or len(name) > len(best)):
+            best = name
+    return default if best is None else table[best]
+
+
 def default_row(gpu_name: str | None):
     """The per-GPU default-table row whose gpu name is contained in this GPU's name."""
-    if not gpu_name:
-        return None
-    best = None
-    for row in load_registry().defaults:
-        if row.gpu.lower() in gpu_name.lower() and (best is None or len(row.gpu) > len(best.gpu)):
-            best = row
-    return best
+    return for_gpu({row.gpu: row for row in load_registry().defaults}, gpu_name)
 
 
 def table_kind(row: DefaultRow, state_name: str, inplace: bool = True, T: int = 1) -> str:

@@ -176,3 +176,16 @@ def test_b200_row_seeded_from_published_numbers():
     row = registry.default_row("NVIDIA B200")
     assert row is not None and registry.table_choice(row, "fp32", 1) == "fla-recurrent"
     assert row.provenance["values_us"]["fla-recurrent"] == 2.56
+
+
+def test_for_gpu_matches_the_longest_contained_name():
+    from gdnzoo.registry import for_gpu
+    table = {"H100": 1, "H100 PCIe": 2, "H200": 3, "default": 0}
+    assert for_gpu(table, "NVIDIA H100 80GB HBM3") == 1
+    assert for_gpu(table, "NVIDIA H100 PCIe") == 2            # the longer key wins
+    assert for_gpu(table, "nvidia h200") == 3                 # case-insensitive
+    assert for_gpu(table, "NVIDIA B200", "none") == "none"    # no key: the default argument
+    assert for_gpu(table, "default") is None                  # the "default" key never matches
+    assert for_gpu(table, None) is None and for_gpu(table, "") is None
+    assert registry.default_row("NVIDIA H200").gpu == "NVIDIA H200"
+    assert registry.default_row(None) is None
