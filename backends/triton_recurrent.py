@@ -19,7 +19,8 @@ CPU_MAX_PROGRAM_TOKENS = 512
 GRID_LIMIT = 2**31 - 1
 
 # GPU name substring -> state dtype -> rows (max B*HV inclusive or None, BV, num_warps,
-# num_stages[, LPR lanes per row; default all of a row's 16-byte vectors up to 32 lanes]).
+# num_stages[, LPR lanes per row; default all of a row's 16-byte vectors up to 32 lanes[, DENSE:
+# 1 = constant strides when every tensor is contiguous, default 0 = the strides passed]]).
 # "default" serves GPUs without a row.  Small B*HV takes small tiles so that enough programs
 # cover the SMs (B=1 at HV=8 on the H100: 8 heads x 32 tiles of 4 rows).
 LAUNCH_TABLE = {
@@ -125,8 +126,8 @@ def fit_lpr(state_dtype: str, K: int, lpr: int) -> int:
 
 
 def lookup_config(gpu: str, state_dtype: str, BHV: int, K: int, V: int,
-                  table=None, dest=False, T=1) -> tuple[int, int, int, int]:
-    """(BV, num_warps, num_stages, LPR) for this GPU, state dtype and B*HV, fitted to K, V;
+                  table=None, dest=False, T=1) -> tuple[int, int, int, int, int]:
+    """(BV, num_warps, num_stages, LPR, DENSE) for this GPU, state dtype and B*HV, fitted to K, V;
     ``T`` > 1: MULTI_TOKEN_LAUNCH_TABLE's row, else with ``dest`` (destination passing)
     DEST_LAUNCH_TABLE's, where they have one for this GPU and dtype; else LAUNCH_TABLE's."""
     rows = None
@@ -141,8 +142,9 @@ def lookup_config(gpu: str, state_dtype: str, BHV: int, K: int, V: int,
     if rows is None:
         rows = for_gpu(table, gpu, table["default"]).get(state_dtype,
                                                          table["default"][state_dtype])
-    BV, nw, ns, *lpr = next(row[1:] for row in rows if row[0] is None or BHV <= row[0])
-    lpr = fit_lpr(state_dtype, K, lpr[0] if lpr else default_lpr(state_dtype, K))
+    BV, nw, ns, *rest = next(row[1:] for row in rows if row[0] is None or BHV <= row[0])
+    lpr = fit_lpr(state_dtype, K, rest[0] if rest else default_lpr(state_dtype, K))
+    dense = int(rest[1]) if len(rest) > 1 else 0
     BV = min(BV, V)
     # Keep the fp32 tile at <= 64 registers a thread: more warps first, then a smaller tile.
     while BV * K > 64 * 32 * nw and nw < 8:
@@ -151,7 +153,7 @@ def lookup_config(gpu: str, state_dtype: str, BHV: int, K: int, V: int,
         BV //= 2
     while BHV * (V // BV) > GRID_LIMIT and BV < V:
         BV *= 2
-    return BV, nw, ns, lpr
+    return BV, nw, ns, lpr, dense
 
 
 def available():
@@ -164,7 +166,9 @@ def supports(problem):
 
 def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
            config=None):
-    """Launch with an explicit (BV, num_warps, num_stages[, LPR]), or the table's when None."""
+    """Launch with an explicit (BV, num_warps, num_stages[, LPR[, DENSE]]), or the table's when
+    None.  DENSE 1 takes the strides from the shapes when every tensor is contiguous (else the
+    strides passed are used all the same)."""
     from gdnzoo.backends.triton_recurrent_kernel import gdn_recurrent_kernel
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
@@ -176,8 +180,10 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
         else:
             config = lookup_config(tlaunch.gpu_name(dev), sd, B * HV, K, V,
                                    dest=new_state is not state, T=T)
-    BV, nw, ns, *lpr = config
-    lpr = lpr[0] if lpr else default_lpr(sd, K)
+    BV, nw, ns, *rest = config
+    lpr = rest[0] if rest else default_lpr(sd, K)
+    dense = len(rest) > 1 and bool(rest[1]) and all(
+        t.is_contiguous() for t in (q, k, v, state, A_log, a, dt_bias, b, out, new_state))
     grid0 = B * HV * (V // BV)
     if V % BV or grid0 > GRID_LIMIT:
         raise ValueError(f"fla-recurrent: BV={BV} must divide V={V} and B*HV*V/BV <= {GRID_LIMIT}")
@@ -186,7 +192,8 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
                          f"divide K={K}")
     tail = (tlaunch.loop_count(T), *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *a.stride(), *b.stride(),
             A_log.stride(0), dt_bias.stride(0), *out.stride()[:3], *state.stride()[:3],
-            *new_state.stride()[:3], H, HV, K, V, BV, bool(use_qk_l2norm), lpr, vec_elems(sd))
+            *new_state.stride()[:3], H, HV, K, V, BV, bool(use_qk_l2norm), lpr, vec_elems(sd),
+            T if dense else 0)
     return gdn_recurrent_kernel[(grid0,)](q, k, v, a, b, A_log, dt_bias, out, state, new_state,
                                           float(scale), *tail, num_warps=nw, num_stages=ns), \
         grid0, tail

@@ -30,7 +30,8 @@ def gdn_recurrent_kernel(
         sa_b, sa_t, sa_h, sb_b, sb_t, sb_h, s_alog, s_dtb,
         so_b, so_t, so_h, ss_b, ss_h, ss_v, sn_b, sn_h, sn_v,
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-        BV: tl.constexpr, L2NORM: tl.constexpr, LPR: tl.constexpr, VEC: tl.constexpr):
+        BV: tl.constexpr, L2NORM: tl.constexpr, LPR: tl.constexpr, VEC: tl.constexpr,
+        DENSE: tl.constexpr = 0):
     NV: tl.constexpr = V // BV
     KO: tl.constexpr = K // (LPR * VEC)
     # Everything on grid axis 0 (limit 2^31-1; axes 1 and 2 stop at 65535). Neighbouring
@@ -41,6 +42,41 @@ def gdn_recurrent_kernel(
     i_n = i_nh // HV
     i_hv = i_nh % HV
     i_h = i_hv // (HV // H)            # GVA: repeat_interleave mapping, not i_hv % H
+    # DENSE > 0: every tensor is contiguous (the launcher checked) and DENSE is T, so every
+    # stride is the shapes' compile-time constant, and the address arithmetic before the first
+    # state load shrinks (H100, B=1: the first state load moved from the 99th to the 73rd
+    # instruction, fp32 2.11 -> 2.05 us).  i_b is the per-token tensors' batch index: sequence
+    # n's tokens start at token row n*T.  A size-1 dimension's own stride may differ from
+    # these, but its index is always 0.
+    i_b = i_n
+    if DENSE > 0:
+        i_b = i_n * DENSE
+        sq_b = H * K
+        sq_h = K
+        sq_t = H * K
+        sk_b = H * K
+        sk_h = K
+        sk_t = H * K
+        sv_b = HV * V
+        sv_h = V
+        sv_t = HV * V
+        so_b = HV * V
+        so_h = V
+        so_t = HV * V
+        sa_b = HV
+        sa_h = 1
+        sa_t = HV
+        sb_b = HV
+        sb_h = 1
+        sb_t = HV
+        s_alog = 1
+        s_dtb = 1
+        ss_v = K
+        ss_h = V * K
+        ss_b = HV * V * K
+        sn_v = K
+        sn_h = V * K
+        sn_b = HV * V * K
 
     # The one place a sequence's state addresses are formed (read and write). A state pool
     # replaces i_n here by the sequence's read / write slot.
@@ -60,12 +96,12 @@ def gdn_recurrent_kernel(
     col = tl.broadcast_to(col, [LPR, BV, KO, VEC])
     A_neg = -tl.exp(tl.load(A_log + i_hv * s_alog).to(tl.float32))
     dtb = tl.load(dt_bias + i_hv * s_dtb).to(tl.float32)
-    p_q = q + i_n * sq_b + i_h * sq_h + col
-    p_k = k + i_n * sk_b + i_h * sk_h + col
-    p_v = v + i_n * sv_b + i_hv * sv_h + rows
-    p_o = out + i_n * so_b + i_hv * so_h + rows
-    p_a = a + i_n * sa_b + i_hv * sa_h
-    p_b = b + i_n * sb_b + i_hv * sb_h
+    p_q = q + i_b * sq_b + i_h * sq_h + col
+    p_k = k + i_b * sk_b + i_h * sk_h + col
+    p_v = v + i_b * sv_b + i_hv * sv_h + rows
+    p_o = out + i_b * so_b + i_hv * so_h + rows
+    p_a = a + i_b * sa_b + i_hv * sa_h
+    p_b = b + i_b * sb_b + i_hv * sb_h
 
     for _ in tl.range(0, T):
         b_q, b_k, b_v, g, beta = token_inputs(p_q, p_k, p_v, p_a, p_b, A_neg, dtb)

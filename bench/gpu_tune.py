@@ -74,12 +74,13 @@ def v4_smem_shapes(sd):
 
 
 def tri_shapes(sd):
-    """(BV, num_warps, num_stages, LPR) at K = V = 128: at most 64 state elements per thread,
-    and at least as many rows as the threads cover (32/LPR rows per warp)."""
+    """(BV, num_warps, num_stages, LPR, DENSE) at K = V = 128: at most 64 state elements per
+    thread, and at least as many rows as the threads cover (32/LPR rows per warp); each with
+    the strides passed and with constant strides (DENSE 1: the tune's tensors are contiguous)."""
     vec = triton_recurrent.vec_elems(sd)
-    return [(bv, nw, 1, lpr) for lpr in (4, 8, 16, 32) if 128 % (lpr * vec) == 0
+    return [(bv, nw, 1, lpr, d) for lpr in (4, 8, 16, 32) if 128 % (lpr * vec) == 0
             for bv in (1, 2, 4, 8, 16, 32, 64, 128) for nw in (1, 2, 4, 8)
-            if bv * 128 <= 64 * 32 * nw and bv >= (32 // lpr) * nw]
+            if bv * 128 <= 64 * 32 * nw and bv >= (32 // lpr) * nw for d in (0, 1)]
 
 
 class Cell:

@@ -77,12 +77,13 @@ def _call(mod, x, l2, inplace, config=None, views=False):
 
 
 # (B, T, H, HV, K, V, state dtype, l2norm, in place, views, recurrent config (BV, warps,
-# stages[, lanes per row]), tma config)
+# stages[, lanes per row[, DENSE]]: DENSE 1 with views must fall back to the strides passed),
+# tma config)
 CASES = [
     (2, 1, 4, 8, 128, 128, torch.float32, False, True, False, None, None),
-    (1, 3, 2, 8, 64, 128, torch.bfloat16, True, False, False, (16, 1, 1, 4), (16, 2, 1, 2, False)),
-    (1, 2, 1, 2, 256, 64, torch.float32, True, True, False, (8, 1, 1, 8), (8, 4, 1, 3, False)),
-    (2, 2, 2, 4, 128, 64, torch.float32, False, False, True, (32, 2, 1, 4), (16, 2, 2, 2, True)),
+    (1, 3, 2, 8, 64, 128, torch.bfloat16, True, False, False, (16, 1, 1, 4, 1), (16, 2, 1, 2, False)),
+    (1, 2, 1, 2, 256, 64, torch.float32, True, True, False, (8, 1, 1, 8, 1), (8, 4, 1, 3, False)),
+    (2, 2, 2, 4, 128, 64, torch.float32, False, False, True, (32, 2, 1, 4, 1), (16, 2, 2, 2, True)),
     (2, 1, 4, 8, 64, 64, torch.bfloat16, False, True, True, (64, 1, 1), (32, 2, 1, 2, False)),
 ]
 
@@ -109,14 +110,15 @@ def test_recurrent_launch_table():
     from gdnzoo.backends import triton_recurrent as m
     table = {"default": {"fp32": [(64, 8, 1, 1), (None, 32, 4, 3)],
                          "bf16": [(None, 16, 2, 1, 8)]},
-             "H100": {"fp32": [(8, 4, 1, 1, 8), (None, 64, 8, 2)]}}
-    # a row without LPR takes all of a row's 16-byte vectors, at most 32 lanes
-    assert m.lookup_config("NVIDIA H100 80GB HBM3", "fp32", 8, 128, 128, table) == (4, 1, 1, 8)
-    assert m.lookup_config("NVIDIA H100 80GB HBM3", "fp32", 9, 128, 128, table) == (64, 8, 2, 32)
+             "H100": {"fp32": [(8, 4, 1, 1, 8, 1), (None, 64, 8, 2)]}}
+    # a row without LPR takes all of a row's 16-byte vectors, at most 32 lanes; without DENSE,
+    # the strides passed (0)
+    assert m.lookup_config("NVIDIA H100 80GB HBM3", "fp32", 8, 128, 128, table) == (4, 1, 1, 8, 1)
+    assert m.lookup_config("NVIDIA H100 80GB HBM3", "fp32", 9, 128, 128, table) == (64, 8, 2, 32, 0)
     # a GPU row without this dtype falls back to the default row for it
-    assert m.lookup_config("NVIDIA H100 80GB HBM3", "bf16", 9, 128, 128, table) == (16, 2, 1, 8)
-    assert m.lookup_config("NVIDIA B200", "fp32", 64, 128, 128, table) == (8, 1, 1, 32)
-    assert m.lookup_config("NVIDIA B200", "fp32", 65, 128, 128, table) == (32, 4, 3, 32)
+    assert m.lookup_config("NVIDIA H100 80GB HBM3", "bf16", 9, 128, 128, table) == (16, 2, 1, 8, 0)
+    assert m.lookup_config("NVIDIA B200", "fp32", 64, 128, 128, table) == (8, 1, 1, 32, 0)
+    assert m.lookup_config("NVIDIA B200", "fp32", 65, 128, 128, table) == (32, 4, 3, 32, 0)
     # K=64: 8 lanes of 8 bf16 fill a row, and 16 lanes of 4 fp32
     assert m.lookup_config("NVIDIA B200", "bf16", 1, 64, 128, table)[3] == 8
     assert m.lookup_config("x", "fp32", 1, 64, 64, {"default": {"fp32": [(None, 4, 1, 1)]}})[3] == 16
@@ -153,7 +155,7 @@ def test_recurrent_launch_table():
     for bhv in (1, 8, 64, 65, 512, 4096, 2**20):
         for K in (64, 128, 256):
             for sd in ("fp32", "bf16"):
-                BV, nw, ns, lpr = m.lookup_config("NVIDIA H100", sd, bhv, K, 128)
+                BV, nw, ns, lpr, dense = m.lookup_config("NVIDIA H100", sd, bhv, K, 128)
                 assert 128 % BV == 0 and BV * K <= 64 * 32 * nw and bhv * (128 // BV) <= m.GRID_LIMIT
                 assert K % (lpr * m.vec_elems(sd)) == 0
 
