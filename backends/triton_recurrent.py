@@ -3,8 +3,8 @@
 One launch per call; one program per (sequence, v-head, V-tile of BV rows) holding its
 [BV, K] state tile in registers across all T tokens, LPR lanes per row; raw gates (softplus /
 exp / sigmoid) computed in the kernel; the k-last state read and written where it lies (no
-transpose, no copy).  The launch shape (BV, num_warps, num_stages, LPR) comes from a small
-per-GPU table indexed by B*HV (one for T=1 in place, one for destination passing, and per least
+transpose, no copy).  The launch shape (BV, num_warps, num_stages, LPR, and DENSE: compile-time
+strides for contiguous inputs) comes from a small per-GPU table indexed by B*HV (one for T=1 in place, one for destination passing, and per least
 T for several tokens per call), measured with ``python3 -m gdnzoo.bench.gpu_tune``; nothing is
 autotuned inside a call.
 """
