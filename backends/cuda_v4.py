@@ -301,10 +301,7 @@ class Bound:
         st = (f[28] | f[29] | f[30] | f[31] | f[32] | f[33]) * es   # state/new_state strides
         io = (f[10] | f[11] | f[12] | f[13] | f[14] | f[15]) * eio  # q/k strides
         self.strides_aligned = (st | io) & 15 == 0
-        # Dense: every tensor has the row-major strides of its shape (torch's contiguity, which
-        # ignores size-1 dims: their index is always 0), so the kernel may use constant strides.
-        self.dense = all(t.is_contiguous() for t in (q, k, v, state, A_log, a, dt_bias, b, out,
-                                                      new_state))
+        self.dense = cuda_build.dense(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
         self.launches = {}
         if self.strides_aligned:
             self.vec16 = self.make(True)

@@ -4,12 +4,13 @@ One launch per call; one program per (sequence, v-head, V-tile of BV rows) holdi
 [BV, K] state tile in registers across all T tokens, LPR lanes per row; raw gates (softplus /
 exp / sigmoid) computed in the kernel; the k-last state read and written where it lies (no
 transpose, no copy).  The launch shape (BV, num_warps, num_stages, LPR, and DENSE: compile-time
-strides for contiguous inputs) comes from a small per-GPU table indexed by B*HV (one for T=1 in place, one for destination passing, and per least
-T for several tokens per call), measured with ``python3 -m gdnzoo.bench.gpu_tune``; nothing is
-autotuned inside a call.
+strides for contiguous inputs) comes from a small per-GPU table indexed by B*HV (one for T=1 in
+place, one for destination passing, and per least T for several tokens per call), measured with
+``python3 -m gdnzoo.bench.gpu_tune``; nothing is autotuned inside a call.
 """
 from __future__ import annotations
 
+from gdnzoo import cuda_build
 from gdnzoo.backends import _triton_launch as tlaunch
 from gdnzoo.registry import for_gpu
 
@@ -199,8 +200,8 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
                                    dest=new_state is not state, T=T)
     BV, nw, ns, *rest = config
     lpr = rest[0] if rest else default_lpr(sd, K)
-    dense = len(rest) > 1 and bool(rest[1]) and all(
-        t.is_contiguous() for t in (q, k, v, state, A_log, a, dt_bias, b, out, new_state))
+    dense = len(rest) > 1 and bool(rest[1]) and cuda_build.dense(q, k, v, state, A_log, a,
+                                                                 dt_bias, b, out, new_state)
     grid0 = B * HV * (V // BV)
     if V % BV or grid0 > GRID_LIMIT:
         raise ValueError(f"fla-recurrent: BV={BV} must divide V={V} and B*HV*V/BV <= {GRID_LIMIT}")

@@ -51,32 +51,16 @@ def gdn_recurrent_kernel(
     i_b = i_n
     if DENSE > 0:
         i_b = i_n * DENSE
-        sq_b = H * K
-        sq_h = K
-        sq_t = H * K
-        sk_b = H * K
-        sk_h = K
-        sk_t = H * K
-        sv_b = HV * V
-        sv_h = V
-        sv_t = HV * V
-        so_b = HV * V
-        so_h = V
-        so_t = HV * V
-        sa_b = HV
-        sa_h = 1
-        sa_t = HV
-        sb_b = HV
-        sb_h = 1
-        sb_t = HV
-        s_alog = 1
-        s_dtb = 1
-        ss_v = K
-        ss_h = V * K
-        ss_b = HV * V * K
-        sn_v = K
-        sn_h = V * K
-        sn_b = HV * V * K
+        # (batch, token, head) strides in token rows, and the state's (batch, head, row)
+        sq_b, sq_t, sq_h = H * K, H * K, K
+        sk_b, sk_t, sk_h = sq_b, sq_t, sq_h
+        sv_b, sv_t, sv_h = HV * V, HV * V, V
+        so_b, so_t, so_h = sv_b, sv_t, sv_h
+        sa_b, sa_t, sa_h = HV, HV, 1
+        sb_b, sb_t, sb_h = sa_b, sa_t, sa_h
+        s_alog, s_dtb = 1, 1
+        ss_b, ss_h, ss_v = HV * V * K, V * K, K
+        sn_b, sn_h, sn_v = ss_b, ss_h, ss_v
 
     # The one place a sequence's state addresses are formed (read and write). A state pool
     # replaces i_n here by the sequence's read / write slot.

@@ -286,6 +286,13 @@ def data_ptrs(q, k, v, state, A_log, a, dt_bias, b, out, new_state):
             out.data_ptr())
 
 
+def dense(q, k, v, state, A_log, a, dt_bias, b, out, new_state) -> bool:
+    """Every tensor has the row-major strides of its shape (torch's contiguity, which ignores
+    size-1 dims: their index is always 0), so a kernel may take its strides from the shapes as
+    compile-time constants (cuda-v4's GDN_DENSE, fla-recurrent's DENSE)."""
+    return all(t.is_contiguous() for t in (q, k, v, state, A_log, a, dt_bias, b, out, new_state))
+
+
 def signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
     """Everything a bound launcher of the CUDA and Triton backends depends on except data
     pointers: shapes, dtypes, strides, the L2 norm, ``scale`` (None where it is passed per

@@ -140,6 +140,22 @@ def test_defines_and_arch_options():
     assert cuda_build.arch_option((12, 5), {90, 100, 120}) == ("--gpu-architecture=compute_120", "ptx")
 
 
+def test_dense_is_torch_contiguity_of_every_tensor():
+    """cuda_build.dense gates the constant-stride kernels (cuda-v4 GDN_DENSE, fla-recurrent
+    DENSE): any strided tensor turns it off; a size-1 dimension's stride does not."""
+    x = make_inputs(B=1, T=1, H=2, HV=4, K=64, V=64, state_dtype=torch.float32, device="cpu", seed=0)
+    out = torch.empty(1, 1, 4, 64, dtype=x.v.dtype)
+    args = [x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, out, x.state]
+    assert cuda_build.dense(*args)
+    pool = torch.zeros(1, 8, 64, 64)
+    for i, view in ((3, pool[:, ::2]), (9, pool[:, 1::2]), (0, x.q.transpose(2, 3)),
+                    (4, torch.stack([x.A_log, x.A_log], -1)[:, 0])):
+        assert not cuda_build.dense(*args[:i], view, *args[i + 1:]), i
+    # B = T = 1: the batch and token strides of q are free (torch ignores size-1 dims)
+    q1 = torch.empty(1, 1, 2, 64).as_strided((1, 1, 2, 64), (999, 777, 64, 1))
+    assert cuda_build.dense(q1, *args[1:])
+
+
 def test_cache_key_tracks_source_options_and_compiler():
     base = cuda_build.cache_key("src", ["-DGDN_K=128"], (13, 0), "cubin")
     assert base == cuda_build.cache_key("src", ["-DGDN_K=128"], (13, 0), "cubin")
