@@ -1,5 +1,10 @@
 """gdnzoo backends: one module per backend, installed as ``gdnzoo.backends``.
 
+A backend's module is named after its public name (``fla-recurrent`` -> ``fla_recurrent.py``);
+modules whose names start with ``_`` are shared plumbing, not backends.  Adding a backend is this
+module plus one entry in ``registry.yaml``; the tests, ``gdnzoo list``, ``bench`` and ``check``
+take the backend list from the registry.
+
 The protocol every backend module follows (the registry calls nothing else):
 
 ``available() -> (bool, str)``
@@ -22,6 +27,21 @@ The protocol every backend module follows (the registry calls nothing else):
     dtypes, devices, scale, l2norm flag and in-place-ness equal these (what
     :func:`gdnzoo.decode` memoizes on), so per-signature work is done once.  Data pointers
     (and so their alignment) may differ between calls.
+
+A backend whose launch shape comes from the per-GPU launch tables (``tables/<gpu>.yaml``,
+:mod:`gdnzoo.tables`) is *tunable*; ``gdnzoo tune --shapes`` searches every registered one
+through four more names, with no code of its own for any backend:
+
+``CONFIG: gdnzoo.tables.ConfigFields``
+    Its launch fields by name, in order, with defaults: the ``config`` of its table rows.
+``launch_config(problem, gpu_name) -> tuple``
+    The row this GPU's tables give the call, fitted to its K and V (what ``run`` uses).
+``candidates(problem) -> [config, ...]``
+    The search's first stage for a measured cell (B, T, geometry, state dtype, mode).
+``refine(ranked) -> [config, ...]``
+    The second stage, from the first stage's configs ranked fastest first.
+
+and ``run(..., config=None)`` (and ``bind``) launch an explicit config instead of the table's.
 
 A backend never imports another backend.
 """

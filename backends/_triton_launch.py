@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from gdnzoo import cuda_build
+from gdnzoo.backends import _cuda_build as cuda_build
 
 
 def interpreter_on() -> bool:
@@ -212,12 +212,15 @@ class Dispatcher:
 
     ``first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, key)``
     launches through Triton's own path and returns a launcher (:func:`fast_launch`) for later
-    calls with the same key, or None to keep Triton's path.  The key is everything Triton specializes on
-    except pointer alignment, which is checked on every call (it varies with the buffers).
+    calls with the same key, or None to keep Triton's path.  The key is everything Triton
+    specializes on except pointer alignment, which is checked on every call (it varies with the
+    buffers).  ``launch(..., config=)`` is the backend's own launch with an explicit config,
+    which ``run(..., config=...)`` takes (Triton's own path, every call).
     """
 
-    def __init__(self, first_call):
+    def __init__(self, first_call, launch):
         self.first_call = first_call
+        self.launch = launch
         self.fast = {}
 
     @staticmethod
@@ -248,7 +251,13 @@ class Dispatcher:
         if key[1] and not interpreter_on():       # misaligned calls keep Triton's own path
             self.fast[key] = made
 
-    def run(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+    def run(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, config=None):
+        """The backend's entry point: the cached launch, or with an explicit ``config`` the
+        backend's own launch with it."""
+        if config is not None:
+            self.launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
+                        config=config)
+            return
         base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2)
         self.call(base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2)
 

@@ -4,14 +4,14 @@
 // registers for all T tokens (each row evolves independently of the others).  q, k and the
 // gates of up to CH tokens are staged in shared memory, shared by all rows.
 //
-// Compile-time constants (-D, set by gdnzoo/cuda_build.py): GDN_K, GDN_STATE_DT, GDN_IO_DT,
+// Compile-time constants (-D, set by backends/_cuda_build.py): GDN_K, GDN_STATE_DT, GDN_IO_DT,
 // GDN_A_DT, GDN_B_DT, GDN_DTB_DT (dtype codes of gdn_common.cuh), GDN_L2NORM (0/1).
 // Runtime: B, T, H, HV, V, strides, in place or not (new_state == state).
 #include "gdn_common.cuh"
 
 #if !defined(GDN_K) || !defined(GDN_STATE_DT) || !defined(GDN_IO_DT) || !defined(GDN_A_DT) || \
     !defined(GDN_B_DT) || !defined(GDN_DTB_DT) || !defined(GDN_L2NORM)
-#error "compile with the -D options of gdnzoo/cuda_build.py"
+#error "compile with the -D options of backends/_cuda_build.py"
 #endif
 
 constexpr int K = GDN_K;

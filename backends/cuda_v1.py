@@ -1,14 +1,14 @@
 """cuda-v1: the straightforward CUDA C++ kernel (``cuda_v1.cu``), launched through CuPy.
 
 One block per (sequence, value head), one thread per V row holding the row in registers over
-all T tokens.  Compiled with NVRTC on first use for the running GPU (gdnzoo/cuda_build.py).
+all T tokens.  Compiled with NVRTC on first use for the running GPU (backends/_cuda_build.py).
 """
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
 
-from gdnzoo import cuda_build
+from gdnzoo.backends import _cuda_build as cuda_build
 
 SOURCE = Path(__file__).with_name("cuda_v1.cu")
 KERNEL = "gdn_decode_v1"

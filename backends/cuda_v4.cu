@@ -19,7 +19,7 @@
 //    the H100), GDN_SMEM stages every row group through shared memory with cp.async and updates
 //    one group at a time, so fewer registers per warp let more blocks keep loads in flight.
 //
-// Compile-time (-D, gdnzoo/cuda_build.py): GDN_K, GDN_V, GDN_T, GDN_HV, GDN_GVA (HV/H),
+// Compile-time (-D, backends/_cuda_build.py): GDN_K, GDN_V, GDN_T, GDN_HV, GDN_GVA (HV/H),
 // GDN_STATE_DT, GDN_IO_DT, GDN_A_DT, GDN_B_DT, GDN_DTB_DT, GDN_L2NORM (0/1), GDN_W (warps per
 // block), GDN_RW (row groups per warp), GDN_LPR (lanes per row), GDN_VEC16 (1: 16-byte vectors,
 // picked by the host only when every state/q/k row is 16-byte aligned; 0: element loads),
@@ -46,7 +46,7 @@
     !defined(GDN_RW) || !defined(GDN_LPR) || !defined(GDN_VEC16) || !defined(GDN_HINT) || \
     !defined(GDN_FASTGATE) || !defined(GDN_DENSE) || !defined(GDN_CHAIN) || !defined(GDN_SMEM) || \
     !defined(GDN_QKS)
-#error "compile with the -D options of gdnzoo/cuda_build.py"
+#error "compile with the -D options of backends/_cuda_build.py"
 #endif
 
 constexpr int K = GDN_K;

@@ -3,175 +3,53 @@
 Each head's V rows are split over several blocks of several warps; the launch shape (warps per
 block W, row groups per warp RW, lanes per row LPR, cache hints, gate precision, dot-product
 chains, shared-memory staging, q and k shared per block or split over a lane pair) comes from
-:data:`CONFIG_TABLE` (in place), :data:`DEST_TABLE` (destination passing) or
-:data:`MULTI_TOKEN_TABLE` (T >= 2 tokens per call) by B*HV and state dtype.  Shapes, GVA ratio
-and launch shape are compile-time constants of the kernel (one NVRTC variant per signature,
-cached on disk).
+this GPU's launch rows (``backends/tables/<gpu>.yaml``: by state dtype, in place or destination
+passing, tokens per call and batch size; measured by ``gdnzoo tune --shapes``).  Shapes, GVA
+ratio and launch shape are compile-time constants of the kernel (one NVRTC variant per
+signature, cached on disk).
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from pathlib import Path
 
 import torch
 
-from gdnzoo import cuda_build
-from gdnzoo.registry import for_gpu
+from gdnzoo import tables
+from gdnzoo.backends import _cuda_build as cuda_build
 
+NAME = "cuda-v4"                 # its public name: the key of its rows in backends/tables/
 SOURCE = Path(__file__).with_name("cuda_v4.cu")
 KERNEL = "gdn_decode_v4"
 HEAD_DIMS = (32, 64, 128, 256)   # K: whole 16-byte vectors per lane, lane groups dividing 32
 MAX_GRID_X = 2**31 - 1
 MAX_WARPS = 8
 FASTGATE = 1                     # gates of an explicit 4-field config: 1 fast intrinsics, 0 precise
+STATE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
-# (largest B*HV, W warps per block, RW row groups per warp, LPR lanes per row, HINT, FAST[,
-# CHAIN[, SMEM[, QKS]]]) by state dtype, first match wins.  A row group is 32/LPR rows (one
-# 16-byte load per lane per LPR*16 bytes of row); rows per block = W*RW*32/LPR; blocks per head =
-# ceil(V / rows per block).  HINT bit 0: state loads ld.global.nc.L1::no_allocate; bit 1: state
-# stores st.global.cs.  FAST 1: gates with fast intrinsics (relative error of g ~1e-5,
-# bench/gpu_cuda.py measures it).  CHAIN c > 0: dot-product slices as chains of c fused
-# multiply-adds (default 0: balanced trees).  SMEM 1: the state staged through shared memory
-# (cp.async) and updated one row group at a time.  QKS 1: q and k read once per block into
-# shared memory (one 16-byte load per thread instead of K/(LPR*VEC) small loads per lane, which
-# is what makes the 4-lanes-per-row shapes pay: two shuffle rounds per dot product, not four);
-# QKS 2: the two rows of a lane pair split the q and k loads (one reads q, the other k) and swap
-# them with shuffles: half the q/k load instructions, no barrier (LPR <= 16).
-# Measured on an NVIDIA H100 80GB HBM3 (2026-11-22, contest geometry HV=8, K=V=128): the fastest
-# shape per batch size on the CUPTI kernel clock with state read and written cold, from
-# `python3 -m gdnzoo.bench.gpu_tune --backends cuda-v4` (bench/results/h100-80gb-hbm3/
-# gpu_tune_cuda_v4_qks.csv), then the tune's winner against the previous table's row in
-# bench-length sessions, alternated (ab_cuda_v4_qks_confirm.log): a row changed only where the
-# winner read at least 1% faster there (0.8% at fp32 B*HV 129-256, 11.87 vs 11.97 us).  Two rows
-# changed after the tune with QKS 2 as a candidate (gpu_tune_qks2_{fp32,bf16}.*) and a 6-round
-# confirm (ab_cuda_v4_qks2.log): bf16 B*HV 257-384 (staged, q/k split) 9.57 vs 9.82 us, and
-# fp32 B*HV <= 8 2.02 vs 2.05 (a shape, not QKS).  Loads with HINT bit 0 (.nc) are safe in place
-# too: each state element is read once, by the thread that later writes it.
-CONFIG_TABLE = {
-    torch.float32: ((8, 2, 2, 16, 3, 1), (32, 4, 1, 4, 3, 1, 0, 0, 1), (64, 4, 1, 16, 0, 1, 0, 0, 1),
-                    (128, 1, 8, 16, 2, 1, 4), (256, 1, 8, 16, 2, 1), (384, 2, 8, 8, 2, 0, 0, 1),
-                    (512, 1, 4, 16, 3, 1, 4), (1024, 1, 1, 16, 3, 1), (2048, 1, 2, 32, 3, 0),
-                    (None, 1, 1, 16, 3, 0)),
-    torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 4, 2, 4, 0, 1, 0, 0, 1),
-                     (128, 8, 4, 16, 0, 1), (256, 1, 4, 8, 3, 1), (384, 4, 4, 8, 2, 1, 0, 1, 2),
-                     (512, 2, 8, 8, 0, 1, 0, 1, 1), (2048, 4, 2, 16, 2, 0), (None, 1, 2, 16, 3, 0)),
-}
-# Destination passing (new_state a distinct tensor: reads and writes go to different lines) by
-# the same rules, from `gpu_tune --backends cuda-v4 --mode dest` (gpu_tune_cuda_v4_dest.*) and
-# the in-place row against the dest winner in dest-mode bench-length sessions
-# (ab_cuda_v4_dest_confirm.log): the rows that differ read 1.6-7% faster there (bf16 B=8 3.07
-# vs 3.30 us, B=256 46.00 vs 47.31), or 0.8% at fp32 B*HV > 2048 (179.4 vs 180.8 us, in the tune
-# too; fla-upstream reads ~181 there); the others are the in-place rows.  A dest re-tune with the
-# q/k split as a candidate (gpu_tune_qks2_dest_*.*; the split won no dest cell) changed five rows
-# by 1-5%: bf16 B*HV 193-256 6.94 vs 7.33 us, 65-128 4.38 vs 4.45, 33-64 3.04 vs 3.07, fp32
-# 193-256 11.71 vs 12.16, 65-128 7.04 vs 7.17.
-DEST_TABLE = {
-    torch.float32: ((8, 2, 2, 16, 3, 1), (32, 4, 1, 4, 3, 1, 0, 0, 1), (64, 4, 1, 16, 0, 1, 0, 0, 1),
-                    (128, 4, 2, 32, 3, 1, 0, 0, 1), (256, 2, 8, 16, 3, 1), (384, 2, 8, 8, 2, 0, 0, 1),
-                    (512, 1, 4, 16, 3, 1, 4), (1024, 1, 1, 16, 3, 1), (2048, 1, 2, 32, 3, 0),
-                    (None, 8, 1, 16, 0, 0, 0, 0, 1)),
-    torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 4, 2, 4, 3, 1, 0, 0, 1),
-                     (128, 4, 2, 16, 2, 1, 0, 0, 1), (256, 1, 8, 16, 3, 1, 0, 0, 1),
-                     (384, 2, 4, 8, 0, 1, 0, 1, 1),
-                     (512, 4, 4, 8, 2, 0, 0, 1, 1), (1024, 2, 2, 8, 3, 1, 0, 0, 1),
-                     (2048, 1, 2, 16, 3, 1, 0, 0, 1), (None, 1, 2, 16, 3, 0)),
-}
-
-# Several tokens per call (either mode), by the least T each table serves: each token's work
-# (q/k loads, gates, the norms' reductions) is shared by a warp's rows, so more rows per warp pay,
-# and the T=1 rows read up to 2x the floor at T=4.  From `gpu_tune --backends cuda-v4 --tokens T`
-# at T=4 (gpu_tune_t4_*.*) and T=2 (gpu_tune_t2_*.*; its confirm stage against rows taken from
-# the T=1 and T=4 tables, ab_multi_token_t2.log), a row changed where the winner read >= 1%
-# faster in bench-length sessions: at T=4 e.g. fp32 B=512 198.9 vs 290.5 us (the T=1 row),
-# bf16 B=512 137.5 vs 183.6, B=1 3.01 vs 3.84; at T=2 bf16 B=256 52.6 vs 56.7 (the T=4 row),
-# fp32 B=16 7.65 vs 8.18.  The T=4 rows serve T=3 too: there they read faster than the T=2 rows
-# in 16 of 20 cells (3 ties), up to 18% (fp32 B=512 189.4 vs 231.3 us; ab_multi_token_t3.log),
-# slower in one (fp32 B=4, 3.90 vs 3.81).  Re-tuned at T=2 and T=4 with QKS 2 as a candidate
-# (gpu_tune_qks2_t{2,4}_*.*): the q/k split halves each token's q/k load instructions and won
-# most changed rows, e.g. T=4 fp32 B=32 15.36 vs 16.10 us, B=256 98.1 vs 100.6, T=2 fp32 B=16
-# 7.33 vs 7.62, B=32 12.77 vs 13.31, bf16 B=32 9.12 vs 9.41.  At T=8 the T=4 bf16 rows read
-# 2.4-2.8x the floor and lost to fla-recurrent at B=64 and 512 (multi_token_t8_bench.log), so
-# bf16 has rows tuned at T=8 for T >= 8 (gpu_tune_qks2_t8_bf16.*: B=64 30.1 vs 33.8 us, B=256
-# 112.0 vs 120.7); a None entry means the next smaller T's rows.  Staging serves T=1 only, so no
-# row stages.
-MULTI_TOKEN_TABLE = {
-    2: {torch.float32: ((8, 4, 2, 16, 3, 1), (32, 4, 1, 4, 0, 1, 0, 0, 1), (64, 4, 2, 8, 3, 1, 0, 0, 2),
-                        (128, 4, 2, 16, 2, 0, 0, 0, 2), (256, 1, 4, 8, 3, 0, 0, 0, 2),
-                        (384, 2, 4, 16, 3, 1), (512, 1, 4, 16, 3, 1, 4),
-                        (1024, 4, 2, 16, 3, 0, 0, 0, 1), (None, 2, 2, 16, 3, 0, 0, 0, 1)),
-        torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 4, 2, 4, 0, 1, 0, 0, 1),
-                         (128, 4, 2, 8, 0, 1), (256, 2, 2, 8, 2, 1, 0, 0, 2), (384, 2, 2, 8, 2, 1, 0, 0, 2),
-                         (1024, 1, 2, 8, 2, 0), (2048, 1, 4, 8, 3, 0, 0, 0, 1),
-                         (None, 4, 4, 16, 3, 0))},
-    3: {torch.float32: ((8, 4, 1, 16, 3, 1), (32, 4, 1, 4, 0, 1), (64, 4, 2, 8, 3, 1, 0, 0, 2),
-                        (128, 2, 2, 8, 2, 1, 0, 0, 1), (256, 1, 4, 8, 3, 1, 0, 0, 2),
-                        (384, 2, 4, 16, 3, 1), (2048, 1, 4, 8, 3, 1, 0, 0, 2),
-                        (None, 2, 8, 16, 3, 0, 0, 0, 1)),
-        torch.bfloat16: ((8, 4, 1, 8, 3, 1), (64, 8, 1, 8, 3, 1), (128, 4, 4, 8, 0, 1, 0, 0, 2),
-                         (256, 4, 2, 8, 2, 1), (384, 4, 2, 4, 2, 1), (512, 1, 4, 16, 2, 1),
-                         (2048, 2, 4, 8, 3, 1), (None, 1, 4, 16, 3, 1))},
-    8: {torch.float32: None,      # the T >= 3 rows: at T=8 they beat both peers in every cell
-        torch.bfloat16: ((8, 4, 1, 8, 3, 1), (64, 8, 1, 8, 3, 1), (128, 4, 4, 8, 0, 1, 0, 0, 2),
-                         (256, 2, 8, 8, 2, 1), (384, 4, 2, 4, 2, 1), (512, 4, 4, 8, 3, 1, 0, 0, 2),
-                         (1024, 1, 4, 8, 3, 1, 0, 0, 2), (2048, 1, 2, 4, 3, 1, 0, 0, 1),
-                         (None, 1, 2, 4, 0, 1, 0, 0, 1))},
-}
-
-# Other GPUs' own rows, by a substring of the GPU name (as torch reports it), same formats:
-# "inplace" and "dest" at T=1, "tokens" like MULTI_TOKEN_TABLE; a GPU without an entry takes the
-# H100 tables above.  H200 (also matches GH200): on an NVIDIA H200 (2026-11-22, `gpu_tune
-# --backends cuda-v4 --v4-hints 0,3 [--mode dest] [--tokens 2|4|8]`, bench/results/h200/
-# gpu_tune_cuda_v4_*) the H100 rows read 1.25-1.29x the floor at the largest batches (T=1 fp32
-# B=512 160.0 vs 127.2 us, bf16 80.7 vs 64.9; T=2 fp32 158.4 vs 134.1; T=4 bf16 127.2 vs
-# 117.8); a row changed where the tune's winner read >= 1% faster than the H100 row in its
-# confirm sessions.  bf16 T >= 8: tuned at T=8 against the T=4 rows (B=32 16.70 vs 17.41 us,
-# B=512 210.2 vs 216.2; the staged candidate's row runs in registers at T > 1, so SMEM is 0).
-GPU_TABLES = {
-    "H200": {
-        "inplace": {
-            torch.float32: ((8, 8, 1, 16, 3, 1), (32, 4, 1, 16, 0, 1), (64, 4, 1, 16, 0, 1, 0, 0, 1),
-                            (128, 2, 2, 16, 2, 1, 0, 0, 1), (256, 1, 8, 16, 2, 1),
-                            (384, 4, 1, 16, 0, 1, 0, 0, 1), (1024, 4, 1, 16, 2, 1, 0, 0, 1),
-                            (2048, 2, 1, 16, 3, 0, 0, 0, 1), (None, 4, 1, 16, 3, 1, 0, 0, 1)),
-            torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 4, 2, 4, 0, 1, 0, 0, 1),
-                             (128, 8, 4, 16, 0, 1), (256, 1, 4, 8, 3, 1), (384, 4, 4, 8, 2, 1, 0, 1, 2),
-                             (2048, 2, 2, 8, 2, 1), (None, 1, 4, 16, 3, 1, 0, 0, 2)),
-        },
-        "dest": {
-            torch.float32: ((8, 8, 1, 16, 0, 1), (32, 2, 2, 16, 3, 1), (64, 4, 1, 16, 0, 1, 0, 0, 1),
-                            (128, 4, 2, 32, 3, 1, 0, 0, 1), (256, 2, 8, 16, 3, 1),
-                            (384, 2, 8, 8, 2, 0, 0, 1), (512, 1, 4, 16, 3, 1, 4),
-                            (1024, 4, 1, 16, 3, 1, 0, 0, 1), (2048, 4, 1, 16, 3, 1),
-                            (None, 1, 2, 16, 0, 0, 0, 0, 1)),
-            torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1), (64, 4, 1, 8, 3, 1),
-                             (128, 8, 2, 16, 2, 0), (256, 1, 4, 8, 3, 1), (384, 2, 2, 8, 0, 1),
-                             (512, 2, 2, 8, 2, 0), (1024, 4, 4, 16, 3, 1, 0, 0, 2),
-                             (2048, 2, 4, 16, 3, 1, 0, 0, 2), (None, 2, 4, 16, 3, 0, 0, 0, 2)),
-        },
-        "tokens": {
-            2: {torch.float32: ((8, 4, 2, 16, 2, 1, 0, 0, 2), (32, 2, 2, 16, 0, 1, 0, 0, 2),
-                                (64, 4, 2, 8, 3, 1, 0, 0, 2), (128, 4, 2, 16, 2, 0, 0, 0, 2),
-                                (256, 1, 4, 8, 3, 0, 0, 0, 2), (384, 2, 4, 16, 3, 0, 0, 0, 2),
-                                (512, 1, 4, 8, 3, 1, 0, 0, 2), (1024, 1, 4, 16, 3, 0, 0, 0, 2),
-                                (2048, 1, 4, 16, 3, 1, 0, 0, 2), (None, 1, 4, 16, 3, 0, 0, 0, 2)),
-                torch.bfloat16: ((8, 4, 2, 16, 0, 1, 32), (32, 8, 2, 16, 0, 1),
-                                 (64, 4, 2, 4, 0, 1, 0, 0, 1), (128, 4, 2, 8, 0, 1),
-                                 (384, 2, 2, 8, 2, 1, 0, 0, 2), (1024, 1, 2, 8, 2, 0),
-                                 (None, 1, 4, 8, 3, 0, 0, 0, 1))},
-            3: {torch.float32: ((8, 4, 1, 16, 3, 1), (32, 4, 1, 4, 0, 1), (64, 4, 2, 8, 3, 1, 0, 0, 2),
-                                (128, 2, 2, 8, 2, 1, 0, 0, 1), (256, 1, 4, 8, 3, 1, 0, 0, 2),
-                                (384, 1, 2, 8, 2, 1, 0, 0, 2), (2048, 1, 4, 8, 3, 1, 0, 0, 2),
-                                (None, 1, 4, 8, 3, 0, 0, 0, 2)),
-                torch.bfloat16: ((8, 4, 1, 8, 3, 1), (64, 8, 1, 8, 3, 1), (128, 4, 4, 8, 0, 1, 0, 0, 2),
-                                 (256, 4, 2, 8, 2, 1), (512, 2, 4, 8, 3, 1, 0, 0, 2),
-                                 (2048, 1, 4, 8, 3, 1, 0, 0, 2), (None, 2, 4, 8, 3, 1, 0, 0, 2))},
-            8: {torch.float32: None,
-                torch.bfloat16: ((8, 4, 1, 8, 3, 1), (64, 8, 1, 8, 3, 1), (128, 4, 4, 8, 0, 1, 0, 0, 2),
-                                 (256, 2, 8, 8, 2, 1), (512, 2, 4, 8, 3, 1, 0, 0, 2),
-                                 (2048, 1, 4, 8, 3, 1, 0, 0, 2), (None, 1, 2, 4, 0, 1, 0, 0, 1))},
-        },
-    },
-}
+# The launch fields (a row of backends/tables/<gpu>.yaml names them; an explicit ``config=`` gives
+# them in this order, trailing ones defaulted).  A row group is 32/LPR rows (one 16-byte load per
+# lane per LPR*16 bytes of row); rows per block = W*RW*32/LPR; blocks per head = ceil(V / rows
+# per block).
+#   warps (W)          warps per block
+#   row_groups (RW)    row groups per warp
+#   lanes_per_row (LPR)
+#   hint               bit 0: state loads ld.global.nc.L1::no_allocate (safe in place too: each
+#                      state element is read once, by the thread that later writes it); bit 1:
+#                      state stores st.global.cs
+#   fast_gates         1: gates with fast intrinsics (relative error of g ~1e-5,
+#                      lab/gate_accuracy.py measures it), 0: precise
+#   chain              c > 0: dot-product slices as chains of c fused multiply-adds; 0: balanced trees
+#   smem               1: the state staged through shared memory (cp.async) and updated one row
+#                      group at a time (T = 1 only)
+#   qk_mode            1: q and k read once per block into shared memory (one 16-byte load per
+#                      thread instead of K/(LPR*VEC) small loads per lane: what makes 4 lanes per
+#                      row pay); 2: the two rows of a lane pair split the q and k loads (one reads
+#                      q, the other k) and swap them with shuffles (LPR <= 16)
+CONFIG = tables.ConfigFields(warps=tables.REQUIRED, row_groups=tables.REQUIRED,
+                             lanes_per_row=tables.REQUIRED, hint=tables.REQUIRED,
+                             fast_gates=FASTGATE, chain=0, smem=0, qk_mode=0)
 
 _binds: dict = {}                # signature -> Bound
 
@@ -199,12 +77,9 @@ def valid_config(K, V, state_dtype, w, rw, lpr, vec16=True):
 
 
 def full_config(cfg):
-    """(W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS) from a table row or an explicit config of 4
-    to 8 fields (FAST defaults to FASTGATE, CHAIN to 0: tree sums, SMEM to 0: registers only,
-    QKS to 0: q and k read by every lane)."""
-    cfg = tuple(cfg)
-    fast = cfg[4] if len(cfg) > 4 else FASTGATE
-    return (*cfg[:4], fast, *(cfg[i] if len(cfg) > i else 0 for i in (5, 6, 7)))
+    """(W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS) from a table row or an explicit config (a
+    :data:`CONFIG` dict, or a tuple of its first 4 to 8 fields, the others defaulted)."""
+    return CONFIG.normalize(cfg)
 
 
 SMEM_STATIC_MAX = 48 * 1024      # bytes of static shared memory a kernel may declare
@@ -229,38 +104,58 @@ def qks_bytes(K, io_dtype, T):
     return (2 if T > 1 else 1) * 2 * K * cuda_build.ELEM_SIZE[io_dtype]
 
 
-def table_rows(state_dtype, dest=False, T=1, gpu=""):
-    """The launch-table rows of this state dtype, mode, token count and GPU name (the GPU's own
-    tables in :data:`GPU_TABLES` where it has them): for T >= 2 those of the largest least-T key
-    <= T that has rows for the dtype, else the T=1 table of the mode."""
-    own = for_gpu(GPU_TABLES, gpu, {})
-    if T > 1:
-        multi = own.get("tokens") or MULTI_TOKEN_TABLE
-        for least in sorted((t for t in multi if t <= T), reverse=True):
-            if multi[least][state_dtype] is not None:
-                return multi[least][state_dtype]
-    return (own.get("dest" if dest else "inplace") or {}).get(state_dtype) \
-        or (DEST_TABLE if dest else CONFIG_TABLE)[state_dtype]
-
-
-def pick_config(BHV, state_dtype, dest=False, T=1, gpu=""):
-    """The table's (W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS) for B*HV heads of this state
-    dtype, in place or (``dest``) destination passing, T tokens per call, on this GPU."""
-    for hi, *cfg in table_rows(state_dtype, dest, T, gpu):
-        if hi is None or BHV <= hi:
-            return full_config(cfg)
-    raise AssertionError("CONFIG_TABLE needs a last row with no upper bound")
-
-
-def table_config(BHV, state_dtype, K, dest=False, T=1, gpu=""):
-    """The table's config fitted to K: the table is measured at K=128, and narrower rows take
-    fewer lanes per row."""
-    w, rw, lpr, *rest = pick_config(BHV, state_dtype, dest, T, gpu)
+def table_config(gpu, state_dtype, B, H, HV, K, V, inplace=True, T=1):
+    """The launch row of this GPU for the call (backends/tables/), fitted to K: the rows are
+    measured at K=128, and narrower rows take fewer lanes per row."""
+    w, rw, lpr, *rest = tables.launch_config(NAME, CONFIG, gpu, STATE_NAMES[state_dtype], inplace,
+                                             T, B, H, HV, K, V)
     while lpr > 1 and K % (lpr * vec_elems(state_dtype)):
         lpr //= 2
     while rw > 1 and rw * (32 // lpr) > 32:       # a warp owns at most 32 rows
         rw //= 2
     return (w, rw, lpr, *rest)
+
+
+def launch_config(problem, gpu):
+    """The tunable protocol's table lookup: :func:`table_config` for a Problem."""
+    p = problem
+    return table_config(gpu, p.state_dtype, p.B, p.H, p.HV, p.K, p.V, p.inplace, p.T)
+
+
+def candidates(problem):
+    """The shape search's first stage (tunable protocol): every register shape (W, RW, LPR) with
+    at most 64 state elements a lane, with each cache hint 0, 2, 3 and each distinct q/k mode,
+    and every shape staged through shared memory (hints 0, 2: .nc loads are unused when
+    staging); fast gates, tree sums."""
+    K, V, sd = problem.K, problem.V, problem.state_dtype
+    vec = vec_elems(sd)
+    out = []
+    for lpr in (4, 8, 16, 32):
+        for w in (1, 2, 4, 8):
+            for rw in (1, 2, 4, 8):
+                rows = rw * (32 // lpr)
+                if K % (lpr * vec) == 0 and rows <= 32 and w * rows <= V and rw * K // lpr <= 64:
+                    out += [(w, rw, lpr, h, 1, 0, 0, q) for h in (0, 2, 3) for q in _qk_modes(lpr)]
+    for lpr in (8, 16, 32):
+        for w in (2, 4, 8):
+            for rw in (2, 4, 8, 16):
+                if K % (lpr * vec) == 0 and rw * (32 // lpr) <= 32 and w * rw * (32 // lpr) <= V \
+                        and smem_bytes(K, sd, w, rw, lpr) <= SMEM_STATIC_MAX:
+                    out += [(w, rw, lpr, h, 1, 0, 1, q) for h in (0, 2) for q in _qk_modes(lpr)]
+    return out
+
+
+def _qk_modes(lpr):
+    """The distinct q/k modes of a shape with 16-byte vectors (the launcher's own rule)."""
+    return tuple(sorted({effective_qks(q, True, lpr) for q in (0, 1, 2)}))
+
+
+def refine(ranked):
+    """The shape search's second stage (tunable protocol): the four best shapes (W, RW, LPR,
+    SMEM, QKS) of the first, each with every cache hint and both gate precisions."""
+    shapes = list(dict.fromkeys(c[:3] + c[6:] for c in map(full_config, ranked)))[:4]
+    return [(w, rw, lpr, h, f, 0, smem, qks) for w, rw, lpr, smem, qks in shapes
+            for h in ((0, 2) if smem else (0, 2, 3)) for f in (0, 1)]
 
 
 def blocks_per_head(V, w, rw, lpr):
@@ -276,9 +171,8 @@ def supports(problem):
         return False, (f"K in {HEAD_DIMS} (each row is split into 16-byte vectors over a "
                        f"power-of-two lane group), got K={problem.K}")
     grid = max(problem.B * problem.HV * blocks_per_head(problem.V, w, rw, 32)  # the largest grid
-               for w, rw, *_ in (pick_config(problem.B * problem.HV, problem.state_dtype, dest,
-                                             problem.T, gpu)
-                                 for dest in (False, True) for gpu in ("", *GPU_TABLES)))
+               for gpu in tables.launch_tables().every_gpu() for inplace in (True, False)
+               for w, rw, *_ in [launch_config(dataclasses.replace(problem, inplace=inplace), gpu)])
     if grid > MAX_GRID_X:
         return False, f"grid of {grid} blocks exceeds {MAX_GRID_X} (B*HV={problem.B * problem.HV})"
     return True, ""
@@ -312,7 +206,7 @@ class Bound:
         config = self.config
         if config is None:
             w, rw, lpr, hint, fast, chain, smem, qks = table_config(
-                B * HV, sd, K, self.dest, T, torch.cuda.get_device_name(self.dev))
+                torch.cuda.get_device_name(self.dev), sd, B, H, HV, K, V, not self.dest, T)
         else:
             w, rw, lpr, hint, fast, chain, smem, qks = full_config(config)
         if not vec16:

@@ -30,22 +30,20 @@ buffer and copied back.  Contiguous tensors, the normal case, cost nothing extra
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 
 import torch
+
+from gdnzoo.backends import _peer
 
 PATH_ENV = "GDNZOO_FLA_PATH"
 
 
 def available():
-    missing = [m for m in ("fla", "triton") if importlib.util.find_spec(m) is None]
-    if missing:
-        return False, (f"needs flash-linear-attention (fla-core 0.6.0) and triton; not installed: "
-                       f"{', '.join(missing)}")
-    if not torch.cuda.is_available():
-        return False, "no CUDA device on this machine (fla-upstream is launched on CUDA only)"
-    return True, "flash-linear-attention fused_recurrent_gated_delta_rule, state_v_first=True"
+    return _peer.available(("fla", "triton"), "flash-linear-attention (fla-core 0.6.0) and triton",
+                           "fla-upstream is launched on CUDA only",
+                           "flash-linear-attention fused_recurrent_gated_delta_rule, "
+                           "state_v_first=True")
 
 
 def supports(problem):

@@ -15,6 +15,7 @@ Every clock takes ``launch(i)``: issue call number ``i`` (the caller rotates sta
 """
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
@@ -45,6 +46,35 @@ def rotation_count(set_bytes: int, l2: int, factor: int = L2_FACTOR, min_sets: i
         raise ValueError(f"set_bytes: expected > 0, got {set_bytes}")
     need = math.ceil(factor * max(l2, 0) / set_bytes)
     return int(min(max(need, min_sets), max_sets))
+
+
+class Rotation:
+    """The cold-L2 rotation of every timed call: ``count`` distinct copies of ``state`` (and, for
+    destination passing, as many distinct ``new_state`` buffers), visited round robin by one
+    counter that every session of a cell shares, so that no session starts on sets the previous
+    one just wrote (they would still be in L2).  ``count`` defaults to :func:`rotation_count`
+    of the set size and this device's L2."""
+
+    def __init__(self, state, dest: bool = False, count: int | None = None, l2: int | None = None):
+        self.set_bytes = state.numel() * state.element_size()
+        l2 = l2_bytes() if l2 is None else l2
+        self.n = count or rotation_count(self.set_bytes, l2)
+        self.states = [state.clone() for _ in range(self.n)]
+        self.dests = [torch.empty_like(state) for _ in range(self.n)] if dest else None
+        self._turn = itertools.count()
+
+    def next_index(self) -> int:
+        return next(self._turn) % self.n
+
+    def next(self):
+        """(state, new_state) of the next call; new_state is state itself in place."""
+        j = next(self._turn) % self.n
+        s = self.states[j]
+        return s, (s if self.dests is None else self.dests[j])
+
+    @property
+    def working_set_bytes(self) -> int:
+        return self.n * self.set_bytes * (1 if self.dests is None else 2)
 
 
 def summarize(xs) -> dict:

@@ -10,7 +10,6 @@ empty-kernel time, measured in the same run.  Without CuPy, a torch ``mul_`` sta
 from __future__ import annotations
 
 import functools
-import itertools
 
 import torch
 
@@ -105,30 +104,29 @@ def configs(n4: int, sms: int, ok=None):
     return out
 
 
-def _launcher(bufs, cfgs, alpha=1.0, beta=0.0, turn=None):
-    """launch(i): config i % len(cfgs) on the next buffer of ``turn`` (an itertools.count shared
-    by every session over ``bufs``, so a new session never restarts on buffers just written;
-    default: buffer i % len(bufs))."""
+def _launcher(rot, cfg, alpha=1.0, beta=0.0):
+    """launch(i): launch shape ``cfg`` on the next buffer of ``rot`` (a clocks.Rotation of
+    float buffers, shared by every session over them; the session's index ``i`` is unused)."""
     import numpy as np
     _, kern = _module()
     import cupy
-    arrs = [cupy.asarray(b) for b in bufs]
-    n4 = np.int64(bufs[0].numel() * bufs[0].element_size() // 16)
+    arrs = [cupy.asarray(b) for b in rot.states]
+    n4 = np.int64(rot.set_bytes // 16)
     one, zero = np.float32(alpha), np.float32(beta)
+    vpt, blk, grid = cfg
 
     def launch(i):
-        vpt, blk, grid = cfgs[i % len(cfgs)]
         with _stream():
-            j = i if turn is None else next(turn)
-            kern[(vpt, blk)]((grid,), (blk,), (arrs[j % len(arrs)], n4, one, zero))
+            kern[(vpt, blk)]((grid,), (blk,), (arrs[rot.next_index()], n4, one, zero))
     return launch
 
 
 def search_configs(n4: int, sms: int, probe=None):
     """Launch shapes the compiled kernel really launches, and a note per shape dropped.
 
-    A shape must pass the kernel's attributes and one probe launch on ``probe`` (a buffer of n4
-    float4s; alpha=1, beta=0 leaves it unchanged), so a resource error never reaches a timed run.
+    A shape must pass the kernel's attributes and one probe launch on ``probe`` (a rotation of
+    buffers of n4 float4s; alpha=1, beta=0 leaves them unchanged), so a resource error never
+    reaches a timed run.
     """
     notes = []
 
@@ -143,7 +141,7 @@ def search_configs(n4: int, sms: int, probe=None):
     kept = []
     for cfg in cfgs:
         try:
-            _launcher([probe], [cfg])(0)
+            _launcher(probe, cfg)(0)
             torch.cuda.synchronize()
             kept.append(cfg)
         except Exception as e:           # launch errors are not sticky: the context stays usable
@@ -151,37 +149,29 @@ def search_configs(n4: int, sms: int, probe=None):
     return kept, notes
 
 
-def _buffers(set_bytes: int, n_sets: int):
-    if set_bytes % 16:
-        raise ValueError(f"floor: set_bytes must be a multiple of 16, got {set_bytes}")
-    return [torch.randn(set_bytes // 4, device="cuda") for _ in range(n_sets)]
-
-
 def best_launcher(set_bytes: int, search_reps: int = 8, l2: int | None = None) -> dict:
     """The floor's launch shape for ``set_bytes``, searched on the kernel clock, and a cold
-    rotating launcher of it: ``dict(launch, config, n_sets, dropped, searched, bufs)``, with
+    rotating launcher of it: ``dict(launch, config, n_sets, dropped, searched, rot)``, with
     ``launch`` None (and ``config`` saying why) when CuPy is missing (no search possible)."""
-    l2 = clocks.l2_bytes() if l2 is None else l2
-    n_sets = clocks.rotation_count(set_bytes, l2)
-    bufs = _buffers(set_bytes, n_sets)
+    if set_bytes % 16:
+        raise ValueError(f"floor: set_bytes must be a multiple of 16, got {set_bytes}")
+    rot = clocks.Rotation(torch.randn(set_bytes // 4, device="cuda"), l2=l2)
     ok, why = cupy_available()
     if not ok:
-        return dict(launch=None, config=why, n_sets=n_sets, dropped=[], searched=0, bufs=bufs)
+        return dict(launch=None, config=why, n_sets=rot.n, dropped=[], searched=0, rot=rot)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cfgs, dropped = search_configs(set_bytes // 16, sms, probe=bufs[0])
+    cfgs, dropped = search_configs(set_bytes // 16, sms, probe=rot)
     if not cfgs:
         raise RuntimeError("floor: no launch shape could be launched: " + "; ".join(dropped[:4]))
-    turn = itertools.count()
-    per, _ = clocks.interleaved_kernel_times(
-        [_launcher(bufs, [c], turn=turn) for c in cfgs], search_reps)
+    per, _ = clocks.interleaved_kernel_times([_launcher(rot, c) for c in cfgs], search_reps)
     med = [clocks.summarize(s)["median"] for s in per]
     best = cfgs[min(range(len(cfgs)), key=med.__getitem__)]
     vpt, blk, grid = best
     config = f"float4 x{vpt}/thread, {blk} threads, grid {grid}"
     if dropped:
         config += f" ({len(dropped)} shapes not launchable, skipped)"
-    return dict(launch=_launcher(bufs, [best], turn=turn), config=config, n_sets=n_sets,
-                dropped=dropped, searched=len(cfgs), bufs=bufs)
+    return dict(launch=_launcher(rot, best), config=config, n_sets=rot.n, dropped=dropped,
+                searched=len(cfgs), rot=rot)
 
 
 def floor_times(set_bytes: int, iters: int = 100, search_reps: int = 8, l2: int | None = None) -> dict:
@@ -191,13 +181,13 @@ def floor_times(set_bytes: int, iters: int = 100, search_reps: int = 8, l2: int 
     f = best_launcher(set_bytes, search_reps, l2)
     if f["launch"] is None:
         alpha = torch.ones((), device="cuda")
-        bufs, n_sets = f["bufs"], f["n_sets"]
+        rot = f["rot"]
 
         def launch(i):
-            bufs[i % n_sets].mul_(alpha)
+            rot.next()[0].mul_(alpha)
         samples, method = clocks.kernel_times(launch, iters)
         return dict(samples=samples, config=f"torch mul_ (no shape search: {f['config']})",
-                    n_sets=n_sets, method=method)
+                    n_sets=f["n_sets"], method=method)
     samples, method = clocks.kernel_times(f["launch"], iters)
     return dict(samples=samples, config=f["config"], n_sets=f["n_sets"], method=method,
                 searched=f["searched"], dropped=f["dropped"])

@@ -93,7 +93,7 @@ def _bench(c, seed):
     import torch
     from gdnzoo import registry
     from gdnzoo.bench import clocks
-    from gdnzoo.bench.sweep import Cell, bytes_moved, state_set_bytes
+    from gdnzoo.bench.sweep import Cell, bytes_moved
     from gdnzoo.contract import validate
     from gdnzoo.inputs import make_inputs
     cell = Cell(**c)
@@ -103,23 +103,19 @@ def _bench(c, seed):
                           state_dtype=cell.state_dtype, device="cuda", seed=seed)
         out = torch.empty(cell.B, cell.T, cell.HV, cell.V, dtype=inp.v.dtype, device="cuda")
         _, scale = validate(*inp.args(), out=out, use_qk_l2norm=cell.l2norm)
-        n = clocks.rotation_count(state_set_bytes(cell), clocks.l2_bytes())
-        S = [inp.state.clone() for _ in range(n)]
-        NS = None if cell.mode == "inplace" else [torch.empty_like(inp.state) for _ in range(n)]
+        rot = clocks.Rotation(inp.state, dest=cell.mode != "inplace")
         raw = registry.runner(cell.backend)
         torch.cuda.synchronize()
         total = bytes_moved(cell)
         state.add_global_memory_reads(total // 2)
         state.add_global_memory_writes(total - total // 2)
-        i = [0]
 
         def launch(lc):
             stream = torch.cuda.ExternalStream(lc.get_stream().addressof())
-            j = i[0] % n
-            i[0] += 1
+            st, ns = rot.next()
             with torch.cuda.stream(stream):
-                raw(inp.q, inp.k, inp.v, S[j], inp.A_log, inp.a, inp.dt_bias, inp.b, scale, out,
-                    S[j] if NS is None else NS[j], cell.l2norm)
+                raw(inp.q, inp.k, inp.v, st, inp.A_log, inp.a, inp.dt_bias, inp.b, scale, out,
+                    ns, cell.l2norm)
         state.exec(launch)
     return fn
 

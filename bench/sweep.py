@@ -9,7 +9,6 @@ destination passing, new-state sets) that reads and writes miss L2.
 """
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import sys
@@ -113,9 +112,9 @@ def plan(args, names, device):
 
 
 def resolve_names(algo):
-    from gdnzoo.registry import load_registry
+    from gdnzoo.registry import env_algo, load_registry
     all_names = load_registry().names
-    algo = algo or os.environ.get("ALGO") or "all"
+    algo = algo or env_algo() or "all"
     if algo == "all":
         return all_names
     names = _words(algo)
@@ -148,37 +147,16 @@ def _problem(c, inp, device):
     return p, s
 
 
-def _check(c, name, inp, scale):
-    """Run once through the public API on fresh buffers; compare with the float64 reference."""
+def _check(c, name, inp):
+    """One call through the public API on fresh buffers, judged by the gate (both rules,
+    NaN-prefilled outputs, state untouched in destination passing)."""
     import gdnzoo
-    from gdnzoo.compare import compare, relative_error, strict_tol
-    from gdnzoo.reference import reference_decode
-    dev = inp.q.device
-    out = torch.full((c.B, c.T, c.HV, c.V), float("nan"), dtype=inp.v.dtype, device=dev)
-    st = inp.state.clone()
-    ns = None if c.mode == "inplace" else torch.full_like(inp.state, float("nan"))
-    gdnzoo.get(name)(inp.q, inp.k, inp.v, st, inp.A_log, inp.a, inp.dt_bias, inp.b, scale,
-                     out=out, new_state=ns, use_qk_l2norm=c.l2norm)
-    ref_o = torch.empty(out.shape, dtype=torch.float64, device=dev)
-    ref_s = torch.empty(inp.state.shape, dtype=torch.float64, device=dev)
-    reference_decode(inp.q, inp.k, inp.v, inp.state, inp.A_log, inp.a, inp.dt_bias, inp.b, scale,
-                     ref_o, ref_s, c.l2norm, compute_dtype=torch.float64)
-    got_s = st if ns is None else ns
-    vo = compare(out, ref_o, dtype=inp.v.dtype)
-    vs = compare(got_s, ref_s, dtype=inp.state.dtype)
-    reasons = [f"out: {vo.reason}"] * (not vo.ok) + [f"new_state: {vs.reason}"] * (not vs.ok)
-    # Both rules: the SPEC rule alone passes zeros for small outputs and a state never updated.
-    eo, es = relative_error(out, ref_o), relative_error(got_s, ref_s)
-    to, ts = strict_tol("out"), strict_tol("state", inp.state.dtype)
-    if vo.ok and not eo < to:
-        reasons.append(f"out: relative error {eo:.3g} >= {to:g}")
-    if vs.ok and not es < ts:
-        reasons.append(f"new_state: relative error {es:.3g} >= {ts:g}")
-    if ns is not None and not torch.equal(st, inp.state):
-        reasons.append("state: modified by a destination-passing call")
-    return dict(ok=not reasons, reason="; ".join(reasons), max_abs_err_out=vo.max_abs,
-                max_abs_err_state=vs.max_abs, rel_err_out=eo, rel_err_state=es,
-                n_bad=max(vo.n_bad, 0) + max(vs.n_bad, 0))
+    from gdnzoo import gate
+    j, _, _ = gate.gated_call(gate.via_public(gdnzoo.get(name)), inp, dest=c.mode == "dest",
+                              use_qk_l2norm=c.l2norm)
+    return dict(ok=j.ok, reason=j.reason, max_abs_err_out=j.out.max_abs,
+                max_abs_err_state=j.state.max_abs, rel_err_out=j.rel_err_out,
+                rel_err_state=j.rel_err_state, n_bad=j.n_bad)
 
 
 def _flags(mod):
@@ -206,7 +184,7 @@ def measure_cell(c: Cell, timing, iters, device, seed=0):
             ok, why = False, "Triton interpreter on CPU: only B <= 4 (too slow beyond)"
     if not ok:
         return [dict(base, clock=k, status="SKIP", note=why) for k in timing]
-    chk = _check(c, c.backend, inp, scale)
+    chk = _check(c, c.backend, inp)
     base.update({k: chk[k] for k in ("max_abs_err_out", "max_abs_err_state", "rel_err_out",
                                       "rel_err_state", "n_bad")})
     if not chk["ok"]:
@@ -215,27 +193,20 @@ def measure_cell(c: Cell, timing, iters, device, seed=0):
     raw = registry.runner(c.backend)
     public = gdnzoo.get(c.backend)
     base["flags"] = _flags(registry.backend_module(c.backend))
-    sb = state_set_bytes(c)
-    n = clocks.rotation_count(sb, clocks.l2_bytes() if device == "cuda" else 0)
-    S = [inp.state.clone() for _ in range(n)]
-    NS = None if c.mode == "inplace" else [torch.empty_like(inp.state) for _ in range(n)]
-    base.update(n_sets=n, working_set_mib=n * sb * (1 if NS is None else 2) / 2**20)
+    rot = clocks.Rotation(inp.state, dest=c.mode == "dest", l2=clocks.l2_bytes() if device == "cuda" else 0)
+    base.update(n_sets=rot.n, working_set_mib=rot.working_set_bytes / 2**20)
     out = torch.empty(c.B, c.T, c.HV, c.V, dtype=inp.v.dtype, device=device)
     q, k, v, A_log, a, dt_bias, b = inp.q, inp.k, inp.v, inp.A_log, inp.a, inp.dt_bias, inp.b
 
-    # One rotation for every clock and warm-up of the cell (the clocks' own indices restart at
-    # 0 each session, so indexing sets by them would re-touch sets just written, still in L2).
-    turn = itertools.count()
-
+    # One rotation for every clock and warm-up of the cell (see clocks.Rotation).
     def launch(i):
-        j = next(turn) % n
-        st = S[j]
-        raw(q, k, v, st, A_log, a, dt_bias, b, scale, out, st if NS is None else NS[j], c.l2norm)
+        st, ns = rot.next()
+        raw(q, k, v, st, A_log, a, dt_bias, b, scale, out, ns, c.l2norm)
 
     def call(i):
-        j = next(turn) % n
-        public(q, k, v, S[j], A_log, a, dt_bias, b, scale, out=out,
-               new_state=None if NS is None else NS[j], use_qk_l2norm=c.l2norm)
+        st, ns = rot.next()
+        public(q, k, v, st, A_log, a, dt_bias, b, scale, out=out,
+               new_state=None if ns is st else ns, use_qk_l2norm=c.l2norm)
 
     for i in range(WARMUP_CALLS):      # compile-on-first-shape backends settle over a few calls
         call(i)
@@ -260,7 +231,7 @@ def measure_cell(c: Cell, timing, iters, device, seed=0):
                 it = int(min(iters, max(10, CELL_SECONDS * 1e6 / (est + 40))))
                 row["samples"], row["method"] = clocks.kernel_times(launch, it)
             elif clock == "graph":
-                calls = n * max(1, math.ceil(20 / n))
+                calls = rot.n * max(1, math.ceil(20 / rot.n))
                 reps = int(min(max(CELL_SECONDS * 1e6 / (calls * max(est, 1.0)), 3), 20))
                 row["samples"] = clocks.graph_times(launch, calls, reps)
                 row["method"] = f"CUDA graph of {calls} calls, {reps} replays"

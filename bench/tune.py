@@ -1,10 +1,13 @@
-"""``gdnzoo tune``: measure, pick the fastest correct backend per batch size, write this GPU's row.
+"""``gdnzoo tune``: the tuner.  It writes both per-GPU tables.
 
-The row goes into ``registry.yaml``'s ``defaults:`` list (format in that file).  Only the lines of
-this GPU's entry change: every other line, comment included, is kept as it is.  With ``--from``
-the row is built from the results.json files of earlier ``gdnzoo bench`` runs (one per state
-dtype is fine): nothing is measured and no GPU is needed; provenance names those files and the
-date, versions and commit each run recorded.
+* ``gdnzoo tune [--from RESULTS.json,...] [--write]``: this GPU's row of the default table (which
+  backend serves each batch size), from a bench it runs or from the results.json files of
+  earlier ``gdnzoo bench`` runs (no GPU needed).  The row goes into ``registry.yaml``'s
+  ``defaults:`` list; only the lines of this GPU's entry change, every other line, comment
+  included, is kept.  Provenance names the files and the date, versions and commit each run
+  recorded.
+* ``gdnzoo tune --shapes [--write]``: the launch rows of the tunable backends on this GPU
+  (:mod:`gdnzoo.bench.shapes`), into ``backends/tables/<gpu>.yaml``.
 """
 from __future__ import annotations
 
@@ -16,19 +19,25 @@ from pathlib import Path
 
 import yaml
 
-from gdnzoo.bench import sweep
-from gdnzoo.registry import TABLE_KEYS
+from gdnzoo.bench import shapes, sweep
+from gdnzoo.tables import TABLE_KEYS
 
 EXCLUDE_FLAGS = ("warm write target",)     # flattered measurements never win a table slot
 
 
 def add_tune_args(p):
-    p.add_argument("--out", default=None, help="results directory (default bench/results/<gpu>/tune)")
-    p.add_argument("--write-registry", action="store_true",
-                   help="replace this GPU's row in registry.yaml (else print the YAML)")
+    p.add_argument("--shapes", action="store_true",
+                   help="the launch-shape search of the tunable backends (backends/tables/<gpu>.yaml) "
+                        "instead of the default-table row")
+    p.add_argument("--out", default=None, help="results directory (default bench/results/<gpu>/tune, "
+                                                "with --shapes .../shapes)")
+    p.add_argument("--write", "--write-registry", dest="write", action="store_true",
+                   help="write the result (this GPU's row of registry.yaml; with --shapes its "
+                        "launch rows) instead of printing it")
     p.add_argument("--registry", default=None, help="registry.yaml to update (default: the loaded one)")
     p.add_argument("--batch", type=sweep._ints, default=list(sweep.DEFAULT_BATCHES))
-    p.add_argument("--algo", default=None, help="comma list of candidate backends (default all)")
+    p.add_argument("--algo", default=None, help="comma list of candidate backends (default all; "
+                                                "with --shapes every tunable one)")
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--time-budget", type=float, default=None)
     p.add_argument("--quiet", action="store_true")
@@ -39,6 +48,7 @@ def add_tune_args(p):
                    help="build the row from existing `gdnzoo bench` results.json file(s) instead "
                         "of measuring (repeat or comma-separate to merge runs, e.g. one per "
                         "state dtype); no GPU needed")
+    shapes.add_shapes_args(p)
     return p
 
 
@@ -222,19 +232,21 @@ def write_registry(path, row):
 
 def _emit(args, row, gpu):
     from gdnzoo.registry import load_registry, registry_path
-    if args.write_registry:
+    if args.write:
         path = args.registry or str(registry_path())
         write_registry(path, row)
         load_registry.cache_clear()
         print(f"\nwrote the {gpu} row of {path}")
     else:
-        print("\n# this GPU's row for registry.yaml `defaults:` (use --write-registry to write it)")
+        print("\n# this GPU's row for registry.yaml `defaults:` (use --write to write it)")
         print(render_row(row), end="")
     return 0
 
 
 def cmd_tune(args) -> int:
     from gdnzoo.bench import report
+    if args.shapes:
+        return shapes.cmd_shapes(args)
     from gdnzoo.registry import registry_path
     if getattr(args, "from_files", None):
         base = Path(args.registry or registry_path()).resolve().parent

@@ -114,6 +114,25 @@ def _data_files(tree, base: Path):
     return out
 
 
+def _package_data(tree):
+    """{file: relative path under the vendor root} of the globs a module lists in a top-level
+    ``PACKAGE_DATA = (...)`` (paths relative to the gdnzoo package, whose first part may be a
+    subpackage mapped elsewhere, as ``backends/``)."""
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "PACKAGE_DATA"
+                                                for t in node.targets):
+            for pattern in ast.literal_eval(node.value):
+                head, _, rest = pattern.partition("/")
+                spec = importlib.util.find_spec(f"gdnzoo.{head}")
+                if spec is None or not spec.submodule_search_locations:
+                    raise PackError(f"PACKAGE_DATA {pattern!r}: gdnzoo.{head} is not a package")
+                base = Path(list(spec.submodule_search_locations)[0])
+                for f in sorted(base.glob(rest)):
+                    out[f.resolve()] = str(Path(head, f.relative_to(base)))
+    return out
+
+
 def vendor(modname: str) -> dict:
     """{relative path: text} of ``modname`` and its gdnzoo imports, under ``gdnzoo_vendored/``."""
     files, seen, todo = {}, set(), [modname]
@@ -135,6 +154,8 @@ def vendor(modname: str) -> dict:
         files[str(rel)] = _rewrite(src, m, imports)
         for f, name in _data_files(tree, path.parent).items():
             files[str(Path(VENDOR, *parts[:-1], name))] = f.read_text()
+        for f, rel in _package_data(tree).items():
+            files[str(Path(VENDOR, rel))] = f.read_text()
     pkgs = {Path(p).parent for p in files}
     for d in list(pkgs):
         while str(d) not in (".", ""):

@@ -28,7 +28,8 @@ def cmd_list(args) -> int:
     print(f"gdnzoo backends on this machine (device: {device})\n")
     print(_table(rows, ["name", "available", "language", "state", "min cc", "notes / reason"]))
     if device == "cuda":
-        gpu, cc = registry._cuda_info()
+        import torch
+        gpu, cc = registry.gpu_name(), torch.cuda.get_device_capability()
         row = registry.default_row(gpu)
         print(f"\nauto-selection on {gpu} (contest geometry; "
               f"{'table row ' + repr(row.gpu) if row else 'no default-table row: fallback order'}):")
@@ -53,9 +54,8 @@ def cmd_run(args) -> int:
     import torch
 
     import gdnzoo
-    from gdnzoo.compare import check_close
+    from gdnzoo import gate
     from gdnzoo.inputs import DTYPES, make_inputs
-    from gdnzoo.reference import reference_decode
     H, HV = args.heads
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
@@ -72,28 +72,22 @@ def cmd_run(args) -> int:
     print(f"inputs: B={args.batch} T={args.tokens} H={H} HV={HV} K=V={args.dim} "
           f"state={args.state_dtype} l2norm={args.l2norm} device={device} seed={args.seed} "
           f"mode={'dest-passing' if args.dest else 'in-place'}")
-    ref_out = torch.empty(args.batch, args.tokens, HV, args.dim, dtype=torch.float64, device=device)
-    ref_state = torch.empty(x.state.shape, dtype=torch.float64, device=device)
-    reference_decode(*x.args(), ref_out, ref_state, args.l2norm, compute_dtype=torch.float64)
+    call, first = gate.via_public(gdnzoo.get(sel.name)), []
 
-    state = x.state.clone()
-    out = torch.full(ref_out.shape, float("nan"), dtype=x.v.dtype, device=device)
-    new_state = torch.full_like(state, float("nan")) if args.dest else None
-    t0 = time.perf_counter()
-    out, new_state = gdnzoo.decode(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale,
-                                   out=out, new_state=new_state, use_qk_l2norm=args.l2norm,
-                                   algo=sel.name)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    first = time.perf_counter() - t0
-    ok_o, abs_o, rel_o, bad_o = check_close(out, ref_out)
-    ok_s, abs_s, rel_s, bad_s = check_close(new_state, ref_state)
-    if args.dest and not torch.equal(state, x.state):
-        print("FAIL: destination-passing call modified the input state")
-        ok_s = False
-    print("check vs float64 reference (SPEC rule: fail where abs>1e-2 and rel>1e-2):")
-    print(f"  output    max abs {abs_o:.3e}  max rel {rel_o:.3e}  bad {bad_o}  {'PASS' if ok_o else 'FAIL'}")
-    print(f"  new_state max abs {abs_s:.3e}  max rel {rel_s:.3e}  bad {bad_s}  {'PASS' if ok_s else 'FAIL'}")
+    def timed(*a):
+        t0 = time.perf_counter()
+        call(*a)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        first.append(time.perf_counter() - t0)
+    j, _, _ = gate.gated_call(timed, x, dest=args.dest, use_qk_l2norm=args.l2norm)
+    print("check vs the float64 reference (gdnzoo.gate: no element with abs>1e-2 and rel>1e-2, "
+          "and a relative error bound):")
+    for what, v, rel in (("output", j.out, j.rel_err_out), ("new_state", j.state, j.rel_err_state)):
+        print(f"  {what:<9} max abs {v.max_abs:.3e}  max rel {v.max_rel:.3e}  bad {v.n_bad}  "
+              f"relative error {rel:.3e}")
+    for r in j.reasons:
+        print(f"  FAIL {r}")
     # Timing: wall clock per call, synchronized, after the first (compiling) call.
     n = args.iters
     state2 = x.state.clone()
@@ -109,9 +103,9 @@ def cmd_run(args) -> int:
     if device == "cuda":
         torch.cuda.synchronize()
     per = (time.perf_counter() - t0) / n
-    print(f"time: first call {first * 1e3:.1f} ms (includes compile/JIT); then {per * 1e6:.1f} us "
+    print(f"time: first call {first[0] * 1e3:.1f} ms (includes compile/JIT); then {per * 1e6:.1f} us "
           f"per call (wall clock over {n} eager calls, state warm; `gdnzoo bench` for kernel time)")
-    ok = ok_o and ok_s
+    ok = j.ok
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

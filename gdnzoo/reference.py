@@ -56,15 +56,3 @@ def reference_outputs(x, use_qk_l2norm=False, compute_dtype=torch.float64):
     reference_decode(*x.args(), out, new_state, use_qk_l2norm, compute_dtype=compute_dtype)
     return out, new_state
 
-
-def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
-    """Backend entry point of ``pt-reference``."""
-    reference_decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)
-
-
-def available():
-    return True, "PyTorch eager; runs on CPU and GPU"
-
-
-def supports(problem):
-    return True, ""

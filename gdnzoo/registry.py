@@ -2,7 +2,8 @@
 selection precedence (``algo=`` > ``ALGO`` env > per-GPU default table > fallback order).
 
 Nothing here imports an optional package or touches the GPU at import time; backend modules
-are imported the first time someone asks whether they are available.
+are imported the first time someone asks whether they are available.  ``GDNZOO_REGISTRY``
+names another registry file (for backends that live outside this package).
 """
 from __future__ import annotations
 
@@ -15,18 +16,29 @@ from pathlib import Path
 
 import yaml
 
+from gdnzoo import tables
 from gdnzoo.contract import Problem
 
-_BACKEND_KEYS = {"name": str, "entry": str, "language": str, "requires": list, "devices": list,
-                 "min_cc": (str, type(None)), "state_dtypes": list, "max_T": (int, type(None)),
-                 "head_dims": (list, type(None)), "notes": str}
+REGISTRY_ENV = "GDNZOO_REGISTRY"
+# Fields of a backend entry: type, and the default of an optional field (REQ: required).
+REQ = object()
+_BACKEND_KEYS = {"name": (str, REQ), "entry": ((str, type(None)), None),
+                 "language": (str, REQ), "requires": (list, []), "devices": (list, REQ),
+                 "min_cc": ((str, type(None)), None), "state_dtypes": (list, REQ),
+                 "max_T": ((int, type(None)), None), "head_dims": ((list, type(None)), None),
+                 "notes": (str, REQ)}
 _LANGUAGES = {"python", "triton", "cuda", "cute-dsl"}
 _DEVICES = {"cpu", "cuda"}
-_STATE = {"fp32", "bf16"}
 
 
 class RegistryError(ValueError):
     """registry.yaml is malformed; the message names the entry and the field."""
+
+
+def default_entry(name: str) -> str:
+    """The entry point of an in-tree backend: its module is named after its public name
+    (``fla-recurrent`` -> ``gdnzoo.backends.fla_recurrent:run``)."""
+    return f"gdnzoo.backends.{name.replace('-', '_')}:run"
 
 
 @dataclass(frozen=True)
@@ -51,24 +63,10 @@ class BackendSpec:
         return self.entry.split(":")[1]
 
 
-# A GPU row's tables, by key in registry.yaml: measured in place at T=1, with destination
-# passing, with several tokens per call (the last two optional).
-TABLE_KEYS = ("table", "table_dest", "table_tokens")
-
-
-@dataclass(frozen=True)
-class DefaultRow:
-    gpu: str
-    provenance: dict
-    table: dict          # state dtype name -> list of (lo, hi|None, backend)
-    table_dest: dict = field(default_factory=dict)   # the same, destination passing; optional
-    table_tokens: dict = field(default_factory=dict)  # the same, T >= 2 tokens per call; optional
-
-
 @dataclass
 class Registry:
     backends: dict                       # name -> BackendSpec, in file order
-    defaults: list                       # DefaultRow
+    defaults: list                       # tables.DefaultRow
     fallback: dict                       # device -> [names]
     path: Path = field(default=None)
 
@@ -101,7 +99,13 @@ class Selection:
 
 
 def registry_path() -> Path:
-    """registry.yaml: beside the installed package, else at the source checkout's root."""
+    """``$GDNZOO_REGISTRY``, else registry.yaml beside the installed package, else at the
+    source checkout's root."""
+    env = os.environ.get(REGISTRY_ENV)
+    if env:
+        if not Path(env).is_file():
+            raise RegistryError(f"{REGISTRY_ENV}={env}: no such file")
+        return Path(env)
     here = Path(__file__).resolve().parent
     for cand in (here / "registry.yaml", here.parent / "registry.yaml"):
         if cand.is_file():
@@ -119,30 +123,37 @@ def _parse_cc(s, where):
         raise RegistryError(f"{where}: min_cc must look like '9.0', got {s!r}") from None
 
 
-def _parse_table(data, where, backends) -> dict:
-    """A default table (``table:``, ``table_dest:`` or ``table_tokens:``): state dtype ->
-    [(lo, hi|None, backend)]."""
-    table = {}
-    if data is not None and not isinstance(data, dict):
-        raise RegistryError(f"{where}: expected a mapping of state dtype to batch ranges")
-    for sd, ranges in (data or {}).items():
-        if sd not in _STATE:
-            raise RegistryError(f"{where}: state dtype {sd!r} not in {sorted(_STATE)}")
-        parsed = []
-        for r in ranges or ():
-            try:
-                lo, hi = r["batch"]
-                be = r["backend"]
-            except (KeyError, TypeError, ValueError):
-                raise RegistryError(f"{where} {sd}: each range needs batch: [lo, hi] and "
-                                    f"backend, got {r!r}") from None
-            if be not in backends:
-                raise RegistryError(f"{where} {sd}: unknown backend {be!r}")
-            if not isinstance(lo, int) or lo < 1 or (hi is not None and (not isinstance(hi, int) or hi < lo)):
-                raise RegistryError(f"{where} {sd}: bad batch range {[lo, hi]}")
-            parsed.append((lo, hi, be))
-        table[sd] = parsed
-    return table
+def _parse_backend(i, ent) -> BackendSpec:
+    where = f"registry.yaml backends[{i}]"
+    if not isinstance(ent, dict):
+        raise RegistryError(f"{where}: expected a mapping, got {type(ent).__name__}")
+    where = f"registry.yaml backend {ent.get('name', f'#{i}')!r}"
+    missing = [k for k, (_, d) in _BACKEND_KEYS.items() if d is REQ and k not in ent]
+    extra = [k for k in ent if k not in _BACKEND_KEYS]
+    if missing or extra:
+        raise RegistryError(f"{where}: missing fields {missing}, unknown fields {extra}")
+    e = {k: ent.get(k, d) for k, (_, d) in _BACKEND_KEYS.items()}
+    for k, (typ, _) in _BACKEND_KEYS.items():
+        if not isinstance(e[k], typ):
+            raise RegistryError(f"{where}: field {k!r} has type {type(e[k]).__name__}")
+    entry = e["entry"] or default_entry(e["name"])
+    if entry.count(":") != 1:
+        raise RegistryError(f"{where}: entry must be 'module:function', got {entry!r}")
+    if e["language"] not in _LANGUAGES:
+        raise RegistryError(f"{where}: language {e['language']!r} not in {sorted(_LANGUAGES)}")
+    if not e["devices"] or set(e["devices"]) - _DEVICES:
+        raise RegistryError(f"{where}: devices {e['devices']} must be a non-empty subset of "
+                            f"{sorted(_DEVICES)}")
+    if not e["state_dtypes"] or set(e["state_dtypes"]) - set(tables.STATES):
+        raise RegistryError(f"{where}: state_dtypes {e['state_dtypes']} must be a non-empty "
+                            f"subset of {list(tables.STATES)}")
+    if e["max_T"] is not None and e["max_T"] < 1:
+        raise RegistryError(f"{where}: max_T must be >= 1 or null")
+    return BackendSpec(
+        name=e["name"], entry=entry, language=e["language"], requires=tuple(e["requires"]),
+        devices=tuple(e["devices"]), min_cc=_parse_cc(e["min_cc"], where),
+        state_dtypes=tuple(e["state_dtypes"]), max_T=e["max_T"],
+        head_dims=None if e["head_dims"] is None else tuple(e["head_dims"]), notes=e["notes"])
 
 
 def parse_registry(data, path=None) -> Registry:
@@ -151,47 +162,11 @@ def parse_registry(data, path=None) -> Registry:
         raise RegistryError(f"{path}: expected a mapping with a 'backends' list")
     backends = {}
     for i, ent in enumerate(data["backends"] or []):
-        where = f"registry.yaml backends[{i}]"
-        if not isinstance(ent, dict):
-            raise RegistryError(f"{where}: expected a mapping, got {type(ent).__name__}")
-        where = f"registry.yaml backend {ent.get('name', f'#{i}')!r}"
-        missing = [k for k in _BACKEND_KEYS if k not in ent]
-        extra = [k for k in ent if k not in _BACKEND_KEYS]
-        if missing or extra:
-            raise RegistryError(f"{where}: missing fields {missing}, unknown fields {extra}")
-        for k, typ in _BACKEND_KEYS.items():
-            if not isinstance(ent[k], typ):
-                raise RegistryError(f"{where}: field {k!r} has type {type(ent[k]).__name__}")
-        if ent["name"] in backends:
-            raise RegistryError(f"{where}: duplicate name")
-        if ent["entry"].count(":") != 1:
-            raise RegistryError(f"{where}: entry must be 'module:function', got {ent['entry']!r}")
-        if ent["language"] not in _LANGUAGES:
-            raise RegistryError(f"{where}: language {ent['language']!r} not in {sorted(_LANGUAGES)}")
-        if not ent["devices"] or set(ent["devices"]) - _DEVICES:
-            raise RegistryError(f"{where}: devices {ent['devices']} must be a non-empty subset of "
-                                f"{sorted(_DEVICES)}")
-        if not ent["state_dtypes"] or set(ent["state_dtypes"]) - _STATE:
-            raise RegistryError(f"{where}: state_dtypes {ent['state_dtypes']} must be a non-empty "
-                                f"subset of {sorted(_STATE)}")
-        if ent["max_T"] is not None and ent["max_T"] < 1:
-            raise RegistryError(f"{where}: max_T must be >= 1 or null")
-        backends[ent["name"]] = BackendSpec(
-            name=ent["name"], entry=ent["entry"], language=ent["language"],
-            requires=tuple(ent["requires"]), devices=tuple(ent["devices"]),
-            min_cc=_parse_cc(ent["min_cc"], where), state_dtypes=tuple(ent["state_dtypes"]),
-            max_T=ent["max_T"], head_dims=None if ent["head_dims"] is None else tuple(ent["head_dims"]),
-            notes=ent["notes"])
-    defaults = []
-    for i, row in enumerate(data.get("defaults") or []):
-        where = f"registry.yaml defaults[{i}] ({row.get('gpu', '?') if isinstance(row, dict) else '?'})"
-        if not isinstance(row, dict) or not {"gpu", "provenance", "table"} <= set(row):
-            raise RegistryError(f"{where}: expected gpu, provenance and table")
-        if not isinstance(row["provenance"], dict) or "how" not in row["provenance"]:
-            raise RegistryError(f"{where}: provenance must be a mapping with at least 'how'")
-        tables = {key: _parse_table(row.get(key), f"{where} {key}", backends)
-                  for key in TABLE_KEYS}
-        defaults.append(DefaultRow(gpu=str(row["gpu"]), provenance=row["provenance"], **tables))
+        spec = _parse_backend(i, ent)
+        if spec.name in backends:
+            raise RegistryError(f"registry.yaml backend {spec.name!r}: duplicate name")
+        backends[spec.name] = spec
+    defaults = tables.parse_default_rows(data.get("defaults"), backends, RegistryError)
     fallback = data.get("fallback") or {}
     for dev, names in fallback.items():
         for n in names:
@@ -200,22 +175,41 @@ def parse_registry(data, path=None) -> Registry:
     return Registry(backends=backends, defaults=defaults, fallback=fallback, path=path)
 
 
+_RESET_HOOKS = []
+
+
+def on_reset(fn):
+    """Have :func:`reset_caches` call ``fn()`` too (the layers above this one register their
+    memos here, so that nothing below the public face imports it)."""
+    _RESET_HOOKS.append(fn)
+    return fn
+
+
 def reset_caches():
-    """Forget the loaded registry and every cached availability answer (tests, `tune`)."""
+    """Forget the loaded registry and launch tables, every cached availability answer and the
+    memos of the layers above (tests, `tune`)."""
     for f in (load_registry, availability, runner, _cuda_info):
-        getattr(f, "cache_clear", lambda: None)()
-    import gdnzoo
-    gdnzoo._FAST.clear()
+        getattr(f, "cache_clear", lambda: None)()        # tests may have replaced one
+    tables.reset()
+    for hook in _RESET_HOOKS:
+        hook()
 
 
 @functools.lru_cache(maxsize=None)
-def load_registry(path: str | None = None) -> Registry:
-    p = Path(path) if path else registry_path()
+def _load(path: str) -> Registry:
+    p = Path(path)
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as e:
         raise RegistryError(f"{p}: not valid YAML: {e}") from None
     return parse_registry(data, p)
+
+
+def load_registry(path: str | None = None) -> Registry:
+    return _load(str(path or registry_path()))
+
+
+load_registry.cache_clear = _load.cache_clear
 
 
 # ---------------------------------------------------------------- availability
@@ -232,10 +226,15 @@ def default_device() -> str:
     return "cuda" if _cuda_info() else "cpu"
 
 
+def gpu_name() -> str | None:
+    """This machine's GPU name as torch reports it, or None."""
+    info = _cuda_info()
+    return info[0] if info else None
+
+
 def backend_module(name: str):
     """The imported backend module (imports its optional packages only when its code needs them)."""
-    spec = _spec(name)
-    return importlib.import_module(spec.module_name)
+    return importlib.import_module(_spec(name).module_name)
 
 
 def _spec(name: str) -> BackendSpec:
@@ -302,14 +301,30 @@ def list_backends(device: str | None = None) -> list[BackendInfo]:
     return out
 
 
+TUNABLE = ("CONFIG", "launch_config", "candidates", "refine")
+
+
+def tunables() -> list[str]:
+    """The registered backends with launch tables (the tunable protocol of gdnzoo.backends:
+    ``CONFIG``, ``launch_config``, ``candidates``, ``refine``), in registry order."""
+    out = []
+    for name in load_registry().names:
+        try:
+            mod = backend_module(name)
+        except Exception:
+            continue
+        if all(hasattr(mod, a) for a in TUNABLE):
+            out.append(name)
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def runner(name: str):
     """The raw backend launcher ``run(q,k,v,state,A_log,a,dt_bias,b,scale,out,new_state,l2)``.
 
     It skips validation: use it only on inputs that :func:`gdnzoo.contract.validate` accepted.
     """
-    spec = _spec(name)
-    return getattr(backend_module(name), spec.func_name)
+    return getattr(backend_module(name), _spec(name).func_name)
 
 
 def launcher(name: str, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
@@ -324,44 +339,27 @@ def launcher(name: str, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_st
 
 # ---------------------------------------------------------------- selection
 
-def for_gpu(table: dict, gpu_name: str | None, default=None):
-    """The value of ``table`` (keyed by GPU names or parts of one, e.g. "H100") whose key is
-    contained in ``gpu_name``, case-insensitively, the longest such key winning; the key
-    "default" never matches; ``default`` where no key does.  The one rule by which the default
-    table's rows and the backends' per-GPU launch tables are found."""
-    low, best = (gpu_name or "").lower(), None
-    for name in table:
-        if name != "default" and name.lower() in low and (best is None or len(name) > len(best)):
-            best = name
-    return default if best is None else table[best]
+# POSIX CPython: os.environ's own dict, of bytes keys and values.
+_ENV_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
+
+
+def env_algo() -> str | None:
+    """The ``ALGO`` environment variable (None when unset or empty): the one place it is read.
+
+    Read from os.environ's underlying dict where that is one of bytes (POSIX CPython; 0.04 us
+    instead of 0.6-1.4): decode reads it on every call that names no algo."""
+    if _ENV_DATA is not None:
+        try:
+            value = _ENV_DATA.get(b"ALGO")
+            return os.fsdecode(value) if value else None
+        except TypeError:
+            pass
+    return os.environ.get("ALGO") or None
 
 
 def default_row(gpu_name: str | None):
-    """The per-GPU default-table row whose gpu name is contained in this GPU's name."""
-    return for_gpu({row.gpu: row for row in load_registry().defaults}, gpu_name)
-
-
-def table_kind(row: DefaultRow, state_name: str, inplace: bool = True, T: int = 1) -> str:
-    """Which of the row's tables serves: ``table_tokens`` for T >= 2 tokens per call, else
-    ``table_dest`` for destination passing, where the row has one for this state dtype; else
-    ``table`` (measured in place, T=1)."""
-    if T > 1 and state_name in row.table_tokens:
-        return "table_tokens"
-    if not inplace and state_name in row.table_dest:
-        return "table_dest"
-    return "table"
-
-
-def _in_ranges(table: dict, state_name: str, B: int):
-    for lo, hi, be in table.get(state_name, []):
-        if lo <= B and (hi is None or B <= hi):
-            return be
-    return None
-
-
-def table_choice(row: DefaultRow, state_name: str, B: int, inplace: bool = True, T: int = 1):
-    """The row's backend for B from the table :func:`table_kind` names."""
-    return _in_ranges(getattr(row, table_kind(row, state_name, inplace, T)), state_name, B)
+    """This GPU's row of the default table (the name rule of :func:`gdnzoo.tables.for_gpu`)."""
+    return tables.default_row(load_registry().defaults, gpu_name)
 
 
 def _explicit(name: str, source: str, p: Problem) -> Selection:
@@ -381,19 +379,19 @@ def select(p: Problem, algo: str | None = None) -> Selection:
     """Precedence: ``algo=`` > ``ALGO`` env > per-GPU default table > fallback order."""
     if algo:
         return _explicit(algo, "algo", p)
-    env = os.environ.get("ALGO")
+    env = env_algo()
     if env:
         return _explicit(env, "ALGO env", p)
     reg = load_registry()
     notes = []
     if p.device == "cuda":
-        gpu = _cuda_info()[0]
+        gpu = gpu_name()
         row = default_row(gpu)
         if row is None:
             notes.append(f"no default-table row for {gpu}")
         else:
-            kind = table_kind(row, p.state_name, p.inplace, p.T)
-            be = _in_ranges(getattr(row, kind), p.state_name, p.B)
+            kind = tables.table_kind(row, p.state_name, p.inplace, p.T)
+            be = tables.table_choice(row, p.state_name, p.B, p.inplace, p.T)
             how = {"table_dest": " with destination passing",
                    "table_tokens": f" with {p.T} tokens per call"}.get(kind, "")
             if be is None:
@@ -403,8 +401,7 @@ def select(p: Problem, algo: str | None = None) -> Selection:
                 if ok:
                     return Selection(be, f"default table {row.gpu}",
                                      f"fastest measured for {p.state_name} state at B={p.B}"
-                                     f"{how} "
-                                     f"({row.provenance.get('how', '')})")
+                                     f"{how} ({row.provenance.get('how', '')})")
                 notes.append(f"table choice {be} cannot serve: {why}")
     for name in reg.fallback.get(p.device, reg.names):
         ok, why = can_serve(name, p)

@@ -150,9 +150,9 @@ def test_floor_search_skips_unlaunchable_shapes(monkeypatch):
     assert cfgs and all((v, b) != (8, 1024) for v, b, _ in cfgs)
     assert notes == ["x8/1024: too many registers"]
 
-    def launcher(bufs, cfgs_):
+    def launcher(rot, cfg):
         def launch(i):
-            if cfgs_[0][:2] == (4, 512):
+            if cfg[:2] == (4, 512):
                 raise RuntimeError("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
         return launch
     monkeypatch.setattr(floor, "_launcher", launcher)
@@ -218,16 +218,15 @@ def test_sweep_cpu_writes_files(tmp_path, capsys):
 
 
 def test_sweep_fails_a_wrong_backend_and_times_nothing(tmp_path, monkeypatch):
-    import gdnzoo.reference as ref
-    from gdnzoo import registry
+    from gdnzoo import dispatch, registry
+    from gdnzoo.backends import pt_reference as ref
 
     def broken(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
         out.fill_(1.0)                                        # garbage, far beyond the tolerance
         new_state.copy_(state)
 
-    import gdnzoo
     registry.runner.cache_clear()
-    monkeypatch.setattr(gdnzoo, "_FAST", {}, raising=False)   # decode's memo of resolved runners
+    monkeypatch.setattr(dispatch, "_MEMO", {})                # decode's memo of resolved runners
     monkeypatch.setattr(ref, "run", broken)
     try:
         rows, _, _ = sweep.run_sweep(_args(tmp_path), progress=False)
@@ -240,7 +239,7 @@ def test_sweep_fails_a_wrong_backend_and_times_nothing(tmp_path, monkeypatch):
 
 def _corrupt(kind):
     """A pt-reference run that computes the right thing, then breaks one part of it."""
-    import gdnzoo.reference as ref
+    from gdnzoo.backends import pt_reference as ref
     orig = ref.run
 
     def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
@@ -261,12 +260,10 @@ def _corrupt(kind):
                                        ("skip-state", "dest"), ("out-5pct", "inplace"),
                                        ("state-rounded", "inplace")])
 def test_sweep_gate_needs_relative_error_too(tmp_path, monkeypatch, kind, mode):
-    import gdnzoo
-    import gdnzoo.reference as ref
-    from gdnzoo import registry
-    from gdnzoo.compare import compare
+    from gdnzoo import dispatch, registry
+    from gdnzoo.backends import pt_reference as ref
     registry.runner.cache_clear()
-    monkeypatch.setattr(gdnzoo, "_FAST", {}, raising=False)
+    monkeypatch.setattr(dispatch, "_MEMO", {})
     monkeypatch.setattr(ref, "run", _corrupt(kind))
     try:
         rows, _, _ = sweep.run_sweep(_args(tmp_path, "--mode", mode), progress=False)
@@ -294,7 +291,7 @@ def test_sweep_reports_relative_errors(tmp_path):
 
 
 def test_relative_error_and_strict_tol():
-    from gdnzoo.compare import STRICT_TOL, relative_error, strict_tol
+    from gdnzoo.gate import STRICT_TOL, relative_error, strict_tol
     y = torch.tensor([3.0, 4.0], dtype=torch.float64)
     assert relative_error(y, y) == 0.0
     assert relative_error(torch.zeros(2), y) == 1.0
@@ -471,7 +468,8 @@ def test_tune_from_results_files_writes_registry(tmp_path, capsys):
 
 
 def test_tune_from_dest_results_writes_table_dest(tmp_path, capsys):
-    from gdnzoo.registry import parse_registry, registry_path, table_choice
+    from gdnzoo.registry import parse_registry, registry_path
+    from gdnzoo.tables import table_choice
     inp = _write_run(tmp_path / "inplace", [_raw("cuda-v4", 1, 3.0), _raw("fla-recurrent", 1, 2.5)],
                      "abc123")
     dst = _write_run(tmp_path / "dest", [_raw("cuda-v4", 1, 3.0, mode="dest"),

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import gdnzoo
+from gdnzoo import dispatch, registry
 from gdnzoo.inputs import make_inputs
 
 
@@ -126,7 +127,7 @@ def test_memoized_decode_follows_the_algo_env(monkeypatch):
     def spy(name, *args):
         calls.append(name)
         return real(name, *args)
-    monkeypatch.setattr(gdnzoo, "launcher", spy)
+    monkeypatch.setattr(registry, "launcher", spy)
     x = base()
     monkeypatch.setenv("ALGO", "pt-reference")
     gdnzoo.decode(*x.clone().args())
@@ -157,9 +158,7 @@ def test_memoized_decode_still_refuses_overlapping_buffers(which):
 
 def _memo_probe(x, **kw):
     """What decode's memo answers for these inputs (None: it would validate from scratch)."""
-    a = x.args()
-    hit, _ = gdnzoo._lookup(*a, kw.get("out"), kw.get("new_state"), False, "pt-reference")
-    return hit
+    return dispatch.lookup(*x.args(), kw.get("out"), kw.get("new_state"), False, "pt-reference")
 
 
 def test_memo_guard_serves_only_calls_with_the_same_layout(monkeypatch):
@@ -168,12 +167,12 @@ def test_memo_guard_serves_only_calls_with_the_same_layout(monkeypatch):
     from gdnzoo import guards
     if not guards.available():
         pytest.skip(f"torch {torch.__version__}: dynamo TensorGuards failed the self-test")
-    monkeypatch.setattr(gdnzoo, "_FAST", {})
+    monkeypatch.setattr(dispatch, "_MEMO", {})
     x = base()
     gdnzoo.decode(*x.args(), algo="pt-reference")
-    assert any(isinstance(k[0], str) for k in gdnzoo._FAST), "no guard was memoized"
+    assert any(isinstance(k[0], str) for k in dispatch._MEMO), "no guard was memoized"
     hit = _memo_probe(x.clone())
-    assert hit is not None and hit[5] not in (None, False)
+    assert hit is not None and hit.guard not in (None, False)
     changed = {
         "state strides": lambda s: s.transpose(2, 3).contiguous().transpose(2, 3),
         "state dtype": lambda s: s.to(torch.float64),
@@ -194,9 +193,9 @@ def test_decode_without_guards_matches_with_guards(monkeypatch):
     from gdnzoo import guards
     x = base()
     o1, s1 = gdnzoo.decode(*x.clone().args(), algo="pt-reference")
-    monkeypatch.setattr(gdnzoo, "_FAST", {})
+    monkeypatch.setattr(dispatch, "_MEMO", {})
     monkeypatch.setitem(guards._state, "ok", False)
     o2, s2 = gdnzoo.decode(*x.clone().args(), algo="pt-reference")
     o3, s3 = gdnzoo.decode(*x.clone().args(), algo="pt-reference")    # the signature memo
-    assert not any(isinstance(k[0], str) for k in gdnzoo._FAST)
+    assert not any(isinstance(k[0], str) for k in dispatch._MEMO)
     assert torch.equal(o1, o2) and torch.equal(o2, o3) and torch.equal(s1, s3)

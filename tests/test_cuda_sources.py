@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from gdnzoo import cuda_build
+from gdnzoo.backends import _cuda_build as cuda_build
 from gdnzoo.backends import cuda_v1, cuda_v4
+from gdnzoo import tables
 from gdnzoo.contract import Problem, validate
 from gdnzoo.inputs import make_inputs
 
@@ -184,24 +185,26 @@ def test_supports_reasons():
         assert not ok and word in why, (p.describe(), why)
 
 
-V4_T1_TABLES = [("CONFIG_TABLE", None), ("DEST_TABLE", None),
-                *((f"GPU_TABLES[{g}][{m}]", (g, m)) for g in cuda_v4.GPU_TABLES
-                  for m in ("inplace", "dest"))]
+H100 = "NVIDIA H100 80GB HBM3"
 
 
-def _v4_t1_rows(key, sd):
-    name, gm = key
-    return getattr(cuda_v4, name)[sd] if gm is None else cuda_v4.GPU_TABLES[gm[0]][gm[1]][sd]
+def _v4_row(slug, state, mode, tokens, B):
+    """The normalized cuda-v4 config of one file's row set at batch B (no fallback)."""
+    f = tables.launch_tables().files[slug]
+    for r in f.row_sets("cuda-v4", state)[("cuda-v4", state, mode, tokens, ())]:
+        if r.lo <= B and (r.hi is None or B <= r.hi):
+            return cuda_v4.CONFIG.normalize(r.config)
+    raise AssertionError("no row")
 
 
-@pytest.mark.parametrize("table", V4_T1_TABLES, ids=[k[0] for k in V4_T1_TABLES])
-def test_v4_config_table(table):
-    for sd in (F32, BF16):
-        rows = _v4_t1_rows(table, sd)
-        his = [r[0] for r in rows]
-        assert his[-1] is None and his[:-1] == sorted(his[:-1])
-        for _, w, rw, lpr, hint, fast, *chain in rows:
-            assert cuda_v4.valid_config(128, 128, sd, w, rw, lpr) == "", (sd, w, rw, lpr)
+def test_v4_rows_are_valid_shapes():
+    for f in tables.launch_tables().files.values():
+        for r in f.rows:
+            if r.backend != "cuda-v4":
+                continue
+            sd = {"fp32": F32, "bf16": BF16}[r.state]
+            w, rw, lpr, hint, fast, *_ = cuda_v4.CONFIG.normalize(r.config)
+            assert cuda_v4.valid_config(128, 128, sd, w, rw, lpr) == "", (f.slug, r)
             assert hint in (0, 1, 2, 3) and fast in (0, 1)
     assert cuda_v4.valid_config(128, 128, BF16, 1, 1, 32)          # 32 lanes x 8 > K
     assert cuda_v4.valid_config(128, 128, F32, 1, 17, 16)          # 17 groups of 2 rows > 32
@@ -256,7 +259,7 @@ def test_v4_launch_marshalling(fake_gpu):
     assert len(compiled) == 1 and len(launches) == 2
     src, name, defs, _ = compiled[0]
     assert (src, name) == ("cuda_v4.cu", "gdn_decode_v4")
-    w, rw, lpr, hint, fast, chain, smem, qks = cuda_v4.pick_config(8, F32)
+    w, rw, lpr, hint, fast, chain, smem, qks = cuda_v4.table_config(H100, F32, 1, 4, 8, 128, 128)
     assert defs == dict(GDN_K=128, GDN_V=128, GDN_T=1, GDN_HV=8, GDN_GVA=2, GDN_STATE_DT=0,
                         GDN_IO_DT=1, GDN_A_DT=1, GDN_B_DT=1, GDN_DTB_DT=0, GDN_L2NORM=0,
                         GDN_W=w, GDN_RW=rw, GDN_LPR=lpr, GDN_VEC16=1, GDN_HINT=hint,
@@ -273,7 +276,7 @@ def test_v4_launch_marshalling(fake_gpu):
         {n: f[n] for n in cuda_build.PARAM_FIELDS[cuda_build.N_PTRS:]}
     _, ns = _call(cuda_v4, x, inplace=False)                   # destination passing: its table
     assert launches[-1][4]["new_state"] == ns.data_ptr() != launches[-1][4]["state"]
-    dw, drw, dlpr, dhint = cuda_v4.pick_config(8, F32, dest=True)[:4]
+    dw, drw, dlpr, dhint = cuda_v4.table_config(H100, F32, 1, 4, 8, 128, 128, inplace=False)[:4]
     assert launches[-1][2] == 32 * dw and launches[-1][1] == 8 * cuda_v4.blocks_per_head(
         128, dw, drw, dlpr) and compiled[-1][2]["GDN_HINT"] == dhint
     n = len(compiled)
@@ -283,8 +286,8 @@ def test_v4_launch_marshalling(fake_gpu):
     assert len(compiled) == n + 1 and compiled[-1][2]["GDN_L2NORM"] == 1
     x2 = make_inputs(B=1, T=2, H=4, HV=8, K=128, V=128)        # T >= 2: its own table
     _call(cuda_v4, x2)
-    mw, mrw, mlpr, mhint = cuda_v4.pick_config(8, F32, T=2)[:4]
-    assert (mw, mrw, mlpr, mhint) == cuda_v4.full_config(cuda_v4.MULTI_TOKEN_TABLE[2][F32][0][1:])[:4]
+    mw, mrw, mlpr, mhint = cuda_v4.table_config(H100, F32, 1, 4, 8, 128, 128, T=2)[:4]
+    assert (mw, mrw, mlpr, mhint) == _v4_row("h100", "fp32", "any", 2, 1)[:4]
     assert launches[-1][2] == 32 * mw and compiled[-1][2]["GDN_T"] == 2
     assert (compiled[-1][2]["GDN_RW"], compiled[-1][2]["GDN_LPR"]) == (mrw, mlpr)
     _call(cuda_v4, x, config=(2, 8, 16, 3))
@@ -340,7 +343,7 @@ def test_v4_falls_back_to_element_loads_when_misaligned(fake_gpu):
     x.state = big[1:].view(2, 4, 32, 128)                    # 2-byte offset: not 16-byte aligned
     _call(cuda_v4, x)                                         # same signature, new pointer
     assert compiled[-1][2]["GDN_VEC16"] == 0 and compiled[-1][2]["GDN_LPR"] == 32
-    w, rw = cuda_v4.pick_config(8, BF16)[:2]
+    w, rw = cuda_v4.table_config(H100, BF16, 2, 2, 4, 128, 32)[:2]
     assert launches[-1][1] == 8 * cuda_v4.blocks_per_head(32, w, rw, 32)   # one row per group
     assert launches[-1][4]["state"] == x.state.data_ptr()
 
@@ -494,86 +497,9 @@ def test_v4_explicit_configs(cfg, state_dtype, T):
 @pytest.mark.parametrize("sd", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("K", [32, 64, 128, 256])
 def test_v4_table_config_fits_every_head_dim(sd, K):
-    # The table is measured at K=128; every batch size must give a valid shape for each K.
-    from gdnzoo.backends import cuda_v4
-    for BHV in (8, 32, 64, 128, 512, 4096, 1 << 20):
-        for dest, T in ((False, 1), (True, 1), (False, 2), (False, 4), (False, 8)):
-            for gpu in ("", *cuda_v4.GPU_TABLES):
-                w, rw, lpr, hint, fast, chain, smem, qks = cuda_v4.table_config(BHV, sd, K, dest,
-                                                                                T, gpu)
-                assert cuda_v4.valid_config(K, 128, sd, w, rw, lpr) == "", (BHV, K, w, rw, lpr)
-
-
-def test_tune_candidates_are_valid_and_cover_the_tables():
-    from gdnzoo.backends import triton_recurrent
-    from gdnzoo.bench import gpu_tune
-    for sd in (F32, BF16):
-        shapes = gpu_tune.v4_shapes(sd)
-        assert shapes and all(cuda_v4.valid_config(128, 128, sd, *s) == "" for s in shapes)
-        staged = gpu_tune.v4_smem_shapes(sd)
-        assert staged and all(cuda_v4.valid_config(128, 128, sd, *s) == "" for s in staged)
-        for _, w, rw, lpr, *rest in sum((_v4_t1_rows(key, sd) for key in V4_T1_TABLES), ()):
-            smem = cuda_v4.full_config((w, rw, lpr, *rest))[6]
-            assert (w, rw, lpr) in (staged if smem else shapes)   # every table row was measurable
-        multi = sum((t[sd] or () for tabs in (cuda_v4.MULTI_TOKEN_TABLE,
-                                               *(g.get("tokens", {}) for g in cuda_v4.GPU_TABLES.values()))
-                     for t in tabs.values()), ())
-        # At T > 1 a staged candidate runs in registers (staging serves T=1 only), so the
-        # multi-token rows may have either list's shape, and none stages.
-        assert all((w, rw, lpr) in shapes + staged for _, w, rw, lpr, *_ in multi)
-        assert not any(cuda_v4.full_config(r[1:])[6] for r in multi)
-    for sd, rows in [*(kv for gpu in ("H100", "H200")
-                       for tab in (triton_recurrent.LAUNCH_TABLE, triton_recurrent.DEST_LAUNCH_TABLE)
-                       for kv in tab[gpu].items()),
-                     *(kv for gpu in ("H100", "H200")
-                       for t in triton_recurrent.MULTI_TOKEN_LAUNCH_TABLE[gpu].values()
-                       for kv in t.items())]:
-        tri = gpu_tune.tri_shapes(sd)
-        assert tri and all(triton_recurrent.fit_lpr(sd, 128, s[3]) == s[3] for s in tri)
-        assert all((*r[1:5], r[5] if len(r) > 5 else 0) in tri for r in rows)
-
-
-def test_tune_confirm_compares_with_the_committed_row():
-    from gdnzoo.backends import triton_recurrent
-    from gdnzoo.bench import gpu_tune
-    assert gpu_tune.keep_or_change(9.89, 10.0, 0.01) == "change"
-    assert gpu_tune.keep_or_change(9.95, 10.0, 0.01) == "keep"      # inside the margin: no churn
-    assert gpu_tune.keep_or_change(10.2, 10.0, 0.01) == "keep"
-    for dest, table in ((False, cuda_v4.CONFIG_TABLE), (True, cuda_v4.DEST_TABLE)):
-        row = gpu_tune.table_row("cuda-v4", "bf16", 8, dest, "NVIDIA H100 80GB HBM3")
-        assert row == cuda_v4.full_config(next(r[1:] for r in table[BF16] if r[0] >= 64))
-    assert gpu_tune.same_row("cuda-v4", (1, 2, 16, 0, 1), (1, 2, 16, 0, 1, 0, 0, 0))
-    assert not gpu_tune.same_row("cuda-v4", (1, 2, 16, 0, 1), (1, 2, 16, 0, 1, 0, 0, 1))
-    tri = gpu_tune.table_row("fla-recurrent", "fp32", 4, False, "NVIDIA H100 80GB HBM3")
-    assert tri == triton_recurrent.lookup_config("H100", "fp32", 32, 128, 128)
-    assert gpu_tune.same_row("fla-recurrent", tri, tuple(tri))
-    tri_d = gpu_tune.table_row("fla-recurrent", "bf16", 8, True, "NVIDIA H100 80GB HBM3")
-    assert tri_d == triton_recurrent.lookup_config("H100", "bf16", 64, 128, 128, dest=True)
-    assert gpu_tune.table_row("cuda-v4", "fp32", 512, False, "H100", 4) == \
-        cuda_v4.full_config(cuda_v4.MULTI_TOKEN_TABLE[3][F32][-1][1:])
-    M = cuda_v4.MULTI_TOKEN_TABLE
-    for T, f32, bf16 in ((2, 2, 2), (3, 3, 3), (4, 3, 3), (8, 3, 8), (9, 3, 8)):  # least T served
-        for dest in (False, True):                                    # fp32 has no T=8 rows
-            assert cuda_v4.table_rows(F32, dest, T) is M[f32][F32]
-            assert cuda_v4.table_rows(BF16, dest, T) is M[bf16][BF16]
-    assert M[8][F32] is None
-    assert cuda_v4.table_rows(BF16, True, 1) is cuda_v4.DEST_TABLE[BF16]
-    assert cuda_v4.table_rows(BF16, False, 1) is cuda_v4.CONFIG_TABLE[BF16]
-    # A GPU with its own rows (substring of the name) gets them, in either mode and for several
-    # tokens (by the least T each serves); other GPUs get the H100 tables.
-    G = cuda_v4.GPU_TABLES["H200"]
-    for gpu in ("NVIDIA H200", "NVIDIA H200 NVL", "NVIDIA GH200 144G HBM3e"):
-        assert cuda_v4.table_rows(F32, False, 1, gpu) is G["inplace"][F32]
-        assert cuda_v4.table_rows(BF16, True, 1, gpu) is G["dest"][BF16]
-        assert cuda_v4.table_rows(F32, False, 2, gpu) is G["tokens"][2][F32]
-        assert cuda_v4.table_rows(BF16, True, 8, gpu) is G["tokens"][8][BF16]
-        assert cuda_v4.table_rows(F32, True, 8, gpu) is G["tokens"][3][F32]
-    for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA B200", ""):
-        assert cuda_v4.table_rows(F32, False, 1, gpu) is cuda_v4.CONFIG_TABLE[F32]
-        assert cuda_v4.table_rows(BF16, False, 8, gpu) is M[8][BF16]
-    assert gpu_tune.table_row("cuda-v4", "fp32", 512, False, "NVIDIA H200") == \
-        cuda_v4.full_config(G["inplace"][F32][-1][1:])
-    assert gpu_tune.table_row("fla-recurrent", "bf16", 1, False, "NVIDIA H200") == \
-        triton_recurrent.lookup_config("H200", "bf16", 8, 128, 128)
-    assert gpu_tune.table_row("fla-recurrent", "fp32", 512, True, "H100", 4) == \
-        triton_recurrent.lookup_config("H100", "fp32", 4096, 128, 128, T=4)
+    # The rows are measured at K=128; every batch size must give a valid shape for each K.
+    for B in (1, 4, 8, 16, 64, 512, 1 << 17):
+        for inplace, T in ((True, 1), (False, 1), (True, 2), (True, 4), (True, 8)):
+            for gpu in tables.launch_tables().every_gpu():
+                w, rw, lpr, *_ = cuda_v4.table_config(gpu, sd, B, 4, 8, K, 128, inplace, T)
+                assert cuda_v4.valid_config(K, 128, sd, w, rw, lpr) == "", (B, K, w, rw, lpr)

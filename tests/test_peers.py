@@ -10,7 +10,7 @@ import torch
 
 import gdnzoo
 from gdnzoo import registry
-from gdnzoo.compare import check_close, compare
+from gdnzoo.gate import check_close, compare
 from gdnzoo.contract import Problem
 from gdnzoo.inputs import make_inputs
 from gdnzoo.reference import reference_decode
@@ -46,7 +46,7 @@ def test_available_without_gpu_says_so(monkeypatch, name):
 def test_importing_peer_modules_imports_no_optional_package():
     import subprocess
     import sys
-    code = ("import sys, gdnzoo.backends.flashinfer_baseline as f, gdnzoo.backends.fla_upstream as u; "
+    code = ("import sys, gdnzoo.backends.fi_baseline as f, gdnzoo.backends.fla_upstream as u; "
             "f.available(); u.available(); "
             "bad = [m for m in ('flashinfer', 'fla', 'triton', 'cutlass') if m in sys.modules]; "
             "assert not bad, bad")
@@ -140,8 +140,8 @@ def test_check_backend_passes_reference():
     assert status == "PASS" and len(rows) == 3 and all(r["ok"] for r in rows)
 
 
-@pytest.mark.parametrize("defect,word", [("scale", "output"), ("state", "new_state"),
-                                         ("mutate", "modified"), ("raise", "raised")])
+@pytest.mark.parametrize("defect,word", [("scale", "out:"), ("state", "new_state:"),
+                                         ("mutate", "state: modified"), ("raise", "raised")])
 def test_check_backend_catches_a_broken_backend(monkeypatch, defect, word):
     from gdnzoo.bench.check import check_backend
     good = gdnzoo.get("pt-reference")
@@ -240,7 +240,7 @@ def test_cmd_pack_writes_json(tmp_path, capsys):
 
 
 def test_fib_definition_reference_matches_ours():
-    from gdnzoo.bench.gpu_fib_eval import definition_dict
+    from lab.fib_eval import definition_dict
     d = definition_dict()
     assert list(d["inputs"]) == ["q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "scale"]
     assert list(d["outputs"]) == ["output", "new_state"]
@@ -253,3 +253,25 @@ def test_fib_definition_reference_matches_ours():
     reference_decode(*x.args(), ref_out, ref_state, False)
     assert o.dtype == torch.bfloat16 and s.dtype == torch.float32
     assert check_close(o, ref_out).ok and check_close(s, ref_state, atol=1e-5, rtol=1e-5).ok
+
+
+@pytest.mark.parametrize("name", registry.load_registry().names)
+def test_pack_every_backend(name, tmp_path):
+    """Every registered backend packs; a tunable one's vendored copy reads the vendored launch
+    tables and picks the rows the installed one picks."""
+    import importlib
+
+    from gdnzoo.bench.pack import build_solution, load_entry
+    sol = build_solution(name)
+    run = load_entry(sol, tmp_path)
+    assert len(inspect.signature(run).parameters) == 11
+    if name not in registry.tunables():
+        return
+    assert any(s["path"].endswith("backends/tables/h100.yaml") for s in sol["sources"])
+    mine = registry.backend_module(name)
+    pkg = run.__module__.rsplit(".", 1)[0]
+    packed = importlib.import_module(f"{pkg}.gdnzoo_vendored.backends.{mine.__name__.rsplit('.', 1)[1]}")
+    for B, sd in ((1, torch.float32), (48, torch.bfloat16), (512, torch.float32)):
+        p = _problem(B=B, state_dtype=sd)
+        for gpu in ("NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA B200"):
+            assert packed.launch_config(p, gpu) == mine.launch_config(p, gpu)

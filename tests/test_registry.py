@@ -5,13 +5,14 @@ import pytest
 import yaml
 
 import gdnzoo
-from gdnzoo import registry
+from gdnzoo import registry, tables
 from gdnzoo.contract import Problem
 from gdnzoo.inputs import make_inputs
 import torch
 
-SPEC_NAMES = ["pt-reference", "pt-compiled", "fla-recurrent", "fla-tma", "cuda-v1", "cuda-v4",
-              "fi-baseline", "fla-upstream"]
+# The public names (users know them from the published comparison): registered, whatever else is.
+PUBLIC_NAMES = ["pt-reference", "pt-compiled", "fla-recurrent", "fla-tma", "cuda-v1", "cuda-v4",
+                "fi-baseline", "fla-upstream"]
 
 
 @pytest.fixture
@@ -44,13 +45,28 @@ def cuda_problem(B=1, sd=torch.float32):
                    device="cuda", cc=(9, 0))
 
 
-def test_all_eight_spec_names_registered():
-    assert registry.load_registry().names == SPEC_NAMES
+def test_the_public_names_are_registered_and_their_modules_derived():
+    reg = registry.load_registry()
+    assert set(PUBLIC_NAMES) <= set(reg.names)
+    for spec in reg.backends.values():           # in-tree: the module is named after the backend
+        assert spec.entry == registry.default_entry(spec.name), spec.name
+        assert spec.module_name == f"gdnzoo.backends.{spec.name.replace('-', '_')}"
+
+
+def test_every_backend_module_is_registered():
+    """backends/<name>.py is a backend unless its name starts with "_"."""
+    import pkgutil
+
+    import gdnzoo.backends
+    mods = {m.name for m in pkgutil.iter_modules(gdnzoo.backends.__path__)}
+    backends = {m for m in mods if not m.startswith("_") and not m.endswith("_kernel")}
+    assert backends == {registry.default_entry(n).split(":")[0].rsplit(".", 1)[1]
+                        for n in registry.load_registry().names}
 
 
 def test_list_backends_reports_reasons():
     rows = {b.name: b for b in gdnzoo.list_backends()}
-    assert set(rows) == set(SPEC_NAMES)
+    assert set(rows) == set(registry.load_registry().names)
     assert rows["pt-reference"].available
     for b in rows.values():
         if not b.available:
@@ -68,7 +84,8 @@ def test_import_touches_no_optional_package():
 
 
 @pytest.mark.parametrize("mutate,frag", [
-    (lambda d: d["backends"][2].pop("entry"), "'fla-recurrent': missing fields ['entry']"),
+    (lambda d: d["backends"][2].pop("language"), "'fla-recurrent': missing fields ['language']"),
+    (lambda d: d["backends"][2].update(colour="red"), "'fla-recurrent': missing fields [], unknown fields ['colour']"),
     (lambda d: d["backends"][0].update(language="fortran"), "'pt-reference': language 'fortran'"),
     (lambda d: d["backends"][1].update(state_dtypes=["fp8"]), "'pt-compiled': state_dtypes"),
     (lambda d: d["backends"][3].update(min_cc="nine"), "'fla-tma': min_cc"),
@@ -174,18 +191,47 @@ def test_get_returns_callable_with_the_signature():
 
 def test_b200_row_seeded_from_published_numbers():
     row = registry.default_row("NVIDIA B200")
-    assert row is not None and registry.table_choice(row, "fp32", 1) == "fla-recurrent"
+    assert row is not None and tables.table_choice(row, "fp32", 1) == "fla-recurrent"
     assert row.provenance["values_us"]["fla-recurrent"] == 2.56
 
 
-def test_for_gpu_matches_the_longest_contained_name():
-    from gdnzoo.registry import for_gpu
-    table = {"H100": 1, "H100 PCIe": 2, "H200": 3, "default": 0}
-    assert for_gpu(table, "NVIDIA H100 80GB HBM3") == 1
-    assert for_gpu(table, "NVIDIA H100 PCIe") == 2            # the longer key wins
-    assert for_gpu(table, "nvidia h200") == 3                 # case-insensitive
-    assert for_gpu(table, "NVIDIA B200", "none") == "none"    # no key: the default argument
-    assert for_gpu(table, "default") is None                  # the "default" key never matches
-    assert for_gpu(table, None) is None and for_gpu(table, "") is None
-    assert registry.default_row("NVIDIA H200").gpu == "NVIDIA H200"
-    assert registry.default_row(None) is None
+def test_registry_file_from_the_environment(tmp_path, monkeypatch, raw):
+    p = tmp_path / "mine.yaml"
+    raw["backends"] = raw["backends"][:1]
+    raw["defaults"], raw["fallback"] = [], {"cpu": ["pt-reference"]}
+    p.write_text(yaml.safe_dump(raw))
+    monkeypatch.setenv(registry.REGISTRY_ENV, str(p))
+    assert registry.registry_path() == p and registry.load_registry().names == ["pt-reference"]
+    monkeypatch.setenv(registry.REGISTRY_ENV, str(tmp_path / "missing.yaml"))
+    with pytest.raises(registry.RegistryError, match="no such file"):
+        registry.load_registry()
+
+
+def test_algo_env_is_read_in_one_place(monkeypatch):
+    monkeypatch.setenv("ALGO", "pt-compiled")
+    assert registry.env_algo() == "pt-compiled"
+    monkeypatch.setenv("ALGO", "")
+    assert registry.env_algo() is None
+    monkeypatch.delenv("ALGO")
+    assert registry.env_algo() is None
+    root = registry.registry_path().parent
+    readers = [str(f.relative_to(root)) for d in ("gdnzoo", "bench", "backends")
+               for f in sorted((root / d).glob("*.py")) if '"ALGO"' in f.read_text()]
+    assert readers == ["gdnzoo/registry.py"]
+
+
+def test_nothing_below_the_face_imports_it():
+    """Modules of the library, backends and bench import gdnzoo's submodules, never the face
+    (``import gdnzoo`` / ``from gdnzoo import decode``); the CLI and bench commands may."""
+    import ast
+    root = registry.registry_path().parent
+    for d in ("gdnzoo", "backends"):
+        for f in (root / d).glob("*.py"):
+            if f.name in ("__init__.py", "cli.py", "__main__.py"):
+                continue
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.Import):
+                    assert all(a.name != "gdnzoo" for a in node.names), f"{f}: import gdnzoo"
+                if isinstance(node, ast.ImportFrom) and node.module == "gdnzoo" and node.level == 0:
+                    public = {"decode", "get", "select", "list_backends"}
+                    assert not public & {a.name for a in node.names}, f"{f}: {ast.dump(node)}"

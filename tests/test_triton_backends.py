@@ -18,7 +18,8 @@ from gdnzoo.inputs import make_inputs
 from helpers import assert_matches
 from gdnzoo.reference import reference_outputs
 
-NAMES = {"fla-recurrent": "gdnzoo.backends.triton_recurrent", "fla-tma": "gdnzoo.backends.triton_tma"}
+NAMES = {"fla-recurrent": "gdnzoo.backends.fla_recurrent", "fla-tma": "gdnzoo.backends.fla_tma"}
+H100 = "NVIDIA H100 80GB HBM3"
 
 
 def _backend(name):
@@ -106,66 +107,38 @@ def test_against_reference(name, case):
     assert_matches(out, new_state, ref_out, ref_state, sd, what=f"{name} {_case_id(case)}")
 
 
-def test_recurrent_launch_table():
-    from gdnzoo.backends import triton_recurrent as m
-    table = {"default": {"fp32": [(64, 8, 1, 1), (None, 32, 4, 3)],
-                         "bf16": [(None, 16, 2, 1, 8)]},
-             "H100": {"fp32": [(8, 4, 1, 1, 8, 1), (None, 64, 8, 2)]}}
+def test_recurrent_fits_rows_to_k_and_v():
+    from gdnzoo.backends import fla_recurrent as m
     # a row without LPR takes all of a row's 16-byte vectors, at most 32 lanes; without DENSE,
     # the strides passed (0)
-    assert m.lookup_config("NVIDIA H100 80GB HBM3", "fp32", 8, 128, 128, table) == (4, 1, 1, 8, 1)
-    assert m.lookup_config("NVIDIA H100 80GB HBM3", "fp32", 9, 128, 128, table) == (64, 8, 2, 32, 0)
-    # a GPU row without this dtype falls back to the default row for it
-    assert m.lookup_config("NVIDIA H100 80GB HBM3", "bf16", 9, 128, 128, table) == (16, 2, 1, 8, 0)
-    assert m.lookup_config("NVIDIA B200", "fp32", 64, 128, 128, table) == (8, 1, 1, 32, 0)
-    assert m.lookup_config("NVIDIA B200", "fp32", 65, 128, 128, table) == (32, 4, 3, 32, 0)
-    # K=64: 8 lanes of 8 bf16 fill a row, and 16 lanes of 4 fp32
-    assert m.lookup_config("NVIDIA B200", "bf16", 1, 64, 128, table)[3] == 8
-    assert m.lookup_config("x", "fp32", 1, 64, 64, {"default": {"fp32": [(None, 4, 1, 1)]}})[3] == 16
+    assert m.fit_config("fp32", 8, 128, 128, (4, 1, 1, 8, 1)) == (4, 1, 1, 8, 1)
+    assert m.fit_config("fp32", 9, 128, 128, (64, 8, 2)) == (64, 8, 2, 32, 0)
+    assert m.fit_config("bf16", 1, 64, 128, (16, 2, 1))[3] == 8      # 8 lanes of 8 bf16 fill K=64
+    assert m.fit_config("fp32", 1, 64, 64, (4, 1, 1))[3] == 16
     assert m.fit_lpr("bf16", 64, 16) == 8 and m.fit_lpr("fp32", 256, 32) == 32
-    # destination passing: DEST_LAUNCH_TABLE's row for this GPU and dtype, else LAUNCH_TABLE's
-    h100 = "NVIDIA H100 80GB HBM3"
-    for sd, rows in m.DEST_LAUNCH_TABLE["H100"].items():
-        for hi, *_ in rows:
-            got = m.lookup_config(h100, sd, hi or 8192, 128, 128, dest=True)
-            assert got == m.lookup_config(h100, sd, hi or 8192, 128, 128, {"default": {sd: rows}})
-    assert m.lookup_config(h100, "bf16", 64, 128, 128, dest=True) != \
-        m.lookup_config(h100, "bf16", 64, 128, 128)
-    assert m.lookup_config("NVIDIA B200", "fp32", 64, 128, 128, dest=True) == \
-        m.lookup_config("NVIDIA B200", "fp32", 64, 128, 128)
-    # several tokens per call: the MULTI_TOKEN_LAUNCH_TABLE row of the largest least-T <= T,
-    # in either mode
-    for least, T in ((2, 2), (3, 3), (3, 4), (3, 7)):
-        for sd, rows in m.MULTI_TOKEN_LAUNCH_TABLE["H100"][least].items():
-            for hi, *_ in rows:
-                want = m.lookup_config(h100, sd, hi or 8192, 128, 128, {"default": {sd: rows}})
-                for dest in (False, True):
-                    assert m.lookup_config(h100, sd, hi or 8192, 128, 128, dest=dest, T=T) == want
-    assert m.lookup_config("NVIDIA B200", "bf16", 64, 128, 128, T=2) == \
-        m.lookup_config("NVIDIA B200", "bf16", 64, 128, 128)
-    # K=256: a 32x256 fp32 tile over 4 warps is 64 registers a thread: kept; over 1 warp
-    # it would be 256, so warps grow to 4
-    assert m.lookup_config("x", "fp32", 1000, 256, 128, table)[:3] == (32, 4, 3)
-    assert m.lookup_config("x", "fp32", 1, 256, 128,
-                           {"default": {"fp32": [(None, 32, 1, 1)]}})[:3] == (32, 4, 1)
-    # BV never exceeds V; the grid (B*HV*V/BV programs) stays on one axis below 2^31
-    assert m.lookup_config("x", "fp32", 1, 64, 64, {"default": {"fp32": [(None, 128, 8, 1)]}})[0] == 64
-    BV = m.lookup_config("x", "fp32", 2**29, 64, 64, {"default": {"fp32": [(None, 4, 1, 1)]}})[0]
+    # K=256: a 32x256 fp32 tile over 4 warps is 64 registers a thread: kept; over 1 warp it
+    # would be 256, so warps grow to 4; BV never exceeds V; the grid stays on one axis
+    assert m.fit_config("fp32", 1000, 256, 128, (32, 4, 3))[:3] == (32, 4, 3)
+    assert m.fit_config("fp32", 1, 256, 128, (32, 1, 1))[:3] == (32, 4, 1)
+    assert m.fit_config("fp32", 1, 64, 64, (128, 8, 1))[0] == 64
+    BV = m.fit_config("fp32", 2**29, 64, 64, (4, 1, 1))[0]
     assert 2**29 * (64 // BV) <= m.GRID_LIMIT
-    for bhv in (1, 8, 64, 65, 512, 4096, 2**20):
+    for B in (1, 8, 9, 64, 512, 2**17):
         for K in (64, 128, 256):
             for sd in ("fp32", "bf16"):
-                BV, nw, ns, lpr, dense = m.lookup_config("NVIDIA H100", sd, bhv, K, 128)
-                assert 128 % BV == 0 and BV * K <= 64 * 32 * nw and bhv * (128 // BV) <= m.GRID_LIMIT
-                assert K % (lpr * m.vec_elems(sd)) == 0
+                for inplace, T in ((True, 1), (False, 1), (True, 2), (False, 5)):
+                    BV, nw, ns, lpr, dense = m.table_config(H100, sd, B, 4, 8, K, 128, inplace, T)
+                    assert 128 % BV == 0 and BV * K <= 64 * 32 * nw
+                    assert B * 8 * (128 // BV) <= m.GRID_LIMIT
+                    assert K % (lpr * m.vec_elems(sd)) == 0
 
 
-def test_tma_launch_table():
-    from gdnzoo.backends import triton_tma as m
-    for bhv in (1, 8, 64, 65, 4096):
+def test_tma_fits_rows_to_k_and_v():
+    from gdnzoo.backends import fla_tma as m
+    for B in (1, 8, 9, 512):
         for K in (64, 128, 256):
             for sd, nbytes in (("fp32", 4), ("bf16", 2)):
-                BV, tiles, nw, ns, ws = m.lookup_config("NVIDIA H100", sd, bhv, K, 128)
+                BV, tiles, nw, ns, ws = m.table_config(H100, sd, B, 4, 8, K, 128)
                 assert 128 % (BV * tiles) == 0 and BV * K <= 64 * 32 * nw
                 assert BV * K * nbytes * (ns + 1) <= m.SMEM_BUDGET
     # 64x256 fp32 needs 8 warps for registers; 5 buffers of it exceed shared memory: BV 32
@@ -216,7 +189,7 @@ def test_cached_launches_are_raw_and_take_a_new_scale(name):
     """With CuPy present, repeat calls launch through cuda_build.Launch (a prebuilt parameter
     block, see _triton_launch.raw_launch); each call's pointers and scale must reach the kernel."""
     import importlib.util
-    from gdnzoo import cuda_build
+    from gdnzoo.backends import _cuda_build as cuda_build
     if importlib.util.find_spec("cupy") is None:
         pytest.skip("the raw launch needs CuPy's driver binding")
     mod = _backend(name)

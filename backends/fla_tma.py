@@ -23,34 +23,29 @@ captured its address stay valid.
 """
 from __future__ import annotations
 
+from gdnzoo import tables
 from gdnzoo.backends import _triton_launch as tlaunch
-from gdnzoo.registry import for_gpu
 
 HEAD_DIMS = (64, 128, 256)
 CPU_MAX_PROGRAM_TOKENS = 512      # the interpreter: ~5-20 ms per program and token
 GRID_LIMIT = 2**31 - 1
 SMEM_BUDGET = 160 * 1024
 
-# GPU name substring -> state dtype -> rows (max B*HV inclusive or None, BV, TILES,
-# num_warps, num_stages, warp_specialize).
-LAUNCH_TABLE = {
-    # Measured on an NVIDIA H100 80GB HBM3 (2026-11-22, torch 2.11, triton 3.6, contest
-    # geometry HV=8, cold L2, CUDA-graph time): the fastest config per batch size from
-    # `python3 bench/gpu_triton.py` (bench/results/h100-80gb-hbm3/gpu_triton_sweep.csv).
-    "H100": {
-        "fp32": [(64, 8, 1, 1, 1, False), (128, 8, 2, 1, 2, False), (256, 16, 2, 2, 2, False), (384, 16, 4, 2, 3, False), (None, 16, 2, 2, 2, False)],
-        "bf16": [(64, 8, 1, 1, 1, False), (128, 8, 2, 1, 2, False), (256, 16, 2, 2, 2, False), (None, 16, 4, 2, 3, False)],
-    },
-    "default": {
-        "fp32": [(64, 16, 2, 2, 2, False), (None, 32, 2, 4, 2, False)],
-        "bf16": [(64, 16, 2, 2, 2, False), (None, 32, 2, 4, 2, False)],
-    },
-}
+NAME = "fla-tma"                 # its public name: the key of its rows in backends/tables/
+# The launch fields (a row of backends/tables/<gpu>.yaml names them; an explicit ``config=`` gives
+# them in this order): BV rows per tile, TILES tiles per program, num_warps, num_stages (the TMA
+# ring's depth), warp_specialize.
+CONFIG = tables.ConfigFields(block_v=tables.REQUIRED, tiles=tables.REQUIRED,
+                             warps=tables.REQUIRED, stages=tables.REQUIRED, warp_specialize=False)
+# The shape search's first stage: configs of the sweep the H100 rows came from.
+CANDIDATES = ((8, 1, 1, 1, False), (8, 2, 1, 2, False), (16, 2, 2, 2, False), (16, 4, 2, 3, False),
+              (32, 2, 4, 2, False), (32, 4, 4, 3, False), (16, 8, 4, 4, False), (64, 2, 8, 2, False),
+              (16, 2, 4, 2, True), (32, 4, 4, 3, True))
 
 
 def fit_config(cfg, BHV: int, K: int, V: int, state_bytes: int):
     """Clamp (BV, TILES, num_warps, num_stages, ws) to V, registers, shared memory, grid."""
-    BV, tiles, nw, ns, ws = cfg
+    BV, tiles, nw, ns, ws = CONFIG.normalize(cfg)
     BV = min(BV, V)
     while BV * K > 64 * 32 * nw and nw < 8:
         nw *= 2
@@ -62,11 +57,26 @@ def fit_config(cfg, BHV: int, K: int, V: int, state_bytes: int):
     return BV, tiles, nw, ns, ws
 
 
-def lookup_config(gpu: str, state_dtype: str, BHV: int, K: int, V: int, table=None):
-    table = LAUNCH_TABLE if table is None else table
-    rows = for_gpu(table, gpu, table["default"]).get(state_dtype, table["default"][state_dtype])
-    cfg = next(r[1:] for r in rows if r[0] is None or BHV <= r[0])
-    return fit_config(cfg, BHV, K, V, 4 if state_dtype == "fp32" else 2)
+def table_config(gpu, state_dtype: str, B, H, HV, K, V, inplace=True, T=1):
+    """This GPU's launch row for the call (backends/tables/), fitted to K and V."""
+    row = tables.launch_config(NAME, CONFIG, gpu, state_dtype, inplace, T, B, H, HV, K, V)
+    return fit_config(row, B * HV, K, V, 4 if state_dtype == "fp32" else 2)
+
+
+def launch_config(problem, gpu):
+    """The tunable protocol's table lookup: :func:`table_config` for a Problem."""
+    p = problem
+    return table_config(gpu, p.state_name, p.B, p.H, p.HV, p.K, p.V, p.inplace, p.T)
+
+
+def candidates(problem):
+    """The shape search's first stage (tunable protocol)."""
+    return list(CANDIDATES)
+
+
+def refine(ranked):
+    """The shape search's second stage (tunable protocol): the first stage's three best."""
+    return [CONFIG.normalize(c) for c in ranked[:3]]
 
 
 def available():
@@ -94,8 +104,9 @@ def _check_tma_alignment(state, new_state):
 
 def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
            config=None, allocator=None):
-    """Launch with an explicit (BV, TILES, num_warps, num_stages, ws), or the table's."""
-    from gdnzoo.backends.triton_tma_kernel import gdn_tma_kernel
+    """Launch with an explicit config (:data:`CONFIG`, a dict or a tuple (BV, TILES, num_warps,
+    num_stages, ws)), or the table's."""
+    from gdnzoo.backends.fla_tma_kernel import gdn_tma_kernel
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dev = q.get_device()
@@ -105,8 +116,8 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
             config = (V, 1, 1, 1, False)   # interpreter: fewest programs is fastest
         else:
             sd = "fp32" if state.element_size() == 4 else "bf16"
-            config = lookup_config(tlaunch.gpu_name(dev), sd, B * HV, K, V)
-    BV, tiles, nw, ns, ws = config
+            config = table_config(tlaunch.gpu_name(dev), sd, B, H, HV, K, V, new_state is state, T)
+    BV, tiles, nw, ns, ws = CONFIG.normalize(config)
     if V % (BV * tiles):
         raise ValueError(f"fla-tma: BV*TILES={BV}*{tiles} must divide V={V}")
     grid0 = B * HV * (V // (BV * tiles))
@@ -132,6 +143,6 @@ def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
 
 
 _ALLOCS = {}      # argument signature -> the scratch allocator its launches share
-_DISPATCH = tlaunch.Dispatcher(_first_call)
+_DISPATCH = tlaunch.Dispatcher(_first_call, launch)
 run = _DISPATCH.run
 bind = _DISPATCH.bind

@@ -1,15 +1,15 @@
 """Run packed gdnzoo Solutions through flashinfer-bench's own Benchmark (GPU script).
 
-    python -m gdnzoo.bench.gpu_fib_eval        # results under $OUT (default /tmp/out)
+    python3 -m lab.fib_eval        # results under $OUT (default /tmp/out)
 
 Builds a tiny local trace set: the definition ``gdn_decode_qk4_v8_d128_k_last`` (axes, inputs and
-outputs as the contest publishes them; the reference ``run`` written here from SPEC section 1),
+outputs as the contest publishes them; the reference ``run`` written here from gdnzoo.reference),
 and workloads for B in {1, 4, 16, 64}, twice each: ``random`` inputs (flashinfer-bench draws
 them with plain ``torch.randn``) and ``seeded`` inputs from ``gdnzoo.inputs.make_inputs`` stored as
 safetensors (realistic magnitudes, like the contest's captured tensors).  Packs the backends in
 ``GDNZOO_FIB_ALGOS`` (default pt-reference, fla-recurrent, cuda-v4; those available), runs
 ``flashinfer_bench.bench.Benchmark(trace_set, BenchmarkConfig(...)).run_all()`` and prints each
-solution's status and latency per workload; writes ``$OUT/fib_results.json``.
+solution's status and latency per workload; writes ``$OUT/fib_eval.{log,json}``.
 
 Caveat printed with the table: flashinfer-bench 0.1.2 times with CUDA events around each call
 after a ``torch.cuda.synchronize()`` inside the loop and clones every argument after flushing L2
@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
+
+from lab import harness
 
 DEF_NAME = "gdn_decode_qk4_v8_d128_k_last"
 BATCHES = (1, 4, 16, 64)
@@ -134,30 +135,29 @@ def build_trace_set(root: Path, algos, seed=0):
     return packed, skipped
 
 
-def main() -> int:
-    out = Path(os.environ.get("OUT") or "/tmp/out")
-    out.mkdir(parents=True, exist_ok=True)
+def main(lab):
+    out = lab.out
     try:
         import flashinfer_bench  # noqa: F401
         from flashinfer_bench.bench import Benchmark, BenchmarkConfig
         from flashinfer_bench.data import TraceSet
     except Exception as e:
-        print(f"flashinfer-bench is not importable here ({type(e).__name__}: {e}); nothing to do.")
-        return 0
+        lab.log(f"flashinfer-bench is not importable here ({type(e).__name__}: {e}); nothing to do.")
+        return
     import torch
     if not torch.cuda.is_available():
-        print("no CUDA device: flashinfer-bench's runner needs one; nothing to do.")
-        return 0
+        lab.log("no CUDA device: flashinfer-bench's runner needs one; nothing to do.")
+        return
     algos = [a.strip() for a in os.environ.get("GDNZOO_FIB_ALGOS", ",".join(DEFAULT_ALGOS)).split(",") if a.strip()]
     root = Path(tempfile.mkdtemp(prefix="fib_traceset_", dir=out))
     os.environ.setdefault("FIB_CACHE_PATH", str(Path(tempfile.gettempdir()) / "gdnzoo_fib_cache"))
     t0 = time.time()
     packed, skipped = build_trace_set(root, algos)
     for a, why in skipped.items():
-        print(f"SKIP {a}: {why}")
+        lab.log(f"SKIP {a}: {why}")
     if not packed:
-        print("no solution could be packed; nothing to run")
-        return 0
+        lab.log("no solution could be packed; nothing to run")
+        return
     rows, err = [], None
     try:
         ts = TraceSet.from_path(str(root))
@@ -184,26 +184,27 @@ def main() -> int:
     except Exception as e:
         err = f"{type(e).__name__}: {e}"
         traceback.print_exc()
-    (out / "fib_results.json").write_text(json.dumps(
-        dict(definition=DEF_NAME, packed=packed, skipped=skipped, error=err, rows=rows,
-             trace_set=str(root), seconds=time.time() - t0), indent=2, default=str))
+    lab.results.update(definition=DEF_NAME, packed=packed, skipped=skipped, error=err, rows=rows,
+                       trace_set=str(root), seconds=time.time() - t0)
     rows.sort(key=lambda r: (r["algo"], r["workload"].split("-")[0], r["B"] or 0))
-    print(f"\nflashinfer-bench {getattr(flashinfer_bench, '__version__', '?')} on "
-          f"{torch.cuda.get_device_name()}: {DEF_NAME}, {len(rows)} evaluations in {time.time() - t0:.0f} s")
-    print(f"{'algo':<14} {'workload':<12} {'status':<20} {'latency us':>11} {'ref us':>9} {'max abs':>9}")
+    lab.log(f"\nflashinfer-bench {getattr(flashinfer_bench, '__version__', '?')} on "
+            f"{torch.cuda.get_device_name()}: {DEF_NAME}, {len(rows)} evaluations in "
+            f"{time.time() - t0:.0f} s")
+    lab.log(f"{'algo':<14} {'workload':<12} {'status':<20} {'latency us':>11} {'ref us':>9} "
+            f"{'max abs':>9}")
     for r in rows:
         lat = f"{r['latency_us']:.1f}" if r["latency_us"] is not None else "-"
         ref = f"{r['ref_latency_us']:.1f}" if r["ref_latency_us"] is not None else "-"
         ma = f"{r['max_abs']:.1e}" if r["max_abs"] is not None else "-"
-        print(f"{r['algo']:<14} {r['workload']:<12} {r['status']:<20} {lat:>11} {ref:>9} {ma:>9}")
-    print("note: flashinfer-bench 0.1.2 times with CUDA events, a synchronize() before every call "
-          "and arguments cloned after the L2 flush (pre-CUPTI do_bench, issue #195): latencies "
-          "include launch overhead and an L2-warm state; compare backends only within this table.")
+        lab.log(f"{r['algo']:<14} {r['workload']:<12} {r['status']:<20} {lat:>11} {ref:>9} {ma:>9}")
+    lab.log("note: flashinfer-bench 0.1.2 times with CUDA events, a synchronize() before every "
+            "call and arguments cloned after the L2 flush (pre-CUPTI do_bench, issue #195): "
+            "latencies include launch overhead and an L2-warm state; compare backends only within "
+            "this table.")
     if err:
-        print(f"ERROR: {err}")
-    print(f"results: {out / 'fib_results.json'}")
-    return 0
+        lab.log(f"ERROR: {err}")
+        lab.failed.append("flashinfer-bench")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    harness.run("fib_eval", main)

@@ -7,7 +7,7 @@ CuTe-DSL kernels run (not the optional "cake" or Rubin variants):
 - fp32 state, T = 1: ``state=`` (the direct path the contest baseline uses; FlashInfer keeps its
   index tensors cached, so a call launches one kernel).
 - bf16 state (any T), and fp32 state with T > 1 (FlashInfer's MTP kernels; registry.yaml keeps
-  max_T: 1 until ``bench/gpu_peers.py`` shows T > 1 passing): ``initial_state=`` with
+  max_T: 1 until a GPU run shows T > 1 passing the gate): ``initial_state=`` with
   ``initial_state_indices`` = arange(B), an int32 tensor cached here per (B, device).  Through
   ``state=`` FlashInfer would allocate that arange on every call (an extra kernel); fp32 T > 1 is
   only offered in this pool form.
@@ -26,11 +26,12 @@ path).  The first call per variant logs to stderr and records its wall time in
 """
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 
 import torch
+
+from gdnzoo.backends import _peer
 
 #: variant description -> wall seconds of its first call in this process (JIT compile + launch)
 compile_seconds: dict = {}
@@ -40,13 +41,11 @@ _indices: dict = {}
 
 
 def available():
-    missing = [m for m in ("flashinfer", "cutlass") if importlib.util.find_spec(m) is None]
-    if missing:
-        return False, (f"needs flashinfer-python 0.7.2.post1 and nvidia-cutlass-dsl; not installed: "
-                       f"{', '.join(missing)}")
-    if not torch.cuda.is_available():
-        return False, "no CUDA device on this machine (FlashInfer's GDN kernels are GPU-only)"
-    return True, "FlashInfer CuTe-DSL gated_delta_rule_decode_pretranspose (JIT-compiled on first call)"
+    return _peer.available(("flashinfer", "cutlass"),
+                           "flashinfer-python 0.7.2.post1 and nvidia-cutlass-dsl",
+                           "FlashInfer's GDN kernels are GPU-only",
+                           "FlashInfer CuTe-DSL gated_delta_rule_decode_pretranspose "
+                           "(JIT-compiled on first call)")
 
 
 def supports(problem):

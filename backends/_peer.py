@@ -1,0 +1,19 @@
+"""What the two peer backends (fi-baseline, fla-upstream) share: availability of a GPU-only
+library.  Not a backend itself."""
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+
+def available(packages, needs: str, gpu_only: str, ok: str) -> tuple[bool, str]:
+    """(False, why) when one of ``packages`` (import names) is missing or there is no CUDA
+    device; else (True, ``ok``).  ``needs``: the distributions to install; ``gpu_only``: why a
+    GPU is needed."""
+    missing = [m for m in packages if importlib.util.find_spec(m) is None]
+    if missing:
+        return False, f"needs {needs}; not installed: {', '.join(missing)}"
+    if not torch.cuda.is_available():
+        return False, f"no CUDA device on this machine ({gpu_only})"
+    return True, ok

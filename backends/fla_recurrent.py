@@ -1,0 +1,145 @@
+"""fla-recurrent: our Triton kernel in the style of FLA's fused recurrent kernel.
+
+One launch per call; one program per (sequence, v-head, V-tile of BV rows) holding its
+[BV, K] state tile in registers across all T tokens, LPR lanes per row; raw gates (softplus /
+exp / sigmoid) computed in the kernel; the k-last state read and written where it lies (no
+transpose, no copy).  The launch shape (BV, num_warps, num_stages, LPR, and DENSE: compile-time
+strides for contiguous inputs) comes from this GPU's launch rows (``backends/tables/<gpu>.yaml``,
+measured by ``gdnzoo tune --shapes``); nothing is autotuned inside a call.
+"""
+from __future__ import annotations
+
+from gdnzoo import tables
+from gdnzoo.backends import _cuda_build as cuda_build
+from gdnzoo.backends import _triton_launch as tlaunch
+
+HEAD_DIMS = (64, 128, 256)
+# On CPU the interpreter runs each program in numpy: ~5-20 ms per program and token.
+CPU_MAX_PROGRAM_TOKENS = 512
+GRID_LIMIT = 2**31 - 1
+
+NAME = "fla-recurrent"           # its public name: the key of its rows in backends/tables/
+# The launch fields (a row of backends/tables/<gpu>.yaml names them; an explicit ``config=`` gives
+# them in this order): BV rows per program, num_warps, num_stages, lanes per row (None: all of a
+# row's 16-byte vectors, at most 32 lanes: the thread map Triton picks by itself for a [BV, K]
+# tile), DENSE (1: the shapes' compile-time strides when every tensor is contiguous, else the
+# strides passed; 0: always the strides passed).  Small B*HV takes small tiles so that enough
+# programs cover the SMs (B=1 at HV=8 on the H100: 8 heads x 32 tiles of 4 rows).
+CONFIG = tables.ConfigFields(block_v=tables.REQUIRED, warps=tables.REQUIRED,
+                             stages=tables.REQUIRED, lanes_per_row=None, dense=0)
+
+
+def vec_elems(state_dtype: str) -> int:
+    """State elements in one 16-byte vector (a thread's unit along K)."""
+    return 4 if state_dtype == "fp32" else 8
+
+
+def default_lpr(state_dtype: str, K: int) -> int:
+    """Lanes per row when a table row names none: all of a row's vectors, at most 32 (the
+    thread map Triton picks by itself for a [BV, K] tile)."""
+    return min(32, K // vec_elems(state_dtype))
+
+
+def fit_lpr(state_dtype: str, K: int, lpr: int) -> int:
+    """``lpr`` lowered until its lanes' vectors divide K (the table is measured at K=128)."""
+    while lpr > 1 and K % (lpr * vec_elems(state_dtype)):
+        lpr //= 2
+    return lpr
+
+
+def fit_config(state_dtype: str, BHV: int, K: int, V: int, config) -> tuple:
+    """(BV, num_warps, num_stages, LPR, DENSE) of a row or an explicit config, fitted to K, V:
+    lanes per row dividing K, the fp32 tile at <= 64 registers a thread (more warps first, then
+    a smaller tile), and the grid (B*HV*V/BV programs) on one axis."""
+    BV, nw, ns, lpr, dense = CONFIG.normalize(config)
+    lpr = fit_lpr(state_dtype, K, default_lpr(state_dtype, K) if lpr is None else lpr)
+    BV = min(BV, V)
+    while BV * K > 64 * 32 * nw and nw < 8:
+        nw *= 2
+    while BV * K > 64 * 32 * nw and BV > 1:
+        BV //= 2
+    while BHV * (V // BV) > GRID_LIMIT and BV < V:
+        BV *= 2
+    return BV, nw, ns, lpr, int(dense)
+
+
+def table_config(gpu, state_dtype: str, B, H, HV, K, V, inplace=True, T=1) -> tuple:
+    """This GPU's launch row for the call (backends/tables/), fitted to K and V."""
+    row = tables.launch_config(NAME, CONFIG, gpu, state_dtype, inplace, T, B, H, HV, K, V)
+    return fit_config(state_dtype, B * HV, K, V, row)
+
+
+def launch_config(problem, gpu):
+    """The tunable protocol's table lookup: :func:`table_config` for a Problem."""
+    p = problem
+    return table_config(gpu, p.state_name, p.B, p.H, p.HV, p.K, p.V, p.inplace, p.T)
+
+
+def candidates(problem):
+    """The shape search's first stage (tunable protocol): (BV, num_warps, 1, LPR, DENSE) with at
+    most 64 state elements a thread and at least as many rows as the threads cover (32/LPR
+    rows a warp), each with the strides passed and with constant strides."""
+    sd, K, V = problem.state_name, problem.K, problem.V
+    vec = vec_elems(sd)
+    return [(bv, nw, 1, lpr, d) for lpr in (4, 8, 16, 32) if K % (lpr * vec) == 0
+            for bv in (1, 2, 4, 8, 16, 32, 64, 128) for nw in (1, 2, 4, 8)
+            if bv <= V and bv * K <= 64 * 32 * nw and bv >= (32 // lpr) * nw for d in (0, 1)]
+
+
+def refine(ranked):
+    """The shape search's second stage (tunable protocol): the first stage's three best."""
+    return [CONFIG.normalize(c) for c in ranked[:3]]
+
+
+def available():
+    return tlaunch.available((8, 0))
+
+
+def supports(problem):
+    return tlaunch.common_supports(problem, HEAD_DIMS, CPU_MAX_PROGRAM_TOKENS, GRID_LIMIT)
+
+
+def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
+           config=None):
+    """Launch with an explicit config (:data:`CONFIG`: a dict, or a tuple (BV, num_warps,
+    num_stages[, LPR[, DENSE]])), or the table's when None.  DENSE 1 takes the strides from the
+    shapes when every tensor is contiguous (else the strides passed are used all the same)."""
+    from gdnzoo.backends.fla_recurrent_kernel import gdn_recurrent_kernel
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    dev = q.get_device()
+    sd = "fp32" if state.element_size() == 4 else "bf16"
+    if config is None:
+        if dev < 0:
+            config = (V, 1, 1)                    # interpreter: fewest programs is fastest
+        else:
+            config = table_config(tlaunch.gpu_name(dev), sd, B, H, HV, K, V,
+                                  new_state is state, T)
+    BV, nw, ns, lpr, dense = CONFIG.normalize(config)
+    lpr = default_lpr(sd, K) if lpr is None else lpr
+    dense = bool(dense) and cuda_build.dense(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
+    grid0 = B * HV * (V // BV)
+    if V % BV or grid0 > GRID_LIMIT:
+        raise ValueError(f"fla-recurrent: BV={BV} must divide V={V} and B*HV*V/BV <= {GRID_LIMIT}")
+    if lpr not in (1, 2, 4, 8, 16, 32) or K % (lpr * vec_elems(sd)):
+        raise ValueError(f"fla-recurrent: LPR={lpr} lanes x {vec_elems(sd)} elements must "
+                         f"divide K={K}")
+    tail = (tlaunch.loop_count(T), *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *a.stride(), *b.stride(),
+            A_log.stride(0), dt_bias.stride(0), *out.stride()[:3], *state.stride()[:3],
+            *new_state.stride()[:3], H, HV, K, V, BV, bool(use_qk_l2norm), lpr, vec_elems(sd),
+            T if dense else 0)
+    return gdn_recurrent_kernel[(grid0,)](q, k, v, a, b, A_log, dt_bias, out, state, new_state,
+                                          float(scale), *tail, num_warps=nw, num_stages=ns), \
+        grid0, tail
+
+
+def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, key):
+    compiled, grid0, tail = launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                                   l2)
+    ptrs, _ = tlaunch.Dispatcher.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
+    return tlaunch.fast_launch(compiled, grid0, ptrs, scale, tail, q.get_device())
+
+
+_DISPATCH = tlaunch.Dispatcher(_first_call, launch)
+run = _DISPATCH.run
+bind = _DISPATCH.bind

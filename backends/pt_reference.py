@@ -1,0 +1,21 @@
+"""pt-reference: the math in readable PyTorch (:mod:`gdnzoo.reference`) as a backend.
+
+Eager, fp32 arithmetic, vectorized over batch and heads; runs on CPU and GPU.  It is the
+speedup baseline of ``gdnzoo bench``; the tests and the bench's correctness gate call the same
+function in float64 as their oracle.
+"""
+from __future__ import annotations
+
+from gdnzoo.reference import reference_decode
+
+
+def available():
+    return True, "PyTorch eager; runs on CPU and GPU"
+
+
+def supports(problem):
+    return True, ""
+
+
+def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
+    reference_decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)

@@ -1,0 +1,292 @@
+"""``gdnzoo tune --shapes``: the launch-shape search of the tunable backends, on the kernel clock
+of ``gdnzoo bench``, and the launch rows it writes (``backends/tables/<gpu>.yaml``).
+
+Per (state dtype, B) at the launch tables' geometry (H=4, HV=8, K=V=128):
+
+1. the floor, with its own shape search (:mod:`gdnzoo.bench.floor`);
+2. every first-stage candidate of each tunable backend (its ``candidates``), each checked by
+   the gate (gdnzoo.gate) against the float64 reference and timed on the CUPTI kernel clock
+   in a session of its own over a cold rotation (clocks.Rotation: candidates that store with
+   different L2 eviction priorities must not share a session's lines);
+3. each backend's second stage (its ``refine`` of the first stage's ranking), two rounds;
+4. confirm: each backend's winner and the row this GPU runs now (its committed row, through
+   the tables' fallbacks for a GPU without a file) re-timed beside the floor in bench-length
+   sessions, alternated: the minimum of many noisy medians reads low (about 5% at B=1).  A row
+   changes only where the winner reads at least ``--margin`` (1%) faster there.
+
+A candidate that fails the gate, or fails to compile or launch, is reported and never timed.
+Writes ``gpu_tune.{csv,json,log}`` under ``--out`` after every cell (a time-out keeps what was
+measured) and prints the rows; ``--write`` puts them into this GPU's table file (a new file for
+a GPU that has none).  Measured at T tokens (``--tokens``), the rows serve T and up
+(``--rows-from-tokens`` lowers that, e.g. rows tuned at T=4 serving T >= 3); rows of several
+tokens measured in place serve either mode.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from gdnzoo import gate, registry, tables
+from gdnzoo.bench import clocks, floor
+from gdnzoo.contract import validate
+from gdnzoo.inputs import DTYPES, make_inputs
+from gdnzoo.reference import reference_outputs
+
+GEOMETRY = dict(H=4, HV=8, K=128, V=128)
+BATCHES = (1, 4, 8, 16, 32, 48, 64, 128, 256, 512)
+
+
+def add_shapes_args(p):
+    g = p.add_argument_group("--shapes (the launch-shape search; a CUDA device)")
+    g.add_argument("--state-dtype", default="fp32,bf16", help="comma list (default fp32,bf16)")
+    g.add_argument("--mode", default="inplace", choices=("inplace", "dest"),
+                   help="in place, or destination passing (a distinct new_state, rotated cold)")
+    g.add_argument("--tokens", type=int, default=1, help="T tokens per call (default 1)")
+    g.add_argument("--rows-from-tokens", type=int, default=None,
+                   help="the least T the written rows serve (default: --tokens)")
+    g.add_argument("--reps", type=int, default=12, help="calls per first/second-stage session")
+    g.add_argument("--confirm-iters", type=int, default=100,
+                   help="calls per confirm session (gdnzoo bench's floor uses 100)")
+    g.add_argument("--confirm-rounds", type=int, default=3)
+    g.add_argument("--margin", type=float, default=0.01,
+                   help="change a row only where the winner reads this fraction faster than the "
+                        "committed row in the confirm sessions (default 0.01)")
+    return p
+
+
+class Cell:
+    """One (state dtype, B) of the search: inputs, their reference, a cold rotation."""
+
+    def __init__(self, sd, B, dest, T, seed=3):
+        self.sd, self.B, self.dest, self.T = sd, B, dest, T
+        self.x = make_inputs(B=B, T=T, **GEOMETRY, state_dtype=DTYPES[sd], device="cuda", seed=seed)
+        self.problem = dataclasses.replace(validate(*self.x.args())[0], inplace=not dest)
+        self.rot = clocks.Rotation(self.x.state, dest=dest)
+        self.out = torch.empty(B, T, GEOMETRY["HV"], GEOMETRY["V"], dtype=self.x.v.dtype,
+                               device="cuda")
+        self.ref = reference_outputs(self.x)
+
+    def checked(self, run, config):
+        """launch(i) of one candidate, after the gate passed it; raises if it cannot be built,
+        launched, or is wrong."""
+        def fn(*a):
+            run(*a, config=config)
+        j, _, _ = gate.gated_call(fn, self.x, dest=self.dest, ref=self.ref)
+        if not j.ok:
+            raise AssertionError(j.reason)
+        x = self.x
+
+        def launch(i):
+            st, ns = self.rot.next()
+            fn(x.q, x.k, x.v, st, x.A_log, x.a, x.dt_bias, x.b, x.scale, self.out, ns, False)
+        return launch
+
+
+def time_candidates(cands, reps, rounds=1):
+    """{(backend, config): samples}: ``cands`` are (backend, config, launch); each candidate in
+    its own kernel-clock session, all of them once per round (slow drift spreads over all)."""
+    per = {(b, c): [] for b, c, _ in cands}
+    method = ""
+    for _ in range(rounds):
+        for b, c, launch in cands:
+            samples, method = clocks.kernel_times(launch, reps)
+            per[(b, c)] += samples
+    return per, method
+
+
+def stage(cell, todo, reps, log, rounds=1):
+    """Check and time (backend, config) candidates: ({key: median}, [(b, c, launch)], method)."""
+    cands = []
+    for b, c in todo:
+        try:
+            cands.append((b, c, cell.checked(registry.runner(b), c)))
+        except Exception as e:
+            log(f"  skip {b} {c}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            torch.cuda.synchronize()
+    per, method = time_candidates(cands, reps, rounds)
+    return {k: statistics.median(v) for k, v in per.items()}, cands, method
+
+
+def keep_or_change(winner_us, table_us, margin):
+    """'change' only where the winner reads at least ``margin`` (a fraction) faster than the
+    committed row in the same confirm sessions, else 'keep': the confirm's spread is about 1%,
+    and a table should not churn on noise."""
+    return "change" if winner_us <= table_us * (1 - margin) else "keep"
+
+
+def search_cell(cell, names, args, log, rows):
+    """Stages 1-3 and the confirm for one cell; {backend: (config, us, floor_us, changed)}."""
+    mods = {b: registry.backend_module(b) for b in names}
+    fl = floor.best_launcher(cell.rot.set_bytes)
+    if fl["launch"] is None:
+        raise SystemExit(f"the shape search needs the floor's CuPy kernel: {fl['config']}")
+    todo = [(b, mods[b].CONFIG.normalize(c)) for b in names for c in mods[b].candidates(cell.problem)]
+    med, _, method = stage(cell, todo, args.reps, log)
+    todo = []
+    for b in names:
+        ranked = [c for _, c in sorted((us, c) for (bb, c), us in med.items() if bb == b)]
+        todo += [(b, mods[b].CONFIG.normalize(c)) for c in mods[b].refine(ranked)]
+    med2, cands2, _ = stage(cell, todo, args.reps, log, rounds=2)
+    for stg, m in ((1, med), (2, med2)):
+        rows += [dict(sd=cell.sd, B=cell.B, backend=b, config=c, us=us, stage=stg)
+                 for (b, c), us in m.items()]
+    picks, wins, committed = [("floor", "floor", fl["launch"])], {}, {}
+    gpu = torch.cuda.get_device_name()
+    for b in names:
+        mine = [(us, c) for (bb, c), us in med2.items() if bb == b]
+        if not mine:
+            log(f"  {b}: no candidate passed the gate")
+            continue
+        wins[b] = min(mine)[1]
+        picks += [t for t in cands2 if t[:2] == (b, wins[b])]
+        committed[b] = mods[b].CONFIG.normalize(mods[b].launch_config(cell.problem, gpu))
+        if committed[b] != wins[b]:
+            try:
+                picks.append((b, committed[b], cell.checked(registry.runner(b), committed[b])))
+            except Exception as e:
+                log(f"  committed row {b} {committed[b]}: {type(e).__name__}: {str(e)[:120]}")
+                del committed[b]
+    conf, _ = time_candidates(picks, args.confirm_iters, args.confirm_rounds)
+    conf = {k: statistics.median(v) for k, v in conf.items()}
+    fmed = conf[("floor", "floor")]
+    out, summary = {}, [f"{cell.sd} B={cell.B:<4d} floor {fmed:7.2f}"]
+    for (b, c), us in conf.items():
+        if b != "floor":
+            rows.append(dict(sd=cell.sd, B=cell.B, backend=b, config=c, us=us,
+                             stage="committed" if c == committed.get(b) and c != wins[b]
+                             else "confirm"))
+    for b, c in wins.items():
+        us = conf[(b, c)]
+        text = f"{b} {us:7.2f} ({us / fmed:.3f}) {c}"
+        pick = (c, us, fmed, True)
+        if b in committed:
+            t_us = conf[(b, committed[b])] if committed[b] != c else us
+            verdict = keep_or_change(us, t_us, args.margin) if committed[b] != c else "same"
+            text += f" vs committed {t_us:7.2f} ({t_us / fmed:.3f}) {committed[b]}: {verdict}"
+            if verdict != "change":
+                pick = (committed[b], t_us, fmed, False)
+        out[b] = pick
+        summary.append(text)
+    log("  ".join(summary) + f"   [{method}]")
+    return out
+
+
+def write_files(out, rows, lines, env):
+    with open(out / "gpu_tune.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["sd", "B", "backend", "config", "us", "stage"])
+        w.writeheader()
+        for r in rows:
+            w.writerow(dict(r, config=str(r["config"])))
+    (out / "gpu_tune.json").write_text(json.dumps(dict(env=env, rows=rows), default=str, indent=1))
+    (out / "gpu_tune.log").write_text("\n".join(lines) + "\n")
+
+
+def new_rows(lt, gpu, results, args, source_id):
+    """The row sets of this tune, merged into the GPU's file (tables.merge_measured): per
+    (backend, state dtype), the chosen config per measured B, with the new source where it
+    changed and the old row's source where it was kept."""
+    f = lt.file_for(gpu)
+    own = f.match is not None
+    mode = args.mode if args.tokens == 1 or args.mode == "dest" else "any"
+    tokens = args.rows_from_tokens or args.tokens
+    made = []
+    for (b, sd), per_b in results.items():
+        fields = registry.backend_module(b).CONFIG
+        key = (b, sd, mode, tokens, ())
+        existing = [(r.lo, r.hi, (fields.normalize(r.config), r.source))
+                    for r in (f.row_sets(b, sd).get(key, []) if own else [])]
+        chosen = {B: (cfg, source_id if changed else _source_at(existing, B, source_id))
+                  for B, (cfg, _, _, changed) in per_b.items()}
+        for lo, hi, (cfg, src) in tables.merge_measured(existing, chosen):
+            made.append(tables.LaunchRow(b, sd, mode, tokens, lo, hi, fields.as_dict(cfg), src,
+                                         hv=GEOMETRY["HV"]))
+    return made
+
+
+def _source_at(existing, B, default):
+    """The source of the existing row at B (a kept row keeps it), else ``default``."""
+    return next((v[1] for lo, hi, v in existing if lo <= B and (hi is None or B <= hi)), default)
+
+
+def write_table(gpu, made, source):
+    """Put ``made`` into this GPU's table file (a new one when no file matches it)."""
+    lt = tables.launch_tables()
+    f = lt.file_for(gpu)
+    if f.match is None:                     # no file of its own: start one
+        f = tables.LaunchFile(tables.gpu_slug(gpu), tables.tables_dir() /
+                              f"{tables.gpu_slug(gpu)}.yaml", gpu, gpu, tables.DEFAULT_FILE,
+                              GEOMETRY, {}, [])
+    f = tables.replace_rows(f, made, source)
+    order = {b: registry.backend_module(b).CONFIG.names for b in {r.backend for r in f.rows}}
+    text = tables.render_launch_file(f, order)
+    tables.parse_launch_file(__import__("yaml").safe_load(text), f.path)    # it must load
+    f.path.write_text(text)
+    tables.reset()
+    return f.path
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory where it lies below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def cmd_shapes(args) -> int:
+    from gdnzoo.bench import report
+    if not torch.cuda.is_available():
+        raise SystemExit("gdnzoo tune --shapes: needs a CUDA device (the rows are per GPU)")
+    tunable = registry.tunables()
+    names = [n.strip() for n in (args.algo or ",".join(tunable)).split(",") if n.strip()]
+    bad = [n for n in names if n not in tunable]
+    if bad:
+        raise SystemExit(f"--algo: not tunable: {', '.join(bad)}; tunable: {', '.join(tunable)}")
+    names = [n for n in names if registry.availability(n, "cuda")[0]]
+    gpu = torch.cuda.get_device_name()
+    out = Path(args.out or Path(report.default_out_dir()) / "shapes")
+    out.mkdir(parents=True, exist_ok=True)
+    env = report.environment("gdnzoo tune --shapes", {}, [])
+    lines, rows, results = [], [], {}
+
+    def log(s):
+        lines.append(s)
+        if not args.quiet or not s.startswith("  skip"):
+            print(s, flush=True)
+
+    t0 = time.time()
+    log(f"# gdnzoo tune --shapes --algo {','.join(names)} --mode {args.mode} --tokens "
+        f"{args.tokens} on {gpu}, commit {env.get('commit')}")
+    for sd in [s.strip() for s in args.state_dtype.split(",") if s.strip()]:
+        for B in args.batch:
+            cell = Cell(sd, B, args.mode == "dest", args.tokens)
+            for b, pick in search_cell(cell, names, args, log, rows).items():
+                results.setdefault((b, sd), {})[B] = pick
+            lines[-1] += f" [{time.time() - t0:.0f} s]"
+            write_files(out, rows, lines, env)
+            del cell
+            torch.cuda.empty_cache()
+    sid = (f"tune-{datetime.date.today().isoformat()}-{args.mode}-t{args.tokens}")
+    src = {sid: dict(how=f"gdnzoo tune --shapes --algo {','.join(names)} --mode {args.mode} "
+                         f"--tokens {args.tokens} on {gpu}: winners beside the committed rows, "
+                         f"changed where >= {args.margin:.0%} faster",
+                     date=datetime.date.today().isoformat(), commit=env.get("commit"),
+                     results=[_shown(out / "gpu_tune.csv")])}
+    made = new_rows(tables.launch_tables(), gpu, results, args, sid)
+    log("\nrows (changed where the winner beat the committed row by the margin, else kept):")
+    for r in made:
+        log(f"  {r.backend} {r.state} {r.mode} tokens>={r.tokens} batch [{r.lo}, {r.hi}]: "
+            f"{r.config} ({r.source})")
+    write_files(out, rows, lines, env)
+    if args.write:
+        log(f"wrote {write_table(gpu, made, src)}")
+    else:
+        log("(--write puts them into this GPU's file under backends/tables/)")
+    return 0

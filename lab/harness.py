@@ -1,0 +1,76 @@
+"""The one harness of the lab scripts: where results go, keep-going parts, the bench's cold-L2
+rotation and the one correctness gate.
+
+    lab = Lab("sanitize_cuda")           # results under $OUT (default /tmp/out)
+    lab.part("cuda-v4 cases", fn)        # an exception is logged with its traceback; the rest runs
+    lab.log("...")                       # printed and kept
+    lab.save()                           # $OUT/<name>.log and $OUT/<name>.json (lab.results)
+
+``Lab.rotation(state, dest)`` is :class:`gdnzoo.bench.clocks.Rotation` (state sets >= 4x L2,
+one counter for every session) and ``Lab.gated(call, x, ...)`` is
+:func:`gdnzoo.gate.gated_call`: a lab script times and judges as ``gdnzoo bench`` does.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from gdnzoo import gate
+from gdnzoo.bench import clocks
+
+
+class Lab:
+    def __init__(self, name: str):
+        self.name = name
+        self.out = Path(os.environ.get("OUT") or "/tmp/out")
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.lines, self.results, self.failed = [], {}, []
+        os.environ.setdefault("PYTHONUNBUFFERED", "1")
+
+    def log(self, *parts):
+        line = " ".join(str(p) for p in parts)
+        self.lines.append(line)
+        print(line, flush=True)
+
+    def part(self, name, fn, *args, **kw):
+        """``fn(*args, **kw)``; on an exception log it and go on (returns None)."""
+        t0 = time.time()
+        try:
+            result = fn(*args, **kw)
+            self.log(f"[{name}] done in {time.time() - t0:.1f} s")
+            return result
+        except Exception:
+            self.failed.append(name)
+            self.log(f"[{name}] ERROR after {time.time() - t0:.1f} s\n{traceback.format_exc()}")
+            return None
+
+    @staticmethod
+    def rotation(state, dest=False, **kw) -> clocks.Rotation:
+        return clocks.Rotation(state, dest=dest, **kw)
+
+    @staticmethod
+    def gated(call, x, **kw):
+        return gate.gated_call(call, x, **kw)
+
+    def environment(self) -> dict:
+        from gdnzoo.bench import report
+        return report.environment(f"lab.{self.name}")
+
+    def save(self) -> int:
+        """Write the log and results; the exit status: 1 when a part failed."""
+        (self.out / f"{self.name}.log").write_text("\n".join(self.lines) + "\n")
+        (self.out / f"{self.name}.json").write_text(json.dumps(
+            dict(environment=self.environment(), failed=self.failed, **self.results),
+            indent=1, default=str))
+        return 1 if self.failed else 0
+
+
+def run(name: str, fn):
+    """A script's entry point: ``fn(Lab(name))``, then save and exit (1 when a part failed)."""
+    lab = Lab(name)
+    fn(lab)
+    sys.exit(lab.save())

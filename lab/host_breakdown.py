@@ -1,0 +1,101 @@
+"""Where the host time of one eager gdnzoo.decode call at B=1 goes, per layer (GPU machine):
+
+    python3 -m lab.host_breakdown [--algo cuda-v4,fla-recurrent] [--ab OLD_INIT.py]
+
+Each row is the median wall time per call over batches of back-to-back calls (the host clock of
+``gdnzoo bench``: no synchronization), so it is dispatch cost as long as the GPU keeps up.
+
+``--ab`` compares the public face and hot path of another version with this one in the same
+process (host speed differs between processes and machines by up to 2x, so only in-process
+alternation compares code): the file is an older ``gdnzoo/__init__.py`` (``git show
+REV:gdnzoo/__init__.py``), loaded as a module over this version's layers below it, and the two
+``decode`` functions are timed in alternating rounds.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+
+import torch
+
+import gdnzoo
+from gdnzoo import dispatch, guards, registry
+from gdnzoo.bench.clocks import host_times
+from gdnzoo.contract import check_aliasing, signature, validate
+from gdnzoo.inputs import make_inputs
+from lab import harness
+
+
+def per_call_us(fn, batches=9):
+    return statistics.median(host_times(lambda i: fn(), batches=batches, per_batch=1000,
+                                        warmup=200))
+
+
+def breakdown(lab, names):
+    x = make_inputs(B=1, device="cuda", seed=0)
+    out = torch.empty(1, 1, 8, 128, dtype=x.v.dtype, device="cuda")
+    a = (x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b)
+    rows = [
+        ("signature() of the inputs", lambda: signature(*a, x.scale, out, None, False)),
+        ("full validate()", lambda: validate(*a, x.scale, out=out)),
+        ("check_aliasing() (validate path; memoized calls compare spans)",
+         lambda: check_aliasing(x.state, out, None)),
+        ("registry.env_algo() (only when no algo is named)", registry.env_algo),
+        ("10 x Tensor.data_ptr()", lambda: [t.data_ptr() for t in (*a, out, x.state)]),
+        ("torch raw current stream", lambda: torch._C._cuda_getCurrentRawStream(0)),
+    ]
+    for name in names:
+        run = registry.runner(name)
+        bound = registry.launcher(name, *a, x.scale, out, x.state, False)
+        gdnzoo.decode(*a, x.scale, out=out, algo=name)          # memoizes (and guards) it
+        rows += [
+            (f"{name}: decode's memo lookup (guards in use: {guards.available()})",
+             lambda name=name: dispatch.lookup(*a, x.scale, out, None, False, name)),
+            (f"{name}: gdnzoo.decode(..., out=out)",
+             lambda name=name: gdnzoo.decode(*a, x.scale, out=out, algo=name)),
+            (f"{name}: backend run()", lambda run=run: run(*a, x.scale, out, x.state, False)),
+            (f"{name}: bound launcher", lambda b=bound: b(*a, x.scale, out, x.state, False)),
+        ]
+    lab.log(f"host time per call, B=1, {torch.cuda.get_device_name()}:")
+    for what, fn in rows:
+        us = per_call_us(fn)
+        lab.results.setdefault("breakdown", []).append(dict(what=what, us=us))
+        lab.log(f"  {what:66s} {us:7.2f} us")
+
+
+def ab(lab, names, path, rounds=7):
+    spec = importlib.util.spec_from_file_location("gdnzoo_face_ab", path)
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    x = make_inputs(B=1, device="cuda", seed=0)
+    out = torch.empty(1, 1, 8, 128, dtype=x.v.dtype, device="cuda")
+    a = (*x.args(),)
+    lab.log(f"A/B, same process, {rounds} alternating rounds of 9 x 1000 calls: {path} vs this "
+            f"tree (B=1, out given; named algo, and no algo with the default table)")
+    for name in [*names, None]:
+        per = {"old": [], "new": []}
+        for _ in range(rounds):
+            for which, mod in (("old", old), ("new", gdnzoo)):
+                per[which].append(per_call_us(lambda: mod.decode(*a, out=out, algo=name), 3))
+        o, n = statistics.median(per["old"]), statistics.median(per["new"])
+        lab.results.setdefault("ab", []).append(dict(algo=name, old_us=per["old"],
+                                                     new_us=per["new"]))
+        lab.log(f"  algo={name}: old {o:6.2f} us  new {n:6.2f} us  ({n - o:+.2f}; rounds old "
+                f"{min(per['old']):.2f}-{max(per['old']):.2f}, new "
+                f"{min(per['new']):.2f}-{max(per['new']):.2f})")
+
+
+def main(lab):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--algo", default="cuda-v4,fla-recurrent")
+    ap.add_argument("--ab", default=None, metavar="OLD_INIT_PY")
+    args = ap.parse_args()
+    names = [n for n in args.algo.split(",") if n]
+    lab.part("breakdown", breakdown, lab, names)
+    if args.ab:
+        lab.part("ab", ab, lab, names, args.ab)
+
+
+if __name__ == "__main__":
+    harness.run("host_breakdown", main)
