@@ -17,3 +17,8 @@ def available(packages, needs: str, gpu_only: str, ok: str) -> tuple[bool, str]:
     if not torch.cuda.is_available():
         return False, f"no CUDA device on this machine ({gpu_only})"
     return True, ok
+
+
+def on_cuda(problem, why: str) -> tuple[bool, str]:
+    """(True, "") for a problem on a CUDA device, else (False, ``why``)."""
+    return (True, "") if problem.device == "cuda" else (False, why)

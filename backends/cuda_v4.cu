@@ -182,6 +182,30 @@ __device__ __forceinline__ float dot_sum(const F& f) {
     }
 }
 
+// A lane's slices of k.q and, with the L2 norm, of q.q and k.k (the caller's butterfly adds the
+// LPR slices of a row).
+template <int NV, int VEC>
+__device__ __forceinline__ void qk_dots(const float (&kv)[NV][VEC], const float (&qv)[NV][VEC],
+                                        float& kq, float& qq, float& kk) {
+    constexpr int NE = NV * VEC;
+    kq = dot_sum<NE>([&](int j) { return kv[j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
+    qq = 0.0f;
+    kk = 0.0f;
+    if (GDN_L2NORM) {
+        qq = dot_sum<NE>([&](int j) { return qv[j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
+        kk = dot_sum<NE>([&](int j) { return kv[j / VEC][j % VEC] * kv[j / VEC][j % VEC]; });
+    }
+}
+
+// One butterfly step (lanes ``off`` apart) of those three sums.
+__device__ __forceinline__ void qk_shfl(float& kq, float& qq, float& kk, int off) {
+    kq += __shfl_xor_sync(FULL, kq, off);
+    if (GDN_L2NORM) {
+        qq += __shfl_xor_sync(FULL, qq, off);
+        kk += __shfl_xor_sync(FULL, kk, off);
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnParams p) {
     using ST = typename GdnStorage<SD>::type;
     constexpr bool NC = GDN_VEC16 && (GDN_HINT & 1);
@@ -358,20 +382,10 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
         const float beta = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
 #if GDN_SMEM
         constexpr int NE = NV * VEC;
-        float kq = dot_sum<NE>([&](int j) { return kv[j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
-        float qq = 0.0f, kk = 0.0f;
-        if (GDN_L2NORM) {
-            qq = dot_sum<NE>([&](int j) { return qv[j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
-            kk = dot_sum<NE>([&](int j) { return kv[j / VEC][j % VEC] * kv[j / VEC][j % VEC]; });
-        }
+        float kq, qq, kk;
+        qk_dots(kv, qv, kq, qq, kk);
 #pragma unroll
-        for (int off = LPR / 2; off > 0; off >>= 1) {
-            kq += __shfl_xor_sync(FULL, kq, off);
-            if (GDN_L2NORM) {
-                qq += __shfl_xor_sync(FULL, qq, off);
-                kk += __shfl_xor_sync(FULL, kk, off);
-            }
-        }
+        for (int off = LPR / 2; off > 0; off >>= 1) qk_shfl(kq, qq, kk, off);
         float rq = 1.0f, rk = 1.0f;
         if (GDN_L2NORM) {
             rq = rsqrtf(qq + 1e-6f);
@@ -421,12 +435,8 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
         // This lane's slice of every dot product (dot_sum); the butterfly below adds the
         // LPR slices of a row.
         constexpr int NE = NV * VEC;
-        float kq = dot_sum<NE>([&](int j) { return kv[j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
-        float qq = 0.0f, kk = 0.0f, sk[RW], sq[RW];
-        if (GDN_L2NORM) {
-            qq = dot_sum<NE>([&](int j) { return qv[j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
-            kk = dot_sum<NE>([&](int j) { return kv[j / VEC][j % VEC] * kv[j / VEC][j % VEC]; });
-        }
+        float kq, qq, kk, sk[RW], sq[RW];
+        qk_dots(kv, qv, kq, qq, kk);
 #pragma unroll
         for (int g = 0; g < RW; ++g) {
             sk[g] = dot_sum<NE>([&](int j) { return S[g][j / VEC][j % VEC] * kv[j / VEC][j % VEC]; });
@@ -436,11 +446,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
         // the shuffles of different rows overlap.
 #pragma unroll
         for (int off = LPR / 2; off > 0; off >>= 1) {
-            kq += __shfl_xor_sync(FULL, kq, off);
-            if (GDN_L2NORM) {
-                qq += __shfl_xor_sync(FULL, qq, off);
-                kk += __shfl_xor_sync(FULL, kk, off);
-            }
+            qk_shfl(kq, qq, kk, off);
 #pragma unroll
             for (int g = 0; g < RW; ++g) {
                 sk[g] += __shfl_xor_sync(FULL, sk[g], off);

@@ -50,8 +50,9 @@ def available():
 
 def supports(problem):
     p = problem
-    if p.device != "cuda":
-        return False, "FlashInfer's GDN decode runs only on CUDA devices"
+    ok, why = _peer.on_cuda(p, "FlashInfer's GDN decode runs only on CUDA devices")
+    if not ok:
+        return ok, why
     if p.cc is not None and p.cc < (9, 0):
         return False, f"FlashInfer's GDN CuTe-DSL kernels need SM90+ (Hopper or newer), device is sm_{p.cc[0]}{p.cc[1]}"
     if p.io_dtype != torch.bfloat16:

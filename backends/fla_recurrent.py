@@ -104,7 +104,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
     """Launch with an explicit config (:data:`CONFIG`: a dict, or a tuple (BV, num_warps,
     num_stages[, LPR[, DENSE]])), or the table's when None.  DENSE 1 takes the strides from the
     shapes when every tensor is contiguous (else the strides passed are used all the same)."""
-    from gdnzoo.backends.fla_recurrent_kernel import gdn_recurrent_kernel
+    from gdnzoo.backends._triton_kernel import gdn_decode_kernel
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dev = q.get_device()
@@ -128,7 +128,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
             A_log.stride(0), dt_bias.stride(0), *out.stride()[:3], *state.stride()[:3],
             *new_state.stride()[:3], H, HV, K, V, BV, bool(use_qk_l2norm), lpr, vec_elems(sd),
             T if dense else 0)
-    return gdn_recurrent_kernel[(grid0,)](q, k, v, a, b, A_log, dt_bias, out, state, new_state,
+    return gdn_decode_kernel[(grid0,)](q, k, v, a, b, A_log, dt_bias, out, state, new_state,
                                           float(scale), *tail, num_warps=nw, num_stages=ns), \
         grid0, tail
 

@@ -106,7 +106,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
            config=None, allocator=None):
     """Launch with an explicit config (:data:`CONFIG`, a dict or a tuple (BV, TILES, num_warps,
     num_stages, ws)), or the table's."""
-    from gdnzoo.backends.fla_tma_kernel import gdn_tma_kernel
+    from gdnzoo.backends._triton_kernel import gdn_decode_kernel
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dev = q.get_device()
@@ -126,9 +126,10 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
     tail = (tlaunch.loop_count(T), *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
             *a.stride(), *b.stride(), A_log.stride(0), dt_bias.stride(0), *out.stride()[:3],
             *state.stride()[:3], *new_state.stride()[:3],
-            H, HV, K, V, BV, tiles, bool(use_qk_l2norm), new_state is state, ns, bool(ws))
+            H, HV, K, V, BV, bool(use_qk_l2norm), 1, 1, 0,      # LPR, VEC, DENSE: unused with TMA
+            True, tiles, new_state is state, ns, bool(ws))
     allocator = allocator or tlaunch.ScratchAllocator(dev)
-    compiled = tlaunch.launch_with_allocator(allocator, lambda: gdn_tma_kernel[(grid0,)](
+    compiled = tlaunch.launch_with_allocator(allocator, lambda: gdn_decode_kernel[(grid0,)](
         q, k, v, a, b, A_log, dt_bias, out, state, new_state, float(scale), *tail,
         num_warps=nw, num_stages=ns))
     return compiled, grid0, tail, allocator

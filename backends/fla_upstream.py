@@ -47,10 +47,7 @@ def available():
 
 
 def supports(problem):
-    p = problem
-    if p.device != "cuda":
-        return False, "fla-upstream runs only on CUDA devices"
-    return True, ""
+    return _peer.on_cuda(problem, "fla-upstream runs only on CUDA devices")
 
 
 def path() -> str:

@@ -59,7 +59,7 @@ def test_every_backend_module_is_registered():
 
     import gdnzoo.backends
     mods = {m.name for m in pkgutil.iter_modules(gdnzoo.backends.__path__)}
-    backends = {m for m in mods if not m.startswith("_") and not m.endswith("_kernel")}
+    backends = {m for m in mods if not m.startswith("_")}
     assert backends == {registry.default_entry(n).split(":")[0].rsplit(".", 1)[1]
                         for n in registry.load_registry().names}
 

@@ -1,0 +1,204 @@
+"""The Triton decode kernel of fla-recurrent and fla-tma: one launch convention (the arguments,
+pointers first, then the scale, T and every stride), two ways to hold the state (``TMA``).
+
+* ``TMA`` 0 (fla-recurrent): one program per (sequence, v-head, V-tile of BV rows), the tile in
+  registers as a 4-D tensor [LPR, BV, KO, VEC] over K = KO * LPR * VEC: each thread holds
+  16-byte vectors (VEC elements) of its row, LPR lanes share a row and the rest of the warp takes
+  further rows.  Triton orders a blocked layout's threads by the pointer's contiguity (VEC) and
+  then by dimension index, so putting the lanes-of-a-row dimension first gives exactly this
+  thread map; a [BV, K] tile would put all 32 lanes along K.  A row's dot products then add
+  VEC * KO products in a thread and finish with log2(LPR) shuffle rounds instead of five.
+* ``TMA`` 1 (fla-tma): one program per (sequence, v-head, chunk of TILES tiles of BV rows).  The
+  program builds a device-side 2-D descriptor [V, K] over its head's state and walks its tiles
+  in a ``tl.range`` loop: with ``STAGES`` > 1 Triton's pipeliner turns the descriptor loads into
+  asynchronous TMA copies into a ring of shared-memory buffers guarded by mbarriers (the
+  producer runs ahead of the math); ``WS`` asks Triton to split producer and consumer into
+  separate warps where its compiler can (see backends/fla_tma.py for what Triton 3.6 does on
+  sm_90).  V rows are independent, so the tile loop can be outermost and the T tokens loop
+  inside it, each tile's state kept in registers across the tokens.
+
+The constexprs of one tiling are unused by the other (the launchers pass defaults).  Imported
+only when a Triton backend runs (it imports triton at module level).
+"""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def softplus_decay(A_neg, a_raw, dt_bias):
+    """g = exp(-exp(A_log) * softplus(a + dt_bias)), given A_neg = -exp(A_log); softplus with
+    beta 1, threshold 20 as torch's."""
+    x = a_raw + dt_bias
+    # exp() is clamped so the branch that where() discards never makes inf; below -15,
+    # log(1 + e^x) rounds to 0 in fp32 while e^x is the value to 1 ulp.
+    ex = tl.exp(tl.minimum(x, 20.0))
+    sp = tl.where(x > 20.0, x, tl.where(x < -15.0, ex, tl.log(1.0 + ex)))
+    return tl.exp(A_neg * sp)
+
+
+@triton.jit
+def token_inputs(p_q, p_k, p_v, p_a, p_b, A_neg, dt_bias):
+    """One token's q, k, v (fp32, the pointers' shapes) and gates g, beta.  The loads stay in
+    this order (q, k, v, then each gate right before its math): moving all five loads ahead of
+    the gate math changed the bf16 SASS schedule and cost 7-12% at some launch shapes on the
+    H100."""
+    b_q = tl.load(p_q).to(tl.float32)
+    b_k = tl.load(p_k).to(tl.float32)
+    b_v = tl.load(p_v).to(tl.float32)
+    g = softplus_decay(A_neg, tl.load(p_a).to(tl.float32), dt_bias)
+    beta = tl.sigmoid(tl.load(p_b).to(tl.float32))
+    return b_q, b_k, b_v, g, beta
+
+
+@triton.jit
+def token_step(h, p_q, p_k, p_v, p_a, p_b, A_neg, dt_bias, scale, L2NORM: tl.constexpr):
+    """One token on a [BV, K] fp32 state tile, its inputs read at the given pointers: returns
+    (the new tile, the tile's [BV] outputs).
+
+    Inputs from :func:`token_inputs`.  One pass over the tile: both row reductions read the old
+    state, so they run side by side; then S' = g S + u k^T and o = scale (g S q + u (k.q))
+    need no second reduction."""
+    b_q, b_k, b_v, g, beta = token_inputs(p_q, p_k, p_v, p_a, p_b, A_neg, dt_bias)
+    if L2NORM:
+        b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q) + 1e-6)
+        b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k) + 1e-6)
+    sk = tl.sum(h * b_k[None, :], 1)
+    sq = tl.sum(h * b_q[None, :], 1)
+    kq = tl.sum(b_k * b_q)
+    u = beta * (b_v - g * sk)
+    return g * h + u[:, None] * b_k[None, :], scale * (g * sq + u * kq)
+
+
+@triton.jit
+def token_pointers(q, k, v, out, a, b, i_b, i_h, i_hv, sq_b, sq_h, sk_b, sk_h, sv_b, sv_h, so_b,
+                   so_h, sa_b, sa_h, sb_b, sb_h, qk_cols, vo_rows):
+    """The first token's pointers of a program's sequence (batch index ``i_b``) and heads: q
+    and k at ``qk_cols``, v and out at ``vo_rows``, the gates a and b."""
+    return (q + i_b * sq_b + i_h * sq_h + qk_cols, k + i_b * sk_b + i_h * sk_h + qk_cols,
+            v + i_b * sv_b + i_hv * sv_h + vo_rows, out + i_b * so_b + i_hv * so_h + vo_rows,
+            a + i_b * sa_b + i_hv * sa_h, b + i_b * sb_b + i_hv * sb_h)
+
+
+@triton.jit
+def next_token(p_q, p_k, p_v, p_o, p_a, p_b, sq_t, sk_t, sv_t, so_t, sa_t, sb_t):
+    """The per-token pointers moved to the next token."""
+    return p_q + sq_t, p_k + sk_t, p_v + sv_t, p_o + so_t, p_a + sa_t, p_b + sb_t
+
+
+@triton.jit
+def row_sum(x):
+    """[LPR, BV, KO, VEC] -> [BV]: the in-thread axes first, then the lanes of each row."""
+    return tl.sum(tl.sum(tl.sum(x, 3), 2), 0)
+
+
+@triton.jit
+def gdn_decode_kernel(
+        q, k, v, a, b, A_log, dt_bias, out, state, new_state,          # pointers first
+        scale, T,
+        sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sv_b, sv_t, sv_h,
+        sa_b, sa_t, sa_h, sb_b, sb_t, sb_h, s_alog, s_dtb,
+        so_b, so_t, so_h, ss_b, ss_h, ss_v, sn_b, sn_h, sn_v,
+        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+        BV: tl.constexpr, L2NORM: tl.constexpr,
+        LPR: tl.constexpr = 1, VEC: tl.constexpr = 1, DENSE: tl.constexpr = 0,      # TMA 0
+        TMA: tl.constexpr = 0, TILES: tl.constexpr = 1, INPLACE: tl.constexpr = 0,  # TMA 1
+        STAGES: tl.constexpr = 1, WS: tl.constexpr = 0):
+    NV: tl.constexpr = V // (BV * TILES)      # programs per head
+    # Everything on grid axis 0 (limit 2^31-1; axes 1 and 2 stop at 65535). Neighbouring
+    # programs take neighbouring V tiles of one head, so they stream contiguous state.
+    pid = tl.program_id(0).to(tl.int64)
+    i_v = pid % NV
+    i_nh = pid // NV
+    i_n = i_nh // HV
+    i_hv = i_nh % HV
+    i_h = i_hv // (HV // H)            # GVA: repeat_interleave mapping, not i_hv % H
+    # DENSE > 0: every tensor is contiguous (the launcher checked) and DENSE is T, so every
+    # stride is the shapes' compile-time constant, and the address arithmetic before the first
+    # state load shrinks (H100, B=1: the first state load moved from the 99th to the 73rd
+    # instruction, fp32 2.11 -> 2.05 us).  i_b is the per-token tensors' batch index: sequence
+    # n's tokens start at token row n*T.  A size-1 dimension's own stride may differ from
+    # these, but its index is always 0.
+    i_b = i_n
+    if DENSE > 0:
+        i_b = i_n * DENSE
+        # (batch, token, head) strides in token rows, and the state's (batch, head, row)
+        sq_b, sq_t, sq_h = H * K, H * K, K
+        sk_b, sk_t, sk_h = sq_b, sq_t, sq_h
+        sv_b, sv_t, sv_h = HV * V, HV * V, V
+        so_b, so_t, so_h = sv_b, sv_t, sv_h
+        sa_b, sa_t, sa_h = HV, HV, 1
+        sb_b, sb_t, sb_h = sa_b, sa_t, sa_h
+        s_alog, s_dtb = 1, 1
+        ss_b, ss_h, ss_v = HV * V * K, V * K, K
+        sn_b, sn_h, sn_v = ss_b, ss_h, ss_v
+
+    # The one place a sequence's state addresses are formed (read and write). A state pool
+    # replaces i_n here by the sequence's read / write slot.
+    src = state + i_n * ss_b + i_hv * ss_h
+    dst = new_state + i_n * sn_b + i_hv * sn_h
+
+    if TMA:
+        i_c = i_v.to(tl.int32)
+        # TMA needs 16-byte aligned bases and row strides; the launcher checked both.
+        d_src = tl.make_tensor_descriptor(src, shape=[V, K], strides=[ss_v, 1], block_shape=[BV, K])
+        if INPLACE:
+            d_dst = d_src                  # one descriptor: fewer global writes and fences
+        else:
+            d_dst = tl.make_tensor_descriptor(dst, shape=[V, K], strides=[sn_v, 1],
+                                              block_shape=[BV, K])
+        A_neg = -tl.exp(tl.load(A_log + i_hv * s_alog).to(tl.float32))
+        dtb = tl.load(dt_bias + i_hv * s_dtb).to(tl.float32)
+        q0, k0, v0, o0, a0, b0 = token_pointers(q, k, v, out, a, b, i_b, i_h, i_hv, sq_b, sq_h,
+                                                sk_b, sk_h, sv_b, sv_h, so_b, so_h, sa_b, sa_h,
+                                                sb_b, sb_h, tl.arange(0, K), 0)
+        for j in tl.range(0, TILES, num_stages=STAGES, warp_specialize=WS):
+            r0 = (i_c * TILES + j) * BV
+            h = d_src.load([r0, 0]).to(tl.float32)
+            rows = r0 + tl.arange(0, BV)
+            p_q, p_k, p_v, p_o, p_a, p_b = q0, k0, v0 + rows, o0 + rows, a0, b0
+            # q, k and the gates are re-read per tile: they are tiny and stay in L1/L2, and a
+            # tile's tokens must see them in order while its rows stay in registers.
+            for _ in tl.range(0, T):
+                h, o = token_step(h, p_q, p_k, p_v, p_a, p_b, A_neg, dtb, scale, L2NORM)
+                tl.store(p_o, o.to(out.dtype.element_ty))
+                p_q, p_k, p_v, p_o, p_a, p_b = next_token(p_q, p_k, p_v, p_o, p_a, p_b, sq_t,
+                                                           sk_t, sv_t, so_t, sa_t, sb_t)
+            d_dst.store([r0, 0], h.to(new_state.dtype.element_ty))
+    else:
+        KO: tl.constexpr = K // (LPR * VEC)
+        rows = i_v * BV + tl.arange(0, BV)
+        rows4 = rows.to(tl.int64)[None, :, None, None]
+        col = (tl.arange(0, LPR)[:, None, None, None] * VEC
+               + tl.arange(0, KO)[None, None, :, None] * (LPR * VEC)
+               + tl.arange(0, VEC)[None, None, None, :])
+        # Issue the big load first; the small per-token loads below overlap its latency.
+        h = tl.load(src + rows4 * ss_v + col).to(tl.float32)
+
+        # q and k are read with the tile's shape (same thread map, rows reading the same
+        # address), so no layout conversion sits between them and the state.
+        col = tl.broadcast_to(col, [LPR, BV, KO, VEC])
+        A_neg = -tl.exp(tl.load(A_log + i_hv * s_alog).to(tl.float32))
+        dtb = tl.load(dt_bias + i_hv * s_dtb).to(tl.float32)
+        p_q = q + i_b * sq_b + i_h * sq_h + col
+        p_k = k + i_b * sk_b + i_h * sk_h + col
+        p_v = v + i_b * sv_b + i_hv * sv_h + rows
+        p_o = out + i_b * so_b + i_hv * so_h + rows
+        p_a = a + i_b * sa_b + i_hv * sa_h
+        p_b = b + i_b * sb_b + i_hv * sb_h
+        for _ in tl.range(0, T):
+            b_q, b_k, b_v, g, beta = token_inputs(p_q, p_k, p_v, p_a, p_b, A_neg, dtb)
+            if L2NORM:
+                b_q = b_q * tl.rsqrt(row_sum(b_q * b_q) + 1e-6)[None, :, None, None]
+                b_k = b_k * tl.rsqrt(row_sum(b_k * b_k) + 1e-6)[None, :, None, None]
+            # One pass: both reductions read the old state, then S' = g S + u k^T and
+            # o = scale (g S q + u (k.q)) need no second reduction.
+            sk = row_sum(h * b_k)
+            sq = row_sum(h * b_q)
+            kq = row_sum(b_k * b_q)
+            u = beta * (b_v - g * sk)
+            h = g * h + u[None, :, None, None] * b_k
+            tl.store(p_o, (scale * (g * sq + u * kq)).to(out.dtype.element_ty))
+            p_q, p_k, p_v, p_o, p_a, p_b = next_token(p_q, p_k, p_v, p_o, p_a, p_b, sq_t, sk_t,
+                                                       sv_t, so_t, sa_t, sb_t)
+
+        tl.store(dst + rows4 * sn_v + col, h.to(new_state.dtype.element_ty))
