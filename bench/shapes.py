@@ -189,25 +189,32 @@ def write_files(out, rows, lines, env):
 
 
 def new_rows(lt, gpu, results, args, source_id):
-    """The row sets of this tune, merged into the GPU's file (tables.merge_measured): per
-    (backend, state dtype), the chosen config per measured B, with the new source where it
-    changed and the old row's source where it was kept."""
-    f = lt.file_for(gpu)
-    own = f.match is not None
+    """The row sets of this tune and the sources they cite besides the tune's own.
+
+    Per (backend, state dtype): the chosen config per measured B, merged
+    (tables.merge_measured) into the row set that served these calls on this GPU before, so
+    that what was not measured keeps serving what it served; a changed row cites the tune, a
+    kept one its old source (a row inherited from another file, e.g. a fallback's, cites that
+    source under ``<file>:<id>``).  Rows measured at T=1 are of their mode, rows of several
+    tokens measured in place serve either mode."""
     mode = args.mode if args.tokens == 1 or args.mode == "dest" else "any"
     tokens = args.rows_from_tokens or args.tokens
-    made = []
+    own = lt.file_for(gpu)
+    made, cited = [], {}
     for (b, sd), per_b in results.items():
         fields = registry.backend_module(b).CONFIG
-        key = (b, sd, mode, tokens, ())
-        existing = [(r.lo, r.hi, (fields.normalize(r.config), r.source))
-                    for r in (f.row_sets(b, sd).get(key, []) if own else [])]
+        f, rows = lt.serving(b, gpu, sd, mode != "dest", tokens, GEOMETRY)
+        existing = []
+        for r in rows:
+            sid = r.source if f is own else f"{f.slug}:{r.source}"
+            cited.setdefault(sid, f.sources[r.source])
+            existing.append((r.lo, r.hi, (fields.normalize(r.config), sid)))
         chosen = {B: (cfg, source_id if changed else _source_at(existing, B, source_id))
                   for B, (cfg, _, _, changed) in per_b.items()}
         for lo, hi, (cfg, src) in tables.merge_measured(existing, chosen):
             made.append(tables.LaunchRow(b, sd, mode, tokens, lo, hi, fields.as_dict(cfg), src,
                                          hv=GEOMETRY["HV"]))
-    return made
+    return made, cited
 
 
 def _source_at(existing, B, default):
@@ -279,7 +286,8 @@ def cmd_shapes(args) -> int:
                          f"changed where >= {args.margin:.0%} faster",
                      date=datetime.date.today().isoformat(), commit=env.get("commit"),
                      results=[_shown(out / "gpu_tune.csv")])}
-    made = new_rows(tables.launch_tables(), gpu, results, args, sid)
+    made, cited = new_rows(tables.launch_tables(), gpu, results, args, sid)
+    src.update(cited)
     log("\nrows (changed where the winner beat the committed row by the margin, else kept):")
     for r in made:
         log(f"  {r.backend} {r.state} {r.mode} tokens>={r.tokens} batch [{r.lo}, {r.hi}]: "

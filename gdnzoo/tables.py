@@ -364,13 +364,11 @@ class LaunchTables:
                     fields.normalize(r.config, f"{f.path.name} rows[{i}] ({backend} config)")
         self._validated.add(backend)
 
-    def row(self, backend, fields, gpu_name, state, inplace, T, B, geometry) -> tuple:
-        """The launch config (normalized tuple) and the row serving this call.
-
-        ``geometry``: dict(H=, HV=, K=, V=) of the call; B*HV picks the batch range.
-        """
-        self.check_configs(backend, fields)
-        mode, heads = ("inplace" if inplace else "dest"), B * geometry["HV"]
+    def serving(self, backend, gpu_name, state, inplace, T, geometry):
+        """(file, rows by batch) of the row set that serves these calls on this GPU: the first
+        file of its chain with a set for them, the set with the largest ``tokens``, then of the
+        call's own mode over ``any``, then with a geometry over without."""
+        mode = "inplace" if inplace else "dest"
         for f in self.chain(gpu_name):
             best = None
             for key, rs in f.row_sets(backend, state).items():
@@ -381,13 +379,23 @@ class LaunchTables:
                 if best is None or rank > best[0]:
                     best = (rank, sorted(rs, key=lambda r: r.lo))
             if best is not None:
-                for r in best[1]:
-                    lo, hi = r.heads_range()
-                    if heads > lo and (hi is None or heads <= hi):
-                        return fields.normalize(r.config), r
-                raise TableError(f"{f.path.name}: {backend} {state} has no row for B*HV={heads}")
+                return f, best[1]
         raise TableError(f"no launch rows for {backend} ({state}, {mode}, T={T}) for GPU "
                          f"{gpu_name!r} in any table file or its fallbacks")
+
+    def row(self, backend, fields, gpu_name, state, inplace, T, B, geometry) -> tuple:
+        """The launch config (normalized tuple) and the row serving this call.
+
+        ``geometry``: dict(H=, HV=, K=, V=) of the call; B*HV picks the batch range.
+        """
+        self.check_configs(backend, fields)
+        f, rows = self.serving(backend, gpu_name, state, inplace, T, geometry)
+        heads = B * geometry["HV"]
+        for r in rows:
+            lo, hi = r.heads_range()
+            if heads > lo and (hi is None or heads <= hi):
+                return fields.normalize(r.config), r
+        raise TableError(f"{f.path.name}: {backend} {state} has no row for B*HV={heads}")
 
     def every_gpu(self):
         """A GPU name each file serves (its match; None for default)."""

@@ -120,32 +120,38 @@ def table_copy(tmp_path, monkeypatch):
 def test_the_tuner_writes_a_new_gpus_rows(table_copy):
     from gdnzoo.backends import cuda_v4
     from gdnzoo.bench import shapes
-    gpu = "NVIDIA FAKE-GPU 96GB"
+    gpu, h100 = "NVIDIA FAKE-GPU 96GB", "NVIDIA H100 80GB HBM3"
     v4 = cuda_v4.CONFIG.normalize
-    results = {("cuda-v4", "fp32"): {1: (v4((8, 1, 16, 3)), 1.9, 1.7, True),
-                                     4: (v4((4, 1, 4, 3, 1, 0, 0, 1)), 2.6, 2.5, False),
-                                     64: (v4((4, 1, 4, 3, 1, 0, 0, 1)), 21.0, 20.0, True),
-                                     512: (v4((1, 4, 16, 3)), 160.0, 158.0, True)}}
+
+    def now(B, sd=torch.float32, inplace=True, on=gpu):       # the row this GPU runs at B
+        return cuda_v4.table_config(on, sd, B, 4, 8, 128, 128, inplace)
+    assert now(4) == now(4, on=h100)                   # no file of its own: default, then H100
+    new = {1: v4((8, 1, 16, 3)), 64: v4((4, 1, 4, 3, 1, 0, 0, 1)), 512: v4((1, 4, 16, 3))}
+    results = {("cuda-v4", "fp32"): {1: (new[1], 1.9, 1.7, True), 4: (now(4), 2.6, 2.5, False),
+                                     64: (new[64], 21.0, 20.0, True),
+                                     512: (new[512], 160.0, 158.0, True)}}
     args = argparse.Namespace(mode="inplace", tokens=1, rows_from_tokens=None)
-    made = shapes.new_rows(tables.launch_tables(), gpu, results, args, "tune-x")
-    assert [(r.lo, r.hi) for r in made] == [(1, 1), (2, 64), (65, None)]
-    src = {"tune-x": {"how": "gdnzoo tune --shapes on a fake GPU"}}
-    path = shapes.write_table(gpu, made, src)
+    made, cited = shapes.new_rows(tables.launch_tables(), gpu, results, args, "tune-x")
+    path = shapes.write_table(gpu, made, {"tune-x": {"how": "gdnzoo tune --shapes, a fake GPU"},
+                                          **cited})
     assert path == table_copy / "fake-gpu-96gb.yaml"
     f = tables.LaunchTables.load(table_copy).files["fake-gpu-96gb"]
     assert (f.match, f.fallback, f.gpu) == (gpu, "default", gpu)
-    for B, want in ((1, (8, 1, 16, 3)), (3, (4, 1, 4, 3, 1, 0, 0, 1)), (100, (1, 4, 16, 3))):
-        assert cuda_v4.table_config(gpu, torch.float32, B, 4, 8, 128, 128) == v4(want)
+    assert set(f.sources) == {"tune-x", "h100:v4-inplace"}
+    # measured: the winners; kept or not measured: what it ran before (the H100 rows)
+    assert (now(1), now(64), now(300), now(4096)) == (new[1], new[64], new[512], new[512])
+    for B in (3, 8, 40, 100, 200):
+        assert now(B) == now(B, on=h100), B
+    assert {r.source for r in f.rows if r.lo <= 4 <= (r.hi or 10**9)} == {"h100:v4-inplace"}
     # what it did not measure falls back: bf16, and destination passing, to the H100 rows
     for sd, inplace in ((torch.bfloat16, True), (torch.float32, False)):
-        assert cuda_v4.table_config(gpu, sd, 4, 4, 8, 128, 128, inplace) == \
-            cuda_v4.table_config("NVIDIA H100 80GB HBM3", sd, 4, 4, 8, 128, 128, inplace)
-    # a second tune of one batch size decides the range up to it from the row below, and keeps
-    # the rest (with its source)
-    again = shapes.new_rows(tables.launch_tables(), gpu, {("cuda-v4", "fp32"): {
+        assert now(4, sd, inplace) == now(4, sd, inplace, on=h100)
+    # a second tune of one batch size changes the range up to it only
+    made2, cited2 = shapes.new_rows(tables.launch_tables(), gpu, {("cuda-v4", "fp32"): {
         16: (v4((2, 2, 8, 3)), 6.0, 5.9, True)}}, args, "tune-y")
-    assert [(r.lo, r.hi, r.source) for r in again] == [
-        (1, 1, "tune-x"), (2, 16, "tune-y"), (17, 64, "tune-x"), (65, None, "tune-x")]
+    assert [(r.lo, r.hi, r.source) for r in made2 if r.source == "tune-y"] == [(9, 16, "tune-y")]
+    assert [(r.lo, r.hi) for r in made2] == [(r.lo, r.hi) for r in f.rows]
+    assert set(cited2) == {"tune-x", "h100:v4-inplace"}
 
 
 def test_the_tuner_writes_a_new_gpus_default_row(tmp_path, capsys):
