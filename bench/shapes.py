@@ -211,9 +211,11 @@ def new_rows(lt, gpu, results, args, source_id):
             existing.append((r.lo, r.hi, (fields.normalize(r.config), sid)))
         chosen = {B: (cfg, source_id if changed else _source_at(existing, B, source_id))
                   for B, (cfg, _, _, changed) in per_b.items()}
-        for lo, hi, (cfg, src) in tables.merge_measured(existing, chosen):
-            made.append(tables.LaunchRow(b, sd, mode, tokens, lo, hi, fields.as_dict(cfg), src,
-                                         hv=GEOMETRY["HV"]))
+        merged = tables.merge_measured(existing, chosen)
+        if merged == existing:               # every measured row kept: nothing to write
+            continue
+        made += [tables.LaunchRow(b, sd, mode, tokens, lo, hi, fields.as_dict(cfg), src,
+                                  hv=GEOMETRY["HV"]) for lo, hi, (cfg, src) in merged]
     return made, cited
 
 
@@ -288,13 +290,14 @@ def cmd_shapes(args) -> int:
                      results=[_shown(out / "gpu_tune.csv")])}
     made, cited = new_rows(tables.launch_tables(), gpu, results, args, sid)
     src.update(cited)
-    log("\nrows (changed where the winner beat the committed row by the margin, else kept):")
+    log("\nrow sets with a change (the winner beat the committed row by the margin; the other "
+        "rows kept):" if made else "\nno row changed: every committed row held within the margin")
     for r in made:
         log(f"  {r.backend} {r.state} {r.mode} tokens>={r.tokens} batch [{r.lo}, {r.hi}]: "
             f"{r.config} ({r.source})")
     write_files(out, rows, lines, env)
-    if args.write:
+    if args.write and made:
         log(f"wrote {write_table(gpu, made, src)}")
-    else:
+    elif made:
         log("(--write puts them into this GPU's file under backends/tables/)")
     return 0

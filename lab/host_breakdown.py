@@ -9,7 +9,8 @@ Each row is the median wall time per call over batches of back-to-back calls (th
 process (host speed differs between processes and machines by up to 2x, so only in-process
 alternation compares code): the file is an older ``gdnzoo/__init__.py`` (``git show
 REV:gdnzoo/__init__.py``), loaded as a module over this version's layers below it, and the two
-``decode`` functions are timed in alternating rounds.
+``decode`` functions are timed in alternating rounds.  ``lab/host_instructions.py`` counts the
+same work in instructions, without a GPU.
 """
 from __future__ import annotations
 
@@ -64,26 +65,31 @@ def breakdown(lab, names):
         lab.log(f"  {what:66s} {us:7.2f} us")
 
 
-def ab(lab, names, path, rounds=7):
+def ab(lab, names, path, rounds=41):
+    """Old and new decode in alternating rounds (the order flips every round), 3 x 1000 calls
+    each; the median of the per-round differences compares them."""
     spec = importlib.util.spec_from_file_location("gdnzoo_face_ab", path)
     old = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(old)
     x = make_inputs(B=1, device="cuda", seed=0)
     out = torch.empty(1, 1, 8, 128, dtype=x.v.dtype, device="cuda")
     a = (*x.args(),)
-    lab.log(f"A/B, same process, {rounds} alternating rounds of 9 x 1000 calls: {path} vs this "
-            f"tree (B=1, out given; named algo, and no algo with the default table)")
+    lab.log(f"A/B, same process, {rounds} rounds of 3 x 1000 calls each, order flipped every "
+            f"round: {path} (old) vs this tree (new); B=1, out given; named algo, and no algo "
+            f"(the default table)")
     for name in [*names, None]:
         per = {"old": [], "new": []}
-        for _ in range(rounds):
-            for which, mod in (("old", old), ("new", gdnzoo)):
+        for r in range(rounds):
+            order = (("old", old), ("new", gdnzoo)) if r % 2 else (("new", gdnzoo), ("old", old))
+            for which, mod in order:
                 per[which].append(per_call_us(lambda: mod.decode(*a, out=out, algo=name), 3))
-        o, n = statistics.median(per["old"]), statistics.median(per["new"])
+        diff = sorted(n - o for o, n in zip(per["old"], per["new"]))
+        q1, med, q3 = (diff[int(len(diff) * f)] for f in (0.25, 0.5, 0.75))
         lab.results.setdefault("ab", []).append(dict(algo=name, old_us=per["old"],
                                                      new_us=per["new"]))
-        lab.log(f"  algo={name}: old {o:6.2f} us  new {n:6.2f} us  ({n - o:+.2f}; rounds old "
-                f"{min(per['old']):.2f}-{max(per['old']):.2f}, new "
-                f"{min(per['new']):.2f}-{max(per['new']):.2f})")
+        lab.log(f"  algo={name}: old {statistics.median(per['old']):6.2f} us, new "
+                f"{statistics.median(per['new']):6.2f} us; new - old per round: median "
+                f"{med:+.2f} us (quartiles {q1:+.2f}, {q3:+.2f})")
 
 
 def main(lab):

@@ -133,13 +133,15 @@ def test_floor_kernel_reads_and_writes():
         pytest.skip("cupy not installed")
     n = (1 << 20) + 4                      # not a multiple of any block: tails are covered
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cfgs, dropped = floor.search_configs(n // 4, sms, probe=torch.zeros(n, device="cuda"))
+    probe = clocks.Rotation(torch.zeros(n, device="cuda"), count=1)
+    cfgs, dropped = floor.search_configs(n // 4, sms, probe=probe)
     # __launch_bounds__(block) per instantiation: every (vpt, block) pair fits the register file.
     assert not dropped, dropped
     assert {(v, b) for v, b, _ in cfgs} == {(v, b) for v in floor.VPTS for b in floor.BLOCKS}
     for cfg in cfgs:
-        x = torch.randint(-8, 8, (n,), device="cuda").float()
+        rot = clocks.Rotation(torch.randint(-8, 8, (n,), device="cuda").float(), count=1)
+        x = rot.states[0]
         y = 2 * x + 1
-        floor._launcher([x], [cfg], alpha=2.0, beta=1.0)(0)
+        floor._launcher(rot, cfg, alpha=2.0, beta=1.0)(0)
         torch.cuda.synchronize()
         assert torch.equal(x, y), cfg

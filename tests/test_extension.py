@@ -152,6 +152,9 @@ def test_the_tuner_writes_a_new_gpus_rows(table_copy):
     assert [(r.lo, r.hi, r.source) for r in made2 if r.source == "tune-y"] == [(9, 16, "tune-y")]
     assert [(r.lo, r.hi) for r in made2] == [(r.lo, r.hi) for r in f.rows]
     assert set(cited2) == {"tune-x", "h100:v4-inplace"}
+    # a tune that kept every row writes nothing
+    assert shapes.new_rows(tables.launch_tables(), gpu, {("cuda-v4", "fp32"): {
+        64: (new[64], 21.0, 20.0, False)}}, args, "tune-z")[0] == []
 
 
 def test_the_tuner_writes_a_new_gpus_default_row(tmp_path, capsys):
