@@ -1,4 +1,4 @@
-// cuda-v1: the straightforward GDN decode kernel (SPEC section 1).
+// cuda-v1: the straightforward GDN decode kernel (the math of gdnzoo/reference.py).
 //
 // One block per (sequence n, value head h); thread r owns V-row r of the state and keeps it in
 // registers for all T tokens (each row evolves independently of the others).  q, k and the

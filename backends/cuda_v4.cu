@@ -1,4 +1,4 @@
-// cuda-v4: latency-optimized GDN decode (SPEC section 1).
+// cuda-v4: latency-optimized GDN decode (the math of gdnzoo/reference.py).
 //
 // At small batch the step is latency-bound: what counts is how soon the state loads issue, how
 // many are in flight at once and how many SMs issue them.  So:
@@ -11,7 +11,7 @@
 //  * all RW row groups of a warp are loaded before any is used (independent, fully unrolled),
 //    and the gate inputs, q, k and v loads are issued right behind them;
 //  * per row, k.S and q.S come from one pass and one interleaved butterfly; the output uses
-//    o = scale*(g*(q.S) + u*(k.q)) (SPEC section 1), so the new row is never re-read;
+//    o = scale*(g*(q.S) + u*(k.q)), so the new row is never re-read;
 //  * the gates are computed by every lane of each warp, redundantly: a few instructions hidden
 //    behind the state loads, where a per-block computation would put a __syncthreads on the
 //    critical path;

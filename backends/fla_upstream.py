@@ -20,7 +20,7 @@ Two ways to call it (``GDNZOO_FLA_PATH`` picks one for :func:`run`, read at each
     The public function.  It allocates ``o`` and an fp32 final state every call; :func:`run`
     then copies them into ``out`` and ``new_state`` (two extra copy kernels, plus a cast for a
     bf16 state), so honours the contract at a cost.  :func:`api_call` is the bare public call
-    with nothing around it: what SPEC section 7's "as its API allocates" column times (its
+    with nothing around it: what a comparison "as its API allocates" times (its
     writes land in buffers the caching allocator hands back every call, so in L2: flattered).
 
 The kernel path needs every tensor contiguous; a non-contiguous input is copied (``.contiguous()``,

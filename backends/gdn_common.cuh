@@ -108,7 +108,7 @@ __device__ __forceinline__ void gdn_st(void* p, long long i, float x) {
     static_cast<typename GdnStorage<DT>::type*>(p)[i] = gdn_from_f32<DT>(x);
 }
 
-// ---- gates (SPEC section 1) -----------------------------------------------------------------
+// ---- gates (gdnzoo/reference.py) --------------------------------------------------------------
 // g = exp(-exp(A_log) * softplus(a + dt_bias)); softplus with beta 1 and threshold 20 as torch.
 __device__ __forceinline__ float gdn_decay(float A_log, float x) {
     const float sp = x > 20.0f ? x : log1pf(expf(x));

@@ -1,4 +1,4 @@
-"""Three clocks for one GDN decode call, and the cold-L2 rotation they share (SPEC section 6).
+"""Three clocks for one GDN decode call, and the cold-L2 rotation they share.
 
 Every clock takes ``launch(i)``: issue call number ``i`` (the caller rotates state sets by ``i``).
 

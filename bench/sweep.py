@@ -1,7 +1,7 @@
 """``gdnzoo bench``: every backend x batch size x state dtype, correctness first, three clocks.
 
 Per cell: inputs from :func:`gdnzoo.inputs.make_inputs`; one call through the validated public
-callable ``gdnzoo.get(name)`` checked against the float64 reference (SPEC section 2 rule; output
+callable ``gdnzoo.get(name)`` checked against the float64 reference (the gate, gdnzoo.gate; output
 and new state; a destination-passing call must leave ``state`` untouched).  A failing cell gets FAIL
 and no time.  Then the raw launcher (``gdnzoo.registry.runner``) is timed on the kernel and graph
 clocks and the public callable on the host clock, rotating over enough state sets (and, for
@@ -29,7 +29,7 @@ DEFAULT_BUDGET_S = 240.0             # cells; then the floor (~30 s), files and 
 
 METHOD = (
     "Correctness first: one call through gdnzoo.get(name) vs the float64 reference on the same "
-    "inputs; PASS needs both the SPEC rule (no element with |x-y|>1e-2 and |x-y|/(|y|+1e-8)>1e-2, "
+    "inputs; PASS needs both the contest rule (no element with |x-y|>1e-2 and |x-y|/(|y|+1e-8)>1e-2, "
     "no NaN/Inf, right shape/dtype) and relative Frobenius error ||x-y||/||y|| below 1e-2 for the "
     "output and 1e-4 (fp32 state) / 8e-3 (bf16 state) for the new state; a failing cell gets no "
     "time. Cold L2 for reads and writes: calls rotate over N distinct state "

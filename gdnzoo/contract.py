@@ -4,7 +4,7 @@ Every backend is called only after :func:`validate` has accepted the inputs, so 
 backend never sees a wrong rank, shape, dtype, device or layout.  Validation runs
 before any kernel: a rejected call leaves ``state`` untouched.
 
-Shapes (SPEC section 2)::
+Shapes::
 
     q, k      [B, T, H,  K]   fp16 | bf16          K axis contiguous
     v         [B, T, HV, V]   same dtype as q       V axis contiguous

@@ -93,7 +93,7 @@ def check_close(out: torch.Tensor, ref: torch.Tensor, atol: float = 1e-2, rtol: 
 
 # ------------------------------------------------------------------ the strict (relative) rule
 
-#: Relative Frobenius error bounds every gdnzoo gate uses on top of the SPEC rule (the test suite
+#: Relative Frobenius error bounds every gdnzoo gate uses on top of the contest rule (the test suite
 #: and ``gdnzoo bench``): with realistic input magnitudes the elementwise rule alone passes an
 #: output of zeros or a state that was never updated, a relative error does not.  fp32 state:
 #: fp32 math lands near 1e-6; bf16 state: one rounding to bf16 (2^-9 relative) per element.

@@ -1,4 +1,5 @@
-"""The math of SPEC section 1 in readable PyTorch: the ``pt-reference`` backend and the test oracle.
+"""The math of the decode step (see :func:`gdnzoo.decode`) in readable PyTorch: the test oracle,
+and the ``pt-reference`` backend.
 
 Vectorized over batch and heads, tokens applied in order.  All arithmetic in fp32 by default;
 tests run it in float64 (``compute_dtype=torch.float64``).

@@ -249,7 +249,7 @@ def _corrupt(kind):
             out.zero_()
         elif kind == "skip-state":
             new_state.copy_(old)
-        elif kind == "out-5pct":                 # every element within the SPEC rule's atol
+        elif kind == "out-5pct":                 # every element within the contest rule's atol
             out.mul_(0.95)
         elif kind == "state-rounded":            # fp32 state kept at bf16 precision only
             new_state.copy_(new_state.to(torch.bfloat16).to(new_state.dtype))
@@ -275,7 +275,7 @@ def test_sweep_gate_needs_relative_error_too(tmp_path, monkeypatch, kind, mode):
     assert all(f"{what}: " in r["note"] for r in rows)
     assert all(r["rel_err_out" if what == "out" else "rel_err_state"] > 1e-4 for r in rows)
     if kind in ("out-5pct", "state-rounded"):
-        # The SPEC rule alone passes these: only the relative error catches them.
+        # The contest rule alone passes these: only the relative error catches them.
         assert all("relative error" in r["note"] for r in rows)
         assert all(r["n_bad"] == 0 for r in rows)
 

@@ -9,7 +9,7 @@ from gdnzoo.reference import reference_decode
 
 
 def naive_decode(q, k, v, state, A_log, a, dt_bias, b, scale, use_qk_l2norm):
-    """SPEC section 1, one (sequence, head, token) at a time, one V-row at a time, float64."""
+    """The decode step, one (sequence, head, token) at a time, one V-row at a time, float64."""
     f = lambda t: t.detach().to(torch.float64).cpu()
     q, k, v, S0, A_log, a, dt_bias, b = map(f, (q, k, v, state, A_log, a, dt_bias, b))
     B, T, H, K = q.shape
