@@ -6,7 +6,6 @@ import datetime
 import json
 import os
 import math
-import re
 import subprocess
 from pathlib import Path
 
@@ -92,9 +91,9 @@ def gpu_name():
 
 
 def gpu_slug(name=None):
-    name = name or gpu_name()
-    s = re.sub(r"^nvidia\s+", "", name.strip(), flags=re.I).lower()
-    return re.sub(r"[^a-z0-9]+", "-", s).strip("-") or "unknown"
+    """This GPU's name as a folder name (gdnzoo.tables.gpu_slug)."""
+    from gdnzoo.tables import gpu_slug as slug
+    return slug(name or gpu_name())
 
 
 def default_out_dir():

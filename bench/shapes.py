@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 
 from gdnzoo import gate, registry, tables
 from gdnzoo.bench import clocks, floor
@@ -127,7 +128,8 @@ def search_cell(cell, names, args, log, rows):
     fl = floor.best_launcher(cell.rot.set_bytes)
     if fl["launch"] is None:
         raise SystemExit(f"the shape search needs the floor's CuPy kernel: {fl['config']}")
-    todo = [(b, mods[b].CONFIG.normalize(c)) for b in names for c in mods[b].candidates(cell.problem)]
+    todo = [(b, mods[b].CONFIG.normalize(c)) for b in names
+            for c in mods[b].candidates(cell.problem)]
     med, _, method = stage(cell, todo, args.reps, log)
     todo = []
     for b in names:
@@ -235,7 +237,7 @@ def write_table(gpu, made, source):
     f = tables.replace_rows(f, made, source)
     order = {b: registry.backend_module(b).CONFIG.names for b in {r.backend for r in f.rows}}
     text = tables.render_launch_file(f, order)
-    tables.parse_launch_file(__import__("yaml").safe_load(text), f.path)    # it must load
+    tables.parse_launch_file(yaml.safe_load(text), f.path)                  # it must load
     f.path.write_text(text)
     tables.reset()
     return f.path

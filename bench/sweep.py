@@ -193,7 +193,8 @@ def measure_cell(c: Cell, timing, iters, device, seed=0):
     raw = registry.runner(c.backend)
     public = gdnzoo.get(c.backend)
     base["flags"] = _flags(registry.backend_module(c.backend))
-    rot = clocks.Rotation(inp.state, dest=c.mode == "dest", l2=clocks.l2_bytes() if device == "cuda" else 0)
+    rot = clocks.Rotation(inp.state, dest=c.mode == "dest",
+                          l2=clocks.l2_bytes() if device == "cuda" else 0)
     base.update(n_sets=rot.n, working_set_mib=rot.working_set_bytes / 2**20)
     out = torch.empty(c.B, c.T, c.HV, c.V, dtype=inp.v.dtype, device=device)
     q, k, v, A_log, a, dt_bias, b = inp.q, inp.k, inp.v, inp.A_log, inp.a, inp.dt_bias, inp.b

@@ -231,11 +231,11 @@ def write_registry(path, row):
 
 
 def _emit(args, row, gpu):
-    from gdnzoo.registry import load_registry, registry_path
+    from gdnzoo.registry import registry_path, reset_caches
     if args.write:
         path = args.registry or str(registry_path())
         write_registry(path, row)
-        load_registry.cache_clear()
+        reset_caches()
         print(f"\nwrote the {gpu} row of {path}")
     else:
         print("\n# this GPU's row for registry.yaml `defaults:` (use --write to write it)")

@@ -188,7 +188,7 @@ def on_reset(fn):
 def reset_caches():
     """Forget the loaded registry and launch tables, every cached availability answer and the
     memos of the layers above (tests, `tune`)."""
-    for f in (load_registry, availability, runner, _cuda_info):
+    for f in (_load, availability, runner, _cuda_info):
         getattr(f, "cache_clear", lambda: None)()        # tests may have replaced one
     tables.reset()
     for hook in _RESET_HOOKS:
@@ -208,8 +208,6 @@ def _load(path: str) -> Registry:
 def load_registry(path: str | None = None) -> Registry:
     return _load(str(path or registry_path()))
 
-
-load_registry.cache_clear = _load.cache_clear
 
 
 # ---------------------------------------------------------------- availability

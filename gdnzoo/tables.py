@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,7 +70,6 @@ def for_gpu(table: dict, gpu_name: str | None, default=None):
 
 def gpu_slug(name: str) -> str:
     """A file-name form of a GPU name: 'NVIDIA H100 80GB HBM3' -> 'h100-80gb-hbm3'."""
-    import re
     s = re.sub(r"^nvidia\s+", "", (name or "").strip(), flags=re.I).lower()
     return re.sub(r"[^a-z0-9]+", "-", s).strip("-") or "unknown"
 
