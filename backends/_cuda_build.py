@@ -199,12 +199,6 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 _driver = None
 
 
-def current_stream(device_index: int) -> int:
-    if _raw_stream is not None:
-        return _raw_stream(device_index)
-    return torch.cuda.current_stream(device_index).cuda_stream
-
-
 def launch_raw(func, grid: int, block: int, device_index: int, argv_addr: int,
                shared: int = 0) -> None:
     """cuLaunchKernel(func) on the current torch stream of the device; ``argv_addr`` is the
@@ -219,7 +213,7 @@ def launch_raw(func, grid: int, block: int, device_index: int, argv_addr: int,
         from cupy_backends.cuda.api import driver, runtime
         _driver = (driver, runtime)
     driver, runtime = _driver
-    # current_stream(), inlined: this runs on every launch of every CUDA and Triton backend.
+    # The current torch stream, inlined: this runs on every launch of every CUDA and Triton backend.
     stream = _raw_stream(device_index) if _raw_stream is not None \
         else torch.cuda.current_stream(device_index).cuda_stream
     if runtime.getDevice() != device_index:
@@ -279,13 +273,6 @@ class Launch:
         launch_raw(self.func, self.grid, self.block, self.dev, argv_addr, self.shared)
 
 
-def data_ptrs(q, k, v, state, A_log, a, dt_bias, b, out, new_state):
-    """The pointer fields of GdnParams, in order."""
-    return (q.data_ptr(), k.data_ptr(), v.data_ptr(), a.data_ptr(), b.data_ptr(),
-            A_log.data_ptr(), dt_bias.data_ptr(), state.data_ptr(), new_state.data_ptr(),
-            out.data_ptr())
-
-
 def dense(q, k, v, state, A_log, a, dt_bias, b, out, new_state) -> bool:
     """Every tensor has the row-major strides of its shape (torch's contiguity, which ignores
     size-1 dims: their index is always 0), so a kernel may take its strides from the shapes as
@@ -302,7 +289,3 @@ def signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l
             dt_bias.stride(), out.stride(), state.stride(), new_state.stride(), bool(l2),
             scale, new_state is state, q.get_device())
 
-
-def launch(kern: Kernel, grid: int, block: int, device_index: int, values) -> None:
-    """Launch ``kern`` once with GdnParams ``values`` (slow path: builds a Launch each call)."""
-    Launch(kern, grid, block, device_index, values)(values[:N_PTRS])

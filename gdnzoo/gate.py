@@ -18,18 +18,10 @@ that no call changed q, k, v, a, b, A_log or dt_bias.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 
 REL_EPS = 1e-8
-
-
-class Closeness(NamedTuple):
-    ok: bool
-    max_abs: float
-    max_rel: float
-    n_bad: int
 
 
 @dataclass
@@ -41,9 +33,6 @@ class Verdict:
     n_bad: int
     numel: int
     reason: str = ""
-
-    def closeness(self) -> Closeness:
-        return Closeness(self.ok, self.max_abs, self.max_rel, self.n_bad)
 
 
 def compare(out: torch.Tensor, ref: torch.Tensor, *, atol: float = 1e-2, rtol: float = 1e-2,
@@ -83,12 +72,6 @@ def compare(out: torch.Tensor, ref: torch.Tensor, *, atol: float = 1e-2, rtol: f
                   f"(worst at flat index {i}: got {float(x.flatten()[i]):.6g}, "
                   f"expected {float(y.flatten()[i]):.6g})")
     return Verdict(n_bad == 0, max_abs, max_rel, n_bad, n, reason)
-
-
-def check_close(out: torch.Tensor, ref: torch.Tensor, atol: float = 1e-2, rtol: float = 1e-2,
-                dtype: torch.dtype | None = None) -> Closeness:
-    """``(ok, max_abs, max_rel, n_bad)`` under the contest rule; see :func:`compare`."""
-    return compare(out, ref, atol=atol, rtol=rtol, dtype=dtype).closeness()
 
 
 # ------------------------------------------------------------------ the strict (relative) rule

@@ -1,14 +1,11 @@
-"""The one harness of the lab scripts: where results go, keep-going parts, the bench's cold-L2
-rotation and the one correctness gate.
+"""The one harness of the lab scripts: where results go and keep-going parts.  A lab script
+times with the bench's cold-L2 rotation (:class:`gdnzoo.bench.clocks.Rotation`) and its clocks,
+and judges with the one gate (:func:`gdnzoo.gate.gated_call`), as ``gdnzoo bench`` does.
 
     lab = Lab("sanitize_cuda")           # results under $OUT (default /tmp/out)
     lab.part("cuda-v4 cases", fn)        # an exception is logged with its traceback; the rest runs
     lab.log("...")                       # printed and kept
     lab.save()                           # $OUT/<name>.log and $OUT/<name>.json (lab.results)
-
-``Lab.rotation(state, dest)`` is :class:`gdnzoo.bench.clocks.Rotation` (state sets >= 4x L2,
-one counter for every session) and ``Lab.gated(call, x, ...)`` is
-:func:`gdnzoo.gate.gated_call`: a lab script times and judges as ``gdnzoo bench`` does.
 """
 from __future__ import annotations
 
@@ -18,9 +15,6 @@ import sys
 import time
 import traceback
 from pathlib import Path
-
-from gdnzoo import gate
-from gdnzoo.bench import clocks
 
 
 class Lab:
@@ -47,14 +41,6 @@ class Lab:
             self.failed.append(name)
             self.log(f"[{name}] ERROR after {time.time() - t0:.1f} s\n{traceback.format_exc()}")
             return None
-
-    @staticmethod
-    def rotation(state, dest=False, **kw) -> clocks.Rotation:
-        return clocks.Rotation(state, dest=dest, **kw)
-
-    @staticmethod
-    def gated(call, x, **kw):
-        return gate.gated_call(call, x, **kw)
 
     def environment(self) -> dict:
         from gdnzoo.bench import report

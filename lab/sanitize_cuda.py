@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from gdnzoo import gate
 from gdnzoo.backends import cuda_v1, cuda_v4
 from gdnzoo.inputs import make_inputs
 from lab import harness
@@ -40,7 +41,7 @@ def one(lab, name, run, B, sd, inplace, V=128, T=2, strided=False, **kw):
         wide = torch.zeros(B, T, 4, 256, dtype=x.q.dtype, device="cuda")
         wide[..., :128].copy_(x.q)
         x.q = wide[..., :128]
-    j, _, _ = lab.gated(lambda *a: run(*a, **kw), x, dest=not inplace, use_qk_l2norm=True)
+    j, _, _ = gate.gated_call(lambda *a: run(*a, **kw), x, dest=not inplace, use_qk_l2norm=True)
     torch.cuda.synchronize()
     what = (f"{name} B={B} T={T} V={V} {'fp32' if sd == F32 else 'bf16'} "
             f"{'in-place' if inplace else 'dest'}{' strided q' if strided else ''} {kw or ''}")

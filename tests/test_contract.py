@@ -120,7 +120,6 @@ def test_memoized_decode_sees_a_changed_scale_tensor():
 
 def test_memoized_decode_follows_the_algo_env(monkeypatch):
     # The same signature resolved under ALGO=a and then ALGO=b must use b the second time.
-    from gdnzoo import registry
     calls = []
     real = registry.launcher
 

@@ -10,7 +10,7 @@ import torch
 
 import gdnzoo
 from gdnzoo import registry
-from gdnzoo.gate import check_close, compare
+from gdnzoo.gate import compare
 from gdnzoo.contract import Problem
 from gdnzoo.inputs import make_inputs
 from gdnzoo.reference import reference_decode
@@ -92,35 +92,36 @@ def _t(*vals, dtype=torch.float32):
 
 
 def test_rule_abs_only_passes():      # |d| = 0.05 > atol but relative 0.5% < rtol
-    assert check_close(_t(10.05, 1.0), _t(10.0, 1.0)) == (True, pytest.approx(0.05, rel=1e-3),
-                                                         pytest.approx(0.005, rel=1e-3), 0)
+    v = compare(_t(10.05, 1.0), _t(10.0, 1.0))
+    assert (v.ok, v.max_abs, v.max_rel, v.n_bad) == (True, pytest.approx(0.05, rel=1e-3),
+                                                      pytest.approx(0.005, rel=1e-3), 0)
 
 
 def test_rule_rel_only_passes():      # relative 100% but |d| = 1e-4 < atol
-    ok, ma, mr, nb = check_close(_t(2e-4, 1.0), _t(1e-4, 1.0))
-    assert ok and nb == 0 and mr == pytest.approx(1.0, rel=1e-3)
+    v = compare(_t(2e-4, 1.0), _t(1e-4, 1.0))
+    assert v.ok and v.n_bad == 0 and v.max_rel == pytest.approx(1.0, rel=1e-3)
 
 
 def test_rule_both_fails_and_counts():
-    ok, ma, mr, nb = check_close(_t(1.05, 1.0, -3.0), _t(1.0, 1.0, -3.1))
-    assert not ok and nb == 2 and ma == pytest.approx(0.1, rel=1e-3)
+    v = compare(_t(1.05, 1.0, -3.0), _t(1.0, 1.0, -3.1))
+    assert not v.ok and v.n_bad == 2 and v.max_abs == pytest.approx(0.1, rel=1e-3)
     v = compare(_t(1.05, 1.0), _t(1.0, 1.0))
     assert "1/2 elements" in v.reason
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_rule_non_finite_fails(bad):
-    ok, ma, mr, nb = check_close(_t(bad, 1.0), _t(1.0, 1.0))
-    assert not ok and nb == -1
+    v = compare(_t(bad, 1.0), _t(1.0, 1.0))
+    assert not v.ok and v.n_bad == -1
 
 
 def test_rule_dtype_and_shape():
     ref = torch.zeros(2, 3, dtype=torch.bfloat16)
-    assert not check_close(torch.zeros(2, 3), ref, dtype=torch.bfloat16).ok
+    assert not compare(torch.zeros(2, 3), ref, dtype=torch.bfloat16).ok
     assert "dtype" in compare(torch.zeros(2, 3), ref, dtype=torch.bfloat16).reason
-    assert not check_close(torch.zeros(3, 2, dtype=torch.bfloat16), ref).ok
+    assert not compare(torch.zeros(3, 2, dtype=torch.bfloat16), ref).ok
     assert "shape" in compare(torch.zeros(6, dtype=torch.bfloat16), ref).reason
-    assert check_close(torch.zeros(2, 3, dtype=torch.bfloat16), ref, dtype=torch.bfloat16).ok
+    assert compare(torch.zeros(2, 3, dtype=torch.bfloat16), ref, dtype=torch.bfloat16).ok
 
 
 # ------------------------------------------------------------------ check
@@ -252,7 +253,7 @@ def test_fib_definition_reference_matches_ours():
     ref_state = torch.empty_like(x.state)
     reference_decode(*x.args(), ref_out, ref_state, False)
     assert o.dtype == torch.bfloat16 and s.dtype == torch.float32
-    assert check_close(o, ref_out).ok and check_close(s, ref_state, atol=1e-5, rtol=1e-5).ok
+    assert compare(o, ref_out).ok and compare(s, ref_state, atol=1e-5, rtol=1e-5).ok
 
 
 @pytest.mark.parametrize("name", registry.load_registry().names)
