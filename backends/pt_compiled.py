@@ -3,7 +3,8 @@
 Compiled once per input signature (shapes, strides, dtypes, device, scale, l2norm, in place or not)
 and reused.  Each signature gets its own copy of the step's code object, so dynamo's per-code
 recompile limit never trips however many shapes a process sees, and no global dynamo setting
-is changed.
+is changed.  A state pool is gathered and scattered in eager torch around the compiled dense
+step (one host sync per call for the scatter's rows).
 """
 from __future__ import annotations
 
@@ -45,7 +46,15 @@ def supports(problem):
     return True, ""
 
 
-def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
+def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None):
+    if pool is not None:
+        from gdnzoo import pool as pools
+        dense, rd, wr = pools.gathered(state, pool, state.shape[0], new_state.shape[0])
+        dense_new = torch.empty_like(dense)
+        run(q, k, v, dense, A_log, a, dt_bias, b, scale, out, dense_new, use_qk_l2norm)
+        out.masked_fill_(~rd[:, None, None, None], 0)
+        pools.scatter(new_state, dense_new, pool, wr)
+        return
     tensors = (q, k, v, state, A_log, a, dt_bias, b, out, new_state)
     key = _signature(tensors, float(scale), bool(use_qk_l2norm), new_state is state)
     fn = _compiled.get(key)

@@ -8,12 +8,14 @@ Shapes::
 
     q, k      [B, T, H,  K]   fp16 | bf16          K axis contiguous
     v         [B, T, HV, V]   same dtype as q       V axis contiguous
-    state     [B, HV, V, K]   fp32 | bf16           K axis contiguous ("k-last")
+    state     [B, HV, V, K]   fp32 | bf16           K axis contiguous ("k-last"), or a pool
+                                                    [P, HV, V, K] with state_indices [B]
     A_log     [HV]            fp32
     a, b      [B, T, HV]      fp16 | bf16
     dt_bias   [HV]            fp32 | bf16
     out       [B, T, HV, V]   dtype of v
-    new_state [B, HV, V, K]   dtype of state; None or ``state`` means in place
+    new_state [B, HV, V, K]   dtype of state; None or ``state`` means in place (a pool:
+                              [P', HV, V, K], written at new_state_indices)
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ import math
 from dataclasses import dataclass
 
 import torch
+
+from gdnzoo import pool as pools
 
 IO_DTYPES = (torch.bfloat16, torch.float16)
 STATE_DTYPES = (torch.float32, torch.bfloat16)
@@ -48,6 +52,7 @@ class Problem:
     use_qk_l2norm: bool = False
     inplace: bool = True
     cc: tuple | None = None     # compute capability of the device, None on CPU
+    pool: bool = False          # state is a pool read through state_indices (gdnzoo.pool)
 
     @property
     def state_name(self) -> str:
@@ -56,7 +61,8 @@ class Problem:
     def describe(self) -> str:
         return (f"B={self.B} T={self.T} H={self.H} HV={self.HV} K={self.K} V={self.V} "
                 f"state={self.state_name} io={dtype_name(self.io_dtype)} device={self.device} "
-                f"l2norm={self.use_qk_l2norm} {'in-place' if self.inplace else 'dest-passing'}")
+                f"l2norm={self.use_qk_l2norm} {'in-place' if self.inplace else 'dest-passing'}"
+                f"{' pool' if self.pool else ''}")
 
 
 def _fmt_dt(dts) -> str:
@@ -108,7 +114,8 @@ def resolve_scale(scale, K: int) -> float:
 
 
 def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
-             use_qk_l2norm=False) -> tuple[Problem, float]:
+             use_qk_l2norm=False, state_indices=None, new_state_indices=None,
+             null_slot=None) -> tuple[Problem, float]:
     """Check every argument of :func:`gdnzoo.decode`; return the problem and the resolved scale.
 
     Raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (rank, shape, device, layout,
@@ -134,8 +141,14 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
         raise ValueError(f"q/v: every dimension must be >= 1, got q {tuple(q.shape)}, v {tuple(v.shape)}")
     if HV % H != 0:
         raise ValueError(f"v: expected HV divisible by H (HV % H == 0), got HV={HV}, H={H}")
-    _need_rank("state", state, 4, "[B, HV, V, K]")
-    _need_shape("state", state, (B, HV, V, K), "[B, HV, V, K]")
+    pooled = state_indices is not None
+    if pooled:
+        pools.validate(B, HV, V, K, q.device, state, new_state, state_indices,
+                       new_state_indices, null_slot)
+    else:
+        pools.no_pool_args(new_state_indices, null_slot)
+        _need_rank("state", state, 4, "[B, HV, V, K]")
+        _need_shape("state", state, (B, HV, V, K), "[B, HV, V, K]")
     _need_rank("A_log", A_log, 1, "[HV]")
     _need_shape("A_log", A_log, (HV,), "[HV]")
     _need_rank("a", a, 3, "[B, T, HV]")
@@ -164,8 +177,9 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
                             f"got {dtype_name(out.dtype)}")
     inplace = new_state is None or new_state is state
     if not inplace:
-        _need_rank("new_state", new_state, 4, "[B, HV, V, K]")
-        _need_shape("new_state", new_state, (B, HV, V, K), "[B, HV, V, K]")
+        if not pooled:
+            _need_rank("new_state", new_state, 4, "[B, HV, V, K]")
+            _need_shape("new_state", new_state, (B, HV, V, K), "[B, HV, V, K]")
         if new_state.dtype != state.dtype:
             raise TypeError(f"new_state: expected dtype {dtype_name(state.dtype)} (same as state), "
                             f"got {dtype_name(new_state.dtype)}")
@@ -191,7 +205,8 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
         raise TypeError(f"use_qk_l2norm: expected bool, got {type(use_qk_l2norm).__name__}")
     cc = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
     p = Problem(B=B, T=T, H=H, HV=HV, K=K, V=V, state_dtype=state.dtype, io_dtype=q.dtype,
-                device=dev.type, use_qk_l2norm=use_qk_l2norm, inplace=inplace, cc=cc)
+                device=dev.type, use_qk_l2norm=use_qk_l2norm, inplace=inplace, cc=cc,
+                pool=pooled)
     return p, s
 
 
@@ -208,7 +223,8 @@ def _sig(t):
     return (t.size(), t.stride(), t.dtype, t.get_device())
 
 
-def signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
+def signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
+              state_indices=None, new_state_indices=None, null_slot=None):
     """Everything :func:`validate` decides from, except data pointers, as a hashable key.
 
     Two calls with equal signatures get the same verdict, so a cached ``(Problem, scale)``
@@ -218,7 +234,10 @@ def signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_q
     return (_sig(q), _sig(k), _sig(v), _sig(state), _sig(A_log), _sig(a), _sig(dt_bias), _sig(b),
             None if out is None else _sig(out),
             0 if new_state is None else (1 if new_state is state else _sig(new_state)),
-            scale, use_qk_l2norm)
+            scale, use_qk_l2norm,
+            None if state_indices is None else
+            (_sig(state_indices), None if new_state_indices is None else _sig(new_state_indices),
+             null_slot))
 
 
 def byte_span(x) -> int:

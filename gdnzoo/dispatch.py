@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from gdnzoo import guards, registry
+from gdnzoo import pool as pools
 from gdnzoo.registry import env_algo
 from gdnzoo.contract import byte_span, check_aliasing, signature, validate
 
@@ -35,10 +36,13 @@ class Resolved:
 
 
 def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
-             key):
-    """Validate and select (the slow path); the verdict is memoized under ``key`` if any."""
+             key, pool_args=None):
+    """Validate and select (the slow path); the verdict is memoized under ``key`` if any.
+    ``pool_args``: (state_indices, new_state_indices, null_slot) of a pool call."""
+    si, nsi, null = pool_args or (None, None, None)
     p, s = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
-                    use_qk_l2norm=use_qk_l2norm)
+                    use_qk_l2norm=use_qk_l2norm, state_indices=si, new_state_indices=nsi,
+                    null_slot=null)
     spans = (byte_span(state), None if out is None else byte_span(out),
              None if new_state is None or new_state is state else byte_span(new_state))
     hit = Resolved(p, s, registry.select(p, algo).name, spans)
@@ -69,24 +73,30 @@ def lookup(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
 
 
 def _by_signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-                  mode):
+                  mode, pool_args=None):
     """The second way, once this ``mode``'s guards have missed: the Python signature.  Returns
     (hit or None, what to memoize a miss under)."""
     algo, env, ns = mode[1], mode[2], mode[6]
     key = (signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                     use_qk_l2norm), algo, env)
+                     use_qk_l2norm, *(pool_args or ())), algo, env)
     hit = _MEMO.get(key)
     if hit is not None and hit.guard is not False:
-        _remember(hit, mode, _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns))
+        _remember(hit, mode, _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns,
+                                      pool_args))
     return hit, (key, mode, ns)
 
 
-def _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns):
-    """The tensors a guard checks: those of the signature (new_state only when distinct)."""
+def _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args=None):
+    """The tensors a guard checks: those of the signature (new_state only when distinct; a
+    pool call's index tensors last)."""
     t = (q, k, v, state, A_log, a, dt_bias, b)
     if out is not None:
         t += (out,)
-    return t + (new_state,) if ns == 2 else t
+    if ns == 2:
+        t += (new_state,)
+    if pool_args is not None:
+        t += (pool_args[0],) if pool_args[1] is None else pool_args[:2]
+    return t
 
 
 def _remember(hit, mode, tensors):
@@ -98,8 +108,12 @@ def _remember(hit, mode, tensors):
         _MEMO[mode] = [hit] + older[:_GUARDS_PER_MODE - 1]     # replaced whole: thread-safe
 
 
-def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo):
+def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
+           state_indices=None, new_state_indices=None, null_slot=None):
     """:func:`gdnzoo.decode` with every argument positional."""
+    if state_indices is not None or new_state_indices is not None or null_slot is not None:
+        return decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                           use_qk_l2norm, algo, (state_indices, new_state_indices, null_slot))
     # Hot path, inline (every call costs here): this mode's guarded verdicts, one C++ check of
     # all tensors each (lookup's first way); then the signature, else _resolve validates.
     ns = 0 if new_state is None else (1 if new_state is state else 2)
@@ -161,4 +175,70 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
         launch = hit.launch = registry.launcher(hit.backend, q, k, v, state, A_log, a, dt_bias,
                                                 b, hit.scale, out, new_state, use_qk_l2norm)
     launch(q, k, v, state, A_log, a, dt_bias, b, hit.scale, out, new_state, use_qk_l2norm)
+    return out, new_state
+
+
+def _overlap_check(hit, state, out, new_state):
+    """The per-call overlap check of a memoized verdict (decode's inline one, as a function)."""
+    ext_s, ext_o, ext_n = hit.spans
+    s0 = state.data_ptr()
+    for buf, ext in ((out, ext_o), (new_state, ext_n)):
+        if ext is not None:
+            b0 = buf.data_ptr()
+            if b0 < s0 + ext_s and s0 < b0 + ext:
+                check_aliasing(state, out, new_state)
+
+
+def decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
+                algo, pool_args):
+    """decode of a pool call (:mod:`gdnzoo.pool`): the same memo, guards and checks as the
+    dense path, with the index tensors guarded and the padding rule in the mode; the backend
+    gets a :class:`gdnzoo.pool.Pool` as its 13th argument."""
+    si, nsi, null = pool_args
+    ns = 0 if new_state is None else (1 if new_state is state else 2)
+    hit, fresh, mode = None, False, None
+    if not isinstance(scale, torch.Tensor):
+        mode = ("pool", algo, None if algo is not None else env_algo(), scale, use_qk_l2norm,
+                out is None, ns, nsi is None, null)
+        try:
+            recent = _MEMO.get(mode)
+        except TypeError:
+            recent = mode = None
+        if recent and si is not None:
+            t = _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args)
+            for h in recent:
+                if h.guard.check(*t):
+                    hit = h
+                    break
+    if hit is None:
+        miss = None
+        if mode is not None and si is not None:
+            try:
+                hit, miss = _by_signature(q, k, v, state, A_log, a, dt_bias, b, scale, out,
+                                          new_state, use_qk_l2norm, mode, pool_args)
+            except (AttributeError, TypeError):
+                hit, miss = None, None
+        if hit is None:
+            hit = _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                           use_qk_l2norm, algo, miss and miss[0], pool_args)
+            if miss is not None:
+                _remember(hit, miss[1], _tensors(q, k, v, state, A_log, a, dt_bias, b, out,
+                                                 new_state, miss[2], pool_args))
+            fresh = True
+    if not fresh:
+        _overlap_check(hit, state, out, new_state)
+    p = hit.problem
+    if out is None:
+        out = torch.empty((p.B, p.T, p.HV, p.V), dtype=v.dtype, device=v.device)
+    if new_state is None:
+        new_state = state
+    pool = pools.Pool(si, si if nsi is None else nsi, -1 if null is None else null)
+    if pools.checking():
+        pools.check_on_host(pool, state.shape[0], new_state.shape[0], new_state is state)
+    launch = hit.launch
+    if launch is None:
+        launch = hit.launch = registry.launcher(hit.backend, q, k, v, state, A_log, a, dt_bias,
+                                                b, hit.scale, out, new_state, use_qk_l2norm,
+                                                pool)
+    launch(q, k, v, state, A_log, a, dt_bias, b, hit.scale, out, new_state, use_qk_l2norm, pool)
     return out, new_state

@@ -47,9 +47,38 @@ def reference_decode(q, k, v, state, A_log, a, dt_bias, b, scale: float, out, ne
     return out, new_state
 
 
-def reference_outputs(x, use_qk_l2norm=False, compute_dtype=torch.float64):
-    """Fresh (out [B,T,HV,V], new_state [B,HV,V,K]) in ``compute_dtype`` for an
-    :class:`gdnzoo.inputs.Inputs`; float64 by default, the oracle of tests and benchmarks."""
+def reference_pool_decode(q, k, v, state, A_log, a, dt_bias, b, scale: float, out, new_state,
+                          use_qk_l2norm: bool = False, pool=None, compute_dtype=torch.float32):
+    """The pool form (:mod:`gdnzoo.pool`): gather the read slots, decode them as a dense batch,
+    zero the outputs of padded sequences, write the new states to their write slots.  All
+    slots are read before any is written.  One host sync (the scatter's row selection)."""
+    from gdnzoo import pool as pools
+    P, PN = state.shape[0], new_state.shape[0]
+    dense, rd, wr = pools.gathered(state, pool, P, PN)
+    dense_new = torch.empty_like(dense)
+    reference_decode(q, k, v, dense, A_log, a, dt_bias, b, scale, out, dense_new, use_qk_l2norm,
+                     compute_dtype)
+    out.masked_fill_(~rd[:, None, None, None], 0)
+    pools.scatter(new_state, dense_new, pool, wr)
+    return out, new_state
+
+
+def reference_outputs(x, use_qk_l2norm=False, compute_dtype=torch.float64, pool=None,
+                      new_pool=None):
+    """Fresh (out [B,T,HV,V], new_state) in ``compute_dtype`` for an
+    :class:`gdnzoo.inputs.Inputs`; float64 by default, the oracle of tests and benchmarks.
+    With ``pool`` (a :class:`gdnzoo.pool.Pool`), ``x.state`` is a pool and new_state is the
+    whole pool after the call: a float64 copy of ``new_pool`` (default ``x.state``, in place)
+    with the written slots replaced."""
+    if pool is not None:
+        B, T = x.q.shape[:2]
+        HV, V = x.v.shape[2], x.v.shape[3]
+        out = torch.empty(B, T, HV, V, dtype=compute_dtype, device=x.q.device)
+        target = (x.state if new_pool is None else new_pool).to(compute_dtype, copy=True)
+        src = target if new_pool is None else x.state
+        reference_pool_decode(x.q, x.k, x.v, src, x.A_log, x.a, x.dt_bias, x.b, x.scale, out,
+                              target, use_qk_l2norm, pool, compute_dtype)
+        return out, target
     B, T = x.q.shape[:2]
     HV, V = x.v.shape[2], x.v.shape[3]
     out = torch.empty(B, T, HV, V, dtype=compute_dtype, device=x.q.device)

@@ -26,7 +26,7 @@ _BACKEND_KEYS = {"name": (str, REQ), "entry": ((str, type(None)), None),
                  "language": (str, REQ), "requires": (list, []), "devices": (list, REQ),
                  "min_cc": ((str, type(None)), None), "state_dtypes": (list, REQ),
                  "max_T": ((int, type(None)), None), "head_dims": ((list, type(None)), None),
-                 "notes": (str, REQ)}
+                 "pools": ((bool, str), False), "notes": (str, REQ)}
 _LANGUAGES = {"python", "triton", "cuda", "cute-dsl"}
 _DEVICES = {"cpu", "cuda"}
 
@@ -53,6 +53,7 @@ class BackendSpec:
     max_T: int | None
     head_dims: tuple | None
     notes: str
+    pools: bool | str = False     # True: takes state pools; else why not (False: not declared)
 
     @property
     def module_name(self) -> str:
@@ -153,7 +154,8 @@ def _parse_backend(i, ent) -> BackendSpec:
         name=e["name"], entry=entry, language=e["language"], requires=tuple(e["requires"]),
         devices=tuple(e["devices"]), min_cc=_parse_cc(e["min_cc"], where),
         state_dtypes=tuple(e["state_dtypes"]), max_T=e["max_T"],
-        head_dims=None if e["head_dims"] is None else tuple(e["head_dims"]), notes=e["notes"])
+        head_dims=None if e["head_dims"] is None else tuple(e["head_dims"]), notes=e["notes"],
+        pools=e["pools"])
 
 
 def parse_registry(data, path=None) -> Registry:
@@ -282,6 +284,9 @@ def can_serve(name: str, p: Problem) -> tuple[bool, str]:
         return False, f"T={p.T} tokens per call exceeds its maximum {spec.max_T}"
     if spec.head_dims is not None and (p.K not in spec.head_dims or p.V not in spec.head_dims):
         return False, f"head dims K={p.K}, V={p.V} not in supported {list(spec.head_dims)}"
+    if p.pool and spec.pools is not True:
+        return False, ("cannot serve state pools (state_indices): "
+                       + (spec.pools or "its registry entry does not declare pools"))
     ok, why = backend_module(name).supports(p)
     return bool(ok), why
 
@@ -326,13 +331,15 @@ def runner(name: str):
 
 
 def launcher(name: str, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-             use_qk_l2norm):
+             use_qk_l2norm, pool=None):
     """The backend's ``bind(...)`` result when it has one (a launcher specialised to these
     shapes, strides, dtypes, scale and mode), else its plain ``run``."""
     bind = getattr(backend_module(name), "bind", None)
     if bind is None:
         return runner(name)
-    return bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)
+    if pool is None:
+        return bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)
+    return bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool)
 
 
 # ---------------------------------------------------------------- selection
@@ -388,9 +395,9 @@ def select(p: Problem, algo: str | None = None) -> Selection:
         if row is None:
             notes.append(f"no default-table row for {gpu}")
         else:
-            kind = tables.table_kind(row, p.state_name, p.inplace, p.T)
-            be = tables.table_choice(row, p.state_name, p.B, p.inplace, p.T)
-            how = {"table_dest": " with destination passing",
+            kind = tables.table_kind(row, p.state_name, p.inplace, p.T, p.pool)
+            be = tables.table_choice(row, p.state_name, p.B, p.inplace, p.T, p.pool)
+            how = {"table_pool": " in a state pool", "table_dest": " with destination passing",
                    "table_tokens": f" with {p.T} tokens per call"}.get(kind, "")
             if be is None:
                 notes.append(f"row {row.gpu} has no {p.state_name} range covering B={p.B}")

@@ -17,7 +17,9 @@ load.  Each row is keyed by what it depends on and names where it came from::
       - {backend: cuda-v4, state: fp32, mode: inplace, tokens: 1, batch: [1, 1],
          config: {warps: 2, row_groups: 2, lanes_per_row: 16, hint: 3}, source: v4-inplace}
 
-* ``mode``: ``inplace`` or ``dest`` (destination passing), or ``any``.
+* ``mode``: ``inplace`` or ``dest`` (destination passing), ``pool`` (a state pool read through
+  slot indices, :mod:`gdnzoo.pool`), or ``any``.  A pool call takes a ``pool`` set where the
+  file has one, else the set of its own in-place or destination mode.
 * ``tokens``: the least T the row serves; a row set serves T from there up to the next larger
   ``tokens`` of the same backend and state dtype (rows tuned at T=4 with ``tokens: 3`` serve
   T = 3 and more).  Among the sets that serve a call, the largest ``tokens`` wins, then a set of
@@ -46,7 +48,7 @@ import yaml
 # Package data this module reads, relative to the gdnzoo package (what `gdnzoo pack` vendors).
 PACKAGE_DATA = ("backends/tables/*.yaml",)
 STATES = ("fp32", "bf16")
-MODES = ("inplace", "dest", "any")
+MODES = ("inplace", "dest", "pool", "any")
 GEOMETRY_KEYS = ("H", "HV", "K", "V")
 DEFAULT_FILE = "default"
 REQUIRED = object()          # a ConfigFields default: the field must be given
@@ -78,7 +80,7 @@ def gpu_slug(name: str) -> str:
 
 # A default-table row's tables, by key in registry.yaml: measured in place at T=1, with
 # destination passing, with several tokens per call (the last two optional).
-TABLE_KEYS = ("table", "table_dest", "table_tokens")
+TABLE_KEYS = ("table", "table_dest", "table_tokens", "table_pool")
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class DefaultRow:
     table: dict          # state dtype name -> list of (lo, hi|None, backend)
     table_dest: dict = field(default_factory=dict)
     table_tokens: dict = field(default_factory=dict)
+    table_pool: dict = field(default_factory=dict)
 
 
 def _batch_range(r, where, error):
@@ -137,9 +140,13 @@ def default_row(rows, gpu_name: str | None) -> DefaultRow | None:
     return for_gpu({row.gpu: row for row in rows}, gpu_name)
 
 
-def table_kind(row: DefaultRow, state_name: str, inplace: bool = True, T: int = 1) -> str:
-    """Which of the row's tables serves: ``table_tokens`` for T >= 2, else ``table_dest`` for
-    destination passing, where the row has one for this state dtype; else ``table``."""
+def table_kind(row: DefaultRow, state_name: str, inplace: bool = True, T: int = 1,
+               pool: bool = False) -> str:
+    """Which of the row's tables serves: ``table_pool`` for a state pool, else ``table_tokens``
+    for T >= 2, else ``table_dest`` for destination passing, where the row has one for this
+    state dtype; else ``table``."""
+    if pool and state_name in row.table_pool:
+        return "table_pool"
     if T > 1 and state_name in row.table_tokens:
         return "table_tokens"
     if not inplace and state_name in row.table_dest:
@@ -147,9 +154,11 @@ def table_kind(row: DefaultRow, state_name: str, inplace: bool = True, T: int = 
     return "table"
 
 
-def table_choice(row: DefaultRow, state_name: str, B: int, inplace: bool = True, T: int = 1):
+def table_choice(row: DefaultRow, state_name: str, B: int, inplace: bool = True, T: int = 1,
+                 pool: bool = False):
     """The row's backend for B from the table :func:`table_kind` names, or None."""
-    for lo, hi, be in getattr(row, table_kind(row, state_name, inplace, T)).get(state_name, []):
+    kind = table_kind(row, state_name, inplace, T, pool)
+    for lo, hi, be in getattr(row, kind).get(state_name, []):
         if lo <= B and (hi is None or B <= hi):
             return be
     return None
@@ -364,18 +373,20 @@ class LaunchTables:
                     fields.normalize(r.config, f"{f.path.name} rows[{i}] ({backend} config)")
         self._validated.add(backend)
 
-    def serving(self, backend, gpu_name, state, inplace, T, geometry):
+    def serving(self, backend, gpu_name, state, inplace, T, geometry, pool=False):
         """(file, rows by batch) of the row set that serves these calls on this GPU: the first
-        file of its chain with a set for them, the set with the largest ``tokens``, then of the
-        call's own mode over ``any``, then with a geometry over without."""
+        file of its chain with a set for them; there a ``pool`` set for a pool call, then the
+        set with the largest ``tokens``, then of the call's own mode over ``any``, then with a
+        geometry over without."""
         mode = "inplace" if inplace else "dest"
+        modes = (mode, "any", "pool") if pool else (mode, "any")
         for f in self.chain(gpu_name):
             best = None
             for key, rs in f.row_sets(backend, state).items():
                 _, _, m, tokens, geom = key
-                if tokens > T or m not in (mode, "any") or any(geometry[k] != v for k, v in geom):
+                if tokens > T or m not in modes or any(geometry[k] != v for k, v in geom):
                     continue
-                rank = (tokens, m != "any", bool(geom))
+                rank = (m == "pool", tokens, m != "any", bool(geom))
                 if best is None or rank > best[0]:
                     best = (rank, sorted(rs, key=lambda r: r.lo))
             if best is not None:
@@ -383,13 +394,13 @@ class LaunchTables:
         raise TableError(f"no launch rows for {backend} ({state}, {mode}, T={T}) for GPU "
                          f"{gpu_name!r} in any table file or its fallbacks")
 
-    def row(self, backend, fields, gpu_name, state, inplace, T, B, geometry) -> tuple:
+    def row(self, backend, fields, gpu_name, state, inplace, T, B, geometry, pool=False) -> tuple:
         """The launch config (normalized tuple) and the row serving this call.
 
         ``geometry``: dict(H=, HV=, K=, V=) of the call; B*HV picks the batch range.
         """
         self.check_configs(backend, fields)
-        f, rows = self.serving(backend, gpu_name, state, inplace, T, geometry)
+        f, rows = self.serving(backend, gpu_name, state, inplace, T, geometry, pool)
         heads = B * geometry["HV"]
         for r in rows:
             lo, hi = r.heads_range()
@@ -412,10 +423,11 @@ def reset():
     launch_tables.cache_clear()
 
 
-def launch_config(backend, fields, gpu_name, state, inplace, T, B, H, HV, K, V) -> tuple:
+def launch_config(backend, fields, gpu_name, state, inplace, T, B, H, HV, K, V,
+                  pool=False) -> tuple:
     """The normalized launch config of ``backend`` for this call on this GPU."""
     return launch_tables().row(backend, fields, gpu_name, state, inplace, T, B,
-                               dict(H=H, HV=HV, K=K, V=V))[0]
+                               dict(H=H, HV=HV, K=K, V=V), pool)[0]
 
 
 # ---------------------------------------------------------------------------- writing

@@ -1,0 +1,160 @@
+"""State pools: the serving engines' layout, where every sequence's state lives in a slot.
+
+``decode(..., state_indices=idx)`` reads sequence n's state from ``state[idx[n]]`` of a pool
+``state`` [P, HV, V, K] and writes its new state to ``new_state[new_state_indices[n]]`` (by
+default the same pool and the same slot).  Each slot's [HV, V, K] block is contiguous; the
+pool's ``stride(0)`` may exceed HV*V*K (engines put other per-sequence data in the same page).
+
+**Padding.** A negative index is padding, and so is ``null_slot`` when one is given (vLLM's
+block 0 is ``null_slot=0``).  A padded sequence gets zeros in ``out``; no state is read or
+written for it.  An index >= P is never dereferenced: it is treated as padding.  A sequence
+whose read slot is real but whose write slot is padding (or >= P) gets its output, and its new
+state is not written anywhere.
+
+Nothing here synchronizes with the device on the default path, so a pool call stays
+CUDA-graph capturable with the index tensor's contents changing between replays.  Setting
+``GDNZOO_CHECK_INDICES=1`` checks the indices on the host before every pool call (a device
+sync) and raises naming the first bad one: an index >= P, a write slot that two real sequences
+share, or, when reading and writing one pool, a write slot that another real sequence reads
+(both would race).
+"""
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import torch
+
+INDEX_DTYPES = (torch.int32, torch.int64)
+CHECK_ENV = "GDNZOO_CHECK_INDICES"
+
+
+class Pool(NamedTuple):
+    """The pool arguments of one call, as backends receive them (validated)."""
+    read: torch.Tensor          # [B] int32 | int64: the slot sequence n reads
+    write: torch.Tensor         # [B]: the slot it writes (``read`` itself by default)
+    null_slot: int              # a slot that is padding too; -1 when none
+
+    @property
+    def same_indices(self) -> bool:
+        return self.write is self.read
+
+
+def _index_tensor(name, x, B, device):
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor of int32 or int64 slot indices, "
+                        f"got {type(x).__name__}")
+    if x.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{name}: expected dtype int32 or int64, got {str(x.dtype).replace('torch.', '')}")
+    if x.dim() != 1 or x.shape[0] != B:
+        raise ValueError(f"{name}: expected shape ({B},) [B], got {tuple(x.shape)}")
+    if x.device != device:
+        raise ValueError(f"{name}: expected device {device} (the device of q), got {x.device}")
+    if B > 1 and x.stride(0) != 1:
+        raise ValueError(f"{name}: expected a contiguous [B] tensor, got stride {x.stride(0)}")
+
+
+def _pool_tensor(name, x, HV, V, K):
+    """A pool [P, HV, V, K] whose slots are contiguous blocks at least a slot apart."""
+    if x.dim() != 4 or tuple(x.shape[1:]) != (HV, V, K) or x.shape[0] < 1:
+        raise ValueError(f"{name}: expected a pool of shape [P, HV={HV}, V={V}, K={K}] with "
+                         f"P >= 1 (state_indices given), got {tuple(x.shape)}")
+    slot = HV * V * K
+    if tuple(x.stride()[1:]) != (V * K, K, 1):
+        raise ValueError(f"{name}: expected each slot's [HV, V, K] block contiguous (K axis "
+                         f"last, strides (*, {V * K}, {K}, 1)), got strides {tuple(x.stride())}")
+    if x.shape[0] > 1 and x.stride(0) < slot:
+        raise ValueError(f"{name}: expected stride(0) >= HV*V*K = {slot} (one slot), got "
+                         f"{x.stride(0)}: slots would overlap")
+
+
+def validate(B, HV, V, K, device, state, new_state, state_indices, new_state_indices,
+             null_slot) -> Pool:
+    """Check the pool arguments (``state_indices`` is not None); raise naming the argument."""
+    _index_tensor("state_indices", state_indices, B, device)
+    _pool_tensor("state", state, HV, V, K)
+    if new_state_indices is None:
+        new_state_indices = state_indices
+    else:
+        _index_tensor("new_state_indices", new_state_indices, B, device)
+    if new_state is not None and new_state is not state:
+        _pool_tensor("new_state", new_state, HV, V, K)
+    P = state.shape[0]
+    if null_slot is None:
+        null_slot = -1
+    elif isinstance(null_slot, bool) or not isinstance(null_slot, int):
+        raise TypeError(f"null_slot: expected an int slot index or None, got "
+                        f"{type(null_slot).__name__}")
+    elif not 0 <= null_slot < P:
+        raise ValueError(f"null_slot: expected a slot in [0, P={P}), got {null_slot}")
+    return Pool(state_indices, new_state_indices, null_slot)
+
+
+def no_pool_args(new_state_indices, null_slot):
+    """Pool-only arguments given without ``state_indices``: raise naming them."""
+    if new_state_indices is not None:
+        raise ValueError("new_state_indices: only with state_indices (a state pool); got "
+                         "state_indices=None")
+    if null_slot is not None:
+        raise ValueError("null_slot: only with state_indices (a state pool); got "
+                         "state_indices=None")
+
+
+def live(pool: Pool, P: int, PN: int):
+    """([B] bool: sequence n reads a real slot, [B] bool: and writes a real slot), on the
+    device, without a sync."""
+    r, w = pool.read, pool.write
+    rd = (r >= 0) & (r < P)
+    wr = (w >= 0) & (w < PN)
+    if pool.null_slot >= 0:
+        rd &= r != pool.null_slot
+        wr &= w != pool.null_slot
+    return rd, rd & wr
+
+
+def checking() -> bool:
+    """Whether the host index check is on (read on every pool call)."""
+    return os.environ.get(CHECK_ENV, "0") not in ("", "0")
+
+
+def check_on_host(pool: Pool, P: int, PN: int, same_pool: bool):
+    """The debug check (``GDNZOO_CHECK_INDICES=1``): copies the indices to the host (a sync)
+    and raises ValueError naming the first bad one."""
+    read = pool.read.tolist()
+    write = read if pool.same_indices else pool.write.tolist()
+    pad = lambda s: s < 0 or s == pool.null_slot      # noqa: E731
+    for name, idx, n_slots in (("state_indices", read, P), ("new_state_indices", write, PN)):
+        for n, s in enumerate(idx):
+            if s >= n_slots:
+                raise ValueError(f"{name}[{n}] = {s}: slot out of range for a pool of "
+                                 f"{n_slots} slots ({CHECK_ENV} is set)")
+    writers = {}
+    readers = {s: n for n, s in enumerate(read) if not pad(s)}
+    for n, (r, w) in enumerate(zip(read, write)):
+        if pad(r) or pad(w):
+            continue
+        if w in writers:
+            raise ValueError(f"new_state_indices[{n}] = {w}: slot also written by sequence "
+                             f"{writers[w]} ({CHECK_ENV} is set)")
+        writers[w] = n
+        if same_pool and readers.get(w, n) != n:
+            raise ValueError(f"new_state_indices[{n}] = {w}: slot read by sequence "
+                             f"{readers[w]} in the same pool ({CHECK_ENV} is set)")
+
+
+def gathered(state, pool: Pool, P: int, PN: int):
+    """For backends that decode a dense batch: (the read slots as a dense [B, HV, V, K] copy,
+    rows of padded sequences zero; read mask; write mask)."""
+    rd, wr = live(pool, P, PN)
+    idx = torch.where(rd, pool.read, 0).long()
+    dense = torch.where(rd[:, None, None, None], state.index_select(0, idx), 0)
+    return dense, rd, wr
+
+
+def scatter(new_state, dense_new, pool: Pool, wr):
+    """Write the rows of ``dense_new`` whose mask ``wr`` is set to their write slots (one host
+    sync: the masked rows are selected on the host)."""
+    rows = wr.nonzero().flatten()
+    if rows.numel():
+        new_state.index_copy_(0, pool.write.index_select(0, rows).long(),
+                              dense_new.index_select(0, rows))
