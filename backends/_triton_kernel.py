@@ -17,6 +17,15 @@ pointers first, then the scale, T and every stride), two ways to hold the state 
   sm_90).  V rows are independent, so the tile loop can be outermost and the T tokens loop
   inside it, each tile's state kept in registers across the tokens.
 
+``POOL`` reads the state from a pool (gdnzoo/pool.py) instead of a dense batch: 0 dense, 1 the
+slot ``slot_idx[n]`` is read and written, 2 read at ``slot_idx[n]``, written at
+``new_slot_idx[n]``.  The slot is read from memory by every program of the sequence, and a
+padded sequence is served by masks: its out rows are zero, its state loads and stores are
+masked off (fla-tma: its tiles' coordinates are moved past the descriptor's rows, where TMA
+reads zeros and drops stores), and an index outside the pool is never used for an address.
+With POOL 0 the index pointers and P, PN, null_slot are unused (the launchers pass the state
+pointer and 0, 0, -1).
+
 The constexprs of one tiling are unused by the other (the launchers pass defaults).  Imported
 only when a Triton backend runs (it imports triton at module level).
 """
@@ -86,6 +95,21 @@ def next_token(p_q, p_k, p_v, p_o, p_a, p_b, sq_t, sk_t, sv_t, so_t, sa_t, sb_t)
 
 
 @triton.jit
+def pool_slots(slot_idx, new_slot_idx, i_n, P, PN, null_slot, POOL: tl.constexpr):
+    """Sequence i_n's (read slot, write slot, reads a real slot, and writes one), the slots as
+    int64 (slot x stride(0) may pass 2^31 elements) and 0 where padding.  Padding: a negative
+    index, ``null_slot``, or an index past the pool (P read slots, PN write slots); a padded
+    read slot pads the write too."""
+    r = tl.load(slot_idx + i_n).to(tl.int64)
+    w = r
+    if POOL == 2:
+        w = tl.load(new_slot_idx + i_n).to(tl.int64)
+    rd = (r >= 0) & (r < P) & (r != null_slot)
+    wr = rd & (w >= 0) & (w < PN) & (w != null_slot)
+    return tl.where(rd, r, 0), tl.where(wr, w, 0), rd, wr
+
+
+@triton.jit
 def row_sum(x):
     """[LPR, BV, KO, VEC] -> [BV]: the in-thread axes first, then the lanes of each row."""
     return tl.sum(tl.sum(tl.sum(x, 3), 2), 0)
@@ -94,15 +118,17 @@ def row_sum(x):
 @triton.jit
 def gdn_decode_kernel(
         q, k, v, a, b, A_log, dt_bias, out, state, new_state,          # pointers first
+        slot_idx, new_slot_idx,
         scale, T,
         sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sv_b, sv_t, sv_h,
         sa_b, sa_t, sa_h, sb_b, sb_t, sb_h, s_alog, s_dtb,
         so_b, so_t, so_h, ss_b, ss_h, ss_v, sn_b, sn_h, sn_v,
+        P, PN, null_slot,
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
         BV: tl.constexpr, L2NORM: tl.constexpr,
         LPR: tl.constexpr = 1, VEC: tl.constexpr = 1, DENSE: tl.constexpr = 0,      # TMA 0
         TMA: tl.constexpr = 0, TILES: tl.constexpr = 1, INPLACE: tl.constexpr = 0,  # TMA 1
-        STAGES: tl.constexpr = 1, WS: tl.constexpr = 0):
+        STAGES: tl.constexpr = 1, WS: tl.constexpr = 0, POOL: tl.constexpr = 0):
     NV: tl.constexpr = V // (BV * TILES)      # programs per head
     # Everything on grid axis 0 (limit 2^31-1; axes 1 and 2 stop at 65535). Neighbouring
     # programs take neighbouring V tiles of one head, so they stream contiguous state.
@@ -117,7 +143,8 @@ def gdn_decode_kernel(
     # state load shrinks (H100, B=1: the first state load moved from the 99th to the 73rd
     # instruction, fp32 2.11 -> 2.05 us).  i_b is the per-token tensors' batch index: sequence
     # n's tokens start at token row n*T.  A size-1 dimension's own stride may differ from
-    # these, but its index is always 0.
+    # these, but its index is always 0.  A pool's slot stride is always the one passed (a
+    # vLLM page is larger than a slot); the rest of a slot's strides are fixed by the layout.
     i_b = i_n
     if DENSE > 0:
         i_b = i_n * DENSE
@@ -129,13 +156,23 @@ def gdn_decode_kernel(
         sa_b, sa_t, sa_h = HV, HV, 1
         sb_b, sb_t, sb_h = sa_b, sa_t, sa_h
         s_alog, s_dtb = 1, 1
-        ss_b, ss_h, ss_v = HV * V * K, V * K, K
-        sn_b, sn_h, sn_v = ss_b, ss_h, ss_v
+        if POOL == 0:
+            ss_b = HV * V * K
+            sn_b = ss_b
+        ss_h, ss_v = V * K, K
+        sn_h, sn_v = ss_h, ss_v
 
-    # The one place a sequence's state addresses are formed (read and write). A state pool
-    # replaces i_n here by the sequence's read / write slot.
-    src = state + i_n * ss_b + i_hv * ss_h
-    dst = new_state + i_n * sn_b + i_hv * sn_h
+    # The one place a sequence's state addresses are formed (read and write): batch row i_n,
+    # or in a pool the sequence's read / write slot, with masks for padding (None: no mask).
+    rd = None
+    wr = None
+    if POOL == 0:
+        src = state + i_n * ss_b + i_hv * ss_h
+        dst = new_state + i_n * sn_b + i_hv * sn_h
+    else:
+        slot_r, slot_w, rd, wr = pool_slots(slot_idx, new_slot_idx, i_n, P, PN, null_slot, POOL)
+        src = state + slot_r * ss_b + i_hv * ss_h
+        dst = new_state + slot_w * sn_b + i_hv * sn_h
 
     if TMA:
         i_c = i_v.to(tl.int32)
@@ -151,19 +188,31 @@ def gdn_decode_kernel(
         q0, k0, v0, o0, a0, b0 = token_pointers(q, k, v, out, a, b, i_b, i_h, i_hv, sq_b, sq_h,
                                                 sk_b, sk_h, sv_b, sv_h, so_b, so_h, sa_b, sa_h,
                                                 sb_b, sb_h, tl.arange(0, K), 0)
+        if POOL > 0:
+            # A padded sequence's tiles move past the descriptor's V rows: TMA reads zeros
+            # there without touching memory and drops the stores.
+            past_r = tl.where(rd, 0, V).to(tl.int32)
+            past_w = tl.where(wr, 0, V).to(tl.int32)
         for j in tl.range(0, TILES, num_stages=STAGES, warp_specialize=WS):
             r0 = (i_c * TILES + j) * BV
-            h = d_src.load([r0, 0]).to(tl.float32)
+            r_ld = r0
+            r_st = r0
+            if POOL > 0:
+                r_ld = r0 + past_r
+                r_st = r0 + past_w
+            h = d_src.load([r_ld, 0]).to(tl.float32)
             rows = r0 + tl.arange(0, BV)
             p_q, p_k, p_v, p_o, p_a, p_b = q0, k0, v0 + rows, o0 + rows, a0, b0
             # q, k and the gates are re-read per tile: they are tiny and stay in L1/L2, and a
             # tile's tokens must see them in order while its rows stay in registers.
             for _ in tl.range(0, T):
                 h, o = token_step(h, p_q, p_k, p_v, p_a, p_b, A_neg, dtb, scale, L2NORM)
+                if POOL > 0:
+                    o = tl.where(rd, o, 0.0)
                 tl.store(p_o, o.to(out.dtype.element_ty))
                 p_q, p_k, p_v, p_o, p_a, p_b = next_token(p_q, p_k, p_v, p_o, p_a, p_b, sq_t,
                                                            sk_t, sv_t, so_t, sa_t, sb_t)
-            d_dst.store([r0, 0], h.to(new_state.dtype.element_ty))
+            d_dst.store([r_st, 0], h.to(new_state.dtype.element_ty))
     else:
         KO: tl.constexpr = K // (LPR * VEC)
         rows = i_v * BV + tl.arange(0, BV)
@@ -172,7 +221,7 @@ def gdn_decode_kernel(
                + tl.arange(0, KO)[None, None, :, None] * (LPR * VEC)
                + tl.arange(0, VEC)[None, None, None, :])
         # Issue the big load first; the small per-token loads below overlap its latency.
-        h = tl.load(src + rows4 * ss_v + col).to(tl.float32)
+        h = tl.load(src + rows4 * ss_v + col, mask=rd).to(tl.float32)
 
         # q and k are read with the tile's shape (same thread map, rows reading the same
         # address), so no layout conversion sits between them and the state.
@@ -197,8 +246,11 @@ def gdn_decode_kernel(
             kq = row_sum(b_k * b_q)
             u = beta * (b_v - g * sk)
             h = g * h + u[None, :, None, None] * b_k
-            tl.store(p_o, (scale * (g * sq + u * kq)).to(out.dtype.element_ty))
+            o = scale * (g * sq + u * kq)
+            if POOL > 0:
+                o = tl.where(rd, o, 0.0)
+            tl.store(p_o, o.to(out.dtype.element_ty))
             p_q, p_k, p_v, p_o, p_a, p_b = next_token(p_q, p_k, p_v, p_o, p_a, p_b, sq_t, sk_t,
                                                        sv_t, so_t, sa_t, sb_t)
 
-        tl.store(dst + rows4 * sn_v + col, h.to(new_state.dtype.element_ty))
+        tl.store(dst + rows4 * sn_v + col, h.to(new_state.dtype.element_ty), mask=wr)

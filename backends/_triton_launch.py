@@ -67,6 +67,39 @@ def loop_count(T: int):
     return T
 
 
+def pool_mode(pool) -> int:
+    """The kernel's POOL: 0 a dense batch, 1 a pool whose read slots are also written, 2 a pool
+    with separate write slots (:class:`gdnzoo.pool.Pool`)."""
+    return 0 if pool is None else (1 if pool.same_indices else 2)
+
+
+def index_args(state, pool) -> tuple:
+    """The kernel's two index pointer arguments: the pool's read and write indices, or without
+    a pool the state twice (a valid pointer the kernel never reads through)."""
+    return (state, state) if pool is None else (pool.read, pool.write)
+
+
+def runtime_args(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool) -> tuple:
+    """The kernel's arguments from T to null_slot (between ``scale`` and the constexprs): T,
+    every stride, and the pool's read and write slot counts and null slot (0, 0, -1 without a
+    pool)."""
+    slots = (0, 0, -1) if pool is None else (state.shape[0], new_state.shape[0], pool.null_slot)
+    return (loop_count(q.shape[1]), *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            *a.stride(), *b.stride(), A_log.stride(0), dt_bias.stride(0), *out.stride()[:3],
+            *state.stride()[:3], *new_state.stride()[:3], *slots)
+
+
+def constant_strides(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool) -> bool:
+    """Whether the kernel may take its strides from the shapes (DENSE): every tensor
+    contiguous; in a pool the per-token tensors, and each slot's block (the slot stride is
+    always passed)."""
+    if pool is None:
+        return cuda_build.dense(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
+    HV, V, K = state.shape[1:]
+    return (all(t.is_contiguous() for t in (q, k, v, A_log, a, dt_bias, b, out))
+            and all(tuple(x.stride()[1:]) == (V * K, K, 1) for x in (state, new_state)))
+
+
 def gpu_name(device_index: int) -> str:
     if device_index < 0:
         return "cpu"
@@ -83,11 +116,12 @@ def _raw_stream_fn():
 class FastLaunch:
     """Launch one compiled kernel with a fixed grid, skipping Triton's per-call binding.
 
-    ``args_after_ptrs`` are the positional arguments that follow the pointer arguments
-    (scalars and constexprs, in signature order) except the leading float ``scale``, which is
-    not specialized and so may change between calls.  ``scratch`` is a device buffer for
-    kernels that need global scratch (device-side tensor descriptors); it is kept alive here
-    so a CUDA graph that captured its address stays valid.
+    ``args_after_scale`` are all the positional arguments after the pointers and the float
+    ``scale`` (scalars, then every constexpr, defaults included: Triton's launcher parses them
+    all), in signature order; ``scale`` is not specialized and so may change between calls.
+    ``scratch`` is a device buffer for kernels that need global scratch (device-side tensor
+    descriptors); it is kept alive here so a CUDA graph that captured its address stays
+    valid.
     """
 
     def __init__(self, compiled, grid0: int, args_after_scale: tuple, device_index: int,
@@ -210,12 +244,15 @@ def fast_launch(compiled, grid0: int, ptrs: tuple, scale: float, tail: tuple,
 class Dispatcher:
     """Per-signature launch cache of one Triton backend, behind ``run`` and ``bind``.
 
-    ``first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, key)``
+    ``first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool, key)``
     launches through Triton's own path and returns a launcher (:func:`fast_launch`) for later
     calls with the same key, or None to keep Triton's path.  The key is everything Triton
     specializes on except pointer alignment, which is checked on every call (it varies with the
-    buffers).  ``launch(..., config=)`` is the backend's own launch with an explicit config,
-    which ``run(..., config=...)`` takes (Triton's own path, every call).
+    buffers).  ``launch(..., pool=, config=)`` is the backend's own launch with an explicit
+    config, which ``run(..., config=...)`` takes (Triton's own path, every call).
+
+    A pool call (``pool``: a :class:`gdnzoo.pool.Pool`) passes its index tensors' pointers with
+    the data pointers on every call; its slot counts, null slot and index dtypes are in the key.
     """
 
     def __init__(self, first_call, launch):
@@ -224,58 +261,69 @@ class Dispatcher:
         self.fast = {}
 
     @staticmethod
-    def key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, use_qk_l2norm):
+    def key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, use_qk_l2norm, pool=None):
         # scale is passed per call, so it is not part of the key
-        return cuda_build.signature_key(q, k, v, state, A_log, a, dt_bias, b, None, out,
+        base = cuda_build.signature_key(q, k, v, state, A_log, a, dt_bias, b, None, out,
                                         new_state, use_qk_l2norm)
+        if pool is None:
+            return base
+        return (base, state.shape[0], new_state.shape[0], pool.null_slot, pool.read.dtype,
+                pool.write.dtype, pool.same_indices)
 
     @staticmethod
-    def pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state):
-        """The kernel's pointer arguments in signature order, and whether all are 16-byte
-        aligned (Triton specializes on that)."""
+    def pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool=None):
+        """The kernel's pointer arguments in signature order (the two index pointers last: the
+        state's without a pool), and whether all are 16-byte aligned (Triton specializes on
+        that)."""
+        s = state.data_ptr()
+        r, w = (s, s) if pool is None else (pool.read.data_ptr(), pool.write.data_ptr())
         ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), a.data_ptr(), b.data_ptr(),
-                A_log.data_ptr(), dt_bias.data_ptr(), out.data_ptr(), state.data_ptr(),
-                new_state.data_ptr())
+                A_log.data_ptr(), dt_bias.data_ptr(), out.data_ptr(), s, new_state.data_ptr(),
+                r, w)
         return ptrs, (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6]
-                      | ptrs[7] | ptrs[8] | ptrs[9]) & 15 == 0
+                      | ptrs[7] | s | ptrs[9] | r | w) & 15 == 0
 
-    def call(self, base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
-        ptrs, aligned = self.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
+    def call(self, base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool):
+        ptrs, aligned = self.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool)
         key = (base, aligned)
         fast = self.fast.get(key)
         if fast is not None:
             fast(ptrs, float(scale))
             return
         made = self.first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                               l2, key)
+                               l2, pool, key)
         if key[1] and not interpreter_on():       # misaligned calls keep Triton's own path
             self.fast[key] = made
 
-    def run(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, config=None):
+    def run(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool=None,
+            config=None):
         """The backend's entry point: the cached launch, or with an explicit ``config`` the
         backend's own launch with it."""
         if config is not None:
             self.launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
-                        config=config)
+                        pool=pool, config=config)
             return
-        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2)
-        self.call(base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2)
+        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2, pool)
+        self.call(base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool)
 
-    def bind(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
-        """A launcher valid for every call with these shapes, strides, dtypes and mode: what
-        gdnzoo.decode's signature guarantees, so the key is computed once, here, and its fast
-        launchers are looked up by pointer alignment alone (no per-call hashing of the key)."""
-        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2)
+    def bind(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool=None):
+        """A launcher valid for every call with these shapes, strides, dtypes and mode (and,
+        with a pool, these slot counts, null slot and index dtypes): what gdnzoo.decode's
+        signature guarantees, so the key is computed once, here, and its fast launchers are
+        looked up by pointer alignment alone (no per-call hashing of the key).  A pool call's
+        launcher takes that call's pool as its 13th argument."""
+        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2, pool)
         call, fast, pointers = self.call, self.fast, self.pointers
         slots = {}                                  # 16-byte aligned? -> FastLaunch
 
-        def bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
-            ptrs, aligned = pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
+        def bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool=None):
+            ptrs, aligned = pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool)
             launch = slots.get(aligned)
             if launch is None:
                 launch = fast.get((base, aligned))
                 if launch is None:                  # first call of this kind: Triton's path
-                    call(base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2)
+                    call(base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
+                         pool)
                     return
                 slots[aligned] = launch
             launch(ptrs, float(scale))

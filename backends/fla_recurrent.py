@@ -6,11 +6,15 @@ exp / sigmoid) computed in the kernel; the k-last state read and written where i
 transpose, no copy).  The launch shape (BV, num_warps, num_stages, LPR, and DENSE: compile-time
 strides for contiguous inputs) comes from this GPU's launch rows (``backends/tables/<gpu>.yaml``,
 measured by ``gdnzoo tune --shapes``); nothing is autotuned inside a call.
+
+State pools (gdnzoo/pool.py) are served in the kernel: each program reads its sequence's slot
+index and addresses the pool's slot (64-bit offsets) where it lies; padded sequences are
+masked (zero out rows, no state read or written), so a pool call stays one launch and CUDA-graph
+capturable with new indices per replay.
 """
 from __future__ import annotations
 
 from gdnzoo import tables
-from gdnzoo.backends import _cuda_build as cuda_build
 from gdnzoo.backends import _triton_launch as tlaunch
 
 HEAD_DIMS = (64, 128, 256)
@@ -63,16 +67,16 @@ def fit_config(state_dtype: str, BHV: int, K: int, V: int, config) -> tuple:
     return BV, nw, ns, lpr, int(dense)
 
 
-def table_config(gpu, state_dtype: str, B, H, HV, K, V, inplace=True, T=1) -> tuple:
+def table_config(gpu, state_dtype: str, B, H, HV, K, V, inplace=True, T=1, pool=False) -> tuple:
     """This GPU's launch row for the call (backends/tables/), fitted to K and V."""
-    row = tables.launch_config(NAME, CONFIG, gpu, state_dtype, inplace, T, B, H, HV, K, V)
+    row = tables.launch_config(NAME, CONFIG, gpu, state_dtype, inplace, T, B, H, HV, K, V, pool)
     return fit_config(state_dtype, B * HV, K, V, row)
 
 
 def launch_config(problem, gpu):
     """The tunable protocol's table lookup: :func:`table_config` for a Problem."""
     p = problem
-    return table_config(gpu, p.state_name, p.B, p.H, p.HV, p.K, p.V, p.inplace, p.T)
+    return table_config(gpu, p.state_name, p.B, p.H, p.HV, p.K, p.V, p.inplace, p.T, p.pool)
 
 
 def candidates(problem):
@@ -100,10 +104,12 @@ def supports(problem):
 
 
 def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-           config=None):
+           pool=None, config=None):
     """Launch with an explicit config (:data:`CONFIG`: a dict, or a tuple (BV, num_warps,
     num_stages[, LPR[, DENSE]])), or the table's when None.  DENSE 1 takes the strides from the
-    shapes when every tensor is contiguous (else the strides passed are used all the same)."""
+    shapes when every tensor is contiguous (else the strides passed are used all the same; a
+    pool's slot stride is always passed).  ``pool``: a :class:`gdnzoo.pool.Pool`, ``state``
+    and ``new_state`` then pools [P, HV, V, K]."""
     from gdnzoo.backends._triton_kernel import gdn_decode_kernel
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
@@ -114,29 +120,32 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
             config = (V, 1, 1)                    # interpreter: fewest programs is fastest
         else:
             config = table_config(tlaunch.gpu_name(dev), sd, B, H, HV, K, V,
-                                  new_state is state, T)
+                                  new_state is state, T, pool is not None)
     BV, nw, ns, lpr, dense = CONFIG.normalize(config)
     lpr = default_lpr(sd, K) if lpr is None else lpr
-    dense = bool(dense) and cuda_build.dense(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
+    dense = bool(dense) and tlaunch.constant_strides(q, k, v, state, A_log, a, dt_bias, b, out,
+                                                     new_state, pool)
     grid0 = B * HV * (V // BV)
     if V % BV or grid0 > GRID_LIMIT:
         raise ValueError(f"fla-recurrent: BV={BV} must divide V={V} and B*HV*V/BV <= {GRID_LIMIT}")
     if lpr not in (1, 2, 4, 8, 16, 32) or K % (lpr * vec_elems(sd)):
         raise ValueError(f"fla-recurrent: LPR={lpr} lanes x {vec_elems(sd)} elements must "
                          f"divide K={K}")
-    tail = (tlaunch.loop_count(T), *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *a.stride(), *b.stride(),
-            A_log.stride(0), dt_bias.stride(0), *out.stride()[:3], *state.stride()[:3],
-            *new_state.stride()[:3], H, HV, K, V, BV, bool(use_qk_l2norm), lpr, vec_elems(sd),
-            T if dense else 0)
-    return gdn_decode_kernel[(grid0,)](q, k, v, a, b, A_log, dt_bias, out, state, new_state,
-                                          float(scale), *tail, num_warps=nw, num_stages=ns), \
-        grid0, tail
+    # every argument after scale, the TMA tiling's constexprs at their defaults
+    tail = (*tlaunch.runtime_args(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool),
+            H, HV, K, V, BV, bool(use_qk_l2norm), lpr, vec_elems(sd), T if dense else 0,
+            0, 1, 0, 1, 0, tlaunch.pool_mode(pool))
+    compiled = gdn_decode_kernel[(grid0,)](q, k, v, a, b, A_log, dt_bias, out, state, new_state,
+                                           *tlaunch.index_args(state, pool), float(scale),
+                                           *tail, num_warps=nw, num_stages=ns)
+    return compiled, grid0, tail
 
 
-def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, key):
+def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool, key):
     compiled, grid0, tail = launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                   l2)
-    ptrs, _ = tlaunch.Dispatcher.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
+                                   l2, pool)
+    ptrs, _ = tlaunch.Dispatcher.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
+                                          pool)
     return tlaunch.fast_launch(compiled, grid0, ptrs, scale, tail, q.get_device())
 
 

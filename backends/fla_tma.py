@@ -20,6 +20,10 @@ asks ``triton.set_allocator``'s allocator for it at launch.  We install our own 
 the first (compiling) launch of a shape only, restoring the caller's, and then hand the same
 buffer to every later launch, so steady-state calls allocate nothing and CUDA graphs that
 captured its address stay valid.
+
+A state pool's slot is found in the kernel, as in fla-recurrent; the descriptor is built over
+the slot's head, and a padded sequence's tile coordinates are moved past the descriptor's rows
+(TMA reads zeros there without touching memory and drops the stores).
 """
 from __future__ import annotations
 
@@ -57,16 +61,16 @@ def fit_config(cfg, BHV: int, K: int, V: int, state_bytes: int):
     return BV, tiles, nw, ns, ws
 
 
-def table_config(gpu, state_dtype: str, B, H, HV, K, V, inplace=True, T=1):
+def table_config(gpu, state_dtype: str, B, H, HV, K, V, inplace=True, T=1, pool=False):
     """This GPU's launch row for the call (backends/tables/), fitted to K and V."""
-    row = tables.launch_config(NAME, CONFIG, gpu, state_dtype, inplace, T, B, H, HV, K, V)
+    row = tables.launch_config(NAME, CONFIG, gpu, state_dtype, inplace, T, B, H, HV, K, V, pool)
     return fit_config(row, B * HV, K, V, 4 if state_dtype == "fp32" else 2)
 
 
 def launch_config(problem, gpu):
     """The tunable protocol's table lookup: :func:`table_config` for a Problem."""
     p = problem
-    return table_config(gpu, p.state_name, p.B, p.H, p.HV, p.K, p.V, p.inplace, p.T)
+    return table_config(gpu, p.state_name, p.B, p.H, p.HV, p.K, p.V, p.inplace, p.T, p.pool)
 
 
 def candidates(problem):
@@ -91,7 +95,8 @@ def supports(problem):
 
 
 def _check_tma_alignment(state, new_state):
-    """TMA needs 16-byte aligned bases and row strides for every (sequence, head) slice."""
+    """TMA needs 16-byte aligned bases and row strides for every (sequence or slot, head)
+    slice."""
     for name, x in (("state", state), ("new_state", new_state)):
         es = x.element_size()
         bad = [s for s in x.stride()[:3] if (s * es) % 16]
@@ -103,9 +108,10 @@ def _check_tma_alignment(state, new_state):
 
 
 def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-           config=None, allocator=None):
+           pool=None, config=None, allocator=None):
     """Launch with an explicit config (:data:`CONFIG`, a dict or a tuple (BV, TILES, num_warps,
-    num_stages, ws)), or the table's."""
+    num_stages, ws)), or the table's.  ``pool``: a :class:`gdnzoo.pool.Pool`, ``state`` and
+    ``new_state`` then pools [P, HV, V, K]."""
     from gdnzoo.backends._triton_kernel import gdn_decode_kernel
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
@@ -116,30 +122,32 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
             config = (V, 1, 1, 1, False)   # interpreter: fewest programs is fastest
         else:
             sd = "fp32" if state.element_size() == 4 else "bf16"
-            config = table_config(tlaunch.gpu_name(dev), sd, B, H, HV, K, V, new_state is state, T)
+            config = table_config(tlaunch.gpu_name(dev), sd, B, H, HV, K, V, new_state is state,
+                                  T, pool is not None)
     BV, tiles, nw, ns, ws = CONFIG.normalize(config)
     if V % (BV * tiles):
         raise ValueError(f"fla-tma: BV*TILES={BV}*{tiles} must divide V={V}")
     grid0 = B * HV * (V // (BV * tiles))
     if grid0 > GRID_LIMIT:
         raise ValueError(f"fla-tma: grid {grid0} exceeds {GRID_LIMIT}")
-    tail = (tlaunch.loop_count(T), *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-            *a.stride(), *b.stride(), A_log.stride(0), dt_bias.stride(0), *out.stride()[:3],
-            *state.stride()[:3], *new_state.stride()[:3],
+    # one descriptor reads and writes when every sequence writes the slice it read
+    inplace = new_state is state and (pool is None or pool.same_indices)
+    tail = (*tlaunch.runtime_args(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool),
             H, HV, K, V, BV, bool(use_qk_l2norm), 1, 1, 0,      # LPR, VEC, DENSE: unused with TMA
-            True, tiles, new_state is state, ns, bool(ws))
+            True, tiles, inplace, ns, bool(ws), tlaunch.pool_mode(pool))
     allocator = allocator or tlaunch.ScratchAllocator(dev)
     compiled = tlaunch.launch_with_allocator(allocator, lambda: gdn_decode_kernel[(grid0,)](
-        q, k, v, a, b, A_log, dt_bias, out, state, new_state, float(scale), *tail,
-        num_warps=nw, num_stages=ns))
+        q, k, v, a, b, A_log, dt_bias, out, state, new_state, *tlaunch.index_args(state, pool),
+        float(scale), *tail, num_warps=nw, num_stages=ns))
     return compiled, grid0, tail, allocator
 
 
-def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, key):
+def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool, key):
     compiled, grid0, tail, alloc = launch(q, k, v, state, A_log, a, dt_bias, b, scale, out,
-                                          new_state, l2, allocator=_ALLOCS.get(key))
+                                          new_state, l2, pool, allocator=_ALLOCS.get(key))
     _ALLOCS[key] = alloc
-    ptrs, _ = tlaunch.Dispatcher.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
+    ptrs, _ = tlaunch.Dispatcher.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
+                                          pool)
     return tlaunch.fast_launch(compiled, grid0, ptrs, scale, tail, q.get_device(), alloc.buffer)
 
 

@@ -55,7 +55,7 @@ def reference_pool_decode(q, k, v, state, A_log, a, dt_bias, b, scale: float, ou
     from gdnzoo import pool as pools
     P, PN = state.shape[0], new_state.shape[0]
     dense, rd, wr = pools.gathered(state, pool, P, PN)
-    dense_new = torch.empty_like(dense)
+    dense_new = torch.empty(dense.shape, dtype=new_state.dtype, device=dense.device)
     reference_decode(q, k, v, dense, A_log, a, dt_bias, b, scale, out, dense_new, use_qk_l2norm,
                      compute_dtype)
     out.masked_fill_(~rd[:, None, None, None], 0)

@@ -3,9 +3,11 @@
 The shared matrix (test_matrix.py) covers shapes x dtypes x modes through gdnzoo.decode; here:
 the launch-shape tables, explicit tilings (several V tiles per head, several tiles per program),
 views with odd strides, T > 1, GVA ratios, K/V 64 and 256, the TMA alignment refusal, the
-launch cache, and (CUDA only) capture and replay in a CUDA graph and a grid past 2^31 state
-elements.  Without a GPU the kernels run through the Triton interpreter (conftest sets
-TRITON_INTERPRET=1), so CPU cases stay small.
+launch cache, state pools (page-strided, padding by -1, null_slot and indices past the pool,
+other write slots and another pool, int32 and int64 indices; every byte outside the written
+slots unchanged), and (CUDA only) capture and replay in a CUDA graph, a grid past 2^31 state
+elements and a pool slot past 2^31 elements.  Without a GPU the kernels run through the Triton
+interpreter (conftest sets TRITON_INTERPRET=1), so CPU cases stay small.
 """
 import importlib
 
@@ -264,3 +266,263 @@ def test_grid_past_int32_offsets(name):
         assert_matches(out[n:n + 1], state[n:n + 1], ref_out[:1], ref_state[:1],
                        torch.bfloat16, what=f"sequence {n}")
     del state
+
+
+# ------------------------------------------------------------------------------ state pools
+# A pool case: (T, state dtype, l2norm, index dtype, padding, writes).  Padding: "neg" (-1),
+# "null" (null_slot=0), "past" (indices >= P, one of them huge).  Writes: "same" (the read
+# slots, in place), "slots" (other slots of the same pool), "pool" (slots of another pool).
+# Sequence 1 is padding; with "past" sequence 3 too; with "slots"/"pool" sequence 2 reads a real
+# slot and writes a padding one (its output is computed, no state written).
+POOL_CASES = [
+    (1, torch.float32, False, torch.int32, "neg", "same"),
+    (3, torch.bfloat16, True, torch.int64, "null", "same"),
+    (1, torch.bfloat16, False, torch.int64, "past", "slots"),
+    (3, torch.float32, True, torch.int32, "null", "slots"),
+    (1, torch.float32, True, torch.int64, "neg", "pool"),
+    (3, torch.bfloat16, False, torch.int32, "past", "pool"),
+]
+POOL_GEOMETRY = dict(B=4, H=2, HV=4, K=64, V=64)     # GVA: two v-heads per q/k head
+GAP = 64                      # elements between slots (a page larger than a slot, as vLLM's)
+
+
+def _pool_id(c):
+    T, sd, l2, idt, pad, writes = c
+    return (f"T{T}-{'fp32' if sd == torch.float32 else 'bf16'}{'-l2' if l2 else ''}-"
+            f"{str(idt).replace('torch.', '')}-pad_{pad}-write_{writes}")
+
+
+def _page_pool(P, x, gen):
+    """A pool [P, HV, V, K] of x's geometry with stride(0) = HV*V*K + GAP, random slots and NaN
+    in the page gaps; returns (pool, its whole buffer)."""
+    _, HV, V, K = x.state.shape
+    page = HV * V * K + GAP
+    buf = torch.full((P * page,), float("nan"), dtype=x.state.dtype, device=DEVICE)
+    pool = buf.as_strided((P, HV, V, K), (page, V * K, K, 1))
+    pool.copy_(torch.randn(P, HV, V, K, generator=gen) * 0.05)
+    return pool, buf
+
+
+def _bits(buf):
+    return buf.view(torch.int32 if buf.element_size() == 4 else torch.int16)
+
+
+def _assert_untouched_but(before, after, slots, pool):
+    """``after`` equals ``before`` bit for bit (page gaps included) outside the blocks of
+    ``slots``."""
+    keep = torch.ones(before.numel(), dtype=torch.bool, device=before.device)
+    n = pool[0].numel()
+    for s in slots:
+        keep[s * pool.stride(0):s * pool.stride(0) + n] = False
+    assert torch.equal(_bits(before)[keep], _bits(after)[keep]), \
+        "pool memory changed outside the slots written"
+
+
+def _pool_inputs(case, seed, B=4):
+    """(x with x.state the read pool, its buffer, new pool or None, its buffer, read, write
+    (None: the read indices), null_slot or None)."""
+    T, sd, l2, idt, pad, writes = case
+    g = dict(POOL_GEOMETRY, B=B)
+    x = make_inputs(T=T, **g, state_dtype=sd, device=DEVICE, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    P = 2 * B + 5                      # room for B read and B other write slots
+    x.state, buf = _page_pool(P, x, gen)
+    PN = P + 3 if writes == "pool" else P
+    npool, nbuf = _page_pool(PN, x, gen) if writes == "pool" else (None, None)
+    slots = (torch.randperm(P - 1, generator=gen) + 1).tolist()     # real slots, never 0
+    huge = 2**31 - 1 if idt == torch.int32 else 2**40
+    pad_read = {"neg": -1, "null": 0, "past": P}[pad]
+    read = slots[:B]
+    read[1] = pad_read
+    if pad == "neg":
+        read[3] = 0                    # slot 0 is a real slot without null_slot
+    if pad == "past":
+        read[3] = huge
+    write = None
+    if writes != "same":
+        free = slots[B:] if writes == "slots" else \
+            (torch.randperm(PN - 1, generator=gen) + 1).tolist()
+        write = free[:B]
+        write[2] = {"neg": -1, "null": 0, "past": PN}[pad]
+        write = torch.tensor(write, dtype=idt, device=DEVICE)
+    for n in (1, 3) if pad == "past" else (1,):           # padded: any inputs, even NaN
+        x.q[n] = float("nan")
+        x.v[n] = float("nan")
+    return (x, buf, npool, nbuf, torch.tensor(read, dtype=idt, device=DEVICE), write,
+            0 if pad == "null" else None)
+
+
+def _check_pool_call(call, case, seed, what):
+    """Run ``call(x, out, new_state, read, write, null_slot)`` on a pool case and check out,
+    the written slots against the float64 reference, zeros for padded sequences, and every
+    other byte of both pools unchanged."""
+    from gdnzoo import pool as pools
+    T, sd, l2 = case[:3]
+    x, buf, npool, nbuf, read, write, null = _pool_inputs(case, seed)
+    target, tbuf = (x.state, buf) if npool is None else (npool, nbuf)
+    p = pools.Pool(read, read if write is None else write, -1 if null is None else null)
+    rd, wr = pools.live(p, x.state.shape[0], target.shape[0])
+    ref_out, ref_pool = reference_outputs(x, l2, pool=p, new_pool=npool)
+    before, tbefore = buf.clone(), tbuf.clone()
+    B, HV, V = x.q.shape[0], x.v.shape[2], x.v.shape[3]
+    out = torch.full((B, T, HV, V), float("nan"), dtype=x.v.dtype, device=DEVICE)
+    call(x, out, target, read, write, null)
+    written = p.write[wr].long()
+    assert torch.equal(out[~rd], torch.zeros_like(out[~rd])), f"{what}: padded rows not zero"
+    assert_matches(out, target[written], ref_out, ref_pool[written], sd, what=what)
+    _assert_untouched_but(tbefore, tbuf, written.tolist(), target)
+    if npool is not None:
+        assert torch.equal(_bits(before), _bits(buf)), f"{what}: the read pool changed"
+
+
+@pytest.mark.parametrize("name", sorted(NAMES))
+@pytest.mark.parametrize("case", POOL_CASES, ids=_pool_id)
+def test_pool_against_reference(name, case):
+    """The backend's own run with a Pool, the table's launch shape."""
+    from gdnzoo.pool import Pool
+    mod = _backend(name)
+
+    def call(x, out, target, read, write, null):
+        pool = Pool(read, read if write is None else write, -1 if null is None else null)
+        mod.run(x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, target,
+                case[2], pool)
+    _check_pool_call(call, case, seed=11, what=f"{name} {_pool_id(case)}")
+
+
+@pytest.mark.parametrize("case", POOL_CASES, ids=_pool_id)
+def test_pool_through_decode(case):
+    """fla-recurrent through gdnzoo.decode's pool arguments."""
+    import gdnzoo
+    _backend("fla-recurrent")
+
+    def call(x, out, target, read, write, null):
+        gdnzoo.decode(x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out=out,
+                      new_state=target, use_qk_l2norm=case[2], algo="fla-recurrent",
+                      state_indices=read, new_state_indices=write, null_slot=null)
+    _check_pool_call(call, case, seed=12, what=f"decode {_pool_id(case)}")
+
+
+# explicit tilings in a pool: several programs per sequence read its slot; DENSE constant
+# strides for the per-token tensors with the pool's slot stride passed
+POOL_CONFIGS = {"fla-recurrent": (32, 1, 1, 4, 1), "fla-tma": (16, 2, 1, 2, False)}
+
+
+@pytest.mark.parametrize("name", sorted(NAMES))
+@pytest.mark.parametrize("case", [POOL_CASES[1], POOL_CASES[4]], ids=_pool_id)
+def test_pool_explicit_tiling(name, case):
+    from gdnzoo.pool import Pool
+    mod = _backend(name)
+
+    def call(x, out, target, read, write, null):
+        pool = Pool(read, read if write is None else write, -1 if null is None else null)
+        mod.launch(x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, target,
+                   case[2], pool, config=POOL_CONFIGS[name])
+    _check_pool_call(call, case, seed=13, what=f"{name} {POOL_CONFIGS[name]} {_pool_id(case)}")
+
+
+@pytest.mark.parametrize("name", sorted(NAMES))
+def test_pool_bound_launcher_takes_each_calls_indices(name):
+    """One bound launcher, three calls with other index tensors and contents (on a GPU the
+    later calls take the cached launch; the third index tensor sits 4 bytes off 16-byte
+    alignment, which Triton's own path serves)."""
+    from gdnzoo.pool import Pool
+    mod = _backend(name)
+    case = (1, torch.float32, False, torch.int32, "neg", "slots")
+    bound = {}
+
+    def call_with(shift):
+        def call(x, out, target, read, write, null):
+            if shift:
+                read = torch.cat([read[:1], read]).contiguous()[1:]
+                write = torch.cat([write[:1], write]).contiguous()[1:]
+            pool = Pool(read, write, -1)
+            if not bound:
+                bound["f"] = mod.bind(x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b,
+                                      x.scale, out, target, False, pool)
+            bound["f"](x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out,
+                       target, False, pool)
+        return call
+    for seed, shift in ((21, False), (22, False), (23, True)):
+        _check_pool_call(call_with(shift), case, seed=seed, what=f"{name} call {seed}")
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU with ~9 GB free")
+@pytest.mark.parametrize("name", sorted(NAMES))
+def test_pool_slot_past_int32_offsets(name):
+    """vLLM's page (HV=32 fp32: 540,672 elements a slot) in a pool of 4100 slots: slots from
+    3972 on start past 2^31 elements, so slot x stride(0) must be 64-bit."""
+    from gdnzoo.pool import Pool
+    mod = _backend(name)
+    B, H, HV, K, V, P, page = 4, 16, 32, 128, 128, 4100, 540672
+    need = P * page * 4
+    free = torch.cuda.mem_get_info()[0]
+    if free < need + 2**30:
+        pytest.skip(f"needs {(need + 2**30) / 2**30:.1f} GiB free GPU memory, has "
+                    f"{free / 2**30:.1f}")
+    x = make_inputs(B=B, T=1, H=H, HV=HV, K=K, V=V, device="cuda", seed=31)
+    ref_out, ref_state = reference_outputs(x, True)
+    buf = torch.zeros(P * page, dtype=torch.float32, device="cuda")
+    pool = buf.as_strided((P, HV, V, K), (page, V * K, K, 1))
+    read = torch.tensor([4099, 0, 4000, 3972], dtype=torch.int32, device="cuda")
+    assert 3972 * page > 2**31
+    for n in (0, 2, 3):
+        pool[read[n]] = x.state[n]
+    out = torch.full((B, 1, HV, V), float("nan"), dtype=torch.bfloat16, device="cuda")
+    mod.run(x.q, x.k, x.v, pool, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, pool, True,
+            Pool(read, read, 0))
+    torch.cuda.synchronize()
+    assert torch.equal(out[1], torch.zeros_like(out[1])), "the null slot's row is not zero"
+    for n in (0, 2, 3):
+        assert_matches(out[n:n + 1], pool[read[n]][None], ref_out[n:n + 1],
+                       ref_state[n:n + 1], torch.float32, what=f"slot {int(read[n])}")
+    for s in (0, 3971, 3973, 4001, 4098):                 # neighbours and the null slot
+        assert int(torch.count_nonzero(buf[s * page:(s + 1) * page])) == 0, f"slot {s} written"
+    for s in (3972, 4000, 4099):                          # the page gaps after written slots
+        assert int(torch.count_nonzero(buf[s * page + HV * V * K:(s + 1) * page])) == 0
+    del pool, buf
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs need a CUDA device")
+@pytest.mark.parametrize("name", sorted(NAMES))
+@pytest.mark.parametrize("writes", ["same", "slots", "pool"])
+def test_pool_cuda_graph_replays_with_new_indices(name, writes):
+    """Capture a pool call, then replay it with new slot indices (padding included) and new
+    data copied into the captured buffers."""
+    from gdnzoo import pool as pools
+    mod = _backend(name)
+    case = (1, torch.float32, True, torch.int32, "neg", writes)
+    x, buf, npool, nbuf, read, write, null = _pool_inputs(case, seed=41, B=8)
+    target, tbuf = (x.state, buf) if npool is None else (npool, nbuf)
+    write_buf = read.clone() if write is None else write
+    p = pools.Pool(read, read if write is None else write_buf, -1)
+    out = torch.empty(8, 1, 4, 64, dtype=torch.bfloat16, device="cuda")
+    args = (x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, target, True, p)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        mod.run(*args)                                    # first call compiles and caches
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        mod.run(*args)
+    for seed in (42, 43):
+        y, ybuf, ynpool, ynbuf, yread, ywrite, _ = _pool_inputs(case, seed=seed, B=8)
+        for t, src in ((x.q, y.q), (x.k, y.k), (x.v, y.v), (x.a, y.a), (x.b, y.b),
+                       (x.A_log, y.A_log), (x.dt_bias, y.dt_bias), (buf, ybuf), (read, yread)):
+            t.copy_(src)
+        if npool is not None:
+            nbuf.copy_(ynbuf)
+        if write is not None:
+            write_buf.copy_(ywrite)
+        yp = pools.Pool(yread, yread if ywrite is None else ywrite, -1)
+        rd, wr = pools.live(yp, x.state.shape[0], target.shape[0])
+        ref_out, ref_pool = reference_outputs(y, True, pool=yp, new_pool=ynpool)
+        tbefore = tbuf.clone()
+        out.fill_(float("nan"))
+        g.replay()
+        torch.cuda.synchronize()
+        written = yp.write[wr].long()
+        assert torch.equal(out[~rd], torch.zeros_like(out[~rd])), f"replay {seed}: padding"
+        assert_matches(out, target[written], ref_out, ref_pool[written], torch.float32,
+                       what=f"replay seed {seed}")
+        _assert_untouched_but(tbefore, tbuf, written.tolist(), target)
