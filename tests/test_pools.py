@@ -14,7 +14,9 @@ from gdnzoo.reference import reference_outputs
 from conftest import DEVICE
 from pool_cases import make_case
 
-CLAIMING = [n for n, s in registry.load_registry().backends.items() if s.pools is True]
+# vllm-packed (the peer) serves only vLLM's packed layout and padding: tests/test_integrations.py.
+CLAIMING = [n for n, s in registry.load_registry().backends.items()
+            if s.pools is True and n != "vllm-packed"]
 REFUSING = [n for n, s in registry.load_registry().backends.items() if s.pools is not True]
 # Backends that compile per signature, or run in the Triton interpreter on CPU, get fewer cases.
 SLOW = {"pt-compiled"} | ({"fla-recurrent", "fla-tma", "vllm-packed"} if DEVICE == "cpu" else set())
