@@ -4,7 +4,8 @@ Every clock takes ``launch(i)``: issue call number ``i`` (the caller rotates sta
 
 * kernel: CUPTI activity records (cupti-python when importable, else torch.profiler, which reads
   CUPTI too).  Per iteration: last end - first start over all GPU activity (kernels, memcpy,
-  memset) launched by that call, so the copies and fills a wrapper adds count.  The device is
+  memset) launched by that call, so the copies and fills a wrapper adds count (or, for the
+  serving benchmark, the sum of those records' durations and their number).  The device is
   drained *between* iterations, never inside one: the timestamps come from the GPU, so the drain
   costs nothing that is measured (flashinfer-bench issue #195 was a sync inside an event window).
   Each session starts by detaching CUPTI (a torch.profiler run leaves a TSC timestamp callback
@@ -105,8 +106,19 @@ def kernel_clock_method() -> str:
     return "cupti-python activity records" if ok else "torch.profiler (CUPTI) activity records"
 
 
-def _spans(windows, launch_of, gpu):
-    """Group GPU records by iteration.
+def span_us(recs) -> float:
+    """One call's time: last end - first start over its records [(start, end)] in ns (us)."""
+    return (max(e for _, e in recs) - min(s for s, _ in recs)) / 1e3
+
+
+def busy_and_count(recs) -> tuple:
+    """(sum of every record's duration in us, number of records) of one call: the time of every
+    kernel, memcpy and memset it launched, gaps between them left out, and how many there were."""
+    return sum(e - s for s, e in recs) / 1e3, len(recs)
+
+
+def _spans(windows, launch_of, gpu, reduce=span_us):
+    """Group GPU records by iteration; ``reduce`` (default :func:`span_us`) of each group.
 
     windows: [(cpu_start, cpu_end)] per iteration; launch_of: {correlation id: cpu time of the
     API call}; gpu: [(start, end, correlation id)].  A record goes to the iteration whose window
@@ -126,7 +138,7 @@ def _spans(windows, launch_of, gpu):
         if not recs:
             raise RuntimeError(f"kernel clock: iteration {i} launched no GPU activity "
                                "(does this backend run on the GPU?)")
-        out.append((max(e for _, e in recs) - min(s for s, _ in recs)) / 1e3)   # ns -> us
+        out.append(reduce(recs))
     return out
 
 
@@ -164,7 +176,8 @@ def ns_per_tick(first, last) -> float:
     return 1.0 if abs(r - 1.0) < UNIT_TOLERANCE else r
 
 
-def _kernel_times_cupti(launch, iters, start, cupti=None, sync=None):
+def _kernel_times_cupti(launch, iters, start, cupti=None, sync=None, reduce=span_us,
+                        prepare=None):
     if cupti is None:
         from cupti import cupti
     sync = sync or torch.cuda.synchronize
@@ -192,6 +205,9 @@ def _kernel_times_cupti(launch, iters, start, cupti=None, sync=None):
         sync()
         first = _paired_now(cupti)
         for i in range(iters):
+            if prepare is not None:
+                sync()
+                prepare(start + i)                   # outside every window: not measured
             sync()                                   # drain: between iterations only
             t0 = cupti.get_timestamp()
             launch(start + i)
@@ -207,16 +223,20 @@ def _kernel_times_cupti(launch, iters, start, cupti=None, sync=None):
                 pass
         cupti.finalize()
     scale = ns_per_tick(first, last)
-    spans = _spans(windows, launch_of, gpu)
+    per = _spans(windows, launch_of, gpu,
+                 lambda recs: reduce([(s * scale, e * scale) for s, e in recs]))
     note = "" if scale == 1.0 else f" (CUPTI timestamps were not ns: rescaled by {scale:.4f} ns/tick)"
-    return [t * scale for t in spans], note
+    return per, note
 
 
-def _kernel_times_torch_profiler(launch, iters, start):
+def _kernel_times_torch_profiler(launch, iters, start, reduce=span_us, prepare=None):
     from torch.profiler import ProfilerActivity, profile, record_function
     tag = "gdnzoo_iter_"
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for i in range(iters):
+            if prepare is not None:
+                torch.cuda.synchronize()
+                prepare(start + i)                   # outside every window: not measured
             torch.cuda.synchronize()                 # drain: between iterations only
             with record_function(f"{tag}{i}"):
                 launch(start + i)
@@ -233,31 +253,42 @@ def _kernel_times_torch_profiler(launch, iters, start):
             launch_of[ev.correlation_id()] = ev.start_ns()
     if sorted(windows) != list(range(iters)):
         raise RuntimeError("kernel clock: torch.profiler lost iteration markers")
-    return _spans([windows[i] for i in range(iters)], launch_of, gpu)
+    return _spans([windows[i] for i in range(iters)], launch_of, gpu, reduce)
 
 
-def kernel_times(launch, iters: int, warmup: int = 3, start: int = 0) -> tuple[list, str]:
-    """Per-iteration GPU time (us) of ``launch(i)`` from CUPTI records; returns (samples, method)."""
+def kernel_times(launch, iters: int, warmup: int = 3, start: int = 0,
+                 reduce=span_us, prepare=None) -> tuple[list, str]:
+    """Per-iteration GPU time (us) of ``launch(i)`` from CUPTI records; returns (samples, method).
+
+    ``reduce`` maps one iteration's records [(start, end)] (ns) to its sample: by default
+    :func:`span_us` (last end - first start); :func:`busy_and_count` gives (sum of the records'
+    durations, number of records).  ``prepare(i)``, when given, runs before ``launch(i)``
+    (warm-up calls included), outside the iteration's window: what it launches is not measured
+    (the serving benchmark refreshes its index tensor there)."""
     if not torch.cuda.is_available():
         raise RuntimeError("kernel clock needs a CUDA device")
     for i in range(warmup):
+        if prepare is not None:
+            prepare(start + i)
         launch(start + i)
     torch.cuda.synchronize()
     start += warmup
     ok, _ = cupti_python_available()
     if ok:
         try:
-            samples, note = _kernel_times_cupti(launch, iters, start)
+            samples, note = _kernel_times_cupti(launch, iters, start, reduce=reduce,
+                                                prepare=prepare)
             return samples, "cupti-python" + note
         except RuntimeError:
             raise
         except Exception as e:   # CUPTI busy (another profiler attached): fall back, say so
             method = f"torch.profiler (cupti-python failed: {type(e).__name__}: {e})"
-            return _kernel_times_torch_profiler(launch, iters, start), method
-    return _kernel_times_torch_profiler(launch, iters, start), "torch.profiler"
+            return _kernel_times_torch_profiler(launch, iters, start, reduce, prepare), method
+    return _kernel_times_torch_profiler(launch, iters, start, reduce, prepare), "torch.profiler"
 
 
-def interleaved_kernel_times(launches, reps: int, warmup: int = 3) -> tuple[list, str]:
+def interleaved_kernel_times(launches, reps: int, warmup: int = 3,
+                             prepare=None) -> tuple[list, str]:
     """Kernel-clock samples of several launchers timed side by side in one session.
 
     ``launches[j](i)`` runs candidate j with rotation index i; the session runs them round robin
@@ -266,6 +297,7 @@ def interleaved_kernel_times(launches, reps: int, warmup: int = 3) -> tuple[list
     warm-up calls cannot shift the attribution.  Only for candidates with the same cache
     policy (the floor's shapes): lines stored with normal L2 priority outlive a rotation of
     evict-first (``st.global.cs``) traffic, so mixing policies can warm a neighbour's state.
+    ``prepare``: see :func:`kernel_times`.
     """
     m = len(launches)
     ran = []
@@ -274,7 +306,8 @@ def interleaved_kernel_times(launches, reps: int, warmup: int = 3) -> tuple[list
         j = i % m
         ran.append(j)
         launches[j](i)
-    samples, method = kernel_times(launch, m * reps, warmup=warmup)
+    extra = {} if prepare is None else dict(prepare=prepare)
+    samples, method = kernel_times(launch, m * reps, warmup=warmup, **extra)
     ran = ran[len(ran) - len(samples):]
     per = [[] for _ in range(m)]
     for j, t in zip(ran, samples):

@@ -6,6 +6,12 @@ matter, so one kernel serves fp32 and bf16 state.  Its launch shape (threads per
 flight per thread, exact or persistent grid) is searched per size, timed with the same CUPTI clock
 and the same cold-L2 rotation as the backends.  Also here: device-to-device copy bandwidth and an
 empty-kernel time, measured in the same run.  Without CuPy, a torch ``mul_`` stands in (no search).
+
+The pool floor (:func:`pool_floor_times`) is the same streaming kernel for a state pool: each
+sequence's slot index is loaded first, then that slot's [HV, V, K] block is read and written
+back, through the index tensor of the measured calls (same pool, same slots); its launch shape
+(float4s per thread, threads, blocks per slot) is searched the same way.  Without CuPy it is
+not measured.
 """
 from __future__ import annotations
 
@@ -22,6 +28,39 @@ template <int VPT, int BLK>
 __global__ void __launch_bounds__(BLK) stream_inplace(float4* __restrict__ x, long long n4,
                                                       float alpha, float beta) {
     // All VPT loads are issued before any store: loads in flight per thread hide DRAM latency.
+    const long long step = (long long)blockDim.x;
+    const long long stride = (long long)gridDim.x * blockDim.x * VPT;
+    for (long long i = (long long)blockIdx.x * blockDim.x * VPT + threadIdx.x; i < n4; i += stride) {
+        float4 v[VPT];
+#pragma unroll
+        for (int j = 0; j < VPT; ++j) {
+            long long k = i + j * step;
+            if (k < n4) v[j] = x[k];
+        }
+#pragma unroll
+        for (int j = 0; j < VPT; ++j) {
+            long long k = i + j * step;
+            if (k < n4) {
+                float4 t = v[j];
+                t.x = t.x * alpha + beta; t.y = t.y * alpha + beta;
+                t.z = t.z * alpha + beta; t.w = t.w * alpha + beta;
+                x[k] = t;
+            }
+        }
+    }
+}
+
+// The pool floor: blockIdx.y is the sequence, whose slot index is loaded first (as a decode
+// kernel must), then gridDim.x blocks stream that slot's n4 float4s at pool + slot * page4 with
+// stream_inplace's loop (repeated, not shared: stream_inplace's code, and so the dense floor's
+// numbers, stay as they were).
+template <int VPT, int BLK>
+__global__ void __launch_bounds__(BLK) stream_pool(float4* __restrict__ pool,
+                                                   const int* __restrict__ idx, long long page4,
+                                                   long long n4, float alpha, float beta) {
+    const long long slot = idx[blockIdx.y];
+    if (slot < 0) return;
+    float4* __restrict__ x = pool + slot * page4;
     const long long step = (long long)blockDim.x;
     const long long stride = (long long)gridDim.x * blockDim.x * VPT;
     for (long long i = (long long)blockIdx.x * blockDim.x * VPT + threadIdx.x; i < n4; i += stride) {
@@ -60,18 +99,20 @@ def cupy_available() -> tuple[bool, str]:
 
 @functools.lru_cache(maxsize=None)
 def _module():
-    """(module, {(vpt, block): kernel}) for every instantiation."""
+    """(module, kernels) for every instantiation: kernels[(vpt, block)] streams one buffer,
+    kernels[("pool", vpt, block)] the slots of a pool."""
     import cupy
-    keys = [(v, b) for v in VPTS for b in BLOCKS]
-    names = [f"stream_inplace<{v}, {b}>" for v, b in keys]
+    keys = [(v, b) for v in VPTS for b in BLOCKS] + [("pool", v, b) for v in VPTS for b in BLOCKS]
+    names = [f"stream_{'pool' if len(k) == 3 else 'inplace'}<{k[-2]}, {k[-1]}>" for k in keys]
     mod = cupy.RawModule(code=_SRC, options=("-std=c++17",), name_expressions=names)
     return mod, {k: mod.get_function(n) for k, n in zip(keys, names)}
 
 
-def launchable(vpt: int, blk: int) -> tuple[bool, str]:
-    """Whether the compiled (vpt, blk) kernel can start ``blk`` threads (registers, limits)."""
+def launchable(vpt: int, blk: int, pool: bool = False) -> tuple[bool, str]:
+    """Whether the compiled (vpt, blk) kernel (``pool``: the pool floor's) can start ``blk``
+    threads (registers, limits)."""
     try:
-        f = _module()[1][(vpt, blk)]
+        f = _module()[1][("pool", vpt, blk) if pool else (vpt, blk)]
         m = int(f.max_threads_per_block)
     except Exception as e:
         return False, f"x{vpt}/{blk}: {type(e).__name__}: {e}"
@@ -85,10 +126,12 @@ def _stream():
     return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
 
 
-def configs(n4: int, sms: int, ok=None):
+def configs(n4: int, sms: int, ok=None, seqs: int = 1):
     """(vpt, block, grid) launch shapes worth trying for n4 float4s; duplicates removed.
 
-    ``ok(vpt, blk) -> bool`` drops the shapes the compiled kernel cannot launch.
+    ``ok(vpt, blk) -> bool`` drops the shapes the compiled kernel cannot launch.  ``seqs``: the
+    pool floor's sequences, each streaming its own n4 float4s with ``grid`` blocks (a
+    persistent grid shares its SM slots among them).
     """
     seen, out = set(), []
     for vpt in VPTS:
@@ -97,7 +140,8 @@ def configs(n4: int, sms: int, ok=None):
                 continue
             exact = max(1, -(-n4 // (blk * vpt)))
             for w in WAVES:
-                grid = exact if w is None else min(exact, sms * w * max(1, 2048 // blk))
+                grid = exact if w is None else min(exact, max(1, sms * w * max(1, 2048 // blk)
+                                                              // seqs))
                 if (vpt, blk, grid) not in seen:
                     seen.add((vpt, blk, grid))
                     out.append((vpt, blk, grid))
@@ -121,27 +165,30 @@ def _launcher(rot, cfg, alpha=1.0, beta=0.0):
     return launch
 
 
-def search_configs(n4: int, sms: int, probe=None):
+def search_configs(n4: int, sms: int, probe=None, seqs: int = 1, check=None, make=None):
     """Launch shapes the compiled kernel really launches, and a note per shape dropped.
 
-    A shape must pass the kernel's attributes and one probe launch on ``probe`` (a rotation of
-    buffers of n4 float4s; alpha=1, beta=0 leaves them unchanged), so a resource error never
-    reaches a timed run.
+    A shape must pass the kernel's attributes (``check(vpt, blk)``, default :func:`launchable`)
+    and one probe launch on ``probe`` through ``make(probe, cfg)`` (default :func:`_launcher`: a
+    rotation of buffers of n4 float4s; alpha=1, beta=0 leaves them unchanged), so a resource
+    error never reaches a timed run.  ``seqs``: see :func:`configs`.
     """
     notes = []
+    check = check or launchable
+    make = make or _launcher
 
     def ok(vpt, blk):
-        good, why = launchable(vpt, blk)
+        good, why = check(vpt, blk)
         if not good:
             notes.append(why)
         return good
-    cfgs = configs(n4, sms, ok)
+    cfgs = configs(n4, sms, ok, seqs)
     if probe is None:
         return cfgs, notes
     kept = []
     for cfg in cfgs:
         try:
-            _launcher(probe, cfg)(0)
+            make(probe, cfg)(0)
             torch.cuda.synchronize()
             kept.append(cfg)
         except Exception as e:           # launch errors are not sticky: the context stays usable
@@ -191,6 +238,91 @@ def floor_times(set_bytes: int, iters: int = 100, search_reps: int = 8, l2: int 
     samples, method = clocks.kernel_times(f["launch"], iters)
     return dict(samples=samples, config=f["config"], n_sets=f["n_sets"], method=method,
                 searched=f["searched"], dropped=f["dropped"])
+
+
+class PoolTarget:
+    """What the pool floor streams: the state pool (``buf``, the pool's whole storage, flat;
+    slot s's [HV, V, K] block is ``slot_elems`` elements at ``s * page_elems``) at the slots of
+    ``index`` ([B] int32 on the device, the measured calls' index tensor), which
+    ``prepare(i)`` refreshes before call i, outside the timed window (the measured calls'
+    fresh slots, from the counter they share)."""
+
+    def __init__(self, buf, page_elems: int, slot_elems: int, B: int, index, prepare):
+        e = buf.element_size()
+        if buf.dim() != 1 or not buf.is_contiguous() or buf.data_ptr() % 16:
+            raise ValueError("pool floor: buf must be a flat contiguous tensor on a 16-byte "
+                             "boundary (the pool's whole storage)")
+        if (page_elems * e) % 16 or (slot_elems * e) % 16:
+            raise ValueError(f"pool floor: the page ({page_elems * e} bytes) and the slot "
+                             f"({slot_elems * e} bytes) must be multiples of 16 bytes")
+        if not 1 <= B <= 65535:
+            raise ValueError(f"pool floor: B must be in 1..65535 (the grid's y axis), got {B}")
+        if index.dtype != torch.int32 or tuple(index.shape) != (B,) or not index.is_contiguous():
+            raise ValueError(f"pool floor: index must be a contiguous int32 [B={B}] tensor")
+        self.buf, self.B, self.index, self.prepare = buf, B, index, prepare
+        self.page4, self.n4 = page_elems * e // 16, slot_elems * e // 16
+
+    @property
+    def bytes_moved(self) -> int:
+        return 2 * self.B * self.n4 * 16
+
+
+def _pool_launcher(target: PoolTarget, cfg, alpha=1.0, beta=0.0):
+    """launch(i): launch shape ``cfg`` (vpt, block, blocks per slot) over the slots that
+    ``target.index`` holds (the session's index ``i`` is unused)."""
+    import numpy as np
+    _, kern = _module()
+    vpt, blk, grid = cfg
+    f = kern[("pool", vpt, blk)]
+    args = (np.uint64(target.buf.data_ptr()), np.uint64(target.index.data_ptr()),  # pointers
+            np.int64(target.page4), np.int64(target.n4), np.float32(alpha), np.float32(beta))
+
+    def launch(i):
+        with _stream():
+            f((grid, target.B), (blk,), args)
+    return launch
+
+
+def best_pool_launcher(target: PoolTarget, search_reps: int = 8) -> dict:
+    """The pool floor's launch shape for ``target``, searched on the kernel clock over the
+    target's slots, and its launcher: ``dict(launch, config, dropped, searched)``, ``launch``
+    None (and ``config`` saying why) without CuPy."""
+    ok, why = cupy_available()
+    if not ok:
+        return dict(launch=None, config=f"not measured: {why}", dropped=[], searched=0)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    cfgs, dropped = search_configs(target.n4, sms, probe=target, seqs=target.B,
+                                   check=lambda v, b: launchable(v, b, pool=True),
+                                   make=_pool_launcher)
+    if not cfgs:
+        raise RuntimeError("pool floor: no launch shape could be launched: "
+                           + "; ".join(dropped[:4]))
+    per, _ = clocks.interleaved_kernel_times([_pool_launcher(target, c) for c in cfgs], search_reps,
+                                             prepare=target.prepare)
+    med = [clocks.summarize(s)["median"] for s in per]
+    vpt, blk, grid = best = cfgs[min(range(len(cfgs)), key=med.__getitem__)]
+    config = f"float4 x{vpt}/thread, {blk} threads, {grid} blocks per slot x B={target.B}"
+    if dropped:
+        config += f" ({len(dropped)} shapes not launchable, skipped)"
+    return dict(launch=_pool_launcher(target, best), config=config, dropped=dropped,
+                searched=len(cfgs))
+
+
+def pool_floor_times(target: PoolTarget, iters: int = 100, search_reps: int = 8,
+                     reduce=clocks.span_us) -> dict:
+    """The pool floor: a streaming read-modify-write of exactly the bytes of the slots each call
+    names (every slot's [HV, V, K] block read and written back in place), reached through the
+    index tensor the measured calls use (refreshed before each call as theirs is), with its best
+    launch shape; timed after the search in a
+    session of its own (``reduce``: see :func:`clocks.kernel_times`).  Returns dict(samples,
+    config, method, searched, dropped), or ``samples`` None and ``config`` saying why not."""
+    f = best_pool_launcher(target, search_reps)
+    if f["launch"] is None:
+        return dict(samples=None, config=f["config"], method="", searched=0, dropped=[])
+    samples, method = clocks.kernel_times(f["launch"], iters, reduce=reduce,
+                                          prepare=target.prepare)
+    return dict(samples=samples, config=f["config"], method=method, searched=f["searched"],
+                dropped=f["dropped"])
 
 
 def copy_bandwidth(nbytes: int | None = None, iters: int = 20) -> dict:

@@ -15,6 +15,11 @@ Per (state dtype, B) at the launch tables' geometry (H=4, HV=8, K=V=128):
    changes only where the winner reads at least ``--margin`` (1%) faster there.
 
 A candidate that fails the gate, or fails to compile or launch, is reported and never timed.
+``--mode pool`` measures in the serving convention of ``gdnzoo bench --mode pool`` (a page-strided
+pool of at least 2 GiB, fresh random distinct slots every call through per-call index rows,
+q/k/v views of a packed mixed_qkv, use_qk_l2norm=True, T=1), beside the pool floor, and writes
+rows with ``mode: pool`` (what a pool call prefers).
+
 Writes ``gpu_tune.{csv,json,log}`` under ``--out`` after every cell (a time-out keeps what was
 measured) and prints the rows; ``--write`` puts them into this GPU's table file (a new file for
 a GPU that has none).  Measured at T tokens (``--tokens``), the rows serve T and up
@@ -47,8 +52,9 @@ BATCHES = (1, 4, 8, 16, 32, 48, 64, 128, 256, 512)
 def add_shapes_args(p):
     g = p.add_argument_group("--shapes (the launch-shape search; a CUDA device)")
     g.add_argument("--state-dtype", default="fp32,bf16", help="comma list (default fp32,bf16)")
-    g.add_argument("--mode", default="inplace", choices=("inplace", "dest"),
-                   help="in place, or destination passing (a distinct new_state, rotated cold)")
+    g.add_argument("--mode", default="inplace", choices=("inplace", "dest", "pool"),
+                   help="in place, destination passing (a distinct new_state, rotated cold), or "
+                        "a state pool in the serving convention (gdnzoo bench --mode pool; T=1)")
     g.add_argument("--tokens", type=int, default=1, help="T tokens per call (default 1)")
     g.add_argument("--rows-from-tokens", type=int, default=None,
                    help="the least T the written rows serve (default: --tokens)")
@@ -73,6 +79,10 @@ class Cell:
         self.out = torch.empty(B, T, GEOMETRY["HV"], GEOMETRY["V"], dtype=self.x.v.dtype,
                                device="cuda")
         self.ref = reference_outputs(self.x)
+        self.prepare = None
+
+    def floor_launcher(self):
+        return floor.best_launcher(self.rot.set_bytes)
 
     def checked(self, run, config):
         """launch(i) of one candidate, after the gate passed it; raises if it cannot be built,
@@ -90,14 +100,65 @@ class Cell:
         return launch
 
 
-def time_candidates(cands, reps, rounds=1):
+class PoolCell:
+    """One (state dtype, B) of a pool search: the serving convention's inputs (bench/pool.py)
+    over a shared state pool ``sp`` (a :class:`gdnzoo.bench.pool.StatePool`), its index rows."""
+
+    def __init__(self, sd, sp, B, seed=3):
+        from gdnzoo.bench import pool
+        self.sd, self.B, self.sp = sd, B, sp
+        x = pool.ServingInputs(B, **GEOMETRY, state_dtype=sd, device="cuda", seed=seed)
+        slot_bytes = sp.slot * sp.buf.element_size()
+        slots = pool.Slots(sp.P, B, pool.rows_for(B, slot_bytes, clocks.l2_bytes()), "cuda",
+                           seed + B)
+        self.ctx = pool.CellCtx(B, sd, sp, x, slots)
+        self.problem = pool.problem(self.ctx)
+        self.prepare = slots.advance            # the next row into the index, before each call
+
+    def floor_launcher(self):
+        s = self.ctx.slots
+        return floor.best_pool_launcher(floor.PoolTarget(self.sp.buf, self.sp.page, self.sp.slot,
+                                                         self.B, s.index, s.advance))
+
+    def checked(self, run, config):
+        """launch(i) of one candidate after the gate passed it (bench/pool.py's check: out and
+        the written slots vs the float64 reference); raises if it is wrong or cannot run."""
+        from gdnzoo.bench import pool
+        from gdnzoo.pool import Pool
+        x, st, slots = self.ctx.x, self.sp.state, self.ctx.slots
+
+        def call(idx):
+            run(*x.args(st), x.out, st, True, pool=Pool(idx, idx, pool.NULL_SLOT), config=config)
+        chk = pool.check_entry(call, self.ctx)
+        if not chk["ok"]:
+            raise AssertionError(chk["reason"])
+        return lambda i: call(slots.index)
+
+
+def make_cells(args, sd, pools):
+    """The cells of one state dtype, one per ``--batch`` (a pool search shares one pool)."""
+    if args.mode != "pool":
+        return (Cell(sd, B, args.mode == "dest", args.tokens) for B in args.batch)
+    from gdnzoo.bench import pool
+    if sd not in pools:
+        elem = DTYPES[sd].itemsize
+        P = pool.pool_slots(args.batch, GEOMETRY["HV"], GEOMETRY["V"], GEOMETRY["K"], elem,
+                            clocks.l2_bytes())
+        pools.clear()                                 # one pool at a time
+        pools[sd] = pool.StatePool(P, GEOMETRY["HV"], GEOMETRY["V"], GEOMETRY["K"], DTYPES[sd],
+                                   "cuda")
+    return (PoolCell(sd, pools[sd], B) for B in args.batch)
+
+
+def time_candidates(cands, reps, rounds=1, prepare=None):
     """{(backend, config): samples}: ``cands`` are (backend, config, launch); each candidate in
-    its own kernel-clock session, all of them once per round (slow drift spreads over all)."""
+    its own kernel-clock session, all of them once per round (slow drift spreads over all).
+    ``prepare``: the cell's untimed step before each call (clocks.kernel_times)."""
     per = {(b, c): [] for b, c, _ in cands}
     method = ""
     for _ in range(rounds):
         for b, c, launch in cands:
-            samples, method = clocks.kernel_times(launch, reps)
+            samples, method = clocks.kernel_times(launch, reps, prepare=prepare)
             per[(b, c)] += samples
     return per, method
 
@@ -111,7 +172,7 @@ def stage(cell, todo, reps, log, rounds=1):
         except Exception as e:
             log(f"  skip {b} {c}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
             torch.cuda.synchronize()
-    per, method = time_candidates(cands, reps, rounds)
+    per, method = time_candidates(cands, reps, rounds, cell.prepare)
     return {k: statistics.median(v) for k, v in per.items()}, cands, method
 
 
@@ -125,7 +186,7 @@ def keep_or_change(winner_us, table_us, margin):
 def search_cell(cell, names, args, log, rows):
     """Stages 1-3 and the confirm for one cell; {backend: (config, us, floor_us, changed)}."""
     mods = {b: registry.backend_module(b) for b in names}
-    fl = floor.best_launcher(cell.rot.set_bytes)
+    fl = cell.floor_launcher()
     if fl["launch"] is None:
         raise SystemExit(f"the shape search needs the floor's CuPy kernel: {fl['config']}")
     todo = [(b, mods[b].CONFIG.normalize(c)) for b in names
@@ -155,7 +216,7 @@ def search_cell(cell, names, args, log, rows):
             except Exception as e:
                 log(f"  committed row {b} {committed[b]}: {type(e).__name__}: {str(e)[:120]}")
                 del committed[b]
-    conf, _ = time_candidates(picks, args.confirm_iters, args.confirm_rounds)
+    conf, _ = time_candidates(picks, args.confirm_iters, args.confirm_rounds, cell.prepare)
     conf = {k: statistics.median(v) for k, v in conf.items()}
     fmed = conf[("floor", "floor")]
     out, summary = {}, [f"{cell.sd} B={cell.B:<4d} floor {fmed:7.2f}"]
@@ -205,7 +266,7 @@ def new_rows(lt, gpu, results, args, source_id):
     made, cited = [], {}
     for (b, sd), per_b in results.items():
         fields = registry.backend_module(b).CONFIG
-        f, rows = lt.serving(b, gpu, sd, mode != "dest", tokens, GEOMETRY)
+        f, rows = lt.serving(b, gpu, sd, mode != "dest", tokens, GEOMETRY, mode == "pool")
         existing = []
         for r in rows:
             sid = r.source if f is own else f"{f.slug}:{r.source}"
@@ -255,6 +316,9 @@ def cmd_shapes(args) -> int:
     from gdnzoo.bench import report
     if not torch.cuda.is_available():
         raise SystemExit("gdnzoo tune --shapes: needs a CUDA device (the rows are per GPU)")
+    if args.mode == "pool" and args.tokens != 1:
+        raise SystemExit(f"--tokens: a pool search measures the decode step, T=1; got "
+                         f"{args.tokens}")
     tunable = registry.tunables()
     names = [n.strip() for n in (args.algo or ",".join(tunable)).split(",") if n.strip()]
     bad = [n for n in names if n not in tunable]
@@ -275,9 +339,10 @@ def cmd_shapes(args) -> int:
     t0 = time.time()
     log(f"# gdnzoo tune --shapes --algo {','.join(names)} --mode {args.mode} --tokens "
         f"{args.tokens} on {gpu}, commit {env.get('commit')}")
+    pools = {}
     for sd in [s.strip() for s in args.state_dtype.split(",") if s.strip()]:
-        for B in args.batch:
-            cell = Cell(sd, B, args.mode == "dest", args.tokens)
+        for cell in make_cells(args, sd, pools):
+            B = cell.B
             for b, pick in search_cell(cell, names, args, log, rows).items():
                 results.setdefault((b, sd), {})[B] = pick
             lines[-1] += f" [{time.time() - t0:.0f} s]"
@@ -285,9 +350,12 @@ def cmd_shapes(args) -> int:
             del cell
             torch.cuda.empty_cache()
     sid = (f"tune-{datetime.date.today().isoformat()}-{args.mode}-t{args.tokens}")
+    conv = (" in the serving convention of gdnzoo bench --mode pool (page-strided pool, fresh "
+            "random slots every call, packed mixed_qkv, use_qk_l2norm=True)"
+            if args.mode == "pool" else "")
     src = {sid: dict(how=f"gdnzoo tune --shapes --algo {','.join(names)} --mode {args.mode} "
-                         f"--tokens {args.tokens} on {gpu}: winners beside the committed rows, "
-                         f"changed where >= {args.margin:.0%} faster",
+                         f"--tokens {args.tokens} on {gpu}{conv}: winners beside the committed "
+                         f"rows, changed where >= {args.margin:.0%} faster",
                      date=datetime.date.today().isoformat(), commit=env.get("commit"),
                      results=[_shown(out / "gpu_tune.csv")])}
     made, cited = new_rows(tables.launch_tables(), gpu, results, args, sid)

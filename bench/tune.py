@@ -5,7 +5,10 @@
   earlier ``gdnzoo bench`` runs (no GPU needed).  The row goes into ``registry.yaml``'s
   ``defaults:`` list; only the lines of this GPU's entry change, every other line, comment
   included, is kept.  Provenance names the files and the date, versions and commit each run
-  recorded.
+  recorded.  Rows of ``gdnzoo bench --mode pool`` give the row's ``table_pool`` (the fastest
+  registered backend that serves pools, per batch size, in the serving convention): with no
+  in-place rows beside them, ``table_pool`` is added to this GPU's existing row, every other
+  table of it kept; a re-tune without pool rows keeps the row's ``table_pool``.
 * ``gdnzoo tune --shapes [--write]``: the launch rows of the tunable backends on this GPU
   (:mod:`gdnzoo.bench.shapes`), into ``backends/tables/<gpu>.yaml``.
 """
@@ -172,6 +175,59 @@ def make_row(gpu, results, *, results_file=None, commit=None, versions=None, dat
     return row
 
 
+POOL_HOW = ("gdnzoo bench --mode pool: CUPTI kernel-clock medians (per call the sum of every "
+            "kernel it launched), a page-strided state pool of >= 2 GiB, fresh random distinct "
+            "slots every call, q/k/v views of a packed mixed_qkv, use_qk_l2norm=True, T=1, in "
+            "place; fastest correct registered pool backend per measured batch size")
+
+
+def pool_table(results):
+    """({state dtype: [(lo, hi, backend)]}, {state dtype: {B: {backend: us}}}) from the rows
+    of a ``gdnzoo bench --mode pool`` run: its registered backends that serve pools (the bench's
+    ``auto``, peers and adapters are no candidates)."""
+    from gdnzoo.registry import load_registry
+    able = {n for n, s in load_registry().backends.items() if s.pools is True}
+    table, values = {}, {}
+    for sd in ("fp32", "bf16"):
+        f = fastest([r for r in results if r["backend"] in able], sd, "pool")
+        if f:
+            table[sd] = merge_ranges({B: v[0][0] for B, v in f.items()})
+            values[sd] = {B: {n: round(us, 2) for n, us in v} for B, v in f.items()}
+    return table, values
+
+
+def existing_row(path, gpu):
+    """This GPU's ``defaults:`` item of the registry file at ``path`` as :func:`make_row`
+    builds one (tables as (lo, hi, backend)), or None."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    for d in data.get("defaults") or []:
+        if str(d.get("gpu")) == gpu:
+            row = dict(gpu=gpu, provenance=dict(d["provenance"]))
+            for key in TABLE_KEYS:
+                if d.get(key):
+                    row[key] = {sd: [(r["batch"][0], r["batch"][1], r["backend"]) for r in rs]
+                                for sd, rs in d[key].items()}
+            return row
+    return None
+
+
+def with_pool(row, old, results, prov):
+    """``row`` with its ``table_pool``: from the pool rows among ``results`` (provenance under
+    ``provenance.pool``), else the one ``old`` (this GPU's row before) had."""
+    table, values = pool_table(results)
+    if table:
+        row["table_pool"] = table
+        row["provenance"]["pool"] = dict(how=POOL_HOW, measured=prov["date"],
+                                         versions={k: v for k, v in prov["versions"].items() if v},
+                                         commit=prov["commit"], results=prov["results_file"],
+                                         values_us=values)
+    elif old and old.get("table_pool"):
+        row["table_pool"] = old["table_pool"]
+        if "pool" in old["provenance"]:
+            row["provenance"]["pool"] = old["provenance"]["pool"]
+    return row
+
+
 def render_row(row, indent=2):
     """YAML text of one ``defaults:`` list item, in the style of registry.yaml."""
     pad = " " * indent
@@ -249,11 +305,24 @@ def cmd_tune(args) -> int:
         return shapes.cmd_shapes(args)
     from gdnzoo.registry import registry_path
     if getattr(args, "from_files", None):
-        base = Path(args.registry or registry_path()).resolve().parent
-        gpu, rows, prov = load_runs(args.from_files, base)
-        row = make_row(gpu, rows, results_file=prov["results_file"], commit=prov["commit"],
-                       versions=prov["versions"], date=prov["date"])
-        for key, mode in zip(TABLE_KEYS, ("in place", "destination passing", "T >= 2 tokens")):
+        path = args.registry or registry_path()
+        gpu, rows, prov = load_runs(args.from_files, Path(path).resolve().parent)
+        old = existing_row(path, gpu)
+        dense = [r for r in rows if r.get("mode") != "pool"]
+        if dense:
+            row = make_row(gpu, dense, results_file=prov["results_file"], commit=prov["commit"],
+                           versions=prov["versions"], date=prov["date"])
+        elif old is None:
+            raise SystemExit(f"tune --from: pool results only, and {path} has no row for {gpu} "
+                             f"to add table_pool to (tune the in-place table first)")
+        else:
+            row = old
+        row = with_pool(row, old, [r for r in rows if r.get("mode") == "pool"], prov)
+        if "table_pool" not in row and not dense:
+            raise SystemExit("tune --from: no correct pool kernel-clock results of a registered "
+                             "pool backend to choose from")
+        for key, mode in zip(TABLE_KEYS, ("in place", "destination passing", "T >= 2 tokens",
+                                          "state pool")):
             for sd, ranges in row.get(key, {}).items():
                 print(f"{gpu} {sd} {mode}: "
                       + ", ".join(f"B {lo}..{hi or ''} {be}" for lo, hi, be in ranges))

@@ -1,0 +1,391 @@
+"""The serving benchmark (``gdnzoo bench --mode pool``) on CPU: its plan, the pool-convention
+inputs, the correctness check, result files, the console table, the pool floor's launch shapes,
+the CPU run's skips, and the pool rows of ``gdnzoo tune``.  Timing needs a GPU."""
+import argparse
+import json
+import shutil
+
+import pytest
+import torch
+import yaml
+
+from gdnzoo.bench import clocks, floor, pool, report, shapes, sweep, tune
+
+MIB = 1 << 20
+
+
+def _args(*extra):
+    return sweep.add_bench_args(argparse.ArgumentParser()).parse_args(["--mode", "pool", *extra])
+
+
+# ------------------------------------------------------------------------------ the plan
+
+def test_plan_defaults_and_overrides():
+    plan = pool.make_plan(_args())
+    assert plan.batches == pool.POOL_BATCHES and plan.states == ("fp32", "bf16")
+    assert plan.entries[:2] == ("floor", "auto") and plan.entries[-3:] == pool.PEERS
+    assert set(plan.backends) == set(pool.pool_backends())
+    assert {"fla-recurrent", "cuda-v4"} <= set(plan.backends)
+    assert not {"pt-reference", "pt-compiled", "cuda-v1"} & set(plan.backends)
+    assert plan.clocks == ("kernel", "graph") and (plan.H, plan.HV, plan.K) == (4, 8, 128)
+    assert plan.budget == pool.BUDGET_S
+    plan = pool.make_plan(_args("--batch", "2,3", "--state-dtype", "bf16", "--algo",
+                                "cuda-v4,pt-reference", "--timing", "kernel", "--time-budget", "0"))
+    assert plan.batches == (2, 3) and plan.states == ("bf16",) and plan.clocks == ("kernel",)
+    assert plan.budget == 0
+    assert plan.backends == ("cuda-v4", "pt-reference")
+
+
+@pytest.mark.parametrize("extra", [("--mode", "pool,inplace"), ("--tokens", "2"),
+                                   ("--algo", "no-such"), ("--timing", "host"),
+                                   ("--state-dtype", "fp16"), ("--batch", "0")])
+def test_plan_refuses_bad_arguments(extra, capsys):
+    with pytest.raises(SystemExit):               # argparse (status 2) or the plan, naming it
+        pool.make_plan(_args(*extra))
+    e = capsys.readouterr().err
+    assert not e or extra[0] in e
+
+
+@pytest.mark.parametrize("extra,match", [(("--tokens", "2"), "--tokens"),
+                                         (("--algo", "no-such"), "--algo: unknown"),
+                                         (("--timing", "host"), "--timing")])
+def test_plan_says_which_argument(extra, match):
+    with pytest.raises(SystemExit, match=match):
+        pool.make_plan(_args(*extra))
+
+
+# ------------------------------------------------------------------------------ the inputs
+
+def test_pool_size_and_page_stride():
+    HV, V, K = 8, 128, 128
+    slot = HV * V * K
+    assert pool.page_elems(HV, V, K) == slot + slot // 32 == 135168       # vLLM's page at HV=8
+    l2 = 50 * MIB
+    P = pool.pool_slots(pool.POOL_BATCHES, HV, V, K, 4, l2)
+    page_bytes = pool.page_elems(HV, V, K) * 4
+    assert P * page_bytes >= 2 << 30 and (P - 1) * page_bytes < 2 << 30  # 2 GiB, no more
+    for B in pool.POOL_BATCHES:
+        rows = pool.rows_for(B, slot * 4, l2)
+        assert rows * B * slot * 4 >= 4 * l2 and rows * B + B <= P - 1
+    assert pool.rows_for(1, slot * 4, l2) == 400
+    big = pool.pool_slots([4096], HV, V, K, 4, l2)                        # grows to fit the rows
+    assert big >= 2 * 4096 + 4096 + 1 > P
+    assert pool.pool_slots([1], HV, V, K, 2, 1 << 30) * pool.page_elems(HV, V, K) * 2 >= 4 << 30
+
+
+def test_state_pool_layout():
+    sp = pool.StatePool(7, 2, 16, 16, torch.bfloat16, "cpu", seed=1)
+    assert sp.page == 512 + 16 and sp.slot == 512
+    assert sp.state.shape == (7, 2, 16, 16) and sp.state.stride() == (528, 256, 16, 1)
+    assert sp.state.data_ptr() == sp.buf.data_ptr() and sp.buf.numel() == 7 * 528
+    assert 0.03 < float(sp.buf.float().std()) < 0.07 and sp.nbytes == 7 * 528 * 2
+
+
+def test_slots_are_fresh_distinct_and_aligned():
+    s = pool.Slots(P=60, B=5, rows=8, device="cpu", seed=2)
+    rows = [s.next() for _ in range(8)]
+    every = torch.cat(rows + [s.check]).tolist()
+    assert len(set(every)) == len(every) == 45                  # no slot twice, check row apart
+    assert min(every) >= 1 and max(every) < 60                  # slot 0 is the null slot
+    assert all(r.dtype == torch.int32 and r.shape == (5,) and r.is_contiguous() for r in rows)
+    assert all((r.data_ptr() - s.bank.data_ptr()) % 256 == 0 for r in rows + [s.check])
+    assert s.next() is rows[0] and s.row(9) is rows[1]          # round robin, one counter
+    s.advance()                                                 # the calls' own index tensor
+    assert s.index.tolist() == rows[1].tolist() and s.index.is_contiguous()
+    assert s.next() is rows[2]
+    assert pool.Slots(P=60, B=5, rows=8, device="cpu", seed=2).bank.tolist() == s.bank.tolist()
+    with pytest.raises(ValueError, match="slots"):
+        pool.Slots(P=40, B=5, rows=8, device="cpu")
+
+
+def test_serving_inputs_are_views_of_packed_tensors():
+    B, H, HV, K, V = 3, 2, 4, 16, 8
+    x = pool.ServingInputs(B, H, HV, K, V, "fp32", "cpu", seed=0)
+    D = 2 * H * K + HV * V
+    assert x.mixed.shape == (B, D) and x.mixed.dtype == torch.bfloat16 and x.mixed.is_contiguous()
+    e = x.mixed.element_size()
+    for t, off, shape in ((x.q, 0, (B, 1, H, K)), (x.k, H * K, (B, 1, H, K)),
+                          (x.v, 2 * H * K, (B, 1, HV, V))):
+        assert t.shape == shape and t.stride(0) == D and t.stride(-1) == 1
+        assert t.untyped_storage().data_ptr() == x.mixed.untyped_storage().data_ptr()
+        assert t.data_ptr() - x.mixed.data_ptr() == off * e
+    assert x.ab.shape == (B, 2 * HV)
+    assert x.a2.shape == x.b2.shape == (B, HV) and x.a2.stride() == x.b2.stride() == (2 * HV, 1)
+    assert x.b2.data_ptr() - x.ab.data_ptr() == HV * x.ab.element_size()
+    assert x.a.shape == x.b.shape == (B, 1, HV) and x.a.data_ptr() == x.ab.data_ptr()
+    assert x.out.shape == (B, 1, HV, V)
+
+
+# ------------------------------------------------------------------------------ checking
+
+def _ctx(B=2, sd="fp32", seed=0):
+    H, HV, K, V = 1, 2, 16, 16
+    sp = pool.StatePool(3 * B + 4, HV, V, K, torch.float32 if sd == "fp32" else torch.bfloat16,
+                        "cpu", seed=seed)
+    return pool.CellCtx(B, sd, sp, pool.ServingInputs(B, H, HV, K, V, sd, "cpu", seed),
+                        pool.Slots(sp.P, B, 2, "cpu", seed))
+
+
+@pytest.mark.parametrize("sd", ["fp32", "bf16"])
+def test_check_passes_the_reference_and_fails_wrong_calls(sd):
+    ctx = _ctx(sd=sd)
+    storage = ctx.pool.buf.clone()
+    call, note = pool.entry_call("pt-reference", ctx)
+    chk = pool.check_entry(call, ctx)
+    assert chk["ok"], chk["reason"]
+    assert chk["rel_err_out"] < 1e-2 and chk["max_abs_err_state"] < 1e-2
+    assert torch.equal(ctx.pool.buf, storage)              # the check slots restored
+    assert pool.check_entry(call, ctx)["ok"]                # so a second check agrees
+
+    def stray(idx):                                         # right answer, one page gap written
+        call(idx)
+        ctx.pool.buf[ctx.pool.slot] += 1
+    chk = pool.check_entry(stray, ctx)
+    assert not chk["ok"] and "outside the slots" in chk["reason"]
+    ctx.pool.buf.copy_(storage)
+
+    def zeros(idx):
+        ctx.x.out.zero_()
+    assert not pool.check_entry(zeros, ctx)["ok"]
+
+    def no_state_update(idx):                                     # right out, state untouched
+        saved = ctx.pool.state.index_select(0, idx.long())
+        call(idx)
+        ctx.pool.state.index_copy_(0, idx.long(), saved)
+    chk = pool.check_entry(no_state_update, ctx)
+    assert not chk["ok"] and "new_state" in chk["reason"]
+
+    def scribbles(idx):
+        call(idx)
+        ctx.x.mixed[0, 0] += 1
+    chk = pool.check_entry(scribbles, ctx)
+    assert not chk["ok"] and "mixed_qkv" in chk["reason"]
+
+
+def test_entries_say_why_they_cannot_run_here():
+    ctx = _ctx()
+    for name, match in (("cuda-v1", "no CUDA device"), ("fla-tma", "head dims|state pools"),
+                        ("not-a-backend", "not registered")):
+        with pytest.raises(pool.Skip, match=match):
+            pool.entry_call(name, ctx)
+    call, note = pool.entry_call("auto", ctx)
+    assert note.startswith("auto -> pt-reference")
+    assert pool.check_entry(call, ctx)["ok"]
+
+
+@pytest.mark.parametrize("name", ["adapter-vllm", "adapter-sglang"])
+def test_adapters_pass_the_check(name):
+    try:
+        call, note = pool.entry_call(name, _ctx())
+    except pool.Skip as e:
+        pytest.skip(str(e))
+    ctx = _ctx()
+    call, _ = pool.entry_call(name, ctx)
+    chk = pool.check_entry(call, ctx)
+    assert chk["ok"], chk["reason"]
+
+
+# ------------------------------------------------------------------------------ results
+
+def _raw(plan, name, B, sd, us, clock="kernel", status="PASS", n=1, note=""):
+    return dict(cell=pool._cell(name, B, sd, plan), clock=clock, status=status, note=note,
+                flags="", samples=[us * f for f in (0.98, 1.0, 1.03)] if us else [],
+                kernels_per_call=n if us else "")
+
+
+def _synthetic(plan):
+    raw = []
+    for sd, s in (("fp32", 1.0), ("bf16", 0.6)):
+        for B, f in ((1, 2.0), (16, 7.5)):
+            raw += [_raw(plan, "floor", B, sd, f * s), _raw(plan, "auto", B, sd, f * s * 1.2),
+                    _raw(plan, "auto", B, sd, f * s * 1.5, clock="graph"),
+                    _raw(plan, "cuda-v4", B, sd, f * s * 1.1),
+                    _raw(plan, "adapter-vllm", B, sd, f * s * 1.2, n=1 if B == 1 else 2),
+                    _raw(plan, "fla-recurrent", B, sd, None, status="FAIL", note="out: 3 bad"),
+                    _raw(plan, "flashinfer-pool", B, sd, None, status="SKIP",
+                         note="FlashInfer's pool API is timed with bf16 state only")]
+    return raw
+
+
+def test_results_files_round_trip_and_console(tmp_path):
+    plan = pool.make_plan(_args("--batch", "1,16"))
+    raw = _synthetic(plan)
+    pool._flag_adapters(raw)
+    table = pool.build_table(raw, {"copy": {"gbps": 3000.0}})
+    env = dict(gpu="NVIDIA H100 80GB HBM3", driver="d", cuda="13.0", commit="c", method=pool.METHOD,
+               versions={"torch": "2.11"}, kernel_clock="cupti-python activity records")
+    files = pool.write_results(table, env, tmp_path)
+    back, env2 = report.read_results(tmp_path / "results.json")
+    assert env2["gpu"] == env["gpu"] and len(back) == len(table)
+    assert json.loads((tmp_path / "results.json").read_text())["columns"] == pool.columns()
+    auto = [r for r in back if r["backend"] == "auto" and r["clock"] == "kernel"]
+    assert all(r["mode"] == "pool" and r["l2norm"] is True and r["T"] == 1 for r in auto)
+    assert [round(r["x_floor"], 3) for r in auto] == [1.2, 1.2, 1.2, 1.2]
+    assert (tmp_path / "results.csv").read_text().splitlines()[0].endswith("kernels_per_call")
+    flagged = [r for r in back if r["flags"]]
+    assert [(r["backend"], r["B"]) for r in flagged] == [("adapter-vllm", 16)] * 2
+    text = pool.console(table, env, ["fp32 pool: 3971 slots"], files, plan)
+    assert "fp32 state, kernel clock, us / x the same-run pool floor" in text
+    assert "2.40/1.2x" in text and "2.20/1.1x" in text                     # auto, cuda-v4 at B=1
+    assert "graph clock" in text and "3.00" in text
+    assert "flag adapter-vllm fp32 B=16: records 2 != decode's 1" in text
+    assert "FAIL fla-recurrent (fp32 B=1): out: 3 bad" in text
+    assert "SKIP flashinfer-pool: FlashInfer's pool API is timed with bf16 state only" in text
+    assert "note: fp32 pool: 3971 slots" in text and "wrote:" in text
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the run without a GPU")
+def test_cpu_run_skips_everything_and_says_why(tmp_path, capsys):
+    args = _args("--out", str(tmp_path), "--quiet", "--batch", "1,4")
+    assert sweep.cmd_bench(args) == 0
+    text = capsys.readouterr().out
+    assert "SKIP floor, auto," in text and "no CUDA device" in text
+    assert "nothing was measured" in text
+    rows, env = report.read_results(tmp_path / "results.json")
+    plan = pool.make_plan(args)
+    assert len(rows) == 2 * 2 * (len(plan.entries) + 2)    # B x dtype x entries, 2 graph rows
+    assert all(r["status"] == "SKIP" and "no CUDA device" in r["note"] for r in rows)
+    assert "no CUDA device" in env["notes"][0]
+
+
+# ------------------------------------------------------------------------------ clocks, floor
+
+def test_busy_and_count_sums_a_calls_records():
+    windows = [(0, 10), (100, 110)]
+    launch_of = {1: 5, 2: 6, 3: 105}
+    gpu = [(20, 30, 1), (40, 50, 2), (120, 125, 3)]            # ns; a gap inside call 0
+    assert clocks._spans(windows, launch_of, gpu) == [pytest.approx(0.030), pytest.approx(0.005)]
+    got = clocks._spans(windows, launch_of, gpu, clocks.busy_and_count)
+    assert got == [(pytest.approx(0.020), 2), (pytest.approx(0.005), 1)]
+
+
+def test_prepare_runs_outside_the_timed_window():
+    """The index refresh before each call launches work of its own: none of it is measured."""
+    import time
+    from test_bench import _FakeCupti
+    fake = _FakeCupti(1.0, kernel_ns=50_000)
+    prepared = []
+
+    def prepare(i):
+        prepared.append(i)
+        fake.launch(i)                                          # an API call and a 50 us kernel
+
+    t, _ = clocks._kernel_times_cupti(fake.launch, 6, 3, cupti=fake, sync=lambda: time.sleep(2e-4),
+                                      reduce=clocks.busy_and_count, prepare=prepare)
+    assert prepared == [3, 4, 5, 6, 7, 8]
+    assert all(n == 1 and us == pytest.approx(50.0) for us, n in t)
+
+
+def test_pool_floor_launch_shapes_and_target():
+    n4, sms = 32768, 132                                       # an fp32 slot at HV=8
+    one = floor.configs(n4, sms)
+    assert one == floor.configs(n4, sms, seqs=1)               # the dense floor's shapes
+    many = floor.configs(n4, sms, seqs=512)
+    assert all(g >= 1 for _, _, g in many)
+    for v, b, g in many:                     # exact per slot, or SM slots shared by 512 slots
+        exact = -(-n4 // (b * v))
+        assert g in {exact} | {max(1, min(exact, sms * w * max(1, 2048 // b) // 512))
+                               for w in (1, 2, 4)}
+    assert {g for v, b, g in many if (v, b) == (1, 128)} == {256, 4, 8, 16}
+    buf = torch.zeros(4 * 528, dtype=torch.float32)
+    idx = torch.tensor([1, 2, 3], dtype=torch.int32)
+    t = floor.PoolTarget(buf, 528, 512, 3, idx, None)
+    assert (t.page4, t.n4, t.bytes_moved) == (132, 128, 2 * 3 * 512 * 4)
+    for args, match in (((buf, 529, 512, 3, idx), "multiples of 16"),
+                        ((buf, 528, 512, 0, idx[:0]), "B must be"),
+                        ((buf.view(4, 528), 528, 512, 3, idx), "flat contiguous"),
+                        ((buf, 528, 512, 3, idx.long()), "int32"),
+                        ((buf, 528, 512, 2, idx), "int32")):
+        with pytest.raises(ValueError, match=match):
+            floor.PoolTarget(*args, None)
+
+
+def test_pool_floor_skips_without_cupy(monkeypatch):
+    monkeypatch.setattr(floor, "cupy_available", lambda: (False, "cupy not importable (test)"))
+    t = floor.PoolTarget(torch.zeros(4 * 528), 528, 512, 3, torch.zeros(3, dtype=torch.int32),
+                         None)
+    f = floor.pool_floor_times(t)
+    assert f["samples"] is None and "cupy not importable (test)" in f["config"]
+
+
+# ------------------------------------------------------------------------------ tune
+
+def _pool_run(d, entries, commit="p0015"):
+    plan = pool.make_plan(_args())
+    raw = [_raw(plan, name, B, sd, us) for name, B, sd, us in entries]
+    table = pool.build_table(raw, {})
+    env = dict(gpu="NVIDIA H100 80GB HBM3", driver="d", cuda="13.0", commit=commit,
+               date="2026-02-03T00:00:00+00:00", method="m", versions={"torch": "2.11"})
+    pool.write_results(table, env, d)
+    return d / "results.json"
+
+
+def test_tune_from_pool_results_adds_table_pool(tmp_path, capsys):
+    from gdnzoo.registry import parse_registry, registry_path
+    f = _pool_run(tmp_path / "pool", [
+        ("floor", 1, "fp32", 1.9), ("auto", 1, "fp32", 1.0), ("adapter-vllm", 1, "fp32", 1.0),
+        ("cuda-v4", 1, "fp32", 2.2), ("fla-recurrent", 1, "fp32", 2.4),
+        ("vllm-packed", 1, "fp32", 2.3),
+        ("cuda-v4", 64, "fp32", 26.0), ("fla-recurrent", 64, "fp32", 25.0),
+        ("flashinfer-pool", 1, "bf16", 1.5), ("cuda-v4", 1, "bf16", 2.0)])
+    reg = tmp_path / "registry.yaml"
+    shutil.copy(registry_path(), reg)
+    before = parse_registry(yaml.safe_load(reg.read_text()))
+    p = tune.add_tune_args(argparse.ArgumentParser())
+    assert tune.cmd_tune(p.parse_args(["--from", str(f), "--write", "--registry", str(reg)])) == 0
+    after = parse_registry(yaml.safe_load(reg.read_text()))
+    row = [d for d in after.defaults if d.gpu == "NVIDIA H100 80GB HBM3"][0]
+    old = [d for d in before.defaults if d.gpu == "NVIDIA H100 80GB HBM3"][0]
+    assert row.table_pool == {"fp32": [(1, 63, "cuda-v4"), (64, None, "fla-recurrent")],
+                              "bf16": [(1, None, "cuda-v4")]}    # peers, adapters, auto: no say
+    assert (row.table, row.table_dest, row.table_tokens) == (old.table, old.table_dest,
+                                                             old.table_tokens)
+    prov = row.provenance
+    assert prov["pool"]["results"] == "pool/results.json" and prov["pool"]["commit"] == "p0015"
+    assert prov["pool"]["values_us"]["fp32"][1] == {"cuda-v4": 2.2, "vllm-packed": 2.3,
+                                                    "fla-recurrent": 2.4}
+    assert {k: v for k, v in prov.items() if k != "pool"} == old.provenance
+    assert [d.gpu for d in after.defaults] == [d.gpu for d in before.defaults]
+    assert "state pool" in capsys.readouterr().out
+    # a later in-place re-tune keeps the row's table_pool
+    dense = tmp_path / "dense"
+    rows = report.build_rows([dict(cell=sweep.Cell("cuda-v4", 1, 4, 8, 128, 128, 1, "fp32",
+                                                   "inplace"), clock="kernel", status="PASS",
+                                   note="", samples=[2.0, 2.1])], {})
+    report.write_all(rows, dict(gpu="NVIDIA H100 80GB HBM3", commit="d1", date="2026-02-04",
+                                versions={}), dense, plots=False)
+    assert tune.cmd_tune(p.parse_args(["--from", str(dense / "results.json"), "--write",
+                                       "--registry", str(reg)])) == 0
+    row2 = [d for d in parse_registry(yaml.safe_load(reg.read_text())).defaults
+            if d.gpu == "NVIDIA H100 80GB HBM3"][0]
+    assert row2.table == {"fp32": [(1, None, "cuda-v4")]} and row2.table_pool == row.table_pool
+    assert row2.provenance["pool"] == prov["pool"]
+
+
+def test_tune_from_pool_results_needs_a_row_and_a_candidate(tmp_path):
+    from gdnzoo.registry import registry_path
+    reg = tmp_path / "registry.yaml"
+    shutil.copy(registry_path(), reg)
+    p = tune.add_tune_args(argparse.ArgumentParser())
+    only_peers = _pool_run(tmp_path / "a", [("floor", 1, "fp32", 1.9), ("auto", 1, "fp32", 2.0)])
+    with pytest.raises(SystemExit, match="no correct pool"):
+        tune.cmd_tune(p.parse_args(["--from", str(only_peers), "--registry", str(reg)]))
+    other = tmp_path / "b" / "results.json"
+    f = _pool_run(tmp_path / "b", [("cuda-v4", 1, "fp32", 2.0)])
+    doc = json.loads(f.read_text())
+    doc["environment"]["gpu"] = "NVIDIA TEST-GPU"
+    other.write_text(json.dumps(doc))
+    with pytest.raises(SystemExit, match="no row for NVIDIA TEST-GPU"):
+        tune.cmd_tune(p.parse_args(["--from", str(other), "--registry", str(reg)]))
+
+
+def test_shape_rows_of_a_pool_search_have_mode_pool():
+    from gdnzoo import tables
+    from gdnzoo.registry import backend_module
+    args = argparse.Namespace(mode="pool", tokens=1, rows_from_tokens=None)
+    cfg = backend_module("cuda-v4").CONFIG.normalize((2, 2, 16, 3))
+    made, cited = shapes.new_rows(tables.launch_tables(), "NVIDIA H100 80GB HBM3",
+                                  {("cuda-v4", "fp32"): {1: (cfg, 2.0, 1.9, True)}}, args, "tune-x")
+    assert made and {r.mode for r in made} == {"pool"} and {r.tokens for r in made} == {1}
+    assert made[0].lo == 1 and made[-1].hi is None and made[0].source == "tune-x"
+    assert all(r.source != "tune-x" for r in made[1:])           # the rest kept, with their source
