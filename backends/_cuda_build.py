@@ -11,7 +11,8 @@
 * Launching: ``cuLaunchKernel`` through CuPy's driver binding with one by-value
   :data:`PARAM_FIELDS` struct.  A :class:`Launch` is built once per signature (shapes,
   strides, dtypes, scale) with every non-pointer field packed; a call writes only the 10 raw
-  ``data_ptr()`` values into its per-thread copy: no copies, no CuPy arrays, no allocation; on
+  ``data_ptr()`` values (and a state pool's two index pointers, :data:`IDX_PTRS`) into its
+  per-thread copy: no copies, no CuPy arrays, no allocation; on
   the current torch stream of the tensors' device, so CUDA-graph capture records the launch
   (the driver copies the parameter block into the graph node).  The first call of a variant
   compiles and loads the module; it must happen before graph capture.
@@ -32,26 +33,35 @@ import torch
 HEADER = Path(__file__).with_name("gdn_common.cuh")
 STD = "-std=c++17"
 
-# Mirrors struct GdnParams in gdn_common.cuh, in order; every field is 8 bytes.
+# Mirrors struct GdnParams in gdn_common.cuh, in order; every field is 8 bytes.  New fields are
+# appended: an existing field's offset never moves (the dense kernels' code stays the same).
 PARAM_FIELDS = (
     "q", "k", "v", "a", "b", "A_log", "dt_bias", "state", "new_state", "out",
     "q_n", "q_t", "q_h", "k_n", "k_t", "k_h", "v_n", "v_t", "v_h",
     "a_n", "a_t", "a_h", "b_n", "b_t", "b_h", "o_n", "o_t", "o_h",
     "s_n", "s_h", "s_v", "ns_n", "ns_h", "ns_v", "A_log_h", "dtb_h",
-    "B", "T", "H", "HV", "V", "aux0", "aux1", "scale",
+    "B", "T", "H", "HV", "V", "idx", "new_idx", "scale", "P", "PN", "null_slot",
 )
-N_PTRS = 10
+N_PTRS = 10                      # the data pointers, first: written on every call
+IDX_FIELD = 41                   # a state pool's idx, new_idx: written on every pool call
 # cuda_v4 reads these positions directly: keep them in sync.
 assert (PARAM_FIELDS.index("q_n"), PARAM_FIELDS.index("s_n"), PARAM_FIELDS.index("B"),
-        PARAM_FIELDS.index("aux0"), len(PARAM_FIELDS)) == (10, 28, 36, 41, 44)
-PARAMS = struct.Struct("<" + "Q" * N_PTRS + "q" * (len(PARAM_FIELDS) - N_PTRS - 1) + "d")
+        PARAM_FIELDS.index("idx"), PARAM_FIELDS.index("new_idx"), PARAM_FIELDS.index("scale"),
+        len(PARAM_FIELDS)) == (10, 28, 36, IDX_FIELD, IDX_FIELD + 1, 43, 47)
+PARAMS = struct.Struct("<" + "".join("Q" if i < N_PTRS or n in ("idx", "new_idx") else
+                                     "d" if n == "scale" else "q"
+                                     for i, n in enumerate(PARAM_FIELDS)))
+IDX_PTRS = struct.Struct("<QQ")  # idx, new_idx, at byte IDX_OFFSET of the block
+IDX_OFFSET = 8 * IDX_FIELD
 
 DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}   # GDN_F32/BF16/F16
 ELEM_SIZE = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}
 
 
-def param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, aux0=0, aux1=0):
-    """The GdnParams field values for these tensors, in PARAM_FIELDS order."""
+def param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, pool=None):
+    """The GdnParams field values for these tensors, in PARAM_FIELDS order.  With ``pool`` (a
+    :class:`gdnzoo.pool.Pool`) ``state`` and ``new_state`` are pools: their slot counts and the
+    pool's ``null_slot`` are filled in; the index pointers are 0 (written per call)."""
     qs, ks, vs, as_, bs = q.stride(), k.stride(), v.stride(), a.stride(), b.stride()
     os_, ss, ns = out.stride(), state.stride(), new_state.stride()
     B, T, H, _ = q.shape
@@ -62,7 +72,9 @@ def param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, au
             qs[0], qs[1], qs[2], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2],
             as_[0], as_[1], as_[2], bs[0], bs[1], bs[2], os_[0], os_[1], os_[2],
             ss[0], ss[1], ss[2], ns[0], ns[1], ns[2], A_log.stride(0), dt_bias.stride(0),
-            B, T, H, HV, V, aux0, aux1, float(scale))
+            B, T, H, HV, V, 0, 0, float(scale),
+            *((0, 0, -1) if pool is None else
+              (state.shape[0], new_state.shape[0], int(pool.null_slot))))
 
 
 def defines(state_dtype, io_dtype, a_dtype, b_dtype, dt_bias_dtype, K, l2norm, **extra):

@@ -36,8 +36,13 @@
 // block into shared memory, behind one __syncthreads, and every warp reads them from there;
 // 2, 16-byte vectors and LPR <= 16: the two rows of a lane pair (lanes l and l ^ LPR) split the
 // loads, one reads q and the other k, and they swap them with one shuffle per 32-bit word, half
-// the q/k load instructions and no barrier; 0: every lane reads its q and k slices itself).
-// Runtime: B (the grid), strides, pointers, scale.
+// the q/k load instructions and no barrier; 0: every lane reads its q and k slices itself),
+// GDN_POOL (0: a dense state batch; 1: a state pool, sequence n reading and writing slot idx[n];
+// 2: a state pool with separate write slots new_idx[n]; see gdn_pool_slots for padding),
+// GDN_IDX64 (with a pool; bit 0: idx is int64, else int32; bit 1: new_idx is int64).  With a
+// pool, GDN_DENSE=1 means every other tensor is dense and each slot a dense [HV, V, K] block:
+// the slot stride stays a runtime value.
+// Runtime: B (the grid), strides, pointers, scale; with a pool its slot counts and null_slot.
 #include "gdn_common.cuh"
 
 #if !defined(GDN_K) || !defined(GDN_V) || !defined(GDN_T) || !defined(GDN_HV) || \
@@ -45,7 +50,7 @@
     !defined(GDN_B_DT) || !defined(GDN_DTB_DT) || !defined(GDN_L2NORM) || !defined(GDN_W) || \
     !defined(GDN_RW) || !defined(GDN_LPR) || !defined(GDN_VEC16) || !defined(GDN_HINT) || \
     !defined(GDN_FASTGATE) || !defined(GDN_DENSE) || !defined(GDN_CHAIN) || !defined(GDN_SMEM) || \
-    !defined(GDN_QKS)
+    !defined(GDN_QKS) || !defined(GDN_POOL) || (GDN_POOL && !defined(GDN_IDX64))
 #error "compile with the -D options of backends/_cuda_build.py"
 #endif
 
@@ -224,9 +229,36 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
     // This warp owns rows wbase .. wbase + RW*RPW - 1; lane handles wbase + g*RPW + sub.
     const int wbase = (int)(part * ROWS_PER_BLOCK + warp * (RW * RPW));
 
+#if GDN_POOL
+    // The slots first: the state addresses wait on them.  A padded sequence (block-uniform)
+    // writes zeros to this block's out rows and leaves: no state read or written.  Measured on
+    // the H100, this early exit issues the state loads sooner than a branch or predicate around
+    // the loads alone.
+    const GdnSlots slot = gdn_pool_slots<GDN_POOL, GDN_IDX64>(p, n);
+    if (!slot.rd) {
+        if (kl == 0) {
+            const long long o0 = n * GDN_STRIDE(o_n, T * HV * V) + h * GDN_STRIDE(o_h, V)
+                                 + wbase + sub;
+#pragma unroll 1
+            for (int t = 0; t < T; ++t)
+#pragma unroll
+                for (int g = 0; g < RW; ++g)
+                    if (!TAIL || wbase + g * RPW + (int)sub < V)
+                        gdn_st<IOD>(p.out, o0 + t * GDN_STRIDE(o_t, HV * V) + g * RPW, 0.0f);
+        }
+        return;
+    }
+    const bool store = slot.wr;                        // else out only: no state written
+#else
+    constexpr bool store = true;
+#endif
+
     // State first: its loads are the long pole, everything else hides behind them.
     const long long s_v = GDN_STRIDE(s_v, K), ns_v = GDN_STRIDE(ns_v, K);
-#if GDN_DENSE
+#if GDN_POOL
+    const long long s_head = gdn_state_read_offset(p, slot.read, h);
+    const long long ns_head = gdn_state_write_offset(p, slot.write, h);
+#elif GDN_DENSE
     const long long s_head = (long long)nh * (V * K), ns_head = s_head;
 #else
     const long long s_head = gdn_state_read_offset(p, n, h);
@@ -425,9 +457,11 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
 #pragma unroll
                 for (int e = 0; e < VEC; ++e) Sg[i][e] = gd * Sg[i][e] + uk * kv[i][e];
             if (!TAIL || row < V) {
+                if (store) {
 #pragma unroll
-                for (int i = 0; i < NV; ++i)
-                    st_vec<SD, VEC, CS>(dst, row * ns_v + (i * LPR + kl) * VEC, Sg[i]);
+                    for (int i = 0; i < NV; ++i)
+                        st_vec<SD, VEC, CS>(dst, row * ns_v + (i * LPR + kl) * VEC, Sg[i]);
+                }
                 if (kl == 0) gdn_st<IOD>(p.out, o0 + g * RPW, scale * (gd * sq * rq + u * kqn));
             }
         }
@@ -479,7 +513,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
 #if !GDN_SMEM
 #pragma unroll
     for (int g = 0; g < RW; ++g) {
-        if (!live[g]) continue;
+        if (!live[g] || !store) continue;
         const int row = wbase + g * RPW + (int)sub;
 #pragma unroll
         for (int i = 0; i < NV; ++i)

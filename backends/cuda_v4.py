@@ -7,6 +7,11 @@ this GPU's launch rows (``backends/tables/<gpu>.yaml``: by state dtype, in place
 passing, tokens per call and batch size; measured by ``gdnzoo tune --shapes``).  Shapes, GVA
 ratio and launch shape are compile-time constants of the kernel (one NVRTC variant per
 signature, cached on disk).
+
+State pools (:mod:`gdnzoo.pool`) are served natively: the kernel loads each sequence's slot
+indices itself (its first load) and addresses the pool's slots with 64-bit offsets; padded
+sequences get zero outputs and touch no state.  Their launch rows are the ``pool`` rows where a
+table has them, else its in-place or destination-passing rows.
 """
 from __future__ import annotations
 
@@ -104,11 +109,11 @@ def qks_bytes(K, io_dtype, T):
     return (2 if T > 1 else 1) * 2 * K * cuda_build.ELEM_SIZE[io_dtype]
 
 
-def table_config(gpu, state_dtype, B, H, HV, K, V, inplace=True, T=1):
+def table_config(gpu, state_dtype, B, H, HV, K, V, inplace=True, T=1, pool=False):
     """The launch row of this GPU for the call (backends/tables/), fitted to K: the rows are
     measured at K=128, and narrower rows take fewer lanes per row."""
     w, rw, lpr, *rest = tables.launch_config(NAME, CONFIG, gpu, STATE_NAMES[state_dtype], inplace,
-                                             T, B, H, HV, K, V)
+                                             T, B, H, HV, K, V, pool)
     while lpr > 1 and K % (lpr * vec_elems(state_dtype)):
         lpr //= 2
     while rw > 1 and rw * (32 // lpr) > 32:       # a warp owns at most 32 rows
@@ -119,7 +124,7 @@ def table_config(gpu, state_dtype, B, H, HV, K, V, inplace=True, T=1):
 def launch_config(problem, gpu):
     """The tunable protocol's table lookup: :func:`table_config` for a Problem."""
     p = problem
-    return table_config(gpu, p.state_dtype, p.B, p.H, p.HV, p.K, p.V, p.inplace, p.T)
+    return table_config(gpu, p.state_dtype, p.B, p.H, p.HV, p.K, p.V, p.inplace, p.T, p.pool)
 
 
 def candidates(problem):
@@ -178,14 +183,23 @@ def supports(problem):
     return True, ""
 
 
+def pool_mode(pool):
+    """The kernel's GDN_POOL and GDN_IDX64 for a :class:`gdnzoo.pool.Pool` (None: dense)."""
+    if pool is None:
+        return dict(pool=0)
+    i64 = int(pool.read.dtype == torch.int64) + 2 * int(pool.write.dtype == torch.int64)
+    return dict(pool=1 if pool.same_indices else 2, idx64=i64)
+
+
 class Bound:
     """cuda-v4 for one signature: a Launch for 16-byte-aligned pointers and one (built on first
     need) for the element-load variant; per call only the pointers are looked at."""
 
-    def __init__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, config):
+    def __init__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, config,
+                 pool=None):
         # Only plain values are kept: a bound launcher must not keep the first call's tensors alive.
         self.values = cuda_build.param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out,
-                                              new_state)
+                                              new_state, pool)
         self.dtypes = (state.dtype, q.dtype, a.dtype, b.dtype, dt_bias.dtype)
         self.shape = (*q.shape, v.shape[2], v.shape[3])         # B, T, H, K, HV, V
         self.l2, self.config, self.dev = bool(l2), config, q.get_device()
@@ -195,7 +209,12 @@ class Bound:
         st = (f[28] | f[29] | f[30] | f[31] | f[32] | f[33]) * es   # state/new_state strides
         io = (f[10] | f[11] | f[12] | f[13] | f[14] | f[15]) * eio  # q/k strides
         self.strides_aligned = (st | io) & 15 == 0
-        self.dense = cuda_build.dense(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
+        self.pool = pool_mode(pool)
+        # A pool: every other tensor dense and each slot a dense [HV, V, K] block (the slot
+        # strides stay runtime values).
+        self.dense = cuda_build.dense(q, k, v, state, A_log, a, dt_bias, b, out, new_state) \
+            if pool is None else cuda_build.dense(q, k, v, state[0], A_log, a, dt_bias, b, out,
+                                                  new_state[0])
         self.launches = {}
         if self.strides_aligned:
             self.vec16 = self.make(True)
@@ -206,7 +225,8 @@ class Bound:
         config = self.config
         if config is None:
             w, rw, lpr, hint, fast, chain, smem, qks = table_config(
-                torch.cuda.get_device_name(self.dev), sd, B, H, HV, K, V, not self.dest, T)
+                torch.cuda.get_device_name(self.dev), sd, B, H, HV, K, V, not self.dest, T,
+                self.pool["pool"] > 0)
         else:
             w, rw, lpr, hint, fast, chain, smem, qks = full_config(config)
         if not vec16:
@@ -221,7 +241,7 @@ class Bound:
         defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
                                   w=w, rw=rw, lpr=lpr, vec16=int(vec16), hint=hint,
                                   fastgate=fast, dense=int(self.dense), chain=chain, smem=smem,
-                                  qks=qks)
+                                  qks=qks, **self.pool)
         kern = cuda_build.get_kernel(SOURCE, KERNEL, defs, self.dev)
         bph = blocks_per_head(V, w, rw, lpr)
         launch = cuda_build.Launch(kern, B * HV * bph, 32 * w, self.dev, self.values)
@@ -243,24 +263,63 @@ class Bound:
         cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
 
 
-def bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, config=None):
+class PoolBound(Bound):
+    """:class:`Bound` for state pools: called with the :class:`gdnzoo.pool.Pool` as a 13th
+    argument, whose index pointers it writes into the parameter block on every call (the index
+    tensors change between calls; their dtypes, ``null_slot`` and the pools' slot counts are
+    those of the bind call)."""
+
+    def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool):
+        qp, kp, sp, np_ = q.data_ptr(), k.data_ptr(), state.data_ptr(), new_state.data_ptr()
+        if self.strides_aligned and (qp | kp | sp | np_) & 15 == 0:
+            launch = self.vec16
+        else:
+            launch = self.launches.get(False) or self.make(False)
+        try:
+            buf, _, argv = launch._tls.b
+        except AttributeError:
+            buf, _, argv = launch.buffers()
+        cuda_build.PTRS.pack_into(buf, 0, qp, kp, v.data_ptr(), a.data_ptr(), b.data_ptr(),
+                                  A_log.data_ptr(), dt_bias.data_ptr(), sp, np_, out.data_ptr())
+        cuda_build.IDX_PTRS.pack_into(buf, cuda_build.IDX_OFFSET, pool.read.data_ptr(),
+                                      pool.write.data_ptr())
+        cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
+
+
+def pool_key(state, new_state, pool):
+    """What a pool launcher depends on beyond the dense signature (None: no pool)."""
+    if pool is None:
+        return None
+    return (pool.same_indices, pool.read.dtype, pool.write.dtype, pool.null_slot,
+            state.shape[0], new_state.shape[0])
+
+
+def bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None,
+         config=None):
     """A launcher for every call with these shapes, strides, dtypes, scale and mode (in place
-    or destination passing: each has its own table)."""
+    or destination passing: each has its own table; a state pool, :class:`PoolBound`)."""
     key = (cuda_build.signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                    use_qk_l2norm), config)
+                                    use_qk_l2norm), config, pool_key(state, new_state, pool))
     bound = _binds.get(key)
     if bound is None:
         if len(_binds) >= 4096:
             _binds.clear()
-        bound = _binds[key] = Bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                    use_qk_l2norm, config)
+        bound = _binds[key] = (Bound if pool is None else PoolBound)(
+            q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, config,
+            pool)
     return bound
 
 
-def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, config=None):
-    """Backend entry point; ``config=(W, RW, LPR, HINT[, FAST[, CHAIN[, SMEM[, QKS]]]])``
+def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None,
+        config=None):
+    """Backend entry point; ``pool``: a :class:`gdnzoo.pool.Pool` when ``state`` (and
+    ``new_state``) are state pools; ``config=(W, RW, LPR, HINT[, FAST[, CHAIN[, SMEM[, QKS]]]])``
     overrides the table (CHAIN: 0 tree sums, c > 0 chains of c fused multiply-adds; SMEM 1: the
     state staged through shared memory with cp.async, T = 1 only; QKS 1: q and k read once per
     block into shared memory, 2: split over a lane pair and swapped by shuffles)."""
-    bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-         config)(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)
+    bound = bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
+                 pool, config)
+    if pool is None:
+        bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)
+    else:
+        bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool)

@@ -5,14 +5,16 @@
 // see exactly the same text, and compiling takes a fraction of a second.
 #pragma once
 
-// dtype codes, passed as -D constants by gdnzoo/cuda_build.py
+// dtype codes, passed as -D constants by backends/_cuda_build.py
 #define GDN_F32 0
 #define GDN_BF16 1
 #define GDN_F16 2
 
 // The kernel's only argument, passed by value.  Every field is 8 bytes so the layout has no
-// padding and the host packs it with one struct.pack_into (gdnzoo/cuda_build.py PARAM_FIELDS
-// mirrors this list in order; tests/test_cuda_sources.py checks they agree).
+// padding and the host packs it with one struct (backends/_cuda_build.py PARAM_FIELDS mirrors
+// this list in order; tests/test_cuda_sources.py checks they agree).  Fields are only ever
+// appended, so a field's offset never moves and a kernel that ignores the new ones compiles to
+// the same code.
 // Strides are in elements; the innermost (K or V) axis is contiguous, validated on the host.
 struct GdnParams {
     const void* q;            // [B, T, H, K]
@@ -22,8 +24,8 @@ struct GdnParams {
     const void* b;            // [B, T, HV]
     const float* A_log;       // [HV]
     const void* dt_bias;      // [HV]
-    const void* state;        // [B, HV, V, K]
-    void* new_state;          // [B, HV, V, K]; equal to state when updating in place
+    const void* state;        // [B, HV, V, K], or a pool [P, HV, V, K]
+    void* new_state;          // [B, HV, V, K] (or a pool [PN, HV, V, K]); state when in place
     void* out;                // [B, T, HV, V]
     long long q_n, q_t, q_h;
     long long k_n, k_t, k_h;
@@ -31,13 +33,15 @@ struct GdnParams {
     long long a_n, a_t, a_h;
     long long b_n, b_t, b_h;
     long long o_n, o_t, o_h;
-    long long s_n, s_h, s_v;
+    long long s_n, s_h, s_v;  // s_n, ns_n: a pool's slot stride
     long long ns_n, ns_h, ns_v;
     long long A_log_h, dtb_h;
     long long B, T, H, HV, V;
-    long long aux0;           // kernel specific, unused so far
-    long long aux1;           // kernel specific, unused so far
+    const void* idx;          // state pools: [B] int32 | int64 slot each sequence reads
+    const void* new_idx;      // state pools: [B] slot it writes (idx itself by default)
     double scale;
+    long long P, PN;          // state pools: slots of state and of new_state
+    long long null_slot;      // state pools: a slot that is padding too; -1 when none
 };
 
 // ---- dtype conversions (inline PTX, sm_80+) -------------------------------------------------
@@ -131,13 +135,48 @@ __device__ __forceinline__ float gdn_sigmoid_fast(float x) {
 }
 
 // ---- state addressing -----------------------------------------------------------------------
-// THE place a sequence's state rows are located.  A state pool ([slots, HV, V, K] with
-// per-sequence read/write slot indices) replaces `n` by the slot here and nowhere else.
-__device__ __forceinline__ long long gdn_state_read_offset(const GdnParams& p, long long n,
+// THE place a sequence's state rows are located: head h of entry `slot` of the state (the
+// sequence n of a dense batch, or its slot in a state pool, see gdn_pool_slots) starts at element
+// slot * s_n + h * s_h, in 64 bits: a pool slot times a page stride passes 2^31 elements after a
+// few thousand slots.
+__device__ __forceinline__ long long gdn_state_read_offset(const GdnParams& p, long long slot,
                                                           long long h) {
-    return n * p.s_n + h * p.s_h;
+    return slot * p.s_n + h * p.s_h;
 }
-__device__ __forceinline__ long long gdn_state_write_offset(const GdnParams& p, long long n,
+__device__ __forceinline__ long long gdn_state_write_offset(const GdnParams& p, long long slot,
                                                            long long h) {
-    return n * p.ns_n + h * p.ns_h;
+    return slot * p.ns_n + h * p.ns_h;
+}
+
+// ---- state pools (gdnzoo/pool.py) -----------------------------------------------------------
+// Sequence n reads slot idx[n] of state and writes slot new_idx[n] of new_state.  Padding: a
+// negative slot, null_slot, or a read slot >= P (never dereferenced) means no state is read or
+// written and the sequence's out rows are zeros (rd false); a real read slot whose write slot is
+// padding or >= PN gets its out rows and writes no state (wr false).
+struct GdnSlots {
+    long long read;           // the read slot: an address only where rd
+    long long write;          // the write slot; 0 where wr is false, so an address formed from
+    bool rd, wr;              // it stays in the pool even where nothing is stored
+};
+
+template <bool I64>
+__device__ __forceinline__ long long gdn_slot_at(const void* idx, unsigned n) {
+    if constexpr (I64) return static_cast<const long long*>(idx)[n];
+    else return static_cast<const int*>(idx)[n];
+}
+
+// POOL 1: one index tensor (new_idx == idx, loaded once); 2: separate write indices.  IDX64 bit 0:
+// idx is int64 (else int32), bit 1: new_idx is int64.
+template <int POOL, int IDX64>
+__device__ __forceinline__ GdnSlots gdn_pool_slots(const GdnParams& p, unsigned n) {
+    static_assert(POOL == 1 || POOL == 2, "POOL: 1 (read = write indices) or 2 (separate)");
+    const long long r = gdn_slot_at<(IDX64 & 1) != 0>(p.idx, n);
+    const long long w = POOL == 1 ? r : gdn_slot_at<(IDX64 & 2) != 0>(p.new_idx, n);
+    GdnSlots s;
+    // unsigned compares: a negative slot is a huge one, so one compare checks both bounds
+    s.rd = (unsigned long long)r < (unsigned long long)p.P && r != p.null_slot;
+    s.wr = s.rd && (unsigned long long)w < (unsigned long long)p.PN && w != p.null_slot;
+    s.read = r;
+    s.write = s.wr ? w : 0;
+    return s;
 }

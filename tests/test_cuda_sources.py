@@ -2,7 +2,9 @@
 sm_90a and sm_100a under the same -D/-std options the runtime passes to NVRTC, and the Python
 launchers marshal arguments, key their caches and pick launch shapes correctly.  In place vs
 destination-passing is a runtime property (new_state == state), not a compile variant.
-GPU tests at the end: CUDA-graph capture and replay with new data, strided views."""
+State pools (GDN_POOL 1/2, int32/int64 slot indices) compile in every variant family and marshal
+their slot counts, null_slot and per-call index pointers.  GPU tests at the end: CUDA-graph
+capture and replay with new data, strided views (the pool tests: tests/test_cuda_v4_pool.py)."""
 from __future__ import annotations
 
 import re
@@ -19,15 +21,19 @@ from gdnzoo.backends import cuda_v1, cuda_v4
 from gdnzoo import tables
 from gdnzoo.contract import Problem, validate
 from gdnzoo.inputs import make_inputs
+from gdnzoo.pool import Pool
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 NVCC = shutil.which("nvcc")
 
 # (source, state, io, a, b, dt_bias, K, l2norm, extra -D)
 def _v4(V=128, T=1, HV=8, GVA=2, W=2, RW=2, LPR=32, VEC16=1, HINT=0, FAST=0, DENSE=0, CHAIN=0,
-        SMEM=0, QKS=0):
-    return dict(v=V, t=T, hv=HV, gva=GVA, w=W, rw=RW, lpr=LPR, vec16=VEC16, hint=HINT,
-                fastgate=FAST, dense=DENSE, chain=CHAIN, smem=SMEM, qks=QKS)
+        SMEM=0, QKS=0, POOL=0, IDX64=None):
+    d = dict(v=V, t=T, hv=HV, gva=GVA, w=W, rw=RW, lpr=LPR, vec16=VEC16, hint=HINT,
+             fastgate=FAST, dense=DENSE, chain=CHAIN, smem=SMEM, qks=QKS, pool=POOL)
+    if POOL:
+        d["idx64"] = IDX64
+    return d
 
 
 VARIANTS = [
@@ -65,6 +71,32 @@ VARIANTS = [
     (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 128, True, _v4(W=4, RW=4, LPR=8, SMEM=1,
                                                                   QKS=2, HINT=2, DENSE=1)),
 ]
+# State pools: read = write indices (1) or separate write indices (2), int32/int64 indices
+# (IDX64 bit 0: read, bit 1: write), in the register, staged (SMEM), shared q/k (QKS 1, 2),
+# element-load (VEC16=0), multi-token and tail (V=96) variants, dense and strided.
+POOL_VARIANTS = [
+    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, True, _v4(W=1, RW=4, LPR=8, HINT=3, FAST=1,
+                                                                 DENSE=1, POOL=1, IDX64=0)),
+    (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 128, False, _v4(W=2, RW=2, LPR=16, POOL=1,
+                                                                   IDX64=3)),
+    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, False, _v4(T=3, W=1, RW=8, LPR=16, HINT=2,
+                                                                  DENSE=1, POOL=2, IDX64=1)),
+    (cuda_v4.SOURCE, BF16, F16, F16, F16, BF16, 128, True, _v4(T=3, W=4, RW=2, LPR=4, QKS=2,
+                                                                POOL=2, IDX64=2)),
+    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, True, _v4(W=8, RW=8, LPR=16, SMEM=1, HINT=2,
+                                                                 DENSE=1, POOL=1, IDX64=1)),
+    (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 128, False, _v4(V=96, W=4, RW=4, LPR=16, SMEM=1,
+                                                                   QKS=1, POOL=2, IDX64=0)),
+    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, True, _v4(W=4, RW=2, LPR=8, QKS=1, HINT=2,
+                                                                 DENSE=1, POOL=2, IDX64=3)),
+    (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 128, True, _v4(W=4, RW=4, LPR=8, SMEM=1, QKS=2,
+                                                                  HINT=2, POOL=1, IDX64=0)),
+    (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, False, _v4(V=96, HV=64, GVA=4, W=4, RW=1,
+                                                                  VEC16=0, POOL=1, IDX64=0)),
+    (cuda_v4.SOURCE, BF16, BF16, BF16, BF16, F32, 64, True, _v4(V=64, T=2, W=2, RW=4, LPR=8,
+                                                                 CHAIN=4, DENSE=1, POOL=2,
+                                                                 IDX64=1)),
+]
 ARCHS = [(9, 0), (10, 0)]
 
 
@@ -74,16 +106,37 @@ def _nvcc(src, defs, cc):
     return cmd, r
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")
-def test_sources_compile_with_nvcc():
+def _compile_all(variants):
     jobs = []
-    for src, sd, io, ad, bd, dd, K, l2, extra in VARIANTS:
+    for src, sd, io, ad, bd, dd, K, l2, extra in variants:
         defs = cuda_build.defines(sd, io, ad, bd, dd, K, l2, **extra)
         jobs += [(src, defs, cc) for cc in ARCHS]
     with ThreadPoolExecutor(max_workers=4) as ex:
         results = list(ex.map(lambda j: _nvcc(*j), jobs))
     failed = [f"{' '.join(cmd)}\n{r.stderr[-2000:]}" for cmd, r in results if r.returncode != 0]
     assert not failed, "nvcc failed:\n" + "\n\n".join(failed)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")
+def test_sources_compile_with_nvcc():
+    _compile_all([(s, sd, io, ad, bd, dd, K, l2, dict(x, pool=0) if s == cuda_v4.SOURCE else x)
+                  for s, sd, io, ad, bd, dd, K, l2, x in VARIANTS])
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")
+def test_pool_variants_compile_with_nvcc():
+    _compile_all(POOL_VARIANTS)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")
+def test_v4_needs_the_pool_defines():
+    # GDN_POOL is required, and GDN_IDX64 with a pool: a host that forgets them gets an error,
+    # not a kernel that reads the wrong index width.
+    for extra in (dict(_v4(), pool=None), _v4(POOL=1, IDX64=None)):
+        extra = {k: v for k, v in extra.items() if v is not None}
+        defs = cuda_build.defines(F32, BF16, BF16, BF16, F32, 128, False, **extra)
+        _, r = _nvcc(cuda_v4.SOURCE, defs, (9, 0))
+        assert r.returncode != 0 and "-D options" in r.stderr, extra
 
 
 def test_nvcc_flags_match_nvrtc_options():
@@ -122,13 +175,23 @@ def test_param_values_of_strided_views():
     out = torch.empty(3, 2, 4, 8)
     new_state = torch.empty(3, 4, 8, 16)
     vals = cuda_build.param_values(q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, 0.25,
-                                   out, new_state, aux0=7)
+                                   out, new_state)
     f = _unpack(vals)
     assert f["q"] == q.data_ptr() and f["new_state"] == new_state.data_ptr()
     assert (f["q_n"], f["q_t"], f["q_h"]) == q.stride()[:3] == (160, 80, 16)
     assert (f["s_n"], f["s_h"], f["s_v"]) == x.state.stride()[:3]
-    assert (f["B"], f["T"], f["H"], f["HV"], f["V"], f["aux0"]) == (3, 2, 2, 4, 8, 7)
+    assert (f["B"], f["T"], f["H"], f["HV"], f["V"]) == (3, 2, 2, 4, 8)
     assert f["scale"] == 0.25 and f["A_log_h"] == 1
+    assert (f["idx"], f["new_idx"], f["P"], f["PN"], f["null_slot"]) == (0, 0, 0, 0, -1)
+    # a pool: slot counts of both pools and null_slot; the index pointers are written per call
+    pool = torch.zeros(7, 4 * 8 * 16 + 32)[:, :4 * 8 * 16].view(7, 4, 8, 16)
+    dest = torch.zeros(5, 4, 8, 16)
+    idx = torch.tensor([3, 0, 6], dtype=torch.int32)
+    f = _unpack(cuda_build.param_values(q, x.k, x.v, pool, x.A_log, x.a, x.dt_bias, x.b, 0.25,
+                                        out, dest, Pool(idx, idx, 0)))
+    assert (f["idx"], f["new_idx"], f["P"], f["PN"], f["null_slot"]) == (0, 0, 7, 5, 0)
+    assert (f["s_n"], f["s_h"], f["ns_n"]) == (4 * 8 * 16 + 32, 8 * 16, 4 * 8 * 16)
+    assert cuda_build.IDX_OFFSET == 8 * cuda_build.PARAM_FIELDS.index("idx")
 
 
 def test_defines_and_arch_options():
@@ -264,7 +327,7 @@ def test_v4_launch_marshalling(fake_gpu):
                         GDN_IO_DT=1, GDN_A_DT=1, GDN_B_DT=1, GDN_DTB_DT=0, GDN_L2NORM=0,
                         GDN_W=w, GDN_RW=rw, GDN_LPR=lpr, GDN_VEC16=1, GDN_HINT=hint,
                         GDN_FASTGATE=fast, GDN_DENSE=1, GDN_CHAIN=chain, GDN_SMEM=smem,
-                        GDN_QKS=qks)
+                        GDN_QKS=qks, GDN_POOL=0)
     func, grid, block, _, f = launches[0]
     assert block == 32 * w and grid == 8 * cuda_v4.blocks_per_head(128, w, rw, lpr)
     assert f["state"] == f["new_state"] == x.state.data_ptr() and f["q"] == x.q.data_ptr()
@@ -360,6 +423,92 @@ def test_v4_qks_modes_fall_back_where_they_cannot_serve(fake_gpu):
     assert compiled[-1][2]["GDN_QKS"] == 2
     _call(cuda_v4, x, config=(2, 1, 32, 0, 1, 0, 0, 2))
     assert compiled[-1][2]["GDN_QKS"] == 0
+
+
+def _page_pool(P, HV=8, V=128, K=128, dtype=F32, gap=32):
+    """A pool [P, HV, V, K] whose slots are a page apart (a gap after each slot's block)."""
+    return torch.zeros(P, HV * V * K + gap, dtype=dtype)[:, :HV * V * K].view(P, HV, V, K)
+
+
+def _pool_call(x, pool_t, new_t, read, write=None, null_slot=None, l2=False, **kw):
+    B, T, H, K = x.q.shape
+    HV, V = x.v.shape[2:]
+    out = torch.empty(B, T, HV, V, dtype=x.v.dtype)
+    validate(x.q, x.k, x.v, pool_t, x.A_log, x.a, x.dt_bias, x.b, x.scale, out=out,
+             new_state=new_t, use_qk_l2norm=l2, state_indices=read, new_state_indices=write,
+             null_slot=null_slot)
+    pool = Pool(read, read if write is None else write, -1 if null_slot is None else null_slot)
+    cuda_v4.run(x.q, x.k, x.v, pool_t, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, new_t, l2,
+                pool, **kw)
+    return pool
+
+
+def test_v4_pool_marshalling(fake_gpu):
+    compiled, launches = fake_gpu
+    x = make_inputs(B=3, H=4, HV=8)
+    pool_t = _page_pool(10)
+    read = torch.tensor([4, -1, 9], dtype=torch.int32)
+    _pool_call(x, pool_t, pool_t, read, null_slot=0)
+    defs = compiled[-1][2]
+    assert (defs["GDN_POOL"], defs["GDN_IDX64"], defs["GDN_DENSE"]) == (1, 0, 1)
+    w, rw, lpr = cuda_v4.table_config(H100, F32, 3, 4, 8, 128, 128, pool=True)[:3]
+    assert (defs["GDN_W"], defs["GDN_RW"], defs["GDN_LPR"]) == (w, rw, lpr)
+    _, grid, block, _, f = launches[-1]
+    assert grid == 3 * 8 * cuda_v4.blocks_per_head(128, w, rw, lpr) and block == 32 * w
+    assert f["idx"] == f["new_idx"] == read.data_ptr() and f["state"] == pool_t.data_ptr()
+    assert (f["P"], f["PN"], f["null_slot"], f["s_n"]) == (10, 10, 0, pool_t.stride(0))
+    # Same signature, new index tensor: no new variant, the new pointers in the block.
+    read2 = torch.tensor([1, 2, 3], dtype=torch.int32)
+    n = len(compiled)
+    _pool_call(x, pool_t, pool_t, read2, null_slot=0)
+    assert len(compiled) == n and launches[-1][4]["idx"] == read2.data_ptr() != f["idx"]
+    fixed = [n for n in cuda_build.PARAM_FIELDS[cuda_build.N_PTRS:]
+             if n not in ("idx", "new_idx")]
+    assert {n: launches[-1][4][n] for n in fixed} == {n: f[n] for n in fixed}
+    # Separate write indices (int64) into another pool: GDN_POOL 2, bit 1 of GDN_IDX64.
+    dest = torch.zeros(6, 8, 128, 128)
+    write = torch.tensor([5, 0, 2])
+    _pool_call(x, pool_t, dest, read, write)
+    defs, g = compiled[-1][2], launches[-1][4]
+    assert (defs["GDN_POOL"], defs["GDN_IDX64"]) == (2, 2) and len(compiled) == n + 1
+    assert (g["idx"], g["new_idx"], g["new_state"]) == (read.data_ptr(), write.data_ptr(),
+                                                      dest.data_ptr())
+    assert (g["P"], g["PN"], g["null_slot"], g["ns_n"]) == (10, 6, -1, 128 * 128 * 8)
+    # int64 read indices; another null_slot is another launcher (it is in the parameter block).
+    _pool_call(x, pool_t, pool_t, read.long(), null_slot=3)
+    assert compiled[-1][2]["GDN_IDX64"] == 3 and launches[-1][4]["null_slot"] == 3
+    # A strided q: not dense (the slot layout alone does not decide it).
+    wide = torch.zeros(3, 1, 4, 256, dtype=x.q.dtype)
+    x.q = wide[..., :128]
+    _pool_call(x, pool_t, pool_t, read)
+    assert compiled[-1][2]["GDN_DENSE"] == 0
+    # Explicit configs reach pool variants too (staging, q/k sharing).
+    _pool_call(x, pool_t, pool_t, read, config=(4, 4, 8, 2, 1, 0, 1, 2))
+    assert (compiled[-1][2]["GDN_SMEM"], compiled[-1][2]["GDN_QKS"]) == (1, 2)
+
+
+def test_v4_pool_and_dense_launchers_stay_apart(fake_gpu):
+    x = make_inputs(B=2, H=4, HV=8)
+    out = torch.empty(2, 1, 8, 128, dtype=BF16)
+    pool_t = _page_pool(4)
+    idx = torch.tensor([1, 3], dtype=torch.int32)
+    pool = Pool(idx, idx, -1)
+    dense = cuda_v4.bind(*x.args(), out, x.state, False)
+    pooled = cuda_v4.bind(x.q, x.k, x.v, pool_t, x.A_log, x.a, x.dt_bias, x.b, x.scale, out,
+                          pool_t, False, pool)
+    assert type(dense) is cuda_v4.Bound and type(pooled) is cuda_v4.PoolBound
+    with pytest.raises(TypeError):                              # a pool call needs the pool
+        pooled(x.q, x.k, x.v, pool_t, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, pool_t, False)
+    with pytest.raises(TypeError):                              # a dense launcher takes none
+        dense(*x.args(), out, x.state, False, pool)
+
+
+def test_v4_supports_pool_problems():
+    for B in (1, 64, 4096):
+        assert cuda_v4.supports(_problem(B=B, pool=True)) == (True, "")
+        assert cuda_v4.supports(_problem(B=B, pool=True, inplace=False)) == (True, "")
+    ok, why = cuda_v4.supports(_problem(B=2**28, pool=True))
+    assert not ok and "grid" in why
 
 
 def test_v1_launch_marshalling(fake_gpu):
