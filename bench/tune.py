@@ -317,10 +317,11 @@ def cmd_tune(args) -> int:
                              f"to add table_pool to (tune the in-place table first)")
         else:
             row = old
-        row = with_pool(row, old, [r for r in rows if r.get("mode") == "pool"], prov)
-        if "table_pool" not in row and not dense:
+        pool_rows = [r for r in rows if r.get("mode") == "pool"]
+        if not dense and not pool_table(pool_rows)[0]:
             raise SystemExit("tune --from: no correct pool kernel-clock results of a registered "
                              "pool backend to choose from")
+        row = with_pool(row, old, pool_rows, prov)
         for key, mode in zip(TABLE_KEYS, ("in place", "destination passing", "T >= 2 tokens",
                                           "state pool")):
             for sd, ranges in row.get(key, {}).items():
