@@ -97,9 +97,9 @@ def gpu_slug(name=None):
 
 
 def default_out_dir():
-    here = Path(__file__).resolve().parent
-    base = here / "results" if (here.parent / "registry.yaml").is_file() else Path("gdnzoo-results")
-    return str(base / gpu_slug())
+    """``gdnzoo-results/<gpu-slug>`` in the working directory (never inside the installed
+    package or the checkout's committed results)."""
+    return str(Path("gdnzoo-results") / gpu_slug())
 
 
 def _version(dist):
@@ -313,8 +313,8 @@ def console(rows, env, notes=(), files=()):
         lines.append(f"{r['status']} {r['backend']} B={r['B']} {r['state_dtype']}: {r['note'][:150]}")
     if len(fails) > 6:
         lines.append(f"... {len(fails) - 6} more FAIL/ERROR cells in results.csv")
-    for n in list(notes)[:6]:
-        lines.append(f"note: {n[:160]}")
+    for n in notes:
+        lines.append(f"note: {n}")
     if files:
         lines.append("wrote: " + ", ".join(files))
     return "\n".join(lines)

@@ -9,18 +9,17 @@ destination passing, new-state sets) that reads and writes miss L2.
 """
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import sys
 import time
 from dataclasses import dataclass
 
-import torch
-
-from gdnzoo.bench import clocks
-
 DEFAULT_BATCHES = (1, 4, 8, 16, 32, 48, 64, 128, 256, 512)
 CLOCKS = ("kernel", "graph", "host")
+MODES = ("inplace", "dest", "pool")
+STATE_DTYPES = ("fp32", "bf16")
 RUN_LAST = ("pt-compiled",)          # slow to compile per shape: a time budget cuts it first
 CELL_SECONDS = 0.15                  # target measuring time per clock per cell
 WARMUP_CALLS = 8                     # untimed calls per cell before any clock (public + raw)
@@ -65,27 +64,100 @@ def _words(s):
     return [x.strip() for x in str(s).split(",") if x.strip()]
 
 
+# Argument types: a bad value is an argparse error (exit status 2) naming the option, before
+# anything is measured.
+
+def positive_int(s):
+    try:
+        n = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+    return n
+
+
+def positive_ints(s):
+    """A comma list of positive integers, e.g. 1,4,16."""
+    words = _words(s)
+    if not words:
+        raise argparse.ArgumentTypeError(f"expected a comma list of positive integers, got {s!r}")
+    return [positive_int(w) for w in words]
+
+
+def non_negative_float(s):
+    try:
+        x = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {s!r}") from None
+    if not x >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {s!r}")
+    return x
+
+
+def heads(s):
+    """H,HV with HV a multiple of H (kept as the text, as the sweep's callers pass it)."""
+    try:
+        H, HV = (int(w) for w in str(s).split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected H,HV like 4,8; got {s!r}") from None
+    if H < 1 or HV < 1 or HV % H:
+        raise argparse.ArgumentTypeError(f"expected H,HV >= 1 with HV a multiple of H, got {s!r}")
+    return s
+
+
+def one_of(valid, what):
+    """A comma list of words, each one of ``valid``."""
+    def parse(s):
+        words = _words(s)
+        bad = [w for w in words if w not in valid]
+        if bad or not words:
+            raise argparse.ArgumentTypeError(f"expected a comma list of {what} from "
+                                             f"{', '.join(valid)}; got {s!r}")
+        return words
+    return parse
+
+
+def modes(s):
+    words = one_of(MODES, "modes")(s)
+    if "pool" in words and len(words) > 1:
+        raise argparse.ArgumentTypeError(f"pool (the serving benchmark) runs alone; got {s!r}")
+    return words
+
+
+def names(s):
+    if not _words(s):
+        raise argparse.ArgumentTypeError(f"expected a comma list of backend names or 'all', "
+                                         f"got {s!r}")
+    return s
+
+
 def add_bench_args(p):
-    p.add_argument("--algo", default=None,
+    p.add_argument("--algo", type=names, default=None,
                    help="comma list of backends or 'all' (default: ALGO env, else all)")
-    p.add_argument("--batch", type=_ints, default=list(DEFAULT_BATCHES),
+    p.add_argument("--batch", type=positive_ints, default=list(DEFAULT_BATCHES),
                    help="comma list of batch sizes (default 1,4,8,16,32,48,64,128,256,512)")
-    p.add_argument("--heads", default="4,8", help="H,HV (default 4,8: the contest geometry)")
-    p.add_argument("--dim", type=int, default=128, help="K = V (default 128)")
-    p.add_argument("--tokens", type=int, default=1, help="T tokens per call (default 1)")
-    p.add_argument("--state-dtype", type=_words, default=["fp32"], help="fp32, bf16 or fp32,bf16")
-    p.add_argument("--timing", type=_words, default=list(CLOCKS),
+    p.add_argument("--heads", type=heads, default="4,8",
+                   help="H,HV (default 4,8: the contest geometry)")
+    p.add_argument("--dim", type=positive_int, default=128, help="K = V (default 128)")
+    p.add_argument("--tokens", type=positive_int, default=1, help="T tokens per call (default 1)")
+    p.add_argument("--state-dtype", type=one_of(STATE_DTYPES, "state dtypes"), default=["fp32"],
+                   help="fp32, bf16 or fp32,bf16")
+    p.add_argument("--timing", type=one_of(CLOCKS, "clocks"), default=list(CLOCKS),
                    help="comma list of kernel,graph,host (default all three)")
-    p.add_argument("--mode", type=_words, default=["inplace"],
-                   help="inplace, dest or inplace,dest (default inplace)")
+    p.add_argument("--mode", type=modes, default=["inplace"],
+                   help="inplace, dest or inplace,dest (default inplace); pool: the serving "
+                        "benchmark (bench/pool.py), alone")
     p.add_argument("--l2norm", action="store_true", help="use_qk_l2norm=True")
-    p.add_argument("--iters", type=int, default=200, help="most timed calls per clock per cell")
+    p.add_argument("--iters", type=positive_int, default=200,
+                   help="most timed calls per clock per cell")
     p.add_argument("--nvbench", action="store_true",
                    help="cross-check kernel time with NVBench (cuda-bench), in a subprocess")
     p.add_argument("--out", default=None,
-                   help="results directory (default bench/results/<gpu-slug>/, e.g. "
-                        "bench/results/h100-80gb-hbm3/; split runs need one directory each)")
-    p.add_argument("--time-budget", type=float, default=DEFAULT_BUDGET_S,
+                   help="results directory (default gdnzoo-results/<gpu-slug>/ in the working "
+                        "directory, e.g. gdnzoo-results/h100-80gb-hbm3/; split runs need one "
+                        "directory each)")
+    p.add_argument("--time-budget", type=non_negative_float, default=DEFAULT_BUDGET_S,
                    help=f"seconds; cells not started by then are SKIPped (slow backends run last); "
                         f"0 = none (default {DEFAULT_BUDGET_S:g}: with compiles and the floor, "
                         f"a full H100 run ends in about 5 minutes)")
@@ -140,6 +212,8 @@ def bytes_moved(c: Cell, io_bytes: int = 2) -> int:
 # ------------------------------------------------------------------------------- one cell
 
 def _problem(c, inp, device):
+    import torch
+
     from gdnzoo.contract import validate
     out = torch.empty(c.B, c.T, c.HV, c.V, dtype=inp.v.dtype, device=device)
     ns = None if c.mode == "inplace" else torch.empty_like(inp.state)
@@ -169,7 +243,10 @@ def _flags(mod):
 
 def measure_cell(c: Cell, timing, iters, device, seed=0):
     """Rows (one per clock) for one cell: correctness, then each requested clock."""
+    import torch
+
     from gdnzoo import registry
+    from gdnzoo.bench import clocks
     from gdnzoo.inputs import make_inputs
     import gdnzoo
     base = dict(cell=c, flags="", n_sets=0, working_set_mib=0.0)
@@ -308,6 +385,7 @@ def floor_rows(floor_cells, timing, device, iters):
 
 def run_sweep(args, progress=True):
     """Measure every planned cell; returns (rows, device_reference, skipped_clock_notes)."""
+    import torch
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     names = resolve_names(args.algo)
     bad = [k for k in args.timing if k not in CLOCKS]
@@ -361,6 +439,9 @@ def run_sweep(args, progress=True):
 
 def cmd_bench(args) -> int:
     from gdnzoo.bench import report
+    if "pool" in args.mode:                  # the serving benchmark: bench/pool.py
+        from gdnzoo.bench import pool
+        return pool.cmd_bench_pool(args)
     rows, ref, notes = run_sweep(args)
     if getattr(args, "nvbench", False):
         from gdnzoo.bench import nvbench_xcheck
@@ -372,4 +453,4 @@ def cmd_bench(args) -> int:
     env = report.environment(METHOD, ref, notes)
     files = report.write_all(table, env, out, plots=not args.no_plots)
     print(report.console(table, env, notes, files))
-    return 0 if not any(r["status"] == "FAIL" for r in table) else 1
+    return 1 if any(r["status"] in ("FAIL", "ERROR") for r in table) else 0

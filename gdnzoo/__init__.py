@@ -5,24 +5,48 @@
                                    state_indices=None, new_state_indices=None, null_slot=None)
 
 The public API is this module: :func:`decode`, :func:`select`, :func:`get`,
-:func:`list_backends`, and the records they return.
+:func:`list_backends`, and the records they return.  Its submodules (``gdnzoo.inputs``,
+``gdnzoo.reference``, ...) load on first use: importing gdnzoo imports no torch, so the
+command line starts fast.
 """
 from __future__ import annotations
 
-from gdnzoo import dispatch as _dispatch
-from gdnzoo.contract import Problem, validate as _validate
-from gdnzoo.registry import BackendInfo, Selection, list_backends
-from gdnzoo.registry import load_registry as _load_registry, select as _select
+import importlib
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    import torch
+
+    from gdnzoo.contract import Problem
+    from gdnzoo.registry import BackendInfo, Selection
 
 __all__ = ["decode", "get", "list_backends", "select", "Problem", "BackendInfo", "Selection"]
 __version__ = "0.1.0"
 
-_decode = _dispatch.decode
+_NAMES = {"Problem": "gdnzoo.contract", "BackendInfo": "gdnzoo.registry",
+          "Selection": "gdnzoo.registry", "list_backends": "gdnzoo.registry"}
+_SUBMODULES = {"backends", "bench", "cli", "contract", "dispatch", "gate", "guards", "inputs",
+               "integrations", "pool", "reference", "registry", "tables"}
 
 
-def decode(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
-           use_qk_l2norm=False, algo=None, state_indices=None, new_state_indices=None,
-           null_slot=None):
+def __getattr__(name: str):
+    """The public records and the submodules, imported when first asked for."""
+    if name in _NAMES:
+        value = getattr(importlib.import_module(_NAMES[name]), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f"gdnzoo.{name}")
+    raise AttributeError(f"module 'gdnzoo' has no attribute {name!r}")
+
+
+def decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.Tensor,
+           A_log: torch.Tensor, a: torch.Tensor, dt_bias: torch.Tensor, b: torch.Tensor,
+           scale: float | None = None, *, out: torch.Tensor | None = None,
+           new_state: torch.Tensor | None = None, use_qk_l2norm: bool = False,
+           algo: str | None = None, state_indices: torch.Tensor | None = None,
+           new_state_indices: torch.Tensor | None = None,
+           null_slot: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One Gated Delta Net decode step of T tokens; returns ``(out, new_state)``.
 
     Per sequence n, token t and value head h (q/k head ``h // (HV // H)``), in fp32::
@@ -36,48 +60,75 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_st
 
     Shapes: q, k [B, T, H, K] and v [B, T, HV, V] (bf16 or fp16, last axis contiguous); state
     [B, HV, V, K] (fp32 or bf16, K contiguous); A_log [HV] fp32; a, b [B, T, HV]; dt_bias [HV]
-    (fp32 or bf16); out [B, T, HV, V] in v's dtype.  HV must be a multiple of H.
+    (fp32 or bf16); out [B, T, HV, V] in v's dtype.  HV must be a multiple of H.  Every
+    tensor is a dense tensor on one device (cpu or cuda) that does not require grad: decode
+    computes no gradients.
 
     ``new_state`` None or ``state``: the state is updated in place; a distinct ``new_state``
     receives it and ``state`` is only read (destination passing).  ``out`` None allocates it.
-    T >= 1 tokens are applied in order.  ``scale`` None or 0 means 1/sqrt(K).
-    ``use_qk_l2norm`` normalizes q and k first.  ``algo`` names a backend
-    (:func:`list_backends`); else the ``ALGO`` environment variable, else this GPU's measured
-    default table, else a fallback order (:func:`select` says which and why).
+    Written tensors (``out``, ``new_state``, ``state`` in place) may not overlap any other
+    argument (their byte ranges, first to last element, are disjoint) nor themselves (no
+    stride 0 on a dimension of size > 1); a state that is only read may be expanded.
+    T >= 1 tokens are applied in order.  ``scale`` None or 0 means 1/sqrt(K); else a real
+    number >= 0 (not a bool).  ``use_qk_l2norm`` (a bool) normalizes q and k first.  ``algo``
+    names a backend (:func:`list_backends`); None: the ``ALGO`` environment variable, else
+    this GPU's measured default table, else a fallback order (:func:`select` says which and
+    why).
 
     State pools (serving engines): with ``state_indices`` ([B] int32/int64 on q's device),
     ``state`` is a pool [P, HV, V, K] (each slot's [HV, V, K] block contiguous, any
     ``stride(0)`` >= HV*V*K) and sequence n reads slot ``state_indices[n]`` and writes its new
     state to slot ``new_state_indices[n]`` (default: the same) of ``new_state`` (default: the
-    same pool).  A negative index is padding, and so is ``null_slot`` (vLLM's null block:
-    ``null_slot=0``); an index >= P is never dereferenced.  A padded sequence gets zeros in
-    ``out`` and no state is read or written.  No host sync: CUDA-graph capturable.
+    same pool).  A negative index is padding, and so is ``null_slot`` (an int; vLLM's null
+    block: ``null_slot=0``); an index >= P is never dereferenced.  A padded sequence gets
+    zeros in ``out`` and no state is read or written.  No host sync: CUDA-graph capturable.
     ``GDNZOO_CHECK_INDICES=1`` checks the indices on the host (see :mod:`gdnzoo.pool`).
 
     Bad inputs raise ``ValueError`` or ``TypeError`` naming the argument, before any kernel
-    runs, so ``state`` is untouched.  An explicit algo that is unknown or cannot serve these
-    inputs raises, listing the valid names and the reason.
+    runs, so every argument is untouched; whether an earlier call was memoized never changes
+    that.  An explicit algo that is unknown or cannot serve these inputs raises, listing the
+    valid names and the reason.
     """
     return _decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
                    algo, state_indices, new_state_indices, null_slot)
 
 
-def select(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
-           use_qk_l2norm=False, algo=None, state_indices=None, new_state_indices=None,
-           null_slot=None) -> Selection:
+def _decode(*args):
+    """decode's first call: import the hot path (:mod:`gdnzoo.dispatch`, and torch), which
+    then serves every call directly."""
+    global _decode
+    from gdnzoo.dispatch import decode as hot_path
+    _decode = hot_path
+    return hot_path(*args)
+
+
+def select(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.Tensor,
+           A_log: torch.Tensor, a: torch.Tensor, dt_bias: torch.Tensor, b: torch.Tensor,
+           scale: float | None = None, *, out: torch.Tensor | None = None,
+           new_state: torch.Tensor | None = None, use_qk_l2norm: bool = False,
+           algo: str | None = None, state_indices: torch.Tensor | None = None,
+           new_state_indices: torch.Tensor | None = None,
+           null_slot: int | None = None) -> Selection:
     """Which backend :func:`decode` would use for these inputs, from which rule, and why."""
-    p, _ = _validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
-                     use_qk_l2norm=use_qk_l2norm, state_indices=state_indices,
-                     new_state_indices=new_state_indices, null_slot=null_slot)
-    return _select(p, algo)
+    from gdnzoo import registry
+    from gdnzoo.contract import validate
+    p, _ = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
+                    use_qk_l2norm=use_qk_l2norm, state_indices=state_indices,
+                    new_state_indices=new_state_indices, null_slot=null_slot)
+    return registry.select(p, algo)
 
 
-def get(name: str):
+def get(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     """A callable with :func:`decode`'s signature that always uses backend ``name``.
 
     Raises ``ValueError`` listing the valid names if ``name`` is unknown.
     """
-    reg = _load_registry()
+    from gdnzoo import registry
+    if name is None:
+        raise TypeError("algo: expected a backend name, got None (gdnzoo.decode chooses "
+                        "automatically)")
+    registry.check_algo(name)
+    reg = registry.load_registry()
     if name not in reg.backends:
         raise ValueError(f"algo: unknown backend {name!r}; valid names: {', '.join(reg.names)}")
 

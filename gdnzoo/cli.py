@@ -1,9 +1,16 @@
-"""The ``gdnzoo`` command line: list | run | bench | tune | check | pack."""
+"""The ``gdnzoo`` command line: list | run | bench | tune | check | pack.
+
+Starting it imports no torch: a subcommand's module is imported only when that subcommand
+runs (or prints its help), so ``gdnzoo --help`` and ``gdnzoo --version`` answer at once.
+"""
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+
+from gdnzoo import __version__
+from gdnzoo.bench.sweep import positive_int
 
 BENCH_BATCHES = (1, 4, 8, 16, 32, 48, 64, 128, 256, 512)
 
@@ -113,14 +120,18 @@ def cmd_run(args) -> int:
 def _pair(s):
     try:
         h, hv = (int(t) for t in s.split(","))
-        return h, hv
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected H,HV like 4,8; got {s!r}") from None
+    if h < 1 or hv < 1 or hv % h:
+        raise argparse.ArgumentTypeError(f"expected H,HV >= 1 with HV a multiple of H, got {s!r}")
+    return h, hv
 
 
-def _lazy_sub(sub, name, help_, module, add_fn, cmd_fn):
-    """A subcommand implemented in gdnzoo.bench.<module>; its import happens only here."""
-    p = sub.add_parser(name, help=help_)
+def _lazy_sub(sub, name, help_, module, add_fn, cmd_fn, build):
+    """A subcommand implemented in gdnzoo.bench.<module>, imported only when ``build``."""
+    p = sub.add_parser(name, help=help_, description=help_)
+    if not build:
+        return
     try:
         mod = __import__(f"gdnzoo.bench.{module}", fromlist=[add_fn])
         getattr(mod, add_fn)(p)
@@ -130,8 +141,11 @@ def _lazy_sub(sub, name, help_, module, add_fn, cmd_fn):
         p.set_defaults(func=lambda a: (print(f"error: {err}", file=sys.stderr), 2)[1])
 
 
-def build_parser():
+def build_parser(command=None):
+    """The parser; of the subcommands implemented in gdnzoo.bench, only ``command`` gets its
+    arguments, so only its module is imported."""
     ap = argparse.ArgumentParser(prog="gdnzoo", description="Gated Delta Net decode kernel zoo")
+    ap.add_argument("--version", action="version", version=f"gdnzoo {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("list", help="every backend with availability and reason")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
@@ -139,31 +153,35 @@ def build_parser():
 
     p = sub.add_parser("run", help="one decode step on generated inputs, checked against the reference")
     p.add_argument("--algo", default=None, help="backend name (default: ALGO env, else auto)")
-    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--batch", type=positive_int, default=1)
     p.add_argument("--heads", type=_pair, default=(4, 8), help="H,HV (default 4,8)")
-    p.add_argument("--dim", type=int, default=128, help="K = V head size (default 128)")
+    p.add_argument("--dim", type=positive_int, default=128, help="K = V head size (default 128)")
     p.add_argument("--state-dtype", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--tokens", type=int, default=1, help="T tokens per call (default 1)")
+    p.add_argument("--tokens", type=positive_int, default=1, help="T tokens per call (default 1)")
     p.add_argument("--l2norm", action="store_true", help="use_qk_l2norm=True")
     p.add_argument("--dest", action="store_true", help="destination-passing (new_state distinct)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--iters", type=int, default=20, help="timed calls (default 20)")
+    p.add_argument("--iters", type=positive_int, default=20, help="timed calls (default 20)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
     p.set_defaults(func=cmd_run)
 
-    _lazy_sub(sub, "bench", "side-by-side benchmark of every backend (three clocks)",
-              "sweep", "add_bench_args", "cmd_bench")
-    _lazy_sub(sub, "tune", "measure and write this GPU's row of the default table",
-              "tune", "add_tune_args", "cmd_tune")
-    _lazy_sub(sub, "check", "every backend on the 54-workload contest mix, PASS/FAIL",
-              "check", "add_check_args", "cmd_check")
-    _lazy_sub(sub, "pack", "export a backend as a flashinfer-bench Solution",
-              "pack", "add_pack_args", "cmd_pack")
+    for name, help_, module, add_fn, cmd_fn in (
+            ("bench", "side-by-side benchmark of every backend (three clocks)", "sweep",
+             "add_bench_args", "cmd_bench"),
+            ("tune", "measure and write this GPU's row of the default table", "tune",
+             "add_tune_args", "cmd_tune"),
+            ("check", "every backend on the 54-workload contest mix, PASS/FAIL", "check",
+             "add_check_args", "cmd_check"),
+            ("pack", "export a backend as a flashinfer-bench Solution", "pack",
+             "add_pack_args", "cmd_pack")):
+        _lazy_sub(sub, name, help_, module, add_fn, cmd_fn, command == name)
     return ap
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command).parse_args(argv)
     return int(args.func(args) or 0)
 
 

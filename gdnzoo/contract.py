@@ -16,10 +16,16 @@ Shapes::
     out       [B, T, HV, V]   dtype of v
     new_state [B, HV, V, K]   dtype of state; None or ``state`` means in place (a pool:
                               [P', HV, V, K], written at new_state_indices)
+
+Every tensor is dense, on cpu or cuda, and does not require grad.  The tensors decode writes
+(``out``, ``new_state``, ``state`` in place) share no memory with any other argument nor among
+their own elements.
 """
 from __future__ import annotations
 
 import math
+import numbers
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -65,13 +71,26 @@ class Problem:
                 f"{' pool' if self.pool else ''}")
 
 
+def type_name(x) -> str:
+    """``x``'s type for a message: ``numpy.bool`` where the bare name (``bool``) would mislead."""
+    t = type(x)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
 def _fmt_dt(dts) -> str:
     return " or ".join(dtype_name(d) for d in dts)
 
 
 def _need_tensor(name, x):
+    """A dense tensor outside autograd (decode computes no gradients)."""
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type_name(x)}")
+    if x.layout != torch.strided:
+        raise TypeError(f"{name}: expected a dense (strided) tensor, got layout "
+                        f"{str(x.layout).replace('torch.', '')}")
+    if x.requires_grad:
+        raise ValueError(f"{name}: expected a tensor that does not require grad (decode "
+                         f"computes no gradients), got requires_grad=True: pass {name}.detach()")
 
 
 def _need_rank(name, x, rank, layout):
@@ -96,18 +115,33 @@ def _need_last_contiguous(name, x, axis_name):
                          f"got strides {tuple(x.stride())}")
 
 
+def _need_own_memory(name, x):
+    """A written tensor whose elements do not share memory: sorted by stride, each dimension
+    of size > 1 must step past everything the smaller ones span (so a stride of 0, as in
+    ``expand``, is refused)."""
+    span = 0
+    for n, st in sorted(((n, st) for n, st in zip(x.shape, x.stride()) if n > 1),
+                        key=lambda d: d[1]):
+        if st <= span:
+            raise ValueError(f"{name}: it is written, so expected elements that do not share "
+                             f"memory, got shape {tuple(x.shape)} with strides "
+                             f"{tuple(x.stride())} (internal overlap)")
+        span += (n - 1) * st
+
+
 def resolve_scale(scale, K: int) -> float:
-    """None or 0 means 1/sqrt(K); negative or non-finite is an error."""
+    """None or 0 means 1/sqrt(K); else a real number (int, float or a numpy scalar; not a
+    bool), or a one-element tensor (read on the host: a device sync for a GPU tensor).
+    Negative or non-finite is an error."""
     if scale is None:
         return 1.0 / math.sqrt(K)
     if isinstance(scale, torch.Tensor):
         if scale.numel() != 1:
             raise ValueError(f"scale: expected a scalar, got a tensor of shape {tuple(scale.shape)}")
         scale = scale.item()
-    try:
-        s = float(scale)
-    except (TypeError, ValueError):
-        raise TypeError(f"scale: expected a float or None, got {type(scale).__name__}") from None
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale: expected a float or None, got {type_name(scale)}")
+    s = float(scale)
     if not math.isfinite(s) or s < 0:
         raise ValueError(f"scale: expected a finite value >= 0 (0 or None means 1/sqrt(K)), got {s}")
     return 1.0 / math.sqrt(K) if s == 0.0 else s
@@ -185,6 +219,8 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
                             f"got {dtype_name(new_state.dtype)}")
 
     dev = q.device
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"q: expected a tensor on cpu or cuda, got device {dev}")
     tensors = dict(named, out=out, new_state=None if inplace else new_state)
     for n, x in tensors.items():
         if x is not None and x.device != dev:
@@ -198,11 +234,16 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
         _need_last_contiguous("out", out, "V")
     if not inplace:
         _need_last_contiguous("new_state", new_state, "K")
-    check_aliasing(state, out, new_state)
+    if out is not None:
+        _need_own_memory("out", out)
+    if not pooled:                       # a pool's slots are checked apart by pools.validate
+        _need_own_memory(*(("state", state) if inplace else ("new_state", new_state)))
+    check_aliasing(q, k, v, state, A_log, a, dt_bias, b, out, new_state, state_indices,
+                   new_state_indices)
 
     s = resolve_scale(scale, K)
     if not isinstance(use_qk_l2norm, bool):
-        raise TypeError(f"use_qk_l2norm: expected bool, got {type(use_qk_l2norm).__name__}")
+        raise TypeError(f"use_qk_l2norm: expected bool, got {type_name(use_qk_l2norm)}")
     cc = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
     p = Problem(B=B, T=T, H=H, HV=HV, K=K, V=V, state_dtype=state.dtype, io_dtype=q.dtype,
                 device=dev.type, use_qk_l2norm=use_qk_l2norm, inplace=inplace, cc=cc,
@@ -210,17 +251,73 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
     return p, s
 
 
-def check_aliasing(state, out, new_state):
-    """Data-dependent checks that a cached signature cannot cover: run on every call."""
-    if new_state is not None and new_state is not state and _overlaps(new_state, state):
-        raise ValueError("new_state: expected a tensor distinct from state or state itself, "
-                         "got a different view that overlaps state's memory")
-    if out is not None and _overlaps(out, state):
-        raise ValueError("out: expected memory disjoint from state, got an overlapping tensor")
+# ------------------------------------------------------------------ overlaps
+
+# decode reads every argument and writes ``out`` and ``new_state`` (``state`` itself in place).
+# No written tensor may share memory with another argument: their byte ranges, from the first
+# to one past the last element, must be disjoint.  Ranges are a tensor's shape, strides and
+# dtype (fixed by a memoized signature) from its data pointer (changing per call), so decode's
+# memoized calls check them from data pointers alone (:func:`overlap_probe`).
+READ = ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "state_indices",
+        "new_state_indices")
+
+
+def aliasing_pairs(given, out: bool, inplace: bool) -> list[tuple[str, str]]:
+    """(written, read) argument names whose memory must be disjoint, in the order checked;
+    ``given``: the names of the arguments present."""
+    writers = ["state" if inplace else "new_state"] + (["out"] if out else [])
+    pairs = [(w, r) for w in writers for r in READ if r in given and r != w]
+    if out and not inplace:
+        pairs.append(("out", "new_state"))
+    return pairs
+
+
+def check_aliasing(q, k, v, state, A_log, a, dt_bias, b, out, new_state, state_indices=None,
+                   new_state_indices=None):
+    """Raise ValueError naming the first written argument whose byte range overlaps another
+    argument's (:func:`aliasing_pairs`)."""
+    named = dict(q=q, k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias, b=b, out=out,
+                 new_state=new_state, state_indices=state_indices,
+                 new_state_indices=new_state_indices)
+    inplace = new_state is None or new_state is state
+    given = {n for n, x in named.items() if x is not None}
+    for w, r in aliasing_pairs(given, out is not None, inplace):
+        if _overlaps(named[w], named[r]):
+            if (w, r) == ("new_state", "state"):
+                raise ValueError("new_state: expected a tensor distinct from state or state "
+                                 "itself, got a different view that overlaps state's memory")
+            why = " (it is updated in place)" if w == "state" else ""
+            raise ValueError(f"{w}: expected memory disjoint from {r}{why}: a written tensor "
+                             f"may not overlap any other argument, got overlapping byte ranges")
+
+
+# decode's per-call check packs the data pointers of these arguments (0 for an absent one) as
+# unsigned 64-bit integers: the first 10 for a dense call, all 12 for a pool call.
+POINTERS = ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "out", "new_state",
+            "state_indices", "new_state_indices")
+
+
+def overlap_probe(named, inplace: bool, slots: int):
+    """A function of a call's packed data pointers (the first ``slots`` of :data:`POINTERS`)
+    that returns True when :func:`check_aliasing` would raise for them, for every call of the
+    signature of the tensors ``named`` ({name: tensor or None}; their byte spans are constants
+    in it): decode's per-call check.
+
+    Generated once per signature, every pair unrolled: decode runs it only for data pointers
+    it has not seen with this signature."""
+    span = {n: byte_span(x) for n, x in named.items() if x is not None}
+    pairs = [(w, r) for w, r in aliasing_pairs(set(span), named.get("out") is not None, inplace)
+             if span[w] and span[r]]
+    tests = [f"-{span[r]} < {r} - {w} < {span[w]}" for w, r in pairs]
+    src = (f"def probe(ptrs):\n    {', '.join(POINTERS[:slots])} = unpack(ptrs)\n"
+           f"    return {' or '.join(tests) or 'False'}\n")
+    scope = {"unpack": struct.Struct(f"{slots}Q").unpack}
+    exec(compile(src, "<gdnzoo overlap probe>", "exec"), scope)
+    return scope["probe"]
 
 
 def _sig(t):
-    return (t.size(), t.stride(), t.dtype, t.get_device())
+    return (t.size(), t.stride(), t.dtype, t.device, t.layout, t.requires_grad)
 
 
 def signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
@@ -228,16 +325,17 @@ def signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_q
     """Everything :func:`validate` decides from, except data pointers, as a hashable key.
 
     Two calls with equal signatures get the same verdict, so a cached ``(Problem, scale)``
-    may be reused; :func:`check_aliasing` still runs per call.  Raises ``TypeError`` for
-    non-tensors (the caller then runs the full :func:`validate` for its message).
+    may be reused; the overlap check (:func:`overlap_probe`) still runs per call.  Values that
+    compare equal across types (``1 == 1.0 == True``) are told apart by their types.  Raises
+    for non-tensors (the caller then runs the full :func:`validate` for its message).
     """
     return (_sig(q), _sig(k), _sig(v), _sig(state), _sig(A_log), _sig(a), _sig(dt_bias), _sig(b),
             None if out is None else _sig(out),
             0 if new_state is None else (1 if new_state is state else _sig(new_state)),
-            scale, use_qk_l2norm,
+            scale, type(scale), use_qk_l2norm, type(use_qk_l2norm),
             None if state_indices is None else
             (_sig(state_indices), None if new_state_indices is None else _sig(new_state_indices),
-             null_slot))
+             null_slot, type(null_slot)))
 
 
 def byte_span(x) -> int:
@@ -248,15 +346,7 @@ def byte_span(x) -> int:
     return (sum((n - 1) * st for n, st in zip(x.shape, x.stride())) + 1) * x.element_size()
 
 
-def _span(x):
-    start = x.data_ptr()
-    return start, start + byte_span(x)
-
-
 def _overlaps(x, y) -> bool:
-    if x.numel() == 0 or y.numel() == 0:
-        return False
-    if x.untyped_storage().data_ptr() != y.untyped_storage().data_ptr():
-        return False
-    (a0, a1), (b0, b1) = _span(x), _span(y)
-    return a0 < b1 and b0 < a1
+    sx, sy = byte_span(x), byte_span(y)
+    a0, b0 = x.data_ptr(), y.data_ptr()
+    return sx > 0 and sy > 0 and a0 < b0 + sy and b0 < a0 + sx

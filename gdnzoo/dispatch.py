@@ -1,94 +1,91 @@
 """decode's hot path: validate and select once per call signature, then only launch.
 
 A call's verdict (the validated :class:`~gdnzoo.contract.Problem`, the resolved scale, the
-backend that serves it, the byte extents for the overlap check, and the backend's bound
-launcher) is memoized as a :class:`Resolved` under the call's signature
-(:func:`gdnzoo.contract.signature`: shapes, strides, dtypes, devices, scale, mode, algo and the
-ALGO variable).  Building that key in Python costs some 40 attribute reads, so each resolved
-signature also gets a guard (:mod:`gdnzoo.guards`, one C++ check of all tensors) and the last
-few guards of a calling mode are tried first.  A memo skips validation and selection, never the
-data-dependent overlap check of ``out`` and ``new_state`` against ``state``.
+backend that serves it, the overlap probe, and the backend's bound launcher) is memoized as a
+:class:`Resolved` under the call's signature (:func:`gdnzoo.contract.signature`: shapes,
+strides, dtypes, devices, requires_grad, scale, mode, algo and the ALGO variable, the Python
+values with their types, as ``1 == 1.0 == True``).  Building that key in Python costs some 40
+attribute reads, so each resolved signature also gets a guard (:mod:`gdnzoo.guards`, one C++
+check of all tensors) and the last few guards of a calling mode are tried first.
+
+A memo skips work, never a check: whatever validate would refuse for a call, the memoized path
+refuses with the same error.  What a signature cannot fix, that no written tensor (``out``,
+``new_state``, ``state`` in place) overlaps another argument, is checked on every call from the
+data pointers (:func:`gdnzoo.contract.overlap_probe`, no device sync).
 """
 from __future__ import annotations
+
+import struct
 
 import torch
 
 from gdnzoo import guards, registry
 from gdnzoo import pool as pools
 from gdnzoo.registry import env_algo
-from gdnzoo.contract import byte_span, check_aliasing, signature, validate
+from gdnzoo.contract import check_aliasing, overlap_probe, signature, validate
 
-_MEMO = {}          # (signature, algo, ALGO) -> Resolved; ("guards", mode...) -> [Resolved]
+_MEMO = {}          # (signature, algo, type, ALGO) -> Resolved; (mode...) -> [Resolved]
 _MEMO_MAX = 4096
 _GUARDS_PER_MODE = 4
+_DISJOINT_MAX = 256  # pointer sets remembered per signature as free of overlaps
+# A call's data pointers, packed (contract.POINTERS; 0: absent): cheaper to build and compare
+# than a tuple of Python ints.
+_PTRS = struct.Struct("10Q").pack
+_POOL_PTRS = struct.Struct("12Q").pack
+_DENSE = ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b")
 
 registry.on_reset(_MEMO.clear)
 
 
 class Resolved:
     """What decode decided for one call signature."""
-    __slots__ = ("problem", "scale", "backend", "spans", "launch", "guard")
+    __slots__ = ("problem", "scale", "backend", "probe", "last", "disjoint", "launch", "guard")
 
-    def __init__(self, problem, scale, backend, spans):
-        self.problem, self.scale, self.backend, self.spans = problem, scale, backend, spans
+    def __init__(self, problem, scale, backend, probe, ptrs):
+        self.problem, self.scale, self.backend, self.probe = problem, scale, backend, probe
+        self.last = ptrs         # the packed data pointers of the last call found free of
+        self.disjoint = {ptrs}   # overlaps, and of up to _DISJOINT_MAX such calls
         self.launch = None       # the backend's bound launcher, made by the first call
         self.guard = None        # guards.make(...) once asked; False: no guards in this process
 
 
-def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
-             key, pool_args=None):
-    """Validate and select (the slow path); the verdict is memoized under ``key`` if any.
-    ``pool_args``: (state_indices, new_state_indices, null_slot) of a pool call."""
-    si, nsi, null = pool_args or (None, None, None)
-    p, s = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
-                    use_qk_l2norm=use_qk_l2norm, state_indices=si, new_state_indices=nsi,
-                    null_slot=null)
-    spans = (byte_span(state), None if out is None else byte_span(out),
-             None if new_state is None or new_state is state else byte_span(new_state))
-    hit = Resolved(p, s, registry.select(p, algo).name, spans)
-    if key is not None:
-        if len(_MEMO) >= _MEMO_MAX:
-            _MEMO.clear()
-        _MEMO[key] = hit
-    return hit
+def _pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args=None):
+    """The packed data pointers of a call (decode builds the same inline)."""
+    p = (q.data_ptr(), k.data_ptr(), v.data_ptr(), state.data_ptr(), A_log.data_ptr(),
+         a.data_ptr(), dt_bias.data_ptr(), b.data_ptr(), 0 if out is None else out.data_ptr(),
+         new_state.data_ptr() if ns == 2 else 0)
+    if pool_args is None:
+        return _PTRS(*p)
+    si, nsi = pool_args[:2]
+    return _POOL_PTRS(*p, si.data_ptr(), 0 if nsi is None else nsi.data_ptr())
 
 
-def lookup(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo):
-    """The memoized verdict for calls like this one (None: it would validate from scratch),
-    the way :func:`decode` finds it: this mode's guards first, then the Python signature.
-    Raises TypeError/AttributeError for non-tensors and unhashable or tensor scales."""
-    if isinstance(scale, torch.Tensor):   # its value may change in place: never memoized
-        raise TypeError
-    ns = 0 if new_state is None else (1 if new_state is state else 2)
-    mode = ("guards", algo, env_algo() if algo is None else None, scale,
-            use_qk_l2norm, out is None, ns)
-    recent = _MEMO.get(mode)
-    if recent:
-        tensors = _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns)
-        for hit in recent:
-            if hit.guard.check(*tensors):
-                return hit
-    return _by_signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                         use_qk_l2norm, mode)[0]
+def _overlaps(hit, ptrs, q, k, v, state, A_log, a, dt_bias, b, out, new_state, si=None,
+              nsi=None):
+    """The overlap check of a memoized call whose data pointers ``ptrs`` differ from the last
+    call's: raises as validate would, else remembers them (the verdict is a function of the
+    pointers and the signature's byte spans alone)."""
+    if ptrs not in hit.disjoint:
+        if hit.probe(ptrs):
+            check_aliasing(q, k, v, state, A_log, a, dt_bias, b, out, new_state, si, nsi)
+        if len(hit.disjoint) >= _DISJOINT_MAX:
+            hit.disjoint = set()
+        hit.disjoint.add(ptrs)
+    hit.last = ptrs
 
 
-def _by_signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-                  mode, pool_args=None):
-    """The second way, once this ``mode``'s guards have missed: the Python signature.  Returns
-    (hit or None, what to memoize a miss under)."""
-    algo, env, ns = mode[1], mode[2], mode[6]
-    key = (signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                     use_qk_l2norm, *(pool_args or ())), algo, env)
-    hit = _MEMO.get(key)
-    if hit is not None and hit.guard is not False:
-        _remember(hit, mode, _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns,
-                                      pool_args))
-    return hit, (key, mode, ns)
+def _names(out, ns, pool_args):
+    """The names of the tensors a call passes to its guard and probe, in their order."""
+    names = _DENSE + (("out",) if out is not None else ()) + (("new_state",) if ns == 2 else ())
+    if pool_args is not None:
+        names += ("state_indices",) if pool_args[1] is None else \
+            ("state_indices", "new_state_indices")
+    return names
 
 
 def _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args=None):
-    """The tensors a guard checks: those of the signature (new_state only when distinct; a
-    pool call's index tensors last)."""
+    """The tensors of :func:`_names` (new_state only when distinct; a pool call's indices
+    last)."""
     t = (q, k, v, state, A_log, a, dt_bias, b)
     if out is not None:
         t += (out,)
@@ -97,6 +94,70 @@ def _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args
     if pool_args is not None:
         t += (pool_args[0],) if pool_args[1] is None else pool_args[:2]
     return t
+
+
+def _mode(algo, scale, use_qk_l2norm, out, ns):
+    """The calling mode of a dense call, whose guarded verdicts decode tries first (Python
+    values with their types; decode builds the same inline).  Raises TypeError when one is
+    unhashable."""
+    mode = ("guards", algo, algo.__class__, None if algo is not None else env_algo(), scale,
+            scale.__class__, use_qk_l2norm, use_qk_l2norm.__class__, out is None, ns)
+    hash(mode)
+    return mode
+
+
+def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
+             key, ns, pool_args=None):
+    """Validate and select (the slow path); the verdict is memoized under ``key`` if any.
+    ``pool_args``: (state_indices, new_state_indices, null_slot) of a pool call."""
+    si, nsi, null = pool_args or (None, None, None)
+    p, s = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
+                    use_qk_l2norm=use_qk_l2norm, state_indices=si, new_state_indices=nsi,
+                    null_slot=null)
+    named = dict(zip(_names(out, ns, pool_args),
+                     _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns,
+                              pool_args)))
+    probe = overlap_probe(named, p.inplace, 10 if pool_args is None else 12)
+    hit = Resolved(p, s, registry.select(p, algo).name, probe,
+                   _pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns,
+                             pool_args))
+    if key is not None:
+        if len(_MEMO) >= _MEMO_MAX:
+            _MEMO.clear()
+        _MEMO[key] = hit
+    return hit
+
+
+def _signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
+                   mode, pool_args=None):
+    """The memo key of a call's Python signature, or None when there is none (a non-tensor
+    argument: validate says what is wrong)."""
+    try:
+        return (signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                          use_qk_l2norm, *(pool_args or ())), mode[1], mode[2], mode[3])
+    except Exception:
+        return None
+
+
+def _miss(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
+          mode, ns, t, pool_args=None):
+    """decode's verdict when no guard of ``mode`` matched ``t``: by the Python signature
+    (checking overlaps), else validated and selected now; either way guarded from now on."""
+    key = None if mode is None else _signature_key(
+        q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, mode,
+        pool_args)
+    hit = None if key is None else _MEMO.get(key)
+    if hit is not None:
+        ptrs = _pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args)
+        if ptrs != hit.last:
+            _overlaps(hit, ptrs, q, k, v, state, A_log, a, dt_bias, b, out, new_state,
+                      *(pool_args or ())[:2])
+    else:
+        hit = _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                       use_qk_l2norm, algo, key, ns, pool_args)
+    if key is not None and hit.guard is not False:
+        _remember(hit, mode, t)
+    return hit
 
 
 def _remember(hit, mode, tensors):
@@ -108,6 +169,26 @@ def _remember(hit, mode, tensors):
         _MEMO[mode] = [hit] + older[:_GUARDS_PER_MODE - 1]     # replaced whole: thread-safe
 
 
+def lookup(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo):
+    """The memoized verdict for dense calls like this one (None: decode would validate from
+    scratch), found the way :func:`decode` finds it: this mode's guards first, then the
+    Python signature.  Checks nothing and memoizes nothing."""
+    ns = 0 if new_state is None else (1 if new_state is state else 2)
+    try:
+        mode = _mode(algo, scale, use_qk_l2norm, out, ns)
+    except TypeError:
+        return None
+    if isinstance(scale, torch.Tensor):
+        return None
+    t = _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns)
+    for hit in _MEMO.get(mode, ()):
+        if hit.guard.check(*t):
+            return hit
+    key = _signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                         use_qk_l2norm, mode)
+    return None if key is None else _MEMO.get(key)
+
+
 def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
            state_indices=None, new_state_indices=None, null_slot=None):
     """:func:`gdnzoo.decode` with every argument positional."""
@@ -115,54 +196,35 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
         return decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
                            use_qk_l2norm, algo, (state_indices, new_state_indices, null_slot))
     # Hot path, inline (every call costs here): this mode's guarded verdicts, one C++ check of
-    # all tensors each (lookup's first way); then the signature, else _resolve validates.
+    # all tensors each, then the overlap probe; on a miss, _miss (signature, else validate).
     ns = 0 if new_state is None else (1 if new_state is state else 2)
-    hit, fresh, mode = None, False, None
+    t = (q, k, v, state, A_log, a, dt_bias, b) if out is None else \
+        (q, k, v, state, A_log, a, dt_bias, b, out)
+    if ns == 2:
+        t += (new_state,)
+    hit = mode = None
     if not isinstance(scale, torch.Tensor):  # a tensor scale may change in place: never memoized
-        mode = ("guards", algo, None if algo is not None else env_algo(), scale,
-                use_qk_l2norm, out is None, ns)
+        mode = ("guards", algo, algo.__class__, None if algo is not None else env_algo(), scale,
+                scale.__class__, use_qk_l2norm, use_qk_l2norm.__class__, out is None, ns)
         try:
             recent = _MEMO.get(mode)
-        except TypeError:                    # unhashable scale: never memoized
+        except TypeError:                    # unhashable scale or algo: never memoized
             recent = mode = None
         if recent:
-            t = (q, k, v, state, A_log, a, dt_bias, b) if out is None else \
-                (q, k, v, state, A_log, a, dt_bias, b, out)
-            if ns == 2:
-                t += (new_state,)
             for h in recent:
                 if h.guard.check(*t):
                     hit = h
                     break
     if hit is None:
-        miss = None
-        if mode is not None:
-            try:
-                hit, miss = _by_signature(q, k, v, state, A_log, a, dt_bias, b, scale, out,
-                                          new_state, use_qk_l2norm, mode)
-            except (AttributeError, TypeError):  # non-tensors: validate() says what is wrong
-                hit, miss = None, None
-        if hit is None:
-            hit = _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                           use_qk_l2norm, algo, miss and miss[0])
-            if miss is not None:
-                _remember(hit, miss[1], _tensors(q, k, v, state, A_log, a, dt_bias, b, out,
-                                                 new_state, miss[2]))
-            fresh = True                     # validated just now: no overlap check below
-    if not fresh:
-        # Data-dependent checks a signature cannot cover (validate() made them on the slow
-        # path): byte ranges from the pointers and the signature's fixed extents.
-        ext_s, ext_o, ext_n = hit.spans      # None: no such buffer, or state itself
-        if ext_o is not None or ext_n is not None:
-            s0 = state.data_ptr()
-            if ext_o is not None:
-                b0 = out.data_ptr()
-                if b0 < s0 + ext_s and s0 < b0 + ext_o:
-                    check_aliasing(state, out, new_state)      # raises with the message
-            if ext_n is not None:
-                b0 = new_state.data_ptr()
-                if b0 < s0 + ext_s and s0 < b0 + ext_n:
-                    check_aliasing(state, out, new_state)
+        hit = _miss(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
+                    algo, mode, ns, t)
+    else:                                    # no written tensor may overlap another argument
+        ptrs = _PTRS(q.data_ptr(), k.data_ptr(), v.data_ptr(), state.data_ptr(),
+                     A_log.data_ptr(), a.data_ptr(), dt_bias.data_ptr(), b.data_ptr(),
+                     0 if out is None else out.data_ptr(),
+                     new_state.data_ptr() if ns == 2 else 0)
+        if ptrs != hit.last:
+            _overlaps(hit, ptrs, q, k, v, state, A_log, a, dt_bias, b, out, new_state)
     launch = hit.launch
     if out is None:
         p = hit.problem
@@ -178,55 +240,39 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
     return out, new_state
 
 
-def _overlap_check(hit, state, out, new_state):
-    """The per-call overlap check of a memoized verdict (decode's inline one, as a function)."""
-    ext_s, ext_o, ext_n = hit.spans
-    s0 = state.data_ptr()
-    for buf, ext in ((out, ext_o), (new_state, ext_n)):
-        if ext is not None:
-            b0 = buf.data_ptr()
-            if b0 < s0 + ext_s and s0 < b0 + ext:
-                check_aliasing(state, out, new_state)
-
-
 def decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
                 algo, pool_args):
     """decode of a pool call (:mod:`gdnzoo.pool`): the same memo, guards and checks as the
-    dense path, with the index tensors guarded and the padding rule in the mode; the backend
-    gets a :class:`gdnzoo.pool.Pool` as its 13th argument."""
+    dense path, with the index tensors guarded and probed, and the padding rule in the mode;
+    the backend gets a :class:`gdnzoo.pool.Pool` as its 13th argument."""
     si, nsi, null = pool_args
     ns = 0 if new_state is None else (1 if new_state is state else 2)
-    hit, fresh, mode = None, False, None
-    if not isinstance(scale, torch.Tensor):
-        mode = ("pool", algo, None if algo is not None else env_algo(), scale, use_qk_l2norm,
-                out is None, ns, nsi is None, null)
+    t = _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args)
+    hit = mode = None
+    if si is not None and not isinstance(scale, torch.Tensor):
+        mode = ("pool", algo, algo.__class__, None if algo is not None else env_algo(), scale,
+                scale.__class__, use_qk_l2norm, use_qk_l2norm.__class__, out is None, ns,
+                nsi is None, null, null.__class__)
         try:
             recent = _MEMO.get(mode)
-        except TypeError:
+        except TypeError:                    # unhashable scale, algo or null_slot
             recent = mode = None
-        if recent and si is not None:
-            t = _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args)
+        if recent:
             for h in recent:
                 if h.guard.check(*t):
                     hit = h
                     break
     if hit is None:
-        miss = None
-        if mode is not None and si is not None:
-            try:
-                hit, miss = _by_signature(q, k, v, state, A_log, a, dt_bias, b, scale, out,
-                                          new_state, use_qk_l2norm, mode, pool_args)
-            except (AttributeError, TypeError):
-                hit, miss = None, None
-        if hit is None:
-            hit = _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                           use_qk_l2norm, algo, miss and miss[0], pool_args)
-            if miss is not None:
-                _remember(hit, miss[1], _tensors(q, k, v, state, A_log, a, dt_bias, b, out,
-                                                 new_state, miss[2], pool_args))
-            fresh = True
-    if not fresh:
-        _overlap_check(hit, state, out, new_state)
+        hit = _miss(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
+                    algo, mode, ns, t, pool_args)
+    else:
+        ptrs = _POOL_PTRS(q.data_ptr(), k.data_ptr(), v.data_ptr(), state.data_ptr(),
+                          A_log.data_ptr(), a.data_ptr(), dt_bias.data_ptr(), b.data_ptr(),
+                          0 if out is None else out.data_ptr(),
+                          new_state.data_ptr() if ns == 2 else 0, si.data_ptr(),
+                          0 if nsi is None else nsi.data_ptr())
+        if ptrs != hit.last:
+            _overlaps(hit, ptrs, q, k, v, state, A_log, a, dt_bias, b, out, new_state, si, nsi)
     p = hit.problem
     if out is None:
         out = torch.empty((p.B, p.T, p.HV, p.V), dtype=v.dtype, device=v.device)

@@ -31,6 +31,8 @@ def _self_test(TG) -> bool:
         g.check(torch.zeros(2, 3, 8)[..., :4], y),            # stride, same size
         g.check(x, torch.zeros(4, dtype=torch.float64)),      # dtype
         g.check(x, torch.zeros(4, device="meta")),            # device
+        g.check(x, torch.zeros(4, requires_grad=True)),       # requires_grad
+        g.check(x.to_sparse(), y),                            # layout
         g.check(x, None),                                     # not a tensor
     )
     return bool(same) and not any(misses)

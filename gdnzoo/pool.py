@@ -44,6 +44,9 @@ def _index_tensor(name, x, B, device):
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor of int32 or int64 slot indices, "
                         f"got {type(x).__name__}")
+    if x.layout != torch.strided:
+        raise TypeError(f"{name}: expected a dense (strided) tensor, got layout "
+                        f"{str(x.layout).replace('torch.', '')}")
     if x.dtype not in INDEX_DTYPES:
         raise TypeError(f"{name}: expected dtype int32 or int64, got {str(x.dtype).replace('torch.', '')}")
     if x.dim() != 1 or x.shape[0] != B:

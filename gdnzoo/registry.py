@@ -380,9 +380,20 @@ def _explicit(name: str, source: str, p: Problem) -> Selection:
     return Selection(name, source, "requested explicitly")
 
 
+def check_algo(algo):
+    """``algo`` is None (automatic choice) or a non-empty backend name; raise naming it."""
+    if algo is not None and (not isinstance(algo, str) or not algo):
+        names = ", ".join(load_registry().names)
+        got = repr(algo) if isinstance(algo, str) else type(algo).__name__
+        raise (ValueError if isinstance(algo, str) else TypeError)(
+            f"algo: expected a backend name or None (automatic choice), got {got}; valid "
+            f"names: {names}")
+
+
 def select(p: Problem, algo: str | None = None) -> Selection:
     """Precedence: ``algo=`` > ``ALGO`` env > per-GPU default table > fallback order."""
-    if algo:
+    check_algo(algo)
+    if algo is not None:
         return _explicit(algo, "algo", p)
     env = env_algo()
     if env:

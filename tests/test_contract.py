@@ -182,10 +182,13 @@ def test_memo_guard_serves_only_calls_with_the_same_layout(monkeypatch):
         y.state = f(y.state)
         got = _memo_probe(y)
         assert got is not hit, f"{what} changed, yet the memoized verdict was served"
-    # A tensor type the guard did not see (requires_grad) misses the guard, not the signature.
+    # A tensor type the guard did not see (a Parameter) misses the guard, not the signature;
+    # requires_grad, which validate refuses, misses both.
     y = x.clone()
-    y.q.requires_grad_(True)
+    y.q = torch.nn.Parameter(y.q, requires_grad=False)
     assert _memo_probe(y) is hit
+    y.q.requires_grad_(True)
+    assert _memo_probe(y) is None
 
 
 def test_decode_without_guards_matches_with_guards(monkeypatch):
@@ -198,3 +201,24 @@ def test_decode_without_guards_matches_with_guards(monkeypatch):
     o3, s3 = gdnzoo.decode(*x.clone().args(), algo="pt-reference")    # the signature memo
     assert not any(isinstance(k[0], str) for k in dispatch._MEMO)
     assert torch.equal(o1, o2) and torch.equal(o2, o3) and torch.equal(s1, s3)
+
+
+@pytest.mark.parametrize("name", ["pt-reference", "fla-recurrent"])
+def test_a_state_only_read_may_be_expanded(name):
+    """Destination passing reads state only: a batch stride of 0 (one state for every
+    sequence) is served, and matches the same state materialized; written, it is refused."""
+    from gdnzoo import registry
+    from gdnzoo.reference import reference_outputs
+    ok, why = registry.availability(name, "cpu")
+    if not ok:
+        pytest.skip(f"{name}: {why}")
+    x = make_inputs(B=3, T=1, H=1, HV=2, K=64, V=64, seed=5)
+    shared = x.state[:1].expand(x.state.shape)
+    ns = torch.empty_like(x.state)
+    out, _ = gdnzoo.decode(*x.args()[:3], shared, *x.args()[4:], new_state=ns, algo=name)
+    x.state = shared.contiguous()
+    ref_out, ref_state = reference_outputs(x)
+    torch.testing.assert_close(out.float(), ref_out.float(), atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(ns, ref_state.to(ns.dtype), atol=1e-4, rtol=1e-3)
+    with pytest.raises(ValueError, match="state: .*internal overlap"):
+        gdnzoo.decode(*x.args()[:3], shared, *x.args()[4:], algo=name)

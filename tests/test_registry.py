@@ -1,5 +1,6 @@
 """registry.yaml validation, availability reasons, and the selection precedence."""
 import copy
+import re
 
 import pytest
 import yaml
@@ -187,6 +188,19 @@ def test_get_returns_callable_with_the_signature():
     assert st is x.state and out.shape == (1, 1, 4, 8)
     with pytest.raises(ValueError, match="valid names"):
         gdnzoo.get("nope")
+
+
+@pytest.mark.parametrize("name,exc,frag", [(None, TypeError, "None"), ("", ValueError, "''"),
+                                            (["cuda-v4"], TypeError, "list"),
+                                            (3, TypeError, "int")])
+def test_algo_must_be_a_name(name, exc, frag):
+    """algo is None (automatic) or a backend's name: '' is not automatic, a list is no name."""
+    x = make_inputs(B=1, H=2, HV=4, K=16, V=8)
+    with pytest.raises(exc, match=f"algo: .*{re.escape(frag)}"):
+        gdnzoo.get(name)
+    if name is not None:
+        with pytest.raises(exc, match="algo: expected a backend name"):
+            gdnzoo.select(*x.args(), algo=name)
 
 
 def test_b200_row_seeded_from_published_numbers():

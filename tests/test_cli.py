@@ -1,0 +1,168 @@
+"""The command line as a new user meets it: --version, a fast --help, bad options refused with
+exit status 2 and the option named (never a traceback, never an ERROR table with status 0),
+every documented subcommand working on CPU, results in the working directory."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import gdnzoo
+from gdnzoo import cli
+from gdnzoo.bench import report, sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _main(argv, capsys):
+    """(exit status, stdout, stderr) of ``gdnzoo ARGV`` in this process."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:
+        code = e.code
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_version(capsys):
+    code, out, _ = _main(["--version"], capsys)
+    assert code == 0 and out.strip() == f"gdnzoo {gdnzoo.__version__}"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["run", "--help"],
+                                  ["bench", "--help"], ["pack", "--help"]])
+def test_help_imports_no_torch(argv):
+    """The CLI's start imports no torch (which takes seconds): help and version answer at
+    once, as does the help of a subcommand whose module is light."""
+    code = ("import sys; from gdnzoo import cli\n"
+            "try:\n    cli.main(sys.argv[1:])\nexcept SystemExit as e:\n    assert e.code == 0\n"
+            "assert 'torch' not in sys.modules, 'torch was imported'\n")
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "usage: gdnzoo" in r.stdout or "gdnzoo " in r.stdout
+
+
+RUN_BAD = [
+    (["--batch", "-1"], "--batch", "positive integer"),
+    (["--batch", "x"], "--batch", "positive integer"),
+    (["--dim", "0"], "--dim", "positive integer"),
+    (["--iters", "0"], "--iters", "positive integer"),
+    (["--tokens", "0"], "--tokens", "positive integer"),
+    (["--heads", "4,6"], "--heads", "multiple of H"),
+    (["--heads", "4"], "--heads", "H,HV"),
+    (["--heads", "0,4"], "--heads", ">= 1"),
+    (["--state-dtype", "fp64"], "--state-dtype", "invalid choice"),
+]
+
+
+@pytest.mark.parametrize("extra,option,frag", RUN_BAD, ids=[" ".join(c[0]) for c in RUN_BAD])
+def test_run_refuses_bad_options(extra, option, frag, capsys):
+    code, _, err = _main(["run", *extra], capsys)
+    assert code == 2 and option in err and frag in err and "Traceback" not in err
+
+
+BENCH_BAD = [
+    (["--state-dtype", "fp64"], "--state-dtype", "fp32, bf16"),
+    (["--state-dtype", ","], "--state-dtype", "state dtypes"),
+    (["--batch", "0"], "--batch", "positive integer"),
+    (["--batch", "1,-4"], "--batch", "positive integer"),
+    (["--heads", "4,6"], "--heads", "multiple of H"),
+    (["--heads", "x"], "--heads", "H,HV"),
+    (["--mode", "bogus"], "--mode", "inplace, dest, pool"),
+    (["--mode", "pool,dest"], "--mode", "alone"),
+    (["--timing", "wall"], "--timing", "kernel, graph, host"),
+    (["--iters", "0"], "--iters", "positive integer"),
+    (["--dim", "0"], "--dim", "positive integer"),
+    (["--tokens", "0"], "--tokens", "positive integer"),
+    (["--time-budget", "-1"], "--time-budget", ">= 0"),
+    (["--time-budget", "nan"], "--time-budget", ">= 0"),
+    (["--algo", ","], "--algo", "backend names"),
+]
+
+
+@pytest.mark.parametrize("extra,option,frag", BENCH_BAD, ids=[" ".join(c[0]) for c in BENCH_BAD])
+def test_bench_refuses_bad_options(extra, option, frag, capsys, tmp_path):
+    code, out, err = _main(["bench", "--algo", "pt-reference", "--out", str(tmp_path), *extra],
+                           capsys)
+    assert code == 2 and option in err and frag in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir()), "a refused run wrote results"
+
+
+def test_run_on_cpu(capsys):
+    code, out, _ = _main(["run", "--batch", "2", "--heads", "2,4", "--dim", "16", "--iters", "1",
+                          "--dest"], capsys)
+    assert code == 0 and "PASS" in out and "dest-passing" in out
+
+
+def test_list(capsys):
+    code, out, _ = _main(["list"], capsys)
+    assert code == 0
+    for b in gdnzoo.list_backends():
+        assert b.name in out
+
+
+def test_bench_writes_into_the_working_directory(tmp_path, monkeypatch, capsys):
+    """No --out: results go to ./gdnzoo-results/<gpu>/, never into the package or the
+    checkout's committed results; every skip reason is printed (none cut off)."""
+    monkeypatch.chdir(tmp_path)
+    unavailable = [b for b in gdnzoo.list_backends("cpu") if not b.available]
+    names = ",".join(["pt-reference"] + [b.name for b in unavailable])
+    code, out, _ = _main(["bench", "--algo", names, "--batch", "1", "--heads", "1,2", "--dim",
+                          "16", "--iters", "3", "--no-plots", "--quiet", "--device", "cpu"],
+                         capsys)
+    assert code == 0
+    results = tmp_path / "gdnzoo-results" / report.gpu_slug()
+    assert (results / "results.json").is_file()
+    assert report.default_out_dir() == str(Path("gdnzoo-results") / report.gpu_slug())
+    for b in unavailable:
+        assert f"note: {b.name}: skipped ({b.reason})" in out
+
+
+def test_console_prints_every_note():
+    env = dict(gpu="cpu", driver=None, cuda=None, commit=None, versions={"torch": "x"})
+    notes = [f"backend-{i}: skipped (reason {i} " + "x" * 200 + ")" for i in range(12)]
+    text = report.console([], env, notes)
+    assert all(f"note: {n}" in text for n in notes)
+
+
+def test_bench_exit_status_counts_errors(tmp_path, monkeypatch, capsys):
+    """A cell that errors makes the run fail (status 1), as a failing cell does."""
+    def boom(*a, **k):
+        raise RuntimeError("broken on purpose")
+    monkeypatch.setattr(sweep, "measure_cell", boom)
+    code, out, _ = _main(["bench", "--algo", "pt-reference", "--batch", "1", "--heads", "1,2",
+                          "--dim", "16", "--no-plots", "--quiet", "--out", str(tmp_path)], capsys)
+    assert code == 1 and "ERROR" in out and "broken on purpose" in out
+
+
+@pytest.mark.parametrize("name", [b.name for b in gdnzoo.list_backends()])
+def test_pack_every_listed_backend(name, tmp_path, capsys):
+    """`gdnzoo pack --algo NAME` works for every backend `gdnzoo list` shows, available here
+    or not (a Solution is sources)."""
+    code, out, err = _main(["pack", "--algo", name, "--out", str(tmp_path)], capsys)
+    assert code == 0, err
+    sol = json.loads((tmp_path / "solution.json").read_text())
+    assert sol["spec"]["entry_point"] == "kernel.py::run" and sol["sources"]
+
+
+def test_module_entry_point():
+    r = subprocess.run([sys.executable, "-m", "gdnzoo", "--version"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == f"gdnzoo {gdnzoo.__version__}"
+
+
+def test_the_face_loads_torch_when_used():
+    """`import gdnzoo` imports no torch (the CLI starts fast); its submodules and records load
+    on first use, so `gdnzoo.inputs.make_inputs` works right after `import gdnzoo`."""
+    code = ("import sys, gdnzoo\n"
+            "assert 'torch' not in sys.modules\n"
+            "x = gdnzoo.inputs.make_inputs(B=2, H=2, HV=4, K=16, V=8)\n"
+            "out, st = gdnzoo.decode(*x.args(), algo='pt-reference')\n"
+            "assert st is x.state and gdnzoo.Problem.__name__ == 'Problem'\n"
+            "from gdnzoo import list_backends, Selection\n"
+            "assert list_backends() and gdnzoo.select(*x.args()).__class__ is Selection\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
