@@ -32,7 +32,7 @@ def add_tune_args(p):
     p.add_argument("--shapes", action="store_true",
                    help="the launch-shape search of the tunable backends (backends/tables/<gpu>.yaml) "
                         "instead of the default-table row")
-    p.add_argument("--out", default=None, help="results directory (default bench/results/<gpu>/tune, "
+    p.add_argument("--out", default=None, help="results directory (default gdnzoo-results/<gpu>/tune, "
                                                 "with --shapes .../shapes)")
     p.add_argument("--write", "--write-registry", dest="write", action="store_true",
                    help="write the result (this GPU's row of registry.yaml; with --shapes its "

@@ -41,7 +41,7 @@ def breakdown(lab, names):
         ("signature() of the inputs", lambda: signature(*a, x.scale, out, None, False)),
         ("full validate()", lambda: validate(*a, x.scale, out=out)),
         ("check_aliasing() (validate path; memoized calls compare spans)",
-         lambda: check_aliasing(x.state, out, None)),
+         lambda: check_aliasing(*a, out, None)),
         ("registry.env_algo() (only when no algo is named)", registry.env_algo),
         ("10 x Tensor.data_ptr()", lambda: [t.data_ptr() for t in (*a, out, x.state)]),
         ("torch raw current stream", lambda: torch._C._cuda_getCurrentRawStream(0)),

@@ -2,7 +2,6 @@
 exit status 2 and the option named (never a traceback, never an ERROR table with status 0),
 every documented subcommand working on CPU, results in the working directory."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +11,6 @@ import pytest
 import gdnzoo
 from gdnzoo import cli
 from gdnzoo.bench import report, sweep
-
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def _main(argv, capsys):
     """(exit status, stdout, stderr) of ``gdnzoo ARGV`` in this process."""
@@ -93,7 +89,7 @@ def test_bench_refuses_bad_options(extra, option, frag, capsys, tmp_path):
 
 def test_run_on_cpu(capsys):
     code, out, _ = _main(["run", "--batch", "2", "--heads", "2,4", "--dim", "16", "--iters", "1",
-                          "--dest"], capsys)
+                          "--dest", "--device", "cpu"], capsys)
     assert code == 0 and "PASS" in out and "dest-passing" in out
 
 

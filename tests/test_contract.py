@@ -204,21 +204,21 @@ def test_decode_without_guards_matches_with_guards(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["pt-reference", "fla-recurrent"])
-def test_a_state_only_read_may_be_expanded(name):
+def test_a_state_only_read_may_be_expanded(name, device):
     """Destination passing reads state only: a batch stride of 0 (one state for every
     sequence) is served, and matches the same state materialized; written, it is refused."""
     from gdnzoo import registry
     from gdnzoo.reference import reference_outputs
-    ok, why = registry.availability(name, "cpu")
+    ok, why = registry.availability(name, device)
     if not ok:
         pytest.skip(f"{name}: {why}")
-    x = make_inputs(B=3, T=1, H=1, HV=2, K=64, V=64, seed=5)
+    x = make_inputs(B=3, T=1, H=1, HV=2, K=64, V=64, seed=5, device=device)
     shared = x.state[:1].expand(x.state.shape)
     ns = torch.empty_like(x.state)
     out, _ = gdnzoo.decode(*x.args()[:3], shared, *x.args()[4:], new_state=ns, algo=name)
     x.state = shared.contiguous()
     ref_out, ref_state = reference_outputs(x)
-    torch.testing.assert_close(out.float(), ref_out.float(), atol=1e-2, rtol=1e-2)
-    torch.testing.assert_close(ns, ref_state.to(ns.dtype), atol=1e-4, rtol=1e-3)
+    torch.testing.assert_close(out.float().cpu(), ref_out.float().cpu(), atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(ns.cpu(), ref_state.to(ns.dtype).cpu(), atol=1e-4, rtol=1e-3)
     with pytest.raises(ValueError, match="state: .*internal overlap"):
         gdnzoo.decode(*x.args()[:3], shared, *x.args()[4:], algo=name)
