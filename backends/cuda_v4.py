@@ -267,7 +267,8 @@ class PoolBound(Bound):
     """:class:`Bound` for state pools: called with the :class:`gdnzoo.pool.Pool` as a 13th
     argument, whose index pointers it writes into the parameter block on every call (the index
     tensors change between calls; their dtypes, ``null_slot`` and the pools' slot counts are
-    those of the bind call)."""
+    those of the bind call).  Its body repeats Bound.__call__'s on purpose: a shared helper
+    would put one more Python call on the dense hot path."""
 
     def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool):
         qp, kp, sp, np_ = q.data_ptr(), k.data_ptr(), state.data_ptr(), new_state.data_ptr()

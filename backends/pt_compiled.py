@@ -12,7 +12,7 @@ import types
 
 import torch
 
-from gdnzoo.reference import reference_decode
+from gdnzoo.reference import reference_decode, reference_pool_decode
 
 _compiled = {}
 
@@ -48,12 +48,8 @@ def supports(problem):
 
 def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None):
     if pool is not None:
-        from gdnzoo import pool as pools
-        dense, rd, wr = pools.gathered(state, pool, state.shape[0], new_state.shape[0])
-        dense_new = torch.empty_like(dense)
-        run(q, k, v, dense, A_log, a, dt_bias, b, scale, out, dense_new, use_qk_l2norm)
-        out.masked_fill_(~rd[:, None, None, None], 0)
-        pools.scatter(new_state, dense_new, pool, wr)
+        reference_pool_decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                              use_qk_l2norm, pool, step=run)
         return
     tensors = (q, k, v, state, A_log, a, dt_bias, b, out, new_state)
     key = _signature(tensors, float(scale), bool(use_qk_l2norm), new_state is state)

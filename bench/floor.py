@@ -22,12 +22,11 @@ import torch
 from gdnzoo.bench import clocks
 
 _SRC = r"""
-// BLK is the block size the instantiation is launched with: __launch_bounds__ caps registers so
-// that VPT float4s in flight still fit 1024 threads (without it x8/1024 is unlaunchable).
-template <int VPT, int BLK>
-__global__ void __launch_bounds__(BLK) stream_inplace(float4* __restrict__ x, long long n4,
-                                                      float alpha, float beta) {
-    // All VPT loads are issued before any store: loads in flight per thread hide DRAM latency.
+// One thread's part of streaming n4 float4s at x in place: all VPT loads are issued before any
+// store, so loads in flight per thread hide DRAM latency.
+template <int VPT>
+__device__ __forceinline__ void stream_rmw(float4* __restrict__ x, long long n4, float alpha,
+                                           float beta) {
     const long long step = (long long)blockDim.x;
     const long long stride = (long long)gridDim.x * blockDim.x * VPT;
     for (long long i = (long long)blockIdx.x * blockDim.x * VPT + threadIdx.x; i < n4; i += stride) {
@@ -50,37 +49,23 @@ __global__ void __launch_bounds__(BLK) stream_inplace(float4* __restrict__ x, lo
     }
 }
 
+// BLK is the block size the instantiation is launched with: __launch_bounds__ caps registers so
+// that VPT float4s in flight still fit 1024 threads (without it x8/1024 is unlaunchable).
+template <int VPT, int BLK>
+__global__ void __launch_bounds__(BLK) stream_inplace(float4* __restrict__ x, long long n4,
+                                                      float alpha, float beta) {
+    stream_rmw<VPT>(x, n4, alpha, beta);
+}
+
 // The pool floor: blockIdx.y is the sequence, whose slot index is loaded first (as a decode
-// kernel must), then gridDim.x blocks stream that slot's n4 float4s at pool + slot * page4 with
-// stream_inplace's loop (repeated, not shared: stream_inplace's code, and so the dense floor's
-// numbers, stay as they were).
+// kernel must), then gridDim.x blocks stream that slot's n4 float4s at pool + slot * page4.
 template <int VPT, int BLK>
 __global__ void __launch_bounds__(BLK) stream_pool(float4* __restrict__ pool,
                                                    const int* __restrict__ idx, long long page4,
                                                    long long n4, float alpha, float beta) {
     const long long slot = idx[blockIdx.y];
     if (slot < 0) return;
-    float4* __restrict__ x = pool + slot * page4;
-    const long long step = (long long)blockDim.x;
-    const long long stride = (long long)gridDim.x * blockDim.x * VPT;
-    for (long long i = (long long)blockIdx.x * blockDim.x * VPT + threadIdx.x; i < n4; i += stride) {
-        float4 v[VPT];
-#pragma unroll
-        for (int j = 0; j < VPT; ++j) {
-            long long k = i + j * step;
-            if (k < n4) v[j] = x[k];
-        }
-#pragma unroll
-        for (int j = 0; j < VPT; ++j) {
-            long long k = i + j * step;
-            if (k < n4) {
-                float4 t = v[j];
-                t.x = t.x * alpha + beta; t.y = t.y * alpha + beta;
-                t.z = t.z * alpha + beta; t.w = t.w * alpha + beta;
-                x[k] = t;
-            }
-        }
-    }
+    stream_rmw<VPT>(pool + slot * page4, n4, alpha, beta);
 }
 extern "C" __global__ void empty_kernel() {}
 """

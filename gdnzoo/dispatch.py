@@ -250,27 +250,20 @@ def decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use
     t = _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args)
     hit = mode = None
     if si is not None and not isinstance(scale, torch.Tensor):
-        mode = ("pool", algo, algo.__class__, None if algo is not None else env_algo(), scale,
-                scale.__class__, use_qk_l2norm, use_qk_l2norm.__class__, out is None, ns,
-                nsi is None, null, null.__class__)
         try:
-            recent = _MEMO.get(mode)
+            mode = _mode(algo, scale, use_qk_l2norm, out, ns) + (nsi is None, null,
+                                                                  null.__class__)
+            mode = ("pool",) + mode[1:]
+            hash(mode)
         except TypeError:                    # unhashable scale, algo or null_slot
-            recent = mode = None
-        if recent:
-            for h in recent:
-                if h.guard.check(*t):
-                    hit = h
-                    break
+            mode = None
+        else:
+            hit = next((h for h in _MEMO.get(mode, ()) if h.guard.check(*t)), None)
     if hit is None:
         hit = _miss(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
                     algo, mode, ns, t, pool_args)
     else:
-        ptrs = _POOL_PTRS(q.data_ptr(), k.data_ptr(), v.data_ptr(), state.data_ptr(),
-                          A_log.data_ptr(), a.data_ptr(), dt_bias.data_ptr(), b.data_ptr(),
-                          0 if out is None else out.data_ptr(),
-                          new_state.data_ptr() if ns == 2 else 0, si.data_ptr(),
-                          0 if nsi is None else nsi.data_ptr())
+        ptrs = _pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args)
         if ptrs != hit.last:
             _overlaps(hit, ptrs, q, k, v, state, A_log, a, dt_bias, b, out, new_state, si, nsi)
     p = hit.problem

@@ -48,16 +48,22 @@ def reference_decode(q, k, v, state, A_log, a, dt_bias, b, scale: float, out, ne
 
 
 def reference_pool_decode(q, k, v, state, A_log, a, dt_bias, b, scale: float, out, new_state,
-                          use_qk_l2norm: bool = False, pool=None, compute_dtype=torch.float32):
-    """The pool form (:mod:`gdnzoo.pool`): gather the read slots, decode them as a dense batch,
-    zero the outputs of padded sequences, write the new states to their write slots.  All
-    slots are read before any is written.  One host sync (the scatter's row selection)."""
+                          use_qk_l2norm: bool = False, pool=None, compute_dtype=torch.float32,
+                          step=None):
+    """The pool form (:mod:`gdnzoo.pool`): gather the read slots, decode them as a dense batch
+    (with ``step``, a dense decode of the one signature; default :func:`reference_decode` in
+    ``compute_dtype``), zero the outputs of padded sequences, write the new states to their
+    write slots.  All slots are read before any is written.  One host sync (the scatter's row
+    selection)."""
     from gdnzoo import pool as pools
     P, PN = state.shape[0], new_state.shape[0]
     dense, rd, wr = pools.gathered(state, pool, P, PN)
     dense_new = torch.empty(dense.shape, dtype=new_state.dtype, device=dense.device)
-    reference_decode(q, k, v, dense, A_log, a, dt_bias, b, scale, out, dense_new, use_qk_l2norm,
-                     compute_dtype)
+    if step is None:
+        reference_decode(q, k, v, dense, A_log, a, dt_bias, b, scale, out, dense_new,
+                         use_qk_l2norm, compute_dtype)
+    else:
+        step(q, k, v, dense, A_log, a, dt_bias, b, scale, out, dense_new, use_qk_l2norm)
     out.masked_fill_(~rd[:, None, None, None], 0)
     pools.scatter(new_state, dense_new, pool, wr)
     return out, new_state
