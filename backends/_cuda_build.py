@@ -11,7 +11,8 @@
 * Launching: ``cuLaunchKernel`` through CuPy's driver binding with one by-value
   :data:`PARAM_FIELDS` struct.  A :class:`Launch` is built once per signature (shapes,
   strides, dtypes, scale) with every non-pointer field packed; a call writes only the 10 raw
-  ``data_ptr()`` values (and a state pool's two index pointers, :data:`IDX_PTRS`) into its
+  ``data_ptr()`` values (and a state pool's two index pointers, :data:`IDX_PTRS`; a verify
+  call's three, :data:`VERIFY_PTRS`, after GdnParams) into its
   per-thread copy: no copies, no CuPy arrays, no allocation; on
   the current torch stream of the tensors' device, so CUDA-graph capture records the launch
   (the driver copies the parameter block into the graph node).  The first call of a variant
@@ -54,6 +55,13 @@ PARAMS = struct.Struct("<" + "".join("Q" if i < N_PTRS or n in ("idx", "new_idx"
 IDX_PTRS = struct.Struct("<QQ")  # idx, new_idx, at byte IDX_OFFSET of the block
 IDX_OFFSET = 8 * IDX_FIELD
 
+# A cuda-v4 verify variant's parameter block: GdnParams, then these fields (struct
+# GdnVerifyParams in cuda_v4.cu mirrors them); the three pointers are written on every call.
+VERIFY_FIELDS = ("inter", "inter_idx", "accepted", "i_n", "i_t", "S")
+VERIFY_PARAMS = struct.Struct("<QQQqqq")
+VERIFY_PTRS = struct.Struct("<QQQ")   # inter, inter_idx, accepted, at byte VERIFY_OFFSET
+VERIFY_OFFSET = PARAMS.size
+
 DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}   # GDN_F32/BF16/F16
 ELEM_SIZE = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}
 
@@ -75,6 +83,20 @@ def param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, po
             B, T, H, HV, V, 0, 0, float(scale),
             *((0, 0, -1) if pool is None else
               (state.shape[0], new_state.shape[0], int(pool.null_slot))))
+
+
+def verify_values(verify):
+    """The VERIFY_FIELDS values of a :class:`gdnzoo.verify.Verify`: the pointers 0 (written
+    per call), the intermediate states' row and step strides and row count (0 without them)."""
+    x = verify.states
+    return (0, 0, 0, *((0, 0, 0) if x is None else (x.stride(0), x.stride(1), x.shape[0])))
+
+
+def params_template(values, extra=()) -> bytes:
+    """A parameter block with the GdnParams ``values`` (pointer fields zeroed: they are
+    written on every call) followed by ``extra`` VERIFY_PARAMS values, if any."""
+    block = PARAMS.pack(*((0,) * N_PTRS), *values[N_PTRS:])
+    return block + (VERIFY_PARAMS.pack(*extra) if extra else b"")
 
 
 def defines(state_dtype, io_dtype, a_dtype, b_dtype, dt_bias_dtype, K, l2norm, **extra):
@@ -263,8 +285,7 @@ class Launch:
         self.grid, self.block, self.dev = int(grid), int(block), int(device_index)
         # Pointer fields are zeroed: they are written on every call, and a stale address from
         # the binding call must never reach a launch.
-        self.template = PARAMS.pack(*((0,) * N_PTRS), *values[N_PTRS:]) if template is None \
-            else bytes(template)
+        self.template = params_template(values) if template is None else bytes(template)
         self.slots, self.head, self.shared = tuple(slots), head or PTRS, int(shared)
         self._tls = threading.local()
 

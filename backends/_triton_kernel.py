@@ -26,6 +26,17 @@ reads zeros and drops stores), and an index outside the pool is never used for a
 With POOL 0 the index pointers and P, PN, null_slot are unused (the launchers pass the state
 pointer and 0, 0, -1).
 
+Speculative verify (gdnzoo/verify.py), ``TMA`` 0 only, in the same single pass over the tokens
+with the tile in registers: ``INTER`` 1 or 2 stores the tile after token t (in the state's
+dtype) to ``inter[row, t]``, row n or ``inter_idx[n]`` (no store for a row outside [0, S) or a
+padded sequence); ``UPDATE`` 0 skips the final store; ``POOL`` 3 is per-token slots:
+``slot_idx`` is [B, T], the tile is read from column ``accepted[n] - 1`` (``ACC`` 0: column 0;
+a count outside 1..T pads the sequence), and token t's tile is stored to slot
+``slot_idx[n, t]`` of ``new_state`` (none for a padding slot), with no final store.  Calls that
+are not verify calls pass None for the three verify pointers and for S and the intermediate
+strides: Triton makes them absent constants, so those instantiations keep the parameter list
+(and the code) they had before verify existed.
+
 The constexprs of one tiling are unused by the other (the launchers pass defaults).  Imported
 only when a Triton backend runs (it imports triton at module level).
 """
@@ -110,6 +121,23 @@ def pool_slots(slot_idx, new_slot_idx, i_n, P, PN, null_slot, POOL: tl.constexpr
 
 
 @triton.jit
+def accepted_slot(slot_idx, accepted, i_n, T, P, null_slot, ACC: tl.constexpr):
+    """Per-token slots (``slot_idx`` [B, T]): sequence i_n's read slot, column
+    ``accepted[i_n] - 1`` of its row (``ACC`` 0: column 0), as int64 and 0 where padding, and
+    whether it is real.  A count outside 1..T pads the sequence, as a padding slot does."""
+    row = slot_idx + i_n * T
+    if ACC:
+        c = tl.load(accepted + i_n).to(tl.int64)
+        ok = (c >= 1) & (c <= T)
+        r = tl.load(row + tl.where(ok, c - 1, 0)).to(tl.int64)
+        rd = ok & (r >= 0) & (r < P) & (r != null_slot)
+    else:
+        r = tl.load(row).to(tl.int64)
+        rd = (r >= 0) & (r < P) & (r != null_slot)
+    return tl.where(rd, r, 0), rd
+
+
+@triton.jit
 def row_sum(x):
     """[LPR, BV, KO, VEC] -> [BV]: the in-thread axes first, then the lanes of each row."""
     return tl.sum(tl.sum(tl.sum(x, 3), 2), 0)
@@ -118,17 +146,18 @@ def row_sum(x):
 @triton.jit
 def gdn_decode_kernel(
         q, k, v, a, b, A_log, dt_bias, out, state, new_state,          # pointers first
-        slot_idx, new_slot_idx,
+        slot_idx, new_slot_idx, inter, inter_idx, accepted,
         scale, T,
         sq_b, sq_t, sq_h, sk_b, sk_t, sk_h, sv_b, sv_t, sv_h,
         sa_b, sa_t, sa_h, sb_b, sb_t, sb_h, s_alog, s_dtb,
         so_b, so_t, so_h, ss_b, ss_h, ss_v, sn_b, sn_h, sn_v,
-        P, PN, null_slot,
+        P, PN, null_slot, S, si_s, si_t,
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
         BV: tl.constexpr, L2NORM: tl.constexpr,
         LPR: tl.constexpr = 1, VEC: tl.constexpr = 1, DENSE: tl.constexpr = 0,      # TMA 0
         TMA: tl.constexpr = 0, TILES: tl.constexpr = 1, INPLACE: tl.constexpr = 0,  # TMA 1
-        STAGES: tl.constexpr = 1, WS: tl.constexpr = 0, POOL: tl.constexpr = 0):
+        STAGES: tl.constexpr = 1, WS: tl.constexpr = 0, POOL: tl.constexpr = 0,
+        INTER: tl.constexpr = 0, UPDATE: tl.constexpr = 1, ACC: tl.constexpr = 0):  # verify
     NV: tl.constexpr = V // (BV * TILES)      # programs per head
     # Everything on grid axis 0 (limit 2^31-1; axes 1 and 2 stop at 65535). Neighbouring
     # programs take neighbouring V tiles of one head, so they stream contiguous state.
@@ -169,12 +198,17 @@ def gdn_decode_kernel(
     if POOL == 0:
         src = state + i_n * ss_b + i_hv * ss_h
         dst = new_state + i_n * sn_b + i_hv * sn_h
+    elif POOL == 3:
+        slot_r, rd = accepted_slot(slot_idx, accepted, i_n, T, P, null_slot, ACC)
+        src = state + slot_r * ss_b + i_hv * ss_h
+        dst = new_state + i_hv * sn_h          # token t's slot is added in the token loop
     else:
         slot_r, slot_w, rd, wr = pool_slots(slot_idx, new_slot_idx, i_n, P, PN, null_slot, POOL)
         src = state + slot_r * ss_b + i_hv * ss_h
         dst = new_state + slot_w * sn_b + i_hv * sn_h
 
     if TMA:
+        tl.static_assert((POOL < 3) & (INTER == 0) & (UPDATE == 1), "verify needs TMA 0")
         i_c = i_v.to(tl.int32)
         # TMA needs 16-byte aligned bases and row strides; the launcher checked both.
         d_src = tl.make_tensor_descriptor(src, shape=[V, K], strides=[ss_v, 1], block_shape=[BV, K])
@@ -234,7 +268,22 @@ def gdn_decode_kernel(
         p_o = out + i_b * so_b + i_hv * so_h + rows
         p_a = a + i_b * sa_b + i_hv * sa_h
         p_b = b + i_b * sb_b + i_hv * sb_h
+        if INTER > 0:
+            # Sequence n's row of intermediate states (64-bit: row x stride(0) may pass 2^31
+            # elements); each [HV, V, K] block is contiguous.
+            row = i_n
+            if INTER == 2:
+                row = tl.load(inter_idx + i_n).to(tl.int64)
+            keep = (row >= 0) & (row < S)
+            if POOL > 0:
+                keep = keep & rd
+            p_i = inter + tl.where(keep, row, 0) * si_s + i_hv * (V * K) + rows4 * K + col
+        if POOL == 3:
+            p_w = slot_idx + i_n * T              # the row of per-token write slots
         for _ in tl.range(0, T):
+            if POOL == 3:
+                w = tl.load(p_w).to(tl.int64)     # loaded before the token's math
+                w_ok = rd & (w >= 0) & (w < PN) & (w != null_slot)
             b_q, b_k, b_v, g, beta = token_inputs(p_q, p_k, p_v, p_a, p_b, A_neg, dtb)
             if L2NORM:
                 b_q = b_q * tl.rsqrt(row_sum(b_q * b_q) + 1e-6)[None, :, None, None]
@@ -250,7 +299,15 @@ def gdn_decode_kernel(
             if POOL > 0:
                 o = tl.where(rd, o, 0.0)
             tl.store(p_o, o.to(out.dtype.element_ty))
+            if INTER > 0:
+                tl.store(p_i, h.to(inter.dtype.element_ty), mask=keep)
+                p_i += si_t
+            if POOL == 3:
+                tl.store(dst + tl.where(w_ok, w, 0) * sn_b + rows4 * sn_v + col,
+                         h.to(new_state.dtype.element_ty), mask=w_ok)
+                p_w += 1
             p_q, p_k, p_v, p_o, p_a, p_b = next_token(p_q, p_k, p_v, p_o, p_a, p_b, sq_t, sk_t,
                                                        sv_t, so_t, sa_t, sb_t)
 
-        tl.store(dst + rows4 * sn_v + col, h.to(new_state.dtype.element_ty), mask=wr)
+        if (UPDATE == 1) & (POOL != 3):   # per-token slots: the last token's store was the final
+            tl.store(dst + rows4 * sn_v + col, h.to(new_state.dtype.element_ty), mask=wr)

@@ -12,6 +12,7 @@ pointers are not all 16-byte aligned always take Triton's own path.
 """
 from __future__ import annotations
 
+import operator
 import os
 
 import torch
@@ -59,17 +60,23 @@ def loop_count(T: int):
     """A runtime loop bound as the kernel should receive it.
 
     The Triton 3.6 interpreter hands int arguments to the kernel as 1-element arrays, and
-    ``range()`` over one fails under numpy >= 2.3 (int() of a non-0-d array); a 0-d array
-    works there.  On the GPU the plain int is passed (Triton specializes T == 1)."""
+    ``range()`` over one fails under numpy >= 2.3 (int() of a non-0-d array); an int32 scalar
+    tensor over a 0-d array works there, in ``range()`` and in arithmetic (per-token slots
+    address their [B, T] index rows with it).  On the GPU the plain int is passed (Triton
+    specializes T == 1)."""
     if interpreter_on():
         import numpy as np
-        return np.array(T, dtype=np.int32)
+        import triton.language as tl
+        from triton.runtime.interpreter import TensorHandle
+        return tl.tensor(TensorHandle(np.array(T, dtype=np.int32), tl.int32), tl.int32)
     return T
 
 
-def pool_mode(pool) -> int:
+def pool_mode(pool, verify=None) -> int:
     """The kernel's POOL: 0 a dense batch, 1 a pool whose read slots are also written, 2 a pool
-    with separate write slots (:class:`gdnzoo.pool.Pool`)."""
+    with separate write slots (:class:`gdnzoo.pool.Pool`), 3 verify's per-token slots."""
+    if verify is not None and verify.per_token:
+        return 3
     return 0 if pool is None else (1 if pool.same_indices else 2)
 
 
@@ -79,14 +86,43 @@ def index_args(state, pool) -> tuple:
     return (state, state) if pool is None else (pool.read, pool.write)
 
 
-def runtime_args(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool) -> tuple:
-    """The kernel's arguments from T to null_slot (between ``scale`` and the constexprs): T,
-    every stride, and the pool's read and write slot counts and null slot (0, 0, -1 without a
-    pool)."""
+# A call that is no verify call passes None for the kernel's verify pointers and integers:
+# Triton compiles None arguments as absent constants, so those instantiations keep the
+# parameter list, and so the code, that they had before verify existed.
+NO_VERIFY = (None, None, None)
+
+
+def verify_args(state, verify) -> tuple:
+    """The kernel's three verify pointer arguments (intermediate states, their indices, the
+    accepted counts): :data:`NO_VERIFY` without a verify, else each tensor, or the state (a
+    valid pointer the kernel never reads through) for one the call lacks."""
+    if verify is None:
+        return NO_VERIFY
+    return tuple(state if x is None else x for x in (verify.states, verify.indices,
+                                                     verify.accepted))
+
+
+def verify_mode(verify) -> tuple:
+    """The kernel's verify constexprs (INTER, UPDATE, ACC): intermediate states none (0), at
+    row n (1) or at the given rows (2); the final state written (1) or not; accepted counts
+    given (1) or column 0 read (0)."""
+    if verify is None:
+        return 0, 1, 0
+    inter = 0 if verify.states is None else (1 if verify.indices is None else 2)
+    return inter, int(verify.update), int(verify.accepted is not None)
+
+
+def runtime_args(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool,
+                 verify=None) -> tuple:
+    """The kernel's arguments from T to si_t (between ``scale`` and the constexprs): T, every
+    stride, the pool's read and write slot counts and null slot (0, 0, -1 without a pool), and
+    the intermediate states' row count and row and step strides (None without them)."""
     slots = (0, 0, -1) if pool is None else (state.shape[0], new_state.shape[0], pool.null_slot)
+    inter = NO_VERIFY if verify is None or verify.states is None else \
+        (verify.states.shape[0], *verify.states.stride()[:2])
     return (loop_count(q.shape[1]), *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
             *a.stride(), *b.stride(), A_log.stride(0), dt_bias.stride(0), *out.stride()[:3],
-            *state.stride()[:3], *new_state.stride()[:3], *slots)
+            *state.stride()[:3], *new_state.stride()[:3], *slots, *inter)
 
 
 def constant_strides(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool) -> bool:
@@ -119,13 +155,14 @@ class FastLaunch:
     ``args_after_scale`` are all the positional arguments after the pointers and the float
     ``scale`` (scalars, then every constexpr, defaults included: Triton's launcher parses them
     all), in signature order; ``scale`` is not specialized and so may change between calls.
-    ``scratch`` is a device buffer for kernels that need global scratch (device-side tensor
-    descriptors); it is kept alive here so a CUDA graph that captured its address stays
-    valid.
+    ``absent`` are the None pointer arguments between the call's pointers and ``scale`` (the
+    verify pointers of a call that is no verify call).  ``scratch`` is a device buffer for
+    kernels that need global scratch (device-side tensor descriptors); it is kept alive here
+    so a CUDA graph that captured its address stays valid.
     """
 
     def __init__(self, compiled, grid0: int, args_after_scale: tuple, device_index: int,
-                 scratch=None):
+                 scratch=None, absent=()):
         self.launcher = compiled.run.launch            # the C launcher, AttributeError if absent
         self.function = compiled.function
         self.meta = compiled.packed_metadata
@@ -133,6 +170,7 @@ class FastLaunch:
         self.pdl = compiled.run.launch_pdl
         self.grid0 = grid0
         self.tail = tuple(args_after_scale)
+        self.absent = tuple(absent)
         self.dev = device_index
         self.scratch = scratch
         self.scratch_ptr = None if scratch is None else scratch.data_ptr()
@@ -144,7 +182,7 @@ class FastLaunch:
     def __call__(self, ptrs: tuple, scale: float):
         self.launcher(self.grid0, 1, 1, self.stream(self.dev), self.function, self.coop,
                       self.pdl, self.scratch_ptr, None, self.meta, None, None, None,
-                      *ptrs, scale, *self.tail)
+                      *ptrs, *self.absent, scale, *self.tail)
 
 
 # C types of Triton's launcher arguments -> struct codes; float scalars are passed as the bits
@@ -196,12 +234,13 @@ def raw_launch(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int
     """A :class:`gdnzoo.cuda_build.Launch` of a compiled Triton kernel: cuLaunchKernel on a
     prebuilt parameter block, as the CUDA backends launch, where Triton's own C launcher parses
     all ~40 arguments from Python on every call.  Per call only the ``n_ptrs`` pointers and
-    ``scale`` (the next parameter) are written; every parameter gets an 8-byte slot (the driver
-    reads each one's size from the kernel).  Raises AttributeError when the kernel's parameters
-    are not laid out so."""
+    ``scale`` (the next parameter: None arguments between them are absent constants, not
+    parameters) are written; every parameter gets an 8-byte slot (the driver reads each one's
+    size from the kernel).  Raises AttributeError when the kernel's parameters are not laid out
+    so."""
     import struct
     params = launcher_params(compiled)
-    want = [f"arg{i}" for i in range(n_ptrs + 1)]
+    want = [f"arg{i}" for i, x in enumerate(args) if x is not None][:n_ptrs + 1]
     if params is None or [n for n, _ in params[:n_ptrs + 1]] != want or \
             any(c != "Q" for _, c in params[:n_ptrs]) or params[n_ptrs][1] != "f":
         raise AttributeError("kernel parameters are not laid out as this launcher needs")
@@ -223,20 +262,21 @@ def raw_launch(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int
 
 
 def fast_launch(compiled, grid0: int, ptrs: tuple, scale: float, tail: tuple,
-                device_index: int, scratch=None):
+                device_index: int, scratch=None, absent=()):
     """The quickest launcher this Triton and CuPy allow: :func:`raw_launch`, else
-    :class:`FastLaunch` (Triton's C launcher without its Python binding), else None."""
+    :class:`FastLaunch` (Triton's C launcher without its Python binding), else None.
+    ``absent``: the None pointer arguments between ``ptrs`` and ``scale``."""
     sp = None if scratch is None else scratch.data_ptr()
     import importlib.util
     try:
         if importlib.util.find_spec("cupy_backends") is None:    # launch_raw's binding
             raise ImportError("no CuPy")
-        return raw_launch(compiled, grid0, (*ptrs, float(scale), *tail), len(ptrs),
+        return raw_launch(compiled, grid0, (*ptrs, *absent, float(scale), *tail), len(ptrs),
                           device_index, sp)
     except Exception:
         pass
     try:
-        return FastLaunch(compiled, grid0, tail, device_index, scratch)
+        return FastLaunch(compiled, grid0, tail, device_index, scratch, absent)
     except AttributeError:
         return None
 
@@ -244,15 +284,18 @@ def fast_launch(compiled, grid0: int, ptrs: tuple, scale: float, tail: tuple,
 class Dispatcher:
     """Per-signature launch cache of one Triton backend, behind ``run`` and ``bind``.
 
-    ``first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool, key)``
-    launches through Triton's own path and returns a launcher (:func:`fast_launch`) for later
-    calls with the same key, or None to keep Triton's path.  The key is everything Triton
+    ``first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool, verify,
+    key)`` launches through Triton's own path and returns a launcher (:func:`fast_launch`) for
+    later calls with the same key, or None to keep Triton's path.  The key is everything Triton
     specializes on except pointer alignment, which is checked on every call (it varies with the
-    buffers).  ``launch(..., pool=, config=)`` is the backend's own launch with an explicit
-    config, which ``run(..., config=...)`` takes (Triton's own path, every call).
+    buffers).  ``launch(..., pool=, verify=, config=)`` is the backend's own launch with an
+    explicit config, which ``run(..., config=...)`` takes (Triton's own path, every call).
 
     A pool call (``pool``: a :class:`gdnzoo.pool.Pool`) passes its index tensors' pointers with
     the data pointers on every call; its slot counts, null slot and index dtypes are in the key.
+    A verify call (``verify``: a :class:`gdnzoo.verify.Verify`) passes its three tensors'
+    pointers too; its form, the intermediate states' shape and strides and the index dtypes are
+    in the key, so verify and other calls never share a launcher.
     """
 
     def __init__(self, first_call, launch):
@@ -261,14 +304,21 @@ class Dispatcher:
         self.fast = {}
 
     @staticmethod
-    def key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, use_qk_l2norm, pool=None):
+    def key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, use_qk_l2norm, pool=None,
+            verify=None):
         # scale is passed per call, so it is not part of the key
         base = cuda_build.signature_key(q, k, v, state, A_log, a, dt_bias, b, None, out,
                                         new_state, use_qk_l2norm)
-        if pool is None:
+        if pool is not None:
+            base = (base, state.shape[0], new_state.shape[0], pool.null_slot, pool.read.dtype,
+                    pool.write.dtype, pool.same_indices)
+        if verify is None:
             return base
-        return (base, state.shape[0], new_state.shape[0], pool.null_slot, pool.read.dtype,
-                pool.write.dtype, pool.same_indices)
+        st = verify.states
+        dtype = lambda x: None if x is None else x.dtype      # noqa: E731
+        return (base, "verify", verify.per_token, verify.update,
+                None if st is None else (st.shape, st.stride(), st.dtype),
+                dtype(verify.indices), dtype(verify.accepted))
 
     @staticmethod
     def pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool=None):
@@ -283,50 +333,90 @@ class Dispatcher:
         return ptrs, (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6]
                       | ptrs[7] | s | ptrs[9] | r | w) & 15 == 0
 
-    def call(self, base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool):
-        ptrs, aligned = self.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool)
+    @staticmethod
+    def verify_pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool, verify):
+        """:meth:`pointers` of a verify call: the three verify pointers follow (the state's for
+        a tensor the call lacks, as :func:`verify_args`)."""
+        ptrs, aligned = Dispatcher.pointers(q, k, v, state, A_log, a, dt_bias, b, out,
+                                            new_state, pool)
+        s = ptrs[8]
+        more = tuple(s if x is None else x.data_ptr()
+                     for x in (verify.states, verify.indices, verify.accepted))
+        return ptrs + more, aligned and (more[0] | more[1] | more[2]) & 15 == 0
+
+    def call(self, base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
+             pool=None, verify=None):
+        if verify is None:
+            ptrs, aligned = self.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
+                                          pool)
+        else:
+            ptrs, aligned = self.verify_pointers(q, k, v, state, A_log, a, dt_bias, b, out,
+                                                 new_state, pool, verify)
         key = (base, aligned)
         fast = self.fast.get(key)
         if fast is not None:
             fast(ptrs, float(scale))
             return
         made = self.first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                               l2, pool, key)
+                               l2, pool, verify, key)
         if key[1] and not interpreter_on():       # misaligned calls keep Triton's own path
             self.fast[key] = made
 
     def run(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool=None,
-            config=None):
+            verify=None, config=None):
         """The backend's entry point: the cached launch, or with an explicit ``config`` the
         backend's own launch with it."""
         if config is not None:
             self.launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
-                        pool=pool, config=config)
+                        pool=pool, verify=verify, config=config)
             return
-        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2, pool)
-        self.call(base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool)
+        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2, pool, verify)
+        self.call(base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool,
+                  verify)
 
-    def bind(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool=None):
+    def bind(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool=None,
+             verify=None):
         """A launcher valid for every call with these shapes, strides, dtypes and mode (and,
-        with a pool, these slot counts, null slot and index dtypes): what gdnzoo.decode's
-        signature guarantees, so the key is computed once, here, and its fast launchers are
-        looked up by pointer alignment alone (no per-call hashing of the key).  A pool call's
-        launcher takes that call's pool as its 13th argument."""
-        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2, pool)
-        call, fast, pointers = self.call, self.fast, self.pointers
+        with a pool, these slot counts, null slot and index dtypes; with a verify, this form,
+        these intermediate states' shape and strides and these index dtypes): what
+        gdnzoo.decode's signature guarantees, so the key is computed once, here, and its fast
+        launchers are looked up by pointer alignment alone (no per-call hashing of the key).
+        A pool call's launcher takes that call's pool as its 13th argument, a verify call's
+        the pool (or None) and the verify as its 13th and 14th."""
+        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2, pool, verify)
+        call, fast = self.call, self.fast
+        pointers = self.pointers if verify is None else self.verify_pointers
         slots = {}                                  # 16-byte aligned? -> FastLaunch
 
-        def bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool=None):
-            ptrs, aligned = pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool)
+        def bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, *serve):
+            ptrs, aligned = pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
+                                     *serve)
             launch = slots.get(aligned)
             if launch is None:
                 launch = fast.get((base, aligned))
                 if launch is None:                  # first call of this kind: Triton's path
                     call(base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
-                         pool)
+                         *serve)
                     return
                 slots[aligned] = launch
             launch(ptrs, float(scale))
+
+        if pool is None and verify is None:
+            # The kernel's pointers from decode's (gdnzoo.contract.POINTERS order: q, k, v,
+            # state, A_log, a, dt_bias, b, out, new_state, that 0 in place).
+            order = operator.itemgetter(0, 1, 2, 5, 7, 4, 6, 8, 3, 3 if new_state is state else 9,
+                                        3, 3)
+
+            def with_pointers(p, scale):
+                """Launch from decode's data pointers when a fast launcher for their alignment
+                exists; False: call ``bound`` with the tensors instead."""
+                launch = slots.get(not (p[0] | p[1] | p[2] | p[3] | p[4] | p[5] | p[6] | p[7]
+                                        | p[8] | p[9]) & 15)
+                if launch is None:
+                    return False
+                launch(order(p), scale)
+                return True
+            bound.with_pointers = with_pointers
         return bound
 
 

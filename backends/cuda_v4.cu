@@ -42,15 +42,31 @@
 // GDN_IDX64 (with a pool; bit 0: idx is int64, else int32; bit 1: new_idx is int64).  With a
 // pool, GDN_DENSE=1 means every other tensor is dense and each slot a dense [HV, V, K] block:
 // the slot stride stays a runtime value.
+// Speculative verify (gdnzoo/verify.py), one pass over the tokens with the state in registers,
+// each token's state stored once from them: GDN_INTER (0: none; 1: the state after token t to
+// intermediate row n, step t; 2: to row inter_idx[n]), GDN_UPDATE (0: the final store is
+// compiled out, deferred commit), GDN_POOL 3 (per-token slots: idx is [B, T], the state is read
+// from slot idx[n, 0] and the state after token t stored to slot idx[n, t]) and 4 (the same,
+// read from column accepted[n] - 1), GDN_IDX64 bit 2: inter_idx is int64, bit 3: accepted is.
+// A plain decode passes neither GDN_INTER nor GDN_UPDATE (the kernel is then the one above); a
+// verify variant passes both and takes GdnVerifyParams, GdnParams with the verify fields after.
 // Runtime: B (the grid), strides, pointers, scale; with a pool its slot counts and null_slot.
 #include "gdn_common.cuh"
+
+#if defined(GDN_INTER) != defined(GDN_UPDATE)
+#error "GDN_INTER and GDN_UPDATE: both (a verify variant) or neither (a plain decode)"
+#endif
+#ifndef GDN_INTER
+#define GDN_INTER 0
+#define GDN_UPDATE 1
+#endif
 
 #if !defined(GDN_K) || !defined(GDN_V) || !defined(GDN_T) || !defined(GDN_HV) || \
     !defined(GDN_GVA) || !defined(GDN_STATE_DT) || !defined(GDN_IO_DT) || !defined(GDN_A_DT) || \
     !defined(GDN_B_DT) || !defined(GDN_DTB_DT) || !defined(GDN_L2NORM) || !defined(GDN_W) || \
     !defined(GDN_RW) || !defined(GDN_LPR) || !defined(GDN_VEC16) || !defined(GDN_HINT) || \
     !defined(GDN_FASTGATE) || !defined(GDN_DENSE) || !defined(GDN_CHAIN) || !defined(GDN_SMEM) || \
-    !defined(GDN_QKS) || !defined(GDN_POOL) || (GDN_POOL && !defined(GDN_IDX64))
+    !defined(GDN_QKS) || !defined(GDN_POOL) || ((GDN_POOL || GDN_INTER == 2) && !defined(GDN_IDX64))
 #error "compile with the -D options of backends/_cuda_build.py"
 #endif
 
@@ -211,7 +227,71 @@ __device__ __forceinline__ void qk_shfl(float& kq, float& qq, float& kk, int off
     }
 }
 
-extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnParams p) {
+// ---- speculative verify (GDN_INTER, GDN_UPDATE, GDN_POOL 3/4) ------------------------------
+// FINAL: the final state is stored; not with per-token slots (token T-1's slot holds it) nor
+// when the commit is deferred (GDN_UPDATE 0).
+#define GDN_FINAL (GDN_UPDATE && GDN_POOL < 3)
+static_assert(GDN_POOL >= 0 && GDN_POOL <= 4 && GDN_INTER >= 0 && GDN_INTER <= 2, "bad switches");
+static_assert(GDN_POOL < 3 || (GDN_UPDATE && !GDN_INTER),
+              "per-token slots keep every token's state: no intermediate rows, no deferral");
+
+#if GDN_INTER || GDN_POOL >= 3
+// GdnParams and, after its last field (so no offset of it moves), the per-call verify fields;
+// backends/_cuda_build.py VERIFY_FIELDS mirrors them.
+struct GdnVerifyParams : GdnParams {
+    void* inter;              // intermediate_states [S, T_max, HV, V, K], [HV, V, K] contiguous
+    const void* inter_idx;    // GDN_INTER 2: [B] int32 | int64 row of sequence n
+    const void* accepted;     // GDN_POOL 4: [B] int32 | int64 num_accepted_tokens
+    long long i_n, i_t;       // intermediate strides of a row and of a step (elements)
+    long long S;              // intermediate rows
+};
+static_assert(sizeof(GdnVerifyParams) == sizeof(GdnParams) + 6 * 8, "verify fields: 8 bytes each");
+typedef GdnVerifyParams GdnKernelParams;
+#else
+typedef GdnParams GdnKernelParams;
+#endif
+
+// Element i of an int32 / int64 index tensor, in 64 bits.
+template <bool I64>
+__device__ __forceinline__ long long index_at(const void* x, long long i) {
+    if constexpr (I64) return static_cast<const long long*>(x)[i];
+    else return static_cast<const int*>(x)[i];
+}
+
+// The slots of sequence n: a pool's (gdn_pool_slots), or per-token slots' read slot idx[n, c]
+// with c = accepted[n] - 1 (GDN_POOL 4; column 0 for 3).  A count outside 1..T pads the
+// sequence like a padded read slot; the write slots are loaded per token, in the token loop.
+template <int POOL, typename Params>
+__device__ __forceinline__ GdnSlots sequence_slots(const Params& p, unsigned n) {
+    if constexpr (POOL >= 3) {
+        long long col = 0;
+        bool ok = true;
+        if constexpr (POOL == 4) {
+            const long long acc = index_at<(GDN_IDX64 & 8) != 0>(p.accepted, n);
+            ok = (unsigned long long)(acc - 1) < (unsigned long long)T;
+            col = ok ? acc - 1 : 0;
+        }
+        const long long r = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + col);
+        GdnSlots s;
+        s.rd = ok && (unsigned long long)r < (unsigned long long)p.P && r != p.null_slot;
+        s.wr = false;
+        s.read = r;
+        s.write = 0;
+        return s;
+    } else {
+        return gdn_pool_slots<POOL, GDN_IDX64>(p, n);
+    }
+}
+
+// This lane's slices of one state row to row ``row`` of a [V, K] block with row stride rs.
+template <bool CS, typename ST>
+__device__ __forceinline__ void store_row(ST* block, long long rs, int row, unsigned kl,
+                                          const float (&x)[NV][VEC]) {
+#pragma unroll
+    for (int i = 0; i < NV; ++i) st_vec<SD, VEC, CS>(block, row * rs + (i * LPR + kl) * VEC, x[i]);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKernelParams p) {
     using ST = typename GdnStorage<SD>::type;
     constexpr bool NC = GDN_VEC16 && (GDN_HINT & 1);
     constexpr bool CS = GDN_VEC16 && (GDN_HINT & 2);
@@ -234,7 +314,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
     // writes zeros to this block's out rows and leaves: no state read or written.  Measured on
     // the H100, this early exit issues the state loads sooner than a branch or predicate around
     // the loads alone.
-    const GdnSlots slot = gdn_pool_slots<GDN_POOL, GDN_IDX64>(p, n);
+    const GdnSlots slot = sequence_slots<GDN_POOL>(p, n);
     if (!slot.rd) {
         if (kl == 0) {
             const long long o0 = n * GDN_STRIDE(o_n, T * HV * V) + h * GDN_STRIDE(o_h, V)
@@ -248,6 +328,10 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
         }
         return;
     }
+#endif
+#if !GDN_FINAL
+    constexpr bool store = false;                      // verify: no final store
+#elif GDN_POOL
     const bool store = slot.wr;                        // else out only: no state written
 #else
     constexpr bool store = true;
@@ -308,6 +392,17 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
 #if GDN_SMEM
     asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
+#if GDN_INTER
+    // The intermediate row, behind the state loads: row n or inter_idx[n]; a row outside
+    // 0..S-1 stores nothing (its address stays at row 0).  Each [HV, V, K] block is contiguous.
+#if GDN_INTER == 1
+    const long long irow = n;
+#else
+    const long long irow = index_at<(GDN_IDX64 & 4) != 0>(p.inter_idx, n);
+#endif
+    const bool ikeep = (unsigned long long)irow < (unsigned long long)p.S;
+    ST* const inter = static_cast<ST*>(p.inter) + (ikeep ? irow : 0) * p.i_n + h * (V * K);
+#endif
 
     const float A_log = p.A_log[h * GDN_STRIDE(A_log_h, 1)];
     const float dtb = gdn_ld<GDN_DTB_DT>(p.dt_bias, h * GDN_STRIDE(dtb_h, 1));
@@ -324,6 +419,12 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
 
 #pragma unroll 1
     for (int t = 0; t < T; ++t) {
+#if GDN_POOL >= 3
+        // Token t's slot idx[n, t]: padding (negative, null_slot, >= PN) stores nothing.
+        const long long ts = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t);
+        const bool wr = (unsigned long long)ts < (unsigned long long)p.PN && ts != p.null_slot;
+        ST* const tok = static_cast<ST*>(p.new_state) + gdn_state_write_offset(p, wr ? ts : 0, h);
+#endif
         float qv[NV][VEC], kv[NV][VEC];
         unsigned qkw[QKX ? NV : 1][QW];                // QKX: this lane's q or k words
 #if GDN_QKS == 1
@@ -462,6 +563,11 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
                     for (int i = 0; i < NV; ++i)
                         st_vec<SD, VEC, CS>(dst, row * ns_v + (i * LPR + kl) * VEC, Sg[i]);
                 }
+#if GDN_INTER
+                if (ikeep) store_row<CS>(inter + t * p.i_t, K, row, kl, Sg);
+#elif GDN_POOL >= 3
+                if (wr) store_row<CS>(tok, ns_v, row, kl, Sg);
+#endif
                 if (kl == 0) gdn_st<IOD>(p.out, o0 + g * RPW, scale * (gd * sq * rq + u * kqn));
             }
         }
@@ -507,6 +613,19 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
             if (kl == 0 && live[g])
                 gdn_st<IOD>(p.out, o0 + t * o_t + g * RPW, scale * (gd * sq[g] * rq + u * kqn));
         }
+#if GDN_INTER || GDN_POOL >= 3
+        // The state after token t, from the registers: to its intermediate step or its slot.
+#pragma unroll
+        for (int g = 0; g < RW; ++g) {
+            if (!live[g]) continue;
+            const int row = wbase + g * RPW + (int)sub;
+#if GDN_INTER
+            if (ikeep) store_row<CS>(inter + t * p.i_t, K, row, kl, S[g]);
+#else
+            if (wr) store_row<CS>(tok, ns_v, row, kl, S[g]);
+#endif
+        }
+#endif
 #endif
     }
 

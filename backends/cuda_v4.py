@@ -12,11 +12,18 @@ State pools (:mod:`gdnzoo.pool`) are served natively: the kernel loads each sequ
 indices itself (its first load) and addresses the pool's slots with 64-bit offsets; padded
 sequences get zero outputs and touch no state.  Their launch rows are the ``pool`` rows where a
 table has them, else its in-place or destination-passing rows.
+
+Speculative verify (:mod:`gdnzoo.verify`) is served natively too, on a dense state or a pool, in
+the launch row the call would get anyway: one pass over the tokens with the state in registers,
+the state after each token stored from them to its intermediate row and step, or to its
+per-token slot; ``update_state=False`` compiles the final store out.  Every thread stores the
+rows it holds, so every launch shape serves every form.
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import operator
 from pathlib import Path
 
 import torch
@@ -191,12 +198,37 @@ def pool_mode(pool):
     return dict(pool=1 if pool.same_indices else 2, idx64=i64)
 
 
+def verify_mode(pool, verify):
+    """The kernel's GDN_POOL, GDN_IDX64, GDN_INTER and GDN_UPDATE for a verify call (a
+    :class:`gdnzoo.verify.Verify`; ``pool`` None: a dense state)."""
+    i64 = lambda x: int(x is not None and x.dtype == torch.int64)      # noqa: E731
+    if verify.per_token:
+        return dict(pool=3 if verify.accepted is None else 4,
+                    idx64=i64(pool.read) + 8 * i64(verify.accepted), inter=0, update=1)
+    mode = pool_mode(pool)
+    inter = 0 if verify.states is None else 1 if verify.indices is None else 2
+    if inter == 2:
+        mode["idx64"] = mode.get("idx64", 0) + 4 * i64(verify.indices)
+    return dict(mode, inter=inter, update=int(verify.update))
+
+
+def verify_key(verify):
+    """What a verify launcher depends on beyond the dense signature and the pool (None: no
+    verify)."""
+    if verify is None:
+        return None
+    x = verify.states
+    dtype = lambda t: None if t is None else t.dtype                  # noqa: E731
+    return (verify.per_token, verify.update, None if x is None else (x.shape, x.stride()),
+            dtype(verify.indices), dtype(verify.accepted))
+
+
 class Bound:
     """cuda-v4 for one signature: a Launch for 16-byte-aligned pointers and one (built on first
     need) for the element-load variant; per call only the pointers are looked at."""
 
     def __init__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, config,
-                 pool=None):
+                 pool=None, verify=None):
         # Only plain values are kept: a bound launcher must not keep the first call's tensors alive.
         self.values = cuda_build.param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out,
                                               new_state, pool)
@@ -208,8 +240,13 @@ class Bound:
         f = self.values
         st = (f[28] | f[29] | f[30] | f[31] | f[32] | f[33]) * es   # state/new_state strides
         io = (f[10] | f[11] | f[12] | f[13] | f[14] | f[15]) * eio  # q/k strides
+        # A verify call: the verify fields after GdnParams; intermediate strides align too.
+        self.extra = () if verify is None else cuda_build.verify_values(verify)
+        if self.extra:
+            st |= (self.extra[3] | self.extra[4]) * es
         self.strides_aligned = (st | io) & 15 == 0
-        self.pool = pool_mode(pool)
+        # The kernel's pool and verify switches (GDN_POOL, GDN_IDX64, GDN_INTER, GDN_UPDATE).
+        self.switches = pool_mode(pool) if verify is None else verify_mode(pool, verify)
         # A pool: every other tensor dense and each slot a dense [HV, V, K] block (the slot
         # strides stay runtime values).
         self.dense = cuda_build.dense(q, k, v, state, A_log, a, dt_bias, b, out, new_state) \
@@ -218,6 +255,9 @@ class Bound:
         self.launches = {}
         if self.strides_aligned:
             self.vec16 = self.make(True)
+        # GdnParams' pointers (q, k, v, a, b, A_log, dt_bias, state, new_state, out) from
+        # gdnzoo.decode's order (q, k, v, state, A_log, a, dt_bias, b, out, new_state).
+        self.order = operator.itemgetter(0, 1, 2, 5, 7, 4, 6, 3, 9 if self.dest else 3, 8)
 
     def make(self, vec16):
         B, T, H, K, HV, V = self.shape
@@ -226,7 +266,7 @@ class Bound:
         if config is None:
             w, rw, lpr, hint, fast, chain, smem, qks = table_config(
                 torch.cuda.get_device_name(self.dev), sd, B, H, HV, K, V, not self.dest, T,
-                self.pool["pool"] > 0)
+                self.switches["pool"] > 0)
         else:
             w, rw, lpr, hint, fast, chain, smem, qks = full_config(config)
         if not vec16:
@@ -241,12 +281,27 @@ class Bound:
         defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
                                   w=w, rw=rw, lpr=lpr, vec16=int(vec16), hint=hint,
                                   fastgate=fast, dense=int(self.dense), chain=chain, smem=smem,
-                                  qks=qks, **self.pool)
+                                  qks=qks, **self.switches)
         kern = cuda_build.get_kernel(SOURCE, KERNEL, defs, self.dev)
         bph = blocks_per_head(V, w, rw, lpr)
-        launch = cuda_build.Launch(kern, B * HV * bph, 32 * w, self.dev, self.values)
+        launch = cuda_build.Launch(kern, B * HV * bph, 32 * w, self.dev,
+                                   template=cuda_build.params_template(self.values, self.extra))
         self.launches[vec16] = launch
         return launch
+
+    def with_pointers(self, p, scale):
+        """Launch from gdnzoo.decode's data pointers (gdnzoo.contract.POINTERS order, new_state's
+        0 in place) when they are 16-byte aligned; False: call with the tensors instead."""
+        if not (self.strides_aligned and (p[0] | p[1] | p[3] | p[9]) & 15 == 0):
+            return False
+        launch = self.vec16
+        try:
+            buf, _, argv = launch._tls.b
+        except AttributeError:
+            buf, _, argv = launch.buffers()
+        cuda_build.PTRS.pack_into(buf, 0, *self.order(p))
+        cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
+        return True
 
     def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
         qp, kp, sp, np_ = q.data_ptr(), k.data_ptr(), state.data_ptr(), new_state.data_ptr()
@@ -269,6 +324,7 @@ class PoolBound(Bound):
     tensors change between calls; their dtypes, ``null_slot`` and the pools' slot counts are
     those of the bind call).  Its body repeats Bound.__call__'s on purpose: a shared helper
     would put one more Python call on the dense hot path."""
+    with_pointers = None          # dense calls only: these take index tensors per call
 
     def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool):
         qp, kp, sp, np_ = q.data_ptr(), k.data_ptr(), state.data_ptr(), new_state.data_ptr()
@@ -287,6 +343,38 @@ class PoolBound(Bound):
         cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
 
 
+class VerifyBound(Bound):
+    """:class:`Bound` for verify calls: called with the pool (None: a dense state) and the
+    :class:`gdnzoo.verify.Verify` as 13th and 14th arguments; writes the index pointers and the
+    intermediate, intermediate-index and accepted-count pointers into the parameter block on
+    every call (those tensors change between calls).  A 16-byte-aligned launch needs the
+    intermediate states aligned too."""
+    with_pointers = None          # dense calls only: these take index tensors per call
+
+    def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool,
+                 verify):
+        qp, kp, sp, np_ = q.data_ptr(), k.data_ptr(), state.data_ptr(), new_state.data_ptr()
+        ip = 0 if verify.states is None else verify.states.data_ptr()
+        if self.strides_aligned and (qp | kp | sp | np_ | ip) & 15 == 0:
+            launch = self.vec16
+        else:
+            launch = self.launches.get(False) or self.make(False)
+        try:
+            buf, _, argv = launch._tls.b
+        except AttributeError:
+            buf, _, argv = launch.buffers()
+        cuda_build.PTRS.pack_into(buf, 0, qp, kp, v.data_ptr(), a.data_ptr(), b.data_ptr(),
+                                  A_log.data_ptr(), dt_bias.data_ptr(), sp, np_, out.data_ptr())
+        if pool is not None:
+            cuda_build.IDX_PTRS.pack_into(buf, cuda_build.IDX_OFFSET, pool.read.data_ptr(),
+                                          pool.write.data_ptr())
+        cuda_build.VERIFY_PTRS.pack_into(
+            buf, cuda_build.VERIFY_OFFSET, ip,
+            0 if verify.indices is None else verify.indices.data_ptr(),
+            0 if verify.accepted is None else verify.accepted.data_ptr())
+        cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
+
+
 def pool_key(state, new_state, pool):
     """What a pool launcher depends on beyond the dense signature (None: no pool)."""
     if pool is None:
@@ -296,31 +384,37 @@ def pool_key(state, new_state, pool):
 
 
 def bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None,
-         config=None):
+         verify=None, config=None):
     """A launcher for every call with these shapes, strides, dtypes, scale and mode (in place
-    or destination passing: each has its own table; a state pool, :class:`PoolBound`)."""
+    or destination passing: each has its own table; a state pool, :class:`PoolBound`; a verify
+    call, :class:`VerifyBound`)."""
     key = (cuda_build.signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                    use_qk_l2norm), config, pool_key(state, new_state, pool))
+                                    use_qk_l2norm), config, pool_key(state, new_state, pool),
+           verify_key(verify))
     bound = _binds.get(key)
     if bound is None:
         if len(_binds) >= 4096:
             _binds.clear()
-        bound = _binds[key] = (Bound if pool is None else PoolBound)(
-            q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, config,
-            pool)
+        cls = VerifyBound if verify is not None else Bound if pool is None else PoolBound
+        bound = _binds[key] = cls(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                                  use_qk_l2norm, config, pool, verify)
     return bound
 
 
 def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None,
-        config=None):
+        verify=None, config=None):
     """Backend entry point; ``pool``: a :class:`gdnzoo.pool.Pool` when ``state`` (and
-    ``new_state``) are state pools; ``config=(W, RW, LPR, HINT[, FAST[, CHAIN[, SMEM[, QKS]]]])``
+    ``new_state``) are state pools; ``verify``: a :class:`gdnzoo.verify.Verify` for a verify
+    call; ``config=(W, RW, LPR, HINT[, FAST[, CHAIN[, SMEM[, QKS]]]])``
     overrides the table (CHAIN: 0 tree sums, c > 0 chains of c fused multiply-adds; SMEM 1: the
     state staged through shared memory with cp.async, T = 1 only; QKS 1: q and k read once per
     block into shared memory, 2: split over a lane pair and swapped by shuffles)."""
     bound = bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-                 pool, config)
-    if pool is None:
+                 pool, verify, config)
+    if verify is not None:
+        bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool,
+              verify)
+    elif pool is None:
         bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)
     else:
         bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool)

@@ -6,11 +6,19 @@ CuTe-DSL kernels run (not the optional "cake" or Rubin variants):
 
 - fp32 state, T = 1: ``state=`` (the direct path the contest baseline uses; FlashInfer keeps its
   index tensors cached, so a call launches one kernel).
-- bf16 state (any T), and fp32 state with T > 1 (FlashInfer's MTP kernels; registry.yaml keeps
-  max_T: 1 until a GPU run shows T > 1 passing the gate): ``initial_state=`` with
-  ``initial_state_indices`` = arange(B), an int32 tensor cached here per (B, device).  Through
-  ``state=`` FlashInfer would allocate that arange on every call (an extra kernel); fp32 T > 1 is
-  only offered in this pool form.
+- bf16 state (any T), and fp32 state with T > 1 (FlashInfer's MTP kernels, T <= 8 in
+  registry.yaml): ``initial_state=`` with ``initial_state_indices`` = arange(B), an int32 tensor
+  cached here per (B, device).  Through ``state=`` FlashInfer would allocate that arange on every
+  call (an extra kernel); fp32 T > 1 is only offered in this pool form.
+
+Speculative verify (:mod:`gdnzoo.verify`), T >= 2, on a dense state only (the registry refuses
+pools: FlashInfer's padding is not gdnzoo's): ``update_state=False`` is FlashInfer's
+``disable_state_update``, and ``intermediate_states`` its ``intermediate_states_buffer``, which
+its MTP kernels index by batch row with a row pitch of T states.  So served: no
+``intermediate_indices`` (row n) and a contiguous [B, T, HV, V, K] buffer (``Problem.intermediate
+== "rows"``).  FlashInfer's bf16-state MTP kernels skip the final-state write whenever the buffer
+is given, so bf16 with intermediate states needs ``update_state=False`` (fp32 writes both).
+supports() refuses the rest, saying why.
 
 FlashInfer always updates the state in place.  Destination-passing calls (``new_state`` distinct
 from ``state``) therefore first copy ``state`` into ``new_state`` and run in place there: one extra
@@ -64,6 +72,17 @@ def supports(problem):
                        f"although its API only asserts K, V >= 128")
     if p.state_dtype not in (torch.float32, torch.bfloat16):
         return False, f"state dtype {p.state_name} not supported (fp32 or bf16)"
+    if p.verify and p.T < 2:
+        return False, ("FlashInfer takes intermediate_states_buffer and disable_state_update only "
+                       "for T >= 2 tokens (its MTP kernels), got T=1")
+    if p.intermediate == "indexed":
+        return False, ("FlashInfer's MTP kernels store step t of sequence n at block n*T + t of "
+                       "one contiguous buffer: intermediate_states must be a contiguous [B, T, "
+                       "HV, V, K] tensor addressed by row (no intermediate_indices)")
+    if p.intermediate and p.verify == "states+update" and p.state_dtype == torch.bfloat16:
+        return False, ("FlashInfer's bf16-state MTP kernels skip the final-state write when "
+                       "intermediate_states_buffer is given: pass update_state=False and commit "
+                       "later")
     return True, ""
 
 
@@ -76,22 +95,30 @@ def _pool_indices(B: int, device) -> torch.Tensor:
     return idx
 
 
-def _variant(q, v, state, use_qk_l2norm, scale) -> str:
+def _variant(q, v, state, use_qk_l2norm, scale, mtp) -> str:
     B, T, H, K = q.shape
     HV = v.shape[2]
     sd = "fp32" if state.dtype == torch.float32 else "bf16"
+    verify = "" if not mtp else (f" verify(update={not mtp['disable_state_update']}, "
+                                 f"states={mtp['intermediate_states_buffer'] is not None})")
     return (f"{sd}-state T={T} H={H} HV={HV} K={K} V={v.shape[3]} l2norm={use_qk_l2norm} "
-            f"scale={scale:.6g}" + (f" B={B}" if sd == "bf16" else ""))
+            f"scale={scale:.6g}" + (f" B={B}" if sd == "bf16" else "") + verify)
 
 
-def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
+def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None,
+        verify=None):
+    """``pool`` is always None here (the registry refuses pools for this backend)."""
     from flashinfer.gdn_decode import gated_delta_rule_decode_pretranspose as fi_decode
 
+    mtp = {}
+    if verify is not None:
+        mtp = dict(intermediate_states_buffer=verify.states,
+                   disable_state_update=not verify.update)
     if new_state is not state:
         new_state.copy_(state)           # FlashInfer only updates in place: see module docstring
     target = new_state
     B, T = q.shape[0], q.shape[1]
-    key = _variant(q, v, state, use_qk_l2norm, scale)
+    key = _variant(q, v, state, use_qk_l2norm, scale, mtp)
     first = key not in _seen
     if first:
         print(f"fi-baseline: compiling FlashInfer CuTe-DSL kernel for {key} (first call, may take "
@@ -103,7 +130,7 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2no
     else:
         fi_decode(q, k, v, None, A_log, a, dt_bias, b, scale=scale, output=out,
                   use_qk_l2norm=use_qk_l2norm, initial_state=target,
-                  initial_state_indices=_pool_indices(B, q.device), backend="flashinfer")
+                  initial_state_indices=_pool_indices(B, q.device), backend="flashinfer", **mtp)
     if first:
         compile_seconds[key] = time.perf_counter() - t0
         _seen.add(key)

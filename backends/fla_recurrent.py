@@ -11,6 +11,13 @@ State pools (gdnzoo/pool.py) are served in the kernel: each program reads its se
 index and addresses the pool's slot (64-bit offsets) where it lies; padded sequences are
 masked (zero out rows, no state read or written), so a pool call stays one launch and CUDA-graph
 capturable with new indices per replay.
+
+Speculative verify (gdnzoo/verify.py) is served in the same single pass over the tokens, each
+token's tile stored once from registers: to its intermediate state (row n or
+``intermediate_indices[n]``), or to its per-token slot ``state_indices[n, t]`` after reading
+column ``num_accepted_tokens[n] - 1``; ``update_state=False`` compiles without the final store.
+A verify call takes the launch row of its state dtype, T, B and mode (in place, destination or
+pool), as the same call without verify would.
 """
 from __future__ import annotations
 
@@ -104,12 +111,13 @@ def supports(problem):
 
 
 def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-           pool=None, config=None):
+           pool=None, verify=None, config=None):
     """Launch with an explicit config (:data:`CONFIG`: a dict, or a tuple (BV, num_warps,
     num_stages[, LPR[, DENSE]])), or the table's when None.  DENSE 1 takes the strides from the
     shapes when every tensor is contiguous (else the strides passed are used all the same; a
     pool's slot stride is always passed).  ``pool``: a :class:`gdnzoo.pool.Pool`, ``state``
-    and ``new_state`` then pools [P, HV, V, K]."""
+    and ``new_state`` then pools [P, HV, V, K].  ``verify``: a :class:`gdnzoo.verify.Verify`
+    (its launch row is the one of the same call without it)."""
     from gdnzoo.backends._triton_kernel import gdn_decode_kernel
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
@@ -132,21 +140,31 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
         raise ValueError(f"fla-recurrent: LPR={lpr} lanes x {vec_elems(sd)} elements must "
                          f"divide K={K}")
     # every argument after scale, the TMA tiling's constexprs at their defaults
-    tail = (*tlaunch.runtime_args(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool),
+    tail = (*tlaunch.runtime_args(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool,
+                                  verify),
             H, HV, K, V, BV, bool(use_qk_l2norm), lpr, vec_elems(sd), T if dense else 0,
-            0, 1, 0, 1, 0, tlaunch.pool_mode(pool))
+            0, 1, 0, 1, 0, tlaunch.pool_mode(pool, verify), *tlaunch.verify_mode(verify))
     compiled = gdn_decode_kernel[(grid0,)](q, k, v, a, b, A_log, dt_bias, out, state, new_state,
-                                           *tlaunch.index_args(state, pool), float(scale),
+                                           *tlaunch.index_args(state, pool),
+                                           *tlaunch.verify_args(state, verify), float(scale),
                                            *tail, num_warps=nw, num_stages=ns)
     return compiled, grid0, tail
 
 
-def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool, key):
+def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool, verify,
+                key):
     compiled, grid0, tail = launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                   l2, pool)
-    ptrs, _ = tlaunch.Dispatcher.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
-                                          pool)
-    return tlaunch.fast_launch(compiled, grid0, ptrs, scale, tail, q.get_device())
+                                   l2, pool, verify)
+    if verify is None:
+        ptrs, _ = tlaunch.Dispatcher.pointers(q, k, v, state, A_log, a, dt_bias, b, out,
+                                              new_state, pool)
+        absent = tlaunch.NO_VERIFY
+    else:
+        ptrs, _ = tlaunch.Dispatcher.verify_pointers(q, k, v, state, A_log, a, dt_bias, b, out,
+                                                     new_state, pool, verify)
+        absent = ()
+    return tlaunch.fast_launch(compiled, grid0, ptrs, scale, tail, q.get_device(),
+                               absent=absent)
 
 
 _DISPATCH = tlaunch.Dispatcher(_first_call, launch)

@@ -23,7 +23,9 @@ captured its address stay valid.
 
 A state pool's slot is found in the kernel, as in fla-recurrent; the descriptor is built over
 the slot's head, and a padded sequence's tile coordinates are moved past the descriptor's rows
-(TMA reads zeros there without touching memory and drops the stores).
+(TMA reads zeros there without touching memory and drops the stores).  Speculative verify is
+not served here (registry.yaml says why; fla-recurrent serves it from the same kernel source):
+the launcher passes the kernel's verify arguments as absent.
 """
 from __future__ import annotations
 
@@ -108,11 +110,15 @@ def _check_tma_alignment(state, new_state):
 
 
 def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-           pool=None, config=None, allocator=None):
+           pool=None, verify=None, config=None, allocator=None):
     """Launch with an explicit config (:data:`CONFIG`, a dict or a tuple (BV, TILES, num_warps,
     num_stages, ws)), or the table's.  ``pool``: a :class:`gdnzoo.pool.Pool`, ``state`` and
-    ``new_state`` then pools [P, HV, V, K]."""
+    ``new_state`` then pools [P, HV, V, K].  ``verify`` must be None (served by
+    fla-recurrent)."""
     from gdnzoo.backends._triton_kernel import gdn_decode_kernel
+    if verify is not None:
+        raise ValueError("fla-tma: speculative verify is not served here (its TMA tiling walks "
+                         "V tiles outermost); use fla-recurrent")
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dev = q.get_device()
@@ -134,21 +140,24 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
     inplace = new_state is state and (pool is None or pool.same_indices)
     tail = (*tlaunch.runtime_args(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool),
             H, HV, K, V, BV, bool(use_qk_l2norm), 1, 1, 0,      # LPR, VEC, DENSE: unused with TMA
-            True, tiles, inplace, ns, bool(ws), tlaunch.pool_mode(pool))
+            True, tiles, inplace, ns, bool(ws), tlaunch.pool_mode(pool),
+            *tlaunch.verify_mode(None))
     allocator = allocator or tlaunch.ScratchAllocator(dev)
     compiled = tlaunch.launch_with_allocator(allocator, lambda: gdn_decode_kernel[(grid0,)](
         q, k, v, a, b, A_log, dt_bias, out, state, new_state, *tlaunch.index_args(state, pool),
-        float(scale), *tail, num_warps=nw, num_stages=ns))
+        *tlaunch.NO_VERIFY, float(scale), *tail, num_warps=nw, num_stages=ns))
     return compiled, grid0, tail, allocator
 
 
-def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool, key):
+def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool, verify,
+                key):
     compiled, grid0, tail, alloc = launch(q, k, v, state, A_log, a, dt_bias, b, scale, out,
-                                          new_state, l2, pool, allocator=_ALLOCS.get(key))
+                                          new_state, l2, pool, verify, allocator=_ALLOCS.get(key))
     _ALLOCS[key] = alloc
     ptrs, _ = tlaunch.Dispatcher.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
                                           pool)
-    return tlaunch.fast_launch(compiled, grid0, ptrs, scale, tail, q.get_device(), alloc.buffer)
+    return tlaunch.fast_launch(compiled, grid0, ptrs, scale, tail, q.get_device(), alloc.buffer,
+                               tlaunch.NO_VERIFY)
 
 
 _ALLOCS = {}      # argument signature -> the scratch allocator its launches share

@@ -4,7 +4,8 @@ Compiled once per input signature (shapes, strides, dtypes, device, scale, l2nor
 and reused.  Each signature gets its own copy of the step's code object, so dynamo's per-code
 recompile limit never trips however many shapes a process sees, and no global dynamo setting
 is changed.  A state pool is gathered and scattered in eager torch around the compiled dense
-step (one host sync per call for the scatter's rows).
+step (one host sync per call for the scatter's rows); speculative verify runs the compiled
+step once per token around eager stores of each token's state.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import types
 
 import torch
 
-from gdnzoo.reference import reference_decode, reference_pool_decode
+from gdnzoo.reference import reference_decode, reference_pool_decode, reference_verify
 
 _compiled = {}
 
@@ -46,7 +47,12 @@ def supports(problem):
     return True, ""
 
 
-def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None):
+def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None,
+        verify=None):
+    if verify is not None:
+        reference_verify(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                         use_qk_l2norm, pool, verify, step=run)
+        return
     if pool is not None:
         reference_pool_decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
                               use_qk_l2norm, pool, step=run)

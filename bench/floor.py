@@ -12,6 +12,11 @@ sequence's slot index is loaded first, then that slot's [HV, V, K] block is read
 back, through the index tensor of the measured calls (same pool, same slots); its launch shape
 (float4s per thread, threads, blocks per slot) is searched the same way.  Without CuPy it is
 not measured.
+
+The verify floor (:func:`verify_floor_times`, :class:`VerifyTarget`) shares the streaming loop:
+each sequence's indices are loaded first, its state block is read once and stored wherever the
+speculative-verify form stores states (T intermediate states, the final state, one slot per
+token, or a commit's one copy), through the measured calls' own index tensors.
 """
 from __future__ import annotations
 
@@ -22,11 +27,12 @@ import torch
 from gdnzoo.bench import clocks
 
 _SRC = r"""
-// One thread's part of streaming n4 float4s at x in place: all VPT loads are issued before any
-// store, so loads in flight per thread hide DRAM latency.
-template <int VPT>
-__device__ __forceinline__ void stream_rmw(float4* __restrict__ x, long long n4, float alpha,
-                                           float beta) {
+// One thread's part of streaming n4 float4s from src: all VPT loads are issued before any store,
+// so loads in flight per thread hide DRAM latency; store(k, t) writes float4 k as t = x * alpha +
+// beta (runtime scalars: the compiler cannot drop the load/store pair).
+template <int VPT, class Store>
+__device__ __forceinline__ void stream_each(float4* __restrict__ src, long long n4, float alpha,
+                                            float beta, const Store& store) {
     const long long step = (long long)blockDim.x;
     const long long stride = (long long)gridDim.x * blockDim.x * VPT;
     for (long long i = (long long)blockIdx.x * blockDim.x * VPT + threadIdx.x; i < n4; i += stride) {
@@ -34,7 +40,7 @@ __device__ __forceinline__ void stream_rmw(float4* __restrict__ x, long long n4,
 #pragma unroll
         for (int j = 0; j < VPT; ++j) {
             long long k = i + j * step;
-            if (k < n4) v[j] = x[k];
+            if (k < n4) v[j] = src[k];
         }
 #pragma unroll
         for (int j = 0; j < VPT; ++j) {
@@ -43,10 +49,22 @@ __device__ __forceinline__ void stream_rmw(float4* __restrict__ x, long long n4,
                 float4 t = v[j];
                 t.x = t.x * alpha + beta; t.y = t.y * alpha + beta;
                 t.z = t.z * alpha + beta; t.w = t.w * alpha + beta;
-                x[k] = t;
+                store(k, t);
             }
         }
     }
+}
+
+// A store to one buffer (the source itself: a read-modify-write in place).
+struct To {
+    float4* __restrict__ dst;
+    __device__ __forceinline__ void operator()(long long k, float4 t) const { dst[k] = t; }
+};
+
+template <int VPT>
+__device__ __forceinline__ void stream_rmw(float4* __restrict__ x, long long n4, float alpha,
+                                           float beta) {
+    stream_each<VPT>(x, n4, alpha, beta, To{x});
 }
 
 // BLK is the block size the instantiation is launched with: __launch_bounds__ caps registers so
@@ -69,6 +87,75 @@ __global__ void __launch_bounds__(BLK) stream_pool(float4* __restrict__ pool,
 }
 extern "C" __global__ void empty_kernel() {}
 """
+
+# The verify floor (appended to _SRC, compiled apart: only the verify bench needs it).  One
+# sequence per blockIdx.y; its indices are loaded first, as a verify kernel must, then one
+# [HV, V, K] block is read once and stored to every place the form writes.
+_VERIFY_SRC = r"""
+#define MAX_T 16
+
+// The T intermediate states of one sequence (steps step4 apart from row), and with FINAL the
+// final state back to the slot it was read from.
+template <bool FINAL>
+struct Steps {
+    float4* row;
+    float4* slot;
+    long long step4;
+    int T;
+    __device__ __forceinline__ void operator()(long long k, float4 t) const {
+#pragma unroll
+        for (int d = 0; d < MAX_T; ++d)
+            if (d < T) row[d * step4 + k] = t;
+        if (FINAL) slot[k] = t;
+    }
+};
+
+// One pool slot per token (vLLM's per-token form); a padded slot (< 0) is not written.
+struct Slots {
+    float4* pool;
+    long long page4;
+    int T;
+    int s[MAX_T];
+    __device__ __forceinline__ void operator()(long long k, float4 t) const {
+#pragma unroll
+        for (int d = 0; d < MAX_T; ++d)
+            if (d < T && s[d] >= 0) pool[(long long)s[d] * page4 + k] = t;
+    }
+};
+
+// FORM 0: read slot idx[n], store intermediate row rows[n], steps 0..T-1; FORM 1: the same and
+// the final state back to the slot; FORM 2: read slot idx[n * ld + cnt[n] - 1], store token t's
+// state to slot idx[n * ld + t]; FORM 3 (commit): read row rows[n], step cnt[n], store slot idx[n].
+template <int FORM, int VPT, int BLK>
+__global__ void __launch_bounds__(BLK) stream_verify(
+        float4* __restrict__ pool, float4* __restrict__ inter, const int* __restrict__ idx,
+        const int* __restrict__ rows, const int* __restrict__ cnt, long long ld, int T,
+        long long page4, long long row4, long long step4, long long n4, float alpha, float beta) {
+    const long long n = blockIdx.y;
+    if (FORM == 2) {
+        const int* my = idx + n * ld;
+        const long long src = my[cnt[n] - 1];
+        if (src < 0) return;
+        Slots st{pool, page4, T, {}};
+#pragma unroll
+        for (int d = 0; d < MAX_T; ++d) st.s[d] = d < T ? my[d] : -1;
+        stream_each<VPT>(pool + src * page4, n4, alpha, beta, st);
+    } else if (FORM == 3) {
+        const long long slot = idx[n];
+        if (slot < 0) return;
+        float4* from = inter + (long long)rows[n] * row4 + (long long)cnt[n] * step4;
+        stream_each<VPT>(from, n4, alpha, beta, To{pool + slot * page4});
+    } else {
+        const long long slot = idx[n];
+        if (slot < 0) return;
+        float4* at = pool + slot * page4;
+        stream_each<VPT>(at, n4, alpha, beta,
+                         Steps<FORM == 1>{inter + (long long)rows[n] * row4, at, step4, T});
+    }
+}
+"""
+MAX_TOKENS = 16                  # the verify floor stores at most this many states per sequence
+VERIFY_FORMS = ("states", "states+update", "slots", "commit")
 VPTS = (1, 2, 4, 8)
 BLOCKS = (128, 256, 512, 1024)
 WAVES = (None, 1, 2, 4)          # None: one pass, grid covers the array; k: k blocks per SM-slot
@@ -93,11 +180,27 @@ def _module():
     return mod, {k: mod.get_function(n) for k, n in zip(keys, names)}
 
 
-def launchable(vpt: int, blk: int, pool: bool = False) -> tuple[bool, str]:
-    """Whether the compiled (vpt, blk) kernel (``pool``: the pool floor's) can start ``blk``
-    threads (registers, limits)."""
+@functools.lru_cache(maxsize=None)
+def _verify_module(form: str):
+    """(module, kernels) of the verify floor of ``form`` (one of :data:`VERIFY_FORMS`):
+    kernels[(vpt, block)]."""
+    import cupy
+    f = VERIFY_FORMS.index(form)
+    keys = [(v, b) for v in VPTS for b in BLOCKS]
+    names = [f"stream_verify<{f}, {v}, {b}>" for v, b in keys]
+    mod = cupy.RawModule(code=_SRC + _VERIFY_SRC, options=("-std=c++17",),
+                         name_expressions=names)
+    return mod, {k: mod.get_function(n) for k, n in zip(keys, names)}
+
+
+def launchable(vpt: int, blk: int, pool: bool = False, form: str | None = None) -> tuple[bool, str]:
+    """Whether the compiled (vpt, blk) kernel (``pool``: the pool floor's; ``form``: the verify
+    floor's of that form) can start ``blk`` threads (registers, limits)."""
     try:
-        f = _module()[1][("pool", vpt, blk) if pool else (vpt, blk)]
+        if form is not None:
+            f = _verify_module(form)[1][(vpt, blk)]
+        else:
+            f = _module()[1][("pool", vpt, blk) if pool else (vpt, blk)]
         m = int(f.max_threads_per_block)
     except Exception as e:
         return False, f"x{vpt}/{blk}: {type(e).__name__}: {e}"
@@ -268,29 +371,46 @@ def _pool_launcher(target: PoolTarget, cfg, alpha=1.0, beta=0.0):
     return launch
 
 
-def best_pool_launcher(target: PoolTarget, search_reps: int = 8) -> dict:
-    """The pool floor's launch shape for ``target``, searched on the kernel clock over the
-    target's slots, and its launcher: ``dict(launch, config, dropped, searched)``, ``launch``
-    None (and ``config`` saying why) without CuPy."""
+def _best_indexed(target, search_reps, check, make, what) -> dict:
+    """The launch shape of an indexed floor (pool or verify) for ``target``, searched on the
+    kernel clock over the target's slots (``check``, ``make``: see :func:`search_configs`), and
+    its launcher: ``dict(launch, config, dropped, searched)``, ``launch`` None (and ``config``
+    saying why) without CuPy."""
     ok, why = cupy_available()
     if not ok:
         return dict(launch=None, config=f"not measured: {why}", dropped=[], searched=0)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cfgs, dropped = search_configs(target.n4, sms, probe=target, seqs=target.B,
-                                   check=lambda v, b: launchable(v, b, pool=True),
-                                   make=_pool_launcher)
+    cfgs, dropped = search_configs(target.n4, sms, probe=target, seqs=target.B, check=check,
+                                   make=make)
     if not cfgs:
-        raise RuntimeError("pool floor: no launch shape could be launched: "
-                           + "; ".join(dropped[:4]))
-    per, _ = clocks.interleaved_kernel_times([_pool_launcher(target, c) for c in cfgs], search_reps,
+        raise RuntimeError(f"{what}: no launch shape could be launched: " + "; ".join(dropped[:4]))
+    per, _ = clocks.interleaved_kernel_times([make(target, c) for c in cfgs], search_reps,
                                              prepare=target.prepare)
     med = [clocks.summarize(s)["median"] for s in per]
     vpt, blk, grid = best = cfgs[min(range(len(cfgs)), key=med.__getitem__)]
     config = f"float4 x{vpt}/thread, {blk} threads, {grid} blocks per slot x B={target.B}"
     if dropped:
         config += f" ({len(dropped)} shapes not launchable, skipped)"
-    return dict(launch=_pool_launcher(target, best), config=config, dropped=dropped,
-                searched=len(cfgs))
+    return dict(launch=make(target, best), config=config, dropped=dropped, searched=len(cfgs))
+
+
+def _indexed_times(target, best, iters, reduce) -> dict:
+    """``best`` (:func:`_best_indexed`) timed in a session of its own, ``target.prepare``
+    refreshing the indices before each call."""
+    if best["launch"] is None:
+        return dict(samples=None, config=best["config"], method="", searched=0, dropped=[])
+    samples, method = clocks.kernel_times(best["launch"], iters, reduce=reduce,
+                                          prepare=target.prepare)
+    return dict(samples=samples, config=best["config"], method=method, searched=best["searched"],
+                dropped=best["dropped"])
+
+
+def best_pool_launcher(target: PoolTarget, search_reps: int = 8) -> dict:
+    """The pool floor's launch shape for ``target``, searched on the kernel clock over the
+    target's slots, and its launcher: ``dict(launch, config, dropped, searched)``, ``launch``
+    None (and ``config`` saying why) without CuPy."""
+    return _best_indexed(target, search_reps, lambda v, b: launchable(v, b, pool=True),
+                         _pool_launcher, "pool floor")
 
 
 def pool_floor_times(target: PoolTarget, iters: int = 100, search_reps: int = 8,
@@ -301,13 +421,116 @@ def pool_floor_times(target: PoolTarget, iters: int = 100, search_reps: int = 8,
     launch shape; timed after the search in a
     session of its own (``reduce``: see :func:`clocks.kernel_times`).  Returns dict(samples,
     config, method, searched, dropped), or ``samples`` None and ``config`` saying why not."""
-    f = best_pool_launcher(target, search_reps)
-    if f["launch"] is None:
-        return dict(samples=None, config=f["config"], method="", searched=0, dropped=[])
-    samples, method = clocks.kernel_times(f["launch"], iters, reduce=reduce,
-                                          prepare=target.prepare)
-    return dict(samples=samples, config=f["config"], method=method, searched=f["searched"],
-                dropped=f["dropped"])
+    return _indexed_times(target, best_pool_launcher(target, search_reps), iters, reduce)
+
+
+def verify_stores(form: str, T: int) -> int:
+    """[HV, V, K] blocks a verify of T tokens in ``form`` (or a commit) stores per sequence:
+    T intermediate states (and the final state with ``states+update``), T per-token slots, or
+    one committed state."""
+    return {"states": T, "states+update": T + 1, "slots": T, "commit": 1}[form]
+
+
+def _int32(name, x, shape):
+    if (not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or tuple(x.shape) != shape
+            or x.stride(-1) != 1):
+        raise ValueError(f"verify floor: {name} must be an int32 {list(shape)} tensor with a "
+                         f"unit last stride")
+
+
+class VerifyTarget:
+    """What the verify floor streams for one ``form`` of :data:`VERIFY_FORMS`: the pool (``buf``,
+    its whole storage, flat; slot s's block is ``slot_elems`` elements at ``s * page_elems``)
+    and, for the intermediate-state forms and commit, ``inter`` [S, T_max, HV, V, K] (each
+    [HV, V, K] block contiguous), through the measured calls' own index tensors, which
+    ``prepare(i)`` refreshes before call i, outside the timed window:
+
+    * ``states``: ``index`` [B] read slots, ``rows`` [B] intermediate rows: each slot read once,
+      stored at steps 0..T-1 of its row; ``states+update`` also stores it back to the slot;
+    * ``slots``: ``index`` [B, T] per-token slots, ``counts`` [B] (num_accepted_tokens): slot
+      ``index[n, counts[n] - 1]`` read, stored to every ``index[n, t]``;
+    * ``commit``: step ``counts[n]`` of row ``rows[n]`` read, stored to slot ``index[n]``.
+
+    Only state bytes are moved, as in the other floors (q, k, v, the gates and out are about 2%
+    of a verify's bytes or less at the contest geometry); :attr:`bytes_moved` counts them."""
+
+    def __init__(self, form, buf, page_elems: int, slot_elems: int, B: int, T: int, index,
+                 prepare, inter=None, rows=None, counts=None):
+        if form not in VERIFY_FORMS:
+            raise ValueError(f"verify floor: form must be one of {', '.join(VERIFY_FORMS)}, "
+                             f"got {form!r}")
+        e = buf.element_size()
+        if buf.dim() != 1 or not buf.is_contiguous() or buf.data_ptr() % 16:
+            raise ValueError("verify floor: buf must be a flat contiguous tensor on a 16-byte "
+                             "boundary (the pool's whole storage)")
+        if (page_elems * e) % 16 or (slot_elems * e) % 16:
+            raise ValueError(f"verify floor: the page ({page_elems * e} bytes) and the slot "
+                             f"({slot_elems * e} bytes) must be multiples of 16 bytes")
+        if not 1 <= B <= 65535:
+            raise ValueError(f"verify floor: B must be in 1..65535 (the grid's y axis), got {B}")
+        if not 1 <= T <= MAX_TOKENS:
+            raise ValueError(f"verify floor: T must be in 1..{MAX_TOKENS}, got {T}")
+        _int32("index", index, (B, T) if form == "slots" else (B,))
+        if form in ("slots", "commit"):
+            _int32("counts", counts, (B,))
+        self.row4 = self.step4 = 0
+        if form != "slots":
+            _int32("rows", rows, (B,))
+            if (not isinstance(inter, torch.Tensor) or inter.dim() != 5
+                    or inter.element_size() != e or inter.stride(2) * inter.shape[2] != slot_elems
+                    or (inter.stride(0) * e) % 16 or (inter.stride(1) * e) % 16
+                    or inter.data_ptr() % 16 or inter.shape[1] < (1 if form == "commit" else T)):
+                raise ValueError(f"verify floor: inter must be [S, T_max >= T, HV, V, K] of "
+                                 f"{e}-byte elements, each [HV, V, K] block of {slot_elems} "
+                                 f"elements, rows and steps on 16-byte boundaries")
+            self.row4, self.step4 = inter.stride(0) * e // 16, inter.stride(1) * e // 16
+        self.form, self.buf, self.B, self.T, self.prepare = form, buf, B, T, prepare
+        self.index, self.inter, self.rows, self.counts = index, inter, rows, counts
+        self.ld = index.stride(0) if form == "slots" else 1
+        self.page4, self.n4 = page_elems * e // 16, slot_elems * e // 16
+
+    @property
+    def stores(self) -> int:
+        """[HV, V, K] blocks stored per sequence."""
+        return verify_stores(self.form, self.T)
+
+    @property
+    def bytes_moved(self) -> int:
+        """State bytes read (one block per sequence) and written (:attr:`stores` per sequence)."""
+        return (1 + self.stores) * self.B * self.n4 * 16
+
+
+def _verify_launcher(target: VerifyTarget, cfg, alpha=1.0, beta=0.0):
+    """launch(i): launch shape ``cfg`` (vpt, block, blocks per sequence) of the verify floor
+    over what ``target``'s index tensors hold (the session's index ``i`` is unused)."""
+    import numpy as np
+    vpt, blk, grid = cfg
+    f = _verify_module(target.form)[1][(vpt, blk)]
+
+    def ptr(x):
+        return np.uint64(0 if x is None else x.data_ptr())
+    args = (ptr(target.buf), ptr(target.inter), ptr(target.index), ptr(target.rows),
+            ptr(target.counts), np.int64(target.ld), np.int32(target.T), np.int64(target.page4),
+            np.int64(target.row4), np.int64(target.step4), np.int64(target.n4),
+            np.float32(alpha), np.float32(beta))
+
+    def launch(i):
+        with _stream():
+            f((grid, target.B), (blk,), args)
+    return launch
+
+
+def verify_floor_times(target: VerifyTarget, iters: int = 100, search_reps: int = 8,
+                       reduce=clocks.span_us) -> dict:
+    """The verify floor of ``target.form``: each sequence's indices loaded first, one state
+    block read and stored wherever the form stores states (:class:`VerifyTarget`), through the
+    measured calls' index tensors, with its best launch shape searched as the pool floor's is;
+    timed after the search in a session of its own.  Returns dict(samples, config, method,
+    searched, dropped), or ``samples`` None and ``config`` saying why not."""
+    best = _best_indexed(target, search_reps,
+                         lambda v, b: launchable(v, b, form=target.form), _verify_launcher,
+                         f"verify floor ({target.form})")
+    return _indexed_times(target, best, iters, reduce)
 
 
 def copy_bandwidth(nbytes: int | None = None, iters: int = 20) -> dict:

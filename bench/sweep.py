@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 DEFAULT_BATCHES = (1, 4, 8, 16, 32, 48, 64, 128, 256, 512)
 CLOCKS = ("kernel", "graph", "host")
-MODES = ("inplace", "dest", "pool")
+MODES = ("inplace", "dest", "pool", "verify")
 STATE_DTYPES = ("fp32", "bf16")
 RUN_LAST = ("pt-compiled",)          # slow to compile per shape: a time budget cuts it first
 CELL_SECONDS = 0.15                  # target measuring time per clock per cell
@@ -118,11 +118,28 @@ def one_of(valid, what):
     return parse
 
 
+ALONE = {"pool": "the serving benchmark", "verify": "the speculative-verify benchmark"}
+
+
 def modes(s):
     words = one_of(MODES, "modes")(s)
-    if "pool" in words and len(words) > 1:
-        raise argparse.ArgumentTypeError(f"pool (the serving benchmark) runs alone; got {s!r}")
+    for m, what in ALONE.items():
+        if m in words and len(words) > 1:
+            raise argparse.ArgumentTypeError(f"{m} ({what}) runs alone; got {s!r}")
     return words
+
+
+def token_counts(s):
+    """T: one positive integer, or (for --mode verify) a comma list of distinct ones, returned
+    as a tuple."""
+    words = _words(s)
+    if not words:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or a comma list of them, "
+                                         f"got {s!r}")
+    ts = [positive_int(w) for w in words]
+    if len(set(ts)) != len(ts):
+        raise argparse.ArgumentTypeError(f"expected distinct token counts, got {s!r}")
+    return ts[0] if len(ts) == 1 else tuple(ts)
 
 
 def names(s):
@@ -132,22 +149,49 @@ def names(s):
     return s
 
 
+class _Unset:
+    """Marks a default value of :func:`add_bench_args`, so that a mode with defaults of its own
+    (``--mode verify``) tells it from the same value given on the command line."""
+
+
+class _UnsetList(_Unset, list):
+    pass
+
+
+class _UnsetInt(_Unset, int):
+    pass
+
+
+class _UnsetFloat(_Unset, float):
+    pass
+
+
+def given(value) -> bool:
+    """Whether an option's value came from the command line (not :func:`add_bench_args`'s
+    default)."""
+    return not isinstance(value, _Unset)
+
+
 def add_bench_args(p):
     p.add_argument("--algo", type=names, default=None,
                    help="comma list of backends or 'all' (default: ALGO env, else all)")
-    p.add_argument("--batch", type=positive_ints, default=list(DEFAULT_BATCHES),
+    p.add_argument("--batch", type=positive_ints, default=_UnsetList(DEFAULT_BATCHES),
                    help="comma list of batch sizes (default 1,4,8,16,32,48,64,128,256,512)")
     p.add_argument("--heads", type=heads, default="4,8",
                    help="H,HV (default 4,8: the contest geometry)")
     p.add_argument("--dim", type=positive_int, default=128, help="K = V (default 128)")
-    p.add_argument("--tokens", type=positive_int, default=1, help="T tokens per call (default 1)")
-    p.add_argument("--state-dtype", type=one_of(STATE_DTYPES, "state dtypes"), default=["fp32"],
+    p.add_argument("--tokens", type=token_counts, default=_UnsetInt(1),
+                   help="T tokens per call (default 1); --mode verify: a comma list of T in "
+                        "2..16 (default 2,4,8)")
+    p.add_argument("--state-dtype", type=one_of(STATE_DTYPES, "state dtypes"),
+                   default=_UnsetList(["fp32"]),
                    help="fp32, bf16 or fp32,bf16")
     p.add_argument("--timing", type=one_of(CLOCKS, "clocks"), default=list(CLOCKS),
                    help="comma list of kernel,graph,host (default all three)")
     p.add_argument("--mode", type=modes, default=["inplace"],
                    help="inplace, dest or inplace,dest (default inplace); pool: the serving "
-                        "benchmark (bench/pool.py), alone")
+                        "benchmark (bench/pool.py), alone; verify: the speculative-verify "
+                        "benchmark (bench/verify.py), alone")
     p.add_argument("--l2norm", action="store_true", help="use_qk_l2norm=True")
     p.add_argument("--iters", type=positive_int, default=200,
                    help="most timed calls per clock per cell")
@@ -157,7 +201,7 @@ def add_bench_args(p):
                    help="results directory (default gdnzoo-results/<gpu-slug>/ in the working "
                         "directory, e.g. gdnzoo-results/h100-80gb-hbm3/; split runs need one "
                         "directory each)")
-    p.add_argument("--time-budget", type=non_negative_float, default=DEFAULT_BUDGET_S,
+    p.add_argument("--time-budget", type=non_negative_float, default=_UnsetFloat(DEFAULT_BUDGET_S),
                    help=f"seconds; cells not started by then are SKIPped (slow backends run last); "
                         f"0 = none (default {DEFAULT_BUDGET_S:g}: with compiles and the floor, "
                         f"a full H100 run ends in about 5 minutes)")
@@ -439,6 +483,14 @@ def run_sweep(args, progress=True):
 
 def cmd_bench(args) -> int:
     from gdnzoo.bench import report
+    if "verify" in args.mode:                # the speculative-verify benchmark: bench/verify.py
+        from gdnzoo.bench import verify
+        return verify.cmd_bench_verify(args)
+    if isinstance(args.tokens, tuple):
+        print(f"gdnzoo bench: error: --tokens: a list of token counts is for --mode verify; "
+              f"--mode {','.join(args.mode)} times one T, got {','.join(map(str, args.tokens))}",
+              file=sys.stderr)
+        return 2
     if "pool" in args.mode:                  # the serving benchmark: bench/pool.py
         from gdnzoo.bench import pool
         return pool.cmd_bench_pool(args)

@@ -2,9 +2,13 @@
 
     out, new_state = gdnzoo.decode(q, k, v, state, A_log, a, dt_bias, b, scale=None, *,
                                    out=None, new_state=None, use_qk_l2norm=False, algo=None,
-                                   state_indices=None, new_state_indices=None, null_slot=None)
+                                   state_indices=None, new_state_indices=None, null_slot=None,
+                                   intermediate_states=None, intermediate_indices=None,
+                                   update_state=True, num_accepted_tokens=None)
+    gdnzoo.commit(intermediate_states, intermediate_indices, accepted_steps, state,
+                  state_indices, null_slot=None)
 
-The public API is this module: :func:`decode`, :func:`select`, :func:`get`,
+The public API is this module: :func:`decode`, :func:`commit`, :func:`select`, :func:`get`,
 :func:`list_backends`, and the records they return.  Its submodules (``gdnzoo.inputs``,
 ``gdnzoo.reference``, ...) load on first use: importing gdnzoo imports no torch, so the
 command line starts fast.
@@ -20,13 +24,14 @@ if TYPE_CHECKING:
     from gdnzoo.contract import Problem
     from gdnzoo.registry import BackendInfo, Selection
 
-__all__ = ["decode", "get", "list_backends", "select", "Problem", "BackendInfo", "Selection"]
+__all__ = ["decode", "commit", "get", "list_backends", "select", "Problem", "BackendInfo", "Selection"]
 __version__ = "0.1.0"
 
 _NAMES = {"Problem": "gdnzoo.contract", "BackendInfo": "gdnzoo.registry",
           "Selection": "gdnzoo.registry", "list_backends": "gdnzoo.registry"}
 _SUBMODULES = {"backends", "bench", "cli", "contract", "dispatch", "gate", "guards", "inputs",
-               "integrations", "pool", "reference", "registry", "tables"}
+               "integrations", "pool", "reference", "registry", "tables", "verify",
+               "commit_state"}
 
 
 def __getattr__(name: str):
@@ -45,8 +50,10 @@ def decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.Tenso
            scale: float | None = None, *, out: torch.Tensor | None = None,
            new_state: torch.Tensor | None = None, use_qk_l2norm: bool = False,
            algo: str | None = None, state_indices: torch.Tensor | None = None,
-           new_state_indices: torch.Tensor | None = None,
-           null_slot: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           new_state_indices: torch.Tensor | None = None, null_slot: int | None = None,
+           intermediate_states: torch.Tensor | None = None,
+           intermediate_indices: torch.Tensor | None = None, update_state: bool = True,
+           num_accepted_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One Gated Delta Net decode step of T tokens; returns ``(out, new_state)``.
 
     Per sequence n, token t and value head h (q/k head ``h // (HV // H)``), in fp32::
@@ -84,13 +91,23 @@ def decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.Tenso
     zeros in ``out`` and no state is read or written.  No host sync: CUDA-graph capturable.
     ``GDNZOO_CHECK_INDICES=1`` checks the indices on the host (see :mod:`gdnzoo.pool`).
 
+    Speculative verify (:mod:`gdnzoo.verify`), T draft tokens in one call: with
+    ``intermediate_states`` [S, T_max, HV, V, K] (the state's dtype), the state after token t
+    of sequence n is stored at ``[intermediate_indices[n], t]`` (default row n; a negative
+    row or one >= S stores nothing); ``update_state=False`` writes no final state (the pool
+    stays as it was; :func:`commit` later keeps the accepted step).  vLLM's form:
+    ``state_indices`` of shape [B, T] stores the state after token t in slot
+    ``state_indices[n, t]`` and reads the initial state from column
+    ``num_accepted_tokens[n] - 1`` (default column 0; a count outside 1..T pads the sequence).
+
     Bad inputs raise ``ValueError`` or ``TypeError`` naming the argument, before any kernel
     runs, so every argument is untouched; whether an earlier call was memoized never changes
     that.  An explicit algo that is unknown or cannot serve these inputs raises, listing the
     valid names and the reason.
     """
     return _decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-                   algo, state_indices, new_state_indices, null_slot)
+                   algo, state_indices, new_state_indices, null_slot, intermediate_states,
+                   intermediate_indices, update_state, num_accepted_tokens)
 
 
 def _decode(*args):
@@ -107,14 +124,19 @@ def select(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.Tenso
            scale: float | None = None, *, out: torch.Tensor | None = None,
            new_state: torch.Tensor | None = None, use_qk_l2norm: bool = False,
            algo: str | None = None, state_indices: torch.Tensor | None = None,
-           new_state_indices: torch.Tensor | None = None,
-           null_slot: int | None = None) -> Selection:
+           new_state_indices: torch.Tensor | None = None, null_slot: int | None = None,
+           intermediate_states: torch.Tensor | None = None,
+           intermediate_indices: torch.Tensor | None = None, update_state: bool = True,
+           num_accepted_tokens: torch.Tensor | None = None) -> Selection:
     """Which backend :func:`decode` would use for these inputs, from which rule, and why."""
     from gdnzoo import registry
     from gdnzoo.contract import validate
     p, _ = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
                     use_qk_l2norm=use_qk_l2norm, state_indices=state_indices,
-                    new_state_indices=new_state_indices, null_slot=null_slot)
+                    new_state_indices=new_state_indices, null_slot=null_slot,
+                    intermediate_states=intermediate_states,
+                    intermediate_indices=intermediate_indices, update_state=update_state,
+                    num_accepted_tokens=num_accepted_tokens)
     return registry.select(p, algo)
 
 
@@ -133,9 +155,28 @@ def get(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
         raise ValueError(f"algo: unknown backend {name!r}; valid names: {', '.join(reg.names)}")
 
     def call(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
-             use_qk_l2norm=False, state_indices=None, new_state_indices=None, null_slot=None):
+             use_qk_l2norm=False, state_indices=None, new_state_indices=None, null_slot=None,
+             intermediate_states=None, intermediate_indices=None, update_state=True,
+             num_accepted_tokens=None):
         return _decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                       use_qk_l2norm, name, state_indices, new_state_indices, null_slot)
+                       use_qk_l2norm, name, state_indices, new_state_indices, null_slot,
+                       intermediate_states, intermediate_indices, update_state,
+                       num_accepted_tokens)
     call.__name__ = f"decode[{name}]"
     call.__doc__ = f"gdnzoo.decode with algo={name!r}."
     return call
+
+
+def commit(intermediate_states: torch.Tensor, intermediate_indices: torch.Tensor | None,
+           accepted_steps: torch.Tensor, state: torch.Tensor,
+           state_indices: torch.Tensor | None, null_slot: int | None = None) -> torch.Tensor:
+    """Keep the accepted step of a verify call (``update_state=False``): copy
+    ``intermediate_states[intermediate_indices[n], accepted_steps[n]]`` into slot
+    ``state_indices[n]`` of the pool ``state`` (``state_indices`` None: row n of a dense
+    [B, HV, V, K] state; ``intermediate_indices`` None: row n).  A negative step or one >=
+    T_max, a row that is negative or >= S, and a padded slot (negative, ``null_slot``, >= P)
+    copy nothing.  One launch on the GPU, no host sync: CUDA-graph capturable.  Returns
+    ``state``."""
+    from gdnzoo.commit_state import commit as run
+    return run(intermediate_states, intermediate_indices, accepted_steps, state,
+               state_indices, null_slot)

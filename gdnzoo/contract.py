@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import math
 import numbers
-import struct
 from dataclasses import dataclass
 
 import torch
 
 from gdnzoo import pool as pools
+from gdnzoo import verify as verifies
 
 IO_DTYPES = (torch.bfloat16, torch.float16)
 STATE_DTYPES = (torch.float32, torch.bfloat16)
@@ -59,6 +59,9 @@ class Problem:
     inplace: bool = True
     cc: tuple | None = None     # compute capability of the device, None on CPU
     pool: bool = False          # state is a pool read through state_indices (gdnzoo.pool)
+    verify: str = ""            # gdnzoo.verify: "states", "states+update", "slots", "" none
+    intermediate: str = ""      # intermediate_states: "rows" (row n of a contiguous [B, T, HV,
+    #                             V, K] buffer, no intermediate_indices), "indexed" (any other)
 
     @property
     def state_name(self) -> str:
@@ -68,7 +71,7 @@ class Problem:
         return (f"B={self.B} T={self.T} H={self.H} HV={self.HV} K={self.K} V={self.V} "
                 f"state={self.state_name} io={dtype_name(self.io_dtype)} device={self.device} "
                 f"l2norm={self.use_qk_l2norm} {'in-place' if self.inplace else 'dest-passing'}"
-                f"{' pool' if self.pool else ''}")
+                f"{' pool' if self.pool else ''}{' verify-' + self.verify if self.verify else ''}")
 
 
 def type_name(x) -> str:
@@ -149,7 +152,8 @@ def resolve_scale(scale, K: int) -> float:
 
 def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
              use_qk_l2norm=False, state_indices=None, new_state_indices=None,
-             null_slot=None) -> tuple[Problem, float]:
+             null_slot=None, intermediate_states=None, intermediate_indices=None,
+             update_state=True, num_accepted_tokens=None) -> tuple[Problem, float]:
     """Check every argument of :func:`gdnzoo.decode`; return the problem and the resolved scale.
 
     Raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (rank, shape, device, layout,
@@ -178,7 +182,7 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
     pooled = state_indices is not None
     if pooled:
         pools.validate(B, HV, V, K, q.device, state, new_state, state_indices,
-                       new_state_indices, null_slot)
+                       new_state_indices, null_slot, T)
     else:
         pools.no_pool_args(new_state_indices, null_slot)
         _need_rank("state", state, 4, "[B, HV, V, K]")
@@ -238,8 +242,14 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
         _need_own_memory("out", out)
     if not pooled:                       # a pool's slots are checked apart by pools.validate
         _need_own_memory(*(("state", state) if inplace else ("new_state", new_state)))
+    ver = verifies.validate(B, T, HV, V, K, dev, state, new_state, state_indices,
+                            new_state_indices, intermediate_states, intermediate_indices,
+                            update_state, num_accepted_tokens)
+    if ver is not None and ver.states is not None:
+        _need_own_memory("intermediate_states", intermediate_states)
     check_aliasing(q, k, v, state, A_log, a, dt_bias, b, out, new_state, state_indices,
-                   new_state_indices)
+                   new_state_indices, intermediate_states, intermediate_indices,
+                   num_accepted_tokens)
 
     s = resolve_scale(scale, K)
     if not isinstance(use_qk_l2norm, bool):
@@ -247,7 +257,8 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
     cc = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
     p = Problem(B=B, T=T, H=H, HV=HV, K=K, V=V, state_dtype=state.dtype, io_dtype=q.dtype,
                 device=dev.type, use_qk_l2norm=use_qk_l2norm, inplace=inplace, cc=cc,
-                pool=pooled)
+                pool=pooled, verify=verifies.problem_form(ver),
+                intermediate=verifies.layout(ver, B, T))
     return p, s
 
 
@@ -259,26 +270,32 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
 # dtype (fixed by a memoized signature) from its data pointer (changing per call), so decode's
 # memoized calls check them from data pointers alone (:func:`overlap_probe`).
 READ = ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "state_indices",
-        "new_state_indices")
+        "new_state_indices", "intermediate_indices", "num_accepted_tokens")
 
 
 def aliasing_pairs(given, out: bool, inplace: bool) -> list[tuple[str, str]]:
     """(written, read) argument names whose memory must be disjoint, in the order checked;
     ``given``: the names of the arguments present."""
-    writers = ["state" if inplace else "new_state"] + (["out"] if out else [])
+    writers = ["state" if inplace else "new_state"] + (["out"] if out else []) + \
+        (["intermediate_states"] if "intermediate_states" in given else [])
     pairs = [(w, r) for w in writers for r in READ if r in given and r != w]
     if out and not inplace:
         pairs.append(("out", "new_state"))
+    if "intermediate_states" in given:
+        pairs += [(w, "intermediate_states") for w in writers[:-1]]
     return pairs
 
 
 def check_aliasing(q, k, v, state, A_log, a, dt_bias, b, out, new_state, state_indices=None,
-                   new_state_indices=None):
+                   new_state_indices=None, intermediate_states=None, intermediate_indices=None,
+                   num_accepted_tokens=None):
     """Raise ValueError naming the first written argument whose byte range overlaps another
     argument's (:func:`aliasing_pairs`)."""
     named = dict(q=q, k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias, b=b, out=out,
                  new_state=new_state, state_indices=state_indices,
-                 new_state_indices=new_state_indices)
+                 new_state_indices=new_state_indices, intermediate_states=intermediate_states,
+                 intermediate_indices=intermediate_indices,
+                 num_accepted_tokens=num_accepted_tokens)
     inplace = new_state is None or new_state is state
     given = {n for n, x in named.items() if x is not None}
     for w, r in aliasing_pairs(given, out is not None, inplace):
@@ -291,14 +308,16 @@ def check_aliasing(q, k, v, state, A_log, a, dt_bias, b, out, new_state, state_i
                              f"may not overlap any other argument, got overlapping byte ranges")
 
 
-# decode's per-call check packs the data pointers of these arguments (0 for an absent one) as
-# unsigned 64-bit integers: the first 10 for a dense call, all 12 for a pool call.
+# decode's per-call check reads the data pointers of these arguments (0 for an absent one) into
+# a tuple: the first 10 for a dense call, 12 for a pool call, all 15 for a
+# verify call.
 POINTERS = ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "out", "new_state",
-            "state_indices", "new_state_indices")
+            "state_indices", "new_state_indices", "intermediate_states", "intermediate_indices",
+            "num_accepted_tokens")
 
 
 def overlap_probe(named, inplace: bool, slots: int):
-    """A function of a call's packed data pointers (the first ``slots`` of :data:`POINTERS`)
+    """A function of a call's data pointers (a tuple: the first ``slots`` of :data:`POINTERS`)
     that returns True when :func:`check_aliasing` would raise for them, for every call of the
     signature of the tensors ``named`` ({name: tensor or None}; their byte spans are constants
     in it): decode's per-call check.
@@ -309,9 +328,9 @@ def overlap_probe(named, inplace: bool, slots: int):
     pairs = [(w, r) for w, r in aliasing_pairs(set(span), named.get("out") is not None, inplace)
              if span[w] and span[r]]
     tests = [f"-{span[r]} < {r} - {w} < {span[w]}" for w, r in pairs]
-    src = (f"def probe(ptrs):\n    {', '.join(POINTERS[:slots])} = unpack(ptrs)\n"
+    src = (f"def probe(ptrs):\n    {', '.join(POINTERS[:slots])} = ptrs\n"
            f"    return {' or '.join(tests) or 'False'}\n")
-    scope = {"unpack": struct.Struct(f"{slots}Q").unpack}
+    scope = {}
     exec(compile(src, "<gdnzoo overlap probe>", "exec"), scope)
     return scope["probe"]
 
@@ -320,8 +339,14 @@ def _sig(t):
     return (t.size(), t.stride(), t.dtype, t.device, t.layout, t.requires_grad)
 
 
+def _opt(t):
+    return None if t is None else _sig(t)
+
+
 def signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-              state_indices=None, new_state_indices=None, null_slot=None):
+              state_indices=None, new_state_indices=None, null_slot=None,
+              intermediate_states=None, intermediate_indices=None, update_state=True,
+              num_accepted_tokens=None):
     """Everything :func:`validate` decides from, except data pointers, as a hashable key.
 
     Two calls with equal signatures get the same verdict, so a cached ``(Problem, scale)``
@@ -333,9 +358,10 @@ def signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_q
             None if out is None else _sig(out),
             0 if new_state is None else (1 if new_state is state else _sig(new_state)),
             scale, type(scale), use_qk_l2norm, type(use_qk_l2norm),
-            None if state_indices is None else
-            (_sig(state_indices), None if new_state_indices is None else _sig(new_state_indices),
-             null_slot, type(null_slot)))
+            None if state_indices is None and new_state_indices is None and null_slot is None
+            else (_opt(state_indices), _opt(new_state_indices), null_slot, type(null_slot)),
+            (_opt(intermediate_states), _opt(intermediate_indices), update_state,
+             type(update_state), _opt(num_accepted_tokens)))
 
 
 def byte_span(x) -> int:

@@ -15,12 +15,11 @@ data pointers (:func:`gdnzoo.contract.overlap_probe`, no device sync).
 """
 from __future__ import annotations
 
-import struct
-
 import torch
 
 from gdnzoo import guards, registry
 from gdnzoo import pool as pools
+from gdnzoo import verify as verifies
 from gdnzoo.registry import env_algo
 from gdnzoo.contract import check_aliasing, overlap_probe, signature, validate
 
@@ -28,10 +27,6 @@ _MEMO = {}          # (signature, algo, type, ALGO) -> Resolved; (mode...) -> [R
 _MEMO_MAX = 4096
 _GUARDS_PER_MODE = 4
 _DISJOINT_MAX = 256  # pointer sets remembered per signature as free of overlaps
-# A call's data pointers, packed (contract.POINTERS; 0: absent): cheaper to build and compare
-# than a tuple of Python ints.
-_PTRS = struct.Struct("10Q").pack
-_POOL_PTRS = struct.Struct("12Q").pack
 _DENSE = ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b")
 
 registry.on_reset(_MEMO.clear)
@@ -39,35 +34,37 @@ registry.on_reset(_MEMO.clear)
 
 class Resolved:
     """What decode decided for one call signature."""
-    __slots__ = ("problem", "scale", "backend", "probe", "last", "disjoint", "launch", "guard")
+    __slots__ = ("problem", "scale", "backend", "probe", "last", "disjoint", "launch", "guard",
+                 "fast")
 
     def __init__(self, problem, scale, backend, probe, ptrs):
         self.problem, self.scale, self.backend, self.probe = problem, scale, backend, probe
-        self.last = ptrs         # the packed data pointers of the last call found free of
+        self.last = ptrs         # the data pointers (a tuple) of the last call found free of
         self.disjoint = {ptrs}   # overlaps, and of up to _DISJOINT_MAX such calls
         self.launch = None       # the backend's bound launcher, made by the first call
+        self.fast = None         # its with_pointers(ptrs, scale) -> launched?, if it has one
         self.guard = None        # guards.make(...) once asked; False: no guards in this process
 
 
 def _pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args=None):
-    """The packed data pointers of a call (decode builds the same inline)."""
+    """The data pointers of a call, a tuple in contract.POINTERS order, 0 for an absent one
+    (decode builds the same inline)."""
     p = (q.data_ptr(), k.data_ptr(), v.data_ptr(), state.data_ptr(), A_log.data_ptr(),
          a.data_ptr(), dt_bias.data_ptr(), b.data_ptr(), 0 if out is None else out.data_ptr(),
          new_state.data_ptr() if ns == 2 else 0)
     if pool_args is None:
-        return _PTRS(*p)
-    si, nsi = pool_args[:2]
-    return _POOL_PTRS(*p, si.data_ptr(), 0 if nsi is None else nsi.data_ptr())
+        return p
+    si, nsi, _, inter, inter_idx, _, acc = pool_args
+    return p + tuple(0 if x is None else x.data_ptr() for x in (si, nsi, inter, inter_idx, acc))
 
 
-def _overlaps(hit, ptrs, q, k, v, state, A_log, a, dt_bias, b, out, new_state, si=None,
-              nsi=None):
+def _overlaps(hit, ptrs, q, k, v, state, A_log, a, dt_bias, b, out, new_state, *serve):
     """The overlap check of a memoized call whose data pointers ``ptrs`` differ from the last
     call's: raises as validate would, else remembers them (the verdict is a function of the
     pointers and the signature's byte spans alone)."""
     if ptrs not in hit.disjoint:
         if hit.probe(ptrs):
-            check_aliasing(q, k, v, state, A_log, a, dt_bias, b, out, new_state, si, nsi)
+            check_aliasing(q, k, v, state, A_log, a, dt_bias, b, out, new_state, *serve)
         if len(hit.disjoint) >= _DISJOINT_MAX:
             hit.disjoint = set()
         hit.disjoint.add(ptrs)
@@ -78,9 +75,17 @@ def _names(out, ns, pool_args):
     """The names of the tensors a call passes to its guard and probe, in their order."""
     names = _DENSE + (("out",) if out is not None else ()) + (("new_state",) if ns == 2 else ())
     if pool_args is not None:
-        names += ("state_indices",) if pool_args[1] is None else \
-            ("state_indices", "new_state_indices")
+        names += tuple(n for n, x in zip(_SERVED, _served(pool_args)) if x is not None)
     return names
+
+
+_SERVED = ("state_indices", "new_state_indices", "intermediate_states", "intermediate_indices",
+           "num_accepted_tokens")
+
+
+def _served(pool_args):
+    """The tensors among a serving call's pool and verify arguments (None: absent)."""
+    return pool_args[:2] + pool_args[3:5] + pool_args[6:]
 
 
 def _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args=None):
@@ -92,7 +97,7 @@ def _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args
     if ns == 2:
         t += (new_state,)
     if pool_args is not None:
-        t += (pool_args[0],) if pool_args[1] is None else pool_args[:2]
+        t += tuple(x for x in _served(pool_args) if x is not None)
     return t
 
 
@@ -109,15 +114,17 @@ def _mode(algo, scale, use_qk_l2norm, out, ns):
 def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
              key, ns, pool_args=None):
     """Validate and select (the slow path); the verdict is memoized under ``key`` if any.
-    ``pool_args``: (state_indices, new_state_indices, null_slot) of a pool call."""
-    si, nsi, null = pool_args or (None, None, None)
+    ``pool_args``: (state_indices, new_state_indices, null_slot, intermediate_states,
+    intermediate_indices, update_state, num_accepted_tokens) of a pool or verify call."""
+    si, nsi, null, inter, inter_idx, update, acc = pool_args or _NO_SERVE
     p, s = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
                     use_qk_l2norm=use_qk_l2norm, state_indices=si, new_state_indices=nsi,
-                    null_slot=null)
+                    null_slot=null, intermediate_states=inter, intermediate_indices=inter_idx,
+                    update_state=update, num_accepted_tokens=acc)
     named = dict(zip(_names(out, ns, pool_args),
                      _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns,
                               pool_args)))
-    probe = overlap_probe(named, p.inplace, 10 if pool_args is None else 12)
+    probe = overlap_probe(named, p.inplace, 10 if pool_args is None else 15)
     hit = Resolved(p, s, registry.select(p, algo).name, probe,
                    _pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns,
                              pool_args))
@@ -142,7 +149,8 @@ def _signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, 
 def _miss(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
           mode, ns, t, pool_args=None):
     """decode's verdict when no guard of ``mode`` matched ``t``: by the Python signature
-    (checking overlaps), else validated and selected now; either way guarded from now on."""
+    (checking overlaps), else validated and selected now; either way guarded from now on.
+    Returns it with the call's data pointers (:func:`_pointers`)."""
     key = None if mode is None else _signature_key(
         q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, mode,
         pool_args)
@@ -151,13 +159,22 @@ def _miss(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2
         ptrs = _pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args)
         if ptrs != hit.last:
             _overlaps(hit, ptrs, q, k, v, state, A_log, a, dt_bias, b, out, new_state,
-                      *(pool_args or ())[:2])
+                      *_check_args(pool_args))
     else:
         hit = _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
                        use_qk_l2norm, algo, key, ns, pool_args)
+        ptrs = _pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args)
     if key is not None and hit.guard is not False:
         _remember(hit, mode, t)
-    return hit
+    return hit, ptrs
+
+
+_NO_SERVE = (None, None, None, None, None, True, None)
+
+
+def _check_args(pool_args):
+    """check_aliasing's optional arguments of a call (none for a dense call)."""
+    return () if pool_args is None else _served(pool_args)
 
 
 def _remember(hit, mode, tensors):
@@ -190,11 +207,16 @@ def lookup(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
 
 
 def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
-           state_indices=None, new_state_indices=None, null_slot=None):
+           state_indices=None, new_state_indices=None, null_slot=None, intermediate_states=None,
+           intermediate_indices=None, update_state=True, num_accepted_tokens=None):
     """:func:`gdnzoo.decode` with every argument positional."""
-    if state_indices is not None or new_state_indices is not None or null_slot is not None:
+    if (state_indices is not None or new_state_indices is not None or null_slot is not None
+            or intermediate_states is not None or intermediate_indices is not None
+            or update_state is not True or num_accepted_tokens is not None):
         return decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                           use_qk_l2norm, algo, (state_indices, new_state_indices, null_slot))
+                           use_qk_l2norm, algo,
+                           (state_indices, new_state_indices, null_slot, intermediate_states,
+                            intermediate_indices, update_state, num_accepted_tokens))
     # Hot path, inline (every call costs here): this mode's guarded verdicts, one C++ check of
     # all tensors each, then the overlap probe; on a miss, _miss (signature, else validate).
     ns = 0 if new_state is None else (1 if new_state is state else 2)
@@ -216,43 +238,52 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
                     hit = h
                     break
     if hit is None:
-        hit = _miss(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-                    algo, mode, ns, t)
+        hit, ptrs = _miss(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                          use_qk_l2norm, algo, mode, ns, t)
     else:                                    # no written tensor may overlap another argument
-        ptrs = _PTRS(q.data_ptr(), k.data_ptr(), v.data_ptr(), state.data_ptr(),
-                     A_log.data_ptr(), a.data_ptr(), dt_bias.data_ptr(), b.data_ptr(),
-                     0 if out is None else out.data_ptr(),
-                     new_state.data_ptr() if ns == 2 else 0)
+        ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), state.data_ptr(), A_log.data_ptr(),
+                a.data_ptr(), dt_bias.data_ptr(), b.data_ptr(),
+                0 if out is None else out.data_ptr(), new_state.data_ptr() if ns == 2 else 0)
         if ptrs != hit.last:
             _overlaps(hit, ptrs, q, k, v, state, A_log, a, dt_bias, b, out, new_state)
-    launch = hit.launch
+    fast = hit.fast
     if out is None:
         p = hit.problem
         out = torch.empty((p.B, p.T, p.HV, p.V), dtype=v.dtype, device=v.device)
+        ptrs = ptrs[:8] + (out.data_ptr(), ptrs[9])
+    # A launcher with_pointers takes the pointers read above (contract.POINTERS order;
+    # new_state's 0 in place) instead of reading them again; False: it needs the tensors.
+    if fast is not None and fast(ptrs, hit.scale):
+        return out, state if new_state is None else new_state
     if new_state is None:
         new_state = state
+    launch = hit.launch
     if launch is None:
         # A backend's optional bind() does its per-signature work once; decode's signature
         # guarantees later calls share shapes, strides, dtypes, scale and mode.
         launch = hit.launch = registry.launcher(hit.backend, q, k, v, state, A_log, a, dt_bias,
                                                 b, hit.scale, out, new_state, use_qk_l2norm)
+        hit.fast = getattr(launch, "with_pointers", None)
     launch(q, k, v, state, A_log, a, dt_bias, b, hit.scale, out, new_state, use_qk_l2norm)
     return out, new_state
 
 
 def decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
                 algo, pool_args):
-    """decode of a pool call (:mod:`gdnzoo.pool`): the same memo, guards and checks as the
-    dense path, with the index tensors guarded and probed, and the padding rule in the mode;
-    the backend gets a :class:`gdnzoo.pool.Pool` as its 13th argument."""
-    si, nsi, null = pool_args
+    """decode of a pool or verify call (:mod:`gdnzoo.pool`, :mod:`gdnzoo.verify`): the same
+    memo, guards and checks as the dense path, with the index and intermediate tensors
+    guarded and probed, and the padding rule and update_state in the mode.  The backend gets
+    a :class:`gdnzoo.pool.Pool` (None: a dense state) as its 13th argument and, for a verify
+    call, a :class:`gdnzoo.verify.Verify` as its 14th."""
+    si, nsi, null, inter, inter_idx, update, acc = pool_args
     ns = 0 if new_state is None else (1 if new_state is state else 2)
     t = _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args)
     hit = mode = None
-    if si is not None and not isinstance(scale, torch.Tensor):
+    if not isinstance(scale, torch.Tensor):
         try:
-            mode = _mode(algo, scale, use_qk_l2norm, out, ns) + (nsi is None, null,
-                                                                  null.__class__)
+            mode = _mode(algo, scale, use_qk_l2norm, out, ns) + tuple(
+                x is None for x in _served(pool_args)) + (null, null.__class__, update,
+                                                           update.__class__)
             mode = ("pool",) + mode[1:]
             hash(mode)
         except TypeError:                    # unhashable scale, algo or null_slot
@@ -261,23 +292,35 @@ def decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use
             hit = next((h for h in _MEMO.get(mode, ()) if h.guard.check(*t)), None)
     if hit is None:
         hit = _miss(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-                    algo, mode, ns, t, pool_args)
+                    algo, mode, ns, t, pool_args)[0]
     else:
         ptrs = _pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args)
         if ptrs != hit.last:
-            _overlaps(hit, ptrs, q, k, v, state, A_log, a, dt_bias, b, out, new_state, si, nsi)
+            _overlaps(hit, ptrs, q, k, v, state, A_log, a, dt_bias, b, out, new_state,
+                      *_served(pool_args))
     p = hit.problem
     if out is None:
         out = torch.empty((p.B, p.T, p.HV, p.V), dtype=v.dtype, device=v.device)
     if new_state is None:
         new_state = state
-    pool = pools.Pool(si, si if nsi is None else nsi, -1 if null is None else null)
+    pool = None if si is None else pools.Pool(si, si if nsi is None else nsi,
+                                              -1 if null is None else null)
+    ver = None if not p.verify else verifies.Verify(inter, inter_idx, update, si is not None
+                                                    and si.dim() == 2, acc)
     if pools.checking():
-        pools.check_on_host(pool, state.shape[0], new_state.shape[0], new_state is state)
+        if pool is not None and not (ver is not None and ver.per_token):
+            pools.check_on_host(pool, state.shape[0], new_state.shape[0], new_state is state)
+        if ver is not None:
+            verifies.check_on_host(ver, pool, p.T, state.shape[0], new_state.shape[0])
     launch = hit.launch
     if launch is None:
         launch = hit.launch = registry.launcher(hit.backend, q, k, v, state, A_log, a, dt_bias,
                                                 b, hit.scale, out, new_state, use_qk_l2norm,
-                                                pool)
-    launch(q, k, v, state, A_log, a, dt_bias, b, hit.scale, out, new_state, use_qk_l2norm, pool)
+                                                pool, ver)
+    if ver is None:
+        launch(q, k, v, state, A_log, a, dt_bias, b, hit.scale, out, new_state, use_qk_l2norm,
+               pool)
+    else:
+        launch(q, k, v, state, A_log, a, dt_bias, b, hit.scale, out, new_state, use_qk_l2norm,
+               pool, ver)
     return out, new_state

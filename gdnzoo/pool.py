@@ -40,7 +40,8 @@ class Pool(NamedTuple):
         return self.write is self.read
 
 
-def _index_tensor(name, x, B, device):
+def index_tensor(name, x, B, device, T=None):
+    """A contiguous [B] (with ``T``: [B, T]) int32/int64 tensor on ``device``."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor of int32 or int64 slot indices, "
                         f"got {type(x).__name__}")
@@ -49,15 +50,17 @@ def _index_tensor(name, x, B, device):
                         f"{str(x.layout).replace('torch.', '')}")
     if x.dtype not in INDEX_DTYPES:
         raise TypeError(f"{name}: expected dtype int32 or int64, got {str(x.dtype).replace('torch.', '')}")
-    if x.dim() != 1 or x.shape[0] != B:
-        raise ValueError(f"{name}: expected shape ({B},) [B], got {tuple(x.shape)}")
+    shape = (B,) if T is None else (B, T)
+    if tuple(x.shape) != shape:
+        raise ValueError(f"{name}: expected shape {shape} {'[B]' if T is None else '[B, T]'}, "
+                         f"got {tuple(x.shape)}")
     if x.device != device:
         raise ValueError(f"{name}: expected device {device} (the device of q), got {x.device}")
-    if B > 1 and x.stride(0) != 1:
-        raise ValueError(f"{name}: expected a contiguous [B] tensor, got stride {x.stride(0)}")
+    if not x.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous tensor, got strides {tuple(x.stride())}")
 
 
-def _pool_tensor(name, x, HV, V, K):
+def pool_tensor(name, x, HV, V, K):
     """A pool [P, HV, V, K] whose slots are contiguous blocks at least a slot apart."""
     if x.dim() != 4 or tuple(x.shape[1:]) != (HV, V, K) or x.shape[0] < 1:
         raise ValueError(f"{name}: expected a pool of shape [P, HV={HV}, V={V}, K={K}] with "
@@ -72,16 +75,21 @@ def _pool_tensor(name, x, HV, V, K):
 
 
 def validate(B, HV, V, K, device, state, new_state, state_indices, new_state_indices,
-             null_slot) -> Pool:
-    """Check the pool arguments (``state_indices`` is not None); raise naming the argument."""
-    _index_tensor("state_indices", state_indices, B, device)
-    _pool_tensor("state", state, HV, V, K)
+             null_slot, T=1) -> Pool:
+    """Check the pool arguments (``state_indices`` is not None); raise naming the argument.
+    ``state_indices`` of rank 2 is verify's per-token slots [B, T] (:mod:`gdnzoo.verify`)."""
+    per_token = isinstance(state_indices, torch.Tensor) and state_indices.dim() == 2
+    index_tensor("state_indices", state_indices, B, device, T if per_token else None)
+    pool_tensor("state", state, HV, V, K)
     if new_state_indices is None:
         new_state_indices = state_indices
+    elif per_token:
+        raise ValueError("new_state_indices: not with per-token slots (state_indices of shape "
+                         "[B, T] names every token's write slot)")
     else:
-        _index_tensor("new_state_indices", new_state_indices, B, device)
+        index_tensor("new_state_indices", new_state_indices, B, device)
     if new_state is not None and new_state is not state:
-        _pool_tensor("new_state", new_state, HV, V, K)
+        pool_tensor("new_state", new_state, HV, V, K)
     P = state.shape[0]
     if null_slot is None:
         null_slot = -1

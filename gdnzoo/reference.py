@@ -69,6 +69,107 @@ def reference_pool_decode(q, k, v, state, A_log, a, dt_bias, b, scale: float, ou
     return out, new_state
 
 
+def _real(s, n, null_slot):
+    """[..] bool: the slot indices ``s`` that address one of ``n`` slots (not padding)."""
+    ok = (s >= 0) & (s < n)
+    return ok & (s != null_slot) if null_slot >= 0 else ok
+
+
+def _put(dst, rows, ok, src):
+    """dst[rows[i]] = src[i] where ok[i] (one host sync for the selection)."""
+    sel = ok.nonzero().flatten()
+    if sel.numel():
+        dst.index_copy_(0, rows.index_select(0, sel), src.index_select(0, sel).to(dst.dtype))
+
+
+def reference_verify(q, k, v, state, A_log, a, dt_bias, b, scale: float, out, new_state,
+                     use_qk_l2norm: bool = False, pool=None, verify=None,
+                     compute_dtype=torch.float32, step=None):
+    """The verify forms (:mod:`gdnzoo.verify`), plainly: gather each sequence's initial state
+    (a dense batch, pool slot, or per-token column ``num_accepted_tokens - 1``), run the tokens
+    one at a time (with ``step``, a dense one-token decode of the one signature; default
+    :func:`reference_decode` in ``compute_dtype``), store each token's state where the form
+    says, then the final state unless ``update_state=False``.  All reads happen before any
+    write; padded sequences get zero outputs and write nothing."""
+    from gdnzoo.verify import read_columns
+    B, T = q.shape[:2]
+    dev = q.device
+    P, PN = state.shape[0], new_state.shape[0]
+    null = -1 if pool is None else pool.null_slot
+    if pool is None:
+        rd = torch.ones(B, dtype=torch.bool, device=dev)
+        src = torch.arange(B, device=dev)
+    else:
+        r = pool.read.long()
+        if verify.per_token:
+            col, ok = read_columns(verify, T)
+            r = r[:, 0] if col is None else r.gather(1, col[:, None])[:, 0]
+        rd = _real(r, P, null)
+        if verify.per_token and verify.accepted is not None:
+            rd &= ok
+        src = torch.where(rd, r, 0)
+    cur = torch.where(rd[:, None, None, None], state.index_select(0, src), 0).to(compute_dtype)
+    run = step or (lambda *args: reference_decode(*args, compute_dtype=compute_dtype))
+    if verify.states is not None:
+        S = verify.states.shape[0]
+        rows = torch.arange(B, device=dev) if verify.indices is None else verify.indices.long()
+        keep = rd & (rows >= 0) & (rows < S)
+    for t in range(T):
+        tok = slice(t, t + 1)
+        nxt = torch.empty_like(cur)
+        run(q[:, tok], k[:, tok], v[:, tok], cur, A_log, a[:, tok], dt_bias, b[:, tok], scale,
+            out[:, tok], nxt, use_qk_l2norm)
+        if verify.states is not None:
+            _put(verify.states[:, t], rows, keep, nxt)
+        if verify.per_token:
+            w = pool.read[:, t].long()
+            _put(new_state, w, rd & _real(w, PN, null), nxt)
+        cur = nxt
+    if verify.update and not verify.per_token:
+        if pool is None:
+            new_state.copy_(cur)
+        else:
+            w = pool.write.long()
+            _put(new_state, w, rd & _real(w, PN, null), cur)
+    out.masked_fill_(~rd[:, None, None, None], 0)
+    return out, new_state
+
+
+def reference_verify_outputs(x, verify, use_qk_l2norm=False, pool=None, new_pool=None,
+                             compute_dtype=torch.float64):
+    """Fresh (out, state after the call, intermediate states after the call) in
+    ``compute_dtype`` for an :class:`gdnzoo.inputs.Inputs` whose ``state`` is the pool (or
+    dense batch) that a verify call reads: copies of what the call writes (``new_pool``,
+    default ``x.state`` in place; ``verify.states``) with the written parts replaced."""
+    B, T = x.q.shape[:2]
+    HV, V = x.v.shape[2], x.v.shape[3]
+    out = torch.empty(B, T, HV, V, dtype=compute_dtype, device=x.q.device)
+    target = (x.state if new_pool is None else new_pool).to(compute_dtype, copy=True)
+    src = target if new_pool is None else x.state
+    inter = None if verify.states is None else verify.states.to(compute_dtype, copy=True)
+    reference_verify(x.q, x.k, x.v, src, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, target,
+                     use_qk_l2norm, pool, verify._replace(states=inter), compute_dtype)
+    return out, target, inter
+
+
+def reference_commit(intermediate_states, intermediate_indices, accepted_steps, state,
+                     state_indices, null_slot=None):
+    """:func:`gdnzoo.commit` plainly: ``state[slot n] = intermediate[row n, accepted_steps[n]]``
+    for every sequence whose step, row and slot are real (one host sync)."""
+    S, T_max = intermediate_states.shape[:2]
+    B = accepted_steps.shape[0]
+    dev = accepted_steps.device
+    rows = torch.arange(B, device=dev) if intermediate_indices is None \
+        else intermediate_indices.long()
+    slots = torch.arange(B, device=dev) if state_indices is None else state_indices.long()
+    steps = accepted_steps.long()
+    ok = ((steps >= 0) & (steps < T_max) & (rows >= 0) & (rows < S)
+          & _real(slots, state.shape[0], -1 if null_slot is None else null_slot))
+    picked = intermediate_states[torch.where(ok, rows, 0), torch.where(ok, steps, 0)]
+    _put(state, slots, ok, picked)
+    return state
+
+
 def reference_outputs(x, use_qk_l2norm=False, compute_dtype=torch.float64, pool=None,
                       new_pool=None):
     """Fresh (out [B,T,HV,V], new_state) in ``compute_dtype`` for an

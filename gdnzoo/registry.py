@@ -26,7 +26,8 @@ _BACKEND_KEYS = {"name": (str, REQ), "entry": ((str, type(None)), None),
                  "language": (str, REQ), "requires": (list, []), "devices": (list, REQ),
                  "min_cc": ((str, type(None)), None), "state_dtypes": (list, REQ),
                  "max_T": ((int, type(None)), None), "head_dims": ((list, type(None)), None),
-                 "pools": ((bool, str), False), "notes": (str, REQ)}
+                 "pools": ((bool, str), False), "verify": ((bool, str), False),
+                 "notes": (str, REQ)}
 _LANGUAGES = {"python", "triton", "cuda", "cute-dsl"}
 _DEVICES = {"cpu", "cuda"}
 
@@ -54,6 +55,7 @@ class BackendSpec:
     head_dims: tuple | None
     notes: str
     pools: bool | str = False     # True: takes state pools; else why not (False: not declared)
+    verify: bool | str = False    # True: serves speculative verify (gdnzoo.verify); else why not
 
     @property
     def module_name(self) -> str:
@@ -155,7 +157,7 @@ def _parse_backend(i, ent) -> BackendSpec:
         devices=tuple(e["devices"]), min_cc=_parse_cc(e["min_cc"], where),
         state_dtypes=tuple(e["state_dtypes"]), max_T=e["max_T"],
         head_dims=None if e["head_dims"] is None else tuple(e["head_dims"]), notes=e["notes"],
-        pools=e["pools"])
+        pools=e["pools"], verify=e["verify"])
 
 
 def parse_registry(data, path=None) -> Registry:
@@ -287,6 +289,10 @@ def can_serve(name: str, p: Problem) -> tuple[bool, str]:
     if p.pool and spec.pools is not True:
         return False, ("cannot serve state pools (state_indices): "
                        + (spec.pools or "its registry entry does not declare pools"))
+    if p.verify and spec.verify is not True:
+        return False, ("cannot serve speculative verify (intermediate_states, "
+                       "update_state=False, per-token state_indices): "
+                       + (spec.verify or "its registry entry does not declare verify"))
     ok, why = backend_module(name).supports(p)
     return bool(ok), why
 
@@ -331,12 +337,15 @@ def runner(name: str):
 
 
 def launcher(name: str, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-             use_qk_l2norm, pool=None):
+             use_qk_l2norm, pool=None, verify=None):
     """The backend's ``bind(...)`` result when it has one (a launcher specialised to these
     shapes, strides, dtypes, scale and mode), else its plain ``run``."""
     bind = getattr(backend_module(name), "bind", None)
     if bind is None:
         return runner(name)
+    if verify is not None:
+        return bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
+                    pool, verify)
     if pool is None:
         return bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)
     return bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool)

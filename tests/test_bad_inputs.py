@@ -23,10 +23,11 @@ def carve(buf, offset, shape, dtype):
     return buf[offset:offset + n].view(dtype).view(shape)
 
 
-def base(out=False, dest=False, pool=None, **kw):
+def base(out=False, dest=False, pool=None, verify=None, **kw):
     """Valid keyword arguments of gdnzoo.decode (``kw`` added to them).  ``pool``: None
     (dense), "same" (in place at state_indices), "sep" (new_state_indices too) or "other"
-    (another pool written)."""
+    (another pool written).  ``verify``: "states" (intermediate states, no final update) or
+    "slots" (per-token slots [B, T] with num_accepted_tokens; a pool)."""
     x = make_inputs(B=B, T=T, H=H, HV=HV, K=K, V=V, seed=0)
     d = dict(q=x.q, k=x.k, v=x.v, state=x.state, A_log=x.A_log, a=x.a, dt_bias=x.dt_bias,
              b=x.b, scale=x.scale, algo="pt-reference")
@@ -41,6 +42,13 @@ def base(out=False, dest=False, pool=None, **kw):
             d["new_state_indices"] = torch.tensor([4, 0], dtype=torch.int32)
         if pool == "other":
             d["new_state"] = torch.full((P + 1, HV, V, K), float("nan"))
+    if verify == "states":
+        d.update(intermediate_states=torch.zeros(3, T + 1, HV, V, K),
+                 intermediate_indices=torch.tensor([2, 0], dtype=torch.int32),
+                 update_state=False)
+    elif verify == "slots":
+        d.update(state=torch.randn(P, HV, V, K), num_accepted_tokens=torch.ones(B, dtype=torch.int32),
+                 state_indices=torch.arange(1, B * T + 1, dtype=torch.int32).view(B, T))
     d.update(kw)
     return d
 
@@ -109,6 +117,7 @@ def _heads_3(d):
 
 D, O, DEST, L2 = {}, dict(out=True), dict(dest=True), dict(use_qk_l2norm=True)
 POOL, SEP, OTHER = dict(pool="same"), dict(pool="sep"), dict(pool="other")
+VS, VP, VSL = dict(verify="states"), dict(pool="same", verify="states"), dict(verify="slots")
 CASES = [
     # (id, structure of the valid call, how to make it bad, exception, message fragments)
     ("q list", D, _set(q=[1.0]), TypeError, ["q:", "torch.Tensor", "list"]),
@@ -233,8 +242,8 @@ CASES = [
      ["state_indices:", "int16"]),
     ("indices too long", POOL, _map("state_indices", lambda x: torch.cat([x, x[:1]])),
      ValueError, ["state_indices:", "(2,)", "(3,)"]),
-    ("indices 2-D", POOL, _map("state_indices", lambda x: x[:, None]), ValueError,
-     ["state_indices:", "(2, 1)"]),
+    ("indices 2-D not [B, T]", POOL, _map("state_indices", lambda x: torch.stack([x, x], 1)),
+     ValueError, ["state_indices:", "(2, 1)", "[B, T]", "(2, 2)"]),
     ("indices strided", POOL, _map("state_indices", lambda x: torch.stack([x, x], 1)[:, 0]),
      ValueError, ["state_indices:", "contiguous"]),
     ("indices on meta", POOL, _map("state_indices", lambda x: x.to("meta")), ValueError,
@@ -275,6 +284,56 @@ CASES = [
      ["new_state:", "disjoint from state_indices"]),
     ("pool overlaps q", POOL, _overlap("state", "q", 256), ValueError,
      ["state:", "disjoint from q"]),
+    # speculative verify
+    ("inter list", VS, _set(intermediate_states=[0.0]), TypeError,
+     ["intermediate_states:", "list"]),
+    ("inter dtype", VS, _map("intermediate_states", lambda x: x.bfloat16()), TypeError,
+     ["intermediate_states:", "same as state"]),
+    ("inter T_max < T", VS, _map("intermediate_states", lambda x: x[:, :0]), ValueError,
+     ["intermediate_states:", "T_max >= T=1"]),
+    ("inter heads", VS, _map("intermediate_states", lambda x: x[:, :, :2]), ValueError,
+     ["intermediate_states:", "HV=4"]),
+    ("inter block strided", VS, _dense_layout("intermediate_states"), ValueError,
+     ["intermediate_states:", "contiguous"]),
+    ("inter rows overlap", VS, _map("intermediate_states", lambda x: x.as_strided(
+        x.shape, (HV * V * K,) + x.stride()[1:])), ValueError, ["intermediate_states:", "rows"]),
+    ("inter requires grad", VS, _requires_grad("intermediate_states"), ValueError,
+     ["intermediate_states:", "grad"]),
+    ("inter indices alone", D, _set(intermediate_indices=torch.zeros(B, dtype=torch.int32)),
+     ValueError, ["intermediate_indices:", "intermediate_states=None"]),
+    ("inter indices float", VS, _map("intermediate_indices", lambda x: x.float()), TypeError,
+     ["intermediate_indices:", "float32"]),
+    ("inter indices length", VS, _map("intermediate_indices", lambda x: x[:1]), ValueError,
+     ["intermediate_indices:", "(2,)"]),
+    ("update_state int", VS, _set(update_state=0), TypeError, ["update_state:", "bool", "int"]),
+    ("update_state None", D, _set(update_state=None), TypeError, ["update_state:", "NoneType"]),
+    ("no update with new_state", VS, lambda d: d.update(new_state=torch.zeros_like(d["state"])), ValueError,
+     ["new_state:", "update_state=False"]),
+    ("accepted without slots", POOL, _set(num_accepted_tokens=torch.ones(B, dtype=torch.int32)),
+     ValueError, ["num_accepted_tokens:", "[B, T]"]),
+    ("accepted float", VSL, _map("num_accepted_tokens", lambda x: x.float()), TypeError,
+     ["num_accepted_tokens:", "float32"]),
+    ("accepted length", VSL, _map("num_accepted_tokens", lambda x: x[:1]), ValueError,
+     ["num_accepted_tokens:", "(2,)"]),
+    ("slots with inter", VSL, _set(intermediate_states=torch.zeros(3, T, HV, V, K)),
+     ValueError, ["intermediate_states:", "per-token"]),
+    ("slots without update", VSL, _set(update_state=False), ValueError,
+     ["update_state:", "per-token"]),
+    ("slots with new indices", VSL, _set(new_state_indices=torch.zeros(B, dtype=torch.int32)),
+     ValueError, ["new_state_indices:", "per-token"]),
+    ("slots columns", VSL, _map("state_indices", lambda x: torch.cat([x, x], 1)), ValueError,
+     ["state_indices:", "(2, 1)", "(2, 2)"]),
+    ("inter overlaps pool", VP, _overlap("state", "intermediate_states", 512), ValueError,
+     ["intermediate_states:", "disjoint from state"]),
+    ("inter overlaps q", VS, _overlap("intermediate_states", "q", 64), ValueError,
+     ["intermediate_states:", "disjoint from q"]),
+    ("out overlaps inter", dict(out=True, verify="states"),
+     _overlap("intermediate_states", "out", 128), ValueError,
+     ["out:", "disjoint from intermediate_states"]),
+    ("inter overlaps its indices", VS, _overlap("intermediate_states", "intermediate_indices", 8),
+     ValueError, ["intermediate_states:", "disjoint from intermediate_indices"]),
+    ("slots overlap accepted", VSL, _overlap("state", "num_accepted_tokens", 8), ValueError,
+     ["state:", "disjoint from num_accepted_tokens"]),
 ]
 
 

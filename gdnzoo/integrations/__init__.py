@@ -19,6 +19,14 @@ differ in the engine's padding rule: vLLM pads with index <= 0 (slot 0 is its nu
 with index < 0 (slot 0 is a real slot).  A padded sequence gets zeros in ``out`` and its slot is
 neither read nor written; gdnzoo also treats an index >= P as padding, which neither engine does.
 
+Both engines verify speculative drafts with ``fused_sigmoid_gating_delta_rule_update`` (T draft
+tokens per sequence, flattened [1, N*T, ...] with ``cu_seqlens``).  The adapters of the same
+name in :mod:`gdnzoo.integrations.vllm` and :mod:`gdnzoo.integrations.sglang` serve the uniform
+case, every sequence of one length T, as views [N, T, ...] of the engines' tensors (no copy) and
+one :func:`gdnzoo.decode` call; what they do not serve raises ValueError naming the argument.
+``cu_seqlens`` must then be ``[0, T, 2T, ..., N*T]``: its values are read on the host only when
+it lives on the CPU or ``GDNZOO_CHECK_INDICES=1`` is set (reading a device tensor would sync).
+
 Importing this package imports gdnzoo and nothing else.
 """
 from __future__ import annotations
@@ -86,3 +94,73 @@ def packed_decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ss
                   use_qk_l2norm=use_qk_l2norm_in_kernel, algo=algo,
                   state_indices=ssm_state_indices, null_slot=null_slot)
     return out, initial_state
+
+
+# ------------------------------------------------------------------ verify: uniform T, views
+
+def refuse(name, why):
+    """The ValueError of an engine argument that gdnzoo does not serve."""
+    return ValueError(f"{name}: {why}")
+
+
+def sequences(cu_seqlens, q, T=None):
+    """(N, T) of an engine's verify call: with ``cu_seqlens`` [N+1], N sequences of T tokens
+    (T given, or q's token count over N); without it, q [N, T, H, K].  Checks ``cu_seqlens``
+    values (see the package docstring) and raises ValueError naming what does not fit."""
+    if cu_seqlens is None:
+        if q.dim() != 4:
+            raise _shape_error("q", q, "[N, T, H, K] (no cu_seqlens)")
+        return q.shape[0], q.shape[1]
+    if cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 2:
+        raise _shape_error("cu_seqlens", cu_seqlens, "[N+1] with N >= 1")
+    if q.dim() != 4 or q.shape[0] != 1:
+        raise _shape_error("q", q, "[1, N*T, H, K] (flattened: cu_seqlens given)")
+    N = cu_seqlens.shape[0] - 1
+    if T is None:
+        if q.shape[1] % N:
+            raise refuse("cu_seqlens", f"{q.shape[1]} tokens do not split into N={N} sequences "
+                                       f"of one length; gdnzoo serves only uniform T")
+        T = q.shape[1] // N
+    from gdnzoo import pool as pools
+    if cu_seqlens.device.type == "cpu" or pools.checking():
+        got = cu_seqlens.tolist()
+        for n in range(N):
+            if (got[n], got[n + 1]) != (n * T, n * T + T):
+                raise refuse("cu_seqlens", f"sequence {n} spans tokens [{got[n]}, {got[n + 1]}), "
+                                           f"expected [{n * T}, {n * T + T}): gdnzoo serves only "
+                                           f"sequences of one length T={T} (ragged batches are "
+                                           f"not served)")
+    return N, T
+
+
+def tokens(name, x, N, T, varlen):
+    """``x`` [1, >= N*T, ...] (varlen) or [N, T, ...] as a view [N, T, ...]."""
+    if varlen:
+        if x.dim() < 3 or x.shape[0] != 1 or x.shape[1] < N * T:
+            raise _shape_error(name, x, f"[1, N*T={N * T}, ...] (N={N} sequences of T={T})")
+        return x[0, :N * T].view(N, T, *x.shape[2:])
+    if x.dim() < 3 or tuple(x.shape[:2]) != (N, T):
+        raise _shape_error(name, x, f"[N={N}, T={T}, ...]")
+    return x
+
+
+def gates(name, x, N, T, HV):
+    """A gate tensor ([N*T, HV], [1, N*T, HV] or [N, T, HV]; extra trailing tokens unused) as a
+    view [N, T, HV]."""
+    if x.dim() == 3 and tuple(x.shape) == (N, T, HV):
+        return x
+    y = x[0] if x.dim() == 3 and x.shape[0] == 1 else x
+    if y.dim() != 2 or y.shape[1] != HV or y.shape[0] < N * T:
+        raise _shape_error(name, x, f"[N*T={N * T}, HV={HV}], [1, N*T, HV] or [N, T, HV]")
+    return y[:N * T].view(N, T, HV)
+
+
+def first_rows(name, x, N, dim):
+    """An index tensor of rank ``dim`` with at least N rows, cut to its first N (a view; an
+    engine may pass a longer, graph-padded buffer)."""
+    if x.dim() != dim or x.shape[0] < N:
+        raise _shape_error(name, x, f"rank {dim} with at least N={N} rows")
+    if not x.is_contiguous():
+        raise refuse(name, f"expected a contiguous tensor (gdnzoo reads index tensors densely, "
+                           f"and a copy would cost a kernel), got strides {tuple(x.stride())}")
+    return x[:N]

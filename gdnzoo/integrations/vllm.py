@@ -1,4 +1,4 @@
-"""vLLM's packed Gated Delta Net decode, served by gdnzoo.
+"""vLLM's Gated Delta Net decode and speculative verify, served by gdnzoo.
 
 vLLM 0.33.0 decodes every Gated Delta Net layer with
 ``fused_recurrent_gated_delta_rule_packed_decode`` (its Triton kernel, in
@@ -13,14 +13,22 @@ import in the module that calls it routes the step through :func:`gdnzoo.decode`
 (rebind the name where the layer imports it: ``from ... import`` copies the reference at import
 time, so replacing the attribute in vLLM's kernel module afterwards does not reach the layer).
 
-vLLM's padding: an index <= 0 is padding (block 0 is vLLM's null block), so this adapter passes
+vLLM verifies T draft tokens per sequence with ``fused_sigmoid_gating_delta_rule_update``
+(``vllm.third_party.flash_linear_attention.ops.fused_sigmoid_gating``, imported by
+``vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn``);
+:func:`fused_sigmoid_gating_delta_rule_update` here has its signature and returns what it
+returns, serving sequences of one length T (see below).
+
+vLLM's padding: an index <= 0 is padding (block 0 is vLLM's null block), so these adapters pass
 ``null_slot=0``.  A padded sequence gets zeros in ``out``; its slot is neither read nor written.
 ``algo=`` names a gdnzoo backend (default: gdnzoo's automatic choice; ``"vllm-packed"`` runs
-vLLM's own kernel through gdnzoo, the peer).  The adapter adds views only, no kernel.
+vLLM's own packed kernel through gdnzoo, the peer).  The adapters add views only, no kernel.
 """
 from __future__ import annotations
 
+import gdnzoo
 from gdnzoo import integrations
+from gdnzoo.integrations import first_rows, gates, refuse, sequences, tokens
 
 NULL_SLOT = 0       # vLLM's null block: padding, never read or written
 
@@ -35,3 +43,100 @@ def packed_decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ss
     ``(out, initial_state)``."""
     return integrations.packed_decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out,
                                       ssm_state_indices, use_qk_l2norm_in_kernel, NULL_SLOT, algo)
+
+
+def _unserved(beta, threshold, scale, initial_state, ssm_state_indices, is_kda):
+    if is_kda:
+        raise refuse("is_kda", "Kimi Delta Attention (per-channel gates) is not served: gdnzoo "
+                               "computes Gated Delta Net's per-head gate")
+    if beta != 1.0 or threshold != 20.0:
+        raise refuse("beta" if beta != 1.0 else "threshold",
+                     f"gdnzoo's gate is softplus with beta=1 and threshold=20 (vLLM's defaults), "
+                     f"got beta={beta}, threshold={threshold}")
+    if scale is not None and not scale > 0:
+        raise refuse("scale", f"expected a value > 0 or None (vLLM asserts it), got {scale}")
+    if initial_state is None:
+        raise refuse("initial_state", "required: gdnzoo serves vLLM's state pool "
+                                      "[P, HV, V, K] (vLLM's layer always passes it)")
+    if ssm_state_indices is None:
+        raise refuse("ssm_state_indices", "required: gdnzoo serves the pool through its slots "
+                                          "(without them vLLM's kernel reads a dense state at "
+                                          "row n*T, which gdnzoo does not reproduce)")
+
+
+def fused_sigmoid_gating_delta_rule_update(A_log, a, b, dt_bias, q, k, v, beta=1.0,
+                                           threshold=20.0, scale=None, initial_state=None,
+                                           inplace_final_state=True, cu_seqlens=None,
+                                           ssm_state_indices=None, num_accepted_tokens=None,
+                                           use_qk_l2norm_in_kernel=False, is_kda=False, *,
+                                           algo=None):
+    """vLLM's ``fused_sigmoid_gating_delta_rule_update`` through one :func:`gdnzoo.decode` call.
+
+    q, k [1, N*T, H, K] and v [1, N*T, HV, V] with ``cu_seqlens`` [N+1] = [0, T, ..., N*T]
+    (or q, k, v [N, T, ...] without it); a, b [N*T, HV] (or [1, N*T, HV], [N, T, HV]);
+    ``initial_state`` the pool [P, HV, V, K].  Returns ``(o, final_state)`` as vLLM does: ``o``
+    shaped like v in q's dtype; ``final_state`` the pool itself, or with
+    ``inplace_final_state=False`` a new [k.shape[1], HV, V, K] tensor of the pool's dtype whose
+    row n*T + t holds the state after token t of sequence n (the pool is only read).
+
+    ``ssm_state_indices`` [N, T] (vLLM's verify): token t's state goes to slot
+    ``ssm_state_indices[n, t]``; the initial state is read from column
+    ``num_accepted_tokens[n] - 1`` (``num_accepted_tokens`` [N]; None: column 0).  A count
+    outside 1..T pads the sequence (vLLM would read outside its row).  With cu_seqlens, T is
+    the index's width; a [N] index means one token a sequence (vLLM's decode).  Longer index
+    and count tensors (graph-padded buffers) are cut to their first N rows, views.  Index <= 0:
+    padding; a padded sequence gets zeros in ``o`` (vLLM leaves its rows unwritten).
+
+    Not served (ValueError naming the argument): ragged ``cu_seqlens``; beta != 1 or
+    threshold != 20; ``is_kda``; no ``initial_state`` or ``ssm_state_indices``; a [N] index
+    with T > 1 in place (vLLM would take the next rows' entries as slots); with
+    ``inplace_final_state=False``, ``num_accepted_tokens`` or a [N, T > 1] index (the read
+    slots would need a gather) and N > 1 without cu_seqlens (vLLM sizes final_state for one
+    sequence); index tensors that are not contiguous.
+    """
+    _unserved(beta, threshold, scale, initial_state, ssm_state_indices, is_kda)
+    varlen = cu_seqlens is not None
+    per_token = ssm_state_indices.dim() == 2
+    width = ssm_state_indices.shape[-1] if per_token else 1
+    N, T = sequences(cu_seqlens, q, width if varlen else None)
+    qs, ks, vs = (tokens(n, x, N, T, varlen) for n, x in (("q", q), ("k", k), ("v", v)))
+    HV, V, K = vs.shape[2], vs.shape[3], qs.shape[3]
+    a_, b_ = gates("a", a, N, T, HV), gates("b", b, N, T, HV)
+    idx = first_rows("ssm_state_indices", ssm_state_indices, N, 2 if per_token else 1)
+    if per_token and idx.shape[1] != T:
+        raise refuse("ssm_state_indices", f"expected [N, T={T}] (one slot per token of q), got "
+                                          f"shape {tuple(ssm_state_indices.shape)}")
+    acc = None if num_accepted_tokens is None else \
+        first_rows("num_accepted_tokens", num_accepted_tokens, N, 1)
+    o = q.new_empty(v.shape)
+    args = (qs, ks, vs, initial_state, A_log, a_, dt_bias, b_, scale)
+    kw = dict(out=tokens("o", o, N, T, varlen), use_qk_l2norm=use_qk_l2norm_in_kernel, algo=algo,
+              null_slot=NULL_SLOT)
+    if inplace_final_state:
+        if not per_token and T > 1:
+            raise refuse("ssm_state_indices", f"a [N] index with T={T} tokens a sequence: vLLM's "
+                                              f"kernel would take the next rows' entries as "
+                                              f"token slots; pass [N, T]")
+        if acc is not None and not per_token:
+            idx = idx.view(N, 1)
+        if idx.dim() == 2:
+            kw["num_accepted_tokens"] = acc
+        gdnzoo.decode(*args, state_indices=idx, **kw)
+        return o, initial_state
+    if acc is not None:
+        raise refuse("num_accepted_tokens", "not with inplace_final_state=False: the read slot "
+                                            "would be column num_accepted_tokens[n]-1, a gather "
+                                            "gdnzoo does not make")
+    if per_token:
+        if T > 1:
+            raise refuse("ssm_state_indices", "[N, T > 1] with inplace_final_state=False: the "
+                                              "read slots are its column 0, a strided view, and "
+                                              "gdnzoo reads index tensors densely")
+        idx = idx.view(N)
+    if not varlen and N > 1:
+        raise refuse("inplace_final_state", f"False without cu_seqlens and N={N} > 1: vLLM's "
+                                            f"kernel sizes final_state [T, ...] for one sequence")
+    final = q.new_empty(k.shape[1], HV, V, K, dtype=initial_state.dtype)
+    gdnzoo.decode(*args, state_indices=idx, update_state=False,
+                  intermediate_states=final[:N * T].view(N, T, HV, V, K), **kw)
+    return o, final

@@ -1,0 +1,136 @@
+"""gdnzoo.commit: keep the accepted step of a verify call (:mod:`gdnzoo.verify`).
+
+After a verify with ``update_state=False``, the engine knows how many draft tokens were
+accepted; ``commit`` copies ``intermediate_states[row n, accepted_steps[n]]`` into sequence n's
+pool slot.  On a CUDA device it is one Triton launch that reads the step, row and slot indices
+itself (no host sync: CUDA-graph capturable); on the CPU, or without Triton, it runs
+:func:`gdnzoo.reference.reference_commit` (one host sync).
+"""
+from __future__ import annotations
+
+import torch
+
+from gdnzoo import pool as pools
+from gdnzoo.contract import _need_tensor, _overlaps, dtype_name, type_name
+
+
+def _state(state, B, HV, V, K, pooled):
+    if pooled:
+        pools.pool_tensor("state", state, HV, V, K)
+        return
+    if state.dim() != 4 or tuple(state.shape) != (B, HV, V, K):
+        raise ValueError(f"state: expected shape ({B}, {HV}, {V}, {K}) [B, HV, V, K] "
+                         f"(state_indices=None), got {tuple(state.shape)}")
+    if tuple(state.stride()[1:]) != (V * K, K, 1) or (B > 1 and state.stride(0) < HV * V * K):
+        raise ValueError(f"state: expected each [HV, V, K] row contiguous and rows apart, got "
+                         f"strides {tuple(state.stride())}")
+
+
+def validate(intermediate_states, intermediate_indices, accepted_steps, state, state_indices,
+             null_slot):
+    """Check commit's arguments; raise naming the argument.  Returns the null slot (-1:
+    none)."""
+    for name, x in (("intermediate_states", intermediate_states),
+                    ("accepted_steps", accepted_steps), ("state", state)):
+        _need_tensor(name, x)
+    x = intermediate_states
+    if x.dim() != 5:
+        raise ValueError(f"intermediate_states: expected rank 5 [S, T_max, HV, V, K], got "
+                         f"shape {tuple(x.shape)}")
+    S, T_max, HV, V, K = x.shape
+    if tuple(x.stride()[2:]) != (V * K, K, 1):
+        raise ValueError(f"intermediate_states: expected each [HV, V, K] block contiguous, got "
+                         f"strides {tuple(x.stride())}")
+    dev = x.device
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"intermediate_states: expected a tensor on cpu or cuda, got {dev}")
+    if accepted_steps.dim() != 1:
+        raise ValueError(f"accepted_steps: expected shape [B], got {tuple(accepted_steps.shape)}")
+    B = accepted_steps.shape[0]
+    pools.index_tensor("accepted_steps", accepted_steps, B, dev)
+    for name, t in (("intermediate_indices", intermediate_indices),
+                    ("state_indices", state_indices)):
+        if isinstance(t, torch.Tensor) and t.dim() == 1 and t.shape[0] != B:
+            raise ValueError(f"{name}: expected {B} entries (one per entry of accepted_steps), "
+                             f"got {t.shape[0]}")
+    if intermediate_indices is not None:
+        pools.index_tensor("intermediate_indices", intermediate_indices, B, dev)
+    if state_indices is not None:
+        pools.index_tensor("state_indices", state_indices, B, dev)
+    elif null_slot is not None:
+        raise ValueError("null_slot: only with state_indices (a state pool); got "
+                         "state_indices=None")
+    if state.device != dev:
+        raise ValueError(f"state: expected device {dev} (the device of intermediate_states), "
+                         f"got {state.device}")
+    if state.dtype != x.dtype:
+        raise TypeError(f"state: expected dtype {dtype_name(x.dtype)} (same as "
+                        f"intermediate_states), got {dtype_name(state.dtype)}")
+    _state(state, B, HV, V, K, state_indices is not None)
+    P = state.shape[0]
+    if null_slot is None:
+        null_slot = -1
+    elif isinstance(null_slot, bool) or not isinstance(null_slot, int):
+        raise TypeError(f"null_slot: expected an int slot index or None, got "
+                        f"{type_name(null_slot)}")
+    elif not 0 <= null_slot < P:
+        raise ValueError(f"null_slot: expected a slot in [0, P={P}), got {null_slot}")
+    for name, y in (("intermediate_states", x), ("accepted_steps", accepted_steps),
+                    ("intermediate_indices", intermediate_indices),
+                    ("state_indices", state_indices)):
+        if y is not None and _overlaps(state, y):
+            raise ValueError(f"state: expected memory disjoint from {name} (state is written), "
+                             f"got overlapping byte ranges")
+    return null_slot
+
+
+def check_on_host(intermediate_indices, accepted_steps, state_indices, null_slot, S, T_max, P):
+    """The debug check (``GDNZOO_CHECK_INDICES=1``): raise naming the first slot that two
+    committed sequences would both write, or an index past its tensor."""
+    B = accepted_steps.shape[0]
+    steps = accepted_steps.tolist()
+    rows = list(range(B)) if intermediate_indices is None else intermediate_indices.tolist()
+    slots = list(range(B)) if state_indices is None else state_indices.tolist()
+    seen = {}
+    for n in range(B):
+        if steps[n] < 0 or rows[n] < 0 or slots[n] < 0 or slots[n] == null_slot:
+            continue
+        for name, val, lim in (("accepted_steps", steps[n], T_max),
+                               ("intermediate_indices", rows[n], S),
+                               ("state_indices", slots[n], P)):
+            if val >= lim:
+                raise ValueError(f"{name}[{n}] = {val}: expected < {lim} "
+                                 f"({pools.CHECK_ENV} is set)")
+        if slots[n] in seen:
+            raise ValueError(f"state_indices[{n}] = {slots[n]}: slot also committed by "
+                             f"sequence {seen[slots[n]]} ({pools.CHECK_ENV} is set)")
+        seen[slots[n]] = n
+
+
+def _triton_ok(device) -> bool:
+    import importlib.util
+    if importlib.util.find_spec("triton") is None:
+        return False
+    from gdnzoo.backends._triton_launch import interpreter_on
+    return device.type == "cuda" or interpreter_on()
+
+
+def commit(intermediate_states, intermediate_indices, accepted_steps, state, state_indices,
+           null_slot=None):
+    """:func:`gdnzoo.commit`."""
+    null = validate(intermediate_states, intermediate_indices, accepted_steps, state,
+                    state_indices, null_slot)
+    if pools.checking():
+        check_on_host(intermediate_indices, accepted_steps, state_indices, null,
+                      *intermediate_states.shape[:2], state.shape[0])
+    if accepted_steps.shape[0] == 0:
+        return state
+    if _triton_ok(state.device):
+        from gdnzoo.backends._triton_commit import launch
+        launch(intermediate_states, intermediate_indices, accepted_steps, state, state_indices,
+               null)
+    else:
+        from gdnzoo.reference import reference_commit
+        reference_commit(intermediate_states, intermediate_indices, accepted_steps, state,
+                         state_indices, None if null < 0 else null)
+    return state
