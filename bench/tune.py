@@ -322,8 +322,12 @@ def cmd_tune(args) -> int:
             raise SystemExit("tune --from: no correct pool kernel-clock results of a registered "
                              "pool backend to choose from")
         row = with_pool(row, old, pool_rows, prov)
+        if old and old.get("table_verify"):      # chosen from gdnzoo bench --mode verify
+            row.setdefault("table_verify", old["table_verify"])
+            if "verify" in old["provenance"]:
+                row["provenance"].setdefault("verify", old["provenance"]["verify"])
         for key, mode in zip(TABLE_KEYS, ("in place", "destination passing", "T >= 2 tokens",
-                                          "state pool")):
+                                          "state pool", "speculative verify")):
             for sd, ranges in row.get(key, {}).items():
                 print(f"{gpu} {sd} {mode}: "
                       + ", ".join(f"B {lo}..{hi or ''} {be}" for lo, hi, be in ranges))

@@ -828,8 +828,7 @@ def pivot(table, sd, T, modes, clock) -> list:
     names = []
     for form in modes:
         names += [("floor", form)] * any(n == "floor" and f == form for n, f, _ in cell)
-        names += [(n, f) for n, f, _ in cell if f == form and n != "floor"
-                  and (n, f) not in names]
+        names += list(dict.fromkeys((n, f) for n, f, _ in cell if f == form and n != "floor"))
     w = max([len(f"{n} [{f}]") for n, f in names] + [7])
     lines = [f"{'entry':<{w}} " + "".join(f"{'B=' + str(B):>14}" for B in Bs)]
     for n, f in names:

@@ -415,9 +415,11 @@ def select(p: Problem, algo: str | None = None) -> Selection:
         if row is None:
             notes.append(f"no default-table row for {gpu}")
         else:
-            kind = tables.table_kind(row, p.state_name, p.inplace, p.T, p.pool)
-            be = tables.table_choice(row, p.state_name, p.B, p.inplace, p.T, p.pool)
-            how = {"table_pool": " in a state pool", "table_dest": " with destination passing",
+            v = bool(p.verify)
+            kind = tables.table_kind(row, p.state_name, p.inplace, p.T, p.pool, v)
+            be = tables.table_choice(row, p.state_name, p.B, p.inplace, p.T, p.pool, v)
+            how = {"table_verify": " in a speculative verify", "table_pool": " in a state pool",
+                   "table_dest": " with destination passing",
                    "table_tokens": f" with {p.T} tokens per call"}.get(kind, "")
             if be is None:
                 notes.append(f"row {row.gpu} has no {p.state_name} range covering B={p.B}")

@@ -79,8 +79,9 @@ def gpu_slug(name: str) -> str:
 # ---------------------------------------------------------------------------- the default table
 
 # A default-table row's tables, by key in registry.yaml: measured in place at T=1, with
-# destination passing, with several tokens per call (the last two optional).
-TABLE_KEYS = ("table", "table_dest", "table_tokens", "table_pool")
+# destination passing, with several tokens per call, in a state pool, for speculative verify
+# (all but the first optional).
+TABLE_KEYS = ("table", "table_dest", "table_tokens", "table_pool", "table_verify")
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class DefaultRow:
     table_dest: dict = field(default_factory=dict)
     table_tokens: dict = field(default_factory=dict)
     table_pool: dict = field(default_factory=dict)
+    table_verify: dict = field(default_factory=dict)
 
 
 def _batch_range(r, where, error):
@@ -141,10 +143,12 @@ def default_row(rows, gpu_name: str | None) -> DefaultRow | None:
 
 
 def table_kind(row: DefaultRow, state_name: str, inplace: bool = True, T: int = 1,
-               pool: bool = False) -> str:
-    """Which of the row's tables serves: ``table_pool`` for a state pool, else ``table_tokens``
-    for T >= 2, else ``table_dest`` for destination passing, where the row has one for this
-    state dtype; else ``table``."""
+               pool: bool = False, verify: bool = False) -> str:
+    """Which of the row's tables serves: ``table_verify`` for a speculative verify, else
+    ``table_pool`` for a state pool, else ``table_tokens`` for T >= 2, else ``table_dest`` for
+    destination passing, where the row has one for this state dtype; else ``table``."""
+    if verify and state_name in row.table_verify:
+        return "table_verify"
     if pool and state_name in row.table_pool:
         return "table_pool"
     if T > 1 and state_name in row.table_tokens:
@@ -155,9 +159,9 @@ def table_kind(row: DefaultRow, state_name: str, inplace: bool = True, T: int = 
 
 
 def table_choice(row: DefaultRow, state_name: str, B: int, inplace: bool = True, T: int = 1,
-                 pool: bool = False):
+                 pool: bool = False, verify: bool = False):
     """The row's backend for B from the table :func:`table_kind` names, or None."""
-    kind = table_kind(row, state_name, inplace, T, pool)
+    kind = table_kind(row, state_name, inplace, T, pool, verify)
     for lo, hi, be in getattr(row, kind).get(state_name, []):
         if lo <= B and (hi is None or B <= hi):
             return be

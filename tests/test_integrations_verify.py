@@ -299,7 +299,9 @@ def _vllm_refusal(what):
     ("ssm_state_indices", "ssm_state_indices"), ("contiguous", "ssm_state_indices"),
     ("num_accepted_tokens", "num_accepted_tokens"), ("read_column", "ssm_state_indices"),
     ("inplace_final_state", "inplace_final_state"), ("q", "q")])
-def test_vllm_unserved_inputs_raise_naming_the_argument(what, name):
+def test_vllm_unserved_inputs_raise_naming_the_argument(what, name, monkeypatch):
+    if what == "cu_seqlens":        # ragged T is read on the host: a device tensor only when
+        monkeypatch.setenv("GDNZOO_CHECK_INDICES", "1")   # checking (no sync by default)
     c, kw = _vllm_refusal(what)
     before = c.buf.clone()
     with pytest.raises(ValueError, match=f"^{name}: "):
@@ -430,7 +432,9 @@ def test_sglang_decode_one_token_updates_the_slots():
     ("initial_state_indices", "initial_state_indices"),
     ("gaps", "intermediate_states_buffer"), ("rank", "intermediate_states_buffer"),
     ("cu_seqlens", "cu_seqlens"), ("uneven", "cu_seqlens"), ("k", "k")])
-def test_sglang_unserved_inputs_raise_naming_the_argument(what, name):
+def test_sglang_unserved_inputs_raise_naming_the_argument(what, name, monkeypatch):
+    if what == "cu_seqlens":        # ragged T: read on the host when checking (see vLLM's)
+        monkeypatch.setenv("GDNZOO_CHECK_INDICES", "1")
     c = make_call(seed=60)
     idx = slots(c, 13, 1)
     ibuf, inter = _sglang_buffer(c, c.N)
@@ -604,8 +608,8 @@ def _fi_usable():
                                        (torch.bfloat16, False)])
 def test_fi_baseline_verify_matches_reference(sd, update, T):
     _fi_usable()
-    for B, extra in ((5, 0), (33, 2 if sd == torch.float32 else 0)):
-        case = _fi_case(sd, T, update, True, B=B, seed=T + B, rows_extra=extra)
+    for B in (5, 33):
+        case = _fi_case(sd, T, update, True, B=B, seed=T + B)
         check_verify_call("fi-baseline", case, bool(B % 2), f"fi-baseline B={B} T={T}")
 
 
@@ -624,8 +628,8 @@ def test_fi_baseline_verify_without_states_writes_nothing(sd):
 
 
 @pytest.mark.parametrize("what,frag", [
-    ("indices", "intermediate_indices"), ("gaps", "contiguous with T_max = T"),
-    ("bf16_update", "skip the final-state write"), ("bf16_rows", "exactly B")])
+    ("indices", "no intermediate_indices"), ("gaps", r"contiguous \[B, T"),
+    ("bf16_update", "skip the final-state write"), ("fp32_rows", r"contiguous \[B, T")])
 def test_fi_baseline_refuses_what_flashinfer_cannot_express(what, frag):
     _fi_usable()
     if what == "indices":
@@ -636,10 +640,10 @@ def test_fi_baseline_refuses_what_flashinfer_cannot_express(what, frag):
                                 device=DEVICE, dense=True, rows="default")
     elif what == "bf16_update":
         case = _fi_case(torch.bfloat16, 2, True, True)
-    else:
-        case = _fi_case(torch.bfloat16, 2, False, True, rows_extra=1)
+    else:                       # FlashInfer's fp32 kernel takes more rows; gdnzoo passes B
+        case = _fi_case(torch.float32, 2, False, True, rows_extra=1)
     before = case.buf.clone(), case.inter_buf.clone()
-    with pytest.raises(ValueError, match=f"fi-baseline cannot serve.*{frag}"):
+    with pytest.raises(ValueError, match=f"'fi-baseline' cannot serve.*{frag}"):
         gdnzoo.decode(*case.x.args(), algo="fi-baseline", **case.kwargs())
     assert torch.equal(case.buf, before[0]) and torch.equal(case.inter_buf, before[1])
 
@@ -651,6 +655,15 @@ def test_fi_baseline_refuses_one_token_verify():
     ok, why = registry.backend_module("fi-baseline").supports(p)
     assert not ok and "T >= 2" in why
     ok, _ = registry.backend_module("fi-baseline").supports(dataclasses.replace(p, T=2))
+    assert ok
+    for form, layout, sd, frag in (("states", "indexed", torch.float32, "addressed by row"),
+                                   ("states+update", "rows", torch.bfloat16, "final-state"),
+                                   ("states+update", "indexed", torch.bfloat16, "by row")):
+        ok, why = registry.backend_module("fi-baseline").supports(dataclasses.replace(
+            p, T=2, verify=form, intermediate=layout, state_dtype=sd))
+        assert not ok and frag in why, why
+    ok, _ = registry.backend_module("fi-baseline").supports(dataclasses.replace(
+        p, T=2, verify="states+update", intermediate="rows"))
     assert ok
 
 

@@ -249,3 +249,13 @@ def test_host_index_check(monkeypatch):
     refused(case, r"intermediate_indices\[1\] = 99: row out of range")
     case = make_verify_case("slots", B=3, T=3, device=DEVICE, seed=6, accepted=3, pad="col")
     check_verify_call("pt-reference", case, False, "a valid call passes the check")
+
+
+def test_default_tables_choose_a_verify_backend():
+    """Every default-table row's table_verify names backends that serve verify."""
+    from gdnzoo import tables
+    for row in registry.load_registry().defaults:
+        for sd, ranges in row.table_verify.items():
+            assert tables.table_kind(row, sd, True, 4, True, True) == "table_verify"
+            for _, _, be in ranges:
+                assert SPECS[be].verify is True, f"{row.gpu} {sd}: {be}"
