@@ -35,7 +35,7 @@ registry.on_reset(_MEMO.clear)
 class Resolved:
     """What decode decided for one call signature."""
     __slots__ = ("problem", "scale", "backend", "probe", "last", "disjoint", "launch", "guard",
-                 "fast")
+                 "fast", "out_shape", "out_dtype", "device")
 
     def __init__(self, problem, scale, backend, probe, ptrs):
         self.problem, self.scale, self.backend, self.probe = problem, scale, backend, probe
@@ -43,6 +43,8 @@ class Resolved:
         self.disjoint = {ptrs}   # overlaps, and of up to _DISJOINT_MAX such calls
         self.launch = None       # the backend's bound launcher, made by the first call
         self.fast = None         # its with_pointers(ptrs, scale) -> launched?, if it has one
+        p = problem              # what decode allocates out with when the call gives none
+        self.out_shape, self.out_dtype, self.device = (p.B, p.T, p.HV, p.V), None, None
         self.guard = None        # guards.make(...) once asked; False: no guards in this process
 
 
@@ -128,6 +130,7 @@ def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk
     hit = Resolved(p, s, registry.select(p, algo).name, probe,
                    _pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns,
                              pool_args))
+    hit.out_dtype, hit.device = v.dtype, v.device
     if key is not None:
         if len(_MEMO) >= _MEMO_MAX:
             _MEMO.clear()
@@ -248,8 +251,7 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
             _overlaps(hit, ptrs, q, k, v, state, A_log, a, dt_bias, b, out, new_state)
     fast = hit.fast
     if out is None:
-        p = hit.problem
-        out = torch.empty((p.B, p.T, p.HV, p.V), dtype=v.dtype, device=v.device)
+        out = torch.empty(hit.out_shape, dtype=hit.out_dtype, device=hit.device)
         ptrs = ptrs[:8] + (out.data_ptr(), ptrs[9])
     # A launcher with_pointers takes the pointers read above (contract.POINTERS order;
     # new_state's 0 in place) instead of reading them again; False: it needs the tensors.
@@ -300,7 +302,7 @@ def decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use
                       *_served(pool_args))
     p = hit.problem
     if out is None:
-        out = torch.empty((p.B, p.T, p.HV, p.V), dtype=v.dtype, device=v.device)
+        out = torch.empty(hit.out_shape, dtype=hit.out_dtype, device=hit.device)
     if new_state is None:
         new_state = state
     pool = None if si is None else pools.Pool(si, si if nsi is None else nsi,
