@@ -303,9 +303,12 @@ class Bound:
         cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
         return True
 
-    def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+    def packed(self, q, k, v, state, A_log, a, dt_bias, b, out, new_state, extra=0):
+        """The launch for these tensors (16-byte loads when they, and the pointer ``extra``,
+        are aligned) with their data pointers written into this thread's parameter block:
+        (launch, block, argv).  Warm dense calls skip it (:meth:`with_pointers`)."""
         qp, kp, sp, np_ = q.data_ptr(), k.data_ptr(), state.data_ptr(), new_state.data_ptr()
-        if self.strides_aligned and (qp | kp | sp | np_) & 15 == 0:
+        if self.strides_aligned and (qp | kp | sp | np_ | extra) & 15 == 0:
             launch = self.vec16
         else:
             launch = self.launches.get(False) or self.make(False)
@@ -315,6 +318,10 @@ class Bound:
             buf, _, argv = launch.buffers()
         cuda_build.PTRS.pack_into(buf, 0, qp, kp, v.data_ptr(), a.data_ptr(), b.data_ptr(),
                                   A_log.data_ptr(), dt_bias.data_ptr(), sp, np_, out.data_ptr())
+        return launch, buf, argv
+
+    def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+        launch, _, argv = self.packed(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
         cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
 
 
@@ -322,22 +329,11 @@ class PoolBound(Bound):
     """:class:`Bound` for state pools: called with the :class:`gdnzoo.pool.Pool` as a 13th
     argument, whose index pointers it writes into the parameter block on every call (the index
     tensors change between calls; their dtypes, ``null_slot`` and the pools' slot counts are
-    those of the bind call).  Its body repeats Bound.__call__'s on purpose: a shared helper
-    would put one more Python call on the dense hot path."""
+    those of the bind call)."""
     with_pointers = None          # dense calls only: these take index tensors per call
 
     def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool):
-        qp, kp, sp, np_ = q.data_ptr(), k.data_ptr(), state.data_ptr(), new_state.data_ptr()
-        if self.strides_aligned and (qp | kp | sp | np_) & 15 == 0:
-            launch = self.vec16
-        else:
-            launch = self.launches.get(False) or self.make(False)
-        try:
-            buf, _, argv = launch._tls.b
-        except AttributeError:
-            buf, _, argv = launch.buffers()
-        cuda_build.PTRS.pack_into(buf, 0, qp, kp, v.data_ptr(), a.data_ptr(), b.data_ptr(),
-                                  A_log.data_ptr(), dt_bias.data_ptr(), sp, np_, out.data_ptr())
+        launch, buf, argv = self.packed(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
         cuda_build.IDX_PTRS.pack_into(buf, cuda_build.IDX_OFFSET, pool.read.data_ptr(),
                                       pool.write.data_ptr())
         cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
@@ -353,18 +349,9 @@ class VerifyBound(Bound):
 
     def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool,
                  verify):
-        qp, kp, sp, np_ = q.data_ptr(), k.data_ptr(), state.data_ptr(), new_state.data_ptr()
         ip = 0 if verify.states is None else verify.states.data_ptr()
-        if self.strides_aligned and (qp | kp | sp | np_ | ip) & 15 == 0:
-            launch = self.vec16
-        else:
-            launch = self.launches.get(False) or self.make(False)
-        try:
-            buf, _, argv = launch._tls.b
-        except AttributeError:
-            buf, _, argv = launch.buffers()
-        cuda_build.PTRS.pack_into(buf, 0, qp, kp, v.data_ptr(), a.data_ptr(), b.data_ptr(),
-                                  A_log.data_ptr(), dt_bias.data_ptr(), sp, np_, out.data_ptr())
+        launch, buf, argv = self.packed(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
+                                        ip)
         if pool is not None:
             cuda_build.IDX_PTRS.pack_into(buf, cuda_build.IDX_OFFSET, pool.read.data_ptr(),
                                           pool.write.data_ptr())

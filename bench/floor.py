@@ -328,6 +328,20 @@ def floor_times(set_bytes: int, iters: int = 100, search_reps: int = 8, l2: int 
                 searched=f["searched"], dropped=f["dropped"])
 
 
+def _check_storage(what, buf, page_elems: int, slot_elems: int, B: int):
+    """A pool floor's storage: flat, contiguous, 16-byte aligned pages and slots; B fits the
+    grid's y axis.  Raises ValueError naming ``what``."""
+    e = buf.element_size()
+    if buf.dim() != 1 or not buf.is_contiguous() or buf.data_ptr() % 16:
+        raise ValueError(f"{what}: buf must be a flat contiguous tensor on a 16-byte boundary "
+                         f"(the pool's whole storage)")
+    if (page_elems * e) % 16 or (slot_elems * e) % 16:
+        raise ValueError(f"{what}: the page ({page_elems * e} bytes) and the slot "
+                         f"({slot_elems * e} bytes) must be multiples of 16 bytes")
+    if not 1 <= B <= 65535:
+        raise ValueError(f"{what}: B must be in 1..65535 (the grid's y axis), got {B}")
+
+
 class PoolTarget:
     """What the pool floor streams: the state pool (``buf``, the pool's whole storage, flat;
     slot s's [HV, V, K] block is ``slot_elems`` elements at ``s * page_elems``) at the slots of
@@ -336,15 +350,8 @@ class PoolTarget:
     fresh slots, from the counter they share)."""
 
     def __init__(self, buf, page_elems: int, slot_elems: int, B: int, index, prepare):
+        _check_storage("pool floor", buf, page_elems, slot_elems, B)
         e = buf.element_size()
-        if buf.dim() != 1 or not buf.is_contiguous() or buf.data_ptr() % 16:
-            raise ValueError("pool floor: buf must be a flat contiguous tensor on a 16-byte "
-                             "boundary (the pool's whole storage)")
-        if (page_elems * e) % 16 or (slot_elems * e) % 16:
-            raise ValueError(f"pool floor: the page ({page_elems * e} bytes) and the slot "
-                             f"({slot_elems * e} bytes) must be multiples of 16 bytes")
-        if not 1 <= B <= 65535:
-            raise ValueError(f"pool floor: B must be in 1..65535 (the grid's y axis), got {B}")
         if index.dtype != torch.int32 or tuple(index.shape) != (B,) or not index.is_contiguous():
             raise ValueError(f"pool floor: index must be a contiguous int32 [B={B}] tensor")
         self.buf, self.B, self.index, self.prepare = buf, B, index, prepare
@@ -459,15 +466,8 @@ class VerifyTarget:
         if form not in VERIFY_FORMS:
             raise ValueError(f"verify floor: form must be one of {', '.join(VERIFY_FORMS)}, "
                              f"got {form!r}")
+        _check_storage("verify floor", buf, page_elems, slot_elems, B)
         e = buf.element_size()
-        if buf.dim() != 1 or not buf.is_contiguous() or buf.data_ptr() % 16:
-            raise ValueError("verify floor: buf must be a flat contiguous tensor on a 16-byte "
-                             "boundary (the pool's whole storage)")
-        if (page_elems * e) % 16 or (slot_elems * e) % 16:
-            raise ValueError(f"verify floor: the page ({page_elems * e} bytes) and the slot "
-                             f"({slot_elems * e} bytes) must be multiples of 16 bytes")
-        if not 1 <= B <= 65535:
-            raise ValueError(f"verify floor: B must be in 1..65535 (the grid's y axis), got {B}")
         if not 1 <= T <= MAX_TOKENS:
             raise ValueError(f"verify floor: T must be in 1..{MAX_TOKENS}, got {T}")
         _int32("index", index, (B, T) if form == "slots" else (B,))

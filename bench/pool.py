@@ -118,22 +118,13 @@ def pool_backends() -> list:
 
 def make_plan(args) -> Plan:
     """The run's batch sizes, state dtypes and entries from ``gdnzoo bench`` arguments."""
-    from gdnzoo.registry import load_registry
     if args.tokens != 1:
         raise SystemExit(f"--tokens: the serving benchmark is a decode step, T=1; got "
                          f"{args.tokens}")
     notes = []
     batches = tuple(args.batch) if _given(args.batch, sweep.DEFAULT_BATCHES) else POOL_BATCHES
     states = tuple(args.state_dtype) if _given(args.state_dtype, ["fp32"]) else STATES
-    names = load_registry().names
-    if args.algo in (None, "all"):
-        backends = pool_backends()
-    else:
-        backends = [n.strip() for n in str(args.algo).split(",") if n.strip()]
-        unknown = [n for n in backends if n not in names]
-        if unknown:
-            raise SystemExit(f"--algo: unknown backend(s) {', '.join(unknown)}; valid: "
-                             f"{', '.join(names)}, all")
+    backends = named_backends(args.algo, pool_backends, SystemExit)
     H, HV = sweep._ints(args.heads)
     timing = tuple(c for c in args.timing if c in ("kernel", "graph"))
     if not timing:
@@ -355,6 +346,21 @@ def check_entry(call, ctx) -> dict:
 
 def _cell(name, B, sd, plan):
     return sweep.Cell(name, B, plan.H, plan.HV, plan.K, plan.V, 1, sd, "pool", True)
+
+
+def named_backends(algo, default, fail):
+    """``--algo`` of a serving mode: None or "all" gives ``default()``; else the comma-separated
+    names, each registered (else ``fail(message)`` is raised)."""
+    from gdnzoo.registry import load_registry
+    if algo in (None, "all"):
+        return default()
+    names = load_registry().names
+    backends = [n.strip() for n in str(algo).split(",") if n.strip()]
+    unknown = [n for n in backends if n not in names]
+    if unknown:
+        raise fail(f"--algo: unknown backend(s) {', '.join(unknown)}; valid: "
+                   f"{', '.join(names)}, all")
+    return backends
 
 
 def _rows_of(name, B, sd, plan, status, note, **extra):

@@ -147,7 +147,6 @@ def verify_backends() -> list:
 def make_plan(args) -> Plan:
     """The run's cells and entries from ``gdnzoo bench`` arguments; a bad one exits with
     status 2, naming it."""
-    from gdnzoo.registry import load_registry
     tokens = (TOKENS if not sweep.given(args.tokens) else
               args.tokens if isinstance(args.tokens, tuple) else (args.tokens,))
     bad = [t for t in tokens if not 2 <= t <= floor.MAX_TOKENS]
@@ -156,15 +155,7 @@ def make_plan(args) -> Plan:
                f"{','.join(map(str, bad))}")
     batches = tuple(args.batch) if sweep.given(args.batch) else BATCHES
     states = tuple(args.state_dtype) if sweep.given(args.state_dtype) else STATES
-    names = load_registry().names
-    if args.algo in (None, "all"):
-        backends = verify_backends()
-    else:
-        backends = [n.strip() for n in str(args.algo).split(",") if n.strip()]
-        unknown = [n for n in backends if n not in names]
-        if unknown:
-            _usage(f"--algo: unknown backend(s) {', '.join(unknown)}; valid: "
-                   f"{', '.join(names)}, all")
+    backends = serving.named_backends(args.algo, verify_backends, _usage)
     timing = tuple(c for c in args.timing if c in ("kernel", "graph"))
     if not timing:
         _usage(f"--timing: verify mode times kernel and/or graph, got {','.join(args.timing)}")
@@ -209,7 +200,7 @@ class Indices:
     """The index rows of one cell: ``n`` rows and a check row (:class:`Ix` each, every index
     tensor starting on a 256-byte boundary), pool slots in [1, P) with no slot in two rows or
     two places; ``accepted`` [B] (counts in 1..T) picks each row's per-token read column.
-    :meth:`advance` copies the next row (one counter) into :attr:`current`'s persistent
+    :meth:`advance` copies the next row (one counter) into :attr:`index`'s persistent
     tensors."""
 
     def __init__(self, P, B, T, n, accepted, device, seed=0):
@@ -238,7 +229,7 @@ class Indices:
         self.block, self._turn = n, 0
 
     @property
-    def current(self) -> Ix:
+    def index(self) -> Ix:
         """The persistent index tensors the kernel clock's calls pass (valid slots always)."""
         s, r, g, d = self._tensors
         return Ix(s, r, self.block, g, d)
@@ -252,7 +243,7 @@ class Indices:
         return self.rows[i % len(self.rows)]
 
     def advance(self, i=None):
-        """Copy the next row into :attr:`current` (device copies; ``i`` is unused)."""
+        """Copy the next row into :attr:`index` (device copies; ``i`` is unused)."""
         row = self.next()
         for dst, src in zip(self._tensors, (row.slots, row.rows, row.grid, row.read)):
             dst.copy_(src)
@@ -568,23 +559,6 @@ def _key(ctx):
     return ctx.B, ctx.T, ctx.sd
 
 
-def _timed(call, ix, iters, est):
-    """Kernel clock of ``call`` on the persistent index tensors, refreshed with the next row
-    before each call outside the timed window: (busy samples, records per call, method)."""
-    it = int(min(iters, max(10, sweep.CELL_SECONDS * 1e6 / (est + 40))))
-    samples, method = clocks.kernel_times(lambda i: call(ix.current), it,
-                                          reduce=clocks.busy_and_count, prepare=ix.advance)
-    return [s for s, _ in samples], [n for _, n in samples], method
-
-
-def _graph(call, ix, est):
-    n = len(ix.rows)
-    calls = n * max(1, math.ceil(20 / n))
-    reps = int(min(max(sweep.CELL_SECONDS * 1e6 / (calls * max(est, 1.0)), 3), 20))
-    return (clocks.graph_times(lambda i: call(ix.row(i)), calls, reps),
-            f"CUDA graph of {calls} calls, {reps} replays")
-
-
 def measure(name, form, call, note, chk, ctx, plan, iters):
     """Rows of one checked entry: FAIL, or (on a CUDA device) its timed clocks."""
     errs = {k: chk[k] for k in ("max_abs_err_out", "max_abs_err_state", "rel_err_out",
@@ -599,11 +573,11 @@ def measure(name, form, call, note, chk, ctx, plan, iters):
     ix = ctx.ix
     for _ in range(sweep.WARMUP_CALLS):
         ix.advance()
-        call(ix.current)
+        call(ix.index)
     rows = []
-    est = clocks.event_time_us(lambda i: (ix.advance(), call(ix.current)), 3)
+    est = serving._estimate(call, ix)
     if "kernel" in plan.clocks:
-        busy, counts, method = _timed(call, ix, iters, est)
+        busy, counts, method = serving._timed(call, ix, iters, est)
         n, varied = serving._records_note(counts)
         rows.append(dict(cell=_cell(name, form, _key(ctx), plan), clock="kernel", status="PASS",
                          note="; ".join(s for s in (note, varied) if s), flags="", samples=busy,
@@ -612,7 +586,7 @@ def measure(name, form, call, note, chk, ctx, plan, iters):
         row = dict(cell=_cell(name, form, _key(ctx), plan), clock="graph", status="PASS",
                    note=note, flags="", **base)
         try:
-            row["samples"], row["method"] = _graph(call, ix, est)
+            row["samples"], row["method"] = serving._graph(call, ix, est)
         except clocks.GraphUnsupported as e:
             row["note"] = f"n/a ({e})"
         rows.append(row)
@@ -636,7 +610,7 @@ def measure_commit(ctx, plan, iters):
 
 def floor_target(ctx, form):
     """The verify floor's target of ``form`` over this cell's persistent index tensors."""
-    sp, c = ctx.pool, ctx.ix.current
+    sp, c = ctx.pool, ctx.ix.index
     index = c.grid if form == "slots" else c.slots
     counts = ctx.accepted if form == "slots" else (ctx.steps if form == COMMIT else None)
     return floor.VerifyTarget(form, sp.buf, sp.page, sp.slot, ctx.B, ctx.T, index, ctx.ix.advance,

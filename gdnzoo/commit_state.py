@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from gdnzoo import pool as pools
-from gdnzoo.contract import _need_tensor, _overlaps, dtype_name, type_name
+from gdnzoo.contract import _need_tensor, _overlaps, dtype_name
 
 
 def _state(state, B, HV, V, K, pooled):
@@ -67,14 +67,7 @@ def validate(intermediate_states, intermediate_indices, accepted_steps, state, s
         raise TypeError(f"state: expected dtype {dtype_name(x.dtype)} (same as "
                         f"intermediate_states), got {dtype_name(state.dtype)}")
     _state(state, B, HV, V, K, state_indices is not None)
-    P = state.shape[0]
-    if null_slot is None:
-        null_slot = -1
-    elif isinstance(null_slot, bool) or not isinstance(null_slot, int):
-        raise TypeError(f"null_slot: expected an int slot index or None, got "
-                        f"{type_name(null_slot)}")
-    elif not 0 <= null_slot < P:
-        raise ValueError(f"null_slot: expected a slot in [0, P={P}), got {null_slot}")
+    null_slot = pools.null_slot_value(null_slot, state.shape[0])
     for name, y in (("intermediate_states", x), ("accepted_steps", accepted_steps),
                     ("intermediate_indices", intermediate_indices),
                     ("state_indices", state_indices)):

@@ -245,8 +245,6 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
     ver = verifies.validate(B, T, HV, V, K, dev, state, new_state, state_indices,
                             new_state_indices, intermediate_states, intermediate_indices,
                             update_state, num_accepted_tokens)
-    if ver is not None and ver.states is not None:
-        _need_own_memory("intermediate_states", intermediate_states)
     check_aliasing(q, k, v, state, A_log, a, dt_bias, b, out, new_state, state_indices,
                    new_state_indices, intermediate_states, intermediate_indices,
                    num_accepted_tokens)

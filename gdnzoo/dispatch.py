@@ -307,8 +307,8 @@ def decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use
         new_state = state
     pool = None if si is None else pools.Pool(si, si if nsi is None else nsi,
                                               -1 if null is None else null)
-    ver = None if not p.verify else verifies.Verify(inter, inter_idx, update, si is not None
-                                                    and si.dim() == 2, acc)
+    ver = None if not p.verify else verifies.Verify(inter, inter_idx, update,
+                                                    p.verify == "slots", acc)
     if pools.checking():
         if pool is not None and not (ver is not None and ver.per_token):
             pools.check_on_host(pool, state.shape[0], new_state.shape[0], new_state is state)

@@ -90,15 +90,19 @@ def validate(B, HV, V, K, device, state, new_state, state_indices, new_state_ind
         index_tensor("new_state_indices", new_state_indices, B, device)
     if new_state is not None and new_state is not state:
         pool_tensor("new_state", new_state, HV, V, K)
-    P = state.shape[0]
+    return Pool(state_indices, new_state_indices, null_slot_value(null_slot, state.shape[0]))
+
+
+def null_slot_value(null_slot, P: int) -> int:
+    """``null_slot`` checked against a pool of P slots: the slot, or -1 for None."""
     if null_slot is None:
-        null_slot = -1
-    elif isinstance(null_slot, bool) or not isinstance(null_slot, int):
+        return -1
+    if isinstance(null_slot, bool) or not isinstance(null_slot, int):
         raise TypeError(f"null_slot: expected an int slot index or None, got "
                         f"{type(null_slot).__name__}")
-    elif not 0 <= null_slot < P:
+    if not 0 <= null_slot < P:
         raise ValueError(f"null_slot: expected a slot in [0, P={P}), got {null_slot}")
-    return Pool(state_indices, new_state_indices, null_slot)
+    return null_slot
 
 
 def no_pool_args(new_state_indices, null_slot):
@@ -114,13 +118,15 @@ def no_pool_args(new_state_indices, null_slot):
 def live(pool: Pool, P: int, PN: int):
     """([B] bool: sequence n reads a real slot, [B] bool: and writes a real slot), on the
     device, without a sync."""
-    r, w = pool.read, pool.write
-    rd = (r >= 0) & (r < P)
-    wr = (w >= 0) & (w < PN)
-    if pool.null_slot >= 0:
-        rd &= r != pool.null_slot
-        wr &= w != pool.null_slot
-    return rd, rd & wr
+    rd = real_slots(pool.read, P, pool.null_slot)
+    return rd, rd & real_slots(pool.write, PN, pool.null_slot)
+
+
+def real_slots(s, n: int, null_slot: int):
+    """[..] bool, on the device: the slot indices ``s`` that address one of ``n`` slots (not
+    negative, not ``null_slot`` (-1: none), not >= n)."""
+    ok = (s >= 0) & (s < n)
+    return ok & (s != null_slot) if null_slot >= 0 else ok
 
 
 def checking() -> bool:

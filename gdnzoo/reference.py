@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from gdnzoo.pool import real_slots
+
 
 def gates(A_log, a, dt_bias, b, compute_dtype=torch.float32):
     """Decay g in (0, 1) and write strength beta, both [B, T, HV]."""
@@ -69,12 +71,6 @@ def reference_pool_decode(q, k, v, state, A_log, a, dt_bias, b, scale: float, ou
     return out, new_state
 
 
-def _real(s, n, null_slot):
-    """[..] bool: the slot indices ``s`` that address one of ``n`` slots (not padding)."""
-    ok = (s >= 0) & (s < n)
-    return ok & (s != null_slot) if null_slot >= 0 else ok
-
-
 def _put(dst, rows, ok, src):
     """dst[rows[i]] = src[i] where ok[i] (one host sync for the selection)."""
     sel = ok.nonzero().flatten()
@@ -104,7 +100,7 @@ def reference_verify(q, k, v, state, A_log, a, dt_bias, b, scale: float, out, ne
         if verify.per_token:
             col, ok = read_columns(verify, T)
             r = r[:, 0] if col is None else r.gather(1, col[:, None])[:, 0]
-        rd = _real(r, P, null)
+        rd = real_slots(r, P, null)
         if verify.per_token and verify.accepted is not None:
             rd &= ok
         src = torch.where(rd, r, 0)
@@ -123,14 +119,14 @@ def reference_verify(q, k, v, state, A_log, a, dt_bias, b, scale: float, out, ne
             _put(verify.states[:, t], rows, keep, nxt)
         if verify.per_token:
             w = pool.read[:, t].long()
-            _put(new_state, w, rd & _real(w, PN, null), nxt)
+            _put(new_state, w, rd & real_slots(w, PN, null), nxt)
         cur = nxt
     if verify.update and not verify.per_token:
         if pool is None:
             new_state.copy_(cur)
         else:
             w = pool.write.long()
-            _put(new_state, w, rd & _real(w, PN, null), cur)
+            _put(new_state, w, rd & real_slots(w, PN, null), cur)
     out.masked_fill_(~rd[:, None, None, None], 0)
     return out, new_state
 
@@ -164,7 +160,7 @@ def reference_commit(intermediate_states, intermediate_indices, accepted_steps, 
     slots = torch.arange(B, device=dev) if state_indices is None else state_indices.long()
     steps = accepted_steps.long()
     ok = ((steps >= 0) & (steps < T_max) & (rows >= 0) & (rows < S)
-          & _real(slots, state.shape[0], -1 if null_slot is None else null_slot))
+          & real_slots(slots, state.shape[0], -1 if null_slot is None else null_slot))
     picked = intermediate_states[torch.where(ok, rows, 0), torch.where(ok, steps, 0)]
     _put(state, slots, ok, picked)
     return state

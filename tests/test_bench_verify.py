@@ -111,7 +111,7 @@ def test_indices_are_fresh_distinct_and_aligned():
             assert (t.data_ptr() - bank.data_ptr()) % 256 == 0
     first = ix.rows[0]
     ix.advance()                                                        # the persistent tensors
-    c = ix.current
+    c = ix.index
     assert c.block == 0 and torch.equal(c.slots, first.slots) and torch.equal(c.grid, first.grid)
     assert torch.equal(c.rows, first.rows) and torch.equal(c.read, first.read)
     assert ix.next() is ix.rows[1] and ix.row(n + 2) is ix.rows[2]      # one counter, round robin
@@ -316,7 +316,7 @@ def test_verify_floor_stores_where_the_form_stores(form):
     sp = pool.StatePool(64, HV, V, K, torch.float32, "cuda", seed=0)
     ix = verify.Indices(sp.P, B, T, 2, torch.tensor([2, 1, 4], dtype=torch.int32), "cuda")
     ix.advance()
-    c = ix.current
+    c = ix.index
     inter = torch.randn(3 * B, T, HV, V, K, device="cuda")
     steps = torch.tensor([0, 3, 1], dtype=torch.int32, device="cuda")
     accepted = torch.tensor([2, 1, 4], dtype=torch.int32, device="cuda")
