@@ -263,6 +263,18 @@ def launch_raw(func, grid: int, block: int, device_index: int, argv_addr: int,
         driver.launchKernel(func, grid, 1, 1, block, 1, 1, shared, stream, argv_addr, 0)
 
 
+def launch_raw_pdl(config, func, device_index: int, argv_addr: int) -> None:
+    """:func:`launch_raw` with programmatic dependent launch: ``config`` a
+    :class:`gdnzoo.backends._pdl_launch.PdlConfig` (grid, block, shared bytes)."""
+    stream = _raw_stream(device_index) if _raw_stream is not None \
+        else torch.cuda.current_stream(device_index).cuda_stream
+    if torch.cuda.current_device() != device_index:
+        with torch.cuda.device(device_index):
+            config.launch(func, stream, argv_addr)
+        return
+    config.launch(func, stream, argv_addr)
+
+
 PTRS = struct.Struct("<" + "Q" * N_PTRS)          # the leading pointer fields of GdnParams
 
 
@@ -277,16 +289,23 @@ class Launch:
     ``slots``, the offset of each parameter in it."""
 
     __slots__ = ("kern", "func", "grid", "block", "dev", "template", "slots", "head", "shared",
-                 "_tls")
+                 "pdl", "_tls")
 
     def __init__(self, kern, grid: int, block: int, device_index: int, values=None, *,
-                 template: bytes | None = None, slots=(0,), head=None, shared: int = 0):
+                 template: bytes | None = None, slots=(0,), head=None, shared: int = 0,
+                 pdl: bool = False):
         self.kern, self.func = kern, getattr(kern, "func", kern)
         self.grid, self.block, self.dev = int(grid), int(block), int(device_index)
         # Pointer fields are zeroed: they are written on every call, and a stale address from
         # the binding call must never reach a launch.
         self.template = params_template(values) if template is None else bytes(template)
         self.slots, self.head, self.shared = tuple(slots), head or PTRS, int(shared)
+        # pdl: launched with programmatic dependent launch (backends/_pdl_launch.py); the kernel
+        # itself must wait (griddepcontrol.wait) before reading what the kernel before it writes.
+        self.pdl = None
+        if pdl:
+            from gdnzoo.backends._pdl_launch import PdlConfig
+            self.pdl = PdlConfig(self.grid, self.block, self.shared)
         self._tls = threading.local()
 
     def buffers(self):
@@ -303,7 +322,10 @@ class Launch:
         except AttributeError:
             buf, _, argv_addr = self.buffers()
         self.head.pack_into(buf, 0, *ptrs, *more)
-        launch_raw(self.func, self.grid, self.block, self.dev, argv_addr, self.shared)
+        if self.pdl is None:
+            launch_raw(self.func, self.grid, self.block, self.dev, argv_addr, self.shared)
+        else:
+            launch_raw_pdl(self.pdl, self.func, self.dev, argv_addr)
 
 
 def dense(q, k, v, state, A_log, a, dt_bias, b, out, new_state) -> bool:

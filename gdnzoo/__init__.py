@@ -4,7 +4,7 @@
                                    out=None, new_state=None, use_qk_l2norm=False, algo=None,
                                    state_indices=None, new_state_indices=None, null_slot=None,
                                    intermediate_states=None, intermediate_indices=None,
-                                   update_state=True, num_accepted_tokens=None)
+                                   update_state=True, num_accepted_tokens=None, pdl=None)
     gdnzoo.commit(intermediate_states, intermediate_indices, accepted_steps, state,
                   state_indices, null_slot=None)
 
@@ -53,7 +53,8 @@ def decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.Tenso
            new_state_indices: torch.Tensor | None = None, null_slot: int | None = None,
            intermediate_states: torch.Tensor | None = None,
            intermediate_indices: torch.Tensor | None = None, update_state: bool = True,
-           num_accepted_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+           num_accepted_tokens: torch.Tensor | None = None,
+           pdl: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """One Gated Delta Net decode step of T tokens; returns ``(out, new_state)``.
 
     Per sequence n, token t and value head h (q/k head ``h // (HV // H)``), in fp32::
@@ -72,7 +73,8 @@ def decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.Tenso
     computes no gradients.
 
     ``new_state`` None or ``state``: the state is updated in place; a distinct ``new_state``
-    receives it and ``state`` is only read (destination passing).  ``out`` None allocates it.
+    receives it and ``state`` is only read (destination passing).  ``out`` None allocates
+    ``torch.empty_like(v)``.
     Written tensors (``out``, ``new_state``, ``state`` in place) may not overlap any other
     argument (their byte ranges, first to last element, are disjoint) nor themselves (no
     stride 0 on a dimension of size > 1); a state that is only read may be expanded.
@@ -100,6 +102,16 @@ def decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.Tenso
     ``state_indices[n, t]`` and reads the initial state from column
     ``num_accepted_tokens[n] - 1`` (default column 0; a count outside 1..T pads the sequence).
 
+    Programmatic dependent launch (``pdl``; None: the ``GDNZOO_PDL`` environment variable,
+    unset means "off"): the kernel may start while the kernel before it in the stream still
+    runs, hiding its launch.  ``"wait"`` waits for that kernel before any load (always
+    correct); ``"early"`` loads the state (its slot indices, A_log, dt_bias) before the wait
+    and q, k, v, a, b after it: correct only when the state's last writer completed before
+    the kernel right before this one started, which holds whenever a kernel launched without
+    PDL lies between two steps on the same state (as in every engine's layer).  Served by
+    fla-recurrent and cuda-v4 on compute capability >= 9.0; results are bit-identical to
+    ``"off"``.
+
     Bad inputs raise ``ValueError`` or ``TypeError`` naming the argument, before any kernel
     runs, so every argument is untouched; whether an earlier call was memoized never changes
     that.  An explicit algo that is unknown or cannot serve these inputs raises, listing the
@@ -107,7 +119,7 @@ def decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.Tenso
     """
     return _decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
                    algo, state_indices, new_state_indices, null_slot, intermediate_states,
-                   intermediate_indices, update_state, num_accepted_tokens)
+                   intermediate_indices, update_state, num_accepted_tokens, pdl)
 
 
 def _decode(*args):

@@ -62,6 +62,7 @@ class Problem:
     verify: str = ""            # gdnzoo.verify: "states", "states+update", "slots", "" none
     intermediate: str = ""      # intermediate_states: "rows" (row n of a contiguous [B, T, HV,
     #                             V, K] buffer, no intermediate_indices), "indexed" (any other)
+    pdl: str = ""               # programmatic dependent launch: "wait", "early", "" off
 
     @property
     def state_name(self) -> str:
@@ -71,7 +72,8 @@ class Problem:
         return (f"B={self.B} T={self.T} H={self.H} HV={self.HV} K={self.K} V={self.V} "
                 f"state={self.state_name} io={dtype_name(self.io_dtype)} device={self.device} "
                 f"l2norm={self.use_qk_l2norm} {'in-place' if self.inplace else 'dest-passing'}"
-                f"{' pool' if self.pool else ''}{' verify-' + self.verify if self.verify else ''}")
+                f"{' pool' if self.pool else ''}{' verify-' + self.verify if self.verify else ''}"
+                f"{' pdl-' + self.pdl if self.pdl else ''}")
 
 
 def type_name(x) -> str:
@@ -150,11 +152,38 @@ def resolve_scale(scale, K: int) -> float:
     return 1.0 / math.sqrt(K) if s == 0.0 else s
 
 
+# Programmatic dependent launch (decode's ``pdl``): the kernel may start while the kernel
+# before it runs.  "wait": it waits for that kernel before any load; "early": it loads the
+# state (and its slot indices, A_log, dt_bias) first and waits before q, k, v, a, b.  The levels
+# are the kernels' PDL constants.
+PDL_LEVELS = {"off": 0, "wait": 1, "early": 2}
+PDL_ENV = "GDNZOO_PDL"
+
+
+def resolve_pdl(pdl, env=None) -> str:
+    """decode's ``pdl`` as Problem.pdl ("" off, "wait", "early"): None means ``env`` (the
+    GDNZOO_PDL variable's value; None or empty: off).  Raises naming the argument or variable."""
+    name = "pdl"
+    if pdl is None:
+        if not env:
+            return ""
+        pdl, name = env, PDL_ENV
+    if not isinstance(pdl, str):
+        raise TypeError(f"pdl: expected None or one of {', '.join(map(repr, PDL_LEVELS))}, "
+                        f"got {type_name(pdl)}")
+    if pdl not in PDL_LEVELS:
+        raise ValueError(f"{name}: expected one of {', '.join(map(repr, PDL_LEVELS))}, "
+                         f"got {pdl!r}")
+    return "" if pdl == "off" else pdl
+
+
 def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
              use_qk_l2norm=False, state_indices=None, new_state_indices=None,
              null_slot=None, intermediate_states=None, intermediate_indices=None,
-             update_state=True, num_accepted_tokens=None) -> tuple[Problem, float]:
+             update_state=True, num_accepted_tokens=None, pdl=None,
+             pdl_env=None) -> tuple[Problem, float]:
     """Check every argument of :func:`gdnzoo.decode`; return the problem and the resolved scale.
+    ``pdl_env``: the GDNZOO_PDL variable's value, which a ``pdl`` of None means.
 
     Raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (rank, shape, device, layout,
     value) naming the argument, what was expected and what came.
@@ -252,11 +281,12 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
     s = resolve_scale(scale, K)
     if not isinstance(use_qk_l2norm, bool):
         raise TypeError(f"use_qk_l2norm: expected bool, got {type_name(use_qk_l2norm)}")
+    level = resolve_pdl(pdl, pdl_env)
     cc = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
     p = Problem(B=B, T=T, H=H, HV=HV, K=K, V=V, state_dtype=state.dtype, io_dtype=q.dtype,
                 device=dev.type, use_qk_l2norm=use_qk_l2norm, inplace=inplace, cc=cc,
                 pool=pooled, verify=verifies.problem_form(ver),
-                intermediate=verifies.layout(ver, B, T))
+                intermediate=verifies.layout(ver, B, T), pdl=level)
     return p, s
 
 

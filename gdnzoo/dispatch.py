@@ -20,8 +20,8 @@ import torch
 from gdnzoo import guards, registry
 from gdnzoo import pool as pools
 from gdnzoo import verify as verifies
-from gdnzoo.registry import env_algo
-from gdnzoo.contract import check_aliasing, overlap_probe, signature, validate
+from gdnzoo.registry import env_algo, env_pdl
+from gdnzoo.contract import PDL_LEVELS, check_aliasing, overlap_probe, signature, validate
 
 _MEMO = {}          # (signature, algo, type, ALGO) -> Resolved; (mode...) -> [Resolved]
 _MEMO_MAX = 4096
@@ -35,7 +35,7 @@ registry.on_reset(_MEMO.clear)
 class Resolved:
     """What decode decided for one call signature."""
     __slots__ = ("problem", "scale", "backend", "probe", "last", "disjoint", "launch", "guard",
-                 "fast", "out_shape", "out_dtype", "device")
+                 "fast")
 
     def __init__(self, problem, scale, backend, probe, ptrs):
         self.problem, self.scale, self.backend, self.probe = problem, scale, backend, probe
@@ -43,9 +43,14 @@ class Resolved:
         self.disjoint = {ptrs}   # overlaps, and of up to _DISJOINT_MAX such calls
         self.launch = None       # the backend's bound launcher, made by the first call
         self.fast = None         # its with_pointers(ptrs, scale) -> launched?, if it has one
-        p = problem              # what decode allocates out with when the call gives none
-        self.out_shape, self.out_dtype, self.device = (p.B, p.T, p.HV, p.V), None, None
         self.guard = None        # guards.make(...) once asked; False: no guards in this process
+
+
+# A call without ``out`` gets ``torch.empty_like(v)``: out's shape and dtype are v's, and its
+# strides a function of v's alone (v's own when v is dense, else contiguous; the last axis
+# contiguous either way), so they are fixed by the call's signature as a bound launcher needs;
+# and it is the quickest allocation torch has (some 1 us, against 1.7 for torch.empty with a
+# shape, dtype and device).  Fresh memory overlaps no argument.
 
 
 def _pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args=None):
@@ -103,18 +108,21 @@ def _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args
     return t
 
 
-def _mode(algo, scale, use_qk_l2norm, out, ns):
+def _mode(algo, scale, use_qk_l2norm, out, ns, pdl):
     """The calling mode of a dense call, whose guarded verdicts decode tries first (Python
-    values with their types; decode builds the same inline).  Raises TypeError when one is
-    unhashable."""
+    values with their types; decode builds the same inline; ``pdl`` None is the GDNZOO_PDL
+    variable's value).  Raises TypeError when one is unhashable."""
+    if pdl is None:
+        pdl = env_pdl()
     mode = ("guards", algo, algo.__class__, None if algo is not None else env_algo(), scale,
-            scale.__class__, use_qk_l2norm, use_qk_l2norm.__class__, out is None, ns)
+            scale.__class__, use_qk_l2norm, use_qk_l2norm.__class__, out is None, ns, pdl,
+            pdl.__class__)
     hash(mode)
     return mode
 
 
 def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
-             key, ns, pool_args=None):
+             key, ns, pool_args=None, pdl=None):
     """Validate and select (the slow path); the verdict is memoized under ``key`` if any.
     ``pool_args``: (state_indices, new_state_indices, null_slot, intermediate_states,
     intermediate_indices, update_state, num_accepted_tokens) of a pool or verify call."""
@@ -122,7 +130,8 @@ def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk
     p, s = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
                     use_qk_l2norm=use_qk_l2norm, state_indices=si, new_state_indices=nsi,
                     null_slot=null, intermediate_states=inter, intermediate_indices=inter_idx,
-                    update_state=update, num_accepted_tokens=acc)
+                    update_state=update, num_accepted_tokens=acc, pdl=pdl,
+                    pdl_env=env_pdl() if pdl is None else None)
     named = dict(zip(_names(out, ns, pool_args),
                      _tensors(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns,
                               pool_args)))
@@ -130,7 +139,6 @@ def _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk
     hit = Resolved(p, s, registry.select(p, algo).name, probe,
                    _pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns,
                              pool_args))
-    hit.out_dtype, hit.device = v.dtype, v.device
     if key is not None:
         if len(_MEMO) >= _MEMO_MAX:
             _MEMO.clear()
@@ -144,13 +152,14 @@ def _signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, 
     argument: validate says what is wrong)."""
     try:
         return (signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                          use_qk_l2norm, *(pool_args or ())), mode[1], mode[2], mode[3])
+                          use_qk_l2norm, *(pool_args or ())), mode[1], mode[2], mode[3],
+                mode[10], mode[11])
     except Exception:
         return None
 
 
 def _miss(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
-          mode, ns, t, pool_args=None):
+          mode, ns, t, pool_args=None, pdl=None):
     """decode's verdict when no guard of ``mode`` matched ``t``: by the Python signature
     (checking overlaps), else validated and selected now; either way guarded from now on.
     Returns it with the call's data pointers (:func:`_pointers`)."""
@@ -165,7 +174,7 @@ def _miss(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2
                       *_check_args(pool_args))
     else:
         hit = _resolve(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                       use_qk_l2norm, algo, key, ns, pool_args)
+                       use_qk_l2norm, algo, key, ns, pool_args, pdl)
         ptrs = _pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args)
     if key is not None and hit.guard is not False:
         _remember(hit, mode, t)
@@ -189,13 +198,14 @@ def _remember(hit, mode, tensors):
         _MEMO[mode] = [hit] + older[:_GUARDS_PER_MODE - 1]     # replaced whole: thread-safe
 
 
-def lookup(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo):
+def lookup(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
+           pdl=None):
     """The memoized verdict for dense calls like this one (None: decode would validate from
     scratch), found the way :func:`decode` finds it: this mode's guards first, then the
     Python signature.  Checks nothing and memoizes nothing."""
     ns = 0 if new_state is None else (1 if new_state is state else 2)
     try:
-        mode = _mode(algo, scale, use_qk_l2norm, out, ns)
+        mode = _mode(algo, scale, use_qk_l2norm, out, ns, pdl)
     except TypeError:
         return None
     if isinstance(scale, torch.Tensor):
@@ -211,7 +221,7 @@ def lookup(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
 
 def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
            state_indices=None, new_state_indices=None, null_slot=None, intermediate_states=None,
-           intermediate_indices=None, update_state=True, num_accepted_tokens=None):
+           intermediate_indices=None, update_state=True, num_accepted_tokens=None, pdl=None):
     """:func:`gdnzoo.decode` with every argument positional."""
     if (state_indices is not None or new_state_indices is not None or null_slot is not None
             or intermediate_states is not None or intermediate_indices is not None
@@ -219,7 +229,7 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
         return decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
                            use_qk_l2norm, algo,
                            (state_indices, new_state_indices, null_slot, intermediate_states,
-                            intermediate_indices, update_state, num_accepted_tokens))
+                            intermediate_indices, update_state, num_accepted_tokens), pdl)
     # Hot path, inline (every call costs here): this mode's guarded verdicts, one C++ check of
     # all tensors each, then the overlap probe; on a miss, _miss (signature, else validate).
     ns = 0 if new_state is None else (1 if new_state is state else 2)
@@ -229,8 +239,10 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
         t += (new_state,)
     hit = mode = None
     if not isinstance(scale, torch.Tensor):  # a tensor scale may change in place: never memoized
+        pv = pdl if pdl is not None else env_pdl()
         mode = ("guards", algo, algo.__class__, None if algo is not None else env_algo(), scale,
-                scale.__class__, use_qk_l2norm, use_qk_l2norm.__class__, out is None, ns)
+                scale.__class__, use_qk_l2norm, use_qk_l2norm.__class__, out is None, ns, pv,
+                pv.__class__)
         try:
             recent = _MEMO.get(mode)
         except TypeError:                    # unhashable scale or algo: never memoized
@@ -242,7 +254,7 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
                     break
     if hit is None:
         hit, ptrs = _miss(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                          use_qk_l2norm, algo, mode, ns, t)
+                          use_qk_l2norm, algo, mode, ns, t, None, pdl)
     else:                                    # no written tensor may overlap another argument
         ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), state.data_ptr(), A_log.data_ptr(),
                 a.data_ptr(), dt_bias.data_ptr(), b.data_ptr(),
@@ -251,7 +263,7 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
             _overlaps(hit, ptrs, q, k, v, state, A_log, a, dt_bias, b, out, new_state)
     fast = hit.fast
     if out is None:
-        out = torch.empty(hit.out_shape, dtype=hit.out_dtype, device=hit.device)
+        out = torch.empty_like(v)           # see _new_out
         ptrs = ptrs[:8] + (out.data_ptr(), ptrs[9])
     # A launcher with_pointers takes the pointers read above (contract.POINTERS order;
     # new_state's 0 in place) instead of reading them again; False: it needs the tensors.
@@ -264,14 +276,15 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
         # A backend's optional bind() does its per-signature work once; decode's signature
         # guarantees later calls share shapes, strides, dtypes, scale and mode.
         launch = hit.launch = registry.launcher(hit.backend, q, k, v, state, A_log, a, dt_bias,
-                                                b, hit.scale, out, new_state, use_qk_l2norm)
+                                                b, hit.scale, out, new_state, use_qk_l2norm,
+                                                pdl=PDL_LEVELS[hit.problem.pdl or "off"])
         hit.fast = getattr(launch, "with_pointers", None)
     launch(q, k, v, state, A_log, a, dt_bias, b, hit.scale, out, new_state, use_qk_l2norm)
     return out, new_state
 
 
 def decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-                algo, pool_args):
+                algo, pool_args, pdl=None):
     """decode of a pool or verify call (:mod:`gdnzoo.pool`, :mod:`gdnzoo.verify`): the same
     memo, guards and checks as the dense path, with the index and intermediate tensors
     guarded and probed, and the padding rule and update_state in the mode.  The backend gets
@@ -283,7 +296,7 @@ def decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use
     hit = mode = None
     if not isinstance(scale, torch.Tensor):
         try:
-            mode = _mode(algo, scale, use_qk_l2norm, out, ns) + tuple(
+            mode = _mode(algo, scale, use_qk_l2norm, out, ns, pdl) + tuple(
                 x is None for x in _served(pool_args)) + (null, null.__class__, update,
                                                            update.__class__)
             mode = ("pool",) + mode[1:]
@@ -294,7 +307,7 @@ def decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use
             hit = next((h for h in _MEMO.get(mode, ()) if h.guard.check(*t)), None)
     if hit is None:
         hit = _miss(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-                    algo, mode, ns, t, pool_args)[0]
+                    algo, mode, ns, t, pool_args, pdl)[0]
     else:
         ptrs = _pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, ns, pool_args)
         if ptrs != hit.last:
@@ -302,7 +315,7 @@ def decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use
                       *_served(pool_args))
     p = hit.problem
     if out is None:
-        out = torch.empty(hit.out_shape, dtype=hit.out_dtype, device=hit.device)
+        out = torch.empty_like(v)
     if new_state is None:
         new_state = state
     pool = None if si is None else pools.Pool(si, si if nsi is None else nsi,
@@ -318,7 +331,7 @@ def decode_pool(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use
     if launch is None:
         launch = hit.launch = registry.launcher(hit.backend, q, k, v, state, A_log, a, dt_bias,
                                                 b, hit.scale, out, new_state, use_qk_l2norm,
-                                                pool, ver)
+                                                pool, ver, PDL_LEVELS[p.pdl or "off"])
     if ver is None:
         launch(q, k, v, state, A_log, a, dt_bias, b, hit.scale, out, new_state, use_qk_l2norm,
                pool)

@@ -27,7 +27,7 @@ _BACKEND_KEYS = {"name": (str, REQ), "entry": ((str, type(None)), None),
                  "min_cc": ((str, type(None)), None), "state_dtypes": (list, REQ),
                  "max_T": ((int, type(None)), None), "head_dims": ((list, type(None)), None),
                  "pools": ((bool, str), False), "verify": ((bool, str), False),
-                 "notes": (str, REQ)}
+                 "pdl": ((bool, str), False), "notes": (str, REQ)}
 _LANGUAGES = {"python", "triton", "cuda", "cute-dsl"}
 _DEVICES = {"cpu", "cuda"}
 
@@ -56,6 +56,7 @@ class BackendSpec:
     notes: str
     pools: bool | str = False     # True: takes state pools; else why not (False: not declared)
     verify: bool | str = False    # True: serves speculative verify (gdnzoo.verify); else why not
+    pdl: bool | str = False       # True: launches with programmatic dependent launch; else why not
 
     @property
     def module_name(self) -> str:
@@ -157,7 +158,7 @@ def _parse_backend(i, ent) -> BackendSpec:
         devices=tuple(e["devices"]), min_cc=_parse_cc(e["min_cc"], where),
         state_dtypes=tuple(e["state_dtypes"]), max_T=e["max_T"],
         head_dims=None if e["head_dims"] is None else tuple(e["head_dims"]), notes=e["notes"],
-        pools=e["pools"], verify=e["verify"])
+        pools=e["pools"], verify=e["verify"], pdl=e["pdl"])
 
 
 def parse_registry(data, path=None) -> Registry:
@@ -293,6 +294,9 @@ def can_serve(name: str, p: Problem) -> tuple[bool, str]:
         return False, ("cannot serve speculative verify (intermediate_states, "
                        "update_state=False, per-token state_indices): "
                        + (spec.verify or "its registry entry does not declare verify"))
+    if p.pdl and spec.pdl is not True:
+        return False, (f"cannot launch with programmatic dependent launch (pdl={p.pdl!r}): "
+                       + (spec.pdl or "its registry entry does not declare pdl"))
     ok, why = backend_module(name).supports(p)
     return bool(ok), why
 
@@ -337,10 +341,17 @@ def runner(name: str):
 
 
 def launcher(name: str, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-             use_qk_l2norm, pool=None, verify=None):
+             use_qk_l2norm, pool=None, verify=None, pdl=0):
     """The backend's ``bind(...)`` result when it has one (a launcher specialised to these
-    shapes, strides, dtypes, scale and mode), else its plain ``run``."""
+    shapes, strides, dtypes, scale and mode), else its plain ``run``.  ``pdl``: the level of
+    programmatic dependent launch (:data:`gdnzoo.contract.PDL_LEVELS`), passed as ``pdl=``
+    only when not 0 (only backends whose entry declares ``pdl: true`` get one)."""
     bind = getattr(backend_module(name), "bind", None)
+    if pdl:
+        if bind is None:
+            return functools.partial(runner(name), pdl=pdl)
+        return bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
+                    pool, verify, pdl=pdl)
     if bind is None:
         return runner(name)
     if verify is not None:
@@ -355,6 +366,18 @@ def launcher(name: str, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_st
 
 # POSIX CPython: os.environ's own dict, of bytes keys and values.
 _ENV_DATA = getattr(os.environ, "_data", None) if os.name == "posix" else None
+
+
+def env_pdl() -> str | None:
+    """The ``GDNZOO_PDL`` environment variable (None when unset or empty): the one place it is
+    read (decode reads it on every call that passes no ``pdl``)."""
+    if _ENV_DATA is not None:
+        try:
+            value = _ENV_DATA.get(b"GDNZOO_PDL")
+            return os.fsdecode(value) if value else None
+        except TypeError:
+            pass
+    return os.environ.get("GDNZOO_PDL") or None
 
 
 def env_algo() -> str | None:

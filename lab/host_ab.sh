@@ -10,7 +10,7 @@ rm -rf /tmp/tree_new /tmp/tree_old && mkdir -p /tmp/tree_new
 cp -r gdnzoo backends registry.yaml /tmp/tree_new/ && cp -r "$OLD_SRC" /tmp/tree_old
 for t in new old; do ln -sfn ../backends /tmp/tree_$t/gdnzoo/backends; done
 for algo in cuda-v4 fla-recurrent; do for variant in none out dest; do
-  for r in 1 2 3 4 5 6; do for tree in old new; do
+  for r in $(seq 1 "${ROUNDS:-6}"); do for tree in old new; do
     v=$(cd /tmp && PYTHONPATH=/tmp/tree_$tree python3 "$ROOT/lab/host_ab.py" $algo $variant 2>/dev/null)
     echo "$algo $variant $tree $r $v"
   done; done

@@ -334,6 +334,17 @@ CASES = [
      ValueError, ["intermediate_states:", "disjoint from intermediate_indices"]),
     ("slots overlap accepted", VSL, _overlap("state", "num_accepted_tokens", 8), ValueError,
      ["state:", "disjoint from num_accepted_tokens"]),
+    ("pdl int", D, _set(pdl=1), TypeError, ["pdl:", "'wait'", "int"]),
+    ("pdl bool", D, _set(pdl=True), TypeError, ["pdl:", "bool"]),
+    ("pdl list", D, _set(pdl=["wait"]), TypeError, ["pdl:", "list"]),
+    ("pdl unknown", D, _set(pdl="sometimes"), ValueError, ["pdl:", "'early'", "'sometimes'"]),
+    ("pdl empty", POOL, _set(pdl=""), ValueError, ["pdl:", "''"]),
+    ("pdl on pt-reference", D, _set(pdl="wait"), ValueError,
+     ["'pt-reference' cannot serve", "pdl-wait", "programmatic dependent launch"]),
+    ("pdl early in a pool", POOL, _set(pdl="early"), ValueError,
+     ["'pt-reference' cannot serve", "programmatic dependent launch (pdl='early')"]),
+    ("pdl in a verify", VS, _set(pdl="wait", algo=None), ValueError,
+     ["programmatic dependent launch", "pdl-wait"]),
 ]
 
 
@@ -454,3 +465,19 @@ def test_bad_algo_env_cold_and_warm(monkeypatch, memo):
     cold = _bad_call(d)
     assert cold[0] is ValueError and "ALGO env: unknown backend 'nope'" in cold[1]
     assert _bad_call(d) == cold
+
+
+@pytest.mark.parametrize("value,exc,frag", [
+    ("sometimes", ValueError, "GDNZOO_PDL: expected one of 'off', 'wait', 'early', got 'sometimes'"),
+    ("wait", ValueError, "cannot launch with programmatic dependent launch (pdl='wait')")])
+def test_bad_pdl_env_cold_and_warm(monkeypatch, memo, value, exc, frag):
+    """GDNZOO_PDL is what a pdl of None means: a bad value, or a level the backend cannot
+    launch, is refused naming it, whether or not the same call was served before."""
+    d = base()
+    monkeypatch.setenv("GDNZOO_PDL", "off")
+    gdnzoo.decode(**d)
+    monkeypatch.setenv("GDNZOO_PDL", value)
+    cold = _bad_call(d)
+    assert cold[0] is exc and frag in cold[1], cold
+    assert _bad_call(d) == cold
+    assert gdnzoo.decode(**d, pdl="off")[0] is not None     # an explicit pdl wins over the variable

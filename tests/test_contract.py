@@ -123,7 +123,7 @@ def test_memoized_decode_follows_the_algo_env(monkeypatch):
     calls = []
     real = registry.launcher
 
-    def spy(name, *args):
+    def spy(name, *args, **kw):
         calls.append(name)
         return real(name, *args)
     monkeypatch.setattr(registry, "launcher", spy)
@@ -222,3 +222,27 @@ def test_a_state_only_read_may_be_expanded(name, device):
     torch.testing.assert_close(ns.cpu(), ref_state.to(ns.dtype).cpu(), atol=1e-4, rtol=1e-3)
     with pytest.raises(ValueError, match="state: .*internal overlap"):
         gdnzoo.decode(*x.args()[:3], shared, *x.args()[4:], algo=name)
+
+
+def test_out_none_is_a_fresh_empty_like_v():
+    """Without out, decode returns a fresh tensor shaped and typed like v: contiguous for v a
+    view of a packed mixed_qkv, v's own strides for a dense v; never the same memory twice
+    while the first is alive, and equal to the result into a given out."""
+    from gdnzoo.inputs import make_inputs
+    x = make_inputs(B=3, T=1, H=2, HV=4, K=16, V=16, seed=1)
+    qkv = torch.randn(3, 1, 2 * 2 * 16 + 4 * 16, dtype=torch.bfloat16)
+    q, k, v = (qkv[..., :32].view(3, 1, 2, 16), qkv[..., 32:64].view(3, 1, 2, 16),
+               qkv[..., 64:].view(3, 1, 4, 16))
+    s0 = x.state.clone()
+    first, _ = gdnzoo.decode(q, k, v, x.state, x.A_log, x.a, x.dt_bias, x.b, algo="pt-reference")
+    assert first.shape == v.shape and first.dtype == v.dtype and first.is_contiguous()
+    given = torch.empty(3, 1, 4, 16, dtype=torch.bfloat16)
+    gdnzoo.decode(q, k, v, s0.clone(), x.A_log, x.a, x.dt_bias, x.b, algo="pt-reference",
+                  out=given)
+    assert torch.equal(first, given)
+    third, _ = gdnzoo.decode(q, k, v, s0.clone(), x.A_log, x.a, x.dt_bias, x.b,
+                             algo="pt-reference")
+    assert third.data_ptr() != first.data_ptr() and torch.equal(third, first)
+    vt = x.v.transpose(0, 1).contiguous().transpose(0, 1)   # dense, batch axis not outermost
+    o, _ = gdnzoo.decode(x.q, x.k, vt, x.state, x.A_log, x.a, x.dt_bias, x.b, algo="pt-reference")
+    assert o.stride() == vt.stride()
