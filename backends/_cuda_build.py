@@ -272,7 +272,13 @@ def launch_raw_pdl(config, func, device_index: int, argv_addr: int) -> None:
         with torch.cuda.device(device_index):
             config.launch(func, stream, argv_addr)
         return
-    config.launch(func, stream, argv_addr)
+    try:
+        config.launch(func, stream, argv_addr)
+    except RuntimeError as e:
+        if "error 201" not in str(e):      # CUDA_ERROR_INVALID_CONTEXT: a thread whose driver
+            raise                          # context was never made current (bound lazily)
+        torch.cuda.set_device(device_index)
+        config.launch(func, stream, argv_addr)
 
 
 PTRS = struct.Struct("<" + "Q" * N_PTRS)          # the leading pointer fields of GdnParams

@@ -37,11 +37,23 @@ are not verify calls pass None for the three verify pointers and for S and the i
 strides: Triton makes them absent constants, so those instantiations keep the parameter list
 (and the code) they had before verify existed.
 
+``PDL`` (``TMA`` 0 only) is for a launch with programmatic dependent launch
+(backends/_pdl_launch.py): the kernel may then start while the kernel before it in the stream
+still runs, and ``griddepcontrol.wait`` (``gdc_wait``) returns once that kernel has completed
+and its writes are visible.  0: no grid dependency instructions (the code of every other
+instantiation is as it was without PDL).  1, wait first: the wait comes before any global load
+or store.  2, state early: what the kernel before us does not write is loaded before the wait
+(the slot and intermediate-row indices, the accepted counts, the state tile, A_log, dt_bias),
+and q, k, v, a, b and every store after it.  Both then let the next kernel launch
+(``gdc_launch_dependents``) right after the wait: a kernel launched so must itself wait
+before it reads what this one writes.
+
 The constexprs of one tiling are unused by the other (the launchers pass defaults).  Imported
 only when a Triton backend runs (it imports triton at module level).
 """
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 
 @triton.jit
@@ -157,7 +169,11 @@ def gdn_decode_kernel(
         LPR: tl.constexpr = 1, VEC: tl.constexpr = 1, DENSE: tl.constexpr = 0,      # TMA 0
         TMA: tl.constexpr = 0, TILES: tl.constexpr = 1, INPLACE: tl.constexpr = 0,  # TMA 1
         STAGES: tl.constexpr = 1, WS: tl.constexpr = 0, POOL: tl.constexpr = 0,
-        INTER: tl.constexpr = 0, UPDATE: tl.constexpr = 1, ACC: tl.constexpr = 0):  # verify
+        INTER: tl.constexpr = 0, UPDATE: tl.constexpr = 1, ACC: tl.constexpr = 0,   # verify
+        PDL: tl.constexpr = 0):
+    if PDL == 1:
+        gdc_wait()                         # before any global load or store
+        gdc_launch_dependents()
     NV: tl.constexpr = V // (BV * TILES)      # programs per head
     # Everything on grid axis 0 (limit 2^31-1; axes 1 and 2 stop at 65535). Neighbouring
     # programs take neighbouring V tiles of one head, so they stream contiguous state.
@@ -209,6 +225,7 @@ def gdn_decode_kernel(
 
     if TMA:
         tl.static_assert((POOL < 3) & (INTER == 0) & (UPDATE == 1), "verify needs TMA 0")
+        tl.static_assert(PDL == 0, "PDL needs TMA 0")
         i_c = i_v.to(tl.int32)
         # TMA needs 16-byte aligned bases and row strides; the launcher checked both.
         d_src = tl.make_tensor_descriptor(src, shape=[V, K], strides=[ss_v, 1], block_shape=[BV, K])
@@ -280,6 +297,9 @@ def gdn_decode_kernel(
             p_i = inter + tl.where(keep, row, 0) * si_s + i_hv * (V * K) + rows4 * K + col
         if POOL == 3:
             p_w = slot_idx + i_n * T              # the row of per-token write slots
+        if PDL == 2:
+            gdc_wait()                # the state, indices and head constants were read above
+            gdc_launch_dependents()
         for _ in tl.range(0, T):
             if POOL == 3:
                 w = tl.load(p_w).to(tl.int64)     # loaded before the token's math

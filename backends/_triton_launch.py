@@ -56,6 +56,19 @@ def common_supports(problem, head_dims, cpu_max_program_tokens, grid_limit):
     return True, ""
 
 
+def pdl_supports(problem):
+    """Whether a call with programmatic dependent launch (``problem.pdl``) can be served: it
+    needs a CUDA GPU of compute capability >= 9.0 (``griddepcontrol``)."""
+    if problem.device == "cpu" or interpreter_on():
+        return False, ("programmatic dependent launch needs a CUDA GPU; the Triton interpreter "
+                       "has none")
+    cc = problem.cc or torch.cuda.get_device_capability()
+    if tuple(cc) < (9, 0):
+        return False, (f"programmatic dependent launch needs compute capability >= 9.0, this "
+                       f"GPU has {cc[0]}.{cc[1]}")
+    return True, ""
+
+
 def loop_count(T: int):
     """A runtime loop bound as the kernel should receive it.
 
@@ -156,7 +169,10 @@ class FastLaunch:
     ``scale`` (scalars, then every constexpr, defaults included: Triton's launcher parses them
     all), in signature order; ``scale`` is not specialized and so may change between calls.
     ``absent`` are the None pointer arguments between the call's pointers and ``scale`` (the
-    verify pointers of a call that is no verify call).  ``scratch`` is a device buffer for
+    verify pointers of a call that is no verify call).  Trailing constexprs left out of
+    ``args_after_scale`` take their defaults (Triton's launcher parses every parameter).  A
+    kernel compiled with ``launch_pdl`` is launched with programmatic dependent launch
+    (Triton's launcher reads ``launch_pdl``).  ``scratch`` is a device buffer for
     kernels that need global scratch (device-side tensor descriptors); it is kept alive here
     so a CUDA graph that captured its address stays valid.
     """
@@ -169,7 +185,9 @@ class FastLaunch:
         self.coop = compiled.run.launch_cooperative_grid
         self.pdl = compiled.run.launch_pdl
         self.grid0 = grid0
-        self.tail = tuple(args_after_scale)
+        fn = compiled.src.fn
+        given = fn.arg_names.index("scale") + 1 + len(args_after_scale)
+        self.tail = tuple(args_after_scale) + tuple(p.default for p in fn.params[given:])
         self.absent = tuple(absent)
         self.dev = device_index
         self.scratch = scratch
@@ -195,13 +213,13 @@ _FLOAT_CODES = {"fp32": "f", "f32": "f", "fp64": "d"}
 def launcher_params(compiled):
     """[(name, struct code)] of the kernel parameters in the order Triton's own launcher passes
     them (``argN`` = positional argument N, then ``global_scratch``, ``profile_scratch``), read
-    from the launcher source this Triton version generates; None when this is not a plain
-    cuLaunchKernel (clusters, cooperative or PDL launches, tensor-map or tuple arguments)."""
+    from the launcher source this Triton version generates; None when this is not a launch of
+    one grid our :class:`cuda_build.Launch` can make (clusters, cooperative launches,
+    tensor-map or tuple arguments).  A PDL launch (``launch_pdl``) has the same parameters."""
     import re
     from triton.backends.nvidia import driver as nvd
     md, src = compiled.metadata, compiled.src
-    if (getattr(md, "num_ctas", 1) != 1 or getattr(md, "launch_cooperative_grid", False)
-            or getattr(md, "launch_pdl", False)):
+    if getattr(md, "num_ctas", 1) != 1 or getattr(md, "launch_cooperative_grid", False):
         return None
     sig = dict(src.signature)
     if any(not isinstance(t, str) or t.startswith(("tensordesc", "nvTmaDesc")) for t in sig.values()):
@@ -233,7 +251,9 @@ def raw_launch(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int
                scratch_ptr=None):
     """A :class:`gdnzoo.cuda_build.Launch` of a compiled Triton kernel: cuLaunchKernel on a
     prebuilt parameter block, as the CUDA backends launch, where Triton's own C launcher parses
-    all ~40 arguments from Python on every call.  Per call only the ``n_ptrs`` pointers and
+    all ~40 arguments from Python on every call; a kernel compiled with ``launch_pdl`` gets
+    cuLaunchKernelEx with programmatic stream serialization, as Triton's launcher gives it
+    (``cuda_build.Launch(..., pdl=True)``).  Per call only the ``n_ptrs`` pointers and
     ``scale`` (the next parameter: None arguments between them are absent constants, not
     parameters) are written; every parameter gets an 8-byte slot (the driver reads each one's
     size from the kernel).  Raises AttributeError when the kernel's parameters are not laid out
@@ -258,7 +278,8 @@ def raw_launch(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int
                              device_index, template=template,
                              slots=range(0, 8 * len(params), 8),
                              head=struct.Struct("<" + "Q" * n_ptrs + "f"),
-                             shared=compiled.metadata.shared)
+                             shared=compiled.metadata.shared,
+                             pdl=bool(getattr(compiled.metadata, "launch_pdl", False)))
 
 
 def fast_launch(compiled, grid0: int, ptrs: tuple, scale: float, tail: tuple,
@@ -296,29 +317,43 @@ class Dispatcher:
     A verify call (``verify``: a :class:`gdnzoo.verify.Verify`) passes its three tensors'
     pointers too; its form, the intermediate states' shape and strides and the index dtypes are
     in the key, so verify and other calls never share a launcher.
+
+    ``pdl`` (the level of programmatic dependent launch, 0 off) is in the key when non-zero
+    and then passed on as ``first_call(..., pdl=)`` and ``launch(..., pdl=)``; a backend that
+    has none (``pdl=False`` here) refuses a non-zero level.
     """
 
-    def __init__(self, first_call, launch):
+    def __init__(self, first_call, launch, pdl=False):
         self.first_call = first_call
         self.launch = launch
+        self.pdl = pdl
         self.fast = {}
+
+    def pdl_kwargs(self, pdl) -> dict:
+        """What ``first_call`` and ``launch`` are given for level ``pdl``: nothing when 0."""
+        if not pdl:
+            return {}
+        if not self.pdl:
+            raise ValueError(f"pdl: this backend has no programmatic dependent launch, got "
+                             f"level {pdl!r}")
+        return {"pdl": pdl}
 
     @staticmethod
     def key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, use_qk_l2norm, pool=None,
-            verify=None):
+            verify=None, pdl=0):
         # scale is passed per call, so it is not part of the key
         base = cuda_build.signature_key(q, k, v, state, A_log, a, dt_bias, b, None, out,
                                         new_state, use_qk_l2norm)
         if pool is not None:
             base = (base, state.shape[0], new_state.shape[0], pool.null_slot, pool.read.dtype,
                     pool.write.dtype, pool.same_indices)
-        if verify is None:
-            return base
-        st = verify.states
-        dtype = lambda x: None if x is None else x.dtype      # noqa: E731
-        return (base, "verify", verify.per_token, verify.update,
-                None if st is None else (st.shape, st.stride(), st.dtype),
-                dtype(verify.indices), dtype(verify.accepted))
+        if verify is not None:
+            st = verify.states
+            dtype = lambda x: None if x is None else x.dtype      # noqa: E731
+            base = (base, "verify", verify.per_token, verify.update,
+                    None if st is None else (st.shape, st.stride(), st.dtype),
+                    dtype(verify.indices), dtype(verify.accepted))
+        return (base, "pdl", pdl) if pdl else base
 
     @staticmethod
     def pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool=None):
@@ -345,7 +380,7 @@ class Dispatcher:
         return ptrs + more, aligned and (more[0] | more[1] | more[2]) & 15 == 0
 
     def call(self, base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
-             pool=None, verify=None):
+             pool=None, verify=None, pdl=0):
         if verify is None:
             ptrs, aligned = self.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
                                           pool)
@@ -358,32 +393,36 @@ class Dispatcher:
             fast(ptrs, float(scale))
             return
         made = self.first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                               l2, pool, verify, key)
+                               l2, pool, verify, key, **self.pdl_kwargs(pdl))
         if key[1] and not interpreter_on():       # misaligned calls keep Triton's own path
             self.fast[key] = made
 
     def run(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool=None,
-            verify=None, config=None):
+            verify=None, config=None, pdl=0):
         """The backend's entry point: the cached launch, or with an explicit ``config`` the
         backend's own launch with it."""
         if config is not None:
             self.launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
-                        pool=pool, verify=verify, config=config)
+                        pool=pool, verify=verify, config=config, **self.pdl_kwargs(pdl))
             return
-        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2, pool, verify)
+        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2, pool, verify,
+                        pdl)
         self.call(base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool,
-                  verify)
+                  verify, pdl)
 
     def bind(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool=None,
-             verify=None):
+             verify=None, *, pdl=0):
         """A launcher valid for every call with these shapes, strides, dtypes and mode (and,
         with a pool, these slot counts, null slot and index dtypes; with a verify, this form,
         these intermediate states' shape and strides and these index dtypes): what
         gdnzoo.decode's signature guarantees, so the key is computed once, here, and its fast
         launchers are looked up by pointer alignment alone (no per-call hashing of the key).
         A pool call's launcher takes that call's pool as its 13th argument, a verify call's
-        the pool (or None) and the verify as its 13th and 14th."""
-        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2, pool, verify)
+        the pool (or None) and the verify as its 13th and 14th.  ``pdl``: the level of
+        programmatic dependent launch of every launch of this launcher."""
+        self.pdl_kwargs(pdl)
+        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2, pool, verify,
+                        pdl)
         call, fast = self.call, self.fast
         pointers = self.pointers if verify is None else self.verify_pointers
         slots = {}                                  # 16-byte aligned? -> FastLaunch
@@ -396,7 +435,7 @@ class Dispatcher:
                 launch = fast.get((base, aligned))
                 if launch is None:                  # first call of this kind: Triton's path
                     call(base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
-                         *serve)
+                         *serve, pdl=pdl)
                     return
                 slots[aligned] = launch
             launch(ptrs, float(scale))

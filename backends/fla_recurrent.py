@@ -18,6 +18,17 @@ token's tile stored once from registers: to its intermediate state (row n or
 column ``num_accepted_tokens[n] - 1``; ``update_state=False`` compiles without the final store.
 A verify call takes the launch row of its state dtype, T, B and mode (in place, destination or
 pool), as the same call without verify would.
+
+Programmatic dependent launch (``pdl``: 1 "wait", 2 "early"; compute capability >= 9.0) launches
+with cuLaunchKernelEx and programmatic stream serialization, so the kernel may start while the
+kernel before it (the producer of q, k, v, a, b) still runs; ``griddepcontrol.wait`` holds it
+until that kernel has completed.  Level 1 waits before any global load or store; level 2 reads
+the state (the slot and intermediate indices and accepted counts that find it too), A_log and
+dt_bias before the wait, and q, k, v, a, b and every store after it.  Level 2 is correct only
+when the state's last writer (and the indices' writer) completed before the producer started:
+true when at least one kernel launched without PDL lies between the previous decode of this
+state and this one.  Both let the next kernel launch right after the wait.  Level 0 compiles the
+kernel as without PDL; a PDL call takes the launch row of the same call without it.
 """
 from __future__ import annotations
 
@@ -107,22 +118,34 @@ def available():
 
 
 def supports(problem):
-    return tlaunch.common_supports(problem, HEAD_DIMS, CPU_MAX_PROGRAM_TOKENS, GRID_LIMIT)
+    ok, why = tlaunch.common_supports(problem, HEAD_DIMS, CPU_MAX_PROGRAM_TOKENS, GRID_LIMIT)
+    if ok and getattr(problem, "pdl", ""):
+        return tlaunch.pdl_supports(problem)
+    return ok, why
+
+
+PDL_LEVELS = (0, 1, 2)     # the kernel's PDL: off, wait first, state early
 
 
 def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-           pool=None, verify=None, config=None):
+           pool=None, verify=None, config=None, pdl=0):
     """Launch with an explicit config (:data:`CONFIG`: a dict, or a tuple (BV, num_warps,
     num_stages[, LPR[, DENSE]])), or the table's when None.  DENSE 1 takes the strides from the
     shapes when every tensor is contiguous (else the strides passed are used all the same; a
     pool's slot stride is always passed).  ``pool``: a :class:`gdnzoo.pool.Pool`, ``state``
     and ``new_state`` then pools [P, HV, V, K].  ``verify``: a :class:`gdnzoo.verify.Verify`
-    (its launch row is the one of the same call without it)."""
+    (its launch row is the one of the same call without it).  ``pdl``: the level of
+    programmatic dependent launch (:data:`PDL_LEVELS`; a CUDA GPU only)."""
     from gdnzoo.backends._triton_kernel import gdn_decode_kernel
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dev = q.get_device()
     sd = "fp32" if state.element_size() == 4 else "bf16"
+    if pdl not in PDL_LEVELS:
+        raise ValueError(f"fla-recurrent: pdl must be one of {PDL_LEVELS}, got {pdl!r}")
+    if pdl and tlaunch.interpreter_on():
+        raise ValueError("fla-recurrent: pdl (programmatic dependent launch) needs a CUDA GPU; "
+                         "the Triton interpreter has none")
     if config is None:
         if dev < 0:
             config = (V, 1, 1)                    # interpreter: fewest programs is fastest
@@ -143,18 +166,20 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
     tail = (*tlaunch.runtime_args(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool,
                                   verify),
             H, HV, K, V, BV, bool(use_qk_l2norm), lpr, vec_elems(sd), T if dense else 0,
-            0, 1, 0, 1, 0, tlaunch.pool_mode(pool, verify), *tlaunch.verify_mode(verify))
+            0, 1, 0, 1, 0, tlaunch.pool_mode(pool, verify), *tlaunch.verify_mode(verify), pdl)
+    # launch_pdl: Triton's launcher (and raw_launch after it) launches with PDL
+    options = {"launch_pdl": True} if pdl else {}
     compiled = gdn_decode_kernel[(grid0,)](q, k, v, a, b, A_log, dt_bias, out, state, new_state,
                                            *tlaunch.index_args(state, pool),
                                            *tlaunch.verify_args(state, verify), float(scale),
-                                           *tail, num_warps=nw, num_stages=ns)
+                                           *tail, num_warps=nw, num_stages=ns, **options)
     return compiled, grid0, tail
 
 
 def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool, verify,
-                key):
+                key, pdl=0):
     compiled, grid0, tail = launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                   l2, pool, verify)
+                                   l2, pool, verify, pdl=pdl)
     if verify is None:
         ptrs, _ = tlaunch.Dispatcher.pointers(q, k, v, state, A_log, a, dt_bias, b, out,
                                               new_state, pool)
@@ -167,6 +192,6 @@ def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
                                absent=absent)
 
 
-_DISPATCH = tlaunch.Dispatcher(_first_call, launch)
+_DISPATCH = tlaunch.Dispatcher(_first_call, launch, pdl=True)
 run = _DISPATCH.run
 bind = _DISPATCH.bind

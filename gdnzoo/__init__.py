@@ -31,7 +31,7 @@ _NAMES = {"Problem": "gdnzoo.contract", "BackendInfo": "gdnzoo.registry",
           "Selection": "gdnzoo.registry", "list_backends": "gdnzoo.registry"}
 _SUBMODULES = {"backends", "bench", "cli", "contract", "dispatch", "gate", "guards", "inputs",
                "integrations", "pool", "reference", "registry", "tables", "verify",
-               "commit_state"}
+               "commit_state", "op", "layer"}
 
 
 def __getattr__(name: str):
@@ -139,16 +139,18 @@ def select(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, state: torch.Tenso
            new_state_indices: torch.Tensor | None = None, null_slot: int | None = None,
            intermediate_states: torch.Tensor | None = None,
            intermediate_indices: torch.Tensor | None = None, update_state: bool = True,
-           num_accepted_tokens: torch.Tensor | None = None) -> Selection:
+           num_accepted_tokens: torch.Tensor | None = None, pdl: str | None = None) -> Selection:
     """Which backend :func:`decode` would use for these inputs, from which rule, and why."""
     from gdnzoo import registry
     from gdnzoo.contract import validate
+    from gdnzoo.registry import env_pdl
     p, _ = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state,
                     use_qk_l2norm=use_qk_l2norm, state_indices=state_indices,
                     new_state_indices=new_state_indices, null_slot=null_slot,
                     intermediate_states=intermediate_states,
                     intermediate_indices=intermediate_indices, update_state=update_state,
-                    num_accepted_tokens=num_accepted_tokens)
+                    num_accepted_tokens=num_accepted_tokens, pdl=pdl,
+                    pdl_env=env_pdl() if pdl is None else None)
     return registry.select(p, algo)
 
 
@@ -169,11 +171,11 @@ def get(name: str) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
     def call(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
              use_qk_l2norm=False, state_indices=None, new_state_indices=None, null_slot=None,
              intermediate_states=None, intermediate_indices=None, update_state=True,
-             num_accepted_tokens=None):
+             num_accepted_tokens=None, pdl=None):
         return _decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
                        use_qk_l2norm, name, state_indices, new_state_indices, null_slot,
                        intermediate_states, intermediate_indices, update_state,
-                       num_accepted_tokens)
+                       num_accepted_tokens, pdl)
     call.__name__ = f"decode[{name}]"
     call.__doc__ = f"gdnzoo.decode with algo={name!r}."
     return call
