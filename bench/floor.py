@@ -17,6 +17,11 @@ The verify floor (:func:`verify_floor_times`, :class:`VerifyTarget`) shares the 
 each sequence's indices are loaded first, its state block is read once and stored wherever the
 speculative-verify form stores states (T intermediate states, the final state, one slot per
 token, or a commit's one copy), through the measured calls' own index tensors.
+
+The chained floor (:func:`chained_launcher`) is the pool floor kernel as one layer of a model's
+graph runs it, right behind the kernel that writes mixed_qkv: it also reads one value of it per
+sequence, and it is launched with programmatic dependent launch at the decode's PDL levels
+(waiting for that kernel before any load, or after the state's first loads).
 """
 from __future__ import annotations
 
@@ -27,32 +32,55 @@ import torch
 from gdnzoo.bench import clocks
 
 _SRC = r"""
-// One thread's part of streaming n4 float4s from src: all VPT loads are issued before any store,
-// so loads in flight per thread hide DRAM latency; store(k, t) writes float4 k as t = x * alpha +
-// beta (runtime scalars: the compiler cannot drop the load/store pair).
-template <int VPT, class Store>
-__device__ __forceinline__ void stream_each(float4* __restrict__ src, long long n4, float alpha,
-                                            float beta, const Store& store) {
+// One thread's part of streaming n4 float4s from src, as block part.index() of part.count():
+// all VPT loads are issued before any store, so loads in flight per thread hide DRAM latency;
+// then ready(beta) gives the term the stores add (Now: beta itself) and store(k, t) writes
+// float4 k as t = x * alpha + that term (runtime scalars: the compiler cannot drop the
+// load/store pair).
+template <int VPT, class Store, class Ready, class Part>
+__device__ __forceinline__ void stream_part(float4* __restrict__ src, long long n4, float alpha,
+                                            float beta, const Store& store, Ready& ready,
+                                            const Part& part) {
     const long long step = (long long)blockDim.x;
-    const long long stride = (long long)gridDim.x * blockDim.x * VPT;
-    for (long long i = (long long)blockIdx.x * blockDim.x * VPT + threadIdx.x; i < n4; i += stride) {
+    const long long stride = (long long)part.count() * blockDim.x * VPT;
+    for (long long i = (long long)part.index() * blockDim.x * VPT + threadIdx.x; i < n4;
+         i += stride) {
         float4 v[VPT];
 #pragma unroll
         for (int j = 0; j < VPT; ++j) {
             long long k = i + j * step;
             if (k < n4) v[j] = src[k];
         }
+        const float add = ready(beta);
 #pragma unroll
         for (int j = 0; j < VPT; ++j) {
             long long k = i + j * step;
             if (k < n4) {
                 float4 t = v[j];
-                t.x = t.x * alpha + beta; t.y = t.y * alpha + beta;
-                t.z = t.z * alpha + beta; t.w = t.w * alpha + beta;
+                t.x = t.x * alpha + add; t.y = t.y * alpha + add;
+                t.z = t.z * alpha + add; t.w = t.w * alpha + add;
                 store(k, t);
             }
         }
     }
+}
+
+// Nothing to wait for: the stores add beta.
+struct Now {
+    __device__ __forceinline__ float operator()(float beta) const { return beta; }
+};
+
+// The block's part: the whole grid streams one array.
+struct Whole {
+    __device__ __forceinline__ unsigned index() const { return blockIdx.x; }
+    __device__ __forceinline__ unsigned count() const { return gridDim.x; }
+};
+
+template <int VPT, class Store>
+__device__ __forceinline__ void stream_each(float4* __restrict__ src, long long n4, float alpha,
+                                            float beta, const Store& store) {
+    Now now;
+    stream_part<VPT>(src, n4, alpha, beta, store, now, Whole{});
 }
 
 // A store to one buffer (the source itself: a read-modify-write in place).
@@ -154,6 +182,67 @@ __global__ void __launch_bounds__(BLK) stream_verify(
     }
 }
 """
+# The chained floor (appended to _SRC, compiled apart per launch shape: only the chained clock
+# needs it).  The pool floor as one layer of a model runs it, right behind the kernel that
+# writes mixed_qkv (the producer), on a flat grid of blocks-per-slot x B blocks (a PDL launch
+# here takes a one-dimensional grid).
+_CHAINED_SRC = r"""
+// Grid dependency control (sm_90+): wait until the kernel before this one has completed and its
+// writes are visible, then let the next kernel launch.  Compiled to nothing below sm_90, where
+// the PDL levels are never launched.
+__device__ __forceinline__ void wait_producer() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// The term a pass's stores add, once its loads are issued: beta + gamma * x, x the bf16 value
+// at mixed (the producer's output), read on the first pass, after the wait at LEVEL 2.  A plain
+// load: no read-only path for what the kernel before us writes.
+template <int LEVEL>
+struct AfterLoads {
+    const unsigned short* mixed;
+    float gamma, add;
+    bool ready;
+    __device__ __forceinline__ float operator()(float beta) {
+        if (!ready) {
+            if (LEVEL == 2) wait_producer();
+            add = gamma * __uint_as_float((unsigned)mixed[0] << 16);
+            ready = true;
+        }
+        return beta + add;
+    }
+};
+
+// Block index of count blocks that stream one slot.
+struct Share {
+    unsigned i, n;
+    __device__ __forceinline__ unsigned index() const { return i; }
+    __device__ __forceinline__ unsigned count() const { return n; }
+};
+
+// Sequence n = blockIdx.x / per_slot loads its slot index, streams that slot's n4 float4s at
+// pool + slot * page4 with per_slot blocks, and reads mixed[n * ld] (one value of its row of
+// the producer's output); every value stored is x * alpha + beta + gamma * mixed[n * ld].
+// LEVEL 0: a plain launch, no grid dependency instructions; 1 (PDL, wait first): the wait before
+// any load; 2 (PDL, state early): the slot index and the first pass's state loads before it.
+template <int LEVEL, int VPT, int BLK>
+__global__ void __launch_bounds__(BLK) stream_pool_chained(
+        float4* __restrict__ pool, const int* __restrict__ idx, const unsigned short* mixed,
+        long long ld, long long page4, long long n4, unsigned per_slot, float alpha, float beta,
+        float gamma) {
+    if (LEVEL == 1) wait_producer();
+    const unsigned n = blockIdx.x / per_slot;
+    const long long slot = idx[n];
+    if (slot < 0) return;
+    float4* at = pool + slot * page4;
+    AfterLoads<LEVEL> ready{mixed + n * ld, gamma, 0.0f, false};
+    stream_part<VPT>(at, n4, alpha, beta, To{at}, ready,
+                     Share{blockIdx.x - n * per_slot, per_slot});
+}
+"""
+PDL_LEVELS = (0, 1, 2)           # the chained floor's: off, wait first, state early
 MAX_TOKENS = 16                  # the verify floor stores at most this many states per sequence
 VERIFY_FORMS = ("states", "states+update", "slots", "commit")
 VPTS = (1, 2, 4, 8)
@@ -191,6 +280,17 @@ def _verify_module(form: str):
     mod = cupy.RawModule(code=_SRC + _VERIFY_SRC, options=("-std=c++17",),
                          name_expressions=names)
     return mod, {k: mod.get_function(n) for k, n in zip(keys, names)}
+
+
+@functools.lru_cache(maxsize=None)
+def _chained_module(vpt: int, blk: int):
+    """(module, kernels) of the chained floor of launch shape (vpt, blk): kernels[level], level
+    in :data:`PDL_LEVELS`."""
+    import cupy
+    names = [f"stream_pool_chained<{level}, {vpt}, {blk}>" for level in PDL_LEVELS]
+    mod = cupy.RawModule(code=_SRC + _CHAINED_SRC, options=("-std=c++17",),
+                         name_expressions=names)
+    return mod, {level: mod.get_function(n) for level, n in zip(PDL_LEVELS, names)}
 
 
 def launchable(vpt: int, blk: int, pool: bool = False, form: str | None = None) -> tuple[bool, str]:
@@ -381,11 +481,13 @@ def _pool_launcher(target: PoolTarget, cfg, alpha=1.0, beta=0.0):
 def _best_indexed(target, search_reps, check, make, what) -> dict:
     """The launch shape of an indexed floor (pool or verify) for ``target``, searched on the
     kernel clock over the target's slots (``check``, ``make``: see :func:`search_configs`), and
-    its launcher: ``dict(launch, config, dropped, searched)``, ``launch`` None (and ``config``
-    saying why) without CuPy."""
+    its launcher: ``dict(launch, config, shape, dropped, searched)`` (``shape``: the winning
+    (vpt, block, blocks per sequence)), ``launch`` and ``shape`` None (and ``config`` saying why)
+    without CuPy."""
     ok, why = cupy_available()
     if not ok:
-        return dict(launch=None, config=f"not measured: {why}", dropped=[], searched=0)
+        return dict(launch=None, config=f"not measured: {why}", shape=None, dropped=[],
+                    searched=0)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     cfgs, dropped = search_configs(target.n4, sms, probe=target, seqs=target.B, check=check,
                                    make=make)
@@ -398,24 +500,26 @@ def _best_indexed(target, search_reps, check, make, what) -> dict:
     config = f"float4 x{vpt}/thread, {blk} threads, {grid} blocks per slot x B={target.B}"
     if dropped:
         config += f" ({len(dropped)} shapes not launchable, skipped)"
-    return dict(launch=make(target, best), config=config, dropped=dropped, searched=len(cfgs))
+    return dict(launch=make(target, best), config=config, shape=best, dropped=dropped,
+                searched=len(cfgs))
 
 
 def _indexed_times(target, best, iters, reduce) -> dict:
     """``best`` (:func:`_best_indexed`) timed in a session of its own, ``target.prepare``
     refreshing the indices before each call."""
     if best["launch"] is None:
-        return dict(samples=None, config=best["config"], method="", searched=0, dropped=[])
+        return dict(samples=None, config=best["config"], shape=None, method="", searched=0,
+                    dropped=[])
     samples, method = clocks.kernel_times(best["launch"], iters, reduce=reduce,
                                           prepare=target.prepare)
-    return dict(samples=samples, config=best["config"], method=method, searched=best["searched"],
-                dropped=best["dropped"])
+    return dict(samples=samples, config=best["config"], shape=best["shape"], method=method,
+                searched=best["searched"], dropped=best["dropped"])
 
 
 def best_pool_launcher(target: PoolTarget, search_reps: int = 8) -> dict:
     """The pool floor's launch shape for ``target``, searched on the kernel clock over the
-    target's slots, and its launcher: ``dict(launch, config, dropped, searched)``, ``launch``
-    None (and ``config`` saying why) without CuPy."""
+    target's slots, and its launcher: ``dict(launch, config, shape, dropped, searched)``,
+    ``launch`` and ``shape`` None (and ``config`` saying why) without CuPy."""
     return _best_indexed(target, search_reps, lambda v, b: launchable(v, b, pool=True),
                          _pool_launcher, "pool floor")
 
@@ -427,8 +531,56 @@ def pool_floor_times(target: PoolTarget, iters: int = 100, search_reps: int = 8,
     index tensor the measured calls use (refreshed before each call as theirs is), with its best
     launch shape; timed after the search in a
     session of its own (``reduce``: see :func:`clocks.kernel_times`).  Returns dict(samples,
-    config, method, searched, dropped), or ``samples`` None and ``config`` saying why not."""
+    config, shape, method, searched, dropped) (``shape``: the launch shape, (vpt, block, blocks
+    per slot)), or ``samples`` and ``shape`` None and ``config`` saying why not."""
     return _indexed_times(target, best_pool_launcher(target, search_reps), iters, reduce)
+
+
+def chained_launcher(target: PoolTarget, shape, level: int, mixed, alpha: float = 1.0,
+                     beta: float = 0.0, gamma: float = 0.0):
+    """launch(i=None): the chained floor, the pool floor of launch shape ``shape`` (vpt, block,
+    blocks per slot) over ``target``'s slots that also reads one value of the producer's output,
+    ``mixed[n, 0]`` of a bf16 [B, D] ``mixed`` (unit last stride), and stores every value as
+    x * alpha + beta + gamma * mixed[n, 0] (the defaults store what was read: the bytes moved
+    are the pool floor's).  Launched on the current torch stream at PDL ``level`` (0: a plain
+    launch; 1: programmatic dependent launch, griddepcontrol.wait before any load; 2: the same
+    with the slot index and the first state loads before the wait).  The index tensor is
+    ``target.index`` itself (its contents may change between launches, not its address).  The
+    kernel is compiled and loaded here, before any capture."""
+    import ctypes
+
+    from gdnzoo.backends import _cuda_build
+    if level not in PDL_LEVELS:
+        raise ValueError(f"chained floor: level must be one of {PDL_LEVELS}, got {level!r}")
+    B = target.B
+    if (not isinstance(mixed, torch.Tensor) or mixed.dtype != torch.bfloat16 or mixed.dim() != 2
+            or mixed.shape[0] != B or mixed.stride(1) != 1 or mixed.device != target.buf.device):
+        raise ValueError(f"chained floor: mixed must be a bf16 [B={B}, D] tensor with a unit "
+                         f"last stride on the pool's device")
+    vpt, blk, per_slot = shape
+    func = _chained_module(vpt, blk)[1][level]
+    if int(func.max_threads_per_block) < blk:      # also loads a lazily loaded function
+        raise ValueError(f"chained floor: x{vpt}/{blk} cannot start {blk} threads per block")
+    grid = per_slot * B
+    if grid >= 2**31:
+        raise ValueError(f"chained floor: {per_slot} blocks per slot x B={B} exceed the grid")
+    values = (ctypes.c_uint64(target.buf.data_ptr()), ctypes.c_uint64(target.index.data_ptr()),
+              ctypes.c_uint64(mixed.data_ptr()), ctypes.c_int64(mixed.stride(0)),
+              ctypes.c_int64(target.page4), ctypes.c_int64(target.n4), ctypes.c_uint32(per_slot),
+              ctypes.c_float(alpha), ctypes.c_float(beta), ctypes.c_float(gamma))
+    argv = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
+    addr, fn, dev = ctypes.addressof(argv), func.ptr, target.buf.device.index
+    if level == 0:
+        def launch(i=None):
+            _cuda_build.launch_raw(fn, grid, blk, dev, addr)
+    else:
+        from gdnzoo.backends._pdl_launch import PdlConfig
+        cfg = PdlConfig(grid, blk)
+
+        def launch(i=None):
+            _cuda_build.launch_raw_pdl(cfg, fn, dev, addr)
+    launch.args = (values, argv)              # what argv points to lives as long as launch
+    return launch
 
 
 def verify_stores(form: str, T: int) -> int:
