@@ -65,6 +65,7 @@ from gdnzoo.bench import pool as serving
 try:                                 # the producer kernel; without Triton nothing can be chained
     import triton
     import triton.language as tl
+    from triton.language.extra.cuda import gdc_launch_dependents
     NO_TRITON = ""
 except ImportError as _e:
     triton = tl = None
@@ -171,8 +172,13 @@ def clocks_of(name) -> tuple:
 
 # ----------------------------------------------------------------------------- the producer
 
-def _silu_rows(x, y, n, BLOCK: tl.constexpr):
-    """y = x * sigmoid(x) over n elements (fp32 math, y's dtype stored)."""
+def _silu_rows(x, y, n, BLOCK: tl.constexpr, TRIGGER: tl.constexpr):
+    """y = x * sigmoid(x) over n elements (fp32 math, y's dtype stored).  TRIGGER (sm_90+):
+    let the kernel after this one start at once (griddepcontrol.launch_dependents), as engines'
+    conv kernels do: a decode launched with PDL may then issue its launch and, at "early", its
+    state loads while this kernel runs; it still waits for this kernel before reading y."""
+    if TRIGGER:
+        gdc_launch_dependents()
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     v = tl.load(x + offs, mask=m).to(tl.float32)
@@ -188,11 +194,15 @@ def _producer_kernel():
 
 def produce(x, y):
     """The producer: ``y = silu(x)`` elementwise (flat contiguous tensors of one size), one
-    Triton launch on the current stream, without PDL."""
+    Triton launch on the current stream, itself launched without PDL (so it starts after
+    everything before it completed: what makes "early" correct) but triggering its dependent
+    at once on sm_90+."""
     n = x.numel()
     if not (x.is_contiguous() and y.is_contiguous() and y.numel() == n):
         raise ValueError("producer: x and y must be contiguous tensors of one size")
-    _producer_kernel()[(triton.cdiv(n, PRODUCER_BLOCK),)](x, y, n, BLOCK=PRODUCER_BLOCK)
+    trigger = x.is_cuda and torch.cuda.get_device_capability(x.device) >= (9, 0)
+    _producer_kernel()[(triton.cdiv(n, PRODUCER_BLOCK),)](x, y, n, BLOCK=PRODUCER_BLOCK,
+                                                          TRIGGER=trigger)
 
 
 # ----------------------------------------------------------------------------- the layers

@@ -569,7 +569,8 @@ def chained_launcher(target: PoolTarget, shape, level: int, mixed, alpha: float 
               ctypes.c_int64(target.page4), ctypes.c_int64(target.n4), ctypes.c_uint32(per_slot),
               ctypes.c_float(alpha), ctypes.c_float(beta), ctypes.c_float(gamma))
     argv = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
-    addr, fn, dev = ctypes.addressof(argv), func.ptr, target.buf.device.index
+    addr, dev = ctypes.addressof(argv), target.buf.device.index
+    fn = getattr(func, "kernel", func).ptr        # CuPy 14: a RawKernel; older: a Function
     if level == 0:
         def launch(i=None):
             _cuda_build.launch_raw(fn, grid, blk, dev, addr)
