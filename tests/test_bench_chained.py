@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from conftest import DEVICE
 from gdnzoo import cli
 from gdnzoo.bench import chained, clocks, floor, pool, report, sweep
 
@@ -100,8 +101,8 @@ def test_chain_slots_are_distinct_per_layer_and_rotate():
         chained.ChainSlots(P=20, L=2, B=5, rows=4, device="cpu")
 
 
-def _chain(B=2, L=3, sd="fp32", seed=0):
-    return chained.Chain(B, sd, L, *GEOM.values(), "cpu", l2=0, seed=seed, min_bytes=0)
+def _chain(B=2, L=3, sd="fp32", seed=0, device="cpu"):
+    return chained.Chain(B, sd, L, *GEOM.values(), device, l2=0, seed=seed, min_bytes=0)
 
 
 def test_chain_views_pools_and_storage():
@@ -126,7 +127,7 @@ def test_chain_views_pools_and_storage():
 
 
 def test_producer_is_silu():
-    x = (torch.randn(1500) * 2).to(torch.bfloat16)
+    x = (torch.randn(1500) * 2).to(torch.bfloat16).to(DEVICE)     # the interpreter without a GPU
     y = torch.full_like(x, float("nan"))
     chained.produce(x, y)
     ref = torch.nn.functional.silu(x.float())
@@ -138,7 +139,7 @@ def test_producer_is_silu():
 # ------------------------------------------------------------------------------ checking
 
 def test_check_passes_the_reference_and_catches_early_reads():
-    ch = _chain()
+    ch = _chain(device=DEVICE)
     run = chained.runner("pt-reference", "off", ch, None)
     chk = chained.check(ch, run, chained.chain_call(ch, run))
     assert chk["ok"], chk["reason"]
@@ -161,7 +162,7 @@ def test_check_passes_the_reference_and_catches_early_reads():
 
 
 def test_check_of_a_floor_wants_its_slots_unchanged():
-    ch = _chain()
+    ch = _chain(device=DEVICE)
     keep = chained.Runner([lambda: None] * ch.L, None, None, "")
     produce = chained.Runner([lambda: None] * ch.L, None, None, "")
     assert chained.check(ch, keep, chained.chain_call(ch, produce))["ok"]

@@ -542,20 +542,3 @@ def test_triton_c_launcher(which):
     ref_out, ref_state = reference_outputs(x, False)
     assert_matches(out, new, ref_out, ref_state, torch.float32, f"FastLaunch {which}")
 
-
-@pytest.mark.parametrize("sd", ["fp32", "bf16"])
-def test_pdl_launch_shape_keeps_programs_large(sd):
-    """With PDL, a grid of more than PDL_PROGRAMS programs takes tiles of at least
-    PDL_TILE_BYTES of state (read and write); smaller grids keep the table's shape."""
-    size = 4 if sd == "fp32" else 2
-    for B in (1, 4, 16, 64, 128, 256, 512, 1024):
-        for bv in (1, 2, 4, 8, 16, 32, 64, 128):
-            row = (bv, 1, 1, None, 0)
-            got = fla_recurrent.pdl_config(sd, B * 8, 128, 128, row)
-            programs = B * 8 * (128 // bv)
-            if programs <= fla_recurrent.PDL_PROGRAMS or 2 * bv * 128 * size >= 8192:
-                assert got[:3] == row[:3], (B, bv, got)
-            else:
-                assert got[0] > bv and (2 * got[0] * 128 * size >= 8192
-                                        or B * 8 * (128 // got[0]) <= fla_recurrent.PDL_PROGRAMS)
-                assert got[0] * 128 <= 64 * 32 * got[1]       # registers: <= 64 elements a thread
