@@ -50,6 +50,11 @@
 // read from column accepted[n] - 1), GDN_IDX64 bit 2: inter_idx is int64, bit 3: accepted is.
 // A plain decode passes neither GDN_INTER nor GDN_UPDATE (the kernel is then the one above); a
 // verify variant passes both and takes GdnVerifyParams, GdnParams with the verify fields after.
+// Programmatic dependent launch (sm_90+, launched with cuLaunchKernelEx by the host): GDN_PDL
+// (0 or absent: none, the code of a plain launch; 1 wait-first: griddepcontrol.wait before any
+// global load or store; 2 state-early: the slot indices, the state, A_log and dt_bias are
+// loaded before the wait, q, k, v, a, b and every store after it; both then trigger the
+// dependent launch at once: a dependent waits for our completion before reading our output).
 // Runtime: B (the grid), strides, pointers, scale; with a pool its slot counts and null_slot.
 #include "gdn_common.cuh"
 
@@ -59,6 +64,15 @@
 #ifndef GDN_INTER
 #define GDN_INTER 0
 #define GDN_UPDATE 1
+#endif
+#ifndef GDN_PDL
+#define GDN_PDL 0
+#endif
+#if GDN_PDL < 0 || GDN_PDL > 2
+#error "GDN_PDL: 0 off, 1 wait-first, 2 state-early"
+#endif
+#if GDN_PDL && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "GDN_PDL: programmatic dependent launch (griddepcontrol) needs sm_90 or newer"
 #endif
 
 #if !defined(GDN_K) || !defined(GDN_V) || !defined(GDN_T) || !defined(GDN_HV) || \
@@ -100,6 +114,15 @@ constexpr bool QKX = GDN_QKS == 2;                 // q/k split over a lane pair
 constexpr int QW = QKX ? VEC * IOBYTES / 4 : 1;    // 32-bit words of a lane's q (or k) vector
 static_assert(!QKX || (RPW >= 2 && (QW == 2 || QW % 4 == 0)), "GDN_QKS=2: LPR <= 16, 16-byte vectors");
 
+// The read-only state loads below are inline PTX that, to the compiler, reads no memory, so it
+// may move them anywhere their address is ready; with PDL they are volatile, which keeps them
+// in program order with griddepcontrol.wait (after it at level 1, before it at level 2).
+#if GDN_PDL
+#define GDN_ASM_NC asm volatile
+#else
+#define GDN_ASM_NC asm
+#endif
+
 // N consecutive elements of dtype DT (N*size a multiple of the access width, aligned to it)
 // as fp32, with the widest loads: 16 bytes when N*size allows.  NC: the read-only,
 // no-L1-allocate path (each state element is read once, before the same thread writes it).
@@ -113,7 +136,7 @@ __device__ __forceinline__ void ld_vec(const void* base, long long i, float (&x)
         for (int c = 0; c < N / PER16; ++c) {
             uint4 u;
             if constexpr (NC)
-                asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                GDN_ASM_NC("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
                              : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p + c));
             else
                 u = p[c];
@@ -283,6 +306,32 @@ __device__ __forceinline__ GdnSlots sequence_slots(const Params& p, unsigned n) 
     }
 }
 
+#if GDN_INTER
+// Sequence n's intermediate block of head h: row n or inter_idx[n]; a row outside 0..S-1
+// stores nothing (keep false; its address stays at row 0).  Each [HV, V, K] block is contiguous.
+template <typename ST>
+__device__ __forceinline__ ST* intermediate_block(const GdnKernelParams& p, unsigned n,
+                                                  unsigned h, bool& keep) {
+#if GDN_INTER == 1
+    const long long irow = n;
+#else
+    const long long irow = index_at<(GDN_IDX64 & 4) != 0>(p.inter_idx, n);
+#endif
+    keep = (unsigned long long)irow < (unsigned long long)p.S;
+    return static_cast<ST*>(p.inter) + (keep ? irow : 0) * p.i_n + h * (V * K);
+}
+#endif
+
+#if GDN_PDL
+// Wait until the kernel before this one in the stream has completed and its writes are
+// visible, then let the kernel after this one launch.  Only reads that the kernel before us
+// cannot have written may precede the call (GDN_PDL 2: the state, see cuda_v4.py).
+__device__ __forceinline__ void pdl_wait_and_trigger() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+#endif
+
 // This lane's slices of one state row to row ``row`` of a [V, K] block with row stride rs.
 template <bool CS, typename ST>
 __device__ __forceinline__ void store_row(ST* block, long long rs, int row, unsigned kl,
@@ -308,6 +357,9 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
     const unsigned kl = lane % LPR;                    // position along K within that row
     // This warp owns rows wbase .. wbase + RW*RPW - 1; lane handles wbase + g*RPW + sub.
     const int wbase = (int)(part * ROWS_PER_BLOCK + warp * (RW * RPW));
+#if GDN_PDL == 1
+    pdl_wait_and_trigger();                            // wait-first: before any global access
+#endif
 
 #if GDN_POOL
     // The slots first: the state addresses wait on them.  A padded sequence (block-uniform)
@@ -316,6 +368,9 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
     // the loads alone.
     const GdnSlots slot = sequence_slots<GDN_POOL>(p, n);
     if (!slot.rd) {
+#if GDN_PDL == 2
+        pdl_wait_and_trigger();                        // the zero out rows are stores
+#endif
         if (kl == 0) {
             const long long o0 = n * GDN_STRIDE(o_n, T * HV * V) + h * GDN_STRIDE(o_h, V)
                                  + wbase + sub;
@@ -392,20 +447,20 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
 #if GDN_SMEM
     asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
-#if GDN_INTER
-    // The intermediate row, behind the state loads: row n or inter_idx[n]; a row outside
-    // 0..S-1 stores nothing (its address stays at row 0).  Each [HV, V, K] block is contiguous.
-#if GDN_INTER == 1
-    const long long irow = n;
-#else
-    const long long irow = index_at<(GDN_IDX64 & 4) != 0>(p.inter_idx, n);
-#endif
-    const bool ikeep = (unsigned long long)irow < (unsigned long long)p.S;
-    ST* const inter = static_cast<ST*>(p.inter) + (ikeep ? irow : 0) * p.i_n + h * (V * K);
+#if GDN_INTER && GDN_PDL != 2
+    bool ikeep;                                        // the intermediate row, behind the state
+    ST* const inter = intermediate_block<ST>(p, n, h, ikeep);
 #endif
 
     const float A_log = p.A_log[h * GDN_STRIDE(A_log_h, 1)];
     const float dtb = gdn_ld<GDN_DTB_DT>(p.dt_bias, h * GDN_STRIDE(dtb_h, 1));
+#if GDN_PDL == 2
+    pdl_wait_and_trigger();        // state-early: q, k, v, a, b, inter_idx and every store after
+#if GDN_INTER
+    bool ikeep;
+    ST* const inter = intermediate_block<ST>(p, n, h, ikeep);
+#endif
+#endif
     const float scale = (float)p.scale;
     const long long q_t = GDN_STRIDE(q_t, H * K), k_t = GDN_STRIDE(k_t, H * K);
     const long long v_t = GDN_STRIDE(v_t, HV * V), o_t = GDN_STRIDE(o_t, HV * V);

@@ -18,6 +18,18 @@ the launch row the call would get anyway: one pass over the tokens with the stat
 the state after each token stored from them to its intermediate row and step, or to its
 per-token slot; ``update_state=False`` compiles the final store out.  Every thread stores the
 rows it holds, so every launch shape serves every form.
+
+Programmatic dependent launch (``pdl=``, compute capability >= 9.0): the kernel is launched with
+``cuLaunchKernelEx`` so that it may start while the kernel before it is still running, and
+waits for that kernel (``griddepcontrol.wait``) before reading what it writes; right after the
+wait it lets the kernel after it launch.  Level 1 (``"wait"``) waits before any global load or
+store.  Level 2 (``"early"``) first issues the loads that do not depend on the kernel before it:
+the slot indices (``state_indices``, ``num_accepted_tokens``), the state, ``A_log`` and
+``dt_bias``; q, k, v, a, b, ``intermediate_indices`` and every store come after the wait.  It
+is correct only when the state's last writer, and the writer of those indices, completed
+before the kernel right before this one started: true when a kernel launched without PDL lies
+between the previous decode of this state and this one (an engine's producer of q, k, v, or any
+other kernel of the layer).  Level 0 compiles to the code of a plain launch.
 """
 from __future__ import annotations
 
@@ -174,11 +186,33 @@ def blocks_per_head(V, w, rw, lpr):
     return -(-V // (w * rw * (32 // lpr)))
 
 
+# A grid launched with PDL pays some 1.2 ns per block on the H100 (graphs of back-to-back fp32
+# decodes at B=256: 158.8 us with PDL against 91.1 without in the table's small blocks; the same
+# in fla-recurrent's programs, where blocks moving >= 8 KiB of state, read and write, showed no
+# cost).  So with PDL, a grid of more than PDL_BLOCKS blocks takes more warps per block (the
+# same work a thread) until a block moves PDL_BLOCK_BYTES.
+PDL_BLOCKS = 4096
+PDL_BLOCK_BYTES = 8192
+
+
+def pdl_warps(state_dtype, BHV, K, V, w, rw, lpr):
+    """Warps per block of a PDL launch of table shape (w, rw, lpr) (see the note above)."""
+    size = cuda_build.ELEM_SIZE[state_dtype]
+    rows = lambda w: w * rw * (32 // lpr)                  # noqa: E731  rows a block
+    while (BHV * blocks_per_head(V, w, rw, lpr) > PDL_BLOCKS and w < MAX_WARPS
+           and 2 * rows(w) * K * size < PDL_BLOCK_BYTES and rows(2 * w) <= V):
+        w *= 2
+    return w
+
+
 def supports(problem):
     if problem.device != "cuda":
         return False, f"runs on CUDA GPUs only, got device {problem.device}"
     if problem.cc is not None and tuple(problem.cc) < (8, 0):
         return False, f"needs compute capability >= 8.0 (bf16 conversions), got {problem.cc}"
+    if getattr(problem, "pdl", "") and (problem.cc is None or tuple(problem.cc) < (9, 0)):
+        return False, (f"programmatic dependent launch needs compute capability >= 9.0, got "
+                       f"{problem.cc}")
     if problem.K not in HEAD_DIMS:
         return False, (f"K in {HEAD_DIMS} (each row is split into 16-byte vectors over a "
                        f"power-of-two lane group), got K={problem.K}")
@@ -225,16 +259,19 @@ def verify_key(verify):
 
 class Bound:
     """cuda-v4 for one signature: a Launch for 16-byte-aligned pointers and one (built on first
-    need) for the element-load variant; per call only the pointers are looked at."""
+    need) for the element-load variant; per call only the pointers are looked at.  Each call
+    path launches with cuLaunchKernel, or cuLaunchKernelEx where the Launch has PDL (the branch
+    is written out in each: no extra call on the host path)."""
 
     def __init__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, config,
-                 pool=None, verify=None):
+                 pool=None, verify=None, pdl=0):
         # Only plain values are kept: a bound launcher must not keep the first call's tensors alive.
         self.values = cuda_build.param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out,
                                               new_state, pool)
         self.dtypes = (state.dtype, q.dtype, a.dtype, b.dtype, dt_bias.dtype)
         self.shape = (*q.shape, v.shape[2], v.shape[3])         # B, T, H, K, HV, V
         self.l2, self.config, self.dev = bool(l2), config, q.get_device()
+        self.pdl = int(pdl)                       # the kernel's GDN_PDL, 0: a plain launch
         self.dest = new_state is not state        # which table: bind() keys on it
         es, eio = state.element_size(), q.element_size()
         f = self.values
@@ -267,6 +304,8 @@ class Bound:
             w, rw, lpr, hint, fast, chain, smem, qks = table_config(
                 torch.cuda.get_device_name(self.dev), sd, B, H, HV, K, V, not self.dest, T,
                 self.switches["pool"] > 0)
+            if self.pdl:
+                w = pdl_warps(sd, B * HV, K, V, w, rw, lpr)
         else:
             w, rw, lpr, hint, fast, chain, smem, qks = full_config(config)
         if not vec16:
@@ -278,14 +317,17 @@ class Bound:
         # staging: 16-byte vectors, T = 1, within static shared memory
         smem = int(bool(smem) and vec16 and T == 1 and smem_bytes(K, sd, w, rw, lpr)
                    + (qks == 1) * qks_bytes(K, io, T) <= SMEM_STATIC_MAX)
+        # GDN_PDL only when on: the variants without PDL keep their options and cache entries.
+        pdl = {"pdl": self.pdl} if self.pdl else {}
         defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
                                   w=w, rw=rw, lpr=lpr, vec16=int(vec16), hint=hint,
                                   fastgate=fast, dense=int(self.dense), chain=chain, smem=smem,
-                                  qks=qks, **self.switches)
+                                  qks=qks, **self.switches, **pdl)
         kern = cuda_build.get_kernel(SOURCE, KERNEL, defs, self.dev)
         bph = blocks_per_head(V, w, rw, lpr)
         launch = cuda_build.Launch(kern, B * HV * bph, 32 * w, self.dev,
-                                   template=cuda_build.params_template(self.values, self.extra))
+                                   template=cuda_build.params_template(self.values, self.extra),
+                                   pdl=self.pdl > 0)
         self.launches[vec16] = launch
         return launch
 
@@ -300,7 +342,10 @@ class Bound:
         except AttributeError:
             buf, _, argv = launch.buffers()
         cuda_build.PTRS.pack_into(buf, 0, *self.order(p))
-        cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
+        if launch.pdl is None:
+            cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
+        else:
+            cuda_build.launch_raw_pdl(launch.pdl, launch.func, launch.dev, argv)
         return True
 
     def packed(self, q, k, v, state, A_log, a, dt_bias, b, out, new_state, extra=0):
@@ -322,7 +367,10 @@ class Bound:
 
     def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
         launch, _, argv = self.packed(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
-        cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
+        if launch.pdl is None:
+            cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
+        else:
+            cuda_build.launch_raw_pdl(launch.pdl, launch.func, launch.dev, argv)
 
 
 class PoolBound(Bound):
@@ -336,7 +384,10 @@ class PoolBound(Bound):
         launch, buf, argv = self.packed(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
         cuda_build.IDX_PTRS.pack_into(buf, cuda_build.IDX_OFFSET, pool.read.data_ptr(),
                                       pool.write.data_ptr())
-        cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
+        if launch.pdl is None:
+            cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
+        else:
+            cuda_build.launch_raw_pdl(launch.pdl, launch.func, launch.dev, argv)
 
 
 class VerifyBound(Bound):
@@ -359,7 +410,10 @@ class VerifyBound(Bound):
             buf, cuda_build.VERIFY_OFFSET, ip,
             0 if verify.indices is None else verify.indices.data_ptr(),
             0 if verify.accepted is None else verify.accepted.data_ptr())
-        cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
+        if launch.pdl is None:
+            cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
+        else:
+            cuda_build.launch_raw_pdl(launch.pdl, launch.func, launch.dev, argv)
 
 
 def pool_key(state, new_state, pool):
@@ -371,33 +425,37 @@ def pool_key(state, new_state, pool):
 
 
 def bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None,
-         verify=None, config=None):
+         verify=None, config=None, *, pdl=0):
     """A launcher for every call with these shapes, strides, dtypes, scale and mode (in place
     or destination passing: each has its own table; a state pool, :class:`PoolBound`; a verify
-    call, :class:`VerifyBound`)."""
+    call, :class:`VerifyBound`); ``pdl``: the level of programmatic dependent launch (0 off, 1
+    wait-first, 2 state-early; see the module docstring), fixed per launcher."""
+    if pdl not in (0, 1, 2):
+        raise ValueError(f"cuda-v4: pdl must be 0 (off), 1 (wait) or 2 (early), got {pdl!r}")
     key = (cuda_build.signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
                                     use_qk_l2norm), config, pool_key(state, new_state, pool),
-           verify_key(verify))
+           verify_key(verify), pdl)
     bound = _binds.get(key)
     if bound is None:
         if len(_binds) >= 4096:
             _binds.clear()
         cls = VerifyBound if verify is not None else Bound if pool is None else PoolBound
         bound = _binds[key] = cls(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                  use_qk_l2norm, config, pool, verify)
+                                  use_qk_l2norm, config, pool, verify, pdl)
     return bound
 
 
 def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None,
-        verify=None, config=None):
+        verify=None, config=None, pdl=0):
     """Backend entry point; ``pool``: a :class:`gdnzoo.pool.Pool` when ``state`` (and
     ``new_state``) are state pools; ``verify``: a :class:`gdnzoo.verify.Verify` for a verify
     call; ``config=(W, RW, LPR, HINT[, FAST[, CHAIN[, SMEM[, QKS]]]])``
     overrides the table (CHAIN: 0 tree sums, c > 0 chains of c fused multiply-adds; SMEM 1: the
     state staged through shared memory with cp.async, T = 1 only; QKS 1: q and k read once per
-    block into shared memory, 2: split over a lane pair and swapped by shuffles)."""
+    block into shared memory, 2: split over a lane pair and swapped by shuffles); ``pdl``: the
+    level of programmatic dependent launch (0 off, 1 wait-first, 2 state-early)."""
     bound = bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-                 pool, verify, config)
+                 pool, verify, config, pdl=pdl)
     if verify is not None:
         bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool,
               verify)
