@@ -114,13 +114,20 @@ constexpr bool QKX = GDN_QKS == 2;                 // q/k split over a lane pair
 constexpr int QW = QKX ? VEC * IOBYTES / 4 : 1;    // 32-bit words of a lane's q (or k) vector
 static_assert(!QKX || (RPW >= 2 && (QW == 2 || QW % 4 == 0)), "GDN_QKS=2: LPR <= 16, 16-byte vectors");
 
-// The read-only state loads below are inline PTX that, to the compiler, reads no memory, so it
-// may move them anywhere their address is ready; with PDL they are volatile, which keeps them
-// in program order with griddepcontrol.wait (after it at level 1, before it at level 2).
+// The state loads of GDN_HINT bit 0 (no L1 allocation) are inline PTX that, to the compiler,
+// reads no memory, so it may move them anywhere their address is ready; with PDL they are
+// volatile, which keeps them in program order with griddepcontrol.wait.  State-early (GDN_PDL
+// 2) also drops .nc: ptxas moves .nc loads (read-only for the whole grid) past the wait, where
+// the state loads must not wait; it keeps coherent loads before it.
 #if GDN_PDL
 #define GDN_ASM_NC asm volatile
 #else
 #define GDN_ASM_NC asm
+#endif
+#if GDN_PDL == 2
+#define GDN_LD_NC "ld.global.L1::no_allocate.v4.u32"
+#else
+#define GDN_LD_NC "ld.global.nc.L1::no_allocate.v4.u32"
 #endif
 
 // N consecutive elements of dtype DT (N*size a multiple of the access width, aligned to it)
@@ -136,7 +143,7 @@ __device__ __forceinline__ void ld_vec(const void* base, long long i, float (&x)
         for (int c = 0; c < N / PER16; ++c) {
             uint4 u;
             if constexpr (NC)
-                GDN_ASM_NC("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                GDN_ASM_NC(GDN_LD_NC " {%0,%1,%2,%3}, [%4];"
                              : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "l"(p + c));
             else
                 u = p[c];

@@ -60,8 +60,9 @@ STATE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 #   row_groups (RW)    row groups per warp
 #   lanes_per_row (LPR)
 #   hint               bit 0: state loads ld.global.nc.L1::no_allocate (safe in place too: each
-#                      state element is read once, by the thread that later writes it); bit 1:
-#                      state stores st.global.cs
+#                      state element is read once, by the thread that later writes it; with
+#                      pdl "early" ld.global.L1::no_allocate, which ptxas keeps before the
+#                      wait); bit 1: state stores st.global.cs
 #   fast_gates         1: gates with fast intrinsics (relative error of g ~1e-5,
 #                      lab/gate_accuracy.py measures it), 0: precise
 #   chain              c > 0: dot-product slices as chains of c fused multiply-adds; 0: balanced trees

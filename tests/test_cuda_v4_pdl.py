@@ -63,8 +63,8 @@ def _defs(sd=F32, io=BF16, K=128, l2=True, V=128, T=1, HV=8, GVA=2, W=2, RW=2, L
 # Dense (registers with .nc state loads; runtime strides with the q/k lane-pair split; shared
 # q/k; staged through shared memory with shared q/k; element loads with a tail of rows), pools
 # (read = write slots; separate int64 write slots, T = 3) and verify (intermediate rows n with
-# the final store; indexed rows, deferred; indexed rows with shared q/k, an H100 row whose
-# compiler moved .nc state loads past the wait until they were volatile; per-token slots with
+# the final store; indexed rows, deferred; indexed rows with shared q/k, an H100 row where
+# NVVM moved non-volatile state loads past the wait, and ptxas .nc ones; per-token slots with
 # accepted counts; per-token slots staged at T = 1).
 VARIANTS = {
     "dense": dict(),
