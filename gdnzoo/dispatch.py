@@ -4,9 +4,10 @@ A call's verdict (the validated :class:`~gdnzoo.contract.Problem`, the resolved 
 backend that serves it, the overlap probe, and the backend's bound launcher) is memoized as a
 :class:`Resolved` under the call's signature (:func:`gdnzoo.contract.signature`: shapes,
 strides, dtypes, devices, requires_grad, scale, mode, algo and the ALGO variable, pdl and the
-GDNZOO_PDL variable, the Python values with their types, as ``1 == 1.0 == True``).  Building that key in Python costs some 40
-attribute reads, so each resolved signature also gets a guard (:mod:`gdnzoo.guards`, one C++
-check of all tensors) and the last few guards of a calling mode are tried first.
+GDNZOO_PDL variable, the Python values with their types, as ``1 == 1.0 == True``). Building that
+key in Python costs some 40 attribute reads, so each resolved signature also gets a guard
+(:mod:`gdnzoo.guards`, one C++ check of all tensors) and the last few guards of a calling mode
+are tried first.
 
 A memo skips work, never a check: whatever validate would refuse for a call, the memoized path
 refuses with the same error.  What a signature cannot fix, that no written tensor (``out``,
