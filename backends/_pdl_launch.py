@@ -35,6 +35,22 @@ class _Config(ctypes.Structure):
                 ("attrs", ctypes.POINTER(_Attribute)), ("numAttrs", ctypes.c_uint32)]
 
 
+# A grid launched with PDL pays some 1.2 ns per block on the H100, where a plain launch hides it
+# (graphs of back-to-back fp32 decodes at B=256: 158.5 us in fla-recurrent's 131072 blocks of 2
+# state rows with PDL against 92.1 without, 158.8 against 91.1 in cuda-v4's; bf16 B=96 in 12288
+# blocks of 8 rows: 15.7 against 12.5).  Blocks that move >= 8 KiB of state (read and write) do
+# not notice it (with PDL 0.2-0.3 us quicker than without at B = 96..256).  So a PDL launch of
+# more than MANY_BLOCKS blocks takes blocks of at least BLOCK_BYTES (:func:`too_small`).
+MANY_BLOCKS = 4096
+BLOCK_BYTES = 8192
+
+
+def too_small(blocks: int, block_state_bytes: int) -> bool:
+    """Whether a PDL grid of ``blocks`` blocks, each reading and writing ``block_state_bytes``
+    of state, should take larger blocks (the note above)."""
+    return blocks > MANY_BLOCKS and block_state_bytes < BLOCK_BYTES
+
+
 assert ctypes.sizeof(_Attribute) == 72 and ctypes.sizeof(_Config) == 56
 
 _lock = threading.Lock()

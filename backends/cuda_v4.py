@@ -187,21 +187,15 @@ def blocks_per_head(V, w, rw, lpr):
     return -(-V // (w * rw * (32 // lpr)))
 
 
-# A grid launched with PDL pays some 1.2 ns per block on the H100 (graphs of back-to-back fp32
-# decodes at B=256: 158.8 us with PDL against 91.1 without in the table's small blocks; the same
-# in fla-recurrent's programs, where blocks moving >= 8 KiB of state, read and write, showed no
-# cost).  So with PDL, a grid of more than PDL_BLOCKS blocks takes more warps per block (the
-# same work a thread) until a block moves PDL_BLOCK_BYTES.
-PDL_BLOCKS = 4096
-PDL_BLOCK_BYTES = 8192
-
-
 def pdl_warps(state_dtype, BHV, K, V, w, rw, lpr):
-    """Warps per block of a PDL launch of table shape (w, rw, lpr) (see the note above)."""
+    """Warps per block of a PDL launch of table shape (w, rw, lpr): doubled (the same work a
+    thread) while the grid's blocks are too small for PDL
+    (:func:`gdnzoo.backends._pdl_launch.too_small`)."""
+    from gdnzoo.backends._pdl_launch import too_small
     size = cuda_build.ELEM_SIZE[state_dtype]
     rows = lambda w: w * rw * (32 // lpr)                  # noqa: E731  rows a block
-    while (BHV * blocks_per_head(V, w, rw, lpr) > PDL_BLOCKS and w < MAX_WARPS
-           and 2 * rows(w) * K * size < PDL_BLOCK_BYTES and rows(2 * w) <= V):
+    while (w < MAX_WARPS and rows(2 * w) <= V
+           and too_small(BHV * blocks_per_head(V, w, rw, lpr), 2 * rows(w) * K * size)):
         w *= 2
     return w
 

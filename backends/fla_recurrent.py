@@ -91,25 +91,16 @@ def table_config(gpu, state_dtype: str, B, H, HV, K, V, inplace=True, T=1, pool=
     return fit_config(state_dtype, B * HV, K, V, row)
 
 
-# A grid launched with PDL pays some 1.2 ns per program on the H100 (measured with graphs of
-# back-to-back decodes: fp32 B=256 in 131072 programs of 2 rows, 158.5 us with PDL against 92.1
-# without; bf16 B=96 in 12288 programs of 8 rows, 15.7 against 12.5), where a plain launch hides
-# it.  Programs moving >= 8 KiB of state (read and write) do not notice it (fp32 8 rows, bf16
-# 16 rows: with PDL 0.2-0.3 us quicker than without at B = 96..256).  So with PDL, a grid of more
-# than PDL_PROGRAMS programs takes tiles of at least that many bytes, with 16 state elements a
-# thread as those measured.
-PDL_PROGRAMS = 4096
-PDL_TILE_BYTES = 8192
-
-
 def pdl_config(state_dtype: str, BHV: int, K: int, V: int, config) -> tuple:
-    """The launch shape of a PDL launch: ``config`` with its tiles grown as the note above
-    says (unchanged for grids of at most PDL_PROGRAMS programs)."""
+    """The launch shape of a PDL launch: ``config``, its tiles doubled while the grid's blocks
+    are too small for PDL (:func:`gdnzoo.backends._pdl_launch.too_small`), with 16 state
+    elements a thread as those measured."""
+    from gdnzoo.backends._pdl_launch import too_small
     BV, nw, ns, lpr, dense = CONFIG.normalize(config)
     size = 4 if state_dtype == "fp32" else 2
-    if BHV * (V // BV) <= PDL_PROGRAMS or 2 * BV * K * size >= PDL_TILE_BYTES:
+    if not too_small(BHV * (V // BV), 2 * BV * K * size):
         return BV, nw, ns, lpr, dense
-    while 2 * BV * K * size < PDL_TILE_BYTES and BV < V and BHV * (V // BV) > PDL_PROGRAMS:
+    while BV < V and too_small(BHV * (V // BV), 2 * BV * K * size):
         BV *= 2
     nw = max(nw, min(8, BV * K // (16 * 32)))
     return fit_config(state_dtype, BHV, K, V, (BV, nw, ns, None, dense))

@@ -53,7 +53,6 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 
@@ -111,12 +110,6 @@ METHOD = (
     "<= the same backend's PDL off + 0.032 us; B >= 64: <= 1.05 x standalone.")
 
 
-def _usage(msg):
-    """An argument error: exit status 2, as argparse's own."""
-    print(f"gdnzoo bench: error: {msg}", file=sys.stderr)
-    raise SystemExit(2)
-
-
 # ----------------------------------------------------------------------------- the plan
 
 @dataclass(frozen=True)
@@ -144,15 +137,15 @@ def make_plan(args) -> Plan:
     """The run's cells and entries from ``gdnzoo bench --timing chained`` arguments; a bad one
     exits with status 2, naming it."""
     if list(args.timing) != ["chained"]:
-        _usage(f"--timing: chained runs alone, got {','.join(args.timing)}")
+        sweep.usage_error(f"--timing: chained runs alone, got {','.join(args.timing)}")
     if isinstance(args.tokens, tuple) or args.tokens != 1:
-        _usage(f"--tokens: the chained clock times a decode step, T=1; got {args.tokens}")
+        sweep.usage_error(f"--tokens: the chained clock times a decode step, T=1; got {args.tokens}")
     if list(args.mode) not in (["inplace"], ["pool"]):
-        _usage(f"--mode: the chained clock times pool decode calls in place; got "
+        sweep.usage_error(f"--mode: the chained clock times pool decode calls in place; got "
                f"{','.join(args.mode)}")
     batches = tuple(args.batch) if sweep.given(args.batch) else BATCHES
     states = tuple(args.state_dtype) if sweep.given(args.state_dtype) else STATES
-    ours = [n for n in serving.named_backends(args.algo, pdl_backends, _usage) if n not in PEERS]
+    ours = [n for n in serving.named_backends(args.algo, pdl_backends, sweep.usage_error) if n not in PEERS]
     layers = LAYERS if getattr(args, "layers", None) is None else args.layers
     H, HV = sweep._ints(args.heads)
     nvbench = getattr(args, "nvbench", False)
@@ -819,24 +812,10 @@ def console(table, env, notes, files, plan) -> str:
 
 def write_results(table, env, out_dir) -> list:
     """results.csv and results.json (report.read_results reads it back) under ``out_dir``:
-    report's columns plus :data:`COLUMNS_EXTRA`."""
-    import csv
-    import json
-    from pathlib import Path
+    report's columns plus :data:`COLUMNS_EXTRA` (the pool bench's writer)."""
     from gdnzoo.bench import report
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    cols = list(report.COLUMNS) + list(COLUMNS_EXTRA)
-    with open(out / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
-        w.writeheader()
-        for r in table:
-            w.writerow({k: report._fmt_csv(r.get(k, "")) for k in cols})
-    head = json.dumps(report._jsonable(dict(environment=env, columns=cols)), indent=1)
-    body = ",\n".join(json.dumps(report._jsonable([r.get(k, "") for k in cols]),
-                                 separators=(",", ":")) for r in table)
-    (out / "results.json").write_text(head[:-2] + ',\n "rows": [\n' + body + "\n ]\n}\n")
-    return [str(out / "results.csv"), str(out / "results.json")]
+    return serving.write_results(table, env, out_dir,
+                                 list(report.COLUMNS) + list(COLUMNS_EXTRA))
 
 
 def default_out():

@@ -546,15 +546,16 @@ def columns():
     return list(report.COLUMNS) + list(COLUMNS_EXTRA)
 
 
-def write_results(table, env, out_dir) -> list:
-    """results.csv and results.json (report.read_results reads it back) under ``out_dir``."""
+def write_results(table, env, out_dir, cols=None) -> list:
+    """results.csv and results.json (report.read_results reads it back) under ``out_dir``,
+    with :func:`columns` or the given ``cols``."""
     import csv
     import json
     from pathlib import Path
     from gdnzoo.bench import report
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    cols = columns()
+    cols = cols or columns()
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()

@@ -67,6 +67,12 @@ def _words(s):
 # Argument types: a bad value is an argparse error (exit status 2) naming the option, before
 # anything is measured.
 
+def usage_error(msg):
+    """An argument error of ``gdnzoo bench``'s modes: exit status 2, as argparse's own."""
+    print(f"gdnzoo bench: error: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def positive_int(s):
     try:
         n = int(s)

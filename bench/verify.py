@@ -61,7 +61,6 @@ from __future__ import annotations
 import importlib
 import math
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
@@ -107,12 +106,6 @@ METHOD = (
     "v, gates, out for the entries). Medians with p20/p80.")
 
 
-def _usage(msg):
-    """An argument error: exit status 2, as argparse's own."""
-    print(f"gdnzoo bench: error: {msg}", file=sys.stderr)
-    raise SystemExit(2)
-
-
 # ----------------------------------------------------------------------------- the plan
 
 @dataclass(frozen=True)
@@ -151,14 +144,14 @@ def make_plan(args) -> Plan:
               args.tokens if isinstance(args.tokens, tuple) else (args.tokens,))
     bad = [t for t in tokens if not 2 <= t <= floor.MAX_TOKENS]
     if bad:
-        _usage(f"--tokens: a verify call checks 2..{floor.MAX_TOKENS} draft tokens, got "
+        sweep.usage_error(f"--tokens: a verify call checks 2..{floor.MAX_TOKENS} draft tokens, got "
                f"{','.join(map(str, bad))}")
     batches = tuple(args.batch) if sweep.given(args.batch) else BATCHES
     states = tuple(args.state_dtype) if sweep.given(args.state_dtype) else STATES
-    backends = serving.named_backends(args.algo, verify_backends, _usage)
+    backends = serving.named_backends(args.algo, verify_backends, sweep.usage_error)
     timing = tuple(c for c in args.timing if c in ("kernel", "graph"))
     if not timing:
-        _usage(f"--timing: verify mode times kernel and/or graph, got {','.join(args.timing)}")
+        sweep.usage_error(f"--timing: verify mode times kernel and/or graph, got {','.join(args.timing)}")
     H, HV = sweep._ints(args.heads)
     notes = ["--nvbench: not available in verify mode"] if getattr(args, "nvbench", False) else []
     budget = float(args.time_budget) if sweep.given(args.time_budget) else BUDGET_S

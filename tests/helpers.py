@@ -17,3 +17,14 @@ def assert_gated(call, x, what="", **kw):
     j, out, new_state = gate.gated_call(call, x, **kw)
     assert j.ok, f"{what}: {j.reason}"
     return out, new_state
+
+
+def run_cli(argv, capsys):
+    """(exit status, stdout, stderr) of ``gdnzoo ARGV`` in this process."""
+    from gdnzoo import cli
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:
+        code = e.code
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err

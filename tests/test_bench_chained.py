@@ -11,6 +11,7 @@ import torch
 from conftest import DEVICE
 from gdnzoo import cli
 from gdnzoo.bench import chained, clocks, floor, pool, report, sweep
+from helpers import run_cli
 
 MIB = 1 << 20
 GEOM = dict(H=1, HV=2, K=16, V=16)
@@ -20,13 +21,7 @@ def _args(*extra):
     return cli.build_parser("bench").parse_args(["bench", "--timing", "chained", *extra])
 
 
-def _main(argv, capsys):
-    try:
-        code = cli.main(argv)
-    except SystemExit as e:
-        code = e.code
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
+_main = run_cli                  # (exit status, stdout, stderr) of gdnzoo ARGV
 
 
 # ------------------------------------------------------------------------------ arguments

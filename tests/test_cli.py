@@ -9,17 +9,10 @@ from pathlib import Path
 import pytest
 
 import gdnzoo
-from gdnzoo import cli
 from gdnzoo.bench import report, sweep
+from helpers import run_cli
 
-def _main(argv, capsys):
-    """(exit status, stdout, stderr) of ``gdnzoo ARGV`` in this process."""
-    try:
-        code = cli.main(argv)
-    except SystemExit as e:
-        code = e.code
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
+_main = run_cli                  # (exit status, stdout, stderr) of gdnzoo ARGV
 
 
 def test_version(capsys):

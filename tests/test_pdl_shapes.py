@@ -4,7 +4,7 @@ fla-recurrent and cuda-v4 under PDL, checked on the shapes alone (no GPU needed)
 import pytest
 import torch
 
-from gdnzoo.backends import cuda_v4, fla_recurrent
+from gdnzoo.backends import _pdl_launch as pdl, cuda_v4, fla_recurrent
 
 
 @pytest.mark.parametrize("sd", ["fp32", "bf16"])
@@ -15,11 +15,11 @@ def test_fla_recurrent_pdl_programs_stay_large(sd):
             row = (bv, 1, 1, None, 0)
             got = fla_recurrent.pdl_config(sd, B * 8, 128, 128, row)
             programs = B * 8 * (128 // bv)
-            if programs <= fla_recurrent.PDL_PROGRAMS or 2 * bv * 128 * size >= 8192:
+            if programs <= pdl.MANY_BLOCKS or 2 * bv * 128 * size >= 8192:
                 assert got[:3] == row[:3], (B, bv, got)
             else:
                 assert got[0] > bv and (2 * got[0] * 128 * size >= 8192
-                                        or B * 8 * (128 // got[0]) <= fla_recurrent.PDL_PROGRAMS)
+                                        or B * 8 * (128 // got[0]) <= pdl.MANY_BLOCKS)
                 assert got[0] * 128 <= 64 * 32 * got[1]       # registers: <= 64 elements a thread
 
 
@@ -33,10 +33,10 @@ def test_cuda_v4_pdl_blocks_stay_large(sd):
             got = cuda_v4.pdl_warps(sd, B * 8, 128, 128, w, rw, lpr)
             rows = lambda w: w * rw * (32 // lpr)             # noqa: E731
             blocks = B * 8 * cuda_v4.blocks_per_head(128, w, rw, lpr)
-            if blocks <= cuda_v4.PDL_BLOCKS or 2 * rows(w) * 128 * size >= 8192:
+            if blocks <= pdl.MANY_BLOCKS or 2 * rows(w) * 128 * size >= 8192:
                 assert got == w, (B, w, rw, lpr, got)
             else:
                 assert got > w and not cuda_v4.valid_config(128, 128, sd, got, rw, lpr)
                 assert (2 * rows(got) * 128 * size >= 8192 or got == cuda_v4.MAX_WARPS
                         or B * 8 * cuda_v4.blocks_per_head(128, got, rw, lpr)
-                        <= cuda_v4.PDL_BLOCKS or rows(2 * got) > 128)
+                        <= pdl.MANY_BLOCKS or rows(2 * got) > 128)
