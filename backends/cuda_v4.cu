@@ -50,6 +50,14 @@
 // read from column accepted[n] - 1), GDN_IDX64 bit 2: inter_idx is int64, bit 3: accepted is.
 // A plain decode passes neither GDN_INTER nor GDN_UPDATE (the kernel is then the one above); a
 // verify variant passes both and takes GdnVerifyParams, GdnParams with the verify fields after.
+// GDN_CHUNK (1, T > 1, 16-byte vectors, state in registers; any form, a plain multi-token decode
+// too): every token at once instead of a token loop with two butterflies a token.  The tokens'
+// q and k rows are copied to shared memory (cp.async) and their Gram entries (k_j.k_t, k_j.q_t,
+// the norms) computed by the block while the state loads are in flight; each row then takes its
+// 2T dot products with the initial state in one butterfly, solves the per-token corrections
+// as a scalar recurrence over those entries, and makes and stores its T states with one
+// multiply-add an element each.  At small batch this takes the T - 1 shuffle chains (and the
+// per-token loads) off the critical path.
 // Programmatic dependent launch (sm_90+, launched with cuLaunchKernelEx by the host): GDN_PDL
 // (0 or absent: none, the code of a plain launch; 1 wait-first: griddepcontrol.wait before any
 // global load or store; 2 state-early: the slot indices, the state, A_log and dt_bias are
@@ -67,6 +75,9 @@
 #endif
 #ifndef GDN_PDL
 #define GDN_PDL 0
+#endif
+#ifndef GDN_CHUNK
+#define GDN_CHUNK 0
 #endif
 #if GDN_PDL < 0 || GDN_PDL > 2
 #error "GDN_PDL: 0 off, 1 wait-first, 2 state-early"
@@ -339,6 +350,48 @@ __device__ __forceinline__ void pdl_wait_and_trigger() {
 }
 #endif
 
+#if GDN_CHUNK
+// The Gram entries of GDN_CHUNK, over the raw q and k rows of the T tokens: k_j.k_t at
+// chunk_pair(j, t) (j <= t; j == t is k_t's squared norm), k_j.q_t at CH_KQ + chunk_pair(j, t),
+// and with the L2 norm q_t.q_t at CH_QQ + t.
+static_assert(!GDN_CHUNK || (T > 1 && GDN_VEC16 && !GDN_SMEM && !GDN_QKS),
+              "GDN_CHUNK: T > 1, 16-byte vectors, state in registers, its own q/k staging");
+constexpr int CH_NP = T * (T + 1) / 2;
+constexpr int CH_KQ = CH_NP;
+constexpr int CH_QQ = 2 * CH_NP;
+constexpr int CH_NENT = CH_QQ + (GDN_L2NORM ? T : 0);
+__device__ __forceinline__ constexpr int chunk_pair(int j, int t) { return t * (t + 1) / 2 + j; }
+
+// Every entry by a group of CH_GL lanes (K / CH_GL elements each, a 3-step butterfly); the
+// groups of the block take the entries in turn.  Every lane runs every round (full-warp
+// shuffles); a lane past the last entry computes entry 0 again and stores nothing.
+constexpr int CH_GL = 8;
+template <int IOD_, typename Q>
+__device__ __forceinline__ void chunk_gram(const Q (&cqk)[T][2][QK_CH], float* cgram) {
+    constexpr int NG = 32 * W / CH_GL, KE = K / CH_GL;
+    const int grp = (int)threadIdx.x / CH_GL, gl = (int)threadIdx.x % CH_GL;
+#pragma unroll
+    for (int r = 0; r < (CH_NENT + NG - 1) / NG; ++r) {
+        const int e0 = grp + r * NG, e = e0 < CH_NENT ? e0 : 0;
+        int x, xk, y, yk;                                  // rows (token, is k) of the pair
+        if (e < CH_QQ) {
+            const int f = e < CH_NP ? e : e - CH_NP;
+            const int t = (int)((sqrtf(8.0f * f + 1.0f) - 1.0f) * 0.5f);
+            x = f - t * (t + 1) / 2; xk = 1; y = t; yk = e < CH_NP;
+        } else {
+            x = y = e - CH_QQ; xk = yk = 0;
+        }
+        float xs[KE], ys[KE];
+        ld_vec<IOD_, KE>(&cqk[x][xk][0], gl * KE, xs);
+        ld_vec<IOD_, KE>(&cqk[y][yk][0], gl * KE, ys);
+        float d = dot_sum<KE>([&](int i) { return xs[i] * ys[i]; });
+#pragma unroll
+        for (int off = CH_GL / 2; off > 0; off >>= 1) d += __shfl_xor_sync(FULL, d, off);
+        if (gl == 0 && e0 < CH_NENT) cgram[e0] = d;
+    }
+}
+#endif
+
 // This lane's slices of one state row to row ``row`` of a [V, K] block with row stride rs.
 template <bool CS, typename ST>
 __device__ __forceinline__ void store_row(ST* block, long long rs, int row, unsigned kl,
@@ -479,6 +532,134 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
     const long long a0 = n * GDN_STRIDE(a_n, T * HV) + h * GDN_STRIDE(a_h, 1);
     const long long b0 = n * GDN_STRIDE(b_n, T * HV) + h * GDN_STRIDE(b_h, 1);
 
+#if GDN_CHUNK
+    // ---- every token at once (GDN_CHUNK) ----------------------------------------------------
+    // A row's state after token t is g_t s_{t-1} + u_t k^_t, so s_{t-1}.k^_t and s_t.q^_t are
+    // sums of s_0.k^_t, s_0.q^_t and u_j times the k^_j.k^_t, k^_j.q^_t of the earlier tokens:
+    // one butterfly for all 2T dot products with the initial state, the u_t from a T-step scalar
+    // recurrence with no shuffle in it, then T plain updates each stored at once.  The q and k
+    // rows of every token land in shared memory (cp.async, behind the state loads), the Gram
+    // entries come from the whole block while the state is still in flight.
+    __shared__ __align__(16) uint4 cqk[T][2][QK_CH];       // [token][q, k][16-byte chunk]
+    __shared__ float cgram[CH_NENT];                       // see chunk_pair
+#pragma unroll
+    for (int j = 0; j < (T * 2 * QK_CH + 32 * W - 1) / (32 * W); ++j) {
+        const int c = (int)threadIdx.x + j * 32 * W;
+        if (c < T * 2 * QK_CH) {
+            const int t = c / (2 * QK_CH), isk = (c / QK_CH) & 1, ch = c % QK_CH;
+            const char* from = static_cast<const char*>(isk ? p.k : p.q)
+                + ((isk ? k0 + t * k_t : q0 + t * q_t) * IOBYTES + ch * 16);
+            const unsigned to = (unsigned)__cvta_generic_to_shared(&cqk[t][isk][ch]);
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(to), "l"(from)
+                         : "memory");
+        }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    float vr[T][RW], gd[T], beta[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+#pragma unroll
+        for (int g = 0; g < RW; ++g)
+            vr[t][g] = live[g] ? gdn_ld<IOD>(p.v, v0 + t * v_t + g * RPW) : 0.0f;
+        gd[t] = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
+        beta[t] = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
+    }
+#if GDN_POOL >= 3
+    long long ts[T];                                       // token t's slot idx[n, t]
+#pragma unroll
+    for (int t = 0; t < T; ++t) ts[t] = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t);
+#endif
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        gd[t] = GDN_FASTGATE ? gdn_decay_fast(A_log, gd[t]) : gdn_decay(A_log, gd[t]);
+        beta[t] = GDN_FASTGATE ? gdn_sigmoid_fast(beta[t]) : gdn_sigmoid(beta[t]);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+    chunk_gram<IOD>(cqk, cgram);
+    __syncthreads();
+    float rq[T], rk[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        rq[t] = GDN_L2NORM ? rsqrtf(cgram[CH_QQ + t] + 1e-6f) : 1.0f;
+        rk[t] = GDN_L2NORM ? rsqrtf(cgram[chunk_pair(t, t)] + 1e-6f) : 1.0f;
+    }
+    // This lane's slices of s_0.k_t and s_0.q_t (raw q, k), then one interleaved butterfly.
+    float sk[RW][T], sq[RW][T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        float qv[NV][VEC], kv[NV][VEC];
+#pragma unroll
+        for (int i = 0; i < NV; ++i) {
+            ld_vec<IOD, VEC>(&cqk[t][0][0], (i * LPR + kl) * VEC, qv[i]);
+            ld_vec<IOD, VEC>(&cqk[t][1][0], (i * LPR + kl) * VEC, kv[i]);
+        }
+        constexpr int NE = NV * VEC;
+#pragma unroll
+        for (int g = 0; g < RW; ++g) {
+            sk[g][t] = dot_sum<NE>([&](int j) { return S[g][j / VEC][j % VEC] * kv[j / VEC][j % VEC]; });
+            sq[g][t] = dot_sum<NE>([&](int j) { return S[g][j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
+        }
+    }
+#pragma unroll
+    for (int off = LPR / 2; off > 0; off >>= 1)
+#pragma unroll
+        for (int g = 0; g < RW; ++g)
+#pragma unroll
+            for (int t = 0; t < T; ++t) {
+                sk[g][t] += __shfl_xor_sync(FULL, sk[g][t], off);
+                sq[g][t] += __shfl_xor_sync(FULL, sq[g][t], off);
+            }
+    // The recurrence, per row (every lane of the row's group alike).  At token t, E is the
+    // decay g_0..g_t of the initial state and w[j] = u_j rk_j times g_{j+1}..g_t, so
+    // g_t s_{t-1}.k^_t = rk_t (E s_0.k_t + sum_j w[j] k_j.k_t) and s_t.q^_t likewise; w[t]
+    // (u_t rk_t) is the coefficient of the raw k_t in the update, kept in sk[g][t].
+#pragma unroll
+    for (int g = 0; g < RW; ++g) {
+        float E = 1.0f, w[T];
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+            E *= gd[t];
+            float bk = E * sk[g][t], oq = E * sq[g][t];
+#pragma unroll
+            for (int j = 0; j < t; ++j) {
+                w[j] *= gd[t];
+                bk += w[j] * cgram[chunk_pair(j, t)];
+                oq += w[j] * cgram[CH_KQ + chunk_pair(j, t)];
+            }
+            const float u = beta[t] * (vr[t][g] - rk[t] * bk);
+            w[t] = u * rk[t];
+            oq += w[t] * cgram[CH_KQ + chunk_pair(t, t)];
+            if (kl == 0 && live[g]) gdn_st<IOD>(p.out, o0 + t * o_t + g * RPW, scale * rq[t] * oq);
+            sk[g][t] = w[t];
+        }
+    }
+    // The states, token by token: each stored from the registers as soon as it is made.
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        float kv[NV][VEC];
+#pragma unroll
+        for (int i = 0; i < NV; ++i) ld_vec<IOD, VEC>(&cqk[t][1][0], (i * LPR + kl) * VEC, kv[i]);
+#if GDN_POOL >= 3
+        const bool wr = (unsigned long long)ts[t] < (unsigned long long)p.PN && ts[t] != p.null_slot;
+        ST* const tok = static_cast<ST*>(p.new_state) + gdn_state_write_offset(p, wr ? ts[t] : 0, h);
+#endif
+#pragma unroll
+        for (int g = 0; g < RW; ++g) {
+#pragma unroll
+            for (int i = 0; i < NV; ++i)
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) S[g][i][e] = gd[t] * S[g][i][e] + sk[g][t] * kv[i][e];
+            if (!live[g]) continue;
+            const int row = wbase + g * RPW + (int)sub;
+#if GDN_INTER
+            if (ikeep) store_row<CS>(inter + t * p.i_t, K, row, kl, S[g]);
+#elif GDN_POOL >= 3
+            if (wr) store_row<CS>(tok, ns_v, row, kl, S[g]);
+#endif
+        }
+    }
+#else
 #pragma unroll 1
     for (int t = 0; t < T; ++t) {
 #if GDN_POOL >= 3
@@ -690,6 +871,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
 #endif
 #endif
     }
+#endif  // GDN_CHUNK
 
 #if !GDN_SMEM
 #pragma unroll

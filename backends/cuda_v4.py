@@ -49,6 +49,7 @@ KERNEL = "gdn_decode_v4"
 HEAD_DIMS = (32, 64, 128, 256)   # K: whole 16-byte vectors per lane, lane groups dividing 32
 MAX_GRID_X = 2**31 - 1
 MAX_WARPS = 8
+CHUNK_MAX_T = 16                 # the chunk variant's per-token registers grow with T
 FASTGATE = 1                     # gates of an explicit 4-field config: 1 fast intrinsics, 0 precise
 STATE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
@@ -72,9 +73,14 @@ STATE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 #                      thread instead of K/(LPR*VEC) small loads per lane: what makes 4 lanes per
 #                      row pay); 2: the two rows of a lane pair split the q and k loads (one reads
 #                      q, the other k) and swap them with shuffles (LPR <= 16)
+#   chunk              1 (T = 2..CHUNK_MAX_T, 16-byte vectors): every token at once: the q and k rows of
+#                      all tokens staged in shared memory, one butterfly for the 2T dot products
+#                      with the initial state, the per-token corrections from their Gram entries
+#                      (no shuffle between tokens), then T plain updates; q/k modes and staging
+#                      do not apply
 CONFIG = tables.ConfigFields(warps=tables.REQUIRED, row_groups=tables.REQUIRED,
                              lanes_per_row=tables.REQUIRED, hint=tables.REQUIRED,
-                             fast_gates=FASTGATE, chain=0, smem=0, qk_mode=0)
+                             fast_gates=FASTGATE, chain=0, smem=0, qk_mode=0, chunk=0)
 
 _binds: dict = {}                # signature -> Bound
 
@@ -129,11 +135,11 @@ def qks_bytes(K, io_dtype, T):
     return (2 if T > 1 else 1) * 2 * K * cuda_build.ELEM_SIZE[io_dtype]
 
 
-def table_config(gpu, state_dtype, B, H, HV, K, V, inplace=True, T=1, pool=False):
+def table_config(gpu, state_dtype, B, H, HV, K, V, inplace=True, T=1, pool=False, verify=False):
     """The launch row of this GPU for the call (backends/tables/), fitted to K: the rows are
     measured at K=128, and narrower rows take fewer lanes per row."""
     w, rw, lpr, *rest = tables.launch_config(NAME, CONFIG, gpu, STATE_NAMES[state_dtype], inplace,
-                                             T, B, H, HV, K, V, pool)
+                                             T, B, H, HV, K, V, pool, verify)
     while lpr > 1 and K % (lpr * vec_elems(state_dtype)):
         lpr //= 2
     while rw > 1 and rw * (32 // lpr) > 32:       # a warp owns at most 32 rows
@@ -144,16 +150,21 @@ def table_config(gpu, state_dtype, B, H, HV, K, V, inplace=True, T=1, pool=False
 def launch_config(problem, gpu):
     """The tunable protocol's table lookup: :func:`table_config` for a Problem."""
     p = problem
-    return table_config(gpu, p.state_dtype, p.B, p.H, p.HV, p.K, p.V, p.inplace, p.T, p.pool)
+    return table_config(gpu, p.state_dtype, p.B, p.H, p.HV, p.K, p.V, p.inplace, p.T, p.pool,
+                        bool(p.verify))
 
 
 def candidates(problem):
     """The shape search's first stage (tunable protocol): every register shape (W, RW, LPR) with
     at most 64 state elements a lane, with each cache hint 0, 2, 3 and each distinct q/k mode,
-    and every shape staged through shared memory (hints 0, 2: .nc loads are unused when
-    staging); fast gates, tree sums."""
-    K, V, sd = problem.K, problem.V, problem.state_dtype
+    and at T > 1 also as one chunk (:data:`CONFIG` ``chunk``); at T = 1 every shape staged
+    through shared memory (hints 0, 2: .nc loads are unused when staging); fast gates, tree
+    sums."""
+    K, V, sd, T = problem.K, problem.V, problem.state_dtype, problem.T
     vec = vec_elems(sd)
+    chunk = 1 < T <= CHUNK_MAX_T
+    if getattr(problem, "verify", ""):
+        return verify_candidates(K, V, vec, chunk)
     out = []
     for lpr in (4, 8, 16, 32):
         for w in (1, 2, 4, 8):
@@ -161,12 +172,31 @@ def candidates(problem):
                 rows = rw * (32 // lpr)
                 if K % (lpr * vec) == 0 and rows <= 32 and w * rows <= V and rw * K // lpr <= 64:
                     out += [(w, rw, lpr, h, 1, 0, 0, q) for h in (0, 2, 3) for q in _qk_modes(lpr)]
-    for lpr in (8, 16, 32):
+                    if chunk:
+                        out += [(w, rw, lpr, h, 1, 0, 0, 0, 1) for h in (0, 2, 3)]
+    for lpr in (8, 16, 32) if T == 1 else ():
         for w in (2, 4, 8):
             for rw in (2, 4, 8, 16):
                 if K % (lpr * vec) == 0 and rw * (32 // lpr) <= 32 and w * rw * (32 // lpr) <= V \
                         and smem_bytes(K, sd, w, rw, lpr) <= SMEM_STATIC_MAX:
                     out += [(w, rw, lpr, h, 1, 0, 1, q) for h in (0, 2) for q in _qk_modes(lpr)]
+    return out
+
+
+def verify_candidates(K, V, vec, chunk):
+    """The first stage for a verify call, whose registers also hold per-token values: every
+    register shape with at most 32 state elements a lane, as one chunk where T allows and as
+    the token loop with its q/k split (shared q/k where the split cannot serve); hint 3, fast
+    gates (the second stage varies both)."""
+    out = []
+    for lpr in (4, 8, 16, 32):
+        for w in (1, 2, 4, 8):
+            for rw in (1, 2, 4, 8):
+                rows = rw * (32 // lpr)
+                if K % (lpr * vec) == 0 and rows <= 32 and w * rows <= V and rw * K // lpr <= 32:
+                    out.append((w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 1))
+                    if chunk:
+                        out.append((w, rw, lpr, 3, 1, 0, 0, 0, 1))
     return out
 
 
@@ -177,9 +207,9 @@ def _qk_modes(lpr):
 
 def refine(ranked):
     """The shape search's second stage (tunable protocol): the four best shapes (W, RW, LPR,
-    SMEM, QKS) of the first, each with every cache hint and both gate precisions."""
+    SMEM, QKS, CHUNK) of the first, each with every cache hint and both gate precisions."""
     shapes = list(dict.fromkeys(c[:3] + c[6:] for c in map(full_config, ranked)))[:4]
-    return [(w, rw, lpr, h, f, 0, smem, qks) for w, rw, lpr, smem, qks in shapes
+    return [(w, rw, lpr, h, f, 0, smem, qks, chunk) for w, rw, lpr, smem, qks, chunk in shapes
             for h in ((0, 2) if smem else (0, 2, 3)) for f in (0, 1)]
 
 
@@ -296,28 +326,30 @@ class Bound:
         sd, io, ad, bd, dd = self.dtypes
         config = self.config
         if config is None:
-            w, rw, lpr, hint, fast, chain, smem, qks = table_config(
+            w, rw, lpr, hint, fast, chain, smem, qks, chunk = table_config(
                 torch.cuda.get_device_name(self.dev), sd, B, H, HV, K, V, not self.dest, T,
-                self.switches["pool"] > 0)
+                self.switches["pool"] > 0, "inter" in self.switches)
             if self.pdl:
                 w = pdl_warps(sd, B * HV, K, V, w, rw, lpr)
         else:
-            w, rw, lpr, hint, fast, chain, smem, qks = full_config(config)
+            w, rw, lpr, hint, fast, chain, smem, qks, chunk = full_config(config)
         if not vec16:
             lpr, hint = min(32, K), 0                  # element loads: one element per lane
         why = valid_config(K, V, sd, w, rw, lpr, vec16)
         if why:
             raise ValueError(f"cuda-v4: launch config invalid: {why}")
-        qks = effective_qks(qks, vec16, lpr)
+        chunk = int(bool(chunk) and vec16 and 1 < T <= CHUNK_MAX_T)
+        qks = 0 if chunk else effective_qks(qks, vec16, lpr)
         # staging: 16-byte vectors, T = 1, within static shared memory
         smem = int(bool(smem) and vec16 and T == 1 and smem_bytes(K, sd, w, rw, lpr)
                    + (qks == 1) * qks_bytes(K, io, T) <= SMEM_STATIC_MAX)
-        # GDN_PDL only when on: the variants without PDL keep their options and cache entries.
-        pdl = {"pdl": self.pdl} if self.pdl else {}
+        # GDN_PDL and GDN_CHUNK only when on: the variants without them keep their options and
+        # cache entries.
+        opt = {n: v for n, v in (("pdl", self.pdl), ("chunk", chunk)) if v}
         defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
                                   w=w, rw=rw, lpr=lpr, vec16=int(vec16), hint=hint,
                                   fastgate=fast, dense=int(self.dense), chain=chain, smem=smem,
-                                  qks=qks, **self.switches, **pdl)
+                                  qks=qks, **self.switches, **opt)
         kern = cuda_build.get_kernel(SOURCE, KERNEL, defs, self.dev)
         bph = blocks_per_head(V, w, rw, lpr)
         launch = cuda_build.Launch(kern, B * HV * bph, 32 * w, self.dev,
