@@ -16,8 +16,8 @@ Speculative verify (gdnzoo/verify.py) is served in the same single pass over the
 token's tile stored once from registers: to its intermediate state (row n or
 ``intermediate_indices[n]``), or to its per-token slot ``state_indices[n, t]`` after reading
 column ``num_accepted_tokens[n] - 1``; ``update_state=False`` compiles without the final store.
-A verify call takes the launch row of its state dtype, T, B and mode (in place, destination or
-pool), as the same call without verify would.
+A verify call takes this GPU's ``verify`` launch rows of its state dtype, T and B where the
+tables have them, else the row the same call without verify would take.
 
 Programmatic dependent launch (``pdl``: 1 "wait", 2 "early"; compute capability >= 9.0) launches
 with cuLaunchKernelEx and programmatic stream serialization, so the kernel may start while the
@@ -85,9 +85,11 @@ def fit_config(state_dtype: str, BHV: int, K: int, V: int, config) -> tuple:
     return BV, nw, ns, lpr, int(dense)
 
 
-def table_config(gpu, state_dtype: str, B, H, HV, K, V, inplace=True, T=1, pool=False) -> tuple:
+def table_config(gpu, state_dtype: str, B, H, HV, K, V, inplace=True, T=1, pool=False,
+                 verify=False) -> tuple:
     """This GPU's launch row for the call (backends/tables/), fitted to K and V."""
-    row = tables.launch_config(NAME, CONFIG, gpu, state_dtype, inplace, T, B, H, HV, K, V, pool)
+    row = tables.launch_config(NAME, CONFIG, gpu, state_dtype, inplace, T, B, H, HV, K, V, pool,
+                               verify)
     return fit_config(state_dtype, B * HV, K, V, row)
 
 
@@ -109,7 +111,8 @@ def pdl_config(state_dtype: str, BHV: int, K: int, V: int, config) -> tuple:
 def launch_config(problem, gpu):
     """The tunable protocol's table lookup: :func:`table_config` for a Problem."""
     p = problem
-    return table_config(gpu, p.state_name, p.B, p.H, p.HV, p.K, p.V, p.inplace, p.T, p.pool)
+    return table_config(gpu, p.state_name, p.B, p.H, p.HV, p.K, p.V, p.inplace, p.T, p.pool,
+                        bool(p.verify))
 
 
 def candidates(problem):
@@ -149,7 +152,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
     shapes when every tensor is contiguous (else the strides passed are used all the same; a
     pool's slot stride is always passed).  ``pool``: a :class:`gdnzoo.pool.Pool`, ``state``
     and ``new_state`` then pools [P, HV, V, K].  ``verify``: a :class:`gdnzoo.verify.Verify`
-    (its launch row is the one of the same call without it).  ``pdl``: the level of
+    (its ``verify`` launch row, else the one of the same call without it).  ``pdl``: the level of
     programmatic dependent launch (:data:`PDL_LEVELS`; a CUDA GPU only)."""
     from gdnzoo.backends._triton_kernel import gdn_decode_kernel
     B, T, H, K = q.shape
@@ -166,7 +169,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
             config = (V, 1, 1)                    # interpreter: fewest programs is fastest
         else:
             config = table_config(tlaunch.gpu_name(dev), sd, B, H, HV, K, V,
-                                  new_state is state, T, pool is not None)
+                                  new_state is state, T, pool is not None, verify is not None)
             if pdl:
                 config = pdl_config(sd, B * HV, K, V, config)
     BV, nw, ns, lpr, dense = CONFIG.normalize(config)

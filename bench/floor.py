@@ -680,10 +680,15 @@ def verify_floor_times(target: VerifyTarget, iters: int = 100, search_reps: int 
     measured calls' index tensors, with its best launch shape searched as the pool floor's is;
     timed after the search in a session of its own.  Returns dict(samples, config, method,
     searched, dropped), or ``samples`` None and ``config`` saying why not."""
-    best = _best_indexed(target, search_reps,
+    return _indexed_times(target, best_verify_launcher(target, search_reps), iters, reduce)
+
+
+def best_verify_launcher(target: VerifyTarget, search_reps: int = 8) -> dict:
+    """The verify floor's launch shape for ``target`` (its form), searched as
+    :func:`best_pool_launcher`'s, and its launcher (the same dict)."""
+    return _best_indexed(target, search_reps,
                          lambda v, b: launchable(v, b, form=target.form), _verify_launcher,
                          f"verify floor ({target.form})")
-    return _indexed_times(target, best, iters, reduce)
 
 
 def copy_bandwidth(nbytes: int | None = None, iters: int = 20) -> dict:

@@ -18,7 +18,12 @@ A candidate that fails the gate, or fails to compile or launch, is reported and 
 ``--mode pool`` measures in the serving convention of ``gdnzoo bench --mode pool`` (a page-strided
 pool of at least 2 GiB, fresh random distinct slots every call through per-call index rows,
 q/k/v views of a packed mixed_qkv, use_qk_l2norm=True, T=1), beside the pool floor, and writes
-rows with ``mode: pool`` (what a pool call prefers).
+rows with ``mode: pool`` (what a pool call prefers).  ``--mode verify`` (``--tokens`` T >= 2)
+measures in the serving convention of ``gdnzoo bench --mode verify``, its ``states`` form (its
+inputs over a page-strided pool, T intermediate states a sequence into ``intermediate_states``
+with ``update_state=False``, fresh random distinct slots and intermediate rows every call), each
+candidate checked by that bench's check, beside the verify floor of that form, and writes rows
+with ``mode: verify``, ``tokens: T`` (what a verify call prefers).
 
 Writes ``gpu_tune.{csv,json,log}`` under ``--out`` after every cell (a time-out keeps what was
 measured) and prints the rows; ``--write`` puts them into this GPU's table file (a new file for
@@ -33,8 +38,10 @@ import dataclasses
 import datetime
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import yaml
@@ -47,14 +54,17 @@ from gdnzoo.reference import reference_outputs
 
 GEOMETRY = dict(H=4, HV=8, K=128, V=128)
 BATCHES = (1, 4, 8, 16, 32, 48, 64, 128, 256, 512)
+VERIFY_FORM = "states"          # the verify form a verify search measures (bench/verify.py)
 
 
 def add_shapes_args(p):
     g = p.add_argument_group("--shapes (the launch-shape search; a CUDA device)")
     g.add_argument("--state-dtype", default="fp32,bf16", help="comma list (default fp32,bf16)")
-    g.add_argument("--mode", default="inplace", choices=("inplace", "dest", "pool"),
-                   help="in place, destination passing (a distinct new_state, rotated cold), or "
-                        "a state pool in the serving convention (gdnzoo bench --mode pool; T=1)")
+    g.add_argument("--mode", default="inplace", choices=("inplace", "dest", "pool", "verify"),
+                   help="in place, destination passing (a distinct new_state, rotated cold), "
+                        "a state pool in the serving convention (gdnzoo bench --mode pool; T=1), "
+                        "or a speculative verify in the serving convention of gdnzoo bench "
+                        "--mode verify, states form (--tokens T >= 2)")
     g.add_argument("--tokens", type=int, default=1, help="T tokens per call (default 1)")
     g.add_argument("--rows-from-tokens", type=int, default=None,
                    help="the least T the written rows serve (default: --tokens)")
@@ -135,19 +145,85 @@ class PoolCell:
         return lambda i: call(slots.index)
 
 
+class VerifyCell:
+    """One (state dtype, B) of a verify search at T tokens: a cell of ``gdnzoo bench --mode
+    verify`` (bench/verify.py: its inputs, index rows and intermediate store over a shared state
+    pool ``sp``, on the pool's device) in the :data:`VERIFY_FORM` form."""
+
+    def __init__(self, sd, sp, B, T, seed=3):
+        from gdnzoo.bench import verify
+        self.sd, self.B, self.T = sd, B, T
+        device = sp.buf.device
+        l2 = clocks.l2_bytes(device) if device.type == "cuda" else 0
+        # make_ctx reads only the geometry of the bench's plan
+        self.ctx = verify.make_ctx(B, T, sd, sp, SimpleNamespace(**GEOMETRY), l2, device, seed)
+        self.problem = verify.problem(self.ctx, VERIFY_FORM)
+        self.prepare = self.ctx.ix.advance      # the next row into the indices, before each call
+
+    def floor_launcher(self):
+        from gdnzoo.bench import verify
+        return floor.best_verify_launcher(verify.floor_target(self.ctx, VERIFY_FORM))
+
+    def call(self, run, config):
+        """call(ix): ``run`` with ``config`` on the indices ``ix`` (a bench/verify.py ``Ix``),
+        with the pool and verify arguments gdnzoo.decode passes a backend for this form."""
+        from gdnzoo.bench import verify
+        from gdnzoo.pool import Pool
+        from gdnzoo.verify import Verify
+        ctx = self.ctx
+        x, st = ctx.x, ctx.pool.state
+
+        def call(ix):                           # update_state=False: the states form
+            run(*x.args(st), x.out, st, True, pool=Pool(ix.slots, ix.slots, verify.NULL_SLOT),
+                verify=Verify(ctx.inter, ix.rows, False, False, None), config=config)
+            return x.out
+        return call
+
+    def checked(self, run, config):
+        """launch(i) of one candidate after bench/verify.py's check passed it (out and every
+        intermediate state vs the float64 reference, nothing else of the pool, the intermediate
+        store or the activations changed); raises if it is wrong or cannot run."""
+        from gdnzoo.bench import verify
+        call, ix = self.call(run, config), self.ctx.ix
+        chk = verify.check_entry(verify.Entry(call, ""), self.ctx, VERIFY_FORM)
+        if not chk["ok"]:
+            raise AssertionError(chk["reason"])
+        return lambda i: call(ix.index)
+
+
+def check_args(args):
+    """The mode and token arguments of a shape search (before any device is looked at): a bad
+    one is a usage error (exit status 2)."""
+    if args.mode == "pool" and args.tokens != 1:
+        usage_error(f"--tokens: a pool search measures the decode step, T=1; got {args.tokens}")
+    if args.mode == "verify" and not 2 <= args.tokens <= floor.MAX_TOKENS:
+        usage_error(f"--tokens: a verify search (--mode verify) needs T draft tokens in "
+                    f"2..{floor.MAX_TOKENS}; got {args.tokens}")
+
+
+def usage_error(msg):
+    print(f"gdnzoo tune --shapes: error: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def make_cells(args, sd, pools):
-    """The cells of one state dtype, one per ``--batch`` (a pool search shares one pool)."""
-    if args.mode != "pool":
+    """The cells of one state dtype, one per ``--batch`` (a pool or verify search shares one
+    pool)."""
+    if args.mode not in ("pool", "verify"):
         return (Cell(sd, B, args.mode == "dest", args.tokens) for B in args.batch)
-    from gdnzoo.bench import pool
+    from gdnzoo.bench import pool, verify
     if sd not in pools:
-        elem = DTYPES[sd].itemsize
-        P = pool.pool_slots(args.batch, GEOMETRY["HV"], GEOMETRY["V"], GEOMETRY["K"], elem,
-                            clocks.l2_bytes())
+        elem, HV, V, K = DTYPES[sd].itemsize, GEOMETRY["HV"], GEOMETRY["V"], GEOMETRY["K"]
+        if args.mode == "pool":
+            P = pool.pool_slots(args.batch, HV, V, K, elem, clocks.l2_bytes())
+        else:
+            P = verify.pool_slots([(B, args.tokens) for B in args.batch], HV, V, K, elem,
+                                  clocks.l2_bytes())
         pools.clear()                                 # one pool at a time
-        pools[sd] = pool.StatePool(P, GEOMETRY["HV"], GEOMETRY["V"], GEOMETRY["K"], DTYPES[sd],
-                                   "cuda")
-    return (PoolCell(sd, pools[sd], B) for B in args.batch)
+        pools[sd] = pool.StatePool(P, HV, V, K, DTYPES[sd], "cuda")
+    if args.mode == "pool":
+        return (PoolCell(sd, pools[sd], B) for B in args.batch)
+    return (VerifyCell(sd, pools[sd], B, args.tokens) for B in args.batch)
 
 
 def time_candidates(cands, reps, rounds=1, prepare=None):
@@ -259,14 +335,15 @@ def new_rows(lt, gpu, results, args, source_id):
     that what was not measured keeps serving what it served; a changed row cites the tune, a
     kept one its old source (a row inherited from another file, e.g. a fallback's, cites that
     source under ``<file>:<id>``).  Rows measured at T=1 are of their mode, rows of several
-    tokens measured in place serve either mode."""
-    mode = args.mode if args.tokens == 1 or args.mode == "dest" else "any"
+    tokens measured in place serve either mode; rows of a verify search serve verify calls."""
+    mode = args.mode if args.tokens == 1 or args.mode in ("dest", "verify") else "any"
     tokens = args.rows_from_tokens or args.tokens
     own = lt.file_for(gpu)
     made, cited = [], {}
     for (b, sd), per_b in results.items():
         fields = registry.backend_module(b).CONFIG
-        f, rows = lt.serving(b, gpu, sd, mode != "dest", tokens, GEOMETRY, mode == "pool")
+        f, rows = lt.serving(b, gpu, sd, mode != "dest", tokens, GEOMETRY,
+                             pool=mode in ("pool", "verify"), verify=mode == "verify")
         existing = []
         for r in rows:
             sid = r.source if f is own else f"{f.slug}:{r.source}"
@@ -314,16 +391,18 @@ def _shown(path: Path) -> str:
 
 def cmd_shapes(args) -> int:
     from gdnzoo.bench import report
+    check_args(args)
     if not torch.cuda.is_available():
         raise SystemExit("gdnzoo tune --shapes: needs a CUDA device (the rows are per GPU)")
-    if args.mode == "pool" and args.tokens != 1:
-        raise SystemExit(f"--tokens: a pool search measures the decode step, T=1; got "
-                         f"{args.tokens}")
     tunable = registry.tunables()
+    if args.mode == "verify":               # verify rows only for the backends serving verify
+        specs = registry.load_registry().backends
+        tunable = [n for n in tunable if specs[n].verify is True]
     names = [n.strip() for n in (args.algo or ",".join(tunable)).split(",") if n.strip()]
     bad = [n for n in names if n not in tunable]
     if bad:
-        raise SystemExit(f"--algo: not tunable: {', '.join(bad)}; tunable: {', '.join(tunable)}")
+        raise SystemExit(f"--algo: not tunable{' in verify mode' * (args.mode == 'verify')}: "
+                         f"{', '.join(bad)}; tunable: {', '.join(tunable)}")
     names = [n for n in names if registry.availability(n, "cuda")[0]]
     gpu = torch.cuda.get_device_name()
     out = Path(args.out or Path(report.default_out_dir()) / "shapes")
@@ -350,9 +429,13 @@ def cmd_shapes(args) -> int:
             del cell
             torch.cuda.empty_cache()
     sid = (f"tune-{datetime.date.today().isoformat()}-{args.mode}-t{args.tokens}")
-    conv = (" in the serving convention of gdnzoo bench --mode pool (page-strided pool, fresh "
-            "random slots every call, packed mixed_qkv, use_qk_l2norm=True)"
-            if args.mode == "pool" else "")
+    conv = {"pool": " in the serving convention of gdnzoo bench --mode pool (page-strided pool, "
+                    "fresh random slots every call, packed mixed_qkv, use_qk_l2norm=True)",
+            "verify": f" in the verify serving convention of gdnzoo bench --mode verify, "
+                      f"{VERIFY_FORM} form (intermediate_states by intermediate_indices, "
+                      f"update_state=False, page-strided pool, fresh random slots and "
+                      f"intermediate rows every call, packed mixed_qkv, use_qk_l2norm=True)"
+            }.get(args.mode, "")
     src = {sid: dict(how=f"gdnzoo tune --shapes --algo {','.join(names)} --mode {args.mode} "
                          f"--tokens {args.tokens} on {gpu}{conv}: winners beside the committed "
                          f"rows, changed where >= {args.margin:.0%} faster",

@@ -18,12 +18,16 @@ load.  Each row is keyed by what it depends on and names where it came from::
          config: {warps: 2, row_groups: 2, lanes_per_row: 16, hint: 3}, source: v4-inplace}
 
 * ``mode``: ``inplace`` or ``dest`` (destination passing), ``pool`` (a state pool read through
-  slot indices, :mod:`gdnzoo.pool`), or ``any``.  A pool call takes a ``pool`` set where the
-  file has one, else the set of its own in-place or destination mode.
+  slot indices, :mod:`gdnzoo.pool`), ``verify`` (a speculative verify, :mod:`gdnzoo.verify`,
+  which stores T states per sequence), or ``any``.  A verify call takes a ``verify`` set where
+  the file has one, else what the same call without verify takes; a pool call takes a ``pool``
+  set where the file has one, else the set of its own in-place or destination mode.  Only
+  verify calls take ``verify`` sets, only pool calls ``pool`` sets.
 * ``tokens``: the least T the row serves; a row set serves T from there up to the next larger
   ``tokens`` of the same backend and state dtype (rows tuned at T=4 with ``tokens: 3`` serve
-  T = 3 and more).  Among the sets that serve a call, the largest ``tokens`` wins, then a set of
-  the call's own mode over ``any``, then a set with a ``geometry`` over one without.
+  T = 3 and more).  Among the sets that serve a call (a verify or pool set first, as above), the
+  largest ``tokens`` wins, then a set of the call's own mode over ``any``, then a set with a
+  ``geometry`` over one without.
 * ``batch: [lo, hi]`` (``hi`` null: no limit) at the file's ``measured_at`` HV: a row serves a
   call with B*HV in ((lo - 1)*HV_m, hi*HV_m], so that another geometry gets the rows of the
   same number of (sequence, head) pairs.  The ranges of a set start at 1 and leave no gap.
@@ -48,7 +52,7 @@ import yaml
 # Package data this module reads, relative to the gdnzoo package (what `gdnzoo pack` vendors).
 PACKAGE_DATA = ("backends/tables/*.yaml",)
 STATES = ("fp32", "bf16")
-MODES = ("inplace", "dest", "pool", "any")
+MODES = ("inplace", "dest", "pool", "any", "verify")
 GEOMETRY_KEYS = ("H", "HV", "K", "V")
 DEFAULT_FILE = "default"
 REQUIRED = object()          # a ConfigFields default: the field must be given
@@ -377,34 +381,36 @@ class LaunchTables:
                     fields.normalize(r.config, f"{f.path.name} rows[{i}] ({backend} config)")
         self._validated.add(backend)
 
-    def serving(self, backend, gpu_name, state, inplace, T, geometry, pool=False):
+    def serving(self, backend, gpu_name, state, inplace, T, geometry, pool=False, verify=False):
         """(file, rows by batch) of the row set that serves these calls on this GPU: the first
-        file of its chain with a set for them; there a ``pool`` set for a pool call, then the
-        set with the largest ``tokens``, then of the call's own mode over ``any``, then with a
-        geometry over without."""
+        file of its chain with a set for them; there a ``verify`` set for a verify call, then a
+        ``pool`` set for a pool call, then the set with the largest ``tokens``, then of the
+        call's own mode over ``any``, then with a geometry over without."""
         mode = "inplace" if inplace else "dest"
-        modes = (mode, "any", "pool") if pool else (mode, "any")
+        modes = (mode, "any") + ("pool",) * bool(pool) + ("verify",) * bool(verify)
         for f in self.chain(gpu_name):
             best = None
             for key, rs in f.row_sets(backend, state).items():
                 _, _, m, tokens, geom = key
                 if tokens > T or m not in modes or any(geometry[k] != v for k, v in geom):
                     continue
-                rank = (m == "pool", tokens, m != "any", bool(geom))
+                rank = (m == "verify", m == "pool", tokens, m != "any", bool(geom))
                 if best is None or rank > best[0]:
                     best = (rank, sorted(rs, key=lambda r: r.lo))
             if best is not None:
                 return f, best[1]
-        raise TableError(f"no launch rows for {backend} ({state}, {mode}, T={T}) for GPU "
+        call = ", ".join([mode] + ["pool"] * bool(pool) + ["verify"] * bool(verify))
+        raise TableError(f"no launch rows for {backend} ({state}, {call}, T={T}) for GPU "
                          f"{gpu_name!r} in any table file or its fallbacks")
 
-    def row(self, backend, fields, gpu_name, state, inplace, T, B, geometry, pool=False) -> tuple:
+    def row(self, backend, fields, gpu_name, state, inplace, T, B, geometry, pool=False,
+            verify=False) -> tuple:
         """The launch config (normalized tuple) and the row serving this call.
 
         ``geometry``: dict(H=, HV=, K=, V=) of the call; B*HV picks the batch range.
         """
         self.check_configs(backend, fields)
-        f, rows = self.serving(backend, gpu_name, state, inplace, T, geometry, pool)
+        f, rows = self.serving(backend, gpu_name, state, inplace, T, geometry, pool, verify)
         heads = B * geometry["HV"]
         for r in rows:
             lo, hi = r.heads_range()
@@ -428,10 +434,11 @@ def reset():
 
 
 def launch_config(backend, fields, gpu_name, state, inplace, T, B, H, HV, K, V,
-                  pool=False) -> tuple:
-    """The normalized launch config of ``backend`` for this call on this GPU."""
+                  pool=False, verify=False) -> tuple:
+    """The normalized launch config of ``backend`` for this call on this GPU (``pool``: a state
+    pool call, ``verify``: a speculative verify)."""
     return launch_tables().row(backend, fields, gpu_name, state, inplace, T, B,
-                               dict(H=H, HV=HV, K=K, V=V), pool)[0]
+                               dict(H=H, HV=HV, K=K, V=V), pool, verify)[0]
 
 
 # ---------------------------------------------------------------------------- writing

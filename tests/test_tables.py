@@ -2,6 +2,7 @@
 the name rule, what the tuner writes, and that every shipped row is a shape the tuner can
 measure (CPU)."""
 import copy
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,8 @@ def test_every_shipped_row_is_a_shape_the_search_measures():
     """A GPU's rows came from the shape search: each is among its backend's candidates (cuda-v4:
     its shape and staging, the cache hint, gate precision and FMA chains varying in stage 2; at
     T > 1 a staged candidate runs in registers, so a multi-token row may have a staged shape and
-    none stages).  The default file's generic rows were not measured."""
+    none stages; a verify row is among the verify search's shapes, or a multi-token row it
+    kept).  The default file's generic rows were not measured."""
     lt = tables.LaunchTables.load()
     for name in registry.tunables():
         mod = registry.backend_module(name)
@@ -77,11 +79,18 @@ def test_every_shipped_row_is_a_shape_the_search_measures():
             p = Problem(B=1, T=1, H=4, HV=8, K=128, V=128, state_dtype=dt,
                         io_dtype=torch.bfloat16, device="cuda", cc=(9, 0))
             cands = [mod.CONFIG.normalize(c) for c in mod.candidates(p)]
-            rows = [mod.CONFIG.normalize(r.config) + (r.tokens,) for f in lt.files.values()
+            rows = [(mod.CONFIG.normalize(r.config), r.tokens, r.mode) for f in lt.files.values()
                     for r in f.rows if f.match and r.backend == name and r.state == sd]
             assert rows
-            for *c, tokens in rows:
-                if name != "cuda-v4":
+            for c, tokens, mode in rows:
+                if mode == "verify" and name == "cuda-v4":
+                    # a verify search's winner, or a row it kept from the set it started from
+                    vp = dataclasses.replace(p, T=tokens, verify="states")
+                    searched = {x[:3] + x[6:] for x in map(mod.CONFIG.normalize,
+                                                            mod.candidates(vp))}
+                    assert c[:3] + c[6:] in searched or (
+                        tuple(c[:3]) in {x[:3] for x in cands} and c[6] == 0 and c[8] == 0), c
+                elif name != "cuda-v4":
                     assert tuple(c) in cands, (name, c)
                 elif tokens == 1:
                     assert tuple(c[:3] + c[6:7]) in {x[:3] + x[6:7] for x in cands}, c
@@ -92,10 +101,10 @@ def test_every_shipped_row_is_a_shape_the_search_measures():
 def test_refine_keeps_the_best_shapes():
     from gdnzoo.backends import cuda_v4, fla_recurrent
     ranked = [(1, 2, 16, 0, 1, 0, 0, 0), (1, 2, 16, 3, 1, 0, 0, 0), (2, 2, 16, 0, 1, 0, 1, 0),
-              (4, 1, 8, 2, 1, 0, 0, 2), (8, 1, 8, 2, 1, 0, 0, 0), (1, 1, 4, 0, 1, 0, 0, 0)]
+              (4, 1, 8, 2, 1, 0, 0, 0, 1), (8, 1, 8, 2, 1, 0, 0, 0), (1, 1, 4, 0, 1, 0, 0, 0)]
     got = cuda_v4.refine(ranked)
-    assert {c[:3] + c[6:] for c in got} == {(1, 2, 16, 0, 0), (2, 2, 16, 1, 0), (4, 1, 8, 0, 2),
-                                            (8, 1, 8, 0, 0)}
+    assert {c[:3] + c[6:] for c in got} == {(1, 2, 16, 0, 0, 0), (2, 2, 16, 1, 0, 0),
+                                            (4, 1, 8, 0, 0, 1), (8, 1, 8, 0, 0, 0)}
     assert {c[3] for c in got if c[6]} == {0, 2} and {c[4] for c in got} == {0, 1}
     assert fla_recurrent.refine([(4, 1, 1, 8, 1), (8, 1, 1), (2, 1, 1, 8), (1, 1, 1)]) == \
         [(4, 1, 1, 8, 1), (8, 1, 1, None, 0), (2, 1, 1, 8, 0)]

@@ -1,0 +1,328 @@
+"""Launch rows of speculative verify (``mode: verify`` in backends/tables/*.yaml) and the shape
+search that measures them (``gdnzoo tune --shapes --mode verify``): the lookup's rank (a verify
+call takes verify rows first, a plain call never does, no verify rows: what it took before), the
+written form, the backends' plumbing, the tuner's arguments and rows, and its verify cell on the
+CPU (checked through the Triton interpreter).  Timing needs a GPU; the GPU-only tests say so."""
+import argparse
+
+import pytest
+import torch
+import yaml
+
+from gdnzoo import registry, tables
+from gdnzoo.bench import pool as serving
+from gdnzoo.bench import shapes, verify
+from gdnzoo.contract import Problem
+from gdnzoo.inputs import DTYPES
+from helpers import run_cli
+
+HAS_CUDA = torch.cuda.is_available()
+H100 = "NVIDIA H100 80GB HBM3"
+FIELDS = tables.ConfigFields(a=tables.REQUIRED, b=0)
+GEOM = dict(H=4, HV=8, K=128, V=128)
+
+
+def _file(rows, match="X100", fallback="default"):
+    return dict(gpu=f"NVIDIA {match}", match=match, fallback=fallback, measured_at=dict(GEOM),
+                sources={"s": {"how": "test"}}, rows=rows)
+
+
+def _row(lo, hi, a, state="fp32", mode="inplace", tokens=1, backend="k", **kw):
+    return dict(backend=backend, state=state, mode=mode, tokens=tokens, batch=[lo, hi],
+                config=dict(a=a), source="s", **kw)
+
+
+def _tables(tmp_path, **files):
+    d = tmp_path / "tables"
+    d.mkdir(parents=True, exist_ok=True)
+    files.setdefault("default", _file([_row(1, None, "generic", mode="any"),
+                                       _row(1, None, "generic", mode="any", state="bf16")],
+                                      match=None, fallback=None))
+    for name, data in files.items():
+        (d / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return tables.LaunchTables.load(d)
+
+
+def _pick(lt, B, T=1, inplace=True, pool=False, verify=False, state="fp32", gpu="NVIDIA X100",
+          **geom):
+    return lt.row("k", FIELDS, gpu, state, inplace, T, B, {**GEOM, **geom}, pool, verify)[0][0]
+
+
+X100 = [_row(1, None, "ip"), _row(1, None, "dest", mode="dest"),
+        _row(1, None, "pool", mode="pool"), _row(1, None, "t2", mode="any", tokens=2),
+        _row(1, None, "v2", mode="verify", tokens=2),
+        _row(1, 4, "v4-small", mode="verify", tokens=4),
+        _row(5, None, "v4-big", mode="verify", tokens=4),
+        _row(1, None, "t8", mode="any", tokens=8),
+        _row(1, None, "ip-bf16", state="bf16"),
+        _row(1, None, "pool-bf16", state="bf16", mode="pool"),
+        _row(1, None, "t2-bf16", state="bf16", mode="any", tokens=2)]
+
+
+# ------------------------------------------------------------------------ the lookup
+
+def test_a_verify_call_takes_verify_rows_first(tmp_path):
+    lt = _tables(tmp_path, x100=_file(X100))
+    for inplace in (True, False):
+        for pool in (False, True):
+            assert _pick(lt, 1, T=2, inplace=inplace, pool=pool, verify=True) == "v2"
+    assert _pick(lt, 9, T=3, verify=True) == "v2"                  # tokens 2 serve T = 2, 3
+    assert _pick(lt, 4, T=4, verify=True) == "v4-small"
+    assert _pick(lt, 5, T=8, pool=True, verify=True) == "v4-big"    # over any tokens 8 and pool
+    assert _pick(lt, 1, T=4, verify=True, HV=32) == "v4-small"      # batch ranges at HV=8:
+    assert _pick(lt, 2, T=4, verify=True, HV=32) == "v4-big"        # B=2 has the heads of B=8
+    assert _pick(lt, 1, T=1, verify=True) == "ip"                   # tokens <= T still holds
+    assert _pick(lt, 1, T=1, pool=True, verify=True) == "pool"
+
+
+def test_a_plain_call_never_takes_verify_rows(tmp_path):
+    lt = _tables(tmp_path, x100=_file(X100))
+    assert _pick(lt, 1, T=2) == "t2" and _pick(lt, 5, T=4) == "t2" and _pick(lt, 5, T=8) == "t8"
+    assert _pick(lt, 1, T=1, inplace=False) == "dest" and _pick(lt, 1, T=4, pool=True) == "pool"
+
+
+def test_without_verify_rows_a_verify_call_takes_what_it_took_before(tmp_path):
+    lt = _tables(tmp_path, x100=_file(X100))
+    plains = set()
+    for T in (1, 2, 4, 8):
+        for inplace in (True, False):
+            for pool in (False, True):
+                plain = _pick(lt, 3, T, inplace, pool, state="bf16")
+                assert _pick(lt, 3, T, inplace, pool, True, state="bf16") == plain
+                plains.add(plain)
+    assert plains == {"ip-bf16", "pool-bf16", "t2-bf16", "generic"}     # generic: dest, T=1
+    assert _pick(lt, 1, T=2, verify=True, gpu="NVIDIA Y9") == "generic"   # no file: default
+
+
+def test_verify_rows_keep_the_file_chain_and_geometry(tmp_path):
+    lt = _tables(tmp_path,
+                 base=_file([_row(1, None, "base-v", mode="verify", tokens=2),
+                             _row(1, None, "base-ip")], match="X100", fallback=None),
+                 x100s=_file([_row(1, None, "own-t2", mode="any", tokens=2),
+                              _row(1, None, "hv64-v", mode="verify", tokens=2,
+                                   geometry={"HV": 64})], match="X100S", fallback="base"))
+    # the first file of the chain with a set for the call decides, as for every mode
+    assert _pick(lt, 1, T=2, verify=True, gpu="NVIDIA X100S") == "own-t2"
+    assert _pick(lt, 1, T=2, verify=True, gpu="NVIDIA X100S", HV=64, H=16) == "hv64-v"
+    assert _pick(lt, 1, T=2, verify=True, gpu="NVIDIA X100") == "base-v"
+    assert _pick(lt, 1, T=2, gpu="NVIDIA X100") == "base-ip"
+    with pytest.raises(tables.TableError, match=r"no launch rows for k \(fp32, dest, pool, "
+                                                r"verify, T=2\)"):
+        _tables(tmp_path / "b", default=_file([], match=None, fallback=None)).row(
+            "k", FIELDS, "NVIDIA X100", "fp32", False, 2, 1, GEOM, True, True)
+
+
+def test_render_round_trip_with_verify_rows(tmp_path):
+    lt = _tables(tmp_path, x100=_file(X100))
+    f = lt.files["x100"]
+    text = tables.render_launch_file(f)
+    back = tables.parse_launch_file(yaml.safe_load(text), f.path)
+    key = lambda r: (r.key(), r.lo)                                          # noqa: E731
+    assert sorted(back.rows, key=key) == sorted(f.rows, key=key)
+    assert tables.render_launch_file(back) == text
+    order = [(r.tokens, r.mode) for r in back.rows if r.state == "fp32"]
+    assert order == [(1, "inplace"), (1, "dest"), (1, "pool"), (2, "any"), (2, "verify"),
+                     (4, "verify"), (4, "verify"), (8, "any")]
+    assert "mode: verify, tokens: 4, batch: [5, null]" in text
+    bad = _file([_row(1, None, "a", mode="sideways")])
+    with pytest.raises(tables.TableError, match="'verify'"):                # the modes named
+        _tables(tmp_path / "c", x100=bad)
+
+
+# ------------------------------------------------------------------------ the backends' lookup
+
+def _problem(sd, T, verify_form, pool=True):
+    return Problem(B=2, T=T, H=4, HV=8, K=128, V=128, state_dtype=DTYPES[sd],
+                   io_dtype=torch.bfloat16, device="cuda", cc=(9, 0), pool=pool,
+                   verify=verify_form)
+
+
+@pytest.mark.parametrize("name", ["cuda-v4", "fla-recurrent"])
+def test_the_tunable_backends_look_up_verify_rows(tmp_path, monkeypatch, name):
+    """launch_config(problem) passes the Problem's verify to the lookup: verify rows for a
+    verify Problem, never for a plain one."""
+    mod = registry.backend_module(name)
+    shipped = tables.LaunchTables.load()
+    row = shipped.row(name, mod.CONFIG, H100, "fp32", True, 2, 2, GEOM)[1]   # the plain T=2 row
+    other = dict(row.config)
+    first = mod.CONFIG.names[0]
+    other[first] = 4 if other.get(first) != 4 else 2
+    h100 = yaml.safe_load(shipped.files["h100"].path.read_text())
+    h100["rows"] = [r for r in h100["rows"] if r["mode"] != "verify"]     # only the one below
+    h100["rows"].append(dict(backend=name, state="fp32", mode="verify", tokens=2, batch=[1, None],
+                             config=other, source=row.source))
+    lt = _tables(tmp_path, h100=h100,
+                 default=yaml.safe_load(shipped.files["default"].path.read_text()))
+    monkeypatch.setattr(tables, "launch_tables", lambda: lt)
+    got = mod.launch_config(_problem("fp32", 2, "states"), H100)
+    assert mod.CONFIG.normalize(got)[0] == other[first]
+    for form in ("states+update", "slots"):
+        assert mod.CONFIG.normalize(mod.launch_config(_problem("fp32", 4, form), H100))[0] \
+            == other[first]
+    plain = mod.launch_config(_problem("fp32", 2, "", pool=False), H100)
+    assert mod.CONFIG.normalize(plain)[0] == mod.CONFIG.normalize(row.config)[0]
+    bf16 = mod.launch_config(_problem("bf16", 2, "states"), H100)     # no bf16 verify rows
+    assert bf16 == mod.launch_config(_problem("bf16", 2, ""), H100)
+
+
+class _Looked(Exception):
+    pass
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="binds a CUDA launcher: needs a CUDA device")
+def test_launchers_look_up_verify_rows_for_verify_calls(monkeypatch):
+    """cuda-v4's Bound and fla-recurrent's launch ask the tables with verify=True for a verify
+    call and verify=False for a plain one (the lookup is stopped right there)."""
+    from gdnzoo.inputs import make_inputs
+    from gdnzoo.verify import Verify
+    x = make_inputs(B=2, T=2, **GEOM, state_dtype=torch.float32, device="cuda", seed=0)
+    inter = torch.empty(2, 2, 8, 128, 128, device="cuda")
+    out = torch.empty(2, 2, 8, 128, dtype=x.v.dtype, device="cuda")
+    args = (x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, x.state, True)
+    for name in ("cuda-v4", "fla-recurrent"):
+        mod = registry.backend_module(name)
+        seen = []
+
+        def spy(gpu, sd, B, H, HV, K, V, inplace=True, T=1, pool=False, verify=False):
+            seen.append(verify)
+            raise _Looked
+
+        monkeypatch.setattr(mod, "table_config", spy)
+        if name == "cuda-v4":
+            monkeypatch.setattr(mod, "_binds", {})
+            calls = (lambda: mod.bind(*args), lambda: mod.bind(
+                *args, None, Verify(inter, None, False, False, None)))
+        else:
+            calls = (lambda: mod.launch(*args), lambda: mod.launch(
+                *args, verify=Verify(inter, None, False, False, None)))
+        for call in calls:
+            with pytest.raises(_Looked):
+                call()
+        assert seen == [False, True], name
+
+
+# ------------------------------------------------------------------------ the tuner
+
+@pytest.mark.parametrize("argv,frag", [
+    (["--mode", "verify"], "--tokens: a verify search (--mode verify) needs T draft tokens in "
+                           "2..16; got 1"),
+    (["--mode", "verify", "--tokens", "17"], "got 17"),
+    (["--mode", "pool", "--tokens", "2"], "--tokens: a pool search measures the decode step"),
+])
+def test_tune_shapes_argument_errors(capsys, argv, frag):
+    code, _, err = run_cli(["tune", "--shapes", *argv], capsys)
+    assert code == 2 and frag in err and "gdnzoo tune --shapes: error" in err
+
+
+def test_tune_shapes_verify_arguments_pass_the_check():
+    p = shapes.add_shapes_args(argparse.ArgumentParser())
+    for T in ("2", "8", "16"):
+        shapes.check_args(p.parse_args(["--mode", "verify", "--tokens", T]))
+    with pytest.raises(SystemExit):
+        p.parse_args(["--mode", "verify-slots"])
+
+
+def test_a_verify_search_tunes_only_backends_that_serve_verify(monkeypatch):
+    from gdnzoo.bench import tune
+    monkeypatch.setattr(shapes.torch.cuda, "is_available", lambda: True)    # up to the GPU
+    p = tune.add_tune_args(argparse.ArgumentParser())
+    with pytest.raises(SystemExit, match=r"not tunable in verify mode: fla-tma; tunable: "
+                                         r"[a-z0-9-, ]*cuda-v4"):
+        tune.cmd_tune(p.parse_args(["--shapes", "--mode", "verify", "--tokens", "2",
+                                    "--algo", "cuda-v4,fla-tma"]))
+
+
+def test_shape_rows_of_a_verify_search_have_mode_verify():
+    """Rows of a verify search are ``mode: verify, tokens: T``, merged into the set a verify
+    call took before (the shipped verify rows, else the in-place T=2 rows); written, they serve
+    verify calls only."""
+    args = argparse.Namespace(mode="verify", tokens=2, rows_from_tokens=None)
+    mod = registry.backend_module("cuda-v4")
+    lt = tables.LaunchTables.load()
+    before = lt.row("cuda-v4", mod.CONFIG, H100, "fp32", True, 2, 64, GEOM)[0]
+    cfg = mod.CONFIG.normalize((2, 2, 16, 3))
+    assert cfg != before
+    made, cited = shapes.new_rows(lt, H100, {("cuda-v4", "fp32"): {64: (cfg, 9.0, 8.0, True)}},
+                                  args, "tune-v")
+    assert made and {(r.mode, r.tokens, r.state) for r in made} == {("verify", 2, "fp32")}
+    assert made[0].lo == 1 and made[-1].hi is None
+    assert [r.source for r in made].count("tune-v") == 1 and set(cited) <= set(
+        lt.files["h100"].sources)
+    f = tables.replace_rows(lt.files["h100"], made, {"tune-v": {"how": "a verify tune"}, **cited})
+    order = {b: registry.backend_module(b).CONFIG.names for b in {r.backend for r in f.rows}}
+    back = tables.parse_launch_file(yaml.safe_load(tables.render_launch_file(f, order)), f.path)
+    new = tables.LaunchTables({**lt.files, "h100": back})
+    for B, want in ((64, cfg), (1, lt.row("cuda-v4", mod.CONFIG, H100, "fp32", True, 2, 1,
+                                          GEOM, True, True)[0])):
+        assert new.row("cuda-v4", mod.CONFIG, H100, "fp32", True, 2, B, GEOM, True,
+                       True)[0] == want
+    assert new.row("cuda-v4", mod.CONFIG, H100, "fp32", True, 2, 64, GEOM)[0] == before
+    assert new.row("cuda-v4", mod.CONFIG, H100, "fp32", True, 2, 64, GEOM, True)[0] == before
+
+
+# ------------------------------------------------------------------------ the verify cell
+
+def _cpu_cell(sd, B=1, T=2):
+    elem = DTYPES[sd].itemsize
+    P = verify.pool_slots([(B, T)], 8, 128, 128, elem, 0, min_bytes=0)
+    sp = serving.StatePool(P, 8, 128, 128, DTYPES[sd], "cpu", seed=1)
+    return shapes.VerifyCell(sd, sp, B, T)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="the CPU form of the cell (the GPU test times it)")
+@pytest.mark.parametrize("sd", ["fp32", "bf16"])
+def test_verify_cell_checks_candidates_on_the_cpu(sd):
+    """The cell's Problem is the states form on a pool; a correct candidate passes
+    bench/verify.py's check and then runs on fresh rows; wrong ones are refused."""
+    cell = _cpu_cell(sd)
+    p = cell.problem
+    assert (p.verify, p.pool, p.T, p.B, p.inplace, p.use_qk_l2norm) == ("states", True, 2, 1,
+                                                                          True, True)
+    mod = registry.backend_module("fla-recurrent")
+    assert mod.candidates(p)
+    run = registry.runner("fla-recurrent")
+    config = (128, 8, 1)
+    launch = cell.checked(run, config)
+    ctx = cell.ctx
+    storage = ctx.pool.buf.clone()
+    cell.prepare()
+    launch(0)
+    assert torch.equal(ctx.pool.buf, storage)                       # update_state=False
+    ix = ctx.ix.index
+    assert not torch.equal(ix.slots, ctx.ix.check.slots)           # a fresh row, not the check's
+    assert torch.isfinite(ctx.inter.index_select(0, ix.rows.long())).all()
+
+    def wrong_out(*a, **kw):
+        run(*a, **kw)
+        a[9].mul_(2)
+
+    def updates(*a, pool=None, verify=None, config=None):
+        run(*a, pool=pool, verify=verify._replace(update=True), config=config)
+
+    with pytest.raises(AssertionError, match="out"):
+        cell.checked(wrong_out, config)
+    with pytest.raises(AssertionError, match="pool: changed although update_state=False"):
+        cell.checked(updates, config)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="the serving-size pool and the verify floor: a CUDA "
+                                         "device")
+def test_verify_cell_on_the_gpu():
+    """A verify search's cells (make_cells): every cuda-v4 candidate of a small B is checked and
+    runs on fresh rows, and the verify floor's launcher is found."""
+    args = argparse.Namespace(mode="verify", tokens=2, batch=[1, 4])
+    cells = list(shapes.make_cells(args, "fp32", {}))
+    assert [(c.B, c.T, c.problem.verify) for c in cells] == [(1, 2, "states"), (4, 2, "states")]
+    cell = cells[0]
+    mod = registry.backend_module("cuda-v4")
+    cands = [mod.CONFIG.normalize(c) for c in mod.candidates(cell.problem)]
+    run = registry.runner("cuda-v4")
+    for c in cands[:: max(1, len(cands) // 16)]:
+        launch = cell.checked(run, c)
+        cell.prepare()
+        launch(0)
+    torch.cuda.synchronize()
+    fl = cell.floor_launcher()
+    assert fl["launch"] is not None, fl["config"]
+    fl["launch"](0)
+    torch.cuda.synchronize()
