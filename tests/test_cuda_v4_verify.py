@@ -212,7 +212,7 @@ def test_verify_marshalling(fake_gpu):
     _run(case)
     d, (_, grid, block, f) = compiled[-1], launches[-1]
     assert (d["GDN_POOL"], d["GDN_INTER"], d["GDN_UPDATE"]) == (0, 1, 1) and "GDN_IDX64" not in d
-    w, rw, lpr = cuda_v4.table_config(H100, F32, 3, 2, 4, 128, 128, True, 3)[:3]
+    w, rw, lpr = cuda_v4.table_config(H100, F32, 3, 2, 4, 128, 128, True, 3, verify=True)[:3]
     assert (d["GDN_W"], d["GDN_RW"], d["GDN_LPR"], d["GDN_T"]) == (w, rw, lpr, 3)
     assert grid == 3 * 4 * cuda_v4.blocks_per_head(128, w, rw, lpr) and block == 32 * w
     inter = case.inter
@@ -231,7 +231,8 @@ def test_verify_marshalling(fake_gpu):
     _run(case, l2=True)
     d, f = compiled[-1], launches[-1][3]
     assert (d["GDN_POOL"], d["GDN_IDX64"], d["GDN_INTER"], d["GDN_UPDATE"]) == (1, 7, 2, 0)
-    w, rw, lpr = cuda_v4.table_config(H100, F32, 3, 2, 4, 128, 128, True, 2, pool=True)[:3]
+    w, rw, lpr = cuda_v4.table_config(H100, F32, 3, 2, 4, 128, 128, True, 2, pool=True,
+                                      verify=True)[:3]
     assert (d["GDN_W"], d["GDN_RW"], d["GDN_LPR"], d["GDN_L2NORM"]) == (w, rw, lpr, 1)
     assert (f["idx"], f["new_idx"], f["inter_idx"]) == (case.idx.data_ptr(),) * 2 + (
         case.inter_idx.data_ptr(),)
