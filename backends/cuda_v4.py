@@ -14,10 +14,13 @@ sequences get zero outputs and touch no state.  Their launch rows are the ``pool
 table has them, else its in-place or destination-passing rows.
 
 Speculative verify (:mod:`gdnzoo.verify`) is served natively too, on a dense state or a pool, in
-the launch row the call would get anyway: one pass over the tokens with the state in registers,
-the state after each token stored from them to its intermediate row and step, or to its
-per-token slot; ``update_state=False`` compiles the final store out.  Every thread stores the
-rows it holds, so every launch shape serves every form.
+the table's ``verify`` rows where it has them (``gdnzoo tune --shapes --mode verify``), else the
+row the call would get anyway: one pass over the tokens with the state in registers, the state
+after each token stored from them to its intermediate row and step, or to its per-token slot;
+``update_state=False`` compiles the final store out.  Every thread stores the rows it holds, so
+every launch shape serves every form.  A row with ``chunk`` set takes every token at once (the
+Gram form: one butterfly for the 2T dot products with the initial state, then a scalar
+recurrence and T plain updates; ``cuda_v4.cu`` explains it), for any call with 1 < T <= 16.
 
 Programmatic dependent launch (``pdl=``, compute capability >= 9.0): the kernel is launched with
 ``cuLaunchKernelEx`` so that it may start while the kernel before it is still running, and
