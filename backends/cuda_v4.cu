@@ -366,8 +366,7 @@ __device__ __forceinline__ constexpr int chunk_pair(int j, int t) { return t * (
 // groups of the block take the entries in turn.  Every lane runs every round (full-warp
 // shuffles); a lane past the last entry computes entry 0 again and stores nothing.
 constexpr int CH_GL = 8;
-template <int IOD_, typename Q>
-__device__ __forceinline__ void chunk_gram(const Q (&cqk)[T][2][QK_CH], float* cgram) {
+__device__ __forceinline__ void chunk_gram(const uint4 (&cqk)[T][2][QK_CH], float* cgram) {
     constexpr int NG = 32 * W / CH_GL, KE = K / CH_GL;
     const int grp = (int)threadIdx.x / CH_GL, gl = (int)threadIdx.x % CH_GL;
 #pragma unroll
@@ -382,8 +381,8 @@ __device__ __forceinline__ void chunk_gram(const Q (&cqk)[T][2][QK_CH], float* c
             x = y = e - CH_QQ; xk = yk = 0;
         }
         float xs[KE], ys[KE];
-        ld_vec<IOD_, KE>(&cqk[x][xk][0], gl * KE, xs);
-        ld_vec<IOD_, KE>(&cqk[y][yk][0], gl * KE, ys);
+        ld_vec<IOD, KE>(&cqk[x][xk][0], gl * KE, xs);
+        ld_vec<IOD, KE>(&cqk[y][yk][0], gl * KE, ys);
         float d = dot_sum<KE>([&](int i) { return xs[i] * ys[i]; });
 #pragma unroll
         for (int off = CH_GL / 2; off > 0; off >>= 1) d += __shfl_xor_sync(FULL, d, off);
@@ -576,7 +575,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
-    chunk_gram<IOD>(cqk, cgram);
+    chunk_gram(cqk, cgram);
     __syncthreads();
     float rq[T], rk[T];
 #pragma unroll
