@@ -15,32 +15,9 @@ from gdnzoo.bench import shapes, verify
 from gdnzoo.contract import Problem
 from gdnzoo.inputs import DTYPES
 from helpers import run_cli
+from test_tables import FIELDS, GEOM, H100, _file, _row, _tables
 
 HAS_CUDA = torch.cuda.is_available()
-H100 = "NVIDIA H100 80GB HBM3"
-FIELDS = tables.ConfigFields(a=tables.REQUIRED, b=0)
-GEOM = dict(H=4, HV=8, K=128, V=128)
-
-
-def _file(rows, match="X100", fallback="default"):
-    return dict(gpu=f"NVIDIA {match}", match=match, fallback=fallback, measured_at=dict(GEOM),
-                sources={"s": {"how": "test"}}, rows=rows)
-
-
-def _row(lo, hi, a, state="fp32", mode="inplace", tokens=1, backend="k", **kw):
-    return dict(backend=backend, state=state, mode=mode, tokens=tokens, batch=[lo, hi],
-                config=dict(a=a), source="s", **kw)
-
-
-def _tables(tmp_path, **files):
-    d = tmp_path / "tables"
-    d.mkdir(parents=True, exist_ok=True)
-    files.setdefault("default", _file([_row(1, None, "generic", mode="any"),
-                                       _row(1, None, "generic", mode="any", state="bf16")],
-                                      match=None, fallback=None))
-    for name, data in files.items():
-        (d / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    return tables.LaunchTables.load(d)
 
 
 def _pick(lt, B, T=1, inplace=True, pool=False, verify=False, state="fp32", gpu="NVIDIA X100",
