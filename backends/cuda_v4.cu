@@ -58,6 +58,12 @@
 // as a scalar recurrence over those entries, and makes and stores its T states with one
 // multiply-add an element each.  At small batch this takes the T - 1 shuffle chains (and the
 // per-token loads) off the critical path.
+// GDN_AHEAD (T > 1, the token loop with the state in registers, q/k not staged per block): the
+// loads that do not depend on the state leave the token's own step, so a token waits on its dot
+// products and butterflies, not on a load.  1: v, a, b, the gates (and the per-token slots) of
+// every token before the loop, each token's q and k one token ahead, the loop unrolled; 2: all
+// of them one token ahead, the loop not unrolled (T times less code: at one warp per scheduler
+// the unrolled loop misses the instruction cache).
 // Programmatic dependent launch (sm_90+, launched with cuLaunchKernelEx by the host): GDN_PDL
 // (0 or absent: none, the code of a plain launch; 1 wait-first: griddepcontrol.wait before any
 // global load or store; 2 state-early: the slot indices, the state, A_log and dt_bias are
@@ -78,6 +84,9 @@
 #endif
 #ifndef GDN_CHUNK
 #define GDN_CHUNK 0
+#endif
+#ifndef GDN_AHEAD
+#define GDN_AHEAD 0
 #endif
 #if GDN_PDL < 0 || GDN_PDL > 2
 #error "GDN_PDL: 0 off, 1 wait-first, 2 state-early"
@@ -124,6 +133,9 @@ constexpr int QK_CP = (2 * QK_CH + 32 * W - 1) / (32 * W);   // chunks of q and 
 constexpr bool QKX = GDN_QKS == 2;                 // q/k split over a lane pair (see GDN_QKS)
 constexpr int QW = QKX ? VEC * IOBYTES / 4 : 1;    // 32-bit words of a lane's q (or k) vector
 static_assert(!QKX || (RPW >= 2 && (QW == 2 || QW % 4 == 0)), "GDN_QKS=2: LPR <= 16, 16-byte vectors");
+static_assert(GDN_AHEAD >= 0 && GDN_AHEAD <= 2, "GDN_AHEAD: 0, 1 or 2");
+static_assert(!GDN_AHEAD || (T > 1 && !GDN_SMEM && GDN_QKS != 1 && !GDN_CHUNK),
+              "GDN_AHEAD: T > 1, the token loop with the state in registers, q/k not staged");
 
 // The state loads of GDN_HINT bit 0 (no L1 allocation) are inline PTX that, to the compiler,
 // reads no memory, so it may move them anywhere their address is ready; with PDL they are
@@ -391,6 +403,40 @@ __device__ __forceinline__ void chunk_gram(const uint4 (&cqk)[T][2][QK_CH], floa
 }
 #endif
 
+// The inputs of every token that do not depend on the state (GDN_CHUNK, GDN_AHEAD): this
+// lane's v of each row group (0 past V) and the raw gate inputs a + dt_bias and b ...
+template <typename Params>
+__device__ __forceinline__ void token_inputs(const Params& p, long long v0, long long v_t,
+                                             long long a0, long long a_t, long long b0,
+                                             long long b_t, const bool (&live)[RW], float dtb,
+                                             float (&vr)[T][RW], float (&gd)[T], float (&beta)[T]) {
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+#pragma unroll
+        for (int g = 0; g < RW; ++g)
+            vr[t][g] = live[g] ? gdn_ld<IOD>(p.v, v0 + t * v_t + g * RPW) : 0.0f;
+        gd[t] = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
+        beta[t] = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
+    }
+}
+
+// ... and from those the decay and beta gates, in place.
+__device__ __forceinline__ void token_gates(float A_log, float (&gd)[T], float (&beta)[T]) {
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        gd[t] = GDN_FASTGATE ? gdn_decay_fast(A_log, gd[t]) : gdn_decay(A_log, gd[t]);
+        beta[t] = GDN_FASTGATE ? gdn_sigmoid_fast(beta[t]) : gdn_sigmoid(beta[t]);
+    }
+}
+
+#if GDN_POOL >= 3
+// Every token's slot idx[n, t] (per-token slots).
+__device__ __forceinline__ void token_slots(const GdnKernelParams& p, unsigned n, long long (&ts)[T]) {
+#pragma unroll
+    for (int t = 0; t < T; ++t) ts[t] = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t);
+}
+#endif
+
 // This lane's slices of one state row to row ``row`` of a [V, K] block with row stride rs.
 template <bool CS, typename ST>
 __device__ __forceinline__ void store_row(ST* block, long long rs, int row, unsigned kl,
@@ -555,24 +601,12 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     float vr[T][RW], gd[T], beta[T];
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-#pragma unroll
-        for (int g = 0; g < RW; ++g)
-            vr[t][g] = live[g] ? gdn_ld<IOD>(p.v, v0 + t * v_t + g * RPW) : 0.0f;
-        gd[t] = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
-        beta[t] = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
-    }
+    token_inputs(p, v0, v_t, a0, a_t, b0, b_t, live, dtb, vr, gd, beta);
 #if GDN_POOL >= 3
     long long ts[T];                                       // token t's slot idx[n, t]
-#pragma unroll
-    for (int t = 0; t < T; ++t) ts[t] = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t);
+    token_slots(p, n, ts);
 #endif
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-        gd[t] = GDN_FASTGATE ? gdn_decay_fast(A_log, gd[t]) : gdn_decay(A_log, gd[t]);
-        beta[t] = GDN_FASTGATE ? gdn_sigmoid_fast(beta[t]) : gdn_sigmoid(beta[t]);
-    }
+    token_gates(A_log, gd, beta);
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
     chunk_gram(cqk, cgram);
@@ -659,31 +693,10 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
         }
     }
 #else
-#pragma unroll 1
-    for (int t = 0; t < T; ++t) {
-#if GDN_POOL >= 3
-        // Token t's slot idx[n, t]: padding (negative, null_slot, >= PN) stores nothing.
-        const long long ts = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t);
-        const bool wr = (unsigned long long)ts < (unsigned long long)p.PN && ts != p.null_slot;
-        ST* const tok = static_cast<ST*>(p.new_state) + gdn_state_write_offset(p, wr ? ts : 0, h);
-#endif
-        float qv[NV][VEC], kv[NV][VEC];
-        unsigned qkw[QKX ? NV : 1][QW];                // QKX: this lane's q or k words
-#if GDN_QKS == 1
-        // Chunk c < QK_CH of q, else chunk c - QK_CH of k: loaded now, stored to shared memory
-        // after the v and gate loads have issued.
-        uint4 qkx[QK_CP];
-#pragma unroll
-        for (int j = 0; j < QK_CP; ++j) {
-            const int c = (int)threadIdx.x + j * 32 * W;
-            if (c < 2 * QK_CH) {
-                const bool isk = c >= QK_CH;
-                const long long e = (isk ? k0 + t * k_t : q0 + t * q_t) + (c % QK_CH) * (16 / IOBYTES);
-                qkx[j] = *reinterpret_cast<const uint4*>(
-                    static_cast<const char*>(isk ? p.k : p.q) + e * IOBYTES);
-            }
-        }
-#else
+#if GDN_QKS != 1
+    // This lane's q and k slices of token t; QKX: its q or its k words, swapped in the loop.
+    const auto load_qk = [&](int t, float (&qv)[NV][VEC], float (&kv)[NV][VEC],
+                             unsigned (&qkw)[QKX ? NV : 1][QW]) {
         if constexpr (QKX) {
             // Rows sub and sub^1 share q and k: the even one loads q, the odd one k, and they
             // swap through one shuffle per word.
@@ -712,12 +725,101 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
                 ld_vec<IOD, VEC>(p.k, k0 + t * k_t + kofs, kv[i]);
             }
         }
+    };
 #endif
+#if GDN_AHEAD == 1
+    // Every token's v, gates (and slots) now, behind the state loads.
+    float va[T][RW], ga[T], ba[T];
+    token_inputs(p, v0, v_t, a0, a_t, b0, b_t, live, dtb, va, ga, ba);
+#if GDN_POOL >= 3
+    long long tsa[T];
+    token_slots(p, n, tsa);
+#endif
+    token_gates(A_log, ga, ba);
+#elif GDN_AHEAD == 2
+    // Token t's v and gate inputs: loaded while token t - 1 runs.
+    const auto load_vab = [&](int t, float (&vr)[RW], float& xa, float& xb) {
+#pragma unroll
+        for (int g = 0; g < RW; ++g) vr[g] = live[g] ? gdn_ld<IOD>(p.v, v0 + t * v_t + g * RPW) : 0.0f;
+        xa = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
+        xb = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
+    };
+    float vn[RW], xan, xbn;
+    load_vab(0, vn, xan, xbn);
+#if GDN_POOL >= 3
+    long long tsn = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T);
+#endif
+#endif
+#if GDN_AHEAD
+    float qa[NV][VEC], ka[NV][VEC];                    // q and k a token ahead
+    unsigned qkwa[QKX ? NV : 1][QW];
+    load_qk(0, qa, ka, qkwa);
+#endif
+#if GDN_AHEAD == 1
+#pragma unroll
+#else
+#pragma unroll 1
+#endif
+    for (int t = 0; t < T; ++t) {
+#if GDN_POOL >= 3
+        // Token t's slot idx[n, t]: padding (negative, null_slot, >= PN) stores nothing.
+#if GDN_AHEAD == 1
+        const long long ts = tsa[t];
+#elif GDN_AHEAD == 2
+        const long long ts = tsn;
+        if (t + 1 < T) tsn = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t + 1);
+#else
+        const long long ts = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t);
+#endif
+        const bool wr = (unsigned long long)ts < (unsigned long long)p.PN && ts != p.null_slot;
+        ST* const tok = static_cast<ST*>(p.new_state) + gdn_state_write_offset(p, wr ? ts : 0, h);
+#endif
+        float qv[NV][VEC], kv[NV][VEC];
+        unsigned qkw[QKX ? NV : 1][QW];                // QKX: this lane's q or k words
+#if GDN_QKS == 1
+        // Chunk c < QK_CH of q, else chunk c - QK_CH of k: loaded now, stored to shared memory
+        // after the v and gate loads have issued.
+        uint4 qkx[QK_CP];
+#pragma unroll
+        for (int j = 0; j < QK_CP; ++j) {
+            const int c = (int)threadIdx.x + j * 32 * W;
+            if (c < 2 * QK_CH) {
+                const bool isk = c >= QK_CH;
+                const long long e = (isk ? k0 + t * k_t : q0 + t * q_t) + (c % QK_CH) * (16 / IOBYTES);
+                qkx[j] = *reinterpret_cast<const uint4*>(
+                    static_cast<const char*>(isk ? p.k : p.q) + e * IOBYTES);
+            }
+        }
+#elif GDN_AHEAD
+        // Token t's q and k from the registers, token t + 1's loads issued before any of
+        // token t's stores.
+#pragma unroll
+        for (int i = 0; i < NV; ++i) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) { qv[i][e] = qa[i][e]; kv[i][e] = ka[i][e]; }
+#pragma unroll
+            for (int j = 0; j < QW; ++j) qkw[QKX ? i : 0][j] = qkwa[QKX ? i : 0][j];
+        }
+        if (t + 1 < T) load_qk(t + 1, qa, ka, qkwa);
+#else
+        load_qk(t, qv, kv, qkw);
+#endif
+#if GDN_AHEAD == 1
+        const float (&vr)[RW] = va[t];
+        const float gd = ga[t], beta = ba[t];
+#elif GDN_AHEAD == 2
+        float vr[RW];
+#pragma unroll
+        for (int g = 0; g < RW; ++g) vr[g] = vn[g];
+        const float xa = xan, xb = xbn;
+        if (t + 1 < T) load_vab(t + 1, vn, xan, xbn);
+#else
         float vr[RW];
 #pragma unroll
         for (int g = 0; g < RW; ++g) vr[g] = live[g] ? gdn_ld<IOD>(p.v, v0 + t * v_t + g * RPW) : 0.0f;
         const float xa = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
         const float xb = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
+#endif
         if constexpr (QKX) {               // after the v and gate loads have issued
 #pragma unroll
             for (int i = 0; i < NV; ++i) {
@@ -753,8 +855,10 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
             }
         }
 #endif
+#if GDN_AHEAD != 1
         const float gd = GDN_FASTGATE ? gdn_decay_fast(A_log, xa) : gdn_decay(A_log, xa);
         const float beta = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
+#endif
 #if GDN_SMEM
         constexpr int NE = NV * VEC;
         float kq, qq, kk;

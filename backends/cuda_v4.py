@@ -21,6 +21,10 @@ after each token stored from them to its intermediate row and step, or to its pe
 every launch shape serves every form.  A row with ``chunk`` set takes every token at once (the
 Gram form: one butterfly for the 2T dot products with the initial state, then a scalar
 recurrence and T plain updates; ``cuda_v4.cu`` explains it), for any call with 1 < T <= 16.
+A row with ``ahead`` set keeps the token loop but takes every load that does not depend on the
+state out of a token's own step (1: v, gates and slots before the loop, q and k one token ahead,
+the loop unrolled; 2: all one token ahead, the loop rolled), so a token waits on its arithmetic
+only.
 
 Programmatic dependent launch (``pdl=``, compute capability >= 9.0): the kernel is launched with
 ``cuLaunchKernelEx`` so that it may start while the kernel before it is still running, and
@@ -81,9 +85,14 @@ STATE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 #                      with the initial state, the per-token corrections from their Gram entries
 #                      (no shuffle between tokens), then T plain updates; q/k modes and staging
 #                      do not apply
+#   ahead              T > 1, the token loop with the state in registers, q/k mode not 1: the
+#                      loads that do not depend on the state leave a token's own step, so it
+#                      waits on its arithmetic, not on a load; 1: every token's v, gates and slots
+#                      before the loop, q and k one token ahead, the loop unrolled; 2: all of them
+#                      one token ahead, the loop rolled (less code for the instruction cache)
 CONFIG = tables.ConfigFields(warps=tables.REQUIRED, row_groups=tables.REQUIRED,
                              lanes_per_row=tables.REQUIRED, hint=tables.REQUIRED,
-                             fast_gates=FASTGATE, chain=0, smem=0, qk_mode=0, chunk=0)
+                             fast_gates=FASTGATE, chain=0, smem=0, qk_mode=0, chunk=0, ahead=0)
 
 _binds: dict = {}                # signature -> Bound
 
@@ -111,8 +120,9 @@ def valid_config(K, V, state_dtype, w, rw, lpr, vec16=True):
 
 
 def full_config(cfg):
-    """(W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS) from a table row or an explicit config (a
-    :data:`CONFIG` dict, or a tuple of its first 4 to 8 fields, the others defaulted)."""
+    """(W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS, CHUNK, AHEAD) from a table row or an explicit
+    config (a :data:`CONFIG` dict, or a tuple of its first 4 to 10 fields, the others
+    defaulted)."""
     return CONFIG.normalize(cfg)
 
 
@@ -189,8 +199,9 @@ def candidates(problem):
 def verify_candidates(K, V, vec, chunk):
     """The first stage for a verify call, whose registers also hold per-token values: every
     register shape with at most 32 state elements a lane, as one chunk where T allows and as
-    the token loop with its q/k split (shared q/k where the split cannot serve); hint 3, fast
-    gates (the second stage varies both)."""
+    the token loop with its q/k split (shared q/k where the split cannot serve), and as the
+    token loop a token ahead (:data:`CONFIG` ``ahead`` 1 and 2; split q/k, or each lane's own
+    where the split cannot serve); hint 3, fast gates (the second stage varies both)."""
     out = []
     for lpr in (4, 8, 16, 32):
         for w in (1, 2, 4, 8):
@@ -198,6 +209,7 @@ def verify_candidates(K, V, vec, chunk):
                 rows = rw * (32 // lpr)
                 if K % (lpr * vec) == 0 and rows <= 32 and w * rows <= V and rw * K // lpr <= 32:
                     out.append((w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 1))
+                    out += [(w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 0, 0, a) for a in (1, 2)]
                     if chunk:
                         out.append((w, rw, lpr, 3, 1, 0, 0, 0, 1))
     return out
@@ -210,9 +222,11 @@ def _qk_modes(lpr):
 
 def refine(ranked):
     """The shape search's second stage (tunable protocol): the four best shapes (W, RW, LPR,
-    SMEM, QKS, CHUNK) of the first, each with every cache hint and both gate precisions."""
+    SMEM, QKS, CHUNK, AHEAD) of the first, each with every cache hint and both gate
+    precisions."""
     shapes = list(dict.fromkeys(c[:3] + c[6:] for c in map(full_config, ranked)))[:4]
-    return [(w, rw, lpr, h, f, 0, smem, qks, chunk) for w, rw, lpr, smem, qks, chunk in shapes
+    return [(w, rw, lpr, h, f, 0, smem, qks, chunk, ahead)
+            for w, rw, lpr, smem, qks, chunk, ahead in shapes
             for h in ((0, 2) if smem else (0, 2, 3)) for f in (0, 1)]
 
 
@@ -329,13 +343,13 @@ class Bound:
         sd, io, ad, bd, dd = self.dtypes
         config = self.config
         if config is None:
-            w, rw, lpr, hint, fast, chain, smem, qks, chunk = table_config(
+            w, rw, lpr, hint, fast, chain, smem, qks, chunk, ahead = table_config(
                 torch.cuda.get_device_name(self.dev), sd, B, H, HV, K, V, not self.dest, T,
                 self.switches["pool"] > 0, "inter" in self.switches)
             if self.pdl:
                 w = pdl_warps(sd, B * HV, K, V, w, rw, lpr)
         else:
-            w, rw, lpr, hint, fast, chain, smem, qks, chunk = full_config(config)
+            w, rw, lpr, hint, fast, chain, smem, qks, chunk, ahead = full_config(config)
         if not vec16:
             lpr, hint = min(32, K), 0                  # element loads: one element per lane
         why = valid_config(K, V, sd, w, rw, lpr, vec16)
@@ -346,9 +360,11 @@ class Bound:
         # staging: 16-byte vectors, T = 1, within static shared memory
         smem = int(bool(smem) and vec16 and T == 1 and smem_bytes(K, sd, w, rw, lpr)
                    + (qks == 1) * qks_bytes(K, io, T) <= SMEM_STATIC_MAX)
-        # GDN_PDL and GDN_CHUNK only when on: the variants without them keep their options and
-        # cache entries.
-        opt = {n: v for n, v in (("pdl", self.pdl), ("chunk", chunk)) if v}
+        # the token loop a token ahead: T > 1, the state in registers, q/k not staged per block
+        ahead = ahead if not chunk and not smem and T > 1 and qks != 1 else 0
+        # GDN_PDL, GDN_CHUNK and GDN_AHEAD only when on: the variants without them keep their
+        # options and cache entries.
+        opt = {n: v for n, v in (("pdl", self.pdl), ("chunk", chunk), ("ahead", ahead)) if v}
         defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
                                   w=w, rw=rw, lpr=lpr, vec16=int(vec16), hint=hint,
                                   fastgate=fast, dense=int(self.dense), chain=chain, smem=smem,
@@ -479,10 +495,11 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2no
         verify=None, config=None, pdl=0):
     """Backend entry point; ``pool``: a :class:`gdnzoo.pool.Pool` when ``state`` (and
     ``new_state``) are state pools; ``verify``: a :class:`gdnzoo.verify.Verify` for a verify
-    call; ``config=(W, RW, LPR, HINT[, FAST[, CHAIN[, SMEM[, QKS]]]])``
+    call; ``config=(W, RW, LPR, HINT[, FAST[, CHAIN[, SMEM[, QKS[, CHUNK[, AHEAD]]]]]])``
     overrides the table (CHAIN: 0 tree sums, c > 0 chains of c fused multiply-adds; SMEM 1: the
     state staged through shared memory with cp.async, T = 1 only; QKS 1: q and k read once per
-    block into shared memory, 2: split over a lane pair and swapped by shuffles); ``pdl``: the
+    block into shared memory, 2: split over a lane pair and swapped by shuffles; CHUNK 1: every
+    token at once; AHEAD 1, 2: the token loop with its loads ahead); ``pdl``: the
     level of programmatic dependent launch (0 off, 1 wait-first, 2 state-early)."""
     bound = bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
                  pool, verify, config, pdl=pdl)

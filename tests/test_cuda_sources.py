@@ -324,7 +324,7 @@ def test_v4_launch_marshalling(fake_gpu):
     assert len(compiled) == 1 and len(launches) == 2
     src, name, defs, _ = compiled[0]
     assert (src, name) == ("cuda_v4.cu", "gdn_decode_v4")
-    w, rw, lpr, hint, fast, chain, smem, qks, _ = cuda_v4.table_config(H100, F32, 1, 4, 8, 128, 128)
+    w, rw, lpr, hint, fast, chain, smem, qks, *_ = cuda_v4.table_config(H100, F32, 1, 4, 8, 128, 128)
     assert defs == dict(GDN_K=128, GDN_V=128, GDN_T=1, GDN_HV=8, GDN_GVA=2, GDN_STATE_DT=0,
                         GDN_IO_DT=1, GDN_A_DT=1, GDN_B_DT=1, GDN_DTB_DT=0, GDN_L2NORM=0,
                         GDN_W=w, GDN_RW=rw, GDN_LPR=lpr, GDN_VEC16=1, GDN_HINT=hint,
@@ -442,6 +442,26 @@ def test_v4_chunk_serves_t_above_1_with_16_byte_vectors(fake_gpu):
     shifted = x.q.new_zeros(x.q.numel() + 1)[1:].view_as(x.q).copy_(x.q)     # 2 bytes off
     _call(cuda_v4, dataclasses.replace(x, q=shifted), config=cfg)
     assert compiled[-1][2]["GDN_VEC16"] == 0 and "GDN_CHUNK" not in compiled[-1][2]
+
+
+def test_v4_ahead_serves_the_token_loop_in_registers(fake_gpu):
+    # GDN_AHEAD: T > 1, state in registers, q/k not staged per block, not with the chunk (it
+    # has its own staging); element loads keep it.  Elsewhere no GDN_AHEAD define at all.
+    compiled, _ = fake_gpu
+    for T, cfg, want in ((3, (2, 2, 16, 0, 1, 0, 0, 2, 0, 1), 1),
+                         (3, (2, 2, 32, 0, 1, 0, 0, 0, 0, 1), 1),
+                         (2, (2, 2, 16, 0, 1, 0, 0, 2, 0, 2), 2),
+                         (1, (2, 2, 16, 0, 1, 0, 0, 2, 0, 1), None),
+                         (3, (2, 2, 16, 0, 1, 0, 0, 1, 0, 1), None),
+                         (3, (2, 2, 16, 0, 1, 0, 0, 2, 1, 1), None),
+                         (3, (2, 2, 16, 0, 1, 0, 0, 2), None)):
+        x = make_inputs(B=2, T=T, H=2, HV=4, K=128, V=32, state_dtype=F32)
+        _call(cuda_v4, x, config=cfg)
+        assert compiled[-1][2].get("GDN_AHEAD") == want, (T, cfg, compiled[-1][2])
+    x = make_inputs(B=2, T=3, H=2, HV=4, K=128, V=32, state_dtype=F32)
+    shifted = x.q.new_zeros(x.q.numel() + 1)[1:].view_as(x.q).copy_(x.q)     # 2 bytes off
+    _call(cuda_v4, dataclasses.replace(x, q=shifted), config=(2, 2, 16, 0, 1, 0, 0, 2, 0, 1))
+    assert compiled[-1][2]["GDN_VEC16"] == 0 and compiled[-1][2]["GDN_AHEAD"] == 1
 
 
 def _page_pool(P, HV=8, V=128, K=128, dtype=F32, gap=32):
@@ -632,12 +652,14 @@ def test_strided_views(mod):
 
 # (W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS, CHUNK) beyond the table: FMA chains, staging,
 # shared q/k (one warp and eight; with staging), q/k split over a lane pair (in registers and
-# staged), the tokens as one chunk (with chains and precise gates), each at T=1 and T=3 (staging
-# serves T=1 only and the chunk T > 1: the host turns each off where it does not serve).
+# staged), the tokens as one chunk (with chains and precise gates), the token loop a token ahead,
+# each at T=1 and T=3 (staging serves T=1 only, the chunk and the loop ahead T > 1: the host
+# turns each off where it does not serve).
 V4_EXPLICIT = [(4, 1, 4, 0, 1, 4), (2, 8, 8, 2, 1, 0, 1), (1, 2, 8, 2, 1, 0, 0, 1),
                (8, 2, 16, 3, 1, 0, 0, 1), (4, 4, 8, 2, 1, 0, 1, 1), (1, 2, 16, 0, 1, 0, 0, 2),
                (4, 4, 8, 2, 1, 0, 1, 2), (4, 1, 16, 3, 1, 0, 0, 0, 1),
-               (1, 4, 8, 2, 0, 4, 0, 2, 1)]
+               (1, 4, 8, 2, 0, 4, 0, 2, 1), (2, 2, 16, 3, 1, 0, 0, 2, 0, 1),
+               (1, 2, 16, 3, 1, 0, 0, 2, 0, 2)]
 
 
 @gpu

@@ -45,10 +45,11 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot c
 
 def _defs(sd=F32, io=BF16, K=128, l2=False, V=128, T=3, HV=8, GVA=2, W=2, RW=2, LPR=16,
           VEC16=1, HINT=2, FAST=1, DENSE=1, CHAIN=0, SMEM=0, QKS=0, POOL=0, IDX64=None,
-          INTER=None, UPDATE=None, CHUNK=None):
+          INTER=None, UPDATE=None, CHUNK=None, AHEAD=None):
     d = dict(v=V, t=T, hv=HV, gva=GVA, w=W, rw=RW, lpr=LPR, vec16=VEC16, hint=HINT,
              fastgate=FAST, dense=DENSE, chain=CHAIN, smem=SMEM, qks=QKS, pool=POOL)
-    for name, val in (("idx64", IDX64), ("inter", INTER), ("update", UPDATE), ("chunk", CHUNK)):
+    for name, val in (("idx64", IDX64), ("inter", INTER), ("update", UPDATE), ("chunk", CHUNK),
+                      ("ahead", AHEAD)):
         if val is not None:
             d[name] = val
     return cuda_build.defines(sd, io, io, io, F32, K, l2, **d)
@@ -86,6 +87,21 @@ VERIFY_VARIANTS = [
           POOL=1, IDX64=0, CHUNK=1),
     _defs(INTER=2, UPDATE=0, K=32, V=64, T=2, W=1, RW=1, LPR=4, io=F32, POOL=2, IDX64=0,
           CHUNK=1),
+    # the token loop a token ahead (GDN_AHEAD): each form, own and split q/k, element loads,
+    # a tail, chains, T 2 to 16
+    _defs(INTER=2, UPDATE=0, POOL=1, IDX64=4, T=8, W=4, RW=1, LPR=16, QKS=2, l2=True, AHEAD=1),
+    _defs(INTER=1, UPDATE=1, T=2, sd=BF16, io=F16, DENSE=0, AHEAD=1),
+    _defs(INTER=0, UPDATE=1, POOL=4, IDX64=9, T=4, W=1, RW=4, LPR=8, CHAIN=4, QKS=2, AHEAD=1),
+    _defs(INTER=0, UPDATE=1, POOL=3, IDX64=1, V=96, T=3, RW=4, LPR=32, VEC16=0, HINT=0,
+          AHEAD=1),
+    _defs(INTER=1, UPDATE=1, K=256, V=256, HV=6, GVA=3, T=16, RW=2, LPR=32, sd=BF16, l2=True,
+          POOL=1, IDX64=0, AHEAD=1),
+    # ... and rolled, everything one token ahead (GDN_AHEAD 2)
+    _defs(INTER=2, UPDATE=0, POOL=1, IDX64=4, T=8, W=4, RW=1, LPR=16, QKS=2, l2=True, AHEAD=2),
+    _defs(INTER=0, UPDATE=1, POOL=4, IDX64=9, T=4, W=1, RW=4, LPR=8, CHAIN=4, AHEAD=2),
+    _defs(INTER=1, UPDATE=1, V=96, T=3, RW=4, LPR=32, VEC16=0, HINT=0, sd=BF16, DENSE=0,
+          AHEAD=2),
+    _defs(INTER=0, UPDATE=1, POOL=3, IDX64=1, T=2, W=2, RW=2, LPR=16, QKS=2, AHEAD=2),
 ]
 ARCHS = [(9, 0), (10, 0)]
 
@@ -113,8 +129,12 @@ def test_verify_variants_compile_with_nvcc():
     (_defs(INTER=0, UPDATE=0, POOL=4, IDX64=0), "per-token"),
     (_defs(T=1, CHUNK=1), "GDN_CHUNK"),                         # the chunk: T > 1 ...
     (_defs(QKS=1, CHUNK=1), "GDN_CHUNK"),                       # ... and its own q/k staging
+    (_defs(T=1, AHEAD=1), "GDN_AHEAD"),                         # a token ahead: T > 1 ...
+    (_defs(QKS=1, AHEAD=1), "GDN_AHEAD"),                       # ... q/k not staged per block
+    (_defs(CHUNK=1, AHEAD=1), "GDN_AHEAD"),                     # ... and the token loop
+    (_defs(AHEAD=3), "GDN_AHEAD"),
 ], ids=["inter-alone", "update-alone", "no-idx64", "slots+inter", "slots+deferred",
-        "chunk-T1", "chunk-qks"])
+        "chunk-T1", "chunk-qks", "ahead-T1", "ahead-qks", "ahead-chunk", "ahead-3"])
 def test_verify_switches_need_each_other(defs, word):
     _, r = _nvcc(defs)
     assert r.returncode != 0 and word in r.stderr, r.stderr[-1000:]
@@ -411,7 +431,9 @@ def _check_run(case, l2, what, config):
 
 # (config, T, V): staging at T=1 (with split and shared q/k), shared q/k, split q/k, FMA
 # chains, a tail of rows (V 96), T = 8 with .nc loads and streaming stores; every token at once
-# (the chunk) at T 2, 3, 4, 8, with a tail, chains and precise gates.
+# (the chunk) at T 2, 3, 4, 8, with a tail, chains and precise gates; the token loop a token
+# ahead, unrolled (1) and rolled (2), at T 2, 3, 4, 8 with split and own q/k, a tail, chains
+# and precise gates.
 EXPLICIT = [
     ((2, 8, 8, 2, 1, 0, 1, 0), 1, 128),
     ((4, 4, 8, 2, 1, 0, 1, 2), 1, 96),
@@ -424,6 +446,13 @@ EXPLICIT = [
     ((2, 2, 16, 2, 0, 0, 0, 0, 1), 8, 96),
     ((1, 4, 8, 0, 1, 4, 0, 0, 1), 4, 128),
     ((8, 1, 16, 3, 1, 0, 0, 0, 1), 3, 128),
+    ((4, 1, 16, 3, 1, 0, 0, 2, 0, 1), 2, 128),
+    ((2, 2, 16, 2, 0, 0, 0, 2, 0, 1), 8, 96),
+    ((1, 4, 8, 0, 1, 4, 0, 0, 0, 1), 4, 128),
+    ((8, 1, 16, 3, 1, 0, 0, 0, 0, 1), 3, 128),
+    ((1, 1, 16, 3, 1, 0, 0, 2, 0, 2), 8, 128),
+    ((2, 2, 16, 2, 0, 0, 0, 2, 0, 2), 3, 96),
+    ((1, 4, 8, 0, 1, 4, 0, 0, 0, 2), 4, 128),
 ]
 
 
