@@ -49,10 +49,11 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot c
 
 def _defs(sd=F32, io=BF16, K=128, l2=True, V=128, T=1, HV=8, GVA=2, W=2, RW=2, LPR=16,
           VEC16=1, HINT=3, FAST=1, DENSE=1, CHAIN=0, SMEM=0, QKS=0, POOL=0, IDX64=None,
-          INTER=None, UPDATE=None, PDL=0):
+          INTER=None, UPDATE=None, CHUNK=None, AHEAD=None, PDL=0):
     d = dict(v=V, t=T, hv=HV, gva=GVA, w=W, rw=RW, lpr=LPR, vec16=VEC16, hint=HINT,
              fastgate=FAST, dense=DENSE, chain=CHAIN, smem=SMEM, qks=QKS, pool=POOL)
-    for name, val in (("idx64", IDX64), ("inter", INTER), ("update", UPDATE)):
+    for name, val in (("idx64", IDX64), ("inter", INTER), ("update", UPDATE), ("chunk", CHUNK),
+                      ("ahead", AHEAD)):
         if val is not None:
             d[name] = val
     if PDL:
@@ -65,7 +66,8 @@ def _defs(sd=F32, io=BF16, K=128, l2=True, V=128, T=1, HV=8, GVA=2, W=2, RW=2, L
 # (read = write slots; separate int64 write slots, T = 3) and verify (intermediate rows n with
 # the final store; indexed rows, deferred; indexed rows with shared q/k, an H100 row where
 # NVVM moved non-volatile state loads past the wait, and ptxas .nc ones; per-token slots with
-# accepted counts; per-token slots staged at T = 1).
+# accepted counts; per-token slots staged at T = 1; every token at once (the chunk), and the
+# token loop a token ahead, unrolled and rolled).
 VARIANTS = {
     "dense": dict(),
     "dense-strided-qks2": dict(sd=BF16, T=2, DENSE=0, QKS=2, LPR=8, W=4, HINT=2),
@@ -81,8 +83,12 @@ VARIANTS = {
                                 INTER=2, UPDATE=1),
     "verify-slots": dict(T=4, POOL=4, IDX64=9, INTER=0, UPDATE=1, QKS=1, W=4, LPR=8),
     "verify-slots-smem": dict(T=1, POOL=3, IDX64=0, INTER=0, UPDATE=1, SMEM=1, W=8, RW=8),
+    "verify-chunk": dict(T=4, POOL=1, IDX64=4, INTER=2, UPDATE=0, W=4, RW=1, CHUNK=1),
+    "verify-ahead": dict(T=4, INTER=1, UPDATE=1, W=1, RW=1, QKS=2, AHEAD=1),
+    "verify-slots-ahead-rolled": dict(T=3, POOL=4, IDX64=9, INTER=0, UPDATE=1, QKS=2, AHEAD=2),
 }
 LEVELS = (0, 1, 2)
+AFTER_PDL = {"CHUNK", "AHEAD"}   # switches younger than PDL: the older source has no such variant
 POINTERS = {"q", "k", "v", "a", "b", "A_log", "dt_bias", "state", "new_state", "out", "idx",
             "new_idx", "inter", "inter_idx", "accepted"}
 EARLY = {"state", "idx", "new_idx", "accepted", "A_log", "dt_bias"}   # may precede the wait
@@ -235,7 +241,8 @@ def test_pdl_off_is_the_code_before_pdl(ptx):
         pytest.skip("the source before GDN_PDL needs this repository's git history")
     for name in VARIANTS:
         assert "griddepcontrol" not in ptx[name, 0], name
-        assert ptx[name, 0] == ptx[name, "old"], f"{name}: PDL off changed the PTX"
+        if not AFTER_PDL & set(VARIANTS[name]):
+            assert ptx[name, 0] == ptx[name, "old"], f"{name}: PDL off changed the PTX"
 
 
 @needs_nvcc
