@@ -62,8 +62,8 @@
 // loads that do not depend on the state leave the token's own step, so a token waits on its dot
 // products and butterflies, not on a load.  1: v, a, b, the gates (and the per-token slots) of
 // every token before the loop, each token's q and k one token ahead, the loop unrolled; 2: all
-// of them one token ahead, the loop not unrolled (T times less code: at one warp per scheduler
-// the unrolled loop misses the instruction cache).
+// of them one token ahead, the loop not unrolled (T times less code: profiled at one warp per
+// scheduler, the unrolled loop stalls on instruction-cache misses).
 // Programmatic dependent launch (sm_90+, launched with cuLaunchKernelEx by the host): GDN_PDL
 // (0 or absent: none, the code of a plain launch; 1 wait-first: griddepcontrol.wait before any
 // global load or store; 2 state-early: the slot indices, the state, A_log and dt_bias are
@@ -795,10 +795,13 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
         // token t's stores.
 #pragma unroll
         for (int i = 0; i < NV; ++i) {
+            if constexpr (QKX) {
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) { qv[i][e] = qa[i][e]; kv[i][e] = ka[i][e]; }
+                for (int j = 0; j < QW; ++j) qkw[i][j] = qkwa[i][j];
+            } else {
 #pragma unroll
-            for (int j = 0; j < QW; ++j) qkw[QKX ? i : 0][j] = qkwa[QKX ? i : 0][j];
+                for (int e = 0; e < VEC; ++e) { qv[i][e] = qa[i][e]; kv[i][e] = ka[i][e]; }
+            }
         }
         if (t + 1 < T) load_qk(t + 1, qa, ka, qkwa);
 #else

@@ -352,7 +352,8 @@ class Bound:
             w, rw, lpr, hint, fast, chain, smem, qks, chunk, ahead = full_config(config)
         if not vec16:
             lpr, hint = min(32, K), 0                  # element loads: one element per lane
-        why = valid_config(K, V, sd, w, rw, lpr, vec16)
+        why = valid_config(K, V, sd, w, rw, lpr, vec16) or (
+            f"ahead={ahead!r} is not 0, 1 or 2" if ahead not in (0, 1, 2) else "")
         if why:
             raise ValueError(f"cuda-v4: launch config invalid: {why}")
         chunk = int(bool(chunk) and vec16 and 1 < T <= CHUNK_MAX_T)

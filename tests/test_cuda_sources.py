@@ -462,6 +462,10 @@ def test_v4_ahead_serves_the_token_loop_in_registers(fake_gpu):
     shifted = x.q.new_zeros(x.q.numel() + 1)[1:].view_as(x.q).copy_(x.q)     # 2 bytes off
     _call(cuda_v4, dataclasses.replace(x, q=shifted), config=(2, 2, 16, 0, 1, 0, 0, 2, 0, 1))
     assert compiled[-1][2]["GDN_VEC16"] == 0 and compiled[-1][2]["GDN_AHEAD"] == 1
+    n = len(compiled)
+    with pytest.raises(ValueError, match="ahead=3 is not 0, 1 or 2"):
+        _call(cuda_v4, x, config=(2, 2, 16, 0, 1, 0, 0, 2, 0, 3))
+    assert len(compiled) == n                                   # refused before any compile
 
 
 def _page_pool(P, HV=8, V=128, K=128, dtype=F32, gap=32):
