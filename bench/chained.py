@@ -303,8 +303,7 @@ class Chain:
 
 # ----------------------------------------------------------------------------- the entries
 
-class Skip(Exception):
-    """An entry that cannot run in this cell (the message says why)."""
+Skip = serving.Skip                 # an entry that cannot run in this cell (the message says why)
 
 
 @dataclass
@@ -347,12 +346,7 @@ def _gdnzoo_runner(name, level, ch) -> Runner:
 def _flashinfer_runner(ch) -> Runner:
     if ch.sd not in serving.FI_STATES:
         raise Skip("FlashInfer's pool API is timed with bf16 state only")
-    if torch.cuda.get_device_capability() < (9, 0):
-        raise Skip("FlashInfer's GDN kernels need SM90+")
-    try:
-        from flashinfer.gdn_decode import gated_delta_rule_decode_pretranspose as fi
-    except Exception as e:
-        raise Skip(f"flashinfer not importable ({type(e).__name__}: {e})") from None
+    fi = serving.flashinfer_gdn("gated_delta_rule_decode_pretranspose")
     x = ch.x
     a, b = x.a.contiguous(), x.b.contiguous()
 
@@ -776,9 +770,8 @@ def bar_lines(table, sd, ours, batches) -> list:
 
 
 def console(table, env, notes, files, plan) -> str:
-    lines = [f"gdnzoo bench --timing chained on {env.get('gpu')} (driver {env.get('driver')}, "
-             f"CUDA {env.get('cuda')}, torch {env['versions'].get('torch')}), commit "
-             f"{env.get('commit')}",
+    from gdnzoo.bench import report
+    lines = [report.run_line(env, "gdnzoo bench --timing chained"),
              f"H={plan.H} HV={plan.HV} K={plan.K} V={plan.V}, T=1, use_qk_l2norm=True, pools in "
              f"place; a CUDA graph of {plan.layers} layers [producer (Triton, no PDL), decode]; "
              f"added latency per layer = (chain - producers) / {plan.layers}"]

@@ -296,15 +296,22 @@ def entry_call(name, ctx):
     return _gdnzoo_call(ctx, name), ""
 
 
-def _flashinfer_call(ctx):
-    if ctx.sd not in FI_STATES:
-        raise Skip("FlashInfer's pool API is timed with bf16 state only")
+def flashinfer_gdn(api):
+    """FlashInfer's ``flashinfer.gdn_decode.<api>`` (every bench peer of FlashInfer); Skip with
+    the reason where it cannot run: below SM90, or not importable."""
     if torch.cuda.get_device_capability() < (9, 0):
         raise Skip("FlashInfer's GDN kernels need SM90+")
     try:
-        from flashinfer.gdn_decode import gated_delta_rule_decode_pretranspose as fi
+        return getattr(importlib.import_module("flashinfer.gdn_decode"), api)
     except Exception as e:
-        raise Skip(f"flashinfer not importable ({type(e).__name__}: {e})") from None
+        raise Skip(f"flashinfer.gdn_decode.{api} not importable ({type(e).__name__}: "
+                   f"{e})") from None
+
+
+def _flashinfer_call(ctx):
+    if ctx.sd not in FI_STATES:
+        raise Skip("FlashInfer's pool API is timed with bf16 state only")
+    fi = flashinfer_gdn("gated_delta_rule_decode_pretranspose")
     x, pool = ctx.x, ctx.pool.state
     q, k, v, a, b = (t.contiguous() for t in (x.q, x.k, x.v, x.a, x.b))
 
@@ -570,9 +577,7 @@ def write_results(table, env, out_dir, cols=None) -> list:
 
 def console(table, env, notes, files, plan) -> str:
     from gdnzoo.bench import report
-    lines = [f"gdnzoo bench --mode pool on {env.get('gpu')} (driver {env.get('driver')}, CUDA "
-             f"{env.get('cuda')}, torch {env['versions'].get('torch')}), commit "
-             f"{env.get('commit')}",
+    lines = [report.run_line(env, "gdnzoo bench --mode pool"),
              f"H={plan.H} HV={plan.HV} K={plan.K} V={plan.V}, T=1, use_qk_l2norm=True, in place; "
              f"kernel clock: {env.get('kernel_clock', 'n/a')} (sum of a call's records)"]
     timed = [r for r in table if r["status"] == "PASS" and r["clock"] == "kernel"

@@ -282,12 +282,17 @@ def pivot(rows, state_dtype, mode, clock="kernel", with_floor=True):
     return lines
 
 
+def run_line(env, command="gdnzoo bench") -> str:
+    """A console's first line: the command, GPU, driver, CUDA, torch and commit of the run."""
+    return (f"{command} on {env.get('gpu')} (driver {env.get('driver')}, CUDA {env.get('cuda')}, "
+            f"torch {env['versions'].get('torch')}), commit {env.get('commit')}")
+
+
 def console(rows, env, notes=(), files=()):
     ref = env.get("device_reference") or {}
     copy = ref.get("copy") or {}
     empty = ref.get("empty_kernel") or {}
-    lines = [f"gdnzoo bench on {env.get('gpu')} (driver {env.get('driver')}, CUDA {env.get('cuda')}, "
-             f"torch {env['versions'].get('torch')}), commit {env.get('commit')}"]
+    lines = [run_line(env)]
     if _finite(copy.get("gbps", NAN)):
         lines.append(f"D2D copy {copy['gbps'] / 1e3:.2f} TB/s (read+write); empty kernel "
                      f"{_us(empty.get('us', NAN))} us; kernel clock: {env.get('kernel_clock')}; "

@@ -424,14 +424,8 @@ def _flashinfer_call(ctx, name, form) -> Entry:
         raise Skip("gated_delta_rule_decode_pretranspose takes a pool with T > 1 for bf16 "
                    "state only (fp32: flashinfer-mtp)")
     _on_gpu(ctx, "FlashInfer's GDN kernels")
-    if torch.cuda.get_device_capability() < (9, 0):
-        raise Skip("FlashInfer's GDN kernels need SM90+")
     api = "gated_delta_rule_mtp" if mtp else "gated_delta_rule_decode_pretranspose"
-    try:
-        fi = getattr(importlib.import_module("flashinfer.gdn_decode"), api)
-    except Exception as e:
-        raise Skip(f"flashinfer.gdn_decode.{api} not importable ({type(e).__name__}: "
-                   f"{e})") from None
+    fi = serving.flashinfer_gdn(api)
     x, st, B = ctx.x, ctx.pool.state, ctx.B
     q, k, v, a, b = x.dense()
 
@@ -805,9 +799,8 @@ def pivot(table, sd, T, modes, clock) -> list:
 
 
 def console(table, env, notes, files, plan) -> str:
-    lines = [f"gdnzoo bench --mode verify on {env.get('gpu')} (driver {env.get('driver')}, CUDA "
-             f"{env.get('cuda')}, torch {env['versions'].get('torch')}), commit "
-             f"{env.get('commit')}",
+    from gdnzoo.bench import report
+    lines = [report.run_line(env, "gdnzoo bench --mode verify"),
              f"H={plan.H} HV={plan.HV} K={plan.K} V={plan.V}, use_qk_l2norm=True; forms: states "
              f"(intermediate_states, update_state=False), states+update, slots (state_indices "
              f"[B, T] + num_accepted_tokens); kernel clock: "
