@@ -19,6 +19,7 @@ launched without PDL between them equal the same steps without PDL and the refer
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import re
 import shutil
@@ -38,6 +39,7 @@ from gdnzoo.inputs import make_inputs
 from gdnzoo.reference import reference_outputs
 from pool_cases import make_case
 from verify_cases import make_verify_case
+from v4_defines import v4_defines
 
 F32, BF16 = torch.float32, torch.bfloat16
 NVCC = shutil.which("nvcc")
@@ -47,18 +49,7 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot c
                                                      "CUDA sources")
 
 
-def _defs(sd=F32, io=BF16, K=128, l2=True, V=128, T=1, HV=8, GVA=2, W=2, RW=2, LPR=16,
-          VEC16=1, HINT=3, FAST=1, DENSE=1, CHAIN=0, SMEM=0, QKS=0, POOL=0, IDX64=None,
-          INTER=None, UPDATE=None, CHUNK=None, AHEAD=None, PDL=0):
-    d = dict(v=V, t=T, hv=HV, gva=GVA, w=W, rw=RW, lpr=LPR, vec16=VEC16, hint=HINT,
-             fastgate=FAST, dense=DENSE, chain=CHAIN, smem=SMEM, qks=QKS, pool=POOL)
-    for name, val in (("idx64", IDX64), ("inter", INTER), ("update", UPDATE), ("chunk", CHUNK),
-                      ("ahead", AHEAD)):
-        if val is not None:
-            d[name] = val
-    if PDL:
-        d["pdl"] = PDL
-    return cuda_build.defines(sd, io, io, io, F32, K, l2, **d)
+_defs = functools.partial(v4_defines, l2=True, HINT=3)   # PDL=level adds GDN_PDL
 
 
 # Dense (registers with .nc state loads; runtime strides with the q/k lane-pair split; shared

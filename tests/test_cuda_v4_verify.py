@@ -18,6 +18,7 @@ new data, indices and accepted counts equal to eager calls.
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import shutil
 import subprocess
@@ -34,6 +35,7 @@ from gdnzoo.contract import validate
 from gdnzoo.reference import reference_verify_outputs
 from conftest import DEVICE
 from verify_cases import check_verify_call, expected_writes, make_verify_case
+from v4_defines import v4_defines
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 I32, I64 = torch.int32, torch.int64
@@ -43,16 +45,7 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot c
                                                      "CUDA sources")
 
 
-def _defs(sd=F32, io=BF16, K=128, l2=False, V=128, T=3, HV=8, GVA=2, W=2, RW=2, LPR=16,
-          VEC16=1, HINT=2, FAST=1, DENSE=1, CHAIN=0, SMEM=0, QKS=0, POOL=0, IDX64=None,
-          INTER=None, UPDATE=None, CHUNK=None, AHEAD=None):
-    d = dict(v=V, t=T, hv=HV, gva=GVA, w=W, rw=RW, lpr=LPR, vec16=VEC16, hint=HINT,
-             fastgate=FAST, dense=DENSE, chain=CHAIN, smem=SMEM, qks=QKS, pool=POOL)
-    for name, val in (("idx64", IDX64), ("inter", INTER), ("update", UPDATE), ("chunk", CHUNK),
-                      ("ahead", AHEAD)):
-        if val is not None:
-            d[name] = val
-    return cuda_build.defines(sd, io, io, io, F32, K, l2, **d)
+_defs = functools.partial(v4_defines, T=3, HINT=2)     # a verify variant's defaults
 
 
 # Every variant family with each verify form: intermediate rows n (INTER 1) or indexed
