@@ -179,14 +179,10 @@ def candidates(problem):
     if getattr(problem, "verify", ""):
         return verify_candidates(K, V, vec, chunk)
     out = []
-    for lpr in (4, 8, 16, 32):
-        for w in (1, 2, 4, 8):
-            for rw in (1, 2, 4, 8):
-                rows = rw * (32 // lpr)
-                if K % (lpr * vec) == 0 and rows <= 32 and w * rows <= V and rw * K // lpr <= 64:
-                    out += [(w, rw, lpr, h, 1, 0, 0, q) for h in (0, 2, 3) for q in _qk_modes(lpr)]
-                    if chunk:
-                        out += [(w, rw, lpr, h, 1, 0, 0, 0, 1) for h in (0, 2, 3)]
+    for w, rw, lpr in register_shapes(K, V, vec, 64):
+        out += [(w, rw, lpr, h, 1, 0, 0, q) for h in (0, 2, 3) for q in _qk_modes(lpr)]
+        if chunk:
+            out += [(w, rw, lpr, h, 1, 0, 0, 0, 1) for h in (0, 2, 3)]
     for lpr in (8, 16, 32) if T == 1 else ():
         for w in (2, 4, 8):
             for rw in (2, 4, 8, 16):
@@ -203,16 +199,24 @@ def verify_candidates(K, V, vec, chunk):
     token loop a token ahead (:data:`CONFIG` ``ahead`` 1 and 2; split q/k, or each lane's own
     where the split cannot serve); hint 3, fast gates (the second stage varies both)."""
     out = []
+    for w, rw, lpr in register_shapes(K, V, vec, 32):
+        out.append((w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 1))
+        out += [(w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 0, 0, a) for a in (1, 2)]
+        if chunk:
+            out.append((w, rw, lpr, 3, 1, 0, 0, 0, 1))
+    return out
+
+
+def register_shapes(K, V, vec, max_elems):
+    """Every (W, RW, LPR) with the state in registers: whole vectors of ``vec`` elements a lane,
+    at most 32 rows a warp and V rows a block, at most ``max_elems`` state elements a lane."""
     for lpr in (4, 8, 16, 32):
         for w in (1, 2, 4, 8):
             for rw in (1, 2, 4, 8):
                 rows = rw * (32 // lpr)
-                if K % (lpr * vec) == 0 and rows <= 32 and w * rows <= V and rw * K // lpr <= 32:
-                    out.append((w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 1))
-                    out += [(w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 0, 0, a) for a in (1, 2)]
-                    if chunk:
-                        out.append((w, rw, lpr, 3, 1, 0, 0, 0, 1))
-    return out
+                if (K % (lpr * vec) == 0 and rows <= 32 and w * rows <= V
+                        and rw * K // lpr <= max_elems):
+                    yield w, rw, lpr
 
 
 def _qk_modes(lpr):
