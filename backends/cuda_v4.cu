@@ -63,7 +63,8 @@
 // products and butterflies, not on a load.  1: v, a, b, the gates (and the per-token slots) of
 // every token before the loop, each token's q and k one token ahead, the loop unrolled; 2: all
 // of them one token ahead, the loop not unrolled (T times less code: profiled at one warp per
-// scheduler, the unrolled loop stalls on instruction-cache misses).
+// scheduler, the unrolled loop stalls on instruction-cache misses); 3: as 1, with every token's
+// q and k before the loop too (T times the q/k registers: no token waits on a load).
 // Programmatic dependent launch (sm_90+, launched with cuLaunchKernelEx by the host): GDN_PDL
 // (0 or absent: none, the code of a plain launch; 1 wait-first: griddepcontrol.wait before any
 // global load or store; 2 state-early: the slot indices, the state, A_log and dt_bias are
@@ -88,6 +89,8 @@
 #ifndef GDN_AHEAD
 #define GDN_AHEAD 0
 #endif
+// GDN_AHEAD 1 and 3: every token's v, gates and slots before the loop, the loop unrolled.
+#define GDN_AHEAD_ALL (GDN_AHEAD == 1 || GDN_AHEAD == 3)
 #if GDN_PDL < 0 || GDN_PDL > 2
 #error "GDN_PDL: 0 off, 1 wait-first, 2 state-early"
 #endif
@@ -133,7 +136,7 @@ constexpr int QK_CP = (2 * QK_CH + 32 * W - 1) / (32 * W);   // chunks of q and 
 constexpr bool QKX = GDN_QKS == 2;                 // q/k split over a lane pair (see GDN_QKS)
 constexpr int QW = QKX ? VEC * IOBYTES / 4 : 1;    // 32-bit words of a lane's q (or k) vector
 static_assert(!QKX || (RPW >= 2 && (QW == 2 || QW % 4 == 0)), "GDN_QKS=2: LPR <= 16, 16-byte vectors");
-static_assert(GDN_AHEAD >= 0 && GDN_AHEAD <= 2, "GDN_AHEAD: 0, 1 or 2");
+static_assert(GDN_AHEAD >= 0 && GDN_AHEAD <= 3, "GDN_AHEAD: 0, 1, 2 or 3");
 static_assert(!GDN_AHEAD || (T > 1 && !GDN_SMEM && GDN_QKS != 1 && !GDN_CHUNK),
               "GDN_AHEAD: T > 1, the token loop with the state in registers, q/k not staged");
 
@@ -727,7 +730,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
         }
     };
 #endif
-#if GDN_AHEAD == 1
+#if GDN_AHEAD_ALL
     // Every token's v, gates (and slots) now, behind the state loads.
     float va[T][RW], ga[T], ba[T];
     token_inputs(p, v0, v_t, a0, a_t, b0, b_t, live, dtb, va, ga, ba);
@@ -750,12 +753,18 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
     long long tsn = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T);
 #endif
 #endif
-#if GDN_AHEAD
+#if GDN_AHEAD == 3
+    // Every token's q and k (QKX: this lane's words of them) now, behind the state loads.
+    float qa[T][NV][VEC], ka[T][NV][VEC];
+    unsigned qkwa[T][QKX ? NV : 1][QW];
+#pragma unroll
+    for (int t = 0; t < T; ++t) load_qk(t, qa[t], ka[t], qkwa[t]);
+#elif GDN_AHEAD
     float qa[NV][VEC], ka[NV][VEC];                    // q and k a token ahead
     unsigned qkwa[QKX ? NV : 1][QW];
     load_qk(0, qa, ka, qkwa);
 #endif
-#if GDN_AHEAD == 1
+#if GDN_AHEAD_ALL
 #pragma unroll
 #else
 #pragma unroll 1
@@ -763,7 +772,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
     for (int t = 0; t < T; ++t) {
 #if GDN_POOL >= 3
         // Token t's slot idx[n, t]: padding (negative, null_slot, >= PN) stores nothing.
-#if GDN_AHEAD == 1
+#if GDN_AHEAD_ALL
         const long long ts = tsa[t];
 #elif GDN_AHEAD == 2
         const long long ts = tsn;
@@ -790,6 +799,18 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
                     static_cast<const char*>(isk ? p.k : p.q) + e * IOBYTES);
             }
         }
+#elif GDN_AHEAD == 3
+        // Token t's q and k from the registers.
+#pragma unroll
+        for (int i = 0; i < NV; ++i) {
+            if constexpr (QKX) {
+#pragma unroll
+                for (int j = 0; j < QW; ++j) qkw[i][j] = qkwa[t][i][j];
+            } else {
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) { qv[i][e] = qa[t][i][e]; kv[i][e] = ka[t][i][e]; }
+            }
+        }
 #elif GDN_AHEAD
         // Token t's q and k from the registers, token t + 1's loads issued before any of
         // token t's stores.
@@ -807,7 +828,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
 #else
         load_qk(t, qv, kv, qkw);
 #endif
-#if GDN_AHEAD == 1
+#if GDN_AHEAD_ALL
         const float (&vr)[RW] = va[t];
         const float gd = ga[t], beta = ba[t];
 #elif GDN_AHEAD == 2
@@ -858,7 +879,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
             }
         }
 #endif
-#if GDN_AHEAD != 1
+#if !GDN_AHEAD_ALL
         const float gd = GDN_FASTGATE ? gdn_decay_fast(A_log, xa) : gdn_decay(A_log, xa);
         const float beta = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
 #endif

@@ -23,8 +23,8 @@ Gram form: one butterfly for the 2T dot products with the initial state, then a 
 recurrence and T plain updates; ``cuda_v4.cu`` explains it), for any call with 1 < T <= 16.
 A row with ``ahead`` set keeps the token loop but takes every load that does not depend on the
 state out of a token's own step (1: v, gates and slots before the loop, q and k one token ahead,
-the loop unrolled; 2: all one token ahead, the loop rolled), so a token waits on its arithmetic
-only.
+the loop unrolled; 2: all one token ahead, the loop rolled; 3: as 1 with q and k of every token
+before the loop too), so a token waits on its arithmetic only.
 
 Programmatic dependent launch (``pdl=``, compute capability >= 9.0): the kernel is launched with
 ``cuLaunchKernelEx`` so that it may start while the kernel before it is still running, and
@@ -57,6 +57,8 @@ HEAD_DIMS = (32, 64, 128, 256)   # K: whole 16-byte vectors per lane, lane group
 MAX_GRID_X = 2**31 - 1
 MAX_WARPS = 8
 CHUNK_MAX_T = 16                 # the chunk variant's per-token registers grow with T
+AHEAD = (0, 1, 2, 3)             # the ahead values (CONFIG); 3 holds every token's q and k, so
+QK_AHEAD_MAX_T = 8               # it serves T <= 8 (above, 1: the same loop, q/k a token ahead)
 FASTGATE = 1                     # gates of an explicit 4-field config: 1 fast intrinsics, 0 precise
 STATE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
@@ -89,7 +91,9 @@ STATE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 #                      loads that do not depend on the state leave a token's own step, so it
 #                      waits on its arithmetic, not on a load; 1: every token's v, gates and slots
 #                      before the loop, q and k one token ahead, the loop unrolled; 2: all of them
-#                      one token ahead, the loop rolled (less code for the instruction cache)
+#                      one token ahead, the loop rolled (less code for the instruction cache);
+#                      3: as 1, with every token's q and k before the loop too (T times their
+#                      registers, so T <= QK_AHEAD_MAX_T; above it 1 serves)
 CONFIG = tables.ConfigFields(warps=tables.REQUIRED, row_groups=tables.REQUIRED,
                              lanes_per_row=tables.REQUIRED, hint=tables.REQUIRED,
                              fast_gates=FASTGATE, chain=0, smem=0, qk_mode=0, chunk=0, ahead=0)
@@ -177,7 +181,7 @@ def candidates(problem):
     vec = vec_elems(sd)
     chunk = 1 < T <= CHUNK_MAX_T
     if getattr(problem, "verify", ""):
-        return verify_candidates(K, V, vec, chunk)
+        return verify_candidates(K, V, vec, chunk, T)
     out = []
     for w, rw, lpr in register_shapes(K, V, vec, 64):
         out += [(w, rw, lpr, h, 1, 0, 0, q) for h in (0, 2, 3) for q in _qk_modes(lpr)]
@@ -192,16 +196,17 @@ def candidates(problem):
     return out
 
 
-def verify_candidates(K, V, vec, chunk):
+def verify_candidates(K, V, vec, chunk, T):
     """The first stage for a verify call, whose registers also hold per-token values: every
     register shape with at most 32 state elements a lane, as one chunk where T allows and as
     the token loop with its q/k split (shared q/k where the split cannot serve), and as the
-    token loop a token ahead (:data:`CONFIG` ``ahead`` 1 and 2; split q/k, or each lane's own
-    where the split cannot serve); hint 3, fast gates (the second stage varies both)."""
-    out = []
+    token loop a token ahead (:data:`CONFIG` ``ahead`` 1, 2 and, T <= 8, 3; split q/k, or each
+    lane's own where the split cannot serve); hint 3, fast gates (the second stage varies
+    both)."""
+    out, ahead = [], (1, 2, 3) if T <= QK_AHEAD_MAX_T else (1, 2)
     for w, rw, lpr in register_shapes(K, V, vec, 32):
         out.append((w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 1))
-        out += [(w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 0, 0, a) for a in (1, 2)]
+        out += [(w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 0, 0, a) for a in ahead]
         if chunk:
             out.append((w, rw, lpr, 3, 1, 0, 0, 0, 1))
     return out
@@ -357,7 +362,7 @@ class Bound:
         if not vec16:
             lpr, hint = min(32, K), 0                  # element loads: one element per lane
         why = valid_config(K, V, sd, w, rw, lpr, vec16) or (
-            f"ahead={ahead!r} is not 0, 1 or 2" if ahead not in (0, 1, 2) else "")
+            f"ahead={ahead!r} is not 0, 1, 2 or 3" if ahead not in AHEAD else "")
         if why:
             raise ValueError(f"cuda-v4: launch config invalid: {why}")
         chunk = int(bool(chunk) and vec16 and 1 < T <= CHUNK_MAX_T)
@@ -367,6 +372,7 @@ class Bound:
                    + (qks == 1) * qks_bytes(K, io, T) <= SMEM_STATIC_MAX)
         # the token loop a token ahead: T > 1, the state in registers, q/k not staged per block
         ahead = ahead if not chunk and not smem and T > 1 and qks != 1 else 0
+        ahead = 1 if ahead == 3 and T > QK_AHEAD_MAX_T else ahead
         # GDN_PDL, GDN_CHUNK and GDN_AHEAD only when on: the variants without them keep their
         # options and cache entries.
         opt = {n: v for n, v in (("pdl", self.pdl), ("chunk", chunk), ("ahead", ahead)) if v}

@@ -8,10 +8,10 @@ capture and replay with new data, strided views (the pool tests: tests/test_cuda
 from __future__ import annotations
 
 import dataclasses
-
 import re
 import shutil
 import subprocess
+import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -446,11 +446,14 @@ def test_v4_chunk_serves_t_above_1_with_16_byte_vectors(fake_gpu):
 
 def test_v4_ahead_serves_the_token_loop_in_registers(fake_gpu):
     # GDN_AHEAD: T > 1, state in registers, q/k not staged per block, not with the chunk (it
-    # has its own staging); element loads keep it.  Elsewhere no GDN_AHEAD define at all.
+    # has its own staging); element loads keep it; 3 (every token's q/k first) up to T = 8,
+    # 1 above.  Elsewhere no GDN_AHEAD define at all.
     compiled, _ = fake_gpu
     for T, cfg, want in ((3, (2, 2, 16, 0, 1, 0, 0, 2, 0, 1), 1),
                          (3, (2, 2, 32, 0, 1, 0, 0, 0, 0, 1), 1),
                          (2, (2, 2, 16, 0, 1, 0, 0, 2, 0, 2), 2),
+                         (8, (2, 2, 16, 0, 1, 0, 0, 2, 0, 3), 3),
+                         (9, (2, 2, 16, 0, 1, 0, 0, 2, 0, 3), 1),       # q/k of 8 tokens at most
                          (1, (2, 2, 16, 0, 1, 0, 0, 2, 0, 1), None),
                          (3, (2, 2, 16, 0, 1, 0, 0, 1, 0, 1), None),
                          (3, (2, 2, 16, 0, 1, 0, 0, 2, 1, 1), None),
@@ -463,8 +466,8 @@ def test_v4_ahead_serves_the_token_loop_in_registers(fake_gpu):
     _call(cuda_v4, dataclasses.replace(x, q=shifted), config=(2, 2, 16, 0, 1, 0, 0, 2, 0, 1))
     assert compiled[-1][2]["GDN_VEC16"] == 0 and compiled[-1][2]["GDN_AHEAD"] == 1
     n = len(compiled)
-    with pytest.raises(ValueError, match="ahead=3 is not 0, 1 or 2"):
-        _call(cuda_v4, x, config=(2, 2, 16, 0, 1, 0, 0, 2, 0, 3))
+    with pytest.raises(ValueError, match="ahead=4 is not 0, 1, 2 or 3"):
+        _call(cuda_v4, x, config=(2, 2, 16, 0, 1, 0, 0, 2, 0, 4))
     assert len(compiled) == n                                   # refused before any compile
 
 
@@ -663,7 +666,7 @@ V4_EXPLICIT = [(4, 1, 4, 0, 1, 4), (2, 8, 8, 2, 1, 0, 1), (1, 2, 8, 2, 1, 0, 0, 
                (8, 2, 16, 3, 1, 0, 0, 1), (4, 4, 8, 2, 1, 0, 1, 1), (1, 2, 16, 0, 1, 0, 0, 2),
                (4, 4, 8, 2, 1, 0, 1, 2), (4, 1, 16, 3, 1, 0, 0, 0, 1),
                (1, 4, 8, 2, 0, 4, 0, 2, 1), (2, 2, 16, 3, 1, 0, 0, 2, 0, 1),
-               (1, 2, 16, 3, 1, 0, 0, 2, 0, 2)]
+               (1, 2, 16, 3, 1, 0, 0, 2, 0, 2), (2, 1, 16, 3, 1, 0, 0, 2, 0, 3)]
 
 
 @gpu
@@ -698,3 +701,13 @@ def test_v4_table_config_fits_every_head_dim(sd, K):
             for gpu in tables.launch_tables().every_gpu():
                 w, rw, lpr, *_ = cuda_v4.table_config(gpu, sd, B, 4, 8, K, 128, inplace, T)
                 assert cuda_v4.valid_config(K, 128, sd, w, rw, lpr) == "", (B, K, w, rw, lpr)
+
+
+def test_v4_verify_candidates_hold_every_tokens_qk_up_to_8_tokens():
+    # ahead 3 keeps T tokens' q and k in registers: a first-stage candidate up to T = 8 only,
+    # beside ahead 1 and 2 for every register shape.
+    def aheads(T):
+        p = types.SimpleNamespace(K=128, V=128, state_dtype=F32, T=T, verify="states")
+        return {cuda_v4.full_config(c)[9] for c in cuda_v4.candidates(p)}
+    assert aheads(2) == aheads(8) == {0, 1, 2, 3}
+    assert aheads(9) == {0, 1, 2}

@@ -58,7 +58,7 @@ _defs = functools.partial(v4_defines, l2=True, HINT=3)   # PDL=level adds GDN_PD
 # the final store; indexed rows, deferred; indexed rows with shared q/k, an H100 row where
 # NVVM moved non-volatile state loads past the wait, and ptxas .nc ones; per-token slots with
 # accepted counts; per-token slots staged at T = 1; every token at once (the chunk), and the
-# token loop a token ahead, unrolled and rolled).
+# token loop a token ahead, unrolled, rolled and with every token's q and k first).
 VARIANTS = {
     "dense": dict(),
     "dense-strided-qks2": dict(sd=BF16, T=2, DENSE=0, QKS=2, LPR=8, W=4, HINT=2),
@@ -77,6 +77,7 @@ VARIANTS = {
     "verify-chunk": dict(T=4, POOL=1, IDX64=4, INTER=2, UPDATE=0, W=4, RW=1, CHUNK=1),
     "verify-ahead": dict(T=4, INTER=1, UPDATE=1, W=1, RW=1, QKS=2, AHEAD=1),
     "verify-slots-ahead-rolled": dict(T=3, POOL=4, IDX64=9, INTER=0, UPDATE=1, QKS=2, AHEAD=2),
+    "verify-pool-ahead-qk": dict(T=4, POOL=1, IDX64=4, INTER=2, UPDATE=0, QKS=2, AHEAD=3),
 }
 LEVELS = (0, 1, 2)
 AFTER_PDL = {"CHUNK", "AHEAD"}   # switches younger than PDL: the older source has no such variant

@@ -89,6 +89,10 @@ VERIFY_VARIANTS = [
           AHEAD=1),
     _defs(INTER=1, UPDATE=1, K=256, V=256, HV=6, GVA=3, T=16, RW=2, LPR=32, sd=BF16, l2=True,
           POOL=1, IDX64=0, AHEAD=1),
+    # ... unrolled with every token's q and k before the loop too (GDN_AHEAD 3)
+    _defs(INTER=2, UPDATE=0, POOL=1, IDX64=4, T=8, W=1, RW=1, LPR=16, QKS=2, l2=True, AHEAD=3),
+    _defs(INTER=0, UPDATE=1, POOL=4, IDX64=9, T=4, W=2, RW=2, LPR=16, sd=BF16, AHEAD=3),
+    _defs(INTER=1, UPDATE=1, V=96, T=3, RW=4, LPR=32, VEC16=0, HINT=0, io=F16, AHEAD=3),
     # ... and rolled, everything one token ahead (GDN_AHEAD 2)
     _defs(INTER=2, UPDATE=0, POOL=1, IDX64=4, T=8, W=4, RW=1, LPR=16, QKS=2, l2=True, AHEAD=2),
     _defs(INTER=0, UPDATE=1, POOL=4, IDX64=9, T=4, W=1, RW=4, LPR=8, CHAIN=4, AHEAD=2),
@@ -125,9 +129,9 @@ def test_verify_variants_compile_with_nvcc():
     (_defs(T=1, AHEAD=1), "GDN_AHEAD"),                         # a token ahead: T > 1 ...
     (_defs(QKS=1, AHEAD=1), "GDN_AHEAD"),                       # ... q/k not staged per block
     (_defs(CHUNK=1, AHEAD=1), "GDN_AHEAD"),                     # ... and the token loop
-    (_defs(AHEAD=3), "GDN_AHEAD"),
+    (_defs(AHEAD=4), "GDN_AHEAD"),
 ], ids=["inter-alone", "update-alone", "no-idx64", "slots+inter", "slots+deferred",
-        "chunk-T1", "chunk-qks", "ahead-T1", "ahead-qks", "ahead-chunk", "ahead-3"])
+        "chunk-T1", "chunk-qks", "ahead-T1", "ahead-qks", "ahead-chunk", "ahead-4"])
 def test_verify_switches_need_each_other(defs, word):
     _, r = _nvcc(defs)
     assert r.returncode != 0 and word in r.stderr, r.stderr[-1000:]
@@ -425,8 +429,8 @@ def _check_run(case, l2, what, config):
 # (config, T, V): staging at T=1 (with split and shared q/k), shared q/k, split q/k, FMA
 # chains, a tail of rows (V 96), T = 8 with .nc loads and streaming stores; every token at once
 # (the chunk) at T 2, 3, 4, 8, with a tail, chains and precise gates; the token loop a token
-# ahead, unrolled (1) and rolled (2), at T 2, 3, 4, 8 with split and own q/k, a tail, chains
-# and precise gates.
+# ahead, unrolled (1, and 3 with every token's q and k first) and rolled (2), at T 2, 3, 4, 8
+# with split and own q/k, a tail, chains and precise gates.
 EXPLICIT = [
     ((2, 8, 8, 2, 1, 0, 1, 0), 1, 128),
     ((4, 4, 8, 2, 1, 0, 1, 2), 1, 96),
@@ -443,6 +447,10 @@ EXPLICIT = [
     ((2, 2, 16, 2, 0, 0, 0, 2, 0, 1), 8, 96),
     ((1, 4, 8, 0, 1, 4, 0, 0, 0, 1), 4, 128),
     ((8, 1, 16, 3, 1, 0, 0, 0, 0, 1), 3, 128),
+    ((1, 1, 16, 3, 1, 0, 0, 2, 0, 3), 8, 128),
+    ((2, 2, 16, 2, 0, 0, 0, 2, 0, 3), 3, 96),
+    ((1, 2, 16, 0, 1, 4, 0, 0, 0, 3), 4, 128),
+    ((4, 1, 16, 3, 1, 0, 0, 0, 0, 3), 2, 128),
     ((1, 1, 16, 3, 1, 0, 0, 2, 0, 2), 8, 128),
     ((2, 2, 16, 2, 0, 0, 0, 2, 0, 2), 3, 96),
     ((1, 4, 8, 0, 1, 4, 0, 0, 0, 2), 4, 128),
