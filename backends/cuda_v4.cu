@@ -799,32 +799,29 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
                     static_cast<const char*>(isk ? p.k : p.q) + e * IOBYTES);
             }
         }
-#elif GDN_AHEAD == 3
-        // Token t's q and k from the registers.
-#pragma unroll
-        for (int i = 0; i < NV; ++i) {
-            if constexpr (QKX) {
-#pragma unroll
-                for (int j = 0; j < QW; ++j) qkw[i][j] = qkwa[t][i][j];
-            } else {
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) { qv[i][e] = qa[t][i][e]; kv[i][e] = ka[t][i][e]; }
-            }
-        }
 #elif GDN_AHEAD
-        // Token t's q and k from the registers, token t + 1's loads issued before any of
-        // token t's stores.
+        // Token t's q and k from the registers (3: loaded before the loop; else a token ahead,
+        // token t + 1's loads issued before any of token t's stores).
+#if GDN_AHEAD == 3
+        const auto &qt = qa[t], &kt = ka[t];
+        const auto& wt = qkwa[t];
+#else
+        const auto &qt = qa, &kt = ka;
+        const auto& wt = qkwa;
+#endif
 #pragma unroll
         for (int i = 0; i < NV; ++i) {
             if constexpr (QKX) {
 #pragma unroll
-                for (int j = 0; j < QW; ++j) qkw[i][j] = qkwa[i][j];
+                for (int j = 0; j < QW; ++j) qkw[i][j] = wt[i][j];
             } else {
 #pragma unroll
-                for (int e = 0; e < VEC; ++e) { qv[i][e] = qa[i][e]; kv[i][e] = ka[i][e]; }
+                for (int e = 0; e < VEC; ++e) { qv[i][e] = qt[i][e]; kv[i][e] = kt[i][e]; }
             }
         }
+#if GDN_AHEAD != 3
         if (t + 1 < T) load_qk(t + 1, qa, ka, qkwa);
+#endif
 #else
         load_qk(t, qv, kv, qkw);
 #endif

@@ -203,7 +203,7 @@ def verify_candidates(K, V, vec, chunk, T):
     token loop a token ahead (:data:`CONFIG` ``ahead`` 1, 2 and, T <= 8, 3; split q/k, or each
     lane's own where the split cannot serve); hint 3, fast gates (the second stage varies
     both)."""
-    out, ahead = [], (1, 2, 3) if T <= QK_AHEAD_MAX_T else (1, 2)
+    out, ahead = [], [a for a in AHEAD[1:] if a != 3 or T <= QK_AHEAD_MAX_T]
     for w, rw, lpr in register_shapes(K, V, vec, 32):
         out.append((w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 1))
         out += [(w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 0, 0, a) for a in ahead]
@@ -510,7 +510,7 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2no
     overrides the table (CHAIN: 0 tree sums, c > 0 chains of c fused multiply-adds; SMEM 1: the
     state staged through shared memory with cp.async, T = 1 only; QKS 1: q and k read once per
     block into shared memory, 2: split over a lane pair and swapped by shuffles; CHUNK 1: every
-    token at once; AHEAD 1, 2: the token loop with its loads ahead); ``pdl``: the
+    token at once; AHEAD 1, 2, 3: the token loop with its loads ahead); ``pdl``: the
     level of programmatic dependent launch (0 off, 1 wait-first, 2 state-early)."""
     bound = bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
                  pool, verify, config, pdl=pdl)
