@@ -20,7 +20,8 @@ after each token stored from them to its intermediate row and step, or to its pe
 ``update_state=False`` compiles the final store out.  Every thread stores the rows it holds, so
 every launch shape serves every form.  A row with ``chunk`` set takes every token at once (the
 Gram form: one butterfly for the 2T dot products with the initial state, then a scalar
-recurrence and T plain updates; ``cuda_v4.cu`` explains it), for any call with 1 < T <= 16.
+recurrence and T plain updates; ``cuda_v4.cu`` explains it), for any call with 1 < T <= 16;
+``chunk`` 2 does it with each lane's own q/k slices and no shared memory (T <= 4).
 A row with ``ahead`` set keeps the token loop but takes every load that does not depend on the
 state out of a token's own step (1: v, gates and slots before the loop, q and k one token ahead,
 the loop unrolled; 2: all one token ahead, the loop rolled; 3: as 1 with q and k of every token
@@ -56,7 +57,9 @@ KERNEL = "gdn_decode_v4"
 HEAD_DIMS = (32, 64, 128, 256)   # K: whole 16-byte vectors per lane, lane groups dividing 32
 MAX_GRID_X = 2**31 - 1
 MAX_WARPS = 8
-CHUNK_MAX_T = 16                 # the chunk variant's per-token registers grow with T
+CHUNK = (0, 1, 2)                # the chunk values (CONFIG); 2 holds every Gram entry in
+CHUNK_MAX_T = 16                 # each lane's registers, so it serves T <= CHUNK_REG_MAX_T (above,
+CHUNK_REG_MAX_T = 4              # 1: the Gram entries from the block); 1 serves T <= CHUNK_MAX_T
 AHEAD = (0, 1, 2, 3)             # the ahead values (CONFIG); 3 holds every token's q and k, so
 QK_AHEAD_MAX_T = 8               # it serves T <= 8 (above, 1: the same loop, q/k a token ahead)
 FASTGATE = 1                     # gates of an explicit 4-field config: 1 fast intrinsics, 0 precise
@@ -86,7 +89,10 @@ STATE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 #                      all tokens staged in shared memory, one butterfly for the 2T dot products
 #                      with the initial state, the per-token corrections from their Gram entries
 #                      (no shuffle between tokens), then T plain updates; q/k modes and staging
-#                      do not apply
+#                      do not apply; 2 (T <= CHUNK_REG_MAX_T, above it 1 serves): the same with
+#                      each lane's own q/k slices of every token in registers and the Gram
+#                      entries summed in the butterfly of the state's dot products: no shared
+#                      memory, no barrier
 #   ahead              T > 1, the token loop with the state in registers, q/k mode not 1: the
 #                      loads that do not depend on the state leave a token's own step, so it
 #                      waits on its arithmetic, not on a load; 1: every token's v, gates and slots
@@ -174,19 +180,19 @@ def launch_config(problem, gpu):
 def candidates(problem):
     """The shape search's first stage (tunable protocol): every register shape (W, RW, LPR) with
     at most 64 state elements a lane, with each cache hint 0, 2, 3 and each distinct q/k mode,
-    and at T > 1 also as one chunk (:data:`CONFIG` ``chunk``); at T = 1 every shape staged
+    and at T > 1 also as one chunk (:data:`CONFIG` ``chunk`` 1, and 2 where T allows); at T = 1
+    every shape staged
     through shared memory (hints 0, 2: .nc loads are unused when staging); fast gates, tree
     sums."""
     K, V, sd, T = problem.K, problem.V, problem.state_dtype, problem.T
     vec = vec_elems(sd)
-    chunk = 1 < T <= CHUNK_MAX_T
+    chunks = chunk_values(T)
     if getattr(problem, "verify", ""):
-        return verify_candidates(K, V, vec, chunk, T)
+        return verify_candidates(K, V, vec, chunks, T)
     out = []
     for w, rw, lpr in register_shapes(K, V, vec, 64):
         out += [(w, rw, lpr, h, 1, 0, 0, q) for h in (0, 2, 3) for q in _qk_modes(lpr)]
-        if chunk:
-            out += [(w, rw, lpr, h, 1, 0, 0, 0, 1) for h in (0, 2, 3)]
+        out += [(w, rw, lpr, h, 1, 0, 0, 0, c) for h in (0, 2, 3) for c in chunks]
     for lpr in (8, 16, 32) if T == 1 else ():
         for w in (2, 4, 8):
             for rw in (2, 4, 8, 16):
@@ -196,9 +202,15 @@ def candidates(problem):
     return out
 
 
-def verify_candidates(K, V, vec, chunk, T):
+def chunk_values(T):
+    """The chunk values (:data:`CONFIG` ``chunk``) that serve T tokens, 0 left out."""
+    return [c for c in CHUNK[1:] if 1 < T <= (CHUNK_MAX_T if c == 1 else CHUNK_REG_MAX_T)]
+
+
+def verify_candidates(K, V, vec, chunks, T):
     """The first stage for a verify call, whose registers also hold per-token values: every
-    register shape with at most 32 state elements a lane, as one chunk where T allows and as
+    register shape with at most 32 state elements a lane, as one chunk where T allows (each of
+    ``chunks``, see :func:`chunk_values`) and as
     the token loop with its q/k split (shared q/k where the split cannot serve), and as the
     token loop a token ahead (:data:`CONFIG` ``ahead`` 1, 2 and, T <= 8, 3; split q/k, or each
     lane's own where the split cannot serve); hint 3, fast gates (the second stage varies
@@ -207,8 +219,7 @@ def verify_candidates(K, V, vec, chunk, T):
     for w, rw, lpr in register_shapes(K, V, vec, 32):
         out.append((w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 1))
         out += [(w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 0, 0, a) for a in ahead]
-        if chunk:
-            out.append((w, rw, lpr, 3, 1, 0, 0, 0, 1))
+        out += [(w, rw, lpr, 3, 1, 0, 0, 0, c) for c in chunks]
     return out
 
 
@@ -362,10 +373,13 @@ class Bound:
         if not vec16:
             lpr, hint = min(32, K), 0                  # element loads: one element per lane
         why = valid_config(K, V, sd, w, rw, lpr, vec16) or (
-            f"ahead={ahead!r} is not 0, 1, 2 or 3" if ahead not in AHEAD else "")
+            f"ahead={ahead!r} is not 0, 1, 2 or 3" if ahead not in AHEAD else
+            f"chunk={chunk!r} is not 0, 1 or 2" if chunk not in CHUNK else "")
         if why:
             raise ValueError(f"cuda-v4: launch config invalid: {why}")
-        chunk = int(bool(chunk) and vec16 and 1 < T <= CHUNK_MAX_T)
+        # every token at once: 16-byte vectors, T in range (2 above its limit: 1, the block's Gram)
+        chunk = chunk if vec16 and 1 < T <= CHUNK_MAX_T else 0
+        chunk = 1 if chunk == 2 and T > CHUNK_REG_MAX_T else chunk
         qks = 0 if chunk else effective_qks(qks, vec16, lpr)
         # staging: 16-byte vectors, T = 1, within static shared memory
         smem = int(bool(smem) and vec16 and T == 1 and smem_bytes(K, sd, w, rw, lpr)
@@ -510,7 +524,7 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2no
     overrides the table (CHAIN: 0 tree sums, c > 0 chains of c fused multiply-adds; SMEM 1: the
     state staged through shared memory with cp.async, T = 1 only; QKS 1: q and k read once per
     block into shared memory, 2: split over a lane pair and swapped by shuffles; CHUNK 1: every
-    token at once; AHEAD 1, 2, 3: the token loop with its loads ahead); ``pdl``: the
+    token at once, 2: the same with the Gram entries in registers (T <= 4); AHEAD 1, 2, 3: the token loop with its loads ahead); ``pdl``: the
     level of programmatic dependent launch (0 off, 1 wait-first, 2 state-early)."""
     bound = bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
                  pool, verify, config, pdl=pdl)

@@ -75,6 +75,7 @@ VARIANTS = {
     "verify-slots": dict(T=4, POOL=4, IDX64=9, INTER=0, UPDATE=1, QKS=1, W=4, LPR=8),
     "verify-slots-smem": dict(T=1, POOL=3, IDX64=0, INTER=0, UPDATE=1, SMEM=1, W=8, RW=8),
     "verify-chunk": dict(T=4, POOL=1, IDX64=4, INTER=2, UPDATE=0, W=4, RW=1, CHUNK=1),
+    "verify-slots-chunk-regs": dict(T=2, POOL=4, IDX64=9, INTER=0, UPDATE=1, W=2, CHUNK=2),
     "verify-ahead": dict(T=4, INTER=1, UPDATE=1, W=1, RW=1, QKS=2, AHEAD=1),
     "verify-slots-ahead-rolled": dict(T=3, POOL=4, IDX64=9, INTER=0, UPDATE=1, QKS=2, AHEAD=2),
     "verify-pool-ahead-qk": dict(T=4, POOL=1, IDX64=4, INTER=2, UPDATE=0, QKS=2, AHEAD=3),

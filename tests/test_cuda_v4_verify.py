@@ -80,6 +80,10 @@ VERIFY_VARIANTS = [
           POOL=1, IDX64=0, CHUNK=1),
     _defs(INTER=2, UPDATE=0, K=32, V=64, T=2, W=1, RW=1, LPR=4, io=F32, POOL=2, IDX64=0,
           CHUNK=1),
+    # ... with the Gram entries in each lane's registers (GDN_CHUNK 2, T <= 4)
+    _defs(INTER=2, UPDATE=0, POOL=1, IDX64=4, T=4, W=1, RW=1, LPR=16, l2=True, CHUNK=2),
+    _defs(INTER=0, UPDATE=1, POOL=4, IDX64=9, T=2, W=4, RW=2, LPR=16, sd=BF16, CHUNK=2),
+    _defs(INTER=1, UPDATE=1, V=96, T=3, RW=4, LPR=32, io=F16, DENSE=0, CHAIN=4, CHUNK=2),
     # the token loop a token ahead (GDN_AHEAD): each form, own and split q/k, element loads,
     # a tail, chains, T 2 to 16
     _defs(INTER=2, UPDATE=0, POOL=1, IDX64=4, T=8, W=4, RW=1, LPR=16, QKS=2, l2=True, AHEAD=1),
@@ -130,8 +134,11 @@ def test_verify_variants_compile_with_nvcc():
     (_defs(QKS=1, AHEAD=1), "GDN_AHEAD"),                       # ... q/k not staged per block
     (_defs(CHUNK=1, AHEAD=1), "GDN_AHEAD"),                     # ... and the token loop
     (_defs(AHEAD=4), "GDN_AHEAD"),
+    (_defs(T=5, CHUNK=2), "GDN_CHUNK"),                         # the register Gram: T <= 4
+    (_defs(T=2, CHUNK=3), "GDN_CHUNK"),
 ], ids=["inter-alone", "update-alone", "no-idx64", "slots+inter", "slots+deferred",
-        "chunk-T1", "chunk-qks", "ahead-T1", "ahead-qks", "ahead-chunk", "ahead-4"])
+        "chunk-T1", "chunk-qks", "ahead-T1", "ahead-qks", "ahead-chunk", "ahead-4", "chunk2-T5",
+        "chunk-3"])
 def test_verify_switches_need_each_other(defs, word):
     _, r = _nvcc(defs)
     assert r.returncode != 0 and word in r.stderr, r.stderr[-1000:]
@@ -428,7 +435,9 @@ def _check_run(case, l2, what, config):
 
 # (config, T, V): staging at T=1 (with split and shared q/k), shared q/k, split q/k, FMA
 # chains, a tail of rows (V 96), T = 8 with .nc loads and streaming stores; every token at once
-# (the chunk) at T 2, 3, 4, 8, with a tail, chains and precise gates; the token loop a token
+# (the chunk) at T 2, 3, 4, 8, with a tail, chains and precise gates, and with its Gram entries
+# in registers (chunk 2) at T 2, 3, 4 the same ways (and at T 8, where chunk 1 serves it); the
+# token loop a token
 # ahead, unrolled (1, and 3 with every token's q and k first) and rolled (2), at T 2, 3, 4, 8
 # with split and own q/k, a tail, chains and precise gates.
 EXPLICIT = [
@@ -443,6 +452,10 @@ EXPLICIT = [
     ((2, 2, 16, 2, 0, 0, 0, 0, 1), 8, 96),
     ((1, 4, 8, 0, 1, 4, 0, 0, 1), 4, 128),
     ((8, 1, 16, 3, 1, 0, 0, 0, 1), 3, 128),
+    ((1, 1, 16, 3, 1, 0, 0, 0, 2), 4, 128),
+    ((4, 2, 16, 2, 0, 0, 0, 0, 2), 2, 96),
+    ((1, 4, 8, 0, 1, 4, 0, 0, 2), 3, 128),
+    ((2, 2, 16, 3, 1, 0, 0, 0, 2), 8, 128),
     ((4, 1, 16, 3, 1, 0, 0, 2, 0, 1), 2, 128),
     ((2, 2, 16, 2, 0, 0, 0, 2, 0, 1), 8, 96),
     ((1, 4, 8, 0, 1, 4, 0, 0, 0, 1), 4, 128),
