@@ -181,9 +181,8 @@ def candidates(problem):
     """The shape search's first stage (tunable protocol): every register shape (W, RW, LPR) with
     at most 64 state elements a lane, with each cache hint 0, 2, 3 and each distinct q/k mode,
     and at T > 1 also as one chunk (:data:`CONFIG` ``chunk`` 1, and 2 where T allows); at T = 1
-    every shape staged
-    through shared memory (hints 0, 2: .nc loads are unused when staging); fast gates, tree
-    sums."""
+    every shape staged through shared memory (hints 0, 2: .nc loads are unused when staging);
+    fast gates, tree sums."""
     K, V, sd, T = problem.K, problem.V, problem.state_dtype, problem.T
     vec = vec_elems(sd)
     chunks = chunk_values(T)
@@ -210,11 +209,10 @@ def chunk_values(T):
 def verify_candidates(K, V, vec, chunks, T):
     """The first stage for a verify call, whose registers also hold per-token values: every
     register shape with at most 32 state elements a lane, as one chunk where T allows (each of
-    ``chunks``, see :func:`chunk_values`) and as
-    the token loop with its q/k split (shared q/k where the split cannot serve), and as the
-    token loop a token ahead (:data:`CONFIG` ``ahead`` 1, 2 and, T <= 8, 3; split q/k, or each
-    lane's own where the split cannot serve); hint 3, fast gates (the second stage varies
-    both)."""
+    ``chunks``, see :func:`chunk_values`), as the token loop with its q/k split (shared q/k
+    where the split cannot serve), and as the token loop a token ahead (:data:`CONFIG`
+    ``ahead`` 1, 2 and, T <= 8, 3; split q/k, or each lane's own where the split cannot
+    serve); hint 3, fast gates (the second stage varies both)."""
     out, ahead = [], [a for a in AHEAD[1:] if a != 3 or T <= QK_AHEAD_MAX_T]
     for w, rw, lpr in register_shapes(K, V, vec, 32):
         out.append((w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 1))
@@ -524,8 +522,9 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2no
     overrides the table (CHAIN: 0 tree sums, c > 0 chains of c fused multiply-adds; SMEM 1: the
     state staged through shared memory with cp.async, T = 1 only; QKS 1: q and k read once per
     block into shared memory, 2: split over a lane pair and swapped by shuffles; CHUNK 1: every
-    token at once, 2: the same with the Gram entries in registers (T <= 4); AHEAD 1, 2, 3: the token loop with its loads ahead); ``pdl``: the
-    level of programmatic dependent launch (0 off, 1 wait-first, 2 state-early)."""
+    token at once, 2: the same with the Gram entries in registers (T <= 4); AHEAD 1, 2, 3: the
+    token loop with its loads ahead); ``pdl``: the level of programmatic dependent launch (0
+    off, 1 wait-first, 2 state-early)."""
     bound = bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
                  pool, verify, config, pdl=pdl)
     if verify is not None:
