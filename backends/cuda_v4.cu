@@ -261,6 +261,12 @@ __device__ __forceinline__ float dot_sum(const F& f) {
     }
 }
 
+// A lane's slice of the dot product of two rows it holds as NV vectors of VEC elements.
+template <int NV, int VEC>
+__device__ __forceinline__ float vec_dot(const float (&x)[NV][VEC], const float (&y)[NV][VEC]) {
+    return dot_sum<NV * VEC>([&](int j) { return x[j / VEC][j % VEC] * y[j / VEC][j % VEC]; });
+}
+
 // A lane's slices of k.q and, with the L2 norm, of q.q and k.k (the caller's butterfly adds the
 // LPR slices of a row).
 template <int NV, int VEC>
@@ -586,6 +592,40 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
     const long long a0 = n * GDN_STRIDE(a_n, T * HV) + h * GDN_STRIDE(a_h, 1);
     const long long b0 = n * GDN_STRIDE(b_n, T * HV) + h * GDN_STRIDE(b_h, 1);
 
+#if GDN_QKS != 1
+    // This lane's q and k slices of token t; QKX: its q or its k words, swapped in the loop.
+    const auto load_qk = [&](int t, float (&qv)[NV][VEC], float (&kv)[NV][VEC],
+                             unsigned (&qkw)[QKX ? NV : 1][QW]) {
+        if constexpr (QKX) {
+            // Rows sub and sub^1 share q and k: the even one loads q, the odd one k, and they
+            // swap through one shuffle per word.
+            const char* qk = (sub & 1) ? static_cast<const char*>(p.k) + (k0 + t * k_t) * IOBYTES
+                                       : static_cast<const char*>(p.q) + (q0 + t * q_t) * IOBYTES;
+#pragma unroll
+            for (int i = 0; i < NV; ++i) {
+                const char* at = qk + (i * LPR + kl) * VEC * IOBYTES;
+                if constexpr (QW % 4 == 0) {
+#pragma unroll
+                    for (int c = 0; c < QW / 4; ++c) {
+                        const uint4 u = reinterpret_cast<const uint4*>(at)[c];
+                        qkw[i][4 * c] = u.x; qkw[i][4 * c + 1] = u.y;
+                        qkw[i][4 * c + 2] = u.z; qkw[i][4 * c + 3] = u.w;
+                    }
+                } else {                          // QW == 2: 4 bf16/fp16 elements
+                    const uint2 u = *reinterpret_cast<const uint2*>(at);
+                    qkw[i][0] = u.x; qkw[i][1] = u.y;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < NV; ++i) {
+                const int kofs = (i * LPR + kl) * VEC;
+                ld_vec<IOD, VEC>(p.q, q0 + t * q_t + kofs, qv[i]);
+                ld_vec<IOD, VEC>(p.k, k0 + t * k_t + kofs, kv[i]);
+            }
+        }
+    };
+#endif
 #if GDN_CHUNK
     // ---- every token at once (GDN_CHUNK) ----------------------------------------------------
     // A row's state after token t is g_t s_{t-1} + u_t k^_t, so s_{t-1}.k^_t and s_t.q^_t are
@@ -616,13 +656,9 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
 #else
     // GDN_CHUNK 2: this lane's q and k slices of every token, behind the state loads.
     float qa[T][NV][VEC], ka[T][NV][VEC];
+    unsigned qkw[1][QW];                                   // unused: no q/k split (QKX)
 #pragma unroll
-    for (int t = 0; t < T; ++t)
-#pragma unroll
-        for (int i = 0; i < NV; ++i) {
-            ld_vec<IOD, VEC>(p.q, q0 + t * q_t + (i * LPR + kl) * VEC, qa[t][i]);
-            ld_vec<IOD, VEC>(p.k, k0 + t * k_t + (i * LPR + kl) * VEC, ka[t][i]);
-        }
+    for (int t = 0; t < T; ++t) load_qk(t, qa[t], ka[t], qkw);
 #endif
     float vr[T][RW], gd[T], beta[T];
     token_inputs(p, v0, v_t, a0, a_t, b0, b_t, live, dtb, vr, gd, beta);
@@ -631,7 +667,6 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
     token_slots(p, n, ts);
 #endif
     token_gates(A_log, gd, beta);
-    constexpr int NE = NV * VEC;
 #if GDN_CHUNK == 1
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
@@ -649,17 +684,14 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
 #else
     // This lane's slices of the Gram entries (see chunk_pair), summed by the butterfly below.
     float gram[CH_NENT];
-    const auto slice = [&](const float (&x)[NV][VEC], const float (&y)[NV][VEC]) {
-        return dot_sum<NE>([&](int j) { return x[j / VEC][j % VEC] * y[j / VEC][j % VEC]; });
-    };
 #pragma unroll
     for (int t = 0; t < T; ++t) {
 #pragma unroll
         for (int j = 0; j <= t; ++j) {
-            gram[chunk_pair(j, t)] = slice(ka[j], ka[t]);
-            gram[CH_KQ + chunk_pair(j, t)] = slice(ka[j], qa[t]);
+            gram[chunk_pair(j, t)] = vec_dot(ka[j], ka[t]);
+            gram[CH_KQ + chunk_pair(j, t)] = vec_dot(ka[j], qa[t]);
         }
-        if (GDN_L2NORM) gram[CH_QQ + t] = slice(qa[t], qa[t]);
+        if (GDN_L2NORM) gram[CH_QQ + t] = vec_dot(qa[t], qa[t]);
     }
     const auto qk_of = [&](int t, float (&qv)[NV][VEC], float (&kv)[NV][VEC]) {
 #pragma unroll
@@ -676,8 +708,8 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
         qk_of(t, qv, kv);
 #pragma unroll
         for (int g = 0; g < RW; ++g) {
-            sk[g][t] = dot_sum<NE>([&](int j) { return S[g][j / VEC][j % VEC] * kv[j / VEC][j % VEC]; });
-            sq[g][t] = dot_sum<NE>([&](int j) { return S[g][j / VEC][j % VEC] * qv[j / VEC][j % VEC]; });
+            sk[g][t] = vec_dot(S[g], kv);
+            sq[g][t] = vec_dot(S[g], qv);
         }
     }
 #pragma unroll
@@ -749,40 +781,6 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
         }
     }
 #else
-#if GDN_QKS != 1
-    // This lane's q and k slices of token t; QKX: its q or its k words, swapped in the loop.
-    const auto load_qk = [&](int t, float (&qv)[NV][VEC], float (&kv)[NV][VEC],
-                             unsigned (&qkw)[QKX ? NV : 1][QW]) {
-        if constexpr (QKX) {
-            // Rows sub and sub^1 share q and k: the even one loads q, the odd one k, and they
-            // swap through one shuffle per word.
-            const char* qk = (sub & 1) ? static_cast<const char*>(p.k) + (k0 + t * k_t) * IOBYTES
-                                       : static_cast<const char*>(p.q) + (q0 + t * q_t) * IOBYTES;
-#pragma unroll
-            for (int i = 0; i < NV; ++i) {
-                const char* at = qk + (i * LPR + kl) * VEC * IOBYTES;
-                if constexpr (QW % 4 == 0) {
-#pragma unroll
-                    for (int c = 0; c < QW / 4; ++c) {
-                        const uint4 u = reinterpret_cast<const uint4*>(at)[c];
-                        qkw[i][4 * c] = u.x; qkw[i][4 * c + 1] = u.y;
-                        qkw[i][4 * c + 2] = u.z; qkw[i][4 * c + 3] = u.w;
-                    }
-                } else {                          // QW == 2: 4 bf16/fp16 elements
-                    const uint2 u = *reinterpret_cast<const uint2*>(at);
-                    qkw[i][0] = u.x; qkw[i][1] = u.y;
-                }
-            }
-        } else {
-#pragma unroll
-            for (int i = 0; i < NV; ++i) {
-                const int kofs = (i * LPR + kl) * VEC;
-                ld_vec<IOD, VEC>(p.q, q0 + t * q_t + kofs, qv[i]);
-                ld_vec<IOD, VEC>(p.k, k0 + t * k_t + kofs, kv[i]);
-            }
-        }
-    };
-#endif
 #if GDN_AHEAD_ALL
     // Every token's v, gates (and slots) now, behind the state loads.
     float va[T][RW], ga[T], ba[T];
@@ -934,7 +932,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
         const float beta = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
 #endif
 #if GDN_SMEM
-        constexpr int NE = NV * VEC;
+            constexpr int NE = NV * VEC;
         float kq, qq, kk;
         qk_dots(kv, qv, kq, qq, kk);
 #pragma unroll
@@ -994,7 +992,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
 #else
         // This lane's slice of every dot product (dot_sum); the butterfly below adds the
         // LPR slices of a row.
-        constexpr int NE = NV * VEC;
+            constexpr int NE = NV * VEC;
         float kq, qq, kk, sk[RW], sq[RW];
         qk_dots(kv, qv, kq, qq, kk);
 #pragma unroll

@@ -375,9 +375,9 @@ class Bound:
             f"chunk={chunk!r} is not 0, 1 or 2" if chunk not in CHUNK else "")
         if why:
             raise ValueError(f"cuda-v4: launch config invalid: {why}")
-        # every token at once: 16-byte vectors, T in range (2 above its limit: 1, the block's Gram)
-        chunk = chunk if vec16 and 1 < T <= CHUNK_MAX_T else 0
-        chunk = 1 if chunk == 2 and T > CHUNK_REG_MAX_T else chunk
+        # every token at once: 16-byte vectors, the values that serve T (2 above its limit: 1)
+        serve = chunk_values(T) if vec16 else []
+        chunk = chunk if chunk in serve else 1 if chunk and 1 in serve else 0
         qks = 0 if chunk else effective_qks(qks, vec16, lpr)
         # staging: 16-byte vectors, T = 1, within static shared memory
         smem = int(bool(smem) and vec16 and T == 1 and smem_bytes(K, sd, w, rw, lpr)
