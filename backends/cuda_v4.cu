@@ -932,7 +932,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
         const float beta = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
 #endif
 #if GDN_SMEM
-            constexpr int NE = NV * VEC;
+        constexpr int NE = NV * VEC;
         float kq, qq, kk;
         qk_dots(kv, qv, kq, qq, kk);
 #pragma unroll
@@ -992,7 +992,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
 #else
         // This lane's slice of every dot product (dot_sum); the butterfly below adds the
         // LPR slices of a row.
-            constexpr int NE = NV * VEC;
+        constexpr int NE = NV * VEC;
         float kq, qq, kk, sk[RW], sq[RW];
         qk_dots(kv, qv, kq, qq, kk);
 #pragma unroll
