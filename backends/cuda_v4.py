@@ -6,7 +6,10 @@ chains, shared-memory staging, q and k shared per block or split over a lane pai
 this GPU's launch rows (``backends/tables/<gpu>.yaml``: by state dtype, in place or destination
 passing, tokens per call and batch size; measured by ``gdnzoo tune --shapes``).  Shapes, GVA
 ratio and launch shape are compile-time constants of the kernel (one NVRTC variant per
-signature, cached on disk).
+signature, cached on disk), and so are the strides: those of the dense layout when every tensor
+is contiguous, else the call's own (the engines' q, k, v, a, b views of one fused projection,
+a pool or intermediate buffer with its own slot stride), so a strided call gets the same
+constant index math as a dense one, at one more variant per distinct layout.
 
 State pools (:mod:`gdnzoo.pool`) are served natively: the kernel loads each sequence's slot
 indices itself (its first load) and addresses the pool's slots with 64-bit offsets; padded
@@ -306,6 +309,21 @@ def verify_mode(pool, verify):
     return dict(mode, inter=inter, update=int(verify.update))
 
 
+# GdnParams' stride fields, q_n .. dtb_h: with a verify call's i_n and i_t, GDN_DENSE=2's constants.
+STRIDE_FIELDS = cuda_build.PARAM_FIELDS[cuda_build.N_PTRS:cuda_build.PARAM_FIELDS.index("B")]
+
+
+def stride_defines(values, extra=()) -> tuple:
+    """GDN_DENSE=2's -D constants: the call's own strides (``values``: GdnParams' field values,
+    ``extra``: a verify call's VERIFY_PARAMS values), compiled into the variant, so a strided
+    layout (the engines' views of one fused activation tensor, a page-strided pool) gets the
+    constant index math of a dense call; one variant per layout."""
+    d = {f"GDN_SC_{n}": int(values[cuda_build.N_PTRS + i]) for i, n in enumerate(STRIDE_FIELDS)}
+    if extra:
+        d.update(GDN_SC_i_n=int(extra[3]), GDN_SC_i_t=int(extra[4]))
+    return tuple(d.items())
+
+
 def verify_key(verify):
     """What a verify launcher depends on beyond the dense signature and the pool (None: no
     verify)."""
@@ -349,6 +367,8 @@ class Bound:
         self.dense = cuda_build.dense(q, k, v, state, A_log, a, dt_bias, b, out, new_state) \
             if pool is None else cuda_build.dense(q, k, v, state[0], A_log, a, dt_bias, b, out,
                                                   new_state[0])
+        # Not dense: the call's strides compiled in (GDN_DENSE=2).
+        self.stride_defs = () if self.dense else stride_defines(self.values, self.extra)
         self.launches = {}
         if self.strides_aligned:
             self.vec16 = self.make(True)
@@ -390,8 +410,9 @@ class Bound:
         opt = {n: v for n, v in (("pdl", self.pdl), ("chunk", chunk), ("ahead", ahead)) if v}
         defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
                                   w=w, rw=rw, lpr=lpr, vec16=int(vec16), hint=hint,
-                                  fastgate=fast, dense=int(self.dense), chain=chain, smem=smem,
-                                  qks=qks, **self.switches, **opt)
+                                  fastgate=fast, dense=1 if self.dense else 2, chain=chain,
+                                  smem=smem, qks=qks, **self.switches, **opt)
+        defs = tuple(sorted(defs + self.stride_defs))
         kern = cuda_build.get_kernel(SOURCE, KERNEL, defs, self.dev)
         bph = blocks_per_head(V, w, rw, lpr)
         launch = cuda_build.Launch(kern, B * HV * bph, 32 * w, self.dev,

@@ -141,6 +141,51 @@ def test_v4_needs_the_pool_defines():
         assert r.returncode != 0 and "-D options" in r.stderr, extra
 
 
+def _param_offsets(ptx):
+    """The byte offsets of the parameter block that a kernel's PTX loads: direct
+    ([param_0+off]) or through a register holding the block's address plus a constant."""
+    base = {reg: 0 for reg in re.findall(r"mov\.b64\s+(%rd\d+), gdn_decode_v4_param_0;", ptx)}
+    for dst, src, c in re.findall(r"add\.s64\s+(%rd\d+), (%rd\d+), (-?\d+);", ptx):
+        if src in base:
+            base[dst] = base[src] + int(c)
+    loads = re.findall(r"ld\.param[^\[\n]*\[([^\]+]+)\+?(-?\d*)\]", ptx)
+    return {base.get(at, 0) + int(off or 0) for at, off in loads
+            if at in base or at == "gdn_decode_v4_param_0"}
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")
+@pytest.mark.parametrize("extra", [dict(T=1, POOL=0), dict(T=1, POOL=1, IDX64=0),
+                                   dict(T=4, POOL=1, IDX64=0, INTER=2, UPDATE=0, CHUNK=2),
+                                   dict(T=3, POOL=4, IDX64=9, INTER=0, UPDATE=1, AHEAD=3)])
+def test_v4_call_strides_compiled_in(tmp_path, extra):
+    """GDN_DENSE=2 (a strided call): the strides are the -DGDN_SC_ constants the host passes,
+    so the kernel reads no stride field (GdnParams' q_n .. dtb_h, the verify i_n and i_t) from
+    its parameter block; GDN_DENSE=0 reads them there."""
+    x = make_inputs(B=2, T=extra["T"], H=4, HV=8, K=128, V=128)
+    wide = torch.zeros(*x.q.shape[:3], 3 * 128, dtype=x.q.dtype)
+    values = cuda_build.param_values(wide[..., :128], x.k, x.v, x.state, x.A_log, x.a,
+                                     x.dt_bias, x.b, x.scale, x.v.clone(), x.state)
+    verify = (0, 0, 0, 7 * 8 * 128 * 128, 8 * 128 * 128, 9) if "INTER" in extra else ()
+    sc = dict(cuda_v4.stride_defines(values, verify))
+    assert sc["GDN_SC_q_n"] == x.q.shape[1] * 4 * 384 and len(sc) == 26 + 2 * bool(verify)
+    stride_bytes = set(range(8 * cuda_build.N_PTRS, 8 * cuda_build.PARAM_FIELDS.index("B")))
+    if verify:
+        stride_bytes |= {cuda_build.VERIFY_OFFSET + 24, cuda_build.VERIFY_OFFSET + 32}
+    knobs = {k.lower(): v for k, v in extra.items()}
+    read = {}
+    for dense in (0, 2):
+        defs = cuda_build.defines(F32, BF16, BF16, BF16, F32, 128, True, **dict(
+            _v4(W=4, RW=1, LPR=16, HINT=3, FAST=1, DENSE=dense), **knobs))
+        defs = tuple(sorted(defs + (tuple(sc.items()) if dense == 2 else ())))
+        ptx = tmp_path / f"d{dense}.ptx"
+        cmd = [NVCC, *cuda_build.nvcc_args(defs, (9, 0)), "--ptx", "-o", str(ptx),
+               str(cuda_v4.SOURCE)]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        read[dense] = _param_offsets(ptx.read_text()) & stride_bytes
+    assert read[0] and not read[2], read
+
+
 def test_nvcc_flags_match_nvrtc_options():
     defs = cuda_build.defines(F32, BF16, BF16, F16, F32, 128, True, **_v4())
     nvrtc = cuda_build.nvrtc_options(defs, "--gpu-architecture=sm_90a")
@@ -371,7 +416,19 @@ def test_v4_dense_flag_follows_the_strides(fake_gpu):
     wide[..., :64].copy_(x.q)
     x.q = wide[..., :64]
     _call(cuda_v4, x)
-    assert compiled[-1][2]["GDN_DENSE"] == 0
+    d = compiled[-1][2]
+    # strided: the call's strides compiled in (GDN_DENSE=2), each field its tensor's stride
+    assert d["GDN_DENSE"] == 2
+    assert [d[f"GDN_SC_q_{a}"] for a in "nth"] == list(x.q.stride()[:3]) == [512, 256, 128]
+    assert [d[f"GDN_SC_k_{a}"] for a in "nth"] == list(x.k.stride()[:3])
+    assert (d["GDN_SC_s_n"], d["GDN_SC_s_h"], d["GDN_SC_s_v"]) == x.state.stride()[:3]
+    assert not any(n.startswith("GDN_SC_i_") for n in d)         # no verify: no i_n, i_t
+    n = len(compiled)
+    wide2 = torch.zeros(2, 2, 2, 3 * 64, dtype=x.q.dtype)      # another layout: its own variant
+    wide2[..., :64].copy_(x.q)
+    x.q = wide2[..., :64]
+    _call(cuda_v4, x)
+    assert len(compiled) == n + 1 and compiled[-1][2]["GDN_SC_q_n"] == 768
 
 
 def test_contiguity_ignores_size_one_dims():
@@ -536,7 +593,10 @@ def test_v4_pool_marshalling(fake_gpu):
     wide = torch.zeros(3, 1, 4, 256, dtype=x.q.dtype)
     x.q = wide[..., :128]
     _pool_call(x, pool_t, pool_t, read)
-    assert compiled[-1][2]["GDN_DENSE"] == 0
+    defs = compiled[-1][2]
+    # its strides compiled in, the pool's slot stride too (GDN_DENSE=2)
+    assert defs["GDN_DENSE"] == 2 and defs["GDN_SC_q_n"] == 4 * 256
+    assert (defs["GDN_SC_s_n"], defs["GDN_SC_ns_n"]) == (pool_t.stride(0),) * 2
     # Explicit configs reach pool variants too (staging, q/k sharing).
     _pool_call(x, pool_t, pool_t, read, config=(4, 4, 8, 2, 1, 0, 1, 2))
     assert (compiled[-1][2]["GDN_SMEM"], compiled[-1][2]["GDN_QKS"]) == (1, 2)
