@@ -381,6 +381,17 @@ def write_table(gpu, made, source):
     return f.path
 
 
+def fresh_source_id(base: str, taken) -> str:
+    """``base``, or ``base-2``, ``base-3``, ... : the first that no source of ``taken`` (a
+    table file's sources) already names, so a second tune of a day never files its rows under
+    the first one's description."""
+    sid, i = base, 1
+    while sid in taken:
+        i += 1
+        sid = f"{base}-{i}"
+    return sid
+
+
 def _shown(path: Path) -> str:
     """``path`` relative to the working directory where it lies below it."""
     try:
@@ -428,7 +439,8 @@ def cmd_shapes(args) -> int:
             write_files(out, rows, lines, env)
             del cell
             torch.cuda.empty_cache()
-    sid = (f"tune-{datetime.date.today().isoformat()}-{args.mode}-t{args.tokens}")
+    sid = fresh_source_id(f"tune-{datetime.date.today().isoformat()}-{args.mode}-t{args.tokens}",
+                          tables.launch_tables().file_for(gpu).sources)
     conv = {"pool": " in the serving convention of gdnzoo bench --mode pool (page-strided pool, "
                     "fresh random slots every call, packed mixed_qkv, use_qk_l2norm=True)",
             "verify": f" in the verify serving convention of gdnzoo bench --mode verify, "

@@ -237,6 +237,15 @@ def test_shape_rows_of_a_verify_search_have_mode_verify():
     assert new.row("cuda-v4", mod.CONFIG, H100, "fp32", True, 2, 64, GEOM, True)[0] == before
 
 
+def test_a_second_tune_of_a_day_gets_its_own_source():
+    """A tune's source id is fresh in the table file: a kept row still citing an earlier tune of
+    the same day and T must not hand the new rows that tune's description."""
+    taken = {"tune-2026-11-24-verify-t4": {}, "tune-2026-11-24-verify-t4-2": {}}
+    assert shapes.fresh_source_id("tune-2026-11-24-verify-t8", taken) == "tune-2026-11-24-verify-t8"
+    assert shapes.fresh_source_id("tune-2026-11-24-verify-t4", taken) == \
+        "tune-2026-11-24-verify-t4-3"
+
+
 # ------------------------------------------------------------------------ the verify cell
 
 def _cpu_cell(sd, B=1, T=2):
