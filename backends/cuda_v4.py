@@ -318,10 +318,10 @@ def stride_defines(values, extra=()) -> tuple:
     ``extra``: a verify call's VERIFY_PARAMS values), compiled into the variant, so a strided
     layout (the engines' views of one fused activation tensor, a page-strided pool) gets the
     constant index math of a dense call; one variant per layout."""
-    d = {f"GDN_SC_{n}": int(values[cuda_build.N_PTRS + i]) for i, n in enumerate(STRIDE_FIELDS)}
-    if extra:
-        d.update(GDN_SC_i_n=int(extra[3]), GDN_SC_i_t=int(extra[4]))
-    return tuple(d.items())
+    named = dict(zip(cuda_build.PARAM_FIELDS, values))
+    named.update(zip(cuda_build.VERIFY_FIELDS, extra))
+    fields = STRIDE_FIELDS + (("i_n", "i_t") if extra else ())
+    return tuple((f"GDN_SC_{n}", int(named[n])) for n in fields)
 
 
 def verify_key(verify):
