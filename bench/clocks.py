@@ -9,7 +9,8 @@ Every clock takes ``launch(i)``: issue call number ``i`` (the caller rotates sta
   drained *between* iterations, never inside one: the timestamps come from the GPU, so the drain
   costs nothing that is measured (flashinfer-bench issue #195 was a sync inside an event window).
   Each session starts by detaching CUPTI (a torch.profiler run leaves a TSC timestamp callback
-  behind) and checks the timestamp unit against the host clock.
+  behind), hands CUPTI a nanosecond clock counted from the session's start (its own
+  CLOCK_REALTIME stamps came in 256 ns steps) and checks the timestamp unit against the host.
 * graph: per-call time inside one CUDA graph of many calls, CUDA events around each replay.
 * host: wall time per eager call (Python dispatch included), batches of calls issued back to back
   with no synchronization at all: the GPU runs ahead, so this is max(host dispatch, GPU time).
@@ -156,12 +157,35 @@ def _detach_cupti(cupti):
         pass
 
 
-def _paired_now(cupti):
-    """(host ns, CUPTI timestamp) read back to back: the host read brackets the CUPTI read."""
+def _paired_now(now):
+    """(host ns, CUPTI timestamp from ``now()``) read back to back: the host read brackets it."""
     a = time.perf_counter_ns()
-    c = cupti.get_timestamp()
+    c = now()
     b = time.perf_counter_ns()
     return (a + b) // 2, c
+
+
+def _fine_timestamps(cupti):
+    """Give CUPTI a nanosecond clock that starts near zero; returns ``(now, note)``.
+
+    CUPTI's own timestamps are CLOCK_REALTIME nanoseconds (1.8e18, 2**60.6, in 2026), and on an
+    H100 host every kernel record came in multiples of 256 ns, the step of a double at that
+    size (10% of a 2.5 us decode).  Counted from the session's start, the same nanoseconds stay
+    far below 2**53, where a double is exact, and the same host reads 32 ns steps, as under
+    torch.profiler, whose callback returns small numbers too (bench/results/h100-80gb-hbm3/clock/).
+    CUPTI wants the callback before any activity kind is enabled.  A CUPTI that refuses it
+    keeps its own clock, and the note says so.
+    """
+    base = time.perf_counter_ns()
+
+    def now():
+        return time.perf_counter_ns() - base
+    try:
+        cupti.activity_register_timestamp_callback(now)
+    except Exception as e:  # an older cupti-python, or CUPTI refusing the callback
+        return cupti.get_timestamp, (f" (CUPTI's own timestamps, 256 ns steps on an H100 host: "
+                                     f"no timestamp callback, {type(e).__name__}: {e})")
+    return now, ""
 
 
 def ns_per_tick(first, last) -> float:
@@ -199,21 +223,22 @@ def _kernel_times_cupti(launch, iters, start, cupti=None, sync=None, reduce=span
     windows = []
     _detach_cupti(cupti)
     try:
+        now, clock_note = _fine_timestamps(cupti)
         cupti.activity_register_callbacks(requested, completed)
         for k in gpu_kinds + api_kinds:
             cupti.activity_enable(k)
         sync()
-        first = _paired_now(cupti)
+        first = _paired_now(now)
         for i in range(iters):
             if prepare is not None:
                 sync()
                 prepare(start + i)                   # outside every window: not measured
             sync()                                   # drain: between iterations only
-            t0 = cupti.get_timestamp()
+            t0 = now()
             launch(start + i)
-            windows.append((t0, cupti.get_timestamp()))
+            windows.append((t0, now()))
         sync()
-        last = _paired_now(cupti)
+        last = _paired_now(now)
         cupti.activity_flush_all(1)
     finally:
         for k in gpu_kinds + api_kinds:
@@ -226,7 +251,7 @@ def _kernel_times_cupti(launch, iters, start, cupti=None, sync=None, reduce=span
     per = _spans(windows, launch_of, gpu,
                  lambda recs: reduce([(s * scale, e * scale) for s, e in recs]))
     note = "" if scale == 1.0 else f" (CUPTI timestamps were not ns: rescaled by {scale:.4f} ns/tick)"
-    return per, note
+    return per, clock_note + note
 
 
 def _kernel_times_torch_profiler(launch, iters, start, reduce=span_us, prepare=None):

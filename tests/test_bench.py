@@ -141,6 +141,58 @@ def test_kernel_clock_timestamp_unit(rate, resets):
     assert ("rescaled" in note) == (rate != 1.0 and not resets)
 
 
+class _FakeCuptiRealtime(_FakeCupti):
+    """CUPTI stand-in whose own timestamps are CLOCK_REALTIME-sized nanoseconds passed through a
+    double (256 ns steps), unless a timestamp callback is registered: then every timestamp is
+    the callback's, as CUPTI does.  ``accept=False``: the registration fails."""
+
+    def __init__(self, kernel_ns, accept=True):
+        super().__init__(1.0, kernel_ns)
+        self.cb, self.accept, self.realtime0 = None, accept, 1_800_000_000_000_000_000
+
+    def activity_register_timestamp_callback(self, f):
+        if not self.accept:
+            raise RuntimeError("CUPTI_ERROR_NOT_COMPATIBLE")
+        self.cb = f
+
+    def finalize(self):
+        super().finalize()
+        self.cb = None                         # cuptiFinalize forgets the callback
+
+    def _stamp(self, ns):                      # ns: host nanoseconds
+        return int(float(self.realtime0 + ns)) if self.cb is None else ns
+
+    def get_timestamp(self):
+        return self.cb() if self.cb else self._stamp(self.time.perf_counter_ns())
+
+    def launch(self, i):
+        K = self.ActivityKind
+        self.corr += 1
+        t = self.get_timestamp()
+        self.recs.append(self._Rec(K.RUNTIME, t, t + 10, self.corr))
+        g = (t - self.realtime0 if self.cb is None else t) + 2000 + 7     # GPU time, host ns
+        self.recs.append(self._Rec(K.CONCURRENT_KERNEL, self._stamp(g),
+                                   self._stamp(g + self.kernel_ns), self.corr))
+
+
+@pytest.mark.parametrize("accept", [True, False])
+def test_kernel_clock_registers_a_small_timestamp_clock(accept):
+    """The session's own ns clock keeps a 1000 ns kernel at 1000 ns; CUPTI's REALTIME-sized
+    timestamps (a double's 256 ns steps) would read it as 768 or 1024, and the note says so."""
+    import time
+    fake = _FakeCuptiRealtime(kernel_ns=1000, accept=accept)
+
+    def sync():
+        time.sleep(2e-4)
+    t, note = clocks._kernel_times_cupti(fake.launch, 30, 0, cupti=fake, sync=sync)
+    assert len(t) == 30
+    if accept:
+        assert all(x == pytest.approx(1.0, abs=1e-9) for x in t) and note == ""
+        assert fake.cb is None                 # finalized after the session
+    else:
+        assert all(round(x * 1000) % 256 == 0 for x in t) and "256 ns" in note
+
+
 def test_floor_search_skips_unlaunchable_shapes(monkeypatch):
     """Shapes the kernel's attributes rule out, or whose probe launch fails, are dropped with a note."""
     from gdnzoo.bench import floor

@@ -76,6 +76,24 @@ def test_kernel_clock_after_torch_profiler(sleep50):
     assert _med(t) == pytest.approx(ref, rel=0.10), method
 
 
+def _gcd_ns(samples_us):
+    import math
+    g = 0
+    for x in samples_us:
+        g = math.gcd(g, round(x * 1000))
+    return g
+
+
+def test_kernel_clock_resolves_as_finely_as_torch_profiler():
+    """A 1 us kernel's samples are not all on a coarse grid (CUPTI's own REALTIME-sized stamps
+    came in 256 ns steps on an H100 host): the kernel clock resolves at least as finely as
+    torch.profiler's, whose timestamp callback keeps small numbers too."""
+    x = torch.zeros(1, device="cuda")
+    ours, method = clocks.kernel_times(lambda i: x.add_(1.0), 200)
+    theirs = clocks._kernel_times_torch_profiler(lambda i: x.add_(1.0), 200, 0)
+    assert _gcd_ns(ours) <= max(_gcd_ns(theirs), 32), (method, sorted(set(ours))[:8])
+
+
 def test_graph_clock_spin_kernel(sleep50):
     c, ref = sleep50
     t = clocks.graph_times(lambda i: torch.cuda._sleep(c), 40, 5)
