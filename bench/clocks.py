@@ -4,10 +4,11 @@ Every clock takes ``launch(i)``: issue call number ``i`` (the caller rotates sta
 
 * kernel: CUPTI activity records (cupti-python when importable, else torch.profiler, which reads
   CUPTI too).  Per iteration: last end - first start over all GPU activity (kernels, memcpy,
-  memset) launched by that call, so the copies and fills a wrapper adds count (or, for the
-  serving benchmark, the sum of those records' durations and their number).  The device is
-  drained *between* iterations, never inside one: the timestamps come from the GPU, so the drain
-  costs nothing that is measured (flashinfer-bench issue #195 was a sync inside an event window).
+  memset) of that call, so the copies and fills a wrapper adds count (or, for the serving
+  benchmark, the sum of those records' durations and their number).  The device is drained
+  *between* iterations, never inside one: the timestamps come from the GPU, so the drain costs
+  nothing that is measured (flashinfer-bench issue #195 was a sync inside an event window), and
+  the drains bracket each call's records (cupti-python takes no API records).
   Each session starts by detaching CUPTI (a torch.profiler run leaves a TSC timestamp callback
   behind), hands CUPTI a nanosecond clock counted from the session's start (its own
   CLOCK_REALTIME stamps came in 256 ns steps) and checks the timestamp unit against the host.
@@ -202,53 +203,58 @@ def ns_per_tick(first, last) -> float:
 
 def _kernel_times_cupti(launch, iters, start, cupti=None, sync=None, reduce=span_us,
                         prepare=None):
+    """GPU records only, each iteration's by time: its window runs from just before its launch
+    to the end of the drain after it, and nothing else runs on the device in between, so
+    exactly its records start inside it.  No API records are taken: with the timestamp
+    callback (:func:`_fine_timestamps`) every API record would run a Python call inside the
+    launches, which widened a two-kernel call's span by about 3 us on the H100 host."""
     if cupti is None:
         from cupti import cupti
     sync = sync or torch.cuda.synchronize
     K = cupti.ActivityKind
     gpu_kinds = (K.CONCURRENT_KERNEL, K.MEMCPY, K.MEMSET)
-    api_kinds = (K.RUNTIME, K.DRIVER)
-    gpu, launch_of = [], {}
+    gpu = []
 
     def requested():
         return 8 * 1024 * 1024, 0
 
     def completed(acts):
-        for a in acts:
-            if a.kind in gpu_kinds:
-                gpu.append((a.start, a.end, a.correlation_id))
-            elif a.kind in api_kinds:
-                launch_of[a.correlation_id] = a.start
+        gpu.extend((a.start, a.end) for a in acts if a.kind in gpu_kinds)
 
     windows = []
     _detach_cupti(cupti)
     try:
         now, clock_note = _fine_timestamps(cupti)
         cupti.activity_register_callbacks(requested, completed)
-        for k in gpu_kinds + api_kinds:
+        for k in gpu_kinds:
             cupti.activity_enable(k)
         sync()
         first = _paired_now(now)
         for i in range(iters):
-            if prepare is not None:
-                sync()
-                prepare(start + i)                   # outside every window: not measured
             sync()                                   # drain: between iterations only
+            if windows:
+                windows[-1] = (windows[-1][0], now())    # the previous call has drained
+            if prepare is not None:
+                prepare(start + i)                   # outside every window: not measured
+                sync()
             t0 = now()
             launch(start + i)
-            windows.append((t0, now()))
+            windows.append((t0, None))
         sync()
+        windows[-1] = (windows[-1][0], now())
         last = _paired_now(now)
         cupti.activity_flush_all(1)
     finally:
-        for k in gpu_kinds + api_kinds:
+        for k in gpu_kinds:
             try:
                 cupti.activity_disable(k)
             except Exception:
                 pass
         cupti.finalize()
     scale = ns_per_tick(first, last)
-    per = _spans(windows, launch_of, gpu,
+    # A record stands in for its own launch: it goes to the window its start falls in.
+    per = _spans(windows, {j: s for j, (s, _) in enumerate(gpu)},
+                 [(s, e, j) for j, (s, e) in enumerate(gpu)],
                  lambda recs: reduce([(s * scale, e * scale) for s, e in recs]))
     note = "" if scale == 1.0 else f" (CUPTI timestamps were not ns: rescaled by {scale:.4f} ns/tick)"
     return per, clock_note + note

@@ -115,13 +115,20 @@ class _FakeCupti:
     def activity_disable(self, k):
         pass
 
+    def _host_ns(self, stamp):                # a timestamp back to host nanoseconds
+        return stamp / self.rate
+
+    def _stamp(self, ns):                      # host nanoseconds as a timestamp
+        return int(ns * self.rate)
+
     def launch(self, i):                       # an API call, then one kernel of kernel_ns
         K = self.ActivityKind
         self.corr += 1
         t = self.get_timestamp()
         self.recs.append(self._Rec(K.RUNTIME, t, t + 10, self.corr))
-        s = t + int(2000 * self.rate)
-        self.recs.append(self._Rec(K.CONCURRENT_KERNEL, s, s + int(self.kernel_ns * self.rate), self.corr))
+        g = self._host_ns(t) + 2000 + 7        # the kernel starts 2 us after its launch call
+        self.recs.append(self._Rec(K.CONCURRENT_KERNEL, self._stamp(g),
+                                   self._stamp(g + self.kernel_ns), self.corr))
 
     def activity_flush_all(self, flag):
         self.done(self.recs)
@@ -139,6 +146,23 @@ def test_kernel_clock_timestamp_unit(rate, resets):
     assert len(t) == 20 and all(x == pytest.approx(100.0, rel=0.01) for x in t)
     assert fake.finalized >= 2                 # detached before (foreign callbacks) and after
     assert ("rescaled" in note) == (rate != 1.0 and not resets)
+
+
+def test_kernel_clock_keeps_the_untimed_step_out():
+    """What ``prepare`` launches between two calls (after one call's drain, before the next
+    call's launch) belongs to no call: a 1 ms copy there must not reach the samples."""
+    import time
+    fake = _FakeCupti(1.0, kernel_ns=100_000)
+
+    def prepare(i):
+        t = fake.get_timestamp()
+        fake.recs.append(fake._Rec(fake.ActivityKind.MEMCPY, t + 100, t + 1_000_100, 0))
+
+    def sync():
+        time.sleep(2e-4)
+    t, _ = clocks._kernel_times_cupti(fake.launch, 10, 0, cupti=fake, sync=sync,
+                                      prepare=prepare)
+    assert len(t) == 10 and all(x == pytest.approx(100.0, rel=0.01) for x in t)
 
 
 class _FakeCuptiRealtime(_FakeCupti):
@@ -159,20 +183,14 @@ class _FakeCuptiRealtime(_FakeCupti):
         super().finalize()
         self.cb = None                         # cuptiFinalize forgets the callback
 
-    def _stamp(self, ns):                      # ns: host nanoseconds
+    def _host_ns(self, stamp):
+        return stamp - self.realtime0 if self.cb is None else stamp
+
+    def _stamp(self, ns):
         return int(float(self.realtime0 + ns)) if self.cb is None else ns
 
     def get_timestamp(self):
         return self.cb() if self.cb else self._stamp(self.time.perf_counter_ns())
-
-    def launch(self, i):
-        K = self.ActivityKind
-        self.corr += 1
-        t = self.get_timestamp()
-        self.recs.append(self._Rec(K.RUNTIME, t, t + 10, self.corr))
-        g = (t - self.realtime0 if self.cb is None else t) + 2000 + 7     # GPU time, host ns
-        self.recs.append(self._Rec(K.CONCURRENT_KERNEL, self._stamp(g),
-                                   self._stamp(g + self.kernel_ns), self.corr))
 
 
 @pytest.mark.parametrize("accept", [True, False])
