@@ -398,10 +398,8 @@ __device__ __forceinline__ void pdl_wait_and_trigger() {
 // and with the L2 norm q_t.q_t at CH_QQ + t.
 static_assert(!GDN_CHUNK || (T > 1 && GDN_VEC16 && !GDN_SMEM && !GDN_QKS),
               "GDN_CHUNK: T > 1, 16-byte vectors, state in registers, its own q/k staging");
-static_assert(GDN_CHUNK >= 0 && GDN_CHUNK <= 3 && (GDN_CHUNK != 2 || T <= 4),
+static_assert(GDN_CHUNK >= 0 && GDN_CHUNK <= 2 && (GDN_CHUNK != 2 || T <= 4),
               "GDN_CHUNK: 1, or 2 with T <= 4 (its Gram entries in every lane's registers)");
-static_assert(GDN_CHUNK != 3 || (T <= 8 && IOD != GDN_F32 && K % 32 == 0),
-              "GDN_CHUNK 3: T <= 8, 16-bit q and k (tensor-core Gram), K a multiple of 32");
 constexpr int CH_NP = T * (T + 1) / 2;
 constexpr int CH_KQ = CH_NP;
 constexpr int CH_QQ = 2 * CH_NP;
@@ -434,78 +432,6 @@ __device__ __forceinline__ void chunk_gram(const uint4 (&cqk)[T][2][QK_CH], floa
 #pragma unroll
         for (int off = CH_GL / 2; off > 0; off >>= 1) d += __shfl_xor_sync(FULL, d, off);
         if (gl == 0 && e0 < CH_NENT) cgram[e0] = d;
-    }
-}
-#endif
-#if GDN_CHUNK == 3
-// The Gram entries by the warp's tensor cores: X holds k_0..k_7 in rows 0..7 and q_0..q_7 in
-// rows 8..15 (rows of tokens >= T zero); one m16n8k16 MMA per 16 columns of K gives X.K^T and
-// another X.Q^T, every product of 16-bit inputs exact in fp32, summed in fp32.  Lane (r, c) =
-// (lane / 4, lane % 4) holds the words MG_W of k_r and of q_r over K elements [c K/4, (c+1) K/4):
-// as the same words serve as the A rows and the B columns, any fixed split of K over the lanes
-// gives the same sums, so each lane reads whole 16-byte chunks of its rows.
-constexpr int MG_W = K / 8;                      // 32-bit words (2 elements) of a K/4 slice
-template <typename Params>
-__device__ __forceinline__ void gram_words(const Params& p, long long q0, long long q_t,
-                                           long long k0, long long k_t, unsigned lane,
-                                           unsigned (&wk)[MG_W], unsigned (&wq)[MG_W]) {
-    const int r = (int)(lane >> 2), c = (int)(lane & 3);
-#pragma unroll
-    for (int i = 0; i < MG_W / 4; ++i) {
-        uint4 uk = make_uint4(0, 0, 0, 0), uq = uk;
-        if (r < T) {
-            uk = reinterpret_cast<const uint4*>(static_cast<const char*>(p.k)
-                                                + (k0 + r * k_t + c * (K / 4)) * IOBYTES)[i];
-            uq = reinterpret_cast<const uint4*>(static_cast<const char*>(p.q)
-                                                + (q0 + r * q_t + c * (K / 4)) * IOBYTES)[i];
-        }
-        wk[4 * i] = uk.x; wk[4 * i + 1] = uk.y; wk[4 * i + 2] = uk.z; wk[4 * i + 3] = uk.w;
-        wq[4 * i] = uq.x; wq[4 * i + 1] = uq.y; wq[4 * i + 2] = uq.z; wq[4 * i + 3] = uq.w;
-    }
-}
-
-// d += A.B for one m16n8k16 tile (16-bit inputs, fp32 accumulators).
-__device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
-                                         unsigned a3, unsigned b0, unsigned b1) {
-    if constexpr (IOD == GDN_BF16)
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-            "{%8,%9}, {%0,%1,%2,%3};"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    else
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-            "{%8,%9}, {%0,%1,%2,%3};"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// X.X^T (16 x 16) into the warp's gs, then every lane's copy of the entries (see chunk_pair).
-__device__ __forceinline__ void chunk_gram_mma(const unsigned (&wk)[MG_W], const unsigned (&wq)[MG_W],
-                                               float* gs, unsigned lane, float (&gram)[CH_NENT]) {
-    float d[2][2][4] = {};                       // [K or Q columns][even, odd 16-column step]
-#pragma unroll
-    for (int s = 0; s < K / 16; ++s) {
-        const unsigned a0 = wk[2 * s], a1 = wq[2 * s], a2 = wk[2 * s + 1], a3 = wq[2 * s + 1];
-        mma16816(d[0][s & 1], a0, a1, a2, a3, a0, a2);
-        mma16816(d[1][s & 1], a0, a1, a2, a3, a1, a3);
-    }
-    const int r = (int)(lane >> 2), c = (int)(lane & 3);
-#pragma unroll
-    for (int m = 0; m < 2; ++m) {                // C: rows r and r + 8, columns 2c and 2c + 1
-        *reinterpret_cast<float2*>(gs + r * 16 + m * 8 + 2 * c) =
-            make_float2(d[m][0][0] + d[m][1][0], d[m][0][1] + d[m][1][1]);
-        *reinterpret_cast<float2*>(gs + (r + 8) * 16 + m * 8 + 2 * c) =
-            make_float2(d[m][0][2] + d[m][1][2], d[m][0][3] + d[m][1][3]);
-    }
-    __syncwarp();
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-#pragma unroll
-        for (int j = 0; j <= t; ++j) {
-            gram[chunk_pair(j, t)] = gs[j * 16 + t];
-            gram[CH_KQ + chunk_pair(j, t)] = gs[j * 16 + 8 + t];
-        }
-        if (GDN_L2NORM) gram[CH_QQ + t] = gs[(8 + t) * 16 + 8 + t];
     }
 }
 #endif
@@ -747,12 +673,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
 #else
-#if GDN_CHUNK == 3
-    // The words of the tensor-core Gram first: its MMAs then run while the state is in flight.
-    unsigned gwk[MG_W], gwq[MG_W];
-    gram_words(p, q0, q_t, k0, k_t, lane, gwk, gwq);
-#endif
-    // GDN_CHUNK 2, 3: this lane's q and k slices of every token, behind the state loads.
+    // GDN_CHUNK 2: this lane's q and k slices of every token, behind the state loads.
     float qa[T][NV][VEC], ka[T][NV][VEC];
     unsigned qkw[1][QW];                                   // unused: no q/k split (QKX)
 #pragma unroll
@@ -780,12 +701,8 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
         }
     };
 #else
-    float gram[CH_NENT];
-#if GDN_CHUNK == 3
-    __shared__ __align__(16) float cgs[W][16 * 16];        // each warp's X.X^T
-    chunk_gram_mma(gwk, gwq, cgs[warp], lane, gram);
-#else
     // This lane's slices of the Gram entries (see chunk_pair), summed by the butterfly below.
+    float gram[CH_NENT];
 #pragma unroll
     for (int t = 0; t < T; ++t) {
 #pragma unroll
@@ -795,7 +712,6 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
         }
         if (GDN_L2NORM) gram[CH_QQ + t] = vec_dot(qa[t], qa[t]);
     }
-#endif
     const auto qk_of = [&](int t, float (&qv)[NV][VEC], float (&kv)[NV][VEC]) {
 #pragma unroll
         for (int i = 0; i < NV; ++i)

@@ -60,10 +60,9 @@ KERNEL = "gdn_decode_v4"
 HEAD_DIMS = (32, 64, 128, 256)   # K: whole 16-byte vectors per lane, lane groups dividing 32
 MAX_GRID_X = 2**31 - 1
 MAX_WARPS = 8
-CHUNK = (0, 1, 2, 3)             # the chunk values (CONFIG); 2 holds every Gram entry in
+CHUNK = (0, 1, 2)                # the chunk values (CONFIG); 2 holds every Gram entry in
 CHUNK_MAX_T = 16                 # each lane's registers, so it serves T <= CHUNK_REG_MAX_T (above,
-CHUNK_REG_MAX_T = 4              # 1: the Gram entries from the block); 1 serves T <= CHUNK_MAX_T;
-CHUNK_MMA_MAX_T = 8              # 3 (tensor-core Gram, 16-bit q/k) T <= CHUNK_MMA_MAX_T
+CHUNK_REG_MAX_T = 4              # 1: the Gram entries from the block); 1 serves T <= CHUNK_MAX_T
 AHEAD = (0, 1, 2, 3)             # the ahead values (CONFIG); 3 holds every token's q and k, so
 QK_AHEAD_MAX_T = 8               # it serves T <= 8 (above, 1: the same loop, q/k a token ahead)
 FASTGATE = 1                     # gates of an explicit 4-field config: 1 fast intrinsics, 0 precise
@@ -96,10 +95,7 @@ STATE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 #                      do not apply; 2 (T <= CHUNK_REG_MAX_T, above it 1 serves): the same with
 #                      each lane's own q/k slices of every token in registers and the Gram
 #                      entries summed in the butterfly of the state's dot products: no shared
-#                      memory, no barrier; 3 (T <= CHUNK_MMA_MAX_T): as 2, with the
-#                      Gram entries from the warp's tensor cores (two MMAs per 16 columns of K, in
-#                      flight with the state loads) instead of the lanes' slices and the butterfly;
-#                      where 3 cannot serve, 2 does, else 1
+#                      memory, no barrier
 #   ahead              T > 1, the token loop with the state in registers, q/k mode not 1: the
 #                      loads that do not depend on the state leave a token's own step, so it
 #                      waits on its arithmetic, not on a load; 1: every token's v, gates and slots
@@ -209,10 +205,8 @@ def candidates(problem):
 
 
 def chunk_values(T):
-    """The chunk values (:data:`CONFIG` ``chunk``) that serve T tokens, 0 left out (3's
-    tensor-core Gram takes the 16-bit q and k that the contract admits)."""
-    top = {1: CHUNK_MAX_T, 2: CHUNK_REG_MAX_T, 3: CHUNK_MMA_MAX_T}
-    return [c for c in CHUNK[1:] if 1 < T <= top[c]]
+    """The chunk values (:data:`CONFIG` ``chunk``) that serve T tokens, 0 left out."""
+    return [c for c in CHUNK[1:] if 1 < T <= (CHUNK_MAX_T if c == 1 else CHUNK_REG_MAX_T)]
 
 
 def verify_candidates(K, V, vec, chunks, T):
@@ -398,13 +392,12 @@ class Bound:
             lpr, hint = min(32, K), 0                  # element loads: one element per lane
         why = valid_config(K, V, sd, w, rw, lpr, vec16) or (
             f"ahead={ahead!r} is not 0, 1, 2 or 3" if ahead not in AHEAD else
-            f"chunk={chunk!r} is not 0, 1, 2 or 3" if chunk not in CHUNK else "")
+            f"chunk={chunk!r} is not 0, 1 or 2" if chunk not in CHUNK else "")
         if why:
             raise ValueError(f"cuda-v4: launch config invalid: {why}")
-        # every token at once: 16-byte vectors, the values that serve the call (where the one
-        # asked for cannot, the next lower that can: 3 -> 2 -> 1)
+        # every token at once: 16-byte vectors, the values that serve T (2 above its limit: 1)
         serve = chunk_values(T) if vec16 else []
-        chunk = max([c for c in serve if c <= chunk], default=0)
+        chunk = chunk if chunk in serve else 1 if chunk and 1 in serve else 0
         qks = 0 if chunk else effective_qks(qks, vec16, lpr)
         # staging: 16-byte vectors, T = 1, within static shared memory
         smem = int(bool(smem) and vec16 and T == 1 and smem_bytes(K, sd, w, rw, lpr)

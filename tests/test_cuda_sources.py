@@ -487,27 +487,22 @@ def test_v4_qks_modes_fall_back_where_they_cannot_serve(fake_gpu):
 def test_v4_chunk_serves_t_above_1_with_16_byte_vectors(fake_gpu):
     # GDN_CHUNK stages q/k itself (q/k mode 0) and needs T > 1 and 16-byte vectors; elsewhere
     # the variant is the one without it (no GDN_CHUNK define: the same cache entry as before).
-    # Chunk 2 (the Gram entries in registers) up to T = 4, chunk 1 above; chunk 3 (the
-    # tensor-core Gram, fp16 q/k too) up to T = 8, else the next lower value that serves;
-    # a value outside 0..3 is refused before anything compiles.
+    # Chunk 2 (the Gram entries in registers) up to T = 4, chunk 1 above; a value outside 0..2
+    # is refused before anything compiles.
     compiled, _ = fake_gpu
     cfg = (2, 2, 16, 0, 1, 0, 0, 2, 1)
-    M = cuda_v4.CHUNK_MMA_MAX_T
-    for T, c, want, io in ((1, 1, None, None), (3, 1, 1, None), (cuda_v4.CHUNK_MAX_T + 1, 1, None, None),
-                           (1, 2, None, None), (2, 2, 2, None), (cuda_v4.CHUNK_REG_MAX_T, 2, 2, None),
-                           (cuda_v4.CHUNK_REG_MAX_T + 1, 2, 1, None), (2, 3, 3, None),
-                           (M, 3, 3, torch.float16), (M + 1, 3, 1, None), (1, 3, None, None)):
+    for T, c, want in ((1, 1, None), (3, 1, 1), (cuda_v4.CHUNK_MAX_T + 1, 1, None), (1, 2, None),
+                       (2, 2, 2), (cuda_v4.CHUNK_REG_MAX_T, 2, 2),
+                       (cuda_v4.CHUNK_REG_MAX_T + 1, 2, 1)):
         x = make_inputs(B=2, T=T, H=2, HV=4, K=128, V=32, state_dtype=F32)
-        if io is not None:
-            x = dataclasses.replace(x, q=x.q.to(io), k=x.k.to(io), v=x.v.to(io))
         _call(cuda_v4, x, config=cfg[:8] + (c,))
         d = compiled[-1][2]
-        assert d.get("GDN_CHUNK") == want, (T, c, io, d)
+        assert d.get("GDN_CHUNK") == want, (T, c, d)
         assert d["GDN_QKS"] == (0 if want else 2)
     n = len(compiled)
     x = make_inputs(B=2, T=3, H=2, HV=4, K=128, V=32, state_dtype=F32)
-    with pytest.raises(ValueError, match="chunk=4 is not 0, 1, 2 or 3"):
-        _call(cuda_v4, x, config=cfg[:8] + (4,))
+    with pytest.raises(ValueError, match="chunk=3 is not 0, 1 or 2"):
+        _call(cuda_v4, x, config=cfg[:8] + (3,))
     assert len(compiled) == n
     x = make_inputs(B=2, T=3, H=2, HV=4, K=128, V=32, state_dtype=F32)
     shifted = x.q.new_zeros(x.q.numel() + 1)[1:].view_as(x.q).copy_(x.q)     # 2 bytes off
@@ -793,9 +788,8 @@ def test_v4_verify_candidates_take_the_register_gram_up_to_4_tokens():
     def chunks(T, verify="states"):
         p = types.SimpleNamespace(K=128, V=128, state_dtype=F32, T=T, verify=verify)
         return {cuda_v4.full_config(c)[8] for c in cuda_v4.candidates(p)}
-    assert chunks(2) == chunks(4) == chunks(3, "") == {0, 1, 2, 3}
-    assert chunks(5) == chunks(cuda_v4.CHUNK_MMA_MAX_T) == {0, 1, 3}
-    assert chunks(cuda_v4.CHUNK_MMA_MAX_T + 1) == chunks(cuda_v4.CHUNK_MAX_T) == {0, 1}
+    assert chunks(2) == chunks(4) == chunks(3, "") == {0, 1, 2}
+    assert chunks(5) == chunks(cuda_v4.CHUNK_MAX_T) == {0, 1}
     assert chunks(cuda_v4.CHUNK_MAX_T + 1) == chunks(1, "") == {0}
     shapes = lambda T, c: {cuda_v4.full_config(x)[:3] for x in cuda_v4.candidates(      # noqa: E731
         types.SimpleNamespace(K=128, V=128, state_dtype=F32, T=T, verify="states"))

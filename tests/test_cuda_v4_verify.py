@@ -18,7 +18,6 @@ new data, indices and accepted counts equal to eager calls.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import functools
 import importlib.util
 import shutil
@@ -85,11 +84,6 @@ VERIFY_VARIANTS = [
     _defs(INTER=2, UPDATE=0, POOL=1, IDX64=4, T=4, W=1, RW=1, LPR=16, l2=True, CHUNK=2),
     _defs(INTER=0, UPDATE=1, POOL=4, IDX64=9, T=2, W=4, RW=2, LPR=16, sd=BF16, CHUNK=2),
     _defs(INTER=1, UPDATE=1, V=96, T=3, RW=4, LPR=32, io=F16, DENSE=0, CHAIN=4, CHUNK=2),
-    # ... with the Gram entries from the tensor cores (GDN_CHUNK 3, T <= 8, bf16/fp16 q/k)
-    _defs(INTER=2, UPDATE=0, POOL=1, IDX64=4, T=8, W=4, RW=1, LPR=16, l2=True, CHUNK=3),
-    _defs(INTER=0, UPDATE=1, POOL=4, IDX64=9, T=4, W=2, RW=2, LPR=8, io=F16, CHUNK=3),
-    _defs(INTER=1, UPDATE=1, K=64, V=96, T=3, RW=4, LPR=8, sd=BF16, DENSE=0, CHAIN=4, CHUNK=3),
-    _defs(INTER=1, UPDATE=1, K=32, V=64, T=2, W=1, RW=1, LPR=4, l2=True, CHUNK=3),
     # the token loop a token ahead (GDN_AHEAD): each form, own and split q/k, element loads,
     # a tail, chains, T 2 to 16
     _defs(INTER=2, UPDATE=0, POOL=1, IDX64=4, T=8, W=4, RW=1, LPR=16, QKS=2, l2=True, AHEAD=1),
@@ -141,12 +135,10 @@ def test_verify_variants_compile_with_nvcc():
     (_defs(CHUNK=1, AHEAD=1), "GDN_AHEAD"),                     # ... and the token loop
     (_defs(AHEAD=4), "GDN_AHEAD"),
     (_defs(T=5, CHUNK=2), "GDN_CHUNK"),                         # the register Gram: T <= 4
-    (_defs(T=9, CHUNK=3), "GDN_CHUNK 3"),                       # the tensor-core Gram: T <= 8
-    (_defs(T=2, CHUNK=3, io=F32), "GDN_CHUNK 3"),               # ... of 16-bit q and k
-    (_defs(T=2, CHUNK=4), "GDN_CHUNK"),
+    (_defs(T=2, CHUNK=3), "GDN_CHUNK"),
 ], ids=["inter-alone", "update-alone", "no-idx64", "slots+inter", "slots+deferred",
         "chunk-T1", "chunk-qks", "ahead-T1", "ahead-qks", "ahead-chunk", "ahead-4", "chunk2-T5",
-        "chunk3-T9", "chunk3-f32", "chunk-4"])
+        "chunk-3"])
 def test_verify_switches_need_each_other(defs, word):
     _, r = _nvcc(defs)
     assert r.returncode != 0 and word in r.stderr, r.stderr[-1000:]
@@ -443,10 +435,10 @@ def _check_run(case, l2, what, config):
 
 # (config, T, V): staging at T=1 (with split and shared q/k), shared q/k, split q/k, FMA
 # chains, a tail of rows (V 96), T = 8 with .nc loads and streaming stores; every token at once
-# (the chunk) at T 2, 3, 4, 8, with a tail, chains and precise gates, with its Gram entries
-# in registers (chunk 2) at T 2, 3, 4 the same ways (and at T 8, where chunk 1 serves it), and
-# from the tensor cores (chunk 3) at T 2, 3, 4, 8 the same ways and with 32 lanes a row; the
-# token loop a token ahead, unrolled (1, and 3 with every token's q and k first) and rolled (2), at T 2, 3, 4, 8
+# (the chunk) at T 2, 3, 4, 8, with a tail, chains and precise gates, and with its Gram entries
+# in registers (chunk 2) at T 2, 3, 4 the same ways (and at T 8, where chunk 1 serves it); the
+# token loop a token
+# ahead, unrolled (1, and 3 with every token's q and k first) and rolled (2), at T 2, 3, 4, 8
 # with split and own q/k, a tail, chains and precise gates.
 EXPLICIT = [
     ((2, 8, 8, 2, 1, 0, 1, 0), 1, 128),
@@ -464,11 +456,6 @@ EXPLICIT = [
     ((4, 2, 16, 2, 0, 0, 0, 0, 2), 2, 96),
     ((1, 4, 8, 0, 1, 4, 0, 0, 2), 3, 128),
     ((2, 2, 16, 3, 1, 0, 0, 0, 2), 8, 128),
-    ((4, 1, 16, 3, 1, 0, 0, 0, 3), 8, 128),
-    ((2, 2, 16, 2, 0, 0, 0, 0, 3), 8, 96),
-    ((1, 4, 8, 0, 1, 4, 0, 0, 3), 3, 128),
-    ((4, 2, 16, 3, 1, 0, 0, 0, 3), 2, 96),
-    ((8, 1, 16, 3, 1, 0, 0, 0, 3), 4, 128),
     ((4, 1, 16, 3, 1, 0, 0, 2, 0, 1), 2, 128),
     ((2, 2, 16, 2, 0, 0, 0, 2, 0, 1), 8, 96),
     ((1, 4, 8, 0, 1, 4, 0, 0, 0, 1), 4, 128),
@@ -493,20 +480,6 @@ def test_verify_explicit_configs(cfg, T, V, sd):
         case = make_verify_case(form, B=5, T=T, V=V, state_dtype=sd, device=DEVICE, seed=90,
                                 pad=pad, update=update)
         _check_run(case, True, f"{cfg} T={T} V={V} {form} update={update} pad={pad}", cfg)
-
-
-@pytest.mark.gpu
-@needs_gpu
-@pytest.mark.parametrize("T", (2, 5, 8))
-def test_verify_chunk3_with_fp16_inputs_and_32_lanes_a_row(T):
-    # The tensor-core Gram's fp16 MMA (the explicit matrix runs bf16 inputs), and a row over 32
-    # lanes (fp32 state: 4 elements a lane), with a tail of rows.
-    for form, update, pad in (("states", False, "row"), ("slots", True, "acc")):
-        case = make_verify_case(form, B=5, T=T, V=96, device=DEVICE, seed=91 + T, pad=pad,
-                                update=update)
-        x = case.x
-        case.x = dataclasses.replace(x, q=x.q.half(), k=x.k.half(), v=x.v.half())
-        _check_run(case, True, f"chunk 3 fp16 T={T} {form}", (4, 1, 32, 3, 1, 0, 0, 0, 3))
 
 
 @pytest.mark.gpu
