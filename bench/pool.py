@@ -102,12 +102,6 @@ class Plan:
     notes: tuple             # what the arguments changed or dropped, said once
 
 
-def _given(value, dense_default) -> bool:
-    """Whether an option shared with the dense bench was set: the dense default (or None)
-    reads as not given."""
-    return value is not None and list(value) != list(dense_default)
-
-
 def pool_backends() -> list:
     """Registered backends that take pools natively (``pools: true``, not the torch
     gather-and-scatter forms), in registry order."""
@@ -122,8 +116,8 @@ def make_plan(args) -> Plan:
         raise SystemExit(f"--tokens: the serving benchmark is a decode step, T=1; got "
                          f"{args.tokens}")
     notes = []
-    batches = tuple(args.batch) if _given(args.batch, sweep.DEFAULT_BATCHES) else POOL_BATCHES
-    states = tuple(args.state_dtype) if _given(args.state_dtype, ["fp32"]) else STATES
+    batches = tuple(args.batch) if sweep.given(args.batch) else POOL_BATCHES
+    states = tuple(args.state_dtype) if sweep.given(args.state_dtype) else STATES
     backends = named_backends(args.algo, pool_backends, SystemExit)
     H, HV = sweep._ints(args.heads)
     timing = tuple(c for c in args.timing if c in ("kernel", "graph"))
@@ -133,8 +127,7 @@ def make_plan(args) -> Plan:
     if getattr(args, "nvbench", False):
         notes.append("--nvbench: not available in pool mode")
     entries = ("floor", "auto", *backends, *PEERS)
-    budget = (args.time_budget if _given([args.time_budget], [sweep.DEFAULT_BUDGET_S])
-              else BUDGET_S)
+    budget = float(args.time_budget) if sweep.given(args.time_budget) else BUDGET_S
     return Plan(batches, states, tuple(backends), entries, H, HV, args.dim, args.dim, timing,
                 budget, tuple(notes))
 

@@ -34,6 +34,12 @@ def test_plan_defaults_and_overrides():
     assert plan.batches == (2, 3) and plan.states == ("bf16",) and plan.clocks == ("kernel",)
     assert plan.budget == 0
     assert plan.backends == ("cuda-v4", "pt-reference")
+    # a value equal to the dense bench's default is still a value given: fp32 alone, those
+    # batches, that budget
+    plan = pool.make_plan(_args("--state-dtype", "fp32", "--batch", ",".join(
+        map(str, sweep.DEFAULT_BATCHES)), "--time-budget", str(sweep.DEFAULT_BUDGET_S)))
+    assert plan.states == ("fp32",) and plan.batches == tuple(sweep.DEFAULT_BATCHES)
+    assert plan.budget == sweep.DEFAULT_BUDGET_S != pool.BUDGET_S
 
 
 @pytest.mark.parametrize("extra", [("--mode", "pool,inplace"), ("--tokens", "2"),
