@@ -14,7 +14,8 @@
 //    o = scale*(g*(q.S) + u*(k.q)), so the new row is never re-read;
 //  * the gates are computed by every lane of each warp, redundantly: a few instructions hidden
 //    behind the state loads, where a per-block computation would put a __syncthreads on the
-//    critical path;
+//    critical path (at T > 1 they are T times as many, with the norms and k.q of every token:
+//    there GDN_HSC computes them once per block, behind one barrier);
 //  * where one wave of register-bound blocks cannot hold the state (measured: B*HV 257-384 on
 //    the H100), GDN_SMEM stages every row group through shared memory with cp.async and updates
 //    one group at a time, so fewer registers per warp let more blocks keep loads in flight.
@@ -70,6 +71,11 @@
 // of them one token ahead, the loop not unrolled (T times less code: profiled at one warp per
 // scheduler, the unrolled loop stalls on instruction-cache misses); 3: as 1, with every token's
 // q and k before the loop too (T times the q/k registers: no token waits on a load).
+// GDN_HSC (1, T > 1, the token loop): the scalars of a token that every row of the head shares
+// (the decay and beta gates, the inverse norms of q and k, k.q) are computed once per block, each
+// warp taking its share of the tokens with a lane group a token, and read from shared memory
+// behind one barrier; 0: every lane computes them for its row, every token (T times the gates,
+// norms and k.q of a head in every warp, a quarter of a B = 1 warp's instructions at T = 8).
 // Programmatic dependent launch (sm_90+, launched with cuLaunchKernelEx by the host): GDN_PDL
 // (0 or absent: none, the code of a plain launch; 1 wait-first: griddepcontrol.wait before any
 // global load or store; 2 state-early: the slot indices, the state, A_log and dt_bias are
@@ -93,6 +99,9 @@
 #endif
 #ifndef GDN_AHEAD
 #define GDN_AHEAD 0
+#endif
+#ifndef GDN_HSC
+#define GDN_HSC 0
 #endif
 // GDN_AHEAD 1 and 3: every token's v, gates and slots before the loop, the loop unrolled.
 #define GDN_AHEAD_ALL (GDN_AHEAD == 1 || GDN_AHEAD == 3)
@@ -144,6 +153,8 @@ static_assert(!QKX || (RPW >= 2 && (QW == 2 || QW % 4 == 0)), "GDN_QKS=2: LPR <=
 static_assert(GDN_AHEAD >= 0 && GDN_AHEAD <= 3, "GDN_AHEAD: 0, 1, 2 or 3");
 static_assert(!GDN_AHEAD || (T > 1 && !GDN_SMEM && GDN_QKS != 1 && !GDN_CHUNK),
               "GDN_AHEAD: T > 1, the token loop with the state in registers, q/k not staged");
+static_assert((GDN_HSC == 0 || GDN_HSC == 1) && (!GDN_HSC || (T > 1 && !GDN_SMEM && !GDN_CHUNK)),
+              "GDN_HSC: 0 or 1; 1 with T > 1 and the token loop with the state in registers");
 
 // The state loads of GDN_HINT bit 0 (no L1 allocation) are inline PTX that, to the compiler,
 // reads no memory, so it may move them anywhere their address is ready; with PDL they are
@@ -449,8 +460,10 @@ __device__ __forceinline__ void token_inputs(const Params& p, long long v0, long
 #pragma unroll
         for (int g = 0; g < RW; ++g)
             vr[t][g] = live[g] ? gdn_ld<IOD>(p.v, v0 + t * v_t + g * RPW) : 0.0f;
-        gd[t] = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
-        beta[t] = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
+        if (!GDN_HSC) {                        // GDN_HSC: the block's head_scalars
+            gd[t] = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
+            beta[t] = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
+        }
     }
 }
 
@@ -468,6 +481,67 @@ __device__ __forceinline__ void token_gates(float A_log, float (&gd)[T], float (
 __device__ __forceinline__ void token_slots(const GdnKernelParams& p, unsigned n, long long (&ts)[T]) {
 #pragma unroll
     for (int t = 0; t < T; ++t) ts[t] = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t);
+}
+#endif
+
+#if GDN_HSC
+// GDN_HSC: warp w computes tokens w, w + W, ...; a round takes HS_NG of them at once, one group
+// of HS_GS lanes a token (HS_KE elements of q and k a lane, a log2(HS_GS)-step butterfly).
+__host__ __device__ constexpr int pow2_at_least(int x) { return x <= 1 ? 1 : 2 * pow2_at_least((x + 1) / 2); }
+constexpr int HS_TPW = (T + W - 1) / W;
+constexpr int HS_NG = pow2_at_least(HS_TPW) < 8 ? pow2_at_least(HS_TPW) : 8;
+constexpr int HS_GS = 32 / HS_NG;
+constexpr int HS_RND = (HS_TPW + HS_NG - 1) / HS_NG;
+constexpr int HS_KE = K / HS_GS;
+static_assert(HS_KE >= 1 && HS_KE * HS_GS == K, "GDN_HSC: K a multiple of the lane group");
+
+// Token t's shared scalars in hs[t]: {g, beta, rk, g rk} and {scale g rq, scale (k.q) rq rk},
+// rq and rk the inverse norms of the raw q and k (1 without the L2 norm), so a row's step is
+// u = beta (v - g rk s.k), s += u rk k, o = scale g rq s.q + scale (k.q) rq rk u.  Ends with the
+// block's barrier: every warp reads every token's scalars.
+template <typename Params>
+__device__ __forceinline__ void head_scalars(const Params& p, long long q0, long long q_t,
+                                             long long k0, long long k_t, long long a0,
+                                             long long a_t, long long b0, long long b_t,
+                                             float A_log, float dtb, float scale, unsigned warp,
+                                             unsigned lane, float4 (*hs)[2]) {
+    const int grp = (int)lane / HS_GS, gl = (int)lane % HS_GS;
+#pragma unroll
+    for (int r = 0; r < HS_RND; ++r) {
+        const int t0 = (r * HS_NG + grp) * W + (int)warp;
+        const int t = t0 < T ? t0 : 0;             // past the last token: token 0, not stored
+        const float xa = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
+        const float xb = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
+        float qs[HS_KE], ks[HS_KE];
+        if constexpr (GDN_VEC16) {                 // the rows are 16-byte aligned
+            ld_vec<IOD, HS_KE>(p.q, q0 + t * q_t + gl * HS_KE, qs);
+            ld_vec<IOD, HS_KE>(p.k, k0 + t * k_t + gl * HS_KE, ks);
+        } else {
+#pragma unroll
+            for (int e = 0; e < HS_KE; ++e) {
+                qs[e] = gdn_ld<IOD>(p.q, q0 + t * q_t + gl * HS_KE + e);
+                ks[e] = gdn_ld<IOD>(p.k, k0 + t * k_t + gl * HS_KE + e);
+            }
+        }
+        float kq = dot_sum<HS_KE>([&](int j) { return ks[j] * qs[j]; });
+        float qq = 0.0f, kk = 0.0f;
+        if (GDN_L2NORM) {
+            qq = dot_sum<HS_KE>([&](int j) { return qs[j] * qs[j]; });
+            kk = dot_sum<HS_KE>([&](int j) { return ks[j] * ks[j]; });
+        }
+#pragma unroll
+        for (int off = HS_GS / 2; off > 0; off >>= 1) qk_shfl(kq, qq, kk, off);
+        const float g = GDN_FASTGATE ? gdn_decay_fast(A_log, xa) : gdn_decay(A_log, xa);
+        const float beta = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
+        const float rq = GDN_L2NORM ? rsqrtf(qq + 1e-6f) : 1.0f;
+        const float rk = GDN_L2NORM ? rsqrtf(kk + 1e-6f) : 1.0f;
+        if (gl == 0 && t0 < T) {
+            hs[t][0] = make_float4(g, beta, rk, g * rk);
+            hs[t][1] = make_float4(scale * g * rq, scale * (kq * rq * rk), 0.0f, 0.0f);
+        }
+    }
+    if constexpr (W > 1) __syncthreads();
+    else __syncwarp();
 }
 #endif
 
@@ -808,14 +882,18 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
     long long tsa[T];
     token_slots(p, n, tsa);
 #endif
+#if !GDN_HSC
     token_gates(A_log, ga, ba);
+#endif
 #elif GDN_AHEAD == 2
     // Token t's v and gate inputs: loaded while token t - 1 runs.
     const auto load_vab = [&](int t, float (&vr)[RW], float& xa, float& xb) {
 #pragma unroll
         for (int g = 0; g < RW; ++g) vr[g] = live[g] ? gdn_ld<IOD>(p.v, v0 + t * v_t + g * RPW) : 0.0f;
-        xa = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
-        xb = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
+        if (!GDN_HSC) {
+            xa = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
+            xb = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
+        }
     };
     float vn[RW], xan, xbn;
     load_vab(0, vn, xan, xbn);
@@ -833,6 +911,11 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
     float qa[NV][VEC], ka[NV][VEC];                    // q and k a token ahead
     unsigned qkwa[QKX ? NV : 1][QW];
     load_qk(0, qa, ka, qkwa);
+#endif
+#if GDN_HSC
+    // Every token's shared scalars from the block (behind the loads above).
+    __shared__ float4 hsc[T][2];
+    head_scalars(p, q0, q_t, k0, k_t, a0, a_t, b0, b_t, A_log, dtb, scale, warp, lane, hsc);
 #endif
 #if GDN_AHEAD_ALL
 #pragma unroll
@@ -897,7 +980,9 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
 #endif
 #if GDN_AHEAD_ALL
         const float (&vr)[RW] = va[t];
+#if !GDN_HSC
         const float gd = ga[t], beta = ba[t];
+#endif
 #elif GDN_AHEAD == 2
         float vr[RW];
 #pragma unroll
@@ -908,8 +993,10 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
         float vr[RW];
 #pragma unroll
         for (int g = 0; g < RW; ++g) vr[g] = live[g] ? gdn_ld<IOD>(p.v, v0 + t * v_t + g * RPW) : 0.0f;
+#if !GDN_HSC
         const float xa = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
         const float xb = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
+#endif
 #endif
         if constexpr (QKX) {               // after the v and gate loads have issued
 #pragma unroll
@@ -946,7 +1033,10 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
             }
         }
 #endif
-#if !GDN_AHEAD_ALL
+#if GDN_HSC
+        const float4 hs0 = hsc[t][0], hs1 = hsc[t][1];        // see head_scalars
+        const float gd = hs0.x, beta = hs0.y;
+#elif !GDN_AHEAD_ALL
         const float gd = GDN_FASTGATE ? gdn_decay_fast(A_log, xa) : gdn_decay(A_log, xa);
         const float beta = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
 #endif
@@ -1012,8 +1102,8 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
         // This lane's slice of every dot product (dot_sum); the butterfly below adds the
         // LPR slices of a row.
         constexpr int NE = NV * VEC;
-        float kq, qq, kk, sk[RW], sq[RW];
-        qk_dots(kv, qv, kq, qq, kk);
+        float kq = 0.0f, qq = 0.0f, kk = 0.0f, sk[RW], sq[RW];
+        if (!GDN_HSC) qk_dots(kv, qv, kq, qq, kk);
 #pragma unroll
         for (int g = 0; g < RW; ++g) {
             sk[g] = dot_sum<NE>([&](int j) { return S[g][j / VEC][j % VEC] * kv[j / VEC][j % VEC]; });
@@ -1023,7 +1113,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
         // the shuffles of different rows overlap.
 #pragma unroll
         for (int off = LPR / 2; off > 0; off >>= 1) {
-            qk_shfl(kq, qq, kk, off);
+            if (!GDN_HSC) qk_shfl(kq, qq, kk, off);
 #pragma unroll
             for (int g = 0; g < RW; ++g) {
                 sk[g] += __shfl_xor_sync(FULL, sk[g], off);
@@ -1032,23 +1122,35 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKern
         }
         // With the L2 norm, q.S, k.S and k.q of the raw vectors are rescaled instead of
         // normalizing q and k first, which keeps the norms off the dot products' path.
+#if GDN_HSC
+        const float rk = hs0.z, gdrk = hs0.w, oq = hs1.x, ou = hs1.y;
+#else
         float rq = 1.0f, rk = 1.0f;
         if (GDN_L2NORM) {
             rq = rsqrtf(qq + 1e-6f);
             rk = rsqrtf(kk + 1e-6f);
         }
         const float kqn = kq * rq * rk;
+#endif
 #pragma unroll
         for (int g = 0; g < RW; ++g) {
+#if GDN_HSC
+            const float u = beta * (vr[g] - gdrk * sk[g]);
+#else
             const float u = beta * (vr[g] - gd * sk[g] * rk);   // k read from the decayed row
+#endif
             const float uk = u * rk;
 #pragma unroll
             for (int i = 0; i < NV; ++i)
 #pragma unroll
                 for (int e = 0; e < VEC; ++e) S[g][i][e] = gd * S[g][i][e] + uk * kv[i][e];
             // q read from the updated row; the first lane of the row's group stores it.
+#if GDN_HSC
+            if (kl == 0 && live[g]) gdn_st<IOD>(p.out, o0 + t * o_t + g * RPW, oq * sq[g] + ou * u);
+#else
             if (kl == 0 && live[g])
                 gdn_st<IOD>(p.out, o0 + t * o_t + g * RPW, scale * (gd * sq[g] * rq + u * kqn));
+#endif
         }
 #if GDN_INTER || GDN_POOL >= 3
         // The state after token t, from the registers: to its intermediate step or its slot.

@@ -28,7 +28,9 @@ recurrence and T plain updates; ``cuda_v4.cu`` explains it), for any call with 1
 A row with ``ahead`` set keeps the token loop but takes every load that does not depend on the
 state out of a token's own step (1: v, gates and slots before the loop, q and k one token ahead,
 the loop unrolled; 2: all one token ahead, the loop rolled; 3: as 1 with q and k of every token
-before the loop too), so a token waits on its arithmetic only.
+before the loop too), so a token waits on its arithmetic only.  A row with ``head_scalars`` set
+computes the per-token values every row of a head shares (the gates, q's and k's norms, k.q)
+once per block instead of in every warp, and the token loop reads them from shared memory.
 
 Programmatic dependent launch (``pdl=``, compute capability >= 9.0): the kernel is launched with
 ``cuLaunchKernelEx`` so that it may start while the kernel before it is still running, and
@@ -65,6 +67,7 @@ CHUNK_MAX_T = 16                 # each lane's registers, so it serves T <= CHUN
 CHUNK_REG_MAX_T = 4              # 1: the Gram entries from the block); 1 serves T <= CHUNK_MAX_T
 AHEAD = (0, 1, 2, 3)             # the ahead values (CONFIG); 3 holds every token's q and k, so
 QK_AHEAD_MAX_T = 8               # it serves T <= 8 (above, 1: the same loop, q/k a token ahead)
+HEAD_SCALARS = (0, 1)            # the head_scalars values (CONFIG)
 FASTGATE = 1                     # gates of an explicit 4-field config: 1 fast intrinsics, 0 precise
 STATE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 
@@ -103,9 +106,14 @@ STATE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 #                      one token ahead, the loop rolled (less code for the instruction cache);
 #                      3: as 1, with every token's q and k before the loop too (T times their
 #                      registers, so T <= QK_AHEAD_MAX_T; above it 1 serves)
+#   head_scalars       1 (T > 1, the token loop, any ahead): the per-token scalars that every row
+#                      of a head shares (decay and beta gates, q's and k's inverse norms, k.q)
+#                      computed once per block, each warp its share of the tokens, and read from
+#                      shared memory behind one barrier; 0: every warp computes all of them
 CONFIG = tables.ConfigFields(warps=tables.REQUIRED, row_groups=tables.REQUIRED,
                              lanes_per_row=tables.REQUIRED, hint=tables.REQUIRED,
-                             fast_gates=FASTGATE, chain=0, smem=0, qk_mode=0, chunk=0, ahead=0)
+                             fast_gates=FASTGATE, chain=0, smem=0, qk_mode=0, chunk=0, ahead=0,
+                             head_scalars=0)
 
 _binds: dict = {}                # signature -> Bound
 
@@ -133,8 +141,8 @@ def valid_config(K, V, state_dtype, w, rw, lpr, vec16=True):
 
 
 def full_config(cfg):
-    """(W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS, CHUNK, AHEAD) from a table row or an explicit
-    config (a :data:`CONFIG` dict, or a tuple of its first 4 to 10 fields, the others
+    """(W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS, CHUNK, AHEAD, HSC) from a table row or an
+    explicit config (a :data:`CONFIG` dict, or a tuple of its first 4 to 11 fields, the others
     defaulted)."""
     return CONFIG.normalize(cfg)
 
@@ -215,11 +223,13 @@ def verify_candidates(K, V, vec, chunks, T):
     ``chunks``, see :func:`chunk_values`), as the token loop with its q/k split (shared q/k
     where the split cannot serve), and as the token loop a token ahead (:data:`CONFIG`
     ``ahead`` 1, 2 and, T <= 8, 3; split q/k, or each lane's own where the split cannot
-    serve); hint 3, fast gates (the second stage varies both)."""
+    serve); every token-loop candidate also with the head's scalars from the block
+    (``head_scalars`` 1); hint 3, fast gates (the second stage varies both)."""
     out, ahead = [], [a for a in AHEAD[1:] if a != 3 or T <= QK_AHEAD_MAX_T]
     for w, rw, lpr in register_shapes(K, V, vec, 32):
-        out.append((w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 1))
-        out += [(w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 0, 0, a) for a in ahead]
+        for hs in HEAD_SCALARS:
+            out.append((w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 1, 0, 0, hs))
+            out += [(w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 0, 0, a, hs) for a in ahead]
         out += [(w, rw, lpr, 3, 1, 0, 0, 0, c) for c in chunks]
     return out
 
@@ -243,11 +253,11 @@ def _qk_modes(lpr):
 
 def refine(ranked):
     """The shape search's second stage (tunable protocol): the four best shapes (W, RW, LPR,
-    SMEM, QKS, CHUNK, AHEAD) of the first, each with every cache hint and both gate
+    SMEM, QKS, CHUNK, AHEAD, HSC) of the first, each with every cache hint and both gate
     precisions."""
     shapes = list(dict.fromkeys(c[:3] + c[6:] for c in map(full_config, ranked)))[:4]
-    return [(w, rw, lpr, h, f, 0, smem, qks, chunk, ahead)
-            for w, rw, lpr, smem, qks, chunk, ahead in shapes
+    return [(w, rw, lpr, h, f, 0, smem, qks, chunk, ahead, hsc)
+            for w, rw, lpr, smem, qks, chunk, ahead, hsc in shapes
             for h in ((0, 2) if smem else (0, 2, 3)) for f in (0, 1)]
 
 
@@ -381,18 +391,19 @@ class Bound:
         sd, io, ad, bd, dd = self.dtypes
         config = self.config
         if config is None:
-            w, rw, lpr, hint, fast, chain, smem, qks, chunk, ahead = table_config(
+            w, rw, lpr, hint, fast, chain, smem, qks, chunk, ahead, hsc = table_config(
                 torch.cuda.get_device_name(self.dev), sd, B, H, HV, K, V, not self.dest, T,
                 self.switches["pool"] > 0, "inter" in self.switches)
             if self.pdl:
                 w = pdl_warps(sd, B * HV, K, V, w, rw, lpr)
         else:
-            w, rw, lpr, hint, fast, chain, smem, qks, chunk, ahead = full_config(config)
+            w, rw, lpr, hint, fast, chain, smem, qks, chunk, ahead, hsc = full_config(config)
         if not vec16:
             lpr, hint = min(32, K), 0                  # element loads: one element per lane
         why = valid_config(K, V, sd, w, rw, lpr, vec16) or (
             f"ahead={ahead!r} is not 0, 1, 2 or 3" if ahead not in AHEAD else
-            f"chunk={chunk!r} is not 0, 1 or 2" if chunk not in CHUNK else "")
+            f"chunk={chunk!r} is not 0, 1 or 2" if chunk not in CHUNK else
+            f"head_scalars={hsc!r} is not 0 or 1" if hsc not in HEAD_SCALARS else "")
         if why:
             raise ValueError(f"cuda-v4: launch config invalid: {why}")
         # every token at once: 16-byte vectors, the values that serve T (2 above its limit: 1)
@@ -402,12 +413,15 @@ class Bound:
         # staging: 16-byte vectors, T = 1, within static shared memory
         smem = int(bool(smem) and vec16 and T == 1 and smem_bytes(K, sd, w, rw, lpr)
                    + (qks == 1) * qks_bytes(K, io, T) <= SMEM_STATIC_MAX)
+        # the head's scalars from the block: the token loop with the state in registers
+        hsc = hsc if not chunk and not smem and T > 1 else 0
         # the token loop a token ahead: T > 1, the state in registers, q/k not staged per block
         ahead = ahead if not chunk and not smem and T > 1 and qks != 1 else 0
         ahead = 1 if ahead == 3 and T > QK_AHEAD_MAX_T else ahead
-        # GDN_PDL, GDN_CHUNK and GDN_AHEAD only when on: the variants without them keep their
-        # options and cache entries.
-        opt = {n: v for n, v in (("pdl", self.pdl), ("chunk", chunk), ("ahead", ahead)) if v}
+        # GDN_PDL, GDN_CHUNK, GDN_AHEAD and GDN_HSC only when on: the variants without them keep
+        # their options and cache entries.
+        opt = {n: v for n, v in (("pdl", self.pdl), ("chunk", chunk), ("ahead", ahead),
+                                 ("hsc", hsc)) if v}
         defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
                                   w=w, rw=rw, lpr=lpr, vec16=int(vec16), hint=hint,
                                   fastgate=fast, dense=1 if self.dense else 2, chain=chain,
@@ -539,12 +553,13 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2no
         verify=None, config=None, pdl=0):
     """Backend entry point; ``pool``: a :class:`gdnzoo.pool.Pool` when ``state`` (and
     ``new_state``) are state pools; ``verify``: a :class:`gdnzoo.verify.Verify` for a verify
-    call; ``config=(W, RW, LPR, HINT[, FAST[, CHAIN[, SMEM[, QKS[, CHUNK[, AHEAD]]]]]])``
+    call; ``config=(W, RW, LPR, HINT[, FAST[, CHAIN[, SMEM[, QKS[, CHUNK[, AHEAD[, HSC]]]]]]])``
     overrides the table (CHAIN: 0 tree sums, c > 0 chains of c fused multiply-adds; SMEM 1: the
     state staged through shared memory with cp.async, T = 1 only; QKS 1: q and k read once per
     block into shared memory, 2: split over a lane pair and swapped by shuffles; CHUNK 1: every
     token at once, 2: the same with the Gram entries in registers (T <= 4); AHEAD 1, 2, 3: the
-    token loop with its loads ahead); ``pdl``: the level of programmatic dependent launch (0
+    token loop with its loads ahead; HSC 1: the head's per-token scalars once per block);
+    ``pdl``: the level of programmatic dependent launch (0
     off, 1 wait-first, 2 state-early)."""
     bound = bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
                  pool, verify, config, pdl=pdl)

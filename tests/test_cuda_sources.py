@@ -537,6 +537,29 @@ def test_v4_ahead_serves_the_token_loop_in_registers(fake_gpu):
     assert len(compiled) == n                                   # refused before any compile
 
 
+def test_v4_head_scalars_serve_the_token_loop(fake_gpu):
+    # GDN_HSC: T > 1 and the token loop with the state in registers (any ahead, any q/k mode,
+    # element loads too); not with the chunk, not at T = 1.  Elsewhere no GDN_HSC define.
+    compiled, _ = fake_gpu
+    for T, cfg, want in ((3, (2, 2, 16, 0, 1, 0, 0, 2, 0, 3, 1), 1),
+                         (3, (2, 2, 16, 0, 1, 0, 0, 1, 0, 0, 1), 1),
+                         (8, (4, 1, 16, 0, 1, 0, 0, 2, 0, 2, 1), 1),
+                         (1, (2, 2, 16, 0, 1, 0, 0, 2, 0, 0, 1), None),
+                         (3, (2, 2, 16, 0, 1, 0, 0, 0, 1, 0, 1), None),
+                         (3, (2, 2, 16, 0, 1, 0, 0, 2, 0, 3, 0), None)):
+        x = make_inputs(B=2, T=T, H=2, HV=4, K=128, V=32, state_dtype=F32)
+        _call(cuda_v4, x, config=cfg)
+        assert compiled[-1][2].get("GDN_HSC") == want, (T, cfg, compiled[-1][2])
+    x = make_inputs(B=2, T=3, H=2, HV=4, K=128, V=32, state_dtype=F32)
+    shifted = x.q.new_zeros(x.q.numel() + 1)[1:].view_as(x.q).copy_(x.q)     # 2 bytes off
+    _call(cuda_v4, dataclasses.replace(x, q=shifted), config=(2, 2, 16, 0, 1, 0, 0, 2, 0, 1, 1))
+    assert compiled[-1][2]["GDN_VEC16"] == 0 and compiled[-1][2]["GDN_HSC"] == 1
+    n = len(compiled)
+    with pytest.raises(ValueError, match="head_scalars=2 is not 0 or 1"):
+        _call(cuda_v4, x, config=(2, 2, 16, 0, 1, 0, 0, 2, 0, 1, 2))
+    assert len(compiled) == n                                   # refused before any compile
+
+
 def _page_pool(P, HV=8, V=128, K=128, dtype=F32, gap=32):
     """A pool [P, HV, V, K] whose slots are a page apart (a gap after each slot's block)."""
     return torch.zeros(P, HV * V * K + gap, dtype=dtype)[:, :HV * V * K].view(P, HV, V, K)
@@ -726,16 +749,18 @@ def test_strided_views(mod):
     assert_matches(out, pool, ref_o, ref_s, F32, f"{mod.__name__} strided views")
 
 
-# (W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS, CHUNK) beyond the table: FMA chains, staging,
-# shared q/k (one warp and eight; with staging), q/k split over a lane pair (in registers and
-# staged), the tokens as one chunk (with chains and precise gates), the token loop a token ahead,
-# each at T=1 and T=3 (staging serves T=1 only, the chunk and the loop ahead T > 1: the host
-# turns each off where it does not serve).
+# (W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS, CHUNK, AHEAD, HSC) beyond the table: FMA chains,
+# staging, shared q/k (one warp and eight; with staging), q/k split over a lane pair (in
+# registers and staged), the tokens as one chunk (with chains and precise gates), the token loop
+# a token ahead, the head's scalars from the block (with shared q/k, ahead, precise gates), each
+# at T=1 and T=3 (staging serves T=1 only, the chunk, the loop ahead and the head's scalars
+# T > 1: the host turns each off where it does not serve).
 V4_EXPLICIT = [(4, 1, 4, 0, 1, 4), (2, 8, 8, 2, 1, 0, 1), (1, 2, 8, 2, 1, 0, 0, 1),
                (8, 2, 16, 3, 1, 0, 0, 1), (4, 4, 8, 2, 1, 0, 1, 1), (1, 2, 16, 0, 1, 0, 0, 2),
                (4, 4, 8, 2, 1, 0, 1, 2), (4, 1, 16, 3, 1, 0, 0, 0, 1),
                (1, 4, 8, 2, 0, 4, 0, 2, 1), (2, 2, 16, 3, 1, 0, 0, 2, 0, 1),
-               (1, 2, 16, 3, 1, 0, 0, 2, 0, 2), (2, 1, 16, 3, 1, 0, 0, 2, 0, 3)]
+               (1, 2, 16, 3, 1, 0, 0, 2, 0, 2), (2, 1, 16, 3, 1, 0, 0, 2, 0, 3),
+               (4, 2, 8, 2, 1, 0, 0, 1, 0, 0, 1), (2, 1, 16, 3, 0, 0, 0, 2, 0, 3, 1)]
 
 
 @gpu
@@ -780,6 +805,15 @@ def test_v4_verify_candidates_hold_every_tokens_qk_up_to_8_tokens():
         return {cuda_v4.full_config(c)[9] for c in cuda_v4.candidates(p)}
     assert aheads(2) == aheads(8) == {0, 1, 2, 3}
     assert aheads(9) == {0, 1, 2}
+
+
+def test_v4_verify_candidates_take_the_head_scalars_in_every_token_loop():
+    # head_scalars 1 beside 0 for every token-loop candidate (each ahead), never with a chunk.
+    p = types.SimpleNamespace(K=128, V=128, state_dtype=F32, T=4, verify="states")
+    cands = [cuda_v4.full_config(c) for c in cuda_v4.candidates(p)]
+    loop = lambda hs: {c[:10] for c in cands if not c[8] and c[10] == hs}    # noqa: E731
+    assert loop(1) == loop(0) and {c[9] for c in loop(1)} == {0, 1, 2, 3}
+    assert all(c[10] == 0 for c in cands if c[8])
 
 
 def test_v4_verify_candidates_take_the_register_gram_up_to_4_tokens():

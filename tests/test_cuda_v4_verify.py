@@ -103,6 +103,17 @@ VERIFY_VARIANTS = [
     _defs(INTER=1, UPDATE=1, V=96, T=3, RW=4, LPR=32, VEC16=0, HINT=0, sd=BF16, DENSE=0,
           AHEAD=2),
     _defs(INTER=0, UPDATE=1, POOL=3, IDX64=1, T=2, W=2, RW=2, LPR=16, QKS=2, AHEAD=2),
+    # the head's scalars from the block (GDN_HSC): each ahead and q/k mode, one warp and eight,
+    # element loads, a round of 8 tokens a warp (T 16, one warp), K 32, state-early PDL
+    _defs(INTER=2, UPDATE=0, POOL=1, IDX64=4, T=8, W=4, RW=1, LPR=16, QKS=2, l2=True, AHEAD=3,
+          HSC=1),
+    _defs(INTER=0, UPDATE=1, POOL=4, IDX64=9, T=5, W=2, RW=2, LPR=8, sd=BF16, AHEAD=2, HSC=1),
+    _defs(INTER=1, UPDATE=1, T=3, W=8, RW=1, LPR=16, QKS=1, l2=True, HSC=1),
+    _defs(INTER=1, UPDATE=1, V=96, T=3, RW=4, LPR=32, VEC16=0, HINT=0, io=F16, AHEAD=1, HSC=1),
+    _defs(INTER=2, UPDATE=1, K=32, V=64, T=16, W=1, RW=1, LPR=4, io=F32, IDX64=0, AHEAD=1,
+          HSC=1),
+    _defs(INTER=0, UPDATE=1, POOL=3, IDX64=1, T=4, W=4, RW=1, LPR=16, QKS=2, AHEAD=3, HSC=1,
+          PDL=2),
 ]
 ARCHS = [(9, 0), (10, 0)]
 
@@ -136,9 +147,12 @@ def test_verify_variants_compile_with_nvcc():
     (_defs(AHEAD=4), "GDN_AHEAD"),
     (_defs(T=5, CHUNK=2), "GDN_CHUNK"),                         # the register Gram: T <= 4
     (_defs(T=2, CHUNK=3), "GDN_CHUNK"),
+    (_defs(T=1, HSC=1), "GDN_HSC"),                             # the head's scalars: T > 1 ...
+    (_defs(T=2, CHUNK=1, HSC=1), "GDN_HSC"),                    # ... and the token loop
+    (_defs(T=2, HSC=2), "GDN_HSC"),
 ], ids=["inter-alone", "update-alone", "no-idx64", "slots+inter", "slots+deferred",
         "chunk-T1", "chunk-qks", "ahead-T1", "ahead-qks", "ahead-chunk", "ahead-4", "chunk2-T5",
-        "chunk-3"])
+        "chunk-3", "hsc-T1", "hsc-chunk", "hsc-2"])
 def test_verify_switches_need_each_other(defs, word):
     _, r = _nvcc(defs)
     assert r.returncode != 0 and word in r.stderr, r.stderr[-1000:]
@@ -439,7 +453,9 @@ def _check_run(case, l2, what, config):
 # in registers (chunk 2) at T 2, 3, 4 the same ways (and at T 8, where chunk 1 serves it); the
 # token loop a token
 # ahead, unrolled (1, and 3 with every token's q and k first) and rolled (2), at T 2, 3, 4, 8
-# with split and own q/k, a tail, chains and precise gates.
+# with split and own q/k, a tail, chains and precise gates; the head's scalars from the block
+# (HSC) with each ahead, own, split and shared q/k, eight warps for three tokens, one warp for
+# eight, T 3, 4, 5, 8, 32 lanes a row with a tail (fp32; bf16 takes 16 lanes a row at most).
 EXPLICIT = [
     ((2, 8, 8, 2, 1, 0, 1, 0), 1, 128),
     ((4, 4, 8, 2, 1, 0, 1, 2), 1, 96),
@@ -467,6 +483,14 @@ EXPLICIT = [
     ((1, 1, 16, 3, 1, 0, 0, 2, 0, 2), 8, 128),
     ((2, 2, 16, 2, 0, 0, 0, 2, 0, 2), 3, 96),
     ((1, 4, 8, 0, 1, 4, 0, 0, 0, 2), 4, 128),
+    ((4, 1, 16, 3, 1, 0, 0, 2, 0, 3, 1), 8, 128),
+    ((2, 2, 16, 2, 0, 0, 0, 2, 0, 2, 1), 3, 96),
+    ((1, 4, 8, 0, 1, 4, 0, 0, 0, 1, 1), 4, 128),
+    ((8, 1, 16, 3, 1, 0, 0, 1, 0, 0, 1), 3, 128),
+    ((4, 2, 8, 3, 1, 0, 0, 2, 0, 0, 1), 8, 96),
+    ((1, 1, 16, 3, 1, 0, 0, 0, 0, 3, 1), 8, 128),
+    ((2, 1, 16, 3, 0, 0, 0, 0, 0, 1, 1), 5, 128),
+    ((8, 1, 32, 3, 1, 0, 0, 0, 0, 3, 1), 8, 96),
 ]
 
 
@@ -480,6 +504,20 @@ def test_verify_explicit_configs(cfg, T, V, sd):
         case = make_verify_case(form, B=5, T=T, V=V, state_dtype=sd, device=DEVICE, seed=90,
                                 pad=pad, update=update)
         _check_run(case, True, f"{cfg} T={T} V={V} {form} update={update} pad={pad}", cfg)
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("l2", (False, True), ids=("raw", "l2"))
+@pytest.mark.parametrize("sd", (F32, BF16), ids=("fp32", "bf16"))
+def test_verify_head_scalars_each_gva_and_token_count(l2, sd):
+    # HSC: tokens split over the block's warps (W 4: T 2 leaves two warps idle, T 5 gives two
+    # warps a second token, T 8 a round of two tokens each); GVA 1, 2 and 4.
+    for i, (T, (H, HV)) in enumerate(((2, (4, 4)), (5, (2, 4)), (8, (1, 4)))):
+        case = make_verify_case(("states", "slots", "states")[i], B=3, T=T, H=H, HV=HV,
+                                state_dtype=sd, device=DEVICE, seed=110 + i, update=i != 2)
+        _check_run(case, l2, f"head scalars T={T} H={H} HV={HV} l2={l2}",
+                   (4, 1, 16, 3, 1, 0, 0, 2, 0, 3, 1))
 
 
 @pytest.mark.gpu

@@ -101,10 +101,11 @@ def test_every_shipped_row_is_a_shape_the_search_measures():
 def test_refine_keeps_the_best_shapes():
     from gdnzoo.backends import cuda_v4, fla_recurrent
     ranked = [(1, 2, 16, 0, 1, 0, 0, 0), (1, 2, 16, 3, 1, 0, 0, 0), (2, 2, 16, 0, 1, 0, 1, 0),
-              (4, 1, 8, 2, 1, 0, 0, 0, 1), (8, 1, 8, 2, 1, 0, 0, 2, 0, 1), (1, 1, 4, 0, 1, 0, 0, 0)]
+              (4, 1, 8, 2, 1, 0, 0, 0, 1), (8, 1, 8, 2, 1, 0, 0, 2, 0, 1, 1),
+              (1, 1, 4, 0, 1, 0, 0, 0)]
     got = cuda_v4.refine(ranked)
-    assert {c[:3] + c[6:] for c in got} == {(1, 2, 16, 0, 0, 0, 0), (2, 2, 16, 1, 0, 0, 0),
-                                            (4, 1, 8, 0, 0, 1, 0), (8, 1, 8, 0, 2, 0, 1)}
+    assert {c[:3] + c[6:] for c in got} == {(1, 2, 16, 0, 0, 0, 0, 0), (2, 2, 16, 1, 0, 0, 0, 0),
+                                            (4, 1, 8, 0, 0, 1, 0, 0), (8, 1, 8, 0, 2, 0, 1, 1)}
     assert {c[3] for c in got if c[6]} == {0, 2} and {c[4] for c in got} == {0, 1}
     assert fla_recurrent.refine([(4, 1, 1, 8, 1), (8, 1, 1), (2, 1, 1, 8), (1, 1, 1)]) == \
         [(4, 1, 1, 8, 1), (8, 1, 1, None, 0), (2, 1, 1, 8, 0)]

@@ -6,7 +6,8 @@ import torch
 from gdnzoo.backends import _cuda_build as cuda_build
 
 F32, BF16 = torch.float32, torch.bfloat16
-OPTIONAL = ("IDX64", "INTER", "UPDATE", "CHUNK", "AHEAD", "PDL")   # left out while None (PDL: 0)
+OPTIONAL = ("IDX64", "INTER", "UPDATE", "CHUNK", "AHEAD", "HSC", "PDL")   # left out while None
+# (PDL: 0)
 
 
 def v4_defines(sd=F32, io=BF16, K=128, l2=False, V=128, T=1, HV=8, GVA=2, W=2, RW=2, LPR=16,
