@@ -486,14 +486,19 @@ __device__ __forceinline__ void token_slots(const GdnKernelParams& p, unsigned n
 
 #if GDN_HSC
 // GDN_HSC: warp w computes tokens w, w + W, ...; a round takes HS_NG of them at once, one group
-// of HS_GS lanes a token (HS_KE elements of q and k a lane, a log2(HS_GS)-step butterfly).
+// of HS_GS lanes a token.  The sums do not depend on the launch shape (a PDL launch may double
+// W, and must write what the plain launch writes): a token's q and k are always 16 chunks of
+// HS_CE elements, each chunk's products summed as a balanced tree, the 16 chunk sums as the
+// tree of a 16-lane butterfly; a lane of a smaller group holds 16 / HS_GS chunks and adds them
+// in that tree's order before its group's butterfly.
 __host__ __device__ constexpr int pow2_at_least(int x) { return x <= 1 ? 1 : 2 * pow2_at_least((x + 1) / 2); }
 constexpr int HS_TPW = (T + W - 1) / W;
-constexpr int HS_NG = pow2_at_least(HS_TPW) < 8 ? pow2_at_least(HS_TPW) : 8;
-constexpr int HS_GS = 32 / HS_NG;
+constexpr int HS_NG = pow2_at_least(HS_TPW) < 2 ? 2 : pow2_at_least(HS_TPW) < 8 ? pow2_at_least(HS_TPW) : 8;
+constexpr int HS_GS = 32 / HS_NG;                  // 16, 8 or 4 lanes a token
 constexpr int HS_RND = (HS_TPW + HS_NG - 1) / HS_NG;
-constexpr int HS_KE = K / HS_GS;
-static_assert(HS_KE >= 1 && HS_KE * HS_GS == K, "GDN_HSC: K a multiple of the lane group");
+constexpr int HS_CE = K / 16;                      // elements of a chunk
+constexpr int HS_CPL = 16 / HS_GS;                 // chunks a lane
+static_assert(HS_CE >= 1 && HS_CE * 16 == K, "GDN_HSC: K a multiple of 16");
 
 // Token t's shared scalars in hs[t]: {g, beta, rk, g rk} and {scale g rq, scale (k.q) rq rk},
 // rq and rk the inverse norms of the raw q and k (1 without the L2 norm), so a row's step is
@@ -512,32 +517,44 @@ __device__ __forceinline__ void head_scalars(const Params& p, long long q0, long
         const int t = t0 < T ? t0 : 0;             // past the last token: token 0, not stored
         const float xa = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
         const float xb = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
-        float qs[HS_KE], ks[HS_KE];
-        if constexpr (GDN_VEC16) {                 // the rows are 16-byte aligned
-            ld_vec<IOD, HS_KE>(p.q, q0 + t * q_t + gl * HS_KE, qs);
-            ld_vec<IOD, HS_KE>(p.k, k0 + t * k_t + gl * HS_KE, ks);
-        } else {
+        // Chunk j of this lane is chunk gl + HS_GS * j of the row.
+        float kq[HS_CPL], qq[HS_CPL], kk[HS_CPL];
 #pragma unroll
-            for (int e = 0; e < HS_KE; ++e) {
-                qs[e] = gdn_ld<IOD>(p.q, q0 + t * q_t + gl * HS_KE + e);
-                ks[e] = gdn_ld<IOD>(p.k, k0 + t * k_t + gl * HS_KE + e);
+        for (int j = 0; j < HS_CPL; ++j) {
+            const long long e0 = (long long)(gl + HS_GS * j) * HS_CE;
+            float qs[HS_CE], ks[HS_CE];
+            if constexpr (GDN_VEC16) {             // the rows are 16-byte aligned
+                ld_vec<IOD, HS_CE>(p.q, q0 + t * q_t + e0, qs);
+                ld_vec<IOD, HS_CE>(p.k, k0 + t * k_t + e0, ks);
+            } else {
+#pragma unroll
+                for (int e = 0; e < HS_CE; ++e) {
+                    qs[e] = gdn_ld<IOD>(p.q, q0 + t * q_t + e0 + e);
+                    ks[e] = gdn_ld<IOD>(p.k, k0 + t * k_t + e0 + e);
+                }
             }
+            kq[j] = tree_sum<0, HS_CE>([&](int i) { return ks[i] * qs[i]; });
+            qq[j] = GDN_L2NORM ? tree_sum<0, HS_CE>([&](int i) { return qs[i] * qs[i]; }) : 0.0f;
+            kk[j] = GDN_L2NORM ? tree_sum<0, HS_CE>([&](int i) { return ks[i] * ks[i]; }) : 0.0f;
         }
-        float kq = dot_sum<HS_KE>([&](int j) { return ks[j] * qs[j]; });
-        float qq = 0.0f, kk = 0.0f;
-        if (GDN_L2NORM) {
-            qq = dot_sum<HS_KE>([&](int j) { return qs[j] * qs[j]; });
-            kk = dot_sum<HS_KE>([&](int j) { return ks[j] * ks[j]; });
-        }
+        // The 16-lane butterfly's levels 8 .. HS_GS within the lane, the rest across lanes.
 #pragma unroll
-        for (int off = HS_GS / 2; off > 0; off >>= 1) qk_shfl(kq, qq, kk, off);
+        for (int h = HS_CPL / 2; h > 0; h >>= 1)
+#pragma unroll
+            for (int j = 0; j < h; ++j) {
+                kq[j] += kq[j + h];
+                qq[j] += qq[j + h];
+                kk[j] += kk[j + h];
+            }
+#pragma unroll
+        for (int off = HS_GS / 2; off > 0; off >>= 1) qk_shfl(kq[0], qq[0], kk[0], off);
         const float g = GDN_FASTGATE ? gdn_decay_fast(A_log, xa) : gdn_decay(A_log, xa);
         const float beta = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
-        const float rq = GDN_L2NORM ? rsqrtf(qq + 1e-6f) : 1.0f;
-        const float rk = GDN_L2NORM ? rsqrtf(kk + 1e-6f) : 1.0f;
+        const float rq = GDN_L2NORM ? rsqrtf(qq[0] + 1e-6f) : 1.0f;
+        const float rk = GDN_L2NORM ? rsqrtf(kk[0] + 1e-6f) : 1.0f;
         if (gl == 0 && t0 < T) {
             hs[t][0] = make_float4(g, beta, rk, g * rk);
-            hs[t][1] = make_float4(scale * g * rq, scale * (kq * rq * rk), 0.0f, 0.0f);
+            hs[t][1] = make_float4(scale * g * rq, scale * (kq[0] * rq * rk), 0.0f, 0.0f);
         }
     }
     if constexpr (W > 1) __syncthreads();

@@ -525,6 +525,25 @@ def test_verify_head_scalars_each_gva_and_token_count(l2, sd):
 
 @pytest.mark.gpu
 @needs_gpu
+@pytest.mark.parametrize("sd", (F32, BF16), ids=("fp32", "bf16"))
+def test_verify_head_scalars_do_not_depend_on_the_warps(sd):
+    # A PDL launch may double a row's warps and must write what the plain launch writes: the
+    # head's scalars are summed in one order at every W (W 1, 2, 4, 8 at T 5: 8, 4, 2 and 2
+    # tokens a warp's round, lane groups of 4, 8, 16 and 16), bit for bit.
+    got = []
+    for w in (1, 2, 4, 8):
+        case = make_verify_case("states", B=3, T=5, state_dtype=sd, device=DEVICE, seed=120,
+                                update=True)
+        out = _run(case, True, (w, 1, 16, 3, 1, 0, 0, 2, 0, 3, 1))
+        torch.cuda.synchronize()
+        got.append((w, out, case.buf, case.inter_buf))
+    for w, *bufs in got[1:]:
+        for name, a, b in zip(("out", "state", "intermediate"), got[0][1:], bufs):
+            assert torch.equal(a, b), f"W={w}: {name} differs from W=1"
+
+
+@pytest.mark.gpu
+@needs_gpu
 def test_verify_element_loads_on_a_misaligned_intermediate():
     case = make_verify_case("states", B=5, T=3, state_dtype=BF16, device=DEVICE, seed=95,
                             pad="neg", update=True)
