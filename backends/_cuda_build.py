@@ -10,13 +10,12 @@
   a hash of the sources, options and NVRTC version (CuPy's own kernel cache is not involved).
 * Launching: ``cuLaunchKernel`` through CuPy's driver binding with one by-value
   :data:`PARAM_FIELDS` struct.  A :class:`Launch` is built once per signature (shapes,
-  strides, dtypes, scale) with every non-pointer field packed; a call writes only the 10 raw
-  ``data_ptr()`` values (and a state pool's two index pointers, :data:`IDX_PTRS`; a verify
-  call's three, :data:`VERIFY_PTRS`, after GdnParams) into its
-  per-thread copy: no copies, no CuPy arrays, no allocation; on
-  the current torch stream of the tensors' device, so CUDA-graph capture records the launch
-  (the driver copies the parameter block into the graph node).  The first call of a variant
-  compiles and loads the module; it must happen before graph capture.
+  strides, dtypes, scale) with every non-pointer field packed; a call writes only the 15
+  pointers, :data:`HEAD_FIELDS` (the raw ``data_ptr()`` values, index pointers included),
+  into its per-thread copy, one ``pack_into``: no copies, no CuPy
+  arrays, no allocation; on the current torch stream of the tensors' device, so CUDA-graph
+  capture records the launch (the driver copies the parameter block into the graph node).  The
+  first call of a variant compiles and loads the module; it must happen before graph capture.
 
 Nothing here imports cupy at module import time.
 """
@@ -34,69 +33,60 @@ import torch
 HEADER = Path(__file__).with_name("gdn_common.cuh")
 STD = "-std=c++17"
 
-# Mirrors struct GdnParams in gdn_common.cuh, in order; every field is 8 bytes.  New fields are
-# appended: an existing field's offset never moves (the dense kernels' code stays the same).
+# Mirrors struct GdnParams in gdn_common.cuh, in order; every field is 8 bytes.  Ordered by when
+# a kernel first reads a field (see the struct): the first six share one 64-byte constant-cache
+# line with the launch's memory descriptor and are all a kernel reads before its state loads.
 PARAM_FIELDS = (
-    "q", "k", "v", "a", "b", "A_log", "dt_bias", "state", "new_state", "out",
+    "P", "null_slot", "s_n", "state", "idx", "accepted",
+    "q", "k", "v", "a", "b", "A_log", "new_state", "out",
+    "dt_bias", "inter_idx", "new_idx", "inter", "PN", "ns_n", "scale", "S",
+    "i_n", "i_t", "B", "T", "H", "HV", "V",
     "q_n", "q_t", "q_h", "k_n", "k_t", "k_h", "v_n", "v_t", "v_h",
     "a_n", "a_t", "a_h", "b_n", "b_t", "b_h", "o_n", "o_t", "o_h",
-    "s_n", "s_h", "s_v", "ns_n", "ns_h", "ns_v", "A_log_h", "dtb_h",
-    "B", "T", "H", "HV", "V", "idx", "new_idx", "scale", "P", "PN", "null_slot",
+    "s_h", "s_v", "ns_h", "ns_v", "A_log_h", "dtb_h",
 )
-N_PTRS = 10                      # the data pointers, first: written on every call
-IDX_FIELD = 41                   # a state pool's idx, new_idx: written on every pool call
-# cuda_v4 reads these positions directly: keep them in sync.
-assert (PARAM_FIELDS.index("q_n"), PARAM_FIELDS.index("s_n"), PARAM_FIELDS.index("B"),
-        PARAM_FIELDS.index("idx"), PARAM_FIELDS.index("new_idx"), PARAM_FIELDS.index("scale"),
-        len(PARAM_FIELDS)) == (10, 28, 36, IDX_FIELD, IDX_FIELD + 1, 43, 47)
-PARAMS = struct.Struct("<" + "".join("Q" if i < N_PTRS or n in ("idx", "new_idx") else
-                                     "d" if n == "scale" else "q"
-                                     for i, n in enumerate(PARAM_FIELDS)))
-IDX_PTRS = struct.Struct("<QQ")  # idx, new_idx, at byte IDX_OFFSET of the block
-IDX_OFFSET = 8 * IDX_FIELD
-
-# A cuda-v4 verify variant's parameter block: GdnParams, then these fields (struct
-# GdnVerifyParams in cuda_v4.cu mirrors them); the three pointers are written on every call.
-VERIFY_FIELDS = ("inter", "inter_idx", "accepted", "i_n", "i_t", "S")
-VERIFY_PARAMS = struct.Struct("<QQQqqq")
-VERIFY_PTRS = struct.Struct("<QQQ")   # inter, inter_idx, accepted, at byte VERIFY_OFFSET
-VERIFY_OFFSET = PARAMS.size
+# The 15 pointers, state .. inter, written on every call with one pack_into at HEAD_OFFSET.
+HEAD_FIELDS = PARAM_FIELDS[PARAM_FIELDS.index("state"):PARAM_FIELDS.index("inter") + 1]
+HEAD = struct.Struct("<" + "Q" * len(HEAD_FIELDS))
+HEAD_OFFSET = 8 * PARAM_FIELDS.index("state")
+PARAMS = struct.Struct("<" + "".join("Q" if n in HEAD_FIELDS else "d" if n == "scale" else "q"
+                                     for n in PARAM_FIELDS))
+# GdnParams' strides of q .. dt_bias, state and new_state (cuda-v4's GDN_DENSE=2 compiles them in)
+STRIDE_FIELDS = ("s_n", "ns_n") + PARAM_FIELDS[PARAM_FIELDS.index("q_n"):]
 
 DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}   # GDN_F32/BF16/F16
 ELEM_SIZE = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2}
 
 
-def param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, pool=None):
+def param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, pool=None,
+                 verify=None):
     """The GdnParams field values for these tensors, in PARAM_FIELDS order.  With ``pool`` (a
     :class:`gdnzoo.pool.Pool`) ``state`` and ``new_state`` are pools: their slot counts and the
-    pool's ``null_slot`` are filled in; the index pointers are 0 (written per call)."""
+    pool's ``null_slot`` are filled in; with ``verify`` (a :class:`gdnzoo.verify.Verify`) the
+    intermediate states' row count and row and step strides (0 without them).  The index,
+    count and intermediate pointers are 0: they are written per call."""
     qs, ks, vs, as_, bs = q.stride(), k.stride(), v.stride(), a.stride(), b.stride()
     os_, ss, ns = out.stride(), state.stride(), new_state.stride()
     B, T, H, _ = q.shape
     _, _, HV, V = v.shape
-    return (q.data_ptr(), k.data_ptr(), v.data_ptr(), a.data_ptr(), b.data_ptr(),
-            A_log.data_ptr(), dt_bias.data_ptr(), state.data_ptr(), new_state.data_ptr(),
-            out.data_ptr(),
+    P, PN, null = (0, 0, -1) if pool is None else (state.shape[0], new_state.shape[0],
+                                                   int(pool.null_slot))
+    x = None if verify is None else verify.states
+    S, i_n, i_t = (0, 0, 0) if x is None else (x.shape[0], x.stride(0), x.stride(1))
+    return (P, null, ss[0], state.data_ptr(), 0, 0,
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), a.data_ptr(), b.data_ptr(),
+            A_log.data_ptr(), new_state.data_ptr(), out.data_ptr(),
+            dt_bias.data_ptr(), 0, 0, 0, PN, ns[0], float(scale), S,
+            i_n, i_t, B, T, H, HV, V,
             qs[0], qs[1], qs[2], ks[0], ks[1], ks[2], vs[0], vs[1], vs[2],
             as_[0], as_[1], as_[2], bs[0], bs[1], bs[2], os_[0], os_[1], os_[2],
-            ss[0], ss[1], ss[2], ns[0], ns[1], ns[2], A_log.stride(0), dt_bias.stride(0),
-            B, T, H, HV, V, 0, 0, float(scale),
-            *((0, 0, -1) if pool is None else
-              (state.shape[0], new_state.shape[0], int(pool.null_slot))))
+            ss[1], ss[2], ns[1], ns[2], A_log.stride(0), dt_bias.stride(0))
 
 
-def verify_values(verify):
-    """The VERIFY_FIELDS values of a :class:`gdnzoo.verify.Verify`: the pointers 0 (written
-    per call), the intermediate states' row and step strides and row count (0 without them)."""
-    x = verify.states
-    return (0, 0, 0, *((0, 0, 0) if x is None else (x.stride(0), x.stride(1), x.shape[0])))
-
-
-def params_template(values, extra=()) -> bytes:
-    """A parameter block with the GdnParams ``values`` (pointer fields zeroed: they are
-    written on every call) followed by ``extra`` VERIFY_PARAMS values, if any."""
-    block = PARAMS.pack(*((0,) * N_PTRS), *values[N_PTRS:])
-    return block + (VERIFY_PARAMS.pack(*extra) if extra else b"")
+def params_template(values) -> bytes:
+    """A parameter block with the GdnParams ``values``, pointer fields zeroed (they are
+    written on every call)."""
+    return PARAMS.pack(*(0 if n in HEAD_FIELDS else x for n, x in zip(PARAM_FIELDS, values)))
 
 
 def defines(state_dtype, io_dtype, a_dtype, b_dtype, dt_bias_dtype, K, l2norm, **extra):
@@ -281,21 +271,18 @@ def launch_raw_pdl(config, func, device_index: int, argv_addr: int) -> None:
         config.launch(func, stream, argv_addr)
 
 
-PTRS = struct.Struct("<" + "Q" * N_PTRS)          # the leading pointer fields of GdnParams
-
-
 class Launch:
     """One kernel, grid and block with a prebuilt parameter block: per call only the leading
-    ``head`` fields (by default the 10 data pointers of GdnParams) are written, one pack_into,
-    before cuLaunchKernel.  Each thread gets its own copy of the block, so concurrent callers
+    ``head`` fields (by default GdnParams' pointers, :data:`HEAD_FIELDS` at HEAD_OFFSET) are
+    written, one pack_into, before cuLaunchKernel.  Each thread gets its own copy of the block, so concurrent callers
     never rewrite a block the driver is still reading.
 
     Our CUDA kernels take one by-value GdnParams (``values``; one parameter at offset 0).  Other
     kernels (the Triton backends) pass ``template``, the bytes of all their parameters, and
     ``slots``, the offset of each parameter in it."""
 
-    __slots__ = ("kern", "func", "grid", "block", "dev", "template", "slots", "head", "shared",
-                 "pdl", "_tls")
+    __slots__ = ("kern", "func", "grid", "block", "dev", "template", "slots", "head", "at",
+                 "shared", "pdl", "_tls")
 
     def __init__(self, kern, grid: int, block: int, device_index: int, values=None, *,
                  template: bytes | None = None, slots=(0,), head=None, shared: int = 0,
@@ -305,7 +292,8 @@ class Launch:
         # Pointer fields are zeroed: they are written on every call, and a stale address from
         # the binding call must never reach a launch.
         self.template = params_template(values) if template is None else bytes(template)
-        self.slots, self.head, self.shared = tuple(slots), head or PTRS, int(shared)
+        self.slots, self.shared = tuple(slots), int(shared)
+        self.head, self.at = (HEAD, HEAD_OFFSET) if head is None else (head, 0)
         # pdl: launched with programmatic dependent launch (backends/_pdl_launch.py); the kernel
         # itself must wait (griddepcontrol.wait) before reading what the kernel before it writes.
         self.pdl = None
@@ -327,7 +315,7 @@ class Launch:
             buf, _, argv_addr = self._tls.b
         except AttributeError:
             buf, _, argv_addr = self.buffers()
-        self.head.pack_into(buf, 0, *ptrs, *more)
+        self.head.pack_into(buf, self.at, *ptrs, *more)
         if self.pdl is None:
             launch_raw(self.func, self.grid, self.block, self.dev, argv_addr, self.shared)
         else:

@@ -53,9 +53,10 @@ class Bound:
                                         values)
 
     def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
-        self.launch((q.data_ptr(), k.data_ptr(), v.data_ptr(), a.data_ptr(), b.data_ptr(),
-                     A_log.data_ptr(), dt_bias.data_ptr(), state.data_ptr(),
-                     new_state.data_ptr(), out.data_ptr()))
+        # GdnParams' HEAD_FIELDS: no index pointers (no pool, no verify)
+        self.launch((state.data_ptr(), 0, 0, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                     a.data_ptr(), b.data_ptr(), A_log.data_ptr(), new_state.data_ptr(),
+                     out.data_ptr(), dt_bias.data_ptr(), 0, 0, 0))
 
 
 def bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):

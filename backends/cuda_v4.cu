@@ -53,7 +53,7 @@
 // from slot idx[n, 0] and the state after token t stored to slot idx[n, t]) and 4 (the same,
 // read from column accepted[n] - 1), GDN_IDX64 bit 2: inter_idx is int64, bit 3: accepted is.
 // A plain decode passes neither GDN_INTER nor GDN_UPDATE (the kernel is then the one above); a
-// verify variant passes both and takes GdnVerifyParams, GdnParams with the verify fields after.
+// verify variant passes both; its fields are GdnParams' verify fields (gdn_common.cuh).
 // GDN_CHUNK (1, T > 1, 16-byte vectors, state in registers; any form, a plain multi-token decode
 // too): every token at once instead of a token loop with two butterflies a token.  The tokens'
 // q and k rows are copied to shared memory (cp.async) and their Gram entries (k_j.k_t, k_j.q_t,
@@ -254,10 +254,14 @@ __device__ __forceinline__ void st_vec(void* base, long long i, const float (&x)
 #define GDN_STRIDE(field, dense) (p.field)
 #define GDN_SLOT_STRIDE(field) (p.field)
 #endif
-// The offsets of slot (or sequence) `slot`'s head h in state and in new_state.
+// The offsets of slot (or sequence) `slot`'s head h in state and in new_state; GDN_DENSE=1 with
+// a pool: each slot a dense [HV, V, K] block, only the slot strides read from the block.
 #if GDN_DENSE == 2
 #define GDN_READ_OFFSET(slot, h) ((long long)(slot) * GDN_SC_s_n + (long long)(h) * GDN_SC_s_h)
 #define GDN_WRITE_OFFSET(slot, h) ((long long)(slot) * GDN_SC_ns_n + (long long)(h) * GDN_SC_ns_h)
+#elif GDN_DENSE
+#define GDN_READ_OFFSET(slot, h) ((long long)(slot) * p.s_n + (long long)(h) * (V * K))
+#define GDN_WRITE_OFFSET(slot, h) ((long long)(slot) * p.ns_n + (long long)(h) * (V * K))
 #else
 #define GDN_READ_OFFSET(slot, h) gdn_state_read_offset(p, slot, h)
 #define GDN_WRITE_OFFSET(slot, h) gdn_state_write_offset(p, slot, h)
@@ -329,22 +333,6 @@ static_assert(GDN_POOL >= 0 && GDN_POOL <= 4 && GDN_INTER >= 0 && GDN_INTER <= 2
 static_assert(GDN_POOL < 3 || (GDN_UPDATE && !GDN_INTER),
               "per-token slots keep every token's state: no intermediate rows, no deferral");
 
-#if GDN_INTER || GDN_POOL >= 3
-// GdnParams and, after its last field (so no offset of it moves), the per-call verify fields;
-// backends/_cuda_build.py VERIFY_FIELDS mirrors them.
-struct GdnVerifyParams : GdnParams {
-    void* inter;              // intermediate_states [S, T_max, HV, V, K], [HV, V, K] contiguous
-    const void* inter_idx;    // GDN_INTER 2: [B] int32 | int64 row of sequence n
-    const void* accepted;     // GDN_POOL 4: [B] int32 | int64 num_accepted_tokens
-    long long i_n, i_t;       // intermediate strides of a row and of a step (elements)
-    long long S;              // intermediate rows
-};
-static_assert(sizeof(GdnVerifyParams) == sizeof(GdnParams) + 6 * 8, "verify fields: 8 bytes each");
-typedef GdnVerifyParams GdnKernelParams;
-#else
-typedef GdnParams GdnKernelParams;
-#endif
-
 // Element i of an int32 / int64 index tensor, in 64 bits.
 template <bool I64>
 __device__ __forceinline__ long long index_at(const void* x, long long i) {
@@ -381,7 +369,7 @@ __device__ __forceinline__ GdnSlots sequence_slots(const Params& p, unsigned n) 
 // Sequence n's intermediate block of head h: row n or inter_idx[n]; a row outside 0..S-1
 // stores nothing (keep false; its address stays at row 0).  Each [HV, V, K] block is contiguous.
 template <typename ST>
-__device__ __forceinline__ ST* intermediate_block(const GdnKernelParams& p, unsigned n,
+__device__ __forceinline__ ST* intermediate_block(const GdnParams& p, unsigned n,
                                                   unsigned h, bool& keep) {
 #if GDN_INTER == 1
     const long long irow = n;
@@ -478,7 +466,7 @@ __device__ __forceinline__ void token_gates(float A_log, float (&gd)[T], float (
 
 #if GDN_POOL >= 3
 // Every token's slot idx[n, t] (per-token slots).
-__device__ __forceinline__ void token_slots(const GdnKernelParams& p, unsigned n, long long (&ts)[T]) {
+__device__ __forceinline__ void token_slots(const GdnParams& p, unsigned n, long long (&ts)[T]) {
 #pragma unroll
     for (int t = 0; t < T; ++t) ts[t] = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t);
 }
@@ -570,7 +558,7 @@ __device__ __forceinline__ void store_row(ST* block, long long rs, int row, unsi
     for (int i = 0; i < NV; ++i) st_vec<SD, VEC, CS>(block, row * rs + (i * LPR + kl) * VEC, x[i]);
 }
 
-extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnKernelParams p) {
+extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnParams p) {
     using ST = typename GdnStorage<SD>::type;
     constexpr bool NC = GDN_VEC16 && (GDN_HINT & 1);
     constexpr bool CS = GDN_VEC16 && (GDN_HINT & 2);

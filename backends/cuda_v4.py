@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import operator
 from pathlib import Path
 
 import torch
@@ -319,18 +318,13 @@ def verify_mode(pool, verify):
     return dict(mode, inter=inter, update=int(verify.update))
 
 
-# GdnParams' stride fields, q_n .. dtb_h: with a verify call's i_n and i_t, GDN_DENSE=2's constants.
-STRIDE_FIELDS = cuda_build.PARAM_FIELDS[cuda_build.N_PTRS:cuda_build.PARAM_FIELDS.index("B")]
-
-
-def stride_defines(values, extra=()) -> tuple:
-    """GDN_DENSE=2's -D constants: the call's own strides (``values``: GdnParams' field values,
-    ``extra``: a verify call's VERIFY_PARAMS values), compiled into the variant, so a strided
-    layout (the engines' views of one fused activation tensor, a page-strided pool) gets the
-    constant index math of a dense call; one variant per layout."""
+def stride_defines(values, verify=False) -> tuple:
+    """GDN_DENSE=2's -D constants: the call's own strides (``values``: GdnParams' field values;
+    GdnParams' q_n .. dtb_h, and a verify call's i_n and i_t), compiled into the variant, so a
+    strided layout (the engines' views of one fused activation tensor, a page-strided pool) gets
+    the constant index math of a dense call; one variant per layout."""
     named = dict(zip(cuda_build.PARAM_FIELDS, values))
-    named.update(zip(cuda_build.VERIFY_FIELDS, extra))
-    fields = STRIDE_FIELDS + (("i_n", "i_t") if extra else ())
+    fields = cuda_build.STRIDE_FIELDS + (("i_n", "i_t") if verify else ())
     return tuple((f"GDN_SC_{n}", int(named[n])) for n in fields)
 
 
@@ -355,21 +349,22 @@ class Bound:
                  pool=None, verify=None, pdl=0):
         # Only plain values are kept: a bound launcher must not keep the first call's tensors alive.
         self.values = cuda_build.param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out,
-                                              new_state, pool)
+                                              new_state, pool, verify)
         self.dtypes = (state.dtype, q.dtype, a.dtype, b.dtype, dt_bias.dtype)
         self.shape = (*q.shape, v.shape[2], v.shape[3])         # B, T, H, K, HV, V
         self.l2, self.config, self.dev = bool(l2), config, q.get_device()
         self.pdl = int(pdl)                       # the kernel's GDN_PDL, 0: a plain launch
         self.dest = new_state is not state        # which table: bind() keys on it
-        es, eio = state.element_size(), q.element_size()
-        f = self.values
-        st = (f[28] | f[29] | f[30] | f[31] | f[32] | f[33]) * es   # state/new_state strides
-        io = (f[10] | f[11] | f[12] | f[13] | f[14] | f[15]) * eio  # q/k strides
-        # A verify call: the verify fields after GdnParams; intermediate strides align too.
-        self.extra = () if verify is None else cuda_build.verify_values(verify)
-        if self.extra:
-            st |= (self.extra[3] | self.extra[4]) * es
-        self.strides_aligned = (st | io) & 15 == 0
+        self.verify = verify is not None
+        f = dict(zip(cuda_build.PARAM_FIELDS, self.values))
+        # 16-byte loads: the state, new_state (and intermediate) strides and q's and k's are
+        # multiples of 16 bytes
+        st = io = 0
+        for n in ("s_n", "s_h", "s_v", "ns_n", "ns_h", "ns_v") + ("i_n", "i_t") * self.verify:
+            st |= f[n]
+        for n in ("q_n", "q_t", "q_h", "k_n", "k_t", "k_h"):
+            io |= f[n]
+        self.strides_aligned = (st * state.element_size() | io * q.element_size()) & 15 == 0
         # The kernel's pool and verify switches (GDN_POOL, GDN_IDX64, GDN_INTER, GDN_UPDATE).
         self.switches = pool_mode(pool) if verify is None else verify_mode(pool, verify)
         # A pool: every other tensor dense and each slot a dense [HV, V, K] block (the slot
@@ -378,13 +373,10 @@ class Bound:
             if pool is None else cuda_build.dense(q, k, v, state[0], A_log, a, dt_bias, b, out,
                                                   new_state[0])
         # Not dense: the call's strides compiled in (GDN_DENSE=2).
-        self.stride_defs = () if self.dense else stride_defines(self.values, self.extra)
+        self.stride_defs = () if self.dense else stride_defines(self.values, self.verify)
         self.launches = {}
         if self.strides_aligned:
             self.vec16 = self.make(True)
-        # GdnParams' pointers (q, k, v, a, b, A_log, dt_bias, state, new_state, out) from
-        # gdnzoo.decode's order (q, k, v, state, A_log, a, dt_bias, b, out, new_state).
-        self.order = operator.itemgetter(0, 1, 2, 5, 7, 4, 6, 3, 9 if self.dest else 3, 8)
 
     def make(self, vec16):
         B, T, H, K, HV, V = self.shape
@@ -430,14 +422,15 @@ class Bound:
         kern = cuda_build.get_kernel(SOURCE, KERNEL, defs, self.dev)
         bph = blocks_per_head(V, w, rw, lpr)
         launch = cuda_build.Launch(kern, B * HV * bph, 32 * w, self.dev,
-                                   template=cuda_build.params_template(self.values, self.extra),
+                                   template=cuda_build.params_template(self.values),
                                    pdl=self.pdl > 0)
         self.launches[vec16] = launch
         return launch
 
     def with_pointers(self, p, scale):
-        """Launch from gdnzoo.decode's data pointers (gdnzoo.contract.POINTERS order, new_state's
-        0 in place) when they are 16-byte aligned; False: call with the tensors instead."""
+        """Launch from gdnzoo.decode's data pointers (gdnzoo.contract.POINTERS order: q, k, v,
+        state, A_log, a, dt_bias, b, out, new_state; new_state's 0 in place) when they are
+        16-byte aligned; False: call with the tensors instead."""
         if not (self.strides_aligned and (p[0] | p[1] | p[3] | p[9]) & 15 == 0):
             return False
         launch = self.vec16
@@ -445,19 +438,23 @@ class Bound:
             buf, _, argv = launch._tls.b
         except AttributeError:
             buf, _, argv = launch.buffers()
-        cuda_build.PTRS.pack_into(buf, 0, *self.order(p))
+        cuda_build.HEAD.pack_into(buf, cuda_build.HEAD_OFFSET, p[3], 0, 0, p[0], p[1], p[2],
+                                  p[5], p[7], p[4], p[9] if self.dest else p[3], p[8], p[6], 0,
+                                  0, 0)
         if launch.pdl is None:
             cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
         else:
             cuda_build.launch_raw_pdl(launch.pdl, launch.func, launch.dev, argv)
         return True
 
-    def packed(self, q, k, v, state, A_log, a, dt_bias, b, out, new_state, extra=0):
-        """The launch for these tensors (16-byte loads when they, and the pointer ``extra``,
-        are aligned) with their data pointers written into this thread's parameter block:
+    def packed(self, q, k, v, state, A_log, a, dt_bias, b, out, new_state, idx=0, new_idx=0,
+               inter=0, inter_idx=0, accepted=0):
+        """The launch for these tensors (16-byte loads when they, and the intermediate states'
+        pointer ``inter``, are aligned) with their data pointers and the index pointers given
+        written into this thread's parameter block (GdnParams' HEAD_FIELDS, one pack_into):
         (launch, block, argv).  Warm dense calls skip it (:meth:`with_pointers`)."""
         qp, kp, sp, np_ = q.data_ptr(), k.data_ptr(), state.data_ptr(), new_state.data_ptr()
-        if self.strides_aligned and (qp | kp | sp | np_ | extra) & 15 == 0:
+        if self.strides_aligned and (qp | kp | sp | np_ | inter) & 15 == 0:
             launch = self.vec16
         else:
             launch = self.launches.get(False) or self.make(False)
@@ -465,8 +462,10 @@ class Bound:
             buf, _, argv = launch._tls.b
         except AttributeError:
             buf, _, argv = launch.buffers()
-        cuda_build.PTRS.pack_into(buf, 0, qp, kp, v.data_ptr(), a.data_ptr(), b.data_ptr(),
-                                  A_log.data_ptr(), dt_bias.data_ptr(), sp, np_, out.data_ptr())
+        cuda_build.HEAD.pack_into(buf, cuda_build.HEAD_OFFSET, sp, idx, accepted, qp, kp,
+                                  v.data_ptr(), a.data_ptr(), b.data_ptr(), A_log.data_ptr(),
+                                  np_, out.data_ptr(), dt_bias.data_ptr(), inter_idx, new_idx,
+                                  inter)
         return launch, buf, argv
 
     def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
@@ -485,9 +484,8 @@ class PoolBound(Bound):
     with_pointers = None          # dense calls only: these take index tensors per call
 
     def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool):
-        launch, buf, argv = self.packed(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
-        cuda_build.IDX_PTRS.pack_into(buf, cuda_build.IDX_OFFSET, pool.read.data_ptr(),
-                                      pool.write.data_ptr())
+        launch, _, argv = self.packed(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
+                                      pool.read.data_ptr(), pool.write.data_ptr())
         if launch.pdl is None:
             cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
         else:
@@ -504,14 +502,11 @@ class VerifyBound(Bound):
 
     def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool,
                  verify):
-        ip = 0 if verify.states is None else verify.states.data_ptr()
-        launch, buf, argv = self.packed(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
-                                        ip)
-        if pool is not None:
-            cuda_build.IDX_PTRS.pack_into(buf, cuda_build.IDX_OFFSET, pool.read.data_ptr(),
-                                          pool.write.data_ptr())
-        cuda_build.VERIFY_PTRS.pack_into(
-            buf, cuda_build.VERIFY_OFFSET, ip,
+        launch, _, argv = self.packed(
+            q, k, v, state, A_log, a, dt_bias, b, out, new_state,
+            0 if pool is None else pool.read.data_ptr(),
+            0 if pool is None else pool.write.data_ptr(),
+            0 if verify.states is None else verify.states.data_ptr(),
             0 if verify.indices is None else verify.indices.data_ptr(),
             0 if verify.accepted is None else verify.accepted.data_ptr())
         if launch.pdl is None:

@@ -163,14 +163,17 @@ def test_v4_call_strides_compiled_in(tmp_path, extra):
     its parameter block; GDN_DENSE=0 reads them there."""
     x = make_inputs(B=2, T=extra["T"], H=4, HV=8, K=128, V=128)
     wide = torch.zeros(*x.q.shape[:3], 3 * 128, dtype=x.q.dtype)
+    verify = "INTER" in extra
+    states = types.SimpleNamespace(states=torch.empty(9, 7, 8, 128, 128, device="meta"))
     values = cuda_build.param_values(wide[..., :128], x.k, x.v, x.state, x.A_log, x.a,
-                                     x.dt_bias, x.b, x.scale, x.v.clone(), x.state)
-    verify = (0, 0, 0, 7 * 8 * 128 * 128, 8 * 128 * 128, 9) if "INTER" in extra else ()
+                                     x.dt_bias, x.b, x.scale, x.v.clone(), x.state,
+                                     verify=states if verify else None)
     sc = dict(cuda_v4.stride_defines(values, verify))
-    assert sc["GDN_SC_q_n"] == x.q.shape[1] * 4 * 384 and len(sc) == 26 + 2 * bool(verify)
-    stride_bytes = set(range(8 * cuda_build.N_PTRS, 8 * cuda_build.PARAM_FIELDS.index("B")))
+    assert sc["GDN_SC_q_n"] == x.q.shape[1] * 4 * 384 and len(sc) == 26 + 2 * verify
     if verify:
-        stride_bytes |= {cuda_build.VERIFY_OFFSET + 24, cuda_build.VERIFY_OFFSET + 32}
+        assert (sc["GDN_SC_i_n"], sc["GDN_SC_i_t"]) == (7 * 8 * 128 * 128, 8 * 128 * 128)
+    stride_bytes = {8 * cuda_build.PARAM_FIELDS.index(n)
+                    for n in cuda_build.STRIDE_FIELDS + ("i_n", "i_t") * verify}
     knobs = {k.lower(): v for k, v in extra.items()}
     read = {}
     for dense in (0, 2):
@@ -184,6 +187,38 @@ def test_v4_call_strides_compiled_in(tmp_path, extra):
         assert r.returncode == 0, r.stderr[-2000:]
         read[dense] = _param_offsets(ptx.read_text()) & stride_bytes
     assert read[0] and not read[2], read
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")
+@pytest.mark.parametrize("extra, first", [
+    (dict(T=1, POOL=0), {"state"}),
+    (dict(T=1, POOL=1, IDX64=0), {"P", "null_slot", "s_n", "state", "idx"}),
+    (dict(T=2, POOL=2, IDX64=3), {"P", "null_slot", "s_n", "state", "idx"}),
+    (dict(T=4, POOL=1, IDX64=4, INTER=2, UPDATE=0, AHEAD=3, HSC=1),
+     {"P", "null_slot", "s_n", "state", "idx"}),
+    (dict(T=3, POOL=4, IDX64=9, INTER=0, UPDATE=1, AHEAD=3),
+     {"P", "null_slot", "s_n", "state", "idx", "accepted"}),
+])
+def test_v4_parameter_lines(tmp_path, extra, first):
+    """GdnParams is ordered by first read (gdn_common.cuh): what a dense layout (GDN_DENSE=1)
+    reads before its state loads, the state pointer and a pool's slot check and slot stride,
+    sits in the first 48 bytes, the 64-byte constant-cache line the launch's memory
+    descriptor shares; everything else it reads sits in the next two lines (a verify call's
+    intermediate strides, runtime values at GDN_DENSE=1, in the fourth), none of the sizes
+    and strides it compiles in."""
+    defs = cuda_build.defines(F32, BF16, BF16, BF16, F32, 128, True, **dict(
+        _v4(W=4, RW=1, LPR=16, HINT=3, FAST=1, DENSE=1),
+        **{k.lower(): v for k, v in extra.items()}))
+    ptx = tmp_path / "k.ptx"
+    cmd = [NVCC, *cuda_build.nvcc_args(defs, (9, 0)), "--ptx", "-o", str(ptx),
+           str(cuda_v4.SOURCE)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    read = {cuda_build.PARAM_FIELDS[o // 8] for o in _param_offsets(ptx.read_text())}
+    at = {n: 8 * i for i, n in enumerate(cuda_build.PARAM_FIELDS)}
+    assert {n for n in read if at[n] < 48} == first
+    end = at["B"] if "INTER" in extra else at["i_n"]
+    assert max(at[n] for n in read) < end == 48 + 128 + 16 * ("INTER" in extra), sorted(read)
 
 
 def test_nvcc_flags_match_nvrtc_options():
@@ -238,7 +273,18 @@ def test_param_values_of_strided_views():
                                         out, dest, Pool(idx, idx, 0)))
     assert (f["idx"], f["new_idx"], f["P"], f["PN"], f["null_slot"]) == (0, 0, 7, 5, 0)
     assert (f["s_n"], f["s_h"], f["ns_n"]) == (4 * 8 * 16 + 32, 8 * 16, 4 * 8 * 16)
-    assert cuda_build.IDX_OFFSET == 8 * cuda_build.PARAM_FIELDS.index("idx")
+    assert (f["S"], f["i_n"], f["i_t"], f["inter"], f["accepted"]) == (0, 0, 0, 0, 0)
+    # a verify call: the intermediate states' rows and strides (the pointers: per call)
+    inter = types.SimpleNamespace(states=torch.empty(6, 3, 4, 8, 16, device="meta"))
+    f = _unpack(cuda_build.param_values(q, x.k, x.v, pool, x.A_log, x.a, x.dt_bias, x.b, 0.25,
+                                        out, dest, Pool(idx, idx, 0), inter))
+    assert (f["S"], f["i_n"], f["i_t"], f["inter"]) == (6, 3 * 4 * 8 * 16, 4 * 8 * 16, 0)
+    # the per-call pointers, one pack_into: the 15 pointers, nothing else
+    assert cuda_build.HEAD.size == 8 * len(cuda_build.HEAD_FIELDS) == 8 * 15
+    assert set(cuda_build.HEAD_FIELDS) == {"state", "idx", "accepted", "q", "k", "v", "a", "b",
+                                           "A_log", "new_state", "out", "dt_bias", "inter_idx",
+                                           "new_idx", "inter"}
+    assert cuda_build.HEAD_OFFSET == 8 * cuda_build.PARAM_FIELDS.index("state")
 
 
 def test_defines_and_arch_options():
@@ -382,8 +428,8 @@ def test_v4_launch_marshalling(fake_gpu):
     assert (f["B"], f["T"], f["H"], f["HV"], f["V"]) == (1, 1, 4, 8, 128)
     g = launches[1][4]                                          # pointers patched, rest equal
     assert g["q"] == y.q.data_ptr() and g["state"] == y.state.data_ptr() != f["state"]
-    assert {n: g[n] for n in cuda_build.PARAM_FIELDS[cuda_build.N_PTRS:]} == \
-        {n: f[n] for n in cuda_build.PARAM_FIELDS[cuda_build.N_PTRS:]}
+    fixed = [n for n in cuda_build.PARAM_FIELDS if n not in cuda_build.HEAD_FIELDS]
+    assert {n: g[n] for n in fixed} == {n: f[n] for n in fixed}
     _, ns = _call(cuda_v4, x, inplace=False)                   # destination passing: its table
     assert launches[-1][4]["new_state"] == ns.data_ptr() != launches[-1][4]["state"]
     dw, drw, dlpr, dhint = cuda_v4.table_config(H100, F32, 1, 4, 8, 128, 128, inplace=False)[:4]
@@ -597,8 +643,7 @@ def test_v4_pool_marshalling(fake_gpu):
     n = len(compiled)
     _pool_call(x, pool_t, pool_t, read2, null_slot=0)
     assert len(compiled) == n and launches[-1][4]["idx"] == read2.data_ptr() != f["idx"]
-    fixed = [n for n in cuda_build.PARAM_FIELDS[cuda_build.N_PTRS:]
-             if n not in ("idx", "new_idx")]
+    fixed = [n for n in cuda_build.PARAM_FIELDS if n not in cuda_build.HEAD_FIELDS]
     assert {n: launches[-1][4][n] for n in fixed} == {n: f[n] for n in fixed}
     # Separate write indices (int64) into another pool: GDN_POOL 2, bit 1 of GDN_IDX64.
     dest = torch.zeros(6, 8, 128, 128)

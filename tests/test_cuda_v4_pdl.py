@@ -2,8 +2,7 @@
 (state-early) in the kernel, cuLaunchKernelEx in the launcher.
 
 Without a GPU, from nvcc's PTX (sm_90a) of dense, pool and verify variants: every level
-compiles (ptxas included); PDL off is the code of the source before PDL, instruction for
-instruction; wait-first issues ``griddepcontrol.wait`` before every global access; state-early
+compiles (ptxas included); PDL off has no grid dependency instruction; wait-first issues ``griddepcontrol.wait`` before every global access; state-early
 issues the state's loads (its slot indices, A_log, dt_bias) before the wait and q, k, v, a, b
 and every store after it (a taint analysis of each access's address over the PTX registers);
 the parameter block is the same at every level; sm_80 refuses PDL.  The launcher compiles and
@@ -44,7 +43,6 @@ from v4_defines import v4_defines
 F32, BF16 = torch.float32, torch.bfloat16
 NVCC = shutil.which("nvcc")
 H100 = "NVIDIA H100 80GB HBM3"
-REPO = Path(cuda_v4.SOURCE).resolve().parent.parent
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the "
                                                      "CUDA sources")
 
@@ -81,24 +79,10 @@ VARIANTS = {
     "verify-pool-ahead-qk": dict(T=4, POOL=1, IDX64=4, INTER=2, UPDATE=0, QKS=2, AHEAD=3),
 }
 LEVELS = (0, 1, 2)
-AFTER_PDL = {"CHUNK", "AHEAD"}   # switches younger than PDL: the older source has no such variant
 POINTERS = {"q", "k", "v", "a", "b", "A_log", "dt_bias", "state", "new_state", "out", "idx",
             "new_idx", "inter", "inter_idx", "accepted"}
 EARLY = {"state", "idx", "new_idx", "accepted", "A_log", "dt_bias"}   # may precede the wait
 PARAM = "gdn_decode_v4_param_0"
-
-
-def _pre_pdl_source():
-    """cuda_v4.cu as it was before GDN_PDL: the parent of the commit that brought it, or HEAD's
-    while that commit is not made yet."""
-    def git(*args):
-        return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
-    if shutil.which("git") is None or git("rev-parse", "HEAD").returncode:
-        return None
-    log = git("log", "--format=%H", "-S", "GDN_PDL", "--", "backends/cuda_v4.cu").stdout.split()
-    rev = f"{log[-1]}^" if log else "HEAD"
-    r = git("show", f"{rev}:backends/cuda_v4.cu")
-    return r.stdout if r.returncode == 0 and "GDN_PDL" not in r.stdout else None
 
 
 def _compile(src, defs, ptx, cc=(9, 0)):
@@ -126,25 +110,17 @@ def _nvdisasm():
 
 @pytest.fixture(scope="module")
 def ptx(tmp_path_factory):
-    """{(variant, level): PTX text} of the current source, {(variant, "old"): PTX} of the
-    source before PDL (absent without the git history) and "dir": the folder that holds them
-    and their cubins; compiled once for the module."""
+    """{(variant, level): PTX text} of the source and "dir": the folder that holds them and
+    their cubins; compiled once for the module."""
     if NVCC is None:
         pytest.skip("nvcc not on PATH: cannot compile the CUDA sources")
     d = tmp_path_factory.mktemp("pdl_ptx")
-    old_text = _pre_pdl_source()
-    jobs = [(cuda_v4.SOURCE, name, lvl) for name in VARIANTS for lvl in LEVELS]
-    if old_text is not None:
-        # Next to no header: it includes the current gdn_common.cuh, as the new source does.
-        old = d / "old" / "cuda_v4.cu"
-        old.parent.mkdir()
-        old.write_text(old_text)
-        jobs += [(old, name, "old") for name in VARIANTS]
+    jobs = [(name, lvl) for name in VARIANTS for lvl in LEVELS]
 
     def job(j):
-        src, name, lvl = j
+        name, lvl = j
         out = d / f"{name}-{lvl}.ptx"
-        rc, err = _compile(src, _defs(**VARIANTS[name], PDL=0 if lvl == "old" else lvl), out)
+        rc, err = _compile(cuda_v4.SOURCE, _defs(**VARIANTS[name], PDL=lvl), out)
         return (name, lvl), (out.read_text() if rc == 0 else None), err
 
     with ThreadPoolExecutor(max_workers=4) as ex:
@@ -161,7 +137,7 @@ def accesses(ptx_text):
     order: (kind, pointers), kind "wait", "trigger", "ld" or "st", pointers the parameter
     block's pointer fields the address is computed from (followed through every register
     that a parameter load, or an instruction reading such a register, writes)."""
-    fields = cuda_build.PARAM_FIELDS + cuda_build.VERIFY_FIELDS
+    fields = cuda_build.PARAM_FIELDS
     reg = re.compile(r"%[a-z]+\d+")
     insts = []
     for line in ptx_text.split(f"{cuda_v4.KERNEL}(")[1].splitlines():
@@ -229,22 +205,16 @@ def _param_bytes(ptx_text):
 
 
 @needs_nvcc
-def test_pdl_off_is_the_code_before_pdl(ptx):
-    if ptx.get((next(iter(VARIANTS)), "old")) is None:
-        pytest.skip("the source before GDN_PDL needs this repository's git history")
+def test_pdl_off_has_no_grid_dependency(ptx):
     for name in VARIANTS:
         assert "griddepcontrol" not in ptx[name, 0], name
-        if not AFTER_PDL & set(VARIANTS[name]):
-            assert ptx[name, 0] == ptx[name, "old"], f"{name}: PDL off changed the PTX"
 
 
 @needs_nvcc
 def test_parameter_block_is_the_same_at_every_level(ptx):
     for name in VARIANTS:
         sizes = {_param_bytes(ptx[name, lvl]) for lvl in LEVELS}
-        verify = VARIANTS[name].get("INTER") is not None
-        assert sizes == {cuda_build.PARAMS.size
-                         + verify * cuda_build.VERIFY_PARAMS.size}, (name, sizes)
+        assert sizes == {cuda_build.PARAMS.size}, (name, sizes)
 
 
 @needs_nvcc

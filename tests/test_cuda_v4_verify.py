@@ -167,8 +167,7 @@ def _ptx(defs, tmp_path, name):
 
 @needs_nvcc
 def test_parameter_blocks_and_the_deferred_store(tmp_path):
-    # A plain decode (dense or pool) takes GdnParams alone, so its code and offsets stay as
-    # they were; a verify variant with pointers to write takes the verify fields after it.
+    # Every variant takes the one GdnParams block (the verify fields are in it).
     size = lambda ptx: int(ptx.split("gdn_decode_v4_param_0[")[1].split("]")[0])  # noqa: E731
     vec_stores = lambda ptx: sum("st.global.cs.v4" in ln or "st.global.v4" in ln   # noqa: E731
                                  for ln in ptx.splitlines())
@@ -177,9 +176,8 @@ def test_parameter_blocks_and_the_deferred_store(tmp_path):
     inter = _ptx(_defs(INTER=2, UPDATE=0, POOL=1, IDX64=4), tmp_path, "inter")
     slots = _ptx(_defs(INTER=0, UPDATE=1, POOL=4, IDX64=0), tmp_path, "slots")
     deferred = _ptx(_defs(INTER=0, UPDATE=0, POOL=1, IDX64=0), tmp_path, "deferred")
-    base = cuda_build.PARAMS.size
-    assert size(plain) == size(pool) == size(deferred) == base
-    assert size(inter) == size(slots) == base + cuda_build.VERIFY_PARAMS.size
+    sizes = {size(x) for x in (plain, pool, inter, slots, deferred)}
+    assert sizes == {cuda_build.PARAMS.size}
     # 16-byte state stores: the final store only (RW groups x NV vectors, one copy in the
     # code: the token loop is not unrolled), in the token loop for the verify forms, none at
     # all when the final store is deferred and nothing else is stored.
@@ -187,30 +185,13 @@ def test_parameter_blocks_and_the_deferred_store(tmp_path):
     assert vec_stores(deferred) == 0
 
 
-def test_verify_fields_mirror_the_c_struct():
-    text = cuda_v4.SOURCE.read_text()
-    body = text.split("struct GdnVerifyParams : GdnParams {")[1].split("};")[0]
-    names = []
-    for line in body.splitlines():
-        decl = line.split("//")[0].strip().rstrip(";")
-        if decl:
-            names += [n.strip().lstrip("*") for n in decl.split(None, 2)[-1].split(",")] \
-                if decl.startswith("long long") else [decl.split()[-1].lstrip("*")]
-    assert tuple(names) == cuda_build.VERIFY_FIELDS
-    assert cuda_build.VERIFY_PARAMS.size == 8 * len(names)
-    assert cuda_build.VERIFY_OFFSET == cuda_build.PARAMS.size
-
-
 # --------------------------------------------------------------- marshalling (no GPU needed)
 
 def _params_at(argv_addr):
-    """The GdnParams block and the verify fields a void*[1] at argv_addr points to."""
+    """The GdnParams block a void*[1] at argv_addr points to, as a field dict."""
     ptr = ctypes.c_void_p.from_address(argv_addr).value
-    n = cuda_build.PARAMS.size
-    raw = ctypes.string_at(ptr, n + cuda_build.VERIFY_PARAMS.size)
-    f = dict(zip(cuda_build.PARAM_FIELDS, cuda_build.PARAMS.unpack(raw[:n])))
-    f.update(zip(cuda_build.VERIFY_FIELDS, cuda_build.VERIFY_PARAMS.unpack(raw[n:])))
-    return f
+    raw = ctypes.string_at(ptr, cuda_build.PARAMS.size)
+    return dict(zip(cuda_build.PARAM_FIELDS, cuda_build.PARAMS.unpack(raw)))
 
 
 @pytest.fixture
