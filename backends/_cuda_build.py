@@ -272,10 +272,10 @@ def launch_raw_pdl(config, func, device_index: int, argv_addr: int) -> None:
 
 
 class Launch:
-    """One kernel, grid and block with a prebuilt parameter block: per call only the leading
-    ``head`` fields (by default GdnParams' pointers, :data:`HEAD_FIELDS` at HEAD_OFFSET) are
-    written, one pack_into, before cuLaunchKernel.  Each thread gets its own copy of the block, so concurrent callers
-    never rewrite a block the driver is still reading.
+    """One kernel, grid and block with a prebuilt parameter block: per call only the ``head``
+    fields (by default GdnParams' pointers, :data:`HEAD_FIELDS` at HEAD_OFFSET) are written,
+    one pack_into, before cuLaunchKernel.  Each thread gets its own copy of the block, so
+    concurrent callers never rewrite a block the driver is still reading.
 
     Our CUDA kernels take one by-value GdnParams (``values``; one parameter at offset 0).  Other
     kernels (the Triton backends) pass ``template``, the bytes of all their parameters, and

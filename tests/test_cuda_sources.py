@@ -406,6 +406,30 @@ def _call(mod, x, l2=False, inplace=True, **kw):
     return out, ns
 
 
+@pytest.mark.parametrize("inplace", [True, False], ids=["inplace", "dest"])
+def test_every_call_path_writes_the_pointers_by_name(fake_gpu, inplace):
+    """The per-call pointers (HEAD_FIELDS) are packed positionally in three places: cuda-v4's
+    tensor path, its warm path from gdnzoo.decode's pointers, and cuda-v1.  Each must put every
+    pointer in its named field (decoded from the bytes the driver gets)."""
+    _, launches = fake_gpu
+    x = make_inputs(B=2, H=4, HV=8)
+    out = torch.empty(2, 1, 8, 128, dtype=x.v.dtype)
+    ns = x.state if inplace else torch.empty_like(x.state)
+    want = dict(state=x.state, new_state=ns, q=x.q, k=x.k, v=x.v, a=x.a, b=x.b, A_log=x.A_log,
+                dt_bias=x.dt_bias, out=out)
+    want = {n: want[n].data_ptr() if n in want else 0 for n in cuda_build.HEAD_FIELDS}
+    args = (x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, ns, False)
+    bound = cuda_v4.bind(*args)
+    bound(*args)
+    # gdnzoo.contract.POINTERS order; new_state 0 in place
+    ptrs = [t.data_ptr() for t in (x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, out)]
+    assert bound.with_pointers(ptrs + [0 if inplace else ns.data_ptr()], x.scale) is True
+    cuda_v1.run(*args)
+    assert len(launches) == 3
+    for *_, f in launches:
+        assert {n: f[n] for n in cuda_build.HEAD_FIELDS} == want
+
+
 def test_v4_launch_marshalling(fake_gpu):
     compiled, launches = fake_gpu
     x = make_inputs(B=1, H=4, HV=8)
