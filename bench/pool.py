@@ -291,14 +291,22 @@ def entry_call(name, ctx):
 
 def flashinfer_gdn(api):
     """FlashInfer's ``flashinfer.gdn_decode.<api>`` (every bench peer of FlashInfer); Skip with
-    the reason where it cannot run: below SM90, or not importable."""
+    the reason where it cannot run: below SM90, not importable, or without the CuTe DSL its GDN
+    kernels are written in (FlashInfer itself imports without it, and a call then fails inside
+    it with "'NoneType' object is not callable")."""
     if torch.cuda.get_device_capability() < (9, 0):
         raise Skip("FlashInfer's GDN kernels need SM90+")
     try:
-        return getattr(importlib.import_module("flashinfer.gdn_decode"), api)
+        fn = getattr(importlib.import_module("flashinfer.gdn_decode"), api)
     except Exception as e:
         raise Skip(f"flashinfer.gdn_decode.{api} not importable ({type(e).__name__}: "
                    f"{e})") from None
+    try:
+        importlib.import_module("cutlass.cute")
+    except Exception as e:
+        raise Skip("FlashInfer's GDN kernels need the CuTe DSL (nvidia-cutlass-dsl), which does "
+                   f"not import ({type(e).__name__}: {e})") from None
+    return fn
 
 
 def _flashinfer_call(ctx):

@@ -326,6 +326,35 @@ def _pool_run(d, entries, commit="p0015"):
     return d / "results.json"
 
 
+def test_flashinfer_peers_skip_without_the_cute_dsl(monkeypatch):
+    # FlashInfer imports without its CuTe DSL and then fails inside the call ("'NoneType' object
+    # is not callable", seen on the H100 with FlashInfer on the path and nvidia-cutlass-dsl not):
+    # the bench peer is SKIP with the reason; a failed FlashInfer import and a GPU below SM90
+    # are SKIP too; with both imports the entry point is returned.
+    import types
+
+    fake = types.SimpleNamespace(gated_delta_rule_mtp=len)
+    mods = {"flashinfer.gdn_decode": fake}
+
+    def import_module(name):
+        if name not in mods:
+            raise ModuleNotFoundError(f"No module named {name.split('.')[0]!r}")
+        return mods[name]
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(pool.importlib, "import_module", import_module)
+    with pytest.raises(pool.Skip, match=r"need the CuTe DSL \(nvidia-cutlass-dsl\), which does "
+                                        r"not import \(ModuleNotFoundError: No module named 'cutl"):
+        pool.flashinfer_gdn("gated_delta_rule_mtp")
+    mods["cutlass.cute"] = types.SimpleNamespace()
+    assert pool.flashinfer_gdn("gated_delta_rule_mtp") is len
+    del mods["flashinfer.gdn_decode"]
+    with pytest.raises(pool.Skip, match="gated_delta_rule_mtp not importable .ModuleNotFound"):
+        pool.flashinfer_gdn("gated_delta_rule_mtp")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
+    with pytest.raises(pool.Skip, match="SM90"):
+        pool.flashinfer_gdn("gated_delta_rule_mtp")
+
+
 def test_tune_from_pool_results_adds_table_pool(tmp_path, capsys):
     from gdnzoo.registry import parse_registry, registry_path
     f = _pool_run(tmp_path / "pool", [
