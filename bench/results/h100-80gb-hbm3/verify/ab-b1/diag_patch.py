@@ -1,4 +1,7 @@
-"""Patch the device copy of backends/cuda_v4.cu with the diagnostic switches of diag.py."""
+"""Patch the device copy of backends/cuda_v4.cu (run from the checkout's root) with the diagnostic
+switches of diag.py and timeline.py, each off unless defined to 1 (b1.py adds the defines):
+GDN_XNOSTORE, no per-token state store; GDN_XNOBFLY, no butterfly shuffles; GDN_XLATE, every
+state held in registers and stored after the loop; GDN_XTIME, clock64 per warp into gdn_xt."""
 p = "backends/cuda_v4.cu"
 s = open(p).read()
 def rep(old, new, count=1, last=False):
@@ -9,14 +12,11 @@ def rep(old, new, count=1, last=False):
         i = s.rfind(old); s = s[:i] + new + s[i + len(old):]
     else:
         assert n == count, (old, n); s = s.replace(old, new)
-rep('#include "gdn_common.cuh"\n', '#include "gdn_common.cuh"\n#ifndef GDN_XNOSTORE\n#define GDN_XNOSTORE 0\n#endif\n#ifndef GDN_XNOBFLY\n#define GDN_XNOBFLY 0\n#endif\n#ifndef GDN_XNOUPD\n#define GDN_XNOUPD 0\n#endif\n')
+rep('#include "gdn_common.cuh"\n', '#include "gdn_common.cuh"\n#ifndef GDN_XNOSTORE\n#define GDN_XNOSTORE 0\n#endif\n#ifndef GDN_XNOBFLY\n#define GDN_XNOBFLY 0\n#endif\n#ifndef GDN_XLATE\n#define GDN_XLATE 0\n#endif\n')
 rep("if (ikeep) store_row<CS>(inter + t * GDN_SLOT_STRIDE(i_t), K, row, kl, S[g]);",
     "if (!GDN_XNOSTORE && ikeep) store_row<CS>(inter + t * GDN_SLOT_STRIDE(i_t), K, row, kl, S[g]);", last=True)
 rep("                sk[g] += __shfl_xor_sync(FULL, sk[g], off);\n                sq[g] += __shfl_xor_sync(FULL, sq[g], off);",
     "                if (!GDN_XNOBFLY) { sk[g] += __shfl_xor_sync(FULL, sk[g], off);\n                sq[g] += __shfl_xor_sync(FULL, sq[g], off); }")
-rep("                for (int e = 0; e < VEC; ++e) S[g][i][e] = gd * S[g][i][e] + uk * kv[i][e];\n            // q read",
-    "                for (int e = 0; e < VEC; ++e) if (!GDN_XNOUPD) S[g][i][e] = gd * S[g][i][e] + uk * kv[i][e];\n            // q read")
-rep("#ifndef GDN_XNOUPD\n", "#ifndef GDN_XLATE\n#define GDN_XLATE 0\n#endif\n#ifndef GDN_XNOUPD\n")
 rep("#if GDN_AHEAD_ALL\n#pragma unroll\n#else\n#pragma unroll 1\n#endif\n    for (int t = 0; t < T; ++t) {\n",
     "#if GDN_XLATE\n    float Sh[T][RW][NV][VEC];\n#endif\n#if GDN_AHEAD_ALL\n#pragma unroll\n#else\n#pragma unroll 1\n#endif\n    for (int t = 0; t < T; ++t) {\n")
 rep("if (!GDN_XNOSTORE && ikeep) store_row<CS>(inter + t * GDN_SLOT_STRIDE(i_t), K, row, kl, S[g]);",
@@ -32,7 +32,7 @@ rep("#endif  // GDN_CHUNK\n", """#if GDN_XLATE && GDN_INTER
 #endif
 #endif  // GDN_CHUNK
 """)
-rep("#ifndef GDN_XNOUPD\n", "#ifndef GDN_XTIME\n#define GDN_XTIME 0\n#endif\n#if GDN_XTIME\n__device__ unsigned long long gdn_xt[4096][12];\n#define XCLK(i) { unsigned long long c_; asm volatile(\"mov.u64 %0, %%clock64;\" : \"=l\"(c_) :: \"memory\"); xt[i] = c_; }\n#endif\n#ifndef GDN_XNOUPD\n")
+rep("#ifndef GDN_XLATE\n", "#ifndef GDN_XTIME\n#define GDN_XTIME 0\n#endif\n#if GDN_XTIME\n__device__ unsigned long long gdn_xt[4096][12];\n#define XCLK(i) { unsigned long long c_; asm volatile(\"mov.u64 %0, %%clock64;\" : \"=l\"(c_) :: \"memory\"); xt[i] = c_; }\n#endif\n#ifndef GDN_XLATE\n")
 rep("    const unsigned lane = threadIdx.x & 31;\n    const unsigned warp = threadIdx.x >> 5;\n",
     "    const unsigned lane = threadIdx.x & 31;\n    const unsigned warp = threadIdx.x >> 5;\n#if GDN_XTIME\n    unsigned long long xt[12];\n    XCLK(0);\n#endif\n")
 rep("    for (int t = 0; t < T; ++t) {\n#if GDN_POOL >= 3\n        // Token t's slot idx[n, t]",

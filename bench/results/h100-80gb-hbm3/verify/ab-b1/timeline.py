@@ -1,18 +1,17 @@
 """In-kernel clock64 timeline of the B=1 verify rows (diagnostic, patched copy): per warp, the
-load phase (kernel start to the state in registers), each token, the late stores, in cycles."""
-import ctypes, statistics, sys
-from pathlib import Path
-sys.path.insert(0, str(Path(__file__).resolve().parents[5]))
-import numpy as np, torch
-from lab import verify_ab as va
-from gdnzoo.backends import _cuda_build as cb, cuda_v4
-from bench import clocks, shapes
+load phase (kernel start to the state in registers), each token, the late stores, in cycles.
+From the checkout's root, after diag_patch.py:  python3 .../ab-b1/timeline.py"""
+import ctypes
+import itertools
+import statistics
+
+import numpy as np
+import torch
+
+from b1 import cb, cells, use
 from bench import pool as serving
 from bench import verify as vb
 
-XDEFS = []
-_o = cb.nvrtc_options
-cb.nvrtc_options = lambda defs, arch: _o(defs, arch) + [f"-D{d}=1" for d in XDEFS]
 cu = ctypes.CDLL("libcuda.so.1")
 
 def read_xt(module):
@@ -25,17 +24,10 @@ def read_xt(module):
     assert r == 0, r
     return a.reshape(4096, 12)
 
-G = va.G; l2 = clocks.l2_bytes(); gpu = torch.cuda.get_device_name(); orig = cuda_v4.table_config
-for sd, T in [("bf16", 8), ("fp32", 8), ("bf16", 4)]:
-    dt = shapes.DTYPES[sd]
-    P = vb.pool_slots([(1, T)], G.HV, G.V, G.K, dt.itemsize, l2)
-    sp = serving.StatePool(P, G.HV, G.V, G.K, dt, "cuda")
-    ctx = vb.make_ctx(1, T, sd, sp, G, l2, "cuda", 0)
-    row = cuda_v4.full_config(orig(gpu, dt, 1, G.H, G.HV, G.K, G.V, True, T, True, True))
+for sd, T, ctx, row in itertools.chain(cells(("bf16", "fp32"), (8,)), cells(("bf16",), (4,))):
     nw = 1024 // (32 // row[2]) // row[1]
     for name, xd in [("row", []), ("nostore", ["GDN_XNOSTORE"]), ("late", ["GDN_XLATE"]), ("nobfly", ["GDN_XNOBFLY"])]:
-        XDEFS[:] = xd + ["GDN_XTIME"]
-        va._use(row); cb._kernels.clear()
+        use(row, xd + ["GDN_XTIME"])
         e = vb.entry_call("cuda-v4", "states", ctx)
         for _ in range(20):
             ctx.ix.advance(); e.call(ctx.ix.index)
