@@ -99,6 +99,15 @@ def _time_form(ctx, form, cfgs, rounds, what, t0) -> dict:
             print("  FAIL", what, form, name, chk["reason"], flush=True)
             continue
         calls[name] = e.call
+    return time_rounds(ctx, form, calls, rounds, lambda name: _use(cfgs[name]),
+                       f"{what} {form:13s} [{time.time() - t0:.0f}s]")
+
+
+def time_rounds(ctx, form, calls, rounds, prepare, what) -> dict:
+    """name -> median µs of each (gated) call over ``rounds`` interleaved rounds of 200 calls
+    beside the same-run verify floor of ``form``; ``prepare(name)`` runs before a call's turn
+    (its launch row, say).  Prints one line: ``what``, the floor, the bar, each median (``*``
+    within the bar)."""
     acc = {}
     method = ""
     for _ in range(rounds):
@@ -106,7 +115,7 @@ def _time_form(ctx, form, cfgs, rounds, what, t0) -> dict:
                                      reduce=clocks.busy_and_count)
         acc.setdefault("floor", []).extend(s for s, _ in f["samples"])
         for name, call in calls.items():
-            _use(cfgs[name])
+            prepare(name)
             for _ in range(5):
                 ctx.ix.advance()
                 call(ctx.ix.index)
@@ -115,7 +124,7 @@ def _time_form(ctx, form, cfgs, rounds, what, t0) -> dict:
             acc.setdefault(name, []).extend(busy)
     med = {k: statistics.median(v) for k, v in acc.items()}
     bar = med["floor"] * 1.15 + 0.032
-    print(f"{what} {form:13s} [{time.time() - t0:.0f}s] floor {med['floor']:.3f} bar {bar:.3f} | "
+    print(f"{what} floor {med['floor']:.3f} bar {bar:.3f} | "
           + " | ".join(f"{k} {v:.3f}{'*' if v <= bar else ''}" for k, v in med.items()
                        if k != "floor"), method, flush=True)
     return med

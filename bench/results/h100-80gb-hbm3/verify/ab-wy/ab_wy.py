@@ -1,0 +1,61 @@
+"""Gate and time the wy.cu prototype beside the cuda-v4 table row and the verify floor at
+B = 1 (states, states+update): python3 bench/results/h100-80gb-hbm3/verify/ab-wy/ab_wy.py fp32,bf16 4,8 [rounds] [B]"""
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[5]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch  # noqa: E402
+
+from bench import clocks, shapes  # noqa: E402
+from bench import pool as serving  # noqa: E402
+from bench import verify as vb  # noqa: E402
+from gdnzoo.backends import cuda_v4  # noqa: E402
+from lab import verify_ab as va  # noqa: E402
+import wy  # noqa: E402
+
+FORMS = ("states", "states+update")
+
+
+def main():
+    sds = sys.argv[1].split(",")
+    ts = [int(t) for t in sys.argv[2].split(",")]
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    bs = [int(b) for b in sys.argv[4].split(",")] if len(sys.argv) > 4 else [1]
+    G, l2, gpu = va.G, clocks.l2_bytes(), torch.cuda.get_device_name()
+    orig = cuda_v4.table_config
+    t0 = time.time()
+    for sd in sds:
+        dt = shapes.DTYPES[sd]
+        cells = [(B, T) for T in ts for B in bs]
+        P = vb.pool_slots(cells, G.HV, G.V, G.K, dt.itemsize, l2)
+        sp = serving.StatePool(P, G.HV, G.V, G.K, dt, "cuda")
+        for B, T in cells:
+            ctx = vb.make_ctx(B, T, sd, sp, G, l2, "cuda", 0)
+            row = cuda_v4.full_config(orig(gpu, dt, B, G.H, G.HV, G.K, G.V, True, T, True, True))
+            for form in FORMS:
+                calls = {}
+                va._use(row)
+                e = vb.entry_call("cuda-v4", form, ctx)
+                chk = vb.check_entry(e, ctx, form)
+                assert chk["ok"], chk
+                calls["row"] = e.call
+                wc = wy.make_call(ctx, form)
+                chk = vb.check_entry(vb.Entry(wc, ""), ctx, form)
+                k = wc.kern
+                print(f"  wy {sd} B={B} T={T} {form}: ok={chk['ok']} {chk['reason']} "
+                      f"out {chk['max_abs_err_out']:.2e} state {chk['max_abs_err_state']:.2e} "
+                      f"regs {k.num_regs} local {k.local_bytes}", flush=True)
+                if chk["ok"]:
+                    calls["wy"] = wc
+                va.time_rounds(ctx, form, calls, rounds, lambda name: va._use(row),
+                               f"{sd} B={B} T={T} {form:13s} [{time.time() - t0:.0f}s]")
+            del ctx
+        del sp
+        torch.cuda.empty_cache()
+    cuda_v4.table_config = orig
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Launcher of the wy.cu prototype over a verify-bench cell (bench/verify.py CellCtx)."""
+import ctypes
+from pathlib import Path
+
+import torch
+
+from gdnzoo.backends import _cuda_build as cb
+
+CU = Path(__file__).with_name("wy.cu")
+_SPEC = [("idx k q v a b A_log dt_bias inter_idx", "p"), ("qk_n qk_t v_n v_t ab_n ab_t", "l"),
+         ("P null_slot", "i"), ("state", "p"), ("s_n", "l"), ("inter out", "p"), ("S", "i"),
+         ("scale", "f"), ("never", "i")]
+_T = {"p": ctypes.c_void_p, "l": ctypes.c_longlong, "f": ctypes.c_float, "i": ctypes.c_int}
+
+
+class WyParams(ctypes.Structure):
+    _fields_ = [(n, _T[k]) for names, k in _SPEC for n in names.split()]
+
+
+def kernel(T, sd, update, extra=()):
+    defs = tuple(sorted({"WY_T": T, "WY_HV": 8, "WY_GVA": 2,
+                         "WY_SD": 0 if sd == "fp32" else 1, "WY_UPD": int(update),
+                         **dict(extra)}.items()))
+    return cb.get_kernel(CU, "wy_verify", defs, torch.cuda.current_device())
+
+
+def make_call(ctx, form, extra=()):
+    assert form in ("states", "states+update")
+    x, st = ctx.x, ctx.pool.state
+    kern = kernel(ctx.T, ctx.sd, form == "states+update", extra)
+    dev = torch.cuda.current_device()
+    B = ctx.B
+    assert x.q.stride(2) == 128 and x.k.stride() == x.q.stride() and x.q.stride(3) == 1
+    assert x.a.stride() == x.b.stride() and x.v.stride(2) == 128
+    prm = WyParams(q=x.q.data_ptr(), k=x.k.data_ptr(), v=x.v.data_ptr(), a=x.a.data_ptr(),
+                   b=x.b.data_ptr(), A_log=x.A_log.data_ptr(), dt_bias=x.dt_bias.data_ptr(),
+                   state=st.data_ptr(), inter=ctx.inter.data_ptr(), out=x.out.data_ptr(),
+                   qk_n=x.q.stride(0), qk_t=x.q.stride(1), v_n=x.v.stride(0), v_t=x.v.stride(1),
+                   ab_n=x.a.stride(0), ab_t=x.a.stride(1), s_n=st.stride(0), P=st.shape[0],
+                   S=ctx.inter.shape[0], null_slot=0, scale=float(x.scale))
+    argv = (ctypes.c_void_p * 1)(ctypes.addressof(prm))
+    assert x.A_log.dtype == torch.float32 and x.dt_bias.dtype == torch.float32
+    assert x.out.is_contiguous() and ctx.inter.is_contiguous()
+
+    def call(ix):
+        prm.idx = ix.slots.data_ptr()
+        prm.inter_idx = ix.rows.data_ptr()
+        cb.launch_raw(kern.func, B * 8 * 16, 256, dev, ctypes.addressof(argv))
+        return x.out
+    call.kern = kern
+    call._keep = (prm, argv)
+    return call
