@@ -30,6 +30,9 @@ def make_call(ctx, form, extra=()):
     kern = kernel(ctx.T, ctx.sd, form == "states+update", extra)
     dev = torch.cuda.current_device()
     B = ctx.B
+    # What wy.cu compiles in: the contest geometry, int32 indices and slot counts.
+    assert tuple(x.q.shape[2:]) == (4, 128) and tuple(x.v.shape[2:]) == (8, 128)
+    assert st.shape[0] < 2**31 and ctx.inter.shape[0] < 2**31
     assert x.q.stride(2) == 128 and x.k.stride() == x.q.stride() and x.q.stride(3) == 1
     assert x.a.stride() == x.b.stride() and x.v.stride(2) == 128
     prm = WyParams(q=x.q.data_ptr(), k=x.k.data_ptr(), v=x.v.data_ptr(), a=x.a.data_ptr(),
