@@ -447,12 +447,12 @@ class Bound:
             cuda_build.launch_raw_pdl(launch.pdl, launch.func, launch.dev, argv)
         return True
 
-    def packed(self, q, k, v, state, A_log, a, dt_bias, b, out, new_state, idx=0, new_idx=0,
+    def launch(self, q, k, v, state, A_log, a, dt_bias, b, out, new_state, idx=0, new_idx=0,
                inter=0, inter_idx=0, accepted=0):
-        """The launch for these tensors (16-byte loads when they, and the intermediate states'
-        pointer ``inter``, are aligned) with their data pointers and the index pointers given
-        written into this thread's parameter block (GdnParams' HEAD_FIELDS, one pack_into):
-        (launch, block, argv).  Warm dense calls skip it (:meth:`with_pointers`)."""
+        """Launch for these tensors (16-byte loads when they, and the intermediate states'
+        pointer ``inter``, are aligned), their data pointers and the index pointers given
+        written into this thread's parameter block (GdnParams' HEAD_FIELDS, one pack_into).
+        Warm dense calls skip it (:meth:`with_pointers`)."""
         qp, kp, sp, np_ = q.data_ptr(), k.data_ptr(), state.data_ptr(), new_state.data_ptr()
         if self.strides_aligned and (qp | kp | sp | np_ | inter) & 15 == 0:
             launch = self.vec16
@@ -466,14 +466,13 @@ class Bound:
                                   v.data_ptr(), a.data_ptr(), b.data_ptr(), A_log.data_ptr(),
                                   np_, out.data_ptr(), dt_bias.data_ptr(), inter_idx, new_idx,
                                   inter)
-        return launch, buf, argv
-
-    def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
-        launch, _, argv = self.packed(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
         if launch.pdl is None:
             cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
         else:
             cuda_build.launch_raw_pdl(launch.pdl, launch.func, launch.dev, argv)
+
+    def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+        self.launch(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
 
 
 class PoolBound(Bound):
@@ -484,12 +483,8 @@ class PoolBound(Bound):
     with_pointers = None          # dense calls only: these take index tensors per call
 
     def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool):
-        launch, _, argv = self.packed(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
-                                      pool.read.data_ptr(), pool.write.data_ptr())
-        if launch.pdl is None:
-            cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
-        else:
-            cuda_build.launch_raw_pdl(launch.pdl, launch.func, launch.dev, argv)
+        self.launch(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
+                    pool.read.data_ptr(), pool.write.data_ptr())
 
 
 class VerifyBound(Bound):
@@ -502,17 +497,12 @@ class VerifyBound(Bound):
 
     def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool,
                  verify):
-        launch, _, argv = self.packed(
-            q, k, v, state, A_log, a, dt_bias, b, out, new_state,
-            0 if pool is None else pool.read.data_ptr(),
-            0 if pool is None else pool.write.data_ptr(),
-            0 if verify.states is None else verify.states.data_ptr(),
-            0 if verify.indices is None else verify.indices.data_ptr(),
-            0 if verify.accepted is None else verify.accepted.data_ptr())
-        if launch.pdl is None:
-            cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
-        else:
-            cuda_build.launch_raw_pdl(launch.pdl, launch.func, launch.dev, argv)
+        self.launch(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
+                    0 if pool is None else pool.read.data_ptr(),
+                    0 if pool is None else pool.write.data_ptr(),
+                    0 if verify.states is None else verify.states.data_ptr(),
+                    0 if verify.indices is None else verify.indices.data_ptr(),
+                    0 if verify.accepted is None else verify.accepted.data_ptr())
 
 
 def pool_key(state, new_state, pool):
