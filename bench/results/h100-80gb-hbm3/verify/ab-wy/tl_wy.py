@@ -1,7 +1,13 @@
-"""clock64 timeline of wy.cu per warp (B = 1, states form), SM cycles between its marks:
-0 start, 1 slot known, 2 Gram summed (second barrier), 3 the head's coefficients in registers,
-4 the state in registers, 5 the row's y gathered (after the sums' barrier), 6 w_t, 7 end.
-python3 bench/results/h100-80gb-hbm3/verify/ab-wy/tl_wy.py bf16 8"""
+"""clock64 timeline per warp (B = 1, states form), SM cycles between the kernel's marks.
+wy.cu: 0 start, 1 slot known, 2 Gram summed (second barrier), 3 the head's coefficients in
+registers, 4 the state in registers, 5 the row's y gathered (after the sums' barrier), 6 w_t,
+7 end.  wy2.cu, compute warps: 0 start, 1 Gram summed, 2 coefficients and k in registers,
+3 past the loader's barrier, 4 the state in registers, 5 y gathered, 6 w_t, 7 end; its loader
+warp (last line): 0 start, 1 slot known, 2 the state rows in shared memory.  wy2's "fine" marks
+(compute warps, program order): start, every input in, gates, gate products, Gram summed, norms,
+L and N stored, L and N in registers, bv, k unpacked, past the barrier, state in registers, y,
+w_t, end.
+python3 bench/results/h100-80gb-hbm3/verify/ab-wy/tl_wy.py bf16 8 [wy|wy2] [NAME=VALUE ...]"""
 import ctypes
 import statistics
 import sys
@@ -25,13 +31,16 @@ def read_xt(module, nw):
     ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
     assert cu.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), ctypes.c_void_p(module),
                                    b"wy_xt") == 0
-    a = np.zeros(4096 * 8, dtype=np.uint64)
+    a = np.zeros(size.value // 8, dtype=np.uint64)
+    nm = 16 if size.value // 8 >= 4608 * 16 else 8
     torch.cuda.synchronize()
     assert cu.cuMemcpyDtoH_v2(a.ctypes.data_as(ctypes.c_void_p), ptr, ctypes.c_size_t(a.nbytes)) == 0
-    return a.reshape(4096, 8)[:nw].astype(np.int64)
+    return a.reshape(-1, nm)[:nw].astype(np.int64)
 
 
-extra = [tuple(x.split("=")) for x in sys.argv[3:]]
+which = sys.argv[3] if len(sys.argv) > 3 and "=" not in sys.argv[3] else "wy"
+NWB = 9 if which == "wy2" else 8                   # warps a block
+extra = [tuple(x.split("=")) for x in sys.argv[3:] if "=" in x]
 extra = [(k, int(v)) for k, v in extra]
 G, l2 = va.G, clocks.l2_bytes()
 for sd in sys.argv[1].split(","):
@@ -42,19 +51,32 @@ for sd in sys.argv[1].split(","):
     for T in ts:
         ctx = vb.make_ctx(1, T, sd, sp, G, l2, "cuda", 0)
         for name, ex in [("plain", extra), ("xtime", extra + [("WY_XTIME", 1)])]:
-            call = wy.make_call(ctx, "states", tuple(ex))
+            call = wy.make_call(ctx, "states", tuple(ex), which)
             chk = vb.check_entry(vb.Entry(call, ""), ctx, "states")
             for _ in range(20):
                 ctx.ix.advance(); call(ctx.ix.index)
             torch.cuda.synchronize()
             busy, _, m = serving._timed(call, ctx.ix, 200, 5.0)
-            line = f"{sd} T={T} {name} ok={chk['ok']} kernel {statistics.median(busy):.3f} us"
+            line = f"{which} {sd} T={T} {name} ok={chk['ok']} kernel {statistics.median(busy):.3f} us"
             if name == "xtime":
                 ctx.ix.advance(); call(ctx.ix.index); torch.cuda.synchronize()
-                xt = read_xt(call.kern.module, 128 * 8)
-                d = [int(np.median(xt[:, i + 1] - xt[:, i])) for i in range(7)]
-                line += f" | deltas {d} total {int(np.median(xt[:, 7] - xt[:, 0]))}"
-                for wi in range(8):
-                    sub = xt[wi::8]
-                    line += f"\n    warp {wi}: " + str([int(np.median(sub[:, i + 1] - sub[:, i])) for i in range(7)])
+                xt = read_xt(call.kern.module, 128 * NWB)
+                cw = np.concatenate([xt[wi::NWB] for wi in range(8)])
+                if xt.shape[1] == 16:   # wy2's finer marks, in program order
+                    order = [0, 14, 12, 13, 1, 8, 9, 10, 11, 2, 3, 4, 5, 6, 7]
+                    f = [int(np.median(cw[:, order[i + 1]] - cw[:, order[i]])) for i in range(14)]
+                    line += f" | fine {f}"
+                    xt = xt[:, :8]
+                    cw = cw[:, :8]
+                d = [int(np.median(cw[:, i + 1] - cw[:, i])) for i in range(7)]
+                line += f" | deltas {d} total {int(np.median(cw[:, 7] - cw[:, 0]))}"
+                for wi in range(NWB):
+                    sub = xt[wi::NWB]
+                    nd = 2 if wi == 8 else 7
+                    line += (f"\n    {'loader' if wi == 8 else 'warp'} {wi}: "
+                             + str([int(np.median(sub[:, i + 1] - sub[:, i])) for i in range(nd)]))
+                if NWB == 9:   # when the loader arrived, from the compute warps' start
+                    ld = xt[8::9]
+                    line += (f"\n    loader's state in smem at {int(np.median(ld[:, 2] - ld[:, 0]))}, "
+                             f"compute warps past the barrier at {int(np.median(cw[:, 3] - cw[:, 0]))}")
             print(line, flush=True)
