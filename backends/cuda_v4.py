@@ -24,7 +24,13 @@ after each token stored from them to its intermediate row and step, or to its pe
 every launch shape serves every form.  A row with ``chunk`` set takes every token at once (the
 Gram form: one butterfly for the 2T dot products with the initial state, then a scalar
 recurrence and T plain updates; ``cuda_v4.cu`` explains it), for any call with 1 < T <= 16;
-``chunk`` 2 does it with each lane's own q/k slices and no shared memory (T <= 4).
+``chunk`` 2 does it with each lane's own q/k slices and no shared memory (T <= 4).  ``chunk`` 3
+is a second kernel, ``cuda_v4_tc.cu`` (the tensor-core verify): the same algebra with the 2T
+dot products and the head's Gram entries on the tensor cores, 8 rows a block, and a loader warp
+that alone waits for the slot and the state while the other warps solve the tokens' system; it
+serves the intermediate-states forms (dense state or pool) with K = V = 128, T <= 8, bf16 q/k/v
+and 16-byte-aligned tensors, without PDL.  Any other call of a ``chunk`` 3 row runs the token
+loop with the row's other fields, which is why such a row keeps its token-loop shape.
 A row with ``ahead`` set keeps the token loop but takes every load that does not depend on the
 state out of a token's own step (1: v, gates and slots before the loop, q and k one token ahead,
 the loop unrolled; 2: all one token ahead, the loop rolled; 3: as 1 with q and k of every token
@@ -58,10 +64,13 @@ from gdnzoo.backends import _cuda_build as cuda_build
 NAME = "cuda-v4"                 # its public name: the key of its rows in backends/tables/
 SOURCE = Path(__file__).with_name("cuda_v4.cu")
 KERNEL = "gdn_decode_v4"
+TC_SOURCE = Path(__file__).with_name("cuda_v4_tc.cu")   # chunk 3: the tensor-core verify
+TC_KERNEL = "gdn_verify_tc"
+TC_ROWS, TC_THREADS, TC_MAX_T = 8, 288, 8   # rows a block; 8 warps and the loader; the MMA's N
 HEAD_DIMS = (32, 64, 128, 256)   # K: whole 16-byte vectors per lane, lane groups dividing 32
 MAX_GRID_X = 2**31 - 1
 MAX_WARPS = 8
-CHUNK = (0, 1, 2)                # the chunk values (CONFIG); 2 holds every Gram entry in
+CHUNK = (0, 1, 2, 3)             # the chunk values (CONFIG); 2 holds every Gram entry in
 CHUNK_MAX_T = 16                 # each lane's registers, so it serves T <= CHUNK_REG_MAX_T (above,
 CHUNK_REG_MAX_T = 4              # 1: the Gram entries from the block); 1 serves T <= CHUNK_MAX_T
 AHEAD = (0, 1, 2, 3)             # the ahead values (CONFIG); 3 holds every token's q and k, so
@@ -97,7 +106,11 @@ STATE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 #                      do not apply; 2 (T <= CHUNK_REG_MAX_T, above it 1 serves): the same with
 #                      each lane's own q/k slices of every token in registers and the Gram
 #                      entries summed in the butterfly of the state's dot products: no shared
-#                      memory, no barrier
+#                      memory, no barrier; 3 (verify with intermediate states, K = V = 128,
+#                      T <= 8, bf16 q/k/v, aligned, no PDL; other calls: the token loop with the
+#                      row's other fields): the tensor-core verify kernel, cuda_v4_tc.cu, whose
+#                      launch shape is fixed (the row's warps, row groups, lanes, hint, chain,
+#                      q/k mode, ahead and head_scalars are its fallback's)
 #   ahead              T > 1, the token loop with the state in registers, q/k mode not 1: the
 #                      loads that do not depend on the state leave a token's own step, so it
 #                      waits on its arithmetic, not on a load; 1: every token's v, gates and slots
@@ -212,8 +225,28 @@ def candidates(problem):
 
 
 def chunk_values(T):
-    """The chunk values (:data:`CONFIG` ``chunk``) that serve T tokens, 0 left out."""
-    return [c for c in CHUNK[1:] if 1 < T <= (CHUNK_MAX_T if c == 1 else CHUNK_REG_MAX_T)]
+    """The chunk values of cuda_v4.cu (:data:`CONFIG` ``chunk`` 1, 2) that serve T tokens."""
+    return [c for c in (1, 2) if 1 < T <= (CHUNK_MAX_T if c == 1 else CHUNK_REG_MAX_T)]
+
+
+def tc_refusal(K, V, T, io_dtype, switches, vec16, pdl, grid):
+    """Why the tensor-core verify (``chunk`` 3, cuda_v4_tc.cu) cannot serve a call ("" when
+    it can): ``switches`` are the call's GDN_POOL / GDN_INTER values (:func:`verify_mode`)."""
+    if switches.get("inter", 0) not in (1, 2):
+        return "not a verify call with intermediate states"
+    if switches.get("pool", 0) not in (0, 1, 2):
+        return "per-token slots"
+    if (K, V) != (128, 128) or not 1 <= T <= TC_MAX_T:
+        return f"K = V = 128 and T <= {TC_MAX_T} only (K={K}, V={V}, T={T})"
+    if io_dtype != torch.bfloat16:
+        return f"bf16 q, k, v only (got {io_dtype})"
+    if not vec16:
+        return "tensors not 16-byte aligned"
+    if pdl:
+        return "no programmatic dependent launch"
+    if grid > MAX_GRID_X:
+        return f"grid of {grid} blocks"
+    return ""
 
 
 def verify_candidates(K, V, vec, chunks, T):
@@ -223,8 +256,13 @@ def verify_candidates(K, V, vec, chunks, T):
     where the split cannot serve), and as the token loop a token ahead (:data:`CONFIG`
     ``ahead`` 1, 2 and, T <= 8, 3; split q/k, or each lane's own where the split cannot
     serve); every token-loop candidate also with the head's scalars from the block
-    (``head_scalars`` 1); hint 3, fast gates (the second stage varies both)."""
+    (``head_scalars`` 1); hint 3, fast gates (the second stage varies both); at K = V = 128
+    and T <= 8 also the tensor-core verify (``chunk`` 3; its fallback the token loop of 8
+    warps, q/k a token ahead, the head's scalars from the block)."""
     out, ahead = [], [a for a in AHEAD[1:] if a != 3 or T <= QK_AHEAD_MAX_T]
+    if (K, V) == (128, 128) and T <= TC_MAX_T:   # the tensor-core verify (its fallback: a loop)
+        lpr = 32 if vec == 4 else 16
+        out.append((8, 1, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 0, 3, 3, 1))
     for w, rw, lpr in register_shapes(K, V, vec, 32):
         for hs in HEAD_SCALARS:
             out.append((w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 1, 0, 0, hs))
@@ -375,6 +413,7 @@ class Bound:
         # Not dense: the call's strides compiled in (GDN_DENSE=2).
         self.stride_defs = () if self.dense else stride_defines(self.values, self.verify)
         self.launches = {}
+        self.tc = None                            # the launch of cuda_v4_tc.cu, if one
         if self.strides_aligned:
             self.vec16 = self.make(True)
 
@@ -394,10 +433,14 @@ class Bound:
             lpr, hint = min(32, K), 0                  # element loads: one element per lane
         why = valid_config(K, V, sd, w, rw, lpr, vec16) or (
             f"ahead={ahead!r} is not 0, 1, 2 or 3" if ahead not in AHEAD else
-            f"chunk={chunk!r} is not 0, 1 or 2" if chunk not in CHUNK else
+            f"chunk={chunk!r} is not 0, 1, 2 or 3" if chunk not in CHUNK else
             f"head_scalars={hsc!r} is not 0 or 1" if hsc not in HEAD_SCALARS else "")
         if why:
             raise ValueError(f"cuda-v4: launch config invalid: {why}")
+        if chunk == 3:          # the tensor-core verify where it serves, else the token loop
+            if not tc_refusal(K, V, T, io, self.switches, vec16, self.pdl, B * HV * V // TC_ROWS):
+                return self.make_tc(vec16, fast)
+            chunk = 0
         # every token at once: 16-byte vectors, the values that serve T (2 above its limit: 1)
         serve = chunk_values(T) if vec16 else []
         chunk = chunk if chunk in serve else 1 if chunk and 1 in serve else 0
@@ -425,6 +468,20 @@ class Bound:
                                    template=cuda_build.params_template(self.values),
                                    pdl=self.pdl > 0)
         self.launches[vec16] = launch
+        return launch
+
+    def make_tc(self, vec16, fast):
+        """The launch of cuda_v4_tc.cu (``chunk`` 3) for this signature: its own fixed shape,
+        the same parameter block, defines and compiled-in strides as cuda_v4.cu's."""
+        B, T, H, K, HV, V = self.shape
+        sd, io, ad, bd, dd = self.dtypes
+        defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
+                                  fastgate=fast, dense=1 if self.dense else 2, **self.switches)
+        kern = cuda_build.get_kernel(TC_SOURCE, TC_KERNEL, tuple(sorted(defs + self.stride_defs)),
+                                     self.dev)
+        launch = cuda_build.Launch(kern, B * HV * V // TC_ROWS, TC_THREADS, self.dev,
+                                   template=cuda_build.params_template(self.values))
+        self.launches[vec16] = self.tc = launch
         return launch
 
     def with_pointers(self, p, scale):
@@ -458,6 +515,8 @@ class Bound:
             launch = self.vec16
         else:
             launch = self.launches.get(False) or self.make(False)
+        if launch is self.tc:       # cuda_v4_tc.cu reads dt_bias from the first line's
+            accepted = dt_bias.data_ptr()         # ``accepted`` (no form of it has counts)
         try:
             buf, _, argv = launch._tls.b
         except AttributeError:

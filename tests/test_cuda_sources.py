@@ -24,6 +24,7 @@ from gdnzoo import tables
 from gdnzoo.contract import Problem, validate
 from gdnzoo.inputs import make_inputs
 from gdnzoo.pool import Pool
+from v4_runs import params_at
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 NVCC = shutil.which("nvcc")
@@ -368,13 +369,6 @@ def test_v4_rows_are_valid_shapes():
     assert cuda_v4.blocks_per_head(128, 4, 2, 32) == 16 and cuda_v4.blocks_per_head(100, 4, 2, 16) == 7
 
 
-def _params_at(argv_addr):
-    """The GdnParams block a void*[1] at argv_addr points to, as a field dict."""
-    import ctypes
-    ptr = ctypes.c_void_p.from_address(argv_addr).value
-    raw = ctypes.string_at(ptr, cuda_build.PARAMS.size)
-    return dict(zip(cuda_build.PARAM_FIELDS, cuda_build.PARAMS.unpack(raw)))
-
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
@@ -389,7 +383,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(cuda_build, "get_kernel", get_kernel)
     monkeypatch.setattr(cuda_build, "launch_raw",
                         lambda func, grid, block, dev, argv, shared=0: launches.append(
-                            (func, grid, block, dev, _params_at(argv))))
+                            (func, grid, block, dev, params_at(argv))))
     monkeypatch.setattr(cuda_v1, "_binds", {})
     monkeypatch.setattr(cuda_v4, "_binds", {})
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: "NVIDIA H100 80GB HBM3")
@@ -557,8 +551,9 @@ def test_v4_qks_modes_fall_back_where_they_cannot_serve(fake_gpu):
 def test_v4_chunk_serves_t_above_1_with_16_byte_vectors(fake_gpu):
     # GDN_CHUNK stages q/k itself (q/k mode 0) and needs T > 1 and 16-byte vectors; elsewhere
     # the variant is the one without it (no GDN_CHUNK define: the same cache entry as before).
-    # Chunk 2 (the Gram entries in registers) up to T = 4, chunk 1 above; a value outside 0..2
-    # is refused before anything compiles.
+    # Chunk 2 (the Gram entries in registers) up to T = 4, chunk 1 above; chunk 3 (the
+    # tensor-core verify, tests/test_cuda_v4_tc.py) serves verify calls only, a plain decode
+    # gets the token loop; a value outside 0..3 is refused before anything compiles.
     compiled, _ = fake_gpu
     cfg = (2, 2, 16, 0, 1, 0, 0, 2, 1)
     for T, c, want in ((1, 1, None), (3, 1, 1), (cuda_v4.CHUNK_MAX_T + 1, 1, None), (1, 2, None),
@@ -569,10 +564,12 @@ def test_v4_chunk_serves_t_above_1_with_16_byte_vectors(fake_gpu):
         d = compiled[-1][2]
         assert d.get("GDN_CHUNK") == want, (T, c, d)
         assert d["GDN_QKS"] == (0 if want else 2)
-    n = len(compiled)
     x = make_inputs(B=2, T=3, H=2, HV=4, K=128, V=32, state_dtype=F32)
-    with pytest.raises(ValueError, match="chunk=3 is not 0, 1 or 2"):
-        _call(cuda_v4, x, config=cfg[:8] + (3,))
+    _call(cuda_v4, x, config=cfg[:8] + (3,))
+    assert "GDN_CHUNK" not in compiled[-1][2] and compiled[-1][1] == cuda_v4.KERNEL
+    n = len(compiled)
+    with pytest.raises(ValueError, match="chunk=4 is not 0, 1, 2 or 3"):
+        _call(cuda_v4, x, config=cfg[:8] + (4,))
     assert len(compiled) == n
     x = make_inputs(B=2, T=3, H=2, HV=4, K=128, V=32, state_dtype=F32)
     shifted = x.q.new_zeros(x.q.numel() + 1)[1:].view_as(x.q).copy_(x.q)     # 2 bytes off
@@ -877,22 +874,25 @@ def test_v4_verify_candidates_hold_every_tokens_qk_up_to_8_tokens():
 
 
 def test_v4_verify_candidates_take_the_head_scalars_in_every_token_loop():
-    # head_scalars 1 beside 0 for every token-loop candidate (each ahead), never with a chunk.
+    # head_scalars 1 beside 0 for every token-loop candidate (each ahead), never with a chunk
+    # of cuda_v4.cu (chunk 3's fields other than its own are its token-loop fallback's).
     p = types.SimpleNamespace(K=128, V=128, state_dtype=F32, T=4, verify="states")
     cands = [cuda_v4.full_config(c) for c in cuda_v4.candidates(p)]
     loop = lambda hs: {c[:10] for c in cands if not c[8] and c[10] == hs}    # noqa: E731
     assert loop(1) == loop(0) and {c[9] for c in loop(1)} == {0, 1, 2, 3}
-    assert all(c[10] == 0 for c in cands if c[8])
+    assert all(c[10] == 0 for c in cands if c[8] in (1, 2))
 
 
 def test_v4_verify_candidates_take_the_register_gram_up_to_4_tokens():
     # chunk 2 holds every Gram entry in each lane's registers: a first-stage candidate at
-    # T = 2..4, chunk 1 up to CHUNK_MAX_T, for every register shape either.
+    # T = 2..4, chunk 1 up to CHUNK_MAX_T, for every register shape either; a verify search
+    # also has the tensor-core verify (chunk 3) up to T = 8.
     def chunks(T, verify="states"):
         p = types.SimpleNamespace(K=128, V=128, state_dtype=F32, T=T, verify=verify)
         return {cuda_v4.full_config(c)[8] for c in cuda_v4.candidates(p)}
-    assert chunks(2) == chunks(4) == chunks(3, "") == {0, 1, 2}
-    assert chunks(5) == chunks(cuda_v4.CHUNK_MAX_T) == {0, 1}
+    assert chunks(2) == chunks(4) == {0, 1, 2, 3} and chunks(3, "") == {0, 1, 2}
+    assert chunks(5) == chunks(cuda_v4.TC_MAX_T) == {0, 1, 3}
+    assert chunks(cuda_v4.CHUNK_MAX_T) == {0, 1}
     assert chunks(cuda_v4.CHUNK_MAX_T + 1) == chunks(1, "") == {0}
     shapes = lambda T, c: {cuda_v4.full_config(x)[:3] for x in cuda_v4.candidates(      # noqa: E731
         types.SimpleNamespace(K=128, V=128, state_dtype=F32, T=T, verify="states"))

@@ -17,12 +17,10 @@ new data, indices and accepted counts equal to eager calls.
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import importlib.util
 import shutil
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -34,7 +32,8 @@ from gdnzoo.backends import cuda_v4
 from gdnzoo.contract import validate
 from gdnzoo.reference import reference_verify_outputs
 from conftest import DEVICE
-from verify_cases import check_verify_call, expected_writes, make_verify_case
+from verify_cases import check_verify_call, make_verify_case
+from v4_runs import check_run, compile_failures, params_at, run_case
 from v4_defines import v4_defines
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
@@ -125,10 +124,7 @@ def _nvcc(defs, cc=(9, 0), out="/dev/null", what="--cubin"):
 
 @needs_nvcc
 def test_verify_variants_compile_with_nvcc():
-    jobs = [(d, cc) for d in VERIFY_VARIANTS for cc in ARCHS]
-    with ThreadPoolExecutor(max_workers=4) as ex:
-        results = list(ex.map(lambda j: _nvcc(*j), jobs))
-    failed = [f"{' '.join(c)}\n{r.stderr[-2000:]}" for c, r in results if r.returncode]
+    failed = compile_failures(_nvcc, [(d, cc) for d in VERIFY_VARIANTS for cc in ARCHS])
     assert not failed, "nvcc failed:\n" + "\n\n".join(failed)
 
 
@@ -187,12 +183,6 @@ def test_parameter_blocks_and_the_deferred_store(tmp_path):
 
 # --------------------------------------------------------------- marshalling (no GPU needed)
 
-def _params_at(argv_addr):
-    """The GdnParams block a void*[1] at argv_addr points to, as a field dict."""
-    ptr = ctypes.c_void_p.from_address(argv_addr).value
-    raw = ctypes.string_at(ptr, cuda_build.PARAMS.size)
-    return dict(zip(cuda_build.PARAM_FIELDS, cuda_build.PARAMS.unpack(raw)))
-
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
@@ -207,20 +197,10 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(cuda_build, "get_kernel", get_kernel)
     monkeypatch.setattr(cuda_build, "launch_raw",
                         lambda func, grid, block, dev, argv, shared=0: launches.append(
-                            (func, grid, block, _params_at(argv))))
+                            (func, grid, block, params_at(argv))))
     monkeypatch.setattr(cuda_v4, "_binds", {})
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: H100)
     return compiled, launches
-
-
-def _run(case, l2=False, config=None):
-    """cuda_v4.run of a verify case (validated first, as gdnzoo.decode does)."""
-    x = case.x
-    B, T = x.q.shape[:2]
-    out = torch.empty(B, T, *x.v.shape[2:], dtype=x.v.dtype, device=x.q.device)
-    validate(*x.args(), out=out, use_qk_l2norm=l2, **case.kwargs())
-    cuda_v4.run(*x.args(), out, x.state, l2, case.pool(), case.verify(), config=config)
-    return out
 
 
 def test_verify_marshalling(fake_gpu):
@@ -228,7 +208,7 @@ def test_verify_marshalling(fake_gpu):
     # Dense state, intermediate row n, final store: INTER 1, no index dtype needed.
     case = make_verify_case("states", B=3, T=3, H=2, HV=4, dense=True, rows="default",
                             update=True, seed=1)
-    _run(case)
+    run_case(case)
     d, (_, grid, block, f) = compiled[-1], launches[-1]
     assert (d["GDN_POOL"], d["GDN_INTER"], d["GDN_UPDATE"]) == (0, 1, 1) and "GDN_IDX64" not in d
     w, rw, lpr = cuda_v4.table_config(H100, F32, 3, 2, 4, 128, 128, True, 3, verify=True)[:3]
@@ -242,12 +222,12 @@ def test_verify_marshalling(fake_gpu):
     n = len(compiled)
     other = torch.empty_like(case.inter_buf).as_strided(inter.shape, inter.stride())
     case.inter = other
-    _run(case)
+    run_case(case)
     assert len(compiled) == n and launches[-1][3]["inter"] == other.data_ptr() != f["inter"]
 
     # A pool, int64 slots and rows, deferred commit: POOL 1, IDX64 bits 0-2, UPDATE 0.
     case = make_verify_case("states", B=3, T=2, seed=2, index_dtype=I64, update=False)
-    _run(case, l2=True)
+    run_case(case, l2=True)
     d, f = compiled[-1], launches[-1][3]
     assert (d["GDN_POOL"], d["GDN_IDX64"], d["GDN_INTER"], d["GDN_UPDATE"]) == (1, 7, 2, 0)
     w, rw, lpr = cuda_v4.table_config(H100, F32, 3, 2, 4, 128, 128, True, 2, pool=True,
@@ -258,19 +238,19 @@ def test_verify_marshalling(fake_gpu):
     assert (f["P"], f["S"]) == (case.x.state.shape[0], case.inter.shape[0])
     # int32 rows into the same pool: another variant (IDX64 bit 2 clear).
     case.inter_idx = case.inter_idx.int()
-    _run(case, l2=True)
+    run_case(case, l2=True)
     assert compiled[-1]["GDN_IDX64"] == 3 and compiled[-1]["GDN_INTER"] == 2
 
     # Per-token slots: POOL 4 with accepted counts (int64: IDX64 bit 3), 3 without.
     case = make_verify_case("slots", B=3, T=4, seed=3, index_dtype=I32)
     case.accepted = case.accepted.long()
-    _run(case)
+    run_case(case)
     d, f = compiled[-1], launches[-1][3]
     assert (d["GDN_POOL"], d["GDN_IDX64"], d["GDN_INTER"], d["GDN_UPDATE"]) == (4, 8, 0, 1)
     assert (f["idx"], f["accepted"], f["inter"]) == (case.idx.data_ptr(),
                                                      case.accepted.data_ptr(), 0)
     case.accepted = None
-    _run(case)
+    run_case(case)
     assert (compiled[-1]["GDN_POOL"], compiled[-1]["GDN_IDX64"]) == (3, 0)
     assert launches[-1][3]["accepted"] == 0
 
@@ -278,19 +258,19 @@ def test_verify_marshalling(fake_gpu):
 def test_verify_element_loads_when_the_intermediates_are_misaligned(fake_gpu):
     compiled, launches = fake_gpu
     case = make_verify_case("states", B=2, T=2, seed=4, state_dtype=BF16)
-    _run(case)
+    run_case(case)
     assert compiled[-1]["GDN_VEC16"] == 1
     inter = case.inter
     shifted = case.inter_buf.new_zeros(case.inter_buf.numel() + 1)[1:]      # 2 bytes off
     case.inter = shifted.as_strided(inter.shape, inter.stride())
-    _run(case)
+    run_case(case)
     assert compiled[-1]["GDN_VEC16"] == 0 and launches[-1][3]["inter"] % 16
     # Strides that are not a multiple of 16 bytes: element loads from the bind on.
     odd = case.inter_buf.new_zeros(case.inter_buf.numel() + 64)
     case.inter = odd.as_strided(inter.shape, (inter.stride(0) + 1, inter.stride(1) + 1,
                                               *inter.stride()[2:]))
     n = len(compiled)
-    _run(case)
+    run_case(case)
     assert len(compiled) == n + 1 and compiled[-1]["GDN_VEC16"] == 0
 
 
@@ -396,38 +376,6 @@ def test_deferred_commit_leaves_the_pool_bit_identical():
         assert torch.equal(case.buf, before), "update_state=False wrote the pool"
 
 
-def _check_run(case, l2, what, config):
-    """cuda_v4.run with an explicit launch shape, checked like check_verify_call."""
-    x = case.x
-    ref_out, ref_state, ref_inter = reference_verify_outputs(x, case.verify(), l2, case.pool())
-    buf0 = case.buf.clone()
-    ibuf0 = None if case.inter_buf is None else case.inter_buf.clone()
-    out = _run(case, l2, config)
-    torch.cuda.synchronize()
-    padded, slots, inter = expected_writes(case)
-    rows = sorted(slots)
-    j = gate.judge(out, x.state[rows], ref_out, ref_state[rows], state_dtype=x.state.dtype)
-    assert j.ok, f"{what}: {j.reason}"
-    for n in padded:
-        assert bool((out[n] == 0).all()), f"{what}: padded row {n} not zero"
-    want = buf0.clone()
-    view = want.as_strided(x.state.shape, x.state.stride(),
-                           x.state.storage_offset() - case.buf.storage_offset())
-    for s in rows:
-        view[s] = x.state[s]
-    assert torch.equal(want, case.buf), f"{what}: state written outside its slots"
-    if case.inter is not None:
-        want = ibuf0.clone()
-        iview = want.as_strided(case.inter.shape, case.inter.stride(),
-                                case.inter.storage_offset() - case.inter_buf.storage_offset())
-        for r, t, _ in inter:
-            j = gate.judge(out, case.inter[r, t], ref_out, ref_inter[r, t],
-                           state_dtype=x.state.dtype)
-            assert j.ok, f"{what}: intermediate [{r}, {t}]: {j.reason}"
-            iview[r, t] = case.inter[r, t]
-        assert torch.equal(want, case.inter_buf), f"{what}: intermediate written elsewhere"
-
-
 # (config, T, V): staging at T=1 (with split and shared q/k), shared q/k, split q/k, FMA
 # chains, a tail of rows (V 96), T = 8 with .nc loads and streaming stores; every token at once
 # (the chunk) at T 2, 3, 4, 8, with a tail, chains and precise gates, and with its Gram entries
@@ -487,7 +435,7 @@ def test_verify_explicit_configs(cfg, T, V, sd):
                               ("slots", True, "acc")):
         case = make_verify_case(form, B=5, T=T, V=V, state_dtype=sd, device=DEVICE, seed=90,
                                 pad=pad, update=update)
-        _check_run(case, True, f"{cfg} T={T} V={V} {form} update={update} pad={pad}", cfg)
+        check_run(case, True, f"{cfg} T={T} V={V} {form} update={update} pad={pad}", cfg)
 
 
 @pytest.mark.gpu
@@ -500,7 +448,7 @@ def test_verify_head_scalars_each_gva_and_token_count(l2, sd):
     for i, (T, (H, HV)) in enumerate(((2, (4, 4)), (5, (2, 4)), (8, (1, 4)))):
         case = make_verify_case(("states", "slots", "states")[i], B=3, T=T, H=H, HV=HV,
                                 state_dtype=sd, device=DEVICE, seed=110 + i, update=i != 2)
-        _check_run(case, l2, f"head scalars T={T} H={H} HV={HV} l2={l2}",
+        check_run(case, l2, f"head scalars T={T} H={H} HV={HV} l2={l2}",
                    (4, 1, 16, 3, 1, 0, 0, 2, 0, 3, 1))
 
 
@@ -515,7 +463,7 @@ def test_verify_head_scalars_do_not_depend_on_the_warps(sd):
     for w in (1, 2, 4, 8):
         case = make_verify_case("states", B=3, T=5, state_dtype=sd, device=DEVICE, seed=120,
                                 update=True)
-        out = _run(case, True, (w, 1, 16, 3, 1, 0, 0, 2, 0, 3, 1))
+        out = run_case(case, True, (w, 1, 16, 3, 1, 0, 0, 2, 0, 3, 1))
         torch.cuda.synchronize()
         got.append((w, out, case.buf, case.inter_buf))
     for w, *bufs in got[1:]:

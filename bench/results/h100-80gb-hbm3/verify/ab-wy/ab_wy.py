@@ -1,4 +1,5 @@
-"""Gate and time the wy.cu prototype beside the cuda-v4 table row and the verify floor at
+"""Gate and time the wy.cu and wy2.cu prototypes and cuda-v4's tensor-core verify (the row with
+chunk 3) beside the cuda-v4 table row and the verify floor at
 B = 1 (states, states+update): python3 bench/results/h100-80gb-hbm3/verify/ab-wy/ab_wy.py fp32,bf16 4,8 [rounds] [B]"""
 import sys
 import time
@@ -41,16 +42,32 @@ def main():
                 chk = vb.check_entry(e, ctx, form)
                 assert chk["ok"], chk
                 calls["row"] = e.call
-                wc = wy.make_call(ctx, form)
-                chk = vb.check_entry(vb.Entry(wc, ""), ctx, form)
-                k = wc.kern
-                print(f"  wy {sd} B={B} T={T} {form}: ok={chk['ok']} {chk['reason']} "
-                      f"out {chk['max_abs_err_out']:.2e} state {chk['max_abs_err_state']:.2e} "
-                      f"regs {k.num_regs} local {k.local_bytes}", flush=True)
+                for which in ("wy", "wy2"):
+                    wc = wy.make_call(ctx, form, which=which)
+                    chk = vb.check_entry(vb.Entry(wc, ""), ctx, form)
+                    k = wc.kern
+                    print(f"  {which} {sd} B={B} T={T} {form}: ok={chk['ok']} {chk['reason']} "
+                          f"out {chk['max_abs_err_out']:.2e} state {chk['max_abs_err_state']:.2e} "
+                          f"regs {k.num_regs} local {k.local_bytes}", flush=True)
+                    if chk["ok"]:
+                        calls[which] = wc
+                # cuda-v4's tensor-core verify: the row with chunk 3 (backends/cuda_v4_tc.cu)
+                tc = row[:8] + (3,) + row[9:]
+                va._use(tc)
+                e = vb.entry_call("cuda-v4", form, ctx)
+                chk = vb.check_entry(e, ctx, form)
+                served = [b.tc is not None and b.tc in b.launches.values()
+                          for b in cuda_v4._binds.values()]
+                print(f"  tc {sd} B={B} T={T} {form}: ok={chk['ok']} {chk['reason']} "
+                      f"tensor-core kernel bound: {served}", flush=True)
                 if chk["ok"]:
-                    calls["wy"] = wc
-                va.time_rounds(ctx, form, calls, rounds, lambda name: va._use(row),
+                    calls["tc"] = e.call
+                va.time_rounds(ctx, form, calls, rounds,
+                               lambda name: va._use(tc if name == "tc" else row),
                                f"{sd} B={B} T={T} {form:13s} [{time.time() - t0:.0f}s]")
+                print(f"  after timing: launches "
+                      f"{[(sorted(b.launches), b.tc is not None) for b in cuda_v4._binds.values()]}",
+                      flush=True)
             del ctx
         del sp
         torch.cuda.empty_cache()

@@ -1,0 +1,442 @@
+// cuda-v4's tensor-core verify (launch rows with chunk 3; cuda_v4.py decides where it serves):
+// the speculative-verify forms that store intermediate states (intermediate_states, with or
+// without the final state), on a dense state or a pool, K = V = 128, T <= 8, bf16 q/k/v.
+// Measured on the H100 at B = 1 (bench/results/h100-80gb-hbm3/verify/ab-wy/), where the token
+// loop of cuda_v4.cu waits on T dependent dot products a token.
+//
+// The algebra (every token at once).  For one row s of a head, with k^_t = rk_t k_t and
+// q^_t = rq_t q_t the normalised rows, the state after token t is
+//   s_t = g_t s_{t-1} + u_t k^_t,   u_t = beta_t (v_t - g_t s_{t-1}.k^_t),
+// so u = (I + L)^-1 y with y_t = beta_t v_t - beta_t E_t rk_t s_0.k_t (E_t = g_0 .. g_t) and
+// L[t][i] = beta_t rk_t rk_i D(t, i) k_i.k_t for i < t (D(t, i) = g_{i+1} .. g_t), and the
+// output o_t = scale rq_t E_t s_0.q_t + sum_{i <= t} N[t][i] u_i, N[t][i] = scale rq_t D(t, i)
+// rk_i k_i.q_t.  Only the 2T dot products s_0.k_t, s_0.q_t need the state; L, N and the gates
+// need the tokens only.
+//
+// The block: 8 rows of one head (16 blocks a head), 9 warps.  Warp 8, the loader, alone waits
+// for the sequence's slot, copies the 8 state rows into shared memory (cp.async) and arrives
+// on a named barrier; it also reads the intermediate row and the write slot.  The 8 compute
+// warps never wait for the slot: the gates, the head's Gram entries (k_i.k_t, k_i.q_t, q_t.q_t:
+// two m16n8k16 MMAs a warp over its 16-wide K slice, summed over the warps through shared
+// memory), each warp's own copy of L and N (in registers) and its k rows are ready while the
+// slot and the state are in flight.  At the barrier the state arrives: warp w holds a 16-wide
+// K slice of the 8 rows as an MMA A fragment (K permuted within the slice so a lane's 4
+// elements are contiguous) for two MMAs (an fp32 state is split into three bf16 parts, six),
+// the sums over the warps behind one barrier, then warp w takes row w: y, u by forward
+// substitution (depth T), the T states each stored at once (lane l: K [4l, 4l + 4)), the outputs.
+//
+// Compile-time (-D, backends/_cuda_build.py, the names of cuda_v4.cu): GDN_K = GDN_V = 128,
+// GDN_T (1..8), GDN_HV, GDN_GVA, GDN_STATE_DT, GDN_IO_DT (bf16), GDN_A_DT, GDN_B_DT,
+// GDN_DTB_DT, GDN_L2NORM, GDN_FASTGATE, GDN_DENSE (1: dense strides, a pool's slot strides at
+// run time; 2: the call's strides, -DGDN_SC_<field>), GDN_POOL (0 dense state, 1, 2), GDN_IDX64,
+// GDN_INTER (1: row n, 2: row inter_idx[n]), GDN_UPDATE (0: no final store).  Other cuda-v4
+// defines are ignored.  Runtime: the GdnParams block (gdn_common.cuh), whose first line holds
+// what the loader reads first and whose second the compute warps' inputs; dt_bias, which the
+// compute warps read at once too, comes in the first line's ``accepted`` field (no form this
+// kernel serves has accepted counts; cuda_v4.py writes dt_bias's pointer there), not from its
+// own field on the third line.
+#include "gdn_common.cuh"
+
+#if !defined(GDN_K) || !defined(GDN_V) || !defined(GDN_T) || !defined(GDN_HV) || \
+    !defined(GDN_GVA) || !defined(GDN_STATE_DT) || !defined(GDN_IO_DT) || !defined(GDN_A_DT) || \
+    !defined(GDN_B_DT) || !defined(GDN_DTB_DT) || !defined(GDN_L2NORM) || \
+    !defined(GDN_FASTGATE) || !defined(GDN_DENSE) || !defined(GDN_POOL) || !defined(GDN_INTER) || \
+    !defined(GDN_UPDATE) || ((GDN_POOL || GDN_INTER == 2) && !defined(GDN_IDX64))
+#error "cuda_v4_tc.cu: missing -D options (backends/_cuda_build.py defines them)"
+#endif
+static_assert(GDN_K == 128 && GDN_V == 128, "the tensor-core verify: K = V = 128");
+static_assert(GDN_T >= 1 && GDN_T <= 8, "the tensor-core verify: T <= 8 (the MMA's 8 columns)");
+static_assert(GDN_IO_DT == GDN_BF16, "the tensor-core verify: bf16 q, k, v (the MMA's inputs)");
+static_assert(GDN_INTER == 1 || GDN_INTER == 2, "the tensor-core verify: intermediate states");
+static_assert(GDN_POOL >= 0 && GDN_POOL <= 2, "the tensor-core verify: a dense state or a pool");
+static_assert(GDN_DENSE == 1 || GDN_DENSE == 2, "GDN_DENSE: 1 or 2");
+
+namespace {
+constexpr int T = GDN_T, HV = GDN_HV, GVA = GDN_GVA, K = 128, V = 128;
+constexpr int SD = GDN_STATE_DT;
+constexpr int R = 8, NW = 8, NT = 32 * (NW + 1);   // rows a block, compute warps, + the loader
+constexpr int PARTS = V / R;                       // blocks a head
+constexpr unsigned FULL = 0xffffffffu;
+}
+
+// Strides: the dense layout's, or the call's compiled in (GDN_DENSE 2).  A pool's slot strides
+// and the intermediate strides are run-time values with GDN_DENSE 1.
+#if GDN_DENSE == 2
+#define TC_S(field, dense) ((long long)(GDN_SC_##field))
+#define TC_SLOT(field) ((long long)(GDN_SC_##field))
+#else
+#define TC_S(field, dense) ((long long)(dense))
+#define TC_SLOT(field) ((long long)(p.field))
+#endif
+
+__device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
+                                         unsigned a3, unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint2 ld8(const unsigned short* p) {
+    return *reinterpret_cast<const uint2*>(p);
+}
+
+// x = hi + mid + lo, each a bf16 pair (x0 low half): exact for normal fp32 values.
+__device__ __forceinline__ void split3(float x0, float x1, unsigned& h, unsigned& m, unsigned& l) {
+    float a, b;
+    h = gdn_pack2<GDN_BF16>(x0, x1);
+    gdn_unpack2<GDN_BF16>(h, a, b);
+    x0 -= a; x1 -= b;
+    m = gdn_pack2<GDN_BF16>(x0, x1);
+    gdn_unpack2<GDN_BF16>(m, a, b);
+    x0 -= a; x1 -= b;
+    l = gdn_pack2<GDN_BF16>(x0, x1);
+}
+
+// A lane's 4 state elements to global memory.  The addresses come from the loader through
+// shared memory, so the compiler cannot tell they are global: written as st.global, not as
+// generic stores.
+template <typename ST>
+__device__ __forceinline__ void st4_global(ST* to, const float (&s)[4]) {
+    if constexpr (sizeof(ST) == 2) {
+        asm volatile("st.global.v2.b32 [%0], {%1, %2};" :: "l"(to),
+                     "r"(gdn_pack2<GDN_BF16>(s[0], s[1])), "r"(gdn_pack2<GDN_BF16>(s[2], s[3]))
+                     : "memory");
+    } else {
+        asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(to), "f"(s[0]),
+                     "f"(s[1]), "f"(s[2]), "f"(s[3]) : "memory");
+    }
+}
+
+__device__ __forceinline__ void bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParams p) {
+    using ST = typename GdnStorage<SD>::type;
+    constexpr int SB = (int)sizeof(ST);
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const unsigned part = blockIdx.x % PARTS, nh = blockIdx.x / PARTS;
+    const unsigned h = nh % HV, n = nh / HV, hq = h / GVA;
+    // The block's state rows, padded so that both layouts' reads take the fewest wavefronts
+    // (bf16 8-byte reads, fp32 16-byte reads).
+    constexpr int SROW = K * SB + (SB == 2 ? 32 : 64);
+    __shared__ __align__(16) unsigned char stile[R * SROW];
+    // From the loader: read ok, the final state's head block and the intermediate row's (0:
+    // none), the intermediate step stride, the scale.  The compute warps then read nothing of
+    // the block's third line, which only the loader brings into the constant cache.
+    __shared__ long long sflags[4];
+    __shared__ float sscale;
+
+    if (w == NW) {
+        // ---- the loader: the slots, then the block's state rows into shared memory ----------
+#if GDN_POOL
+        const GdnSlots s = gdn_pool_slots<GDN_POOL, GDN_IDX64>(p, n);
+#else
+        GdnSlots s;
+        s.read = s.write = n;
+        s.rd = s.wr = true;
+#endif
+        if (s.rd) {
+#if GDN_POOL
+            const long long head = s.read * TC_SLOT(s_n) + h * TC_S(s_h, V * K);
+#else
+            const long long head = s.read * TC_S(s_n, HV * V * K) + h * TC_S(s_h, V * K);
+#endif
+            const char* src = reinterpret_cast<const char*>(
+                static_cast<const ST*>(p.state) + head + (long long)part * R * TC_S(s_v, K));
+            constexpr int CPR = K * SB / 16;           // 16-byte chunks a row
+#pragma unroll
+            for (int j = 0; j < R * CPR / 32; ++j) {
+                const int ch = lane + 32 * j, r = ch / CPR, cc = ch % CPR;
+                const unsigned to = (unsigned)__cvta_generic_to_shared(stile + r * SROW + cc * 16);
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                             :: "r"(to), "l"(src + r * TC_S(s_v, K) * SB + cc * 16) : "memory");
+            }
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        }
+        // What the compute warps need from the block's third line, by one lane, after the
+        // copies have issued (a constant-cache miss on that line must not delay them: inside
+        // this branch the compiler does not hoist the intermediate row's load above them).
+        if (lane == 0) {
+#if GDN_INTER == 1
+            const long long irow = n;
+#else
+            const long long irow = gdn_slot_at<(GDN_IDX64 & 4) != 0>(p.inter_idx, n);
+#endif
+            ST* fin = nullptr;
+#if GDN_UPDATE
+#if GDN_POOL
+            // The write slot here (again): its bound is on the third line too.
+            const GdnSlots sw = gdn_pool_slots<GDN_POOL, GDN_IDX64>(p, n);
+            const long long whead = sw.write * TC_SLOT(ns_n) + h * TC_S(ns_h, V * K);
+#else
+            const GdnSlots& sw = s;
+            const long long whead = sw.write * TC_S(ns_n, HV * V * K) + h * TC_S(ns_h, V * K);
+#endif
+            if (sw.wr) fin = static_cast<ST*>(p.new_state) + whead;
+#endif
+            ST* ib = nullptr;
+            if ((unsigned long long)irow < (unsigned long long)p.S)
+                ib = static_cast<ST*>(p.inter) + irow * TC_SLOT(i_n) + (long long)h * V * K;
+            sflags[0] = s.rd;
+            sflags[1] = reinterpret_cast<long long>(fin);
+            sflags[2] = reinterpret_cast<long long>(ib);
+            sflags[3] = TC_SLOT(i_t);
+            sscale = (float)p.scale;
+        }
+        asm volatile("cp.async.wait_all;" ::: "memory");
+        asm volatile("bar.arrive 1, %0;" :: "n"(NT) : "memory");
+        return;
+    }
+
+    // ---- the compute warps: nothing here waits for the slot until the state's barrier -------
+    const int wrow = (int)part * R + w;                // the update layout's row (warp w)
+    const int kp = 16 * w + 4 * c;                     // the MMA layout's K (warp w's slice)
+    const int kr = 4 * lane;                           // the update layout's K
+    const long long q0 = n * TC_S(q_n, T * (HV / GVA) * K) + hq * TC_S(q_h, K);
+    const long long k0 = n * TC_S(k_n, T * (HV / GVA) * K) + hq * TC_S(k_h, K);
+    const long long q_t = TC_S(q_t, (HV / GVA) * K), k_t = TC_S(k_t, (HV / GVA) * K);
+    const unsigned short* const qb = static_cast<const unsigned short*>(p.q);
+    const unsigned short* const kb = static_cast<const unsigned short*>(p.k);
+    uint2 kx[T];                                       // k_t at kr, every token
+#pragma unroll
+    for (int t = 0; t < T; ++t) kx[t] = ld8(kb + k0 + t * k_t + kr);
+    uint2 bk = make_uint2(0u, 0u), bq = make_uint2(0u, 0u);   // the MMA's B: token g's k, q
+    if (g < T) {
+        bk = ld8(kb + k0 + g * k_t + kp);
+        bq = ld8(qb + q0 + g * q_t + kp);
+    }
+    float vv[T];                                       // v_t of row wrow
+    const long long v0 = n * TC_S(v_n, T * HV * V) + h * TC_S(v_h, V) + wrow;
+#pragma unroll
+    for (int t = 0; t < T; ++t) vv[t] = gdn_ld<GDN_IO_DT>(p.v, v0 + t * TC_S(v_t, HV * V));
+    // Lane t < T: token t's gate inputs.  Every lane loads (lanes >= T token 0's): no branch,
+    // which would take A_log's load into it, issued only once the other inputs are in.
+    const int tl = lane < T ? lane : 0;
+    const float xa = gdn_ld<GDN_A_DT>(p.a, n * TC_S(a_n, T * HV) + tl * TC_S(a_t, HV)
+                                           + h * TC_S(a_h, 1))
+                     + gdn_ld<GDN_DTB_DT>(p.accepted, h * TC_S(dtb_h, 1));   // dt_bias
+    const float xb = gdn_ld<GDN_B_DT>(p.b, n * TC_S(b_n, T * HV) + tl * TC_S(b_t, HV)
+                                           + h * TC_S(b_h, 1));
+    const float A_log = p.A_log[h * TC_S(A_log_h, 1)];
+
+    // ---- the gates (lane t: token t), E_t and this lane's D(t, i) -------------------------
+    const float gl = GDN_FASTGATE ? gdn_decay_fast(A_log, xa) : gdn_decay(A_log, xa);
+    const float bl = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
+    // D(t, i) for this lane's pairs (t, i) = (e / T, e % T), e = lane + 32 r; E_t for lane t:
+    // products of the shuffled gates, no division.
+    constexpr int NP = (T * T + 31) / 32;              // pairs a lane
+    float Dp[NP], El = 1.f;
+#pragma unroll
+    for (int r = 0; r < NP; ++r) Dp[r] = 1.f;
+#pragma unroll
+    for (int m = 0; m < T; ++m) {
+        const float gm = __shfl_sync(FULL, gl, m);
+        if (m <= lane) El *= gm;
+#pragma unroll
+        for (int r = 0; r < NP; ++r) {
+            const int e = lane + 32 * r, t = e / T, i = e % T;
+            if (m > i && m <= t) Dp[r] *= gm;
+        }
+    }
+
+    // ---- the head's Gram entries (per warp over its K slice, then summed) -------------------
+    __shared__ float4 gp[NW][32][2];
+    __shared__ float gt[8 * 34];
+    __shared__ float4 sp[NW][R][4];
+    __shared__ __align__(16) float wL[NW][T][8], wN[NW][T][8], ws[NW][5][8];   // per warp
+    {
+        float c1[4] = {0.f, 0.f, 0.f, 0.f}, c2[4] = {0.f, 0.f, 0.f, 0.f};
+        // A = [k_0..k_7; q_0..q_7] (rows g, g + 8), B = k (c1) or q (c2), columns = tokens.
+        mma16816(c1, bk.x, bq.x, bk.y, bq.y, bk.x, bk.y);
+        mma16816(c2, bk.x, bq.x, bk.y, bq.y, bq.x, bq.y);
+        gp[w][lane][0] = make_float4(c1[0], c1[1], c1[2], c1[3]);
+        gp[w][lane][1] = make_float4(c2[0], c2[1], c2[2], c2[3]);
+    }
+    bar_sync(2, 32 * NW);
+    {
+        // Thread x sums value j = x % 8 of lane L = x / 8 over the warps into gt[j * 34 + L]
+        // (rows of 34: the reads below are free of bank conflicts).
+        const int x = threadIdx.x;
+        const float* base = reinterpret_cast<const float*>(&gp[0][0][0]) + x;
+        float sum = 0.f;
+#pragma unroll
+        for (int ww = 0; ww < NW; ++ww) sum += base[ww * 256];
+        gt[(x & 7) * 34 + (x >> 3)] = sum;
+    }
+    bar_sync(2, 32 * NW);
+    // Lane L = 4 i + t / 2 of the MMA holds k_i.k_t, k_i.k_t (values 0, 1: t even, odd), q_i.k_t
+    // (2, 3), k_i.q_t (4, 5), q_i.q_t (6, 7).
+#define KK(i, t) gt[((t) & 1) * 34 + (i) * 4 + (t) / 2]
+#define KQ(i, t) gt[(4 + ((t) & 1)) * 34 + (i) * 4 + (t) / 2]
+#define QQ(t) gt[(6 + ((t) & 1)) * 34 + (t) * 4 + (t) / 2]
+    // ---- the head's coefficients, each warp its own copy (no block barrier) ----------------
+    {
+        // rq_t made by lane t and shuffled.  N and ew leave out the scale, which the outputs
+        // take at the end (from the loader: it sits on the block's third line).
+        float rkl = 1.f, rql = 1.f;
+        if (lane < T) {
+            if (GDN_L2NORM) {
+                rkl = rsqrtf(KK(lane, lane) + 1e-6f);
+                rql = rsqrtf(QQ(lane) + 1e-6f);
+            }
+            ws[w][0][lane] = gl;
+            ws[w][1][lane] = bl;
+            ws[w][2][lane] = rkl;
+            ws[w][3][lane] = bl * El * rkl;            // ye_t
+            ws[w][4][lane] = rql * El;                // ew_t / scale
+        }
+#pragma unroll
+        for (int r = 0; r < NP; ++r) {
+            const int e = lane + 32 * r, t = e / T, i = e % T;
+            const int ts = t < T ? t : 0;
+            const float bt = __shfl_sync(FULL, bl, ts);
+            const float rkt = __shfl_sync(FULL, rkl, ts);
+            const float rqt = __shfl_sync(FULL, rql, ts);
+            const float rki = __shfl_sync(FULL, rkl, i);
+            if (e < T * T) {
+                wL[w][t][i] = i < t ? bt * rkt * rki * Dp[r] * KK(i, t) : 0.f;
+                wN[w][t][i] = i <= t ? rqt * Dp[r] * rki * KQ(i, t) : 0.f;
+            }
+        }
+        __syncwarp();
+    }
+    // This lane's coefficients, into registers before the state is needed (16-byte reads).
+    // Lane j < 16 later holds sum j: c = j / 4, s.k_2c, s.k_2c+1, s.q_2c, s.q_2c+1.
+    const int jv = lane & 15, tv0 = 2 * (jv >> 2) + (jv & 1), tv = tv0 < T ? tv0 : 0;
+    const bool isq = (jv & 2) != 0;
+    constexpr int T4 = (T + 3) / 4;
+    float Lr[T][T], gr[T], rkr[T], Nr[T];
+    {
+        const float4* L4 = reinterpret_cast<const float4*>(&wL[w][0][0]);
+        const float4* N4 = reinterpret_cast<const float4*>(&wN[w][tv][0]);
+        const float4* g4 = reinterpret_cast<const float4*>(&ws[w][0][0]);
+        const float4* r4 = reinterpret_cast<const float4*>(&ws[w][2][0]);
+#pragma unroll
+        for (int q4 = 0; q4 < T4; ++q4) {
+            const float4 a = g4[q4], b = r4[q4], d = N4[q4];
+            const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+            const float dv[4] = {d.x, d.y, d.z, d.w};
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                if (4 * q4 + e < T) {
+                    gr[4 * q4 + e] = av[e];
+                    rkr[4 * q4 + e] = bv[e];
+                    Nr[4 * q4 + e] = dv[e];
+                }
+        }
+#pragma unroll
+        for (int t = 1; t < T; ++t)
+#pragma unroll
+            for (int q4 = 0; q4 < (t + 3) / 4; ++q4) {
+                const float4 a = L4[t * 2 + q4];
+                const float av[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    if (4 * q4 + e < t) Lr[t][4 * q4 + e] = av[e];
+            }
+    }
+    const float btv = ws[w][1][tv], yetv = ws[w][3][tv], ewtv = ws[w][4][tv];
+    float vt = vv[0];
+#pragma unroll
+    for (int t = 1; t < T; ++t)
+        if (t == tv) vt = vv[t];
+    float bv = btv * vt;
+    float kf[T][4];                                    // k_t at kr, unpacked
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+        gdn_unpack2<GDN_BF16>(kx[t].x, kf[t][0], kf[t][1]);
+        gdn_unpack2<GDN_BF16>(kx[t].y, kf[t][2], kf[t][3]);
+    }
+    // Made here, not after the barrier (the compiler would sink them to their first use).
+    asm volatile("" : "+f"(bv));
+#pragma unroll
+    for (int t = 0; t < T; ++t)
+        asm volatile("" : "+f"(kf[t][0]), "+f"(kf[t][1]), "+f"(kf[t][2]), "+f"(kf[t][3]));
+
+    // ---- the state: wait for the loader -----------------------------------------------------
+    bar_sync(1, NT);
+    const long long rd = sflags[0], i_t = sflags[3];
+    ST* const fin = reinterpret_cast<ST*>(sflags[1]);
+    ST* const iblk = reinterpret_cast<ST*>(sflags[2]);
+    const float scale = sscale;
+    uint2 sx;                                          // MMA layout, bf16
+    float sm[4], s[4];                                 // MMA layout (fp32), update layout
+    if constexpr (SD == GDN_BF16) {
+        sx = *reinterpret_cast<const uint2*>(stile + g * SROW + kp * 2);
+        const uint2 u = *reinterpret_cast<const uint2*>(stile + w * SROW + kr * 2);
+        gdn_unpack2<GDN_BF16>(u.x, s[0], s[1]);
+        gdn_unpack2<GDN_BF16>(u.y, s[2], s[3]);
+    } else {
+        const float4 f = *reinterpret_cast<const float4*>(stile + g * SROW + kp * 4);
+        sm[0] = f.x; sm[1] = f.y; sm[2] = f.z; sm[3] = f.w;
+        const float4 u = *reinterpret_cast<const float4*>(stile + w * SROW + kr * 4);
+        s[0] = u.x; s[1] = u.y; s[2] = u.z; s[3] = u.w;
+    }
+    const long long o0 = n * TC_S(o_n, T * HV * V) + h * TC_S(o_h, V) + wrow;
+    const long long o_t = TC_S(o_t, HV * V);
+    if (!rd) {                                         // padded: zero out rows, nothing stored
+        if (lane < T) gdn_st<GDN_IO_DT>(p.out, o0 + lane * o_t, 0.0f);
+        return;
+    }
+
+    // ---- its 2T dot products -----------------------------------------------------------------
+    float d1[4] = {0.f, 0.f, 0.f, 0.f}, d2[4] = {0.f, 0.f, 0.f, 0.f};
+    if constexpr (SD == GDN_BF16) {
+        mma16816(d1, sx.x, 0u, sx.y, 0u, bk.x, bk.y);
+        mma16816(d2, sx.x, 0u, sx.y, 0u, bq.x, bq.y);
+    } else {
+        unsigned h0, m0, l0, h1, m1, l1;
+        split3(sm[0], sm[1], h0, m0, l0);
+        split3(sm[2], sm[3], h1, m1, l1);
+        mma16816(d1, l0, 0u, l1, 0u, bk.x, bk.y);
+        mma16816(d2, l0, 0u, l1, 0u, bq.x, bq.y);
+        mma16816(d1, m0, 0u, m1, 0u, bk.x, bk.y);
+        mma16816(d2, m0, 0u, m1, 0u, bq.x, bq.y);
+        mma16816(d1, h0, 0u, h1, 0u, bk.x, bk.y);
+        mma16816(d2, h0, 0u, h1, 0u, bq.x, bq.y);
+    }
+    sp[w][g][c] = make_float4(d1[0], d1[1], d2[0], d2[1]);   // s.k_2c, s.k_2c+1, s.q_2c, s.q_2c+1
+    bar_sync(2, 32 * NW);
+    // Warp w: row wrow's 16 sums (lane j < 16 sum j), then y_t = beta_t v_t - ye_t s.k_t
+    // gathered into every lane.
+    float sum = 0.f;
+    {
+        const float* base = reinterpret_cast<const float*>(&sp[0][w][0]) + jv;
+#pragma unroll
+        for (int ww = 0; ww < NW; ++ww) sum += base[ww * R * 16];
+    }
+    const float ylv = bv - yetv * sum;
+    float y[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) y[t] = __shfl_sync(FULL, ylv, 4 * (t >> 1) + (t & 1));
+    // u = (I + L)^-1 y by columns; w_t = rk_t u_t, the coefficient of the raw k_t.
+    float u[T], wr[T];
+#pragma unroll
+    for (int t = 0; t < T; ++t) u[t] = y[t];
+#pragma unroll
+    for (int j = 0; j < T; ++j)
+#pragma unroll
+        for (int t = j + 1; t < T; ++t) u[t] -= Lr[t][j] * u[j];
+#pragma unroll
+    for (int t = 0; t < T; ++t) wr[t] = rkr[t] * u[t];
+
+    // ---- the states, token by token (warp w: row wrow, lane: K [4 lane, 4 lane + 4)) ---------
+    ST* const ib = iblk + (long long)wrow * K + kr;     // used only where iblk is set
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[e] = gr[t] * s[e] + wr[t] * kf[t][e];
+        if (iblk != nullptr) st4_global(ib + t * i_t, s);
+    }
+    // Output o_t of row wrow by the lane holding s.q_t: ew_t s.q_t + sum_{j <= t} N[t][j] u_j,
+    // times the scale.
+    if (lane < 16 && isq && tv0 < T) {
+        float o = ewtv * sum;
+#pragma unroll
+        for (int j = 0; j < T; ++j) o += Nr[j] * u[j];
+        gdn_st<GDN_IO_DT>(p.out, o0 + tv * o_t, scale * o);
+    }
+    if (fin != nullptr) st4_global(fin + wrow * TC_S(ns_v, K) + kr, s);   // (GDN_UPDATE only)
+}

@@ -1,0 +1,256 @@
+"""cuda-v4's tensor-core verify (launch rows with ``chunk`` 3, backends/cuda_v4_tc.cu).
+
+Without a GPU: its variants compile with nvcc (sm_90a, sm_100a), what it cannot serve fails to
+compile with its reason, and the launcher binds it where it serves (its kernel, grid and block,
+cuda-v4's parameter block) and the token loop of the row's other fields everywhere else.
+
+On a GPU, through ``cuda_v4.run`` with a ``chunk`` 3 shape, against the float64 reference:
+out, every intermediate and final state, padded rows zero, everything else bit-identical;
+T 1 to 8, fp32/bf16 state, GVA 1/2/4, the L2 norm and not, precise and fast gates, int32/int64
+indices, every padding case, a dense state, intermediate rows by index and by sequence, the
+final store and not, separate write slots, the engines' packed q/k/v and a/b views (the strides
+compiled in); each case asserts that the tensor-core kernel ran, and per-token slots that the
+token loop served them.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from gdnzoo.backends import _cuda_build as cuda_build
+from gdnzoo.backends import cuda_v4
+from conftest import DEVICE
+from v4_defines import v4_defines
+from v4_runs import check_run, compile_failures, params_at, run_case
+from verify_cases import make_verify_case
+
+F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
+I32, I64 = torch.int32, torch.int64
+NVCC = shutil.which("nvcc")
+H100 = "NVIDIA H100 80GB HBM3"
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the "
+                                                     "CUDA sources")
+# A chunk 3 row: the tensor-core verify, its fallback the token loop of 8 warps (16 lanes a
+# row, split q/k, q/k ahead, the head's scalars from the block); fast and precise gates.
+TC = (8, 1, 16, 3, 1, 0, 0, 2, 3, 3, 1)
+TC_PRECISE = (8, 1, 16, 3, 0, 0, 0, 2, 3, 3, 1)
+_SC = tuple((f"GDN_SC_{n}", 4096 + 16 * i)                 # some compiled-in strides
+            for i, n in enumerate(cuda_build.STRIDE_FIELDS + ("i_n", "i_t")))
+_defs = v4_defines
+
+# Each form on a dense state and on pools (POOL 1, 2), intermediate rows n and by index
+# (int32/int64), T 1 to 8, fp32/bf16 state, the L2 norm, precise gates, compiled-in strides.
+TC_VARIANTS = [
+    _defs(T=8, INTER=1, UPDATE=0, sd=BF16),
+    _defs(T=4, INTER=2, UPDATE=1, POOL=1, IDX64=0, l2=True),
+    _defs(T=3, INTER=2, UPDATE=1, POOL=2, IDX64=7, sd=BF16, FAST=0),
+    tuple(sorted(_defs(T=2, INTER=2, UPDATE=0, POOL=1, IDX64=4, DENSE=2, l2=True) + _SC)),
+    _defs(T=1, INTER=1, UPDATE=1),
+    _defs(T=5, INTER=2, UPDATE=0, POOL=1, IDX64=5, HV=32, GVA=4, sd=BF16, l2=True),
+]
+
+
+def _nvcc(defs, cc=(9, 0)):
+    cmd = [NVCC, *cuda_build.nvcc_args(defs, cc), "--cubin", "-o", "/dev/null",
+           str(cuda_v4.TC_SOURCE)]
+    return cmd, subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+@needs_nvcc
+def test_tc_variants_compile_with_nvcc():
+    failed = compile_failures(_nvcc, [(d, cc) for d in TC_VARIANTS for cc in ((9, 0), (10, 0))])
+    assert not failed, "nvcc failed:\n" + "\n\n".join(failed)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("defs,word", [
+    (_defs(T=9, INTER=1, UPDATE=1), "T <= 8"),
+    (_defs(T=4, INTER=1, UPDATE=1, io=F16), "bf16 q, k, v"),
+    (_defs(T=4, INTER=0, UPDATE=1, POOL=1, IDX64=0), "intermediate states"),
+    (_defs(T=4, INTER=0, UPDATE=1, POOL=3, IDX64=0), "intermediate states"),
+    (_defs(T=4, K=64, V=64, INTER=1, UPDATE=1), "K = V = 128"),
+    (_defs(T=4, INTER=1, UPDATE=1, DENSE=0), "GDN_DENSE"),
+    (_defs(T=4, INTER=2, UPDATE=1), "-D options"),            # indexed rows need GDN_IDX64
+], ids=["T9", "fp16", "no-inter", "slots", "K64", "dense0", "no-idx64"])
+def test_tc_refuses_what_it_cannot_serve(defs, word):
+    _, r = _nvcc(defs)
+    assert r.returncode != 0 and word in r.stderr, r.stderr[-1000:]
+
+
+# --------------------------------------------------------------- marshalling (no GPU needed)
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Compiling and the driver call replaced by recorders: (source name, kernel, defines) and
+    (grid, block) of every launch."""
+    kernels, launches = [], []
+
+    def get_kernel(src, name, defs, dev):
+        kernels.append((src.name, name, dict(defs)))
+        return ("kernel", len(kernels))
+
+    monkeypatch.setattr(cuda_build, "get_kernel", get_kernel)
+    monkeypatch.setattr(cuda_build, "launch_raw",
+                        lambda func, grid, block, dev, argv, shared=0: launches.append(
+                            (grid, block, params_at(argv))))
+    monkeypatch.setattr(cuda_v4, "_binds", {})
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda dev=None: H100)
+    return kernels, launches
+
+
+def test_tc_binds_where_it_serves(recorded):
+    kernels, launches = recorded
+    # A pool, indexed int64 rows, the final store: the tensor-core kernel, 16 blocks a head.
+    case = make_verify_case("states", B=3, T=4, H=2, HV=4, seed=1, update=True, index_dtype=I64)
+    run_case(case, l2=True, config=TC)
+    src, name, d = kernels[-1]
+    assert (src, name) == (cuda_v4.TC_SOURCE.name, cuda_v4.TC_KERNEL)
+    assert (d["GDN_POOL"], d["GDN_INTER"], d["GDN_UPDATE"], d["GDN_IDX64"]) == (1, 2, 1, 7)
+    assert (d["GDN_T"], d["GDN_L2NORM"], d["GDN_FASTGATE"]) == (4, 1, 1)
+    assert launches[-1][:2] == (3 * 4 * 128 // cuda_v4.TC_ROWS, cuda_v4.TC_THREADS)
+    # dt_bias's pointer in the first line's ``accepted`` field (the kernel reads it there)
+    f = launches[-1][2]
+    assert f["accepted"] == f["dt_bias"] == case.x.dt_bias.data_ptr() and f["S"] == 5
+    # A dense state, rows n, precise gates: still the tensor-core kernel.
+    case = make_verify_case("states", B=2, T=8, seed=2, dense=True, rows="default",
+                            state_dtype=BF16)
+    run_case(case, config=TC_PRECISE)
+    src, _, d = kernels[-1]
+    assert src == cuda_v4.TC_SOURCE.name and (d["GDN_POOL"], d["GDN_INTER"]) == (0, 1)
+    assert d["GDN_FASTGATE"] == 0 and d["GDN_STATE_DT"] == cuda_build.DTYPE_CODE[BF16]
+
+
+@pytest.mark.parametrize("why", ["slots", "T9", "fp16", "K64"])
+def test_tc_falls_back_to_the_token_loop(recorded, why):
+    kernels, launches = recorded
+    kw = dict(form="slots") if why == "slots" else dict(T=9) if why == "T9" else \
+        dict(K=64, V=64) if why == "K64" else {}
+    case = make_verify_case(kw.pop("form", "states"), B=2, T=kw.pop("T", 4), seed=3, **kw)
+    if why == "fp16":
+        for n in ("q", "k", "v"):
+            setattr(case.x, n, getattr(case.x, n).to(F16))
+    run_case(case, config=TC)
+    src, name, d = kernels[-1]
+    assert (src, name) == (cuda_v4.SOURCE.name, cuda_v4.KERNEL)
+    assert "GDN_CHUNK" not in d and d["GDN_AHEAD"] in (1, 3) and d["GDN_HSC"] == 1
+    assert launches[-1][1] == 32 * d["GDN_W"]
+    want = 0 if case.accepted is None else case.accepted.data_ptr()
+    assert launches[-1][2]["accepted"] == want          # not dt_bias: the token loop's field
+
+
+def test_tc_refusal_names_each_reason():
+    def serve(**kw):
+        call = dict(K=128, V=128, T=4, io_dtype=BF16, switches=dict(pool=1, inter=2, update=1),
+                    vec16=True, pdl=0, grid=128)
+        return cuda_v4.tc_refusal(**{**call, **kw})
+
+    assert serve() == ""
+    assert "intermediate states" in serve(switches=dict(pool=4, inter=0, update=1))
+    assert "per-token" in serve(switches=dict(pool=3, inter=1))
+    assert "K = V = 128" in serve(K=64, V=64) and "T <= 8" in serve(T=9)
+    assert "bf16" in serve(io_dtype=F16) and "aligned" in serve(vec16=False)
+    assert "programmatic" in serve(pdl=2) and "grid" in serve(grid=2**31)
+
+
+def test_tc_is_a_verify_candidate():
+    assert TC[:2] + TC[3:] == cuda_v4.verify_candidates(128, 128, 8, [1], 8)[0][:2] + \
+        cuda_v4.verify_candidates(128, 128, 8, [1], 8)[0][3:]
+    assert all(c[8] != 3 for c in cuda_v4.verify_candidates(64, 64, 8, [1], 4))
+    assert all(c[8] != 3 for c in cuda_v4.verify_candidates(128, 128, 8, [1], 9))
+
+
+# ------------------------------------------------------------------------------- on a GPU
+
+def _missing():
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    return None if cuda_v4.available() else "CuPy is not installed"
+
+
+needs_gpu = pytest.mark.skipif(_missing() is not None,
+                               reason=f"cuda-v4 runs need a GPU and CuPy: {_missing()}")
+
+
+def _packed(x):
+    """q, k, v as views of one [B*T, 2*H*K + HV*V] tensor and a, b of one [B*T, 2*HV] (the
+    engines' layout): strided, so the strides are compiled in."""
+    B, T, H, K = x.q.shape
+    HV, V = x.v.shape[2:]
+    m = torch.cat([x.q.reshape(B * T, H * K), x.k.reshape(B * T, H * K),
+                   x.v.reshape(B * T, HV * V)], dim=1).view(B, T, -1)
+    x.q = m[:, :, :H * K].unflatten(2, (H, K))
+    x.k = m[:, :, H * K:2 * H * K].unflatten(2, (H, K))
+    x.v = m[:, :, 2 * H * K:].unflatten(2, (HV, V))
+    g = torch.cat([x.a.reshape(B * T, HV), x.b.reshape(B * T, HV)], dim=1).view(B, T, -1)
+    x.a, x.b = g[:, :, :HV], g[:, :, HV:]
+
+
+def _write_slots(case, pad):
+    """Separate write slots: pool slots no sequence reads (sequence 0's padding with pad)."""
+    P = case.x.state.shape[0]
+    free = sorted(set(range(1, P)) - set(case.idx.tolist()))
+    w = torch.tensor(free[:case.idx.shape[0]], dtype=case.idx.dtype)
+    if pad:
+        w[0] = -1
+    return w.to(case.idx.device)
+
+
+def _tc_matrix():
+    """(seed, T, state dtype, update, pad, H, HV, l2, index dtype, rows, B, layout): every T
+    and state dtype, the padding cases, layouts and switches taking turns."""
+    pads = (None, "neg", "null", "past", "row")
+    layouts = ("pool", "packed", "dense", "write", "pool")
+    out = []
+    for j, (T, sd) in enumerate((T, sd) for T in (1, 2, 3, 4, 5, 8) for sd in (F32, BF16)):
+        H, HV = ((4, 4), (2, 4), (1, 4), (4, 8))[j % 4]
+        layout = layouts[j % len(layouts)]
+        pad = None if layout == "dense" else pads[j // 2 % len(pads)]
+        out.append((j, T, sd, j % 3 != 1, pad, H, HV, j % 2 == 0, (I32, I64)[j // 2 % 2],
+                    "default" if j % 4 == 3 else "indexed", (1, 5, 3)[j % 3] if pad is None
+                    else 5, layout))
+    return out
+
+
+def _tid(c):
+    j, T, sd, upd, pad, H, HV, l2, idx, rows, B, layout = c
+    return (f"T{T}-{'fp32' if sd is F32 else 'bf16'}{'-upd' if upd else ''}-B{B}-gva{HV // H}"
+            f"-{pad or 'nopad'}-{str(idx)[-5:]}{'-l2' if l2 else ''}-{rows}-{layout}")
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("c", _tc_matrix(), ids=_tid)
+def test_tc_matches_reference(c, monkeypatch):
+    j, T, sd, update, pad, H, HV, l2, idx, rows, B, layout = c
+    case = make_verify_case("states", B=B, T=T, H=H, HV=HV, state_dtype=sd, device=DEVICE,
+                            seed=200 + j, pad=pad, update=update, index_dtype=idx, rows=rows,
+                            dense=layout == "dense")
+    if layout == "packed":
+        _packed(case.x)
+    write = _write_slots(case, pad is not None) if layout == "write" else None
+    used = []
+    real = cuda_build.get_kernel
+    monkeypatch.setattr(cuda_build, "get_kernel",
+                        lambda src, name, *a: used.append(name) or real(src, name, *a))
+    monkeypatch.setattr(cuda_v4, "_binds", {})
+    check_run(case, l2, _tid(c), TC_PRECISE if j % 5 == 2 else TC, write)
+    assert used == [cuda_v4.TC_KERNEL], f"{_tid(c)}: ran {used}, not the tensor-core verify"
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("sd", (F32, BF16), ids=("fp32", "bf16"))
+def test_tc_row_serves_slots_with_its_token_loop(sd, monkeypatch):
+    used = []
+    real = cuda_build.get_kernel
+    monkeypatch.setattr(cuda_build, "get_kernel",
+                        lambda src, name, *a: used.append(name) or real(src, name, *a))
+    monkeypatch.setattr(cuda_v4, "_binds", {})
+    case = make_verify_case("slots", B=5, T=4, state_dtype=sd, device=DEVICE, seed=220,
+                            pad="acc")
+    check_run(case, True, "chunk 3 row, slots form", TC)
+    assert used == [cuda_v4.KERNEL]
