@@ -8,9 +8,9 @@ On a GPU, through ``cuda_v4.run`` with a ``chunk`` 3 shape, against the float64 
 out, every intermediate and final state, padded rows zero, everything else bit-identical;
 T 1 to 8, fp32/bf16 state, GVA 1/2/4, the L2 norm and not, precise and fast gates, int32/int64
 indices, every padding case, a dense state, intermediate rows by index and by sequence, the
-final store and not, separate write slots, the engines' packed q/k/v and a/b views (the strides
-compiled in); each case asserts that the tensor-core kernel ran, and per-token slots that the
-token loop served them.
+final store and not, separate write slots, destination passing, the engines' packed q/k/v and
+a/b views (the strides compiled in); each case asserts that the tensor-core kernel ran, and
+per-token slots that the token loop served them.
 """
 from __future__ import annotations
 
@@ -20,8 +20,11 @@ import subprocess
 import pytest
 import torch
 
+from gdnzoo import gate
 from gdnzoo.backends import _cuda_build as cuda_build
 from gdnzoo.backends import cuda_v4
+from gdnzoo.contract import validate
+from gdnzoo.reference import reference_verify_outputs
 from conftest import DEVICE
 from v4_defines import v4_defines
 from v4_runs import check_run, compile_failures, params_at, run_case
@@ -254,3 +257,33 @@ def test_tc_row_serves_slots_with_its_token_loop(sd, monkeypatch):
                             pad="acc")
     check_run(case, True, "chunk 3 row, slots form", TC)
     assert used == [cuda_v4.KERNEL]
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("sd", (F32, BF16), ids=("fp32", "bf16"))
+def test_tc_destination_passing(sd, monkeypatch):
+    # A dense state read, the final states into a separate new_state: the state untouched,
+    # every intermediate state and final state against the reference.
+    case = make_verify_case("states", B=3, T=4, state_dtype=sd, device=DEVICE, seed=230,
+                            dense=True, update=True)
+    x, ver = case.x, case.verify()
+    new = torch.full_like(x.state, float("nan"))
+    ref_out, ref_new, ref_inter = reference_verify_outputs(x, ver, True, None, new_pool=new)
+    before = x.state.clone()
+    out = torch.empty(ref_out.shape, dtype=x.v.dtype, device=DEVICE)
+    validate(*x.args(), out=out, new_state=new, use_qk_l2norm=True, **case.kwargs())
+    used = []
+    real = cuda_build.get_kernel
+    monkeypatch.setattr(cuda_build, "get_kernel",
+                        lambda src, name, *a: used.append(name) or real(src, name, *a))
+    monkeypatch.setattr(cuda_v4, "_binds", {})
+    cuda_v4.run(*x.args(), out, new, True, None, ver, config=TC)
+    torch.cuda.synchronize()
+    assert used == [cuda_v4.TC_KERNEL]
+    j = gate.judge(out, new, ref_out, ref_new, state_dtype=sd)
+    assert j.ok, f"destination passing: {j.reason}"
+    assert torch.equal(x.state, before), "destination passing wrote the state"
+    rows = case.inter_idx.tolist()
+    j = gate.judge(out, case.inter[rows, :4], ref_out, ref_inter[rows, :4], state_dtype=sd)
+    assert j.ok, f"destination passing, intermediate states: {j.reason}"
