@@ -601,7 +601,8 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2no
     overrides the table (CHAIN: 0 tree sums, c > 0 chains of c fused multiply-adds; SMEM 1: the
     state staged through shared memory with cp.async, T = 1 only; QKS 1: q and k read once per
     block into shared memory, 2: split over a lane pair and swapped by shuffles; CHUNK 1: every
-    token at once, 2: the same with the Gram entries in registers (T <= 4); AHEAD 1, 2, 3: the
+    token at once, 2: the same with the Gram entries in registers (T <= 4), 3: the tensor-core
+    verify (cuda_v4_tc.cu) where it serves, else the token loop; AHEAD 1, 2, 3: the
     token loop with its loads ahead; HSC 1: the head's per-token scalars once per block);
     ``pdl``: the level of programmatic dependent launch (0
     off, 1 wait-first, 2 state-early)."""
