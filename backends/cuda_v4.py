@@ -438,8 +438,9 @@ class Bound:
         if why:
             raise ValueError(f"cuda-v4: launch config invalid: {why}")
         if chunk == 3:          # the tensor-core verify where it serves, else the token loop
-            if not tc_refusal(K, V, T, io, self.switches, vec16, self.pdl, B * HV * V // TC_ROWS):
-                return self.make_tc(vec16, fast)
+            grid = B * HV * V // TC_ROWS
+            if not tc_refusal(K, V, T, io, self.switches, vec16, self.pdl, grid):
+                return self.make_tc(vec16, fast, grid)
             chunk = 0
         # every token at once: 16-byte vectors, the values that serve T (2 above its limit: 1)
         serve = chunk_values(T) if vec16 else []
@@ -470,16 +471,16 @@ class Bound:
         self.launches[vec16] = launch
         return launch
 
-    def make_tc(self, vec16, fast):
-        """The launch of cuda_v4_tc.cu (``chunk`` 3) for this signature: its own fixed shape,
-        the same parameter block, defines and compiled-in strides as cuda_v4.cu's."""
-        B, T, H, K, HV, V = self.shape
+    def make_tc(self, vec16, fast, grid):
+        """The launch of cuda_v4_tc.cu (``chunk`` 3) for this signature, ``grid`` blocks of its
+        fixed shape: the same parameter block, defines and compiled-in strides as cuda_v4.cu's."""
+        _, T, H, K, HV, V = self.shape
         sd, io, ad, bd, dd = self.dtypes
         defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
                                   fastgate=fast, dense=1 if self.dense else 2, **self.switches)
         kern = cuda_build.get_kernel(TC_SOURCE, TC_KERNEL, tuple(sorted(defs + self.stride_defs)),
                                      self.dev)
-        launch = cuda_build.Launch(kern, B * HV * V // TC_ROWS, TC_THREADS, self.dev,
+        launch = cuda_build.Launch(kern, grid, TC_THREADS, self.dev,
                                    template=cuda_build.params_template(self.values))
         self.launches[vec16] = self.tc = launch
         return launch

@@ -30,11 +30,12 @@
 // GDN_DTB_DT, GDN_L2NORM, GDN_FASTGATE, GDN_DENSE (1: dense strides, a pool's slot strides at
 // run time; 2: the call's strides, -DGDN_SC_<field>), GDN_POOL (0 dense state, 1, 2), GDN_IDX64,
 // GDN_INTER (1: row n, 2: row inter_idx[n]), GDN_UPDATE (0: no final store).  Other cuda-v4
-// defines are ignored.  Runtime: the GdnParams block (gdn_common.cuh), whose first line holds
-// what the loader reads first and whose second the compute warps' inputs; dt_bias, which the
-// compute warps read at once too, comes in the first line's ``accepted`` field (no form this
-// kernel serves has accepted counts; cuda_v4.py writes dt_bias's pointer there), not from its
-// own field on the third line.
+// defines are ignored; strides and state offsets come from gdn_common.cuh (GDN_STRIDE,
+// GDN_SLOT_STRIDE, GDN_READ_OFFSET, GDN_WRITE_OFFSET), as in cuda_v4.cu.  Runtime: the
+// GdnParams block (gdn_common.cuh), whose first line holds what the loader reads first and
+// whose second the compute warps' inputs; dt_bias, which the compute warps read at once too,
+// comes in the first line's ``accepted`` field (no form this kernel serves has accepted
+// counts; cuda_v4.py writes dt_bias's pointer there), not from its own field on the third line.
 #include "gdn_common.cuh"
 
 #if !defined(GDN_K) || !defined(GDN_V) || !defined(GDN_T) || !defined(GDN_HV) || \
@@ -58,16 +59,6 @@ constexpr int R = 8, NW = 8, NT = 32 * (NW + 1);   // rows a block, compute warp
 constexpr int PARTS = V / R;                       // blocks a head
 constexpr unsigned FULL = 0xffffffffu;
 }
-
-// Strides: the dense layout's, or the call's compiled in (GDN_DENSE 2).  A pool's slot strides
-// and the intermediate strides are run-time values with GDN_DENSE 1.
-#if GDN_DENSE == 2
-#define TC_S(field, dense) ((long long)(GDN_SC_##field))
-#define TC_SLOT(field) ((long long)(GDN_SC_##field))
-#else
-#define TC_S(field, dense) ((long long)(dense))
-#define TC_SLOT(field) ((long long)(p.field))
-#endif
 
 __device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
                                          unsigned a3, unsigned b0, unsigned b1) {
@@ -138,20 +129,17 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         s.rd = s.wr = true;
 #endif
         if (s.rd) {
-#if GDN_POOL
-            const long long head = s.read * TC_SLOT(s_n) + h * TC_S(s_h, V * K);
-#else
-            const long long head = s.read * TC_S(s_n, HV * V * K) + h * TC_S(s_h, V * K);
-#endif
+            const long long head = GDN_READ_OFFSET(s.read, h);
+            const long long s_v = GDN_STRIDE(s_v, K);
             const char* src = reinterpret_cast<const char*>(
-                static_cast<const ST*>(p.state) + head + (long long)part * R * TC_S(s_v, K));
+                static_cast<const ST*>(p.state) + head + (long long)part * R * s_v);
             constexpr int CPR = K * SB / 16;           // 16-byte chunks a row
 #pragma unroll
             for (int j = 0; j < R * CPR / 32; ++j) {
                 const int ch = lane + 32 * j, r = ch / CPR, cc = ch % CPR;
                 const unsigned to = (unsigned)__cvta_generic_to_shared(stile + r * SROW + cc * 16);
                 asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                             :: "r"(to), "l"(src + r * TC_S(s_v, K) * SB + cc * 16) : "memory");
+                             :: "r"(to), "l"(src + r * s_v * SB + cc * 16) : "memory");
             }
             asm volatile("cp.async.commit_group;" ::: "memory");
         }
@@ -169,20 +157,19 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
 #if GDN_POOL
             // The write slot here (again): its bound is on the third line too.
             const GdnSlots sw = gdn_pool_slots<GDN_POOL, GDN_IDX64>(p, n);
-            const long long whead = sw.write * TC_SLOT(ns_n) + h * TC_S(ns_h, V * K);
 #else
             const GdnSlots& sw = s;
-            const long long whead = sw.write * TC_S(ns_n, HV * V * K) + h * TC_S(ns_h, V * K);
 #endif
-            if (sw.wr) fin = static_cast<ST*>(p.new_state) + whead;
+            if (sw.wr) fin = static_cast<ST*>(p.new_state) + GDN_WRITE_OFFSET(sw.write, h);
 #endif
             ST* ib = nullptr;
             if ((unsigned long long)irow < (unsigned long long)p.S)
-                ib = static_cast<ST*>(p.inter) + irow * TC_SLOT(i_n) + (long long)h * V * K;
+                ib = static_cast<ST*>(p.inter) + irow * GDN_SLOT_STRIDE(i_n)
+                     + (long long)h * V * K;
             sflags[0] = s.rd;
             sflags[1] = reinterpret_cast<long long>(fin);
             sflags[2] = reinterpret_cast<long long>(ib);
-            sflags[3] = TC_SLOT(i_t);
+            sflags[3] = GDN_SLOT_STRIDE(i_t);
             sscale = (float)p.scale;
         }
         asm volatile("cp.async.wait_all;" ::: "memory");
@@ -194,9 +181,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     const int wrow = (int)part * R + w;                // the update layout's row (warp w)
     const int kp = 16 * w + 4 * c;                     // the MMA layout's K (warp w's slice)
     const int kr = 4 * lane;                           // the update layout's K
-    const long long q0 = n * TC_S(q_n, T * (HV / GVA) * K) + hq * TC_S(q_h, K);
-    const long long k0 = n * TC_S(k_n, T * (HV / GVA) * K) + hq * TC_S(k_h, K);
-    const long long q_t = TC_S(q_t, (HV / GVA) * K), k_t = TC_S(k_t, (HV / GVA) * K);
+    const long long q0 = n * GDN_STRIDE(q_n, T * (HV / GVA) * K) + hq * GDN_STRIDE(q_h, K);
+    const long long k0 = n * GDN_STRIDE(k_n, T * (HV / GVA) * K) + hq * GDN_STRIDE(k_h, K);
+    const long long q_t = GDN_STRIDE(q_t, (HV / GVA) * K);
+    const long long k_t = GDN_STRIDE(k_t, (HV / GVA) * K);
     const unsigned short* const qb = static_cast<const unsigned short*>(p.q);
     const unsigned short* const kb = static_cast<const unsigned short*>(p.k);
     uint2 kx[T];                                       // k_t at kr, every token
@@ -208,18 +196,18 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         bq = ld8(qb + q0 + g * q_t + kp);
     }
     float vv[T];                                       // v_t of row wrow
-    const long long v0 = n * TC_S(v_n, T * HV * V) + h * TC_S(v_h, V) + wrow;
+    const long long v0 = n * GDN_STRIDE(v_n, T * HV * V) + h * GDN_STRIDE(v_h, V) + wrow;
 #pragma unroll
-    for (int t = 0; t < T; ++t) vv[t] = gdn_ld<GDN_IO_DT>(p.v, v0 + t * TC_S(v_t, HV * V));
+    for (int t = 0; t < T; ++t) vv[t] = gdn_ld<GDN_IO_DT>(p.v, v0 + t * GDN_STRIDE(v_t, HV * V));
     // Lane t < T: token t's gate inputs.  Every lane loads (lanes >= T token 0's): no branch,
     // which would take A_log's load into it, issued only once the other inputs are in.
     const int tl = lane < T ? lane : 0;
-    const float xa = gdn_ld<GDN_A_DT>(p.a, n * TC_S(a_n, T * HV) + tl * TC_S(a_t, HV)
-                                           + h * TC_S(a_h, 1))
-                     + gdn_ld<GDN_DTB_DT>(p.accepted, h * TC_S(dtb_h, 1));   // dt_bias
-    const float xb = gdn_ld<GDN_B_DT>(p.b, n * TC_S(b_n, T * HV) + tl * TC_S(b_t, HV)
-                                           + h * TC_S(b_h, 1));
-    const float A_log = p.A_log[h * TC_S(A_log_h, 1)];
+    const float xa = gdn_ld<GDN_A_DT>(p.a, n * GDN_STRIDE(a_n, T * HV) + tl * GDN_STRIDE(a_t, HV)
+                                           + h * GDN_STRIDE(a_h, 1))
+                     + gdn_ld<GDN_DTB_DT>(p.accepted, h * GDN_STRIDE(dtb_h, 1));   // dt_bias
+    const float xb = gdn_ld<GDN_B_DT>(p.b, n * GDN_STRIDE(b_n, T * HV) + tl * GDN_STRIDE(b_t, HV)
+                                           + h * GDN_STRIDE(b_h, 1));
+    const float A_log = p.A_log[h * GDN_STRIDE(A_log_h, 1)];
 
     // ---- the gates (lane t: token t), E_t and this lane's D(t, i) -------------------------
     const float gl = GDN_FASTGATE ? gdn_decay_fast(A_log, xa) : gdn_decay(A_log, xa);
@@ -374,8 +362,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         const float4 u = *reinterpret_cast<const float4*>(stile + w * SROW + kr * 4);
         s[0] = u.x; s[1] = u.y; s[2] = u.z; s[3] = u.w;
     }
-    const long long o0 = n * TC_S(o_n, T * HV * V) + h * TC_S(o_h, V) + wrow;
-    const long long o_t = TC_S(o_t, HV * V);
+    const long long o0 = n * GDN_STRIDE(o_n, T * HV * V) + h * GDN_STRIDE(o_h, V) + wrow;
+    const long long o_t = GDN_STRIDE(o_t, HV * V);
     if (!rd) {                                         // padded: zero out rows, nothing stored
         if (lane < T) gdn_st<GDN_IO_DT>(p.out, o0 + lane * o_t, 0.0f);
         return;
@@ -438,5 +426,5 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         for (int j = 0; j < T; ++j) o += Nr[j] * u[j];
         gdn_st<GDN_IO_DT>(p.out, o0 + tv * o_t, scale * o);
     }
-    if (fin != nullptr) st4_global(fin + wrow * TC_S(ns_v, K) + kr, s);   // (GDN_UPDATE only)
+    if (fin != nullptr) st4_global(fin + wrow * GDN_STRIDE(ns_v, K) + kr, s);   // (GDN_UPDATE only)
 }

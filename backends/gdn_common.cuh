@@ -168,6 +168,39 @@ __device__ __forceinline__ long long gdn_state_write_offset(const GdnParams& p, 
     return slot * p.ns_n + h * p.ns_h;
 }
 
+// The cuda-v4 kernels (cuda_v4.cu, cuda_v4_tc.cu), whose -D options include GDN_DENSE, locate
+// their tensors through these; they define K and V before using them.
+#ifdef GDN_DENSE
+// A stride: the compile-time value of the dense layout when the host found every tensor dense
+// (GDN_DENSE=1: offsets become 32-bit constant multiplies, so the first state load issues a few
+// instructions into the kernel), the call's own value compiled in (GDN_DENSE=2: measured on the
+// H100 at B = 1 and 4, 0.1-0.7 us faster than reading it from the parameter block), else the
+// runtime value from the parameter block.  GDN_SLOT_STRIDE: the intermediate store's strides,
+// which GDN_DENSE=1 leaves to the parameter block as it does the state's slot strides.
+#if GDN_DENSE == 2
+#define GDN_STRIDE(field, dense) ((long long)(GDN_SC_##field))
+#define GDN_SLOT_STRIDE(field) ((long long)(GDN_SC_##field))
+#elif GDN_DENSE
+#define GDN_STRIDE(field, dense) ((long long)(dense))
+#define GDN_SLOT_STRIDE(field) (p.field)
+#else
+#define GDN_STRIDE(field, dense) (p.field)
+#define GDN_SLOT_STRIDE(field) (p.field)
+#endif
+// The offsets of slot (or sequence) `slot`'s head h in state and in new_state; GDN_DENSE=1 with
+// a pool: each slot a dense [HV, V, K] block, only the slot strides read from the block.
+#if GDN_DENSE == 2
+#define GDN_READ_OFFSET(slot, h) ((long long)(slot) * GDN_SC_s_n + (long long)(h) * GDN_SC_s_h)
+#define GDN_WRITE_OFFSET(slot, h) ((long long)(slot) * GDN_SC_ns_n + (long long)(h) * GDN_SC_ns_h)
+#elif GDN_DENSE
+#define GDN_READ_OFFSET(slot, h) ((long long)(slot) * p.s_n + (long long)(h) * (V * K))
+#define GDN_WRITE_OFFSET(slot, h) ((long long)(slot) * p.ns_n + (long long)(h) * (V * K))
+#else
+#define GDN_READ_OFFSET(slot, h) gdn_state_read_offset(p, slot, h)
+#define GDN_WRITE_OFFSET(slot, h) gdn_state_write_offset(p, slot, h)
+#endif
+#endif
+
 // ---- state pools (gdnzoo/pool.py) -----------------------------------------------------------
 // Sequence n reads slot idx[n] of state and writes slot new_idx[n] of new_state.  Padding: a
 // negative slot, null_slot, or a read slot >= P (never dereferenced) means no state is read or

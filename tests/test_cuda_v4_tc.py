@@ -14,7 +14,6 @@ per-token slots that the token loop served them.
 """
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
@@ -27,15 +26,12 @@ from gdnzoo.contract import validate
 from gdnzoo.reference import reference_verify_outputs
 from conftest import DEVICE
 from v4_defines import v4_defines
-from v4_runs import check_run, compile_failures, params_at, run_case
+from v4_runs import (H100, NVCC, check_run, compile_failures, needs_nvcc, params_at,
+                     run_case)
 from verify_cases import make_verify_case
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 I32, I64 = torch.int32, torch.int64
-NVCC = shutil.which("nvcc")
-H100 = "NVIDIA H100 80GB HBM3"
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the "
-                                                     "CUDA sources")
 # A chunk 3 row: the tensor-core verify, its fallback the token loop of 8 warps (16 lanes a
 # row, split q/k, q/k ahead, the head's scalars from the block); fast and precise gates.
 TC = (8, 1, 16, 3, 1, 0, 0, 2, 3, 3, 1)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import shutil
 import subprocess
 
 import pytest
@@ -33,15 +32,12 @@ from gdnzoo.contract import validate
 from gdnzoo.reference import reference_verify_outputs
 from conftest import DEVICE
 from verify_cases import check_verify_call, make_verify_case
-from v4_runs import check_run, compile_failures, params_at, run_case
+from v4_runs import (H100, NVCC, check_run, compile_failures, needs_nvcc, params_at,
+                     run_case)
 from v4_defines import v4_defines
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 I32, I64 = torch.int32, torch.int64
-NVCC = shutil.which("nvcc")
-H100 = "NVIDIA H100 80GB HBM3"
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the "
-                                                     "CUDA sources")
 
 
 _defs = functools.partial(v4_defines, T=3, HINT=2)     # a verify variant's defaults

@@ -3,8 +3,10 @@ reference, and the decoding of a recorded parameter block (shared by the cuda-v4
 from __future__ import annotations
 
 import ctypes
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import torch
 
 from gdnzoo import gate
@@ -14,6 +16,12 @@ from gdnzoo.contract import validate
 from gdnzoo.pool import Pool, live
 from gdnzoo.reference import reference_verify_outputs
 from verify_cases import expected_writes
+
+
+NVCC = shutil.which("nvcc")
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the "
+                                                     "CUDA sources")
+H100 = "NVIDIA H100 80GB HBM3"         # the GPU name the recorded launches look rows up for
 
 
 def case_pool(case, write=None):
