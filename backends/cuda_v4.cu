@@ -307,36 +307,12 @@ static_assert(GDN_POOL >= 0 && GDN_POOL <= 4 && GDN_INTER >= 0 && GDN_INTER <= 2
 static_assert(GDN_POOL < 3 || (GDN_UPDATE && !GDN_INTER),
               "per-token slots keep every token's state: no intermediate rows, no deferral");
 
-// Element i of an int32 / int64 index tensor, in 64 bits.
-template <bool I64>
-__device__ __forceinline__ long long index_at(const void* x, long long i) {
-    if constexpr (I64) return static_cast<const long long*>(x)[i];
-    else return static_cast<const int*>(x)[i];
-}
-
-// The slots of sequence n: a pool's (gdn_pool_slots), or per-token slots' read slot idx[n, c]
-// with c = accepted[n] - 1 (GDN_POOL 4; column 0 for 3).  A count outside 1..T pads the
-// sequence like a padded read slot; the write slots are loaded per token, in the token loop.
-template <int POOL, typename Params>
-__device__ __forceinline__ GdnSlots sequence_slots(const Params& p, unsigned n) {
-    if constexpr (POOL >= 3) {
-        long long col = 0;
-        bool ok = true;
-        if constexpr (POOL == 4) {
-            const long long acc = index_at<(GDN_IDX64 & 8) != 0>(p.accepted, n);
-            ok = (unsigned long long)(acc - 1) < (unsigned long long)T;
-            col = ok ? acc - 1 : 0;
-        }
-        const long long r = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + col);
-        GdnSlots s;
-        s.rd = ok && (unsigned long long)r < (unsigned long long)p.P && r != p.null_slot;
-        s.wr = false;
-        s.read = r;
-        s.write = 0;
-        return s;
-    } else {
-        return gdn_pool_slots<POOL, GDN_IDX64>(p, n);
-    }
+// The slots of sequence n: a pool's (gdn_pool_slots) or per-token slots' read slot
+// (gdn_token_read_slot); per-token slots' write slots are loaded per token, in the token loop.
+template <int POOL>
+__device__ __forceinline__ GdnSlots sequence_slots(const GdnParams& p, unsigned n) {
+    if constexpr (POOL >= 3) return gdn_token_read_slot<POOL, T, GDN_IDX64>(p, n);
+    else return gdn_pool_slots<POOL, GDN_IDX64>(p, n);
 }
 
 #if GDN_INTER
@@ -348,7 +324,7 @@ __device__ __forceinline__ ST* intermediate_block(const GdnParams& p, unsigned n
 #if GDN_INTER == 1
     const long long irow = n;
 #else
-    const long long irow = index_at<(GDN_IDX64 & 4) != 0>(p.inter_idx, n);
+    const long long irow = gdn_index_at<(GDN_IDX64 & 4) != 0>(p.inter_idx, n);
 #endif
     keep = (unsigned long long)irow < (unsigned long long)p.S;
     return static_cast<ST*>(p.inter) + (keep ? irow : 0) * GDN_SLOT_STRIDE(i_n) + h * (V * K);
@@ -442,7 +418,7 @@ __device__ __forceinline__ void token_gates(float A_log, float (&gd)[T], float (
 // Every token's slot idx[n, t] (per-token slots).
 __device__ __forceinline__ void token_slots(const GdnParams& p, unsigned n, long long (&ts)[T]) {
 #pragma unroll
-    for (int t = 0; t < T; ++t) ts[t] = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t);
+    for (int t = 0; t < T; ++t) ts[t] = gdn_index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t);
 }
 #endif
 
@@ -834,7 +810,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
         float qv[NV][VEC], kv[NV][VEC];
         qk_of(t, qv, kv);
 #if GDN_POOL >= 3
-        const bool wr = (unsigned long long)ts[t] < (unsigned long long)p.PN && ts[t] != p.null_slot;
+        const bool wr = gdn_token_slot_ok(p, ts[t]);
         ST* const tok = static_cast<ST*>(p.new_state) + GDN_WRITE_OFFSET(wr ? ts[t] : 0, h);
 #endif
 #pragma unroll
@@ -877,7 +853,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
     float vn[RW], xan, xbn;
     load_vab(0, vn, xan, xbn);
 #if GDN_POOL >= 3
-    long long tsn = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T);
+    long long tsn = gdn_index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T);
 #endif
 #endif
 #if GDN_AHEAD == 3
@@ -908,11 +884,11 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
         const long long ts = tsa[t];
 #elif GDN_AHEAD == 2
         const long long ts = tsn;
-        if (t + 1 < T) tsn = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t + 1);
+        if (t + 1 < T) tsn = gdn_index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t + 1);
 #else
-        const long long ts = index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t);
+        const long long ts = gdn_index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t);
 #endif
-        const bool wr = (unsigned long long)ts < (unsigned long long)p.PN && ts != p.null_slot;
+        const bool wr = gdn_token_slot_ok(p, ts);
         ST* const tok = static_cast<ST*>(p.new_state) + GDN_WRITE_OFFSET(wr ? ts : 0, h);
 #endif
         float qv[NV][VEC], kv[NV][VEC];

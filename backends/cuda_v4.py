@@ -28,8 +28,9 @@ recurrence and T plain updates; ``cuda_v4.cu`` explains it), for any call with 1
 is a second kernel, ``cuda_v4_tc.cu`` (the tensor-core verify): the same algebra with the 2T
 dot products and the head's Gram entries on the tensor cores, 8 rows a block, and a loader warp
 that alone waits for the slot and the state while the other warps solve the tokens' system; it
-serves the intermediate-states forms (dense state or pool) with K = V = 128, T <= 8, bf16 q/k/v
-and 16-byte-aligned tensors, without PDL.  Any other call of a ``chunk`` 3 row runs the token
+serves the forms that store every token's state (intermediate states on a dense state or a
+pool, per-token slots) with K = V = 128, T <= 8, bf16 q/k/v and 16-byte-aligned tensors,
+without PDL.  Any other call of a ``chunk`` 3 row runs the token
 loop with the row's other fields, which is why such a row keeps its token-loop shape.
 A row with ``ahead`` set keeps the token loop but takes every load that does not depend on the
 state out of a token's own step (1: v, gates and slots before the loop, q and k one token ahead,
@@ -106,9 +107,9 @@ STATE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 #                      do not apply; 2 (T <= CHUNK_REG_MAX_T, above it 1 serves): the same with
 #                      each lane's own q/k slices of every token in registers and the Gram
 #                      entries summed in the butterfly of the state's dot products: no shared
-#                      memory, no barrier; 3 (verify with intermediate states, K = V = 128,
-#                      T <= 8, bf16 q/k/v, aligned, no PDL; other calls: the token loop with the
-#                      row's other fields): the tensor-core verify kernel, cuda_v4_tc.cu, whose
+#                      memory, no barrier; 3 (verify with intermediate states or per-token
+#                      slots, K = V = 128, T <= 8, bf16 q/k/v, aligned, no PDL; other calls: the
+#                      token loop with the row's other fields): the tensor-core verify kernel, cuda_v4_tc.cu, whose
 #                      launch shape is fixed (the row's warps, row groups, lanes, hint, chain,
 #                      q/k mode, ahead and head_scalars are its fallback's)
 #   ahead              T > 1, the token loop with the state in registers, q/k mode not 1: the
@@ -232,10 +233,9 @@ def chunk_values(T):
 def tc_refusal(K, V, T, io_dtype, switches, vec16, pdl, grid):
     """Why the tensor-core verify (``chunk`` 3, cuda_v4_tc.cu) cannot serve a call ("" when
     it can): ``switches`` are the call's GDN_POOL / GDN_INTER values (:func:`verify_mode`)."""
-    if switches.get("inter", 0) not in (1, 2):
-        return "not a verify call with intermediate states"
-    if switches.get("pool", 0) not in (0, 1, 2):
-        return "per-token slots"
+    if switches.get("inter", 0) not in (1, 2) and switches.get("pool", 0) not in (3, 4):
+        return "not a verify call that stores every token's state (intermediate states or " \
+               "per-token slots)"
     if (K, V) != (128, 128) or not 1 <= T <= TC_MAX_T:
         return f"K = V = 128 and T <= {TC_MAX_T} only (K={K}, V={V}, T={T})"
     if io_dtype != torch.bfloat16:
@@ -414,6 +414,7 @@ class Bound:
         self.stride_defs = () if self.dense else stride_defines(self.values, self.verify)
         self.launches = {}
         self.tc = None                            # the launch of cuda_v4_tc.cu, if one
+        self.tc_slots = self.switches.get("pool", 0) >= 3     # its per-token-slots form
         if self.strides_aligned:
             self.vec16 = self.make(True)
 
@@ -516,8 +517,11 @@ class Bound:
             launch = self.vec16
         else:
             launch = self.launches.get(False) or self.make(False)
-        if launch is self.tc:       # cuda_v4_tc.cu reads dt_bias from the first line's
-            accepted = dt_bias.data_ptr()         # ``accepted`` (no form of it has counts)
+        if launch is self.tc:       # cuda_v4_tc.cu reads dt_bias from a field its form
+            if self.tc_slots:         # does not use: per-token slots' ``new_state`` (their
+                np_, inter = dt_bias.data_ptr(), np_      # new_state in ``inter``), else
+            else:                                         # ``accepted``
+                accepted = dt_bias.data_ptr()
         try:
             buf, _, argv = launch._tls.b
         except AttributeError:

@@ -1,6 +1,7 @@
 // cuda-v4's tensor-core verify (launch rows with chunk 3; cuda_v4.py decides where it serves):
-// the speculative-verify forms that store intermediate states (intermediate_states, with or
-// without the final state), on a dense state or a pool, K = V = 128, T <= 8, bf16 q/k/v.
+// the speculative-verify forms that store every token's state (intermediate_states, with or
+// without the final state, on a dense state or a pool; vLLM's per-token slots with or without
+// num_accepted_tokens), K = V = 128, T <= 8, bf16 q/k/v.
 // Measured on the H100 at B = 1 (bench/results/h100-80gb-hbm3/verify/ab-wy/), where the token
 // loop of cuda_v4.cu waits on T dependent dot products a token.
 //
@@ -15,7 +16,8 @@
 //
 // The block: 8 rows of one head (16 blocks a head), 9 warps.  Warp 8, the loader, alone waits
 // for the sequence's slot, copies the 8 state rows into shared memory (cp.async) and arrives
-// on a named barrier; it also reads the intermediate row and the write slot.  The 8 compute
+// on a named barrier; it also reads the intermediate row and the write slot (per-token slots:
+// the T write slots).  The 8 compute
 // warps never wait for the slot: the gates, the head's Gram entries (k_i.k_t, k_i.q_t, q_t.q_t:
 // two m16n8k16 MMAs a warp over its 16-wide K slice, summed over the warps through shared
 // memory), each warp's own copy of L and N (in registers) and its k rows are ready while the
@@ -29,13 +31,16 @@
 // GDN_T (1..8), GDN_HV, GDN_GVA, GDN_STATE_DT, GDN_IO_DT (bf16), GDN_A_DT, GDN_B_DT,
 // GDN_DTB_DT, GDN_L2NORM, GDN_FASTGATE, GDN_DENSE (1: dense strides, a pool's slot strides at
 // run time; 2: the call's strides, -DGDN_SC_<field>), GDN_POOL (0 dense state, 1, 2), GDN_IDX64,
-// GDN_INTER (1: row n, 2: row inter_idx[n]), GDN_UPDATE (0: no final store).  Other cuda-v4
+// GDN_INTER (1: row n, 2: row inter_idx[n]), GDN_UPDATE (0: no final store), or GDN_POOL 3, 4
+// (per-token slots, gdn_token_read_slot; GDN_INTER 0, GDN_UPDATE 1).  Other cuda-v4
 // defines are ignored; strides and state offsets come from gdn_common.cuh (GDN_STRIDE,
 // GDN_SLOT_STRIDE, GDN_READ_OFFSET, GDN_WRITE_OFFSET), as in cuda_v4.cu.  Runtime: the
 // GdnParams block (gdn_common.cuh), whose first line holds what the loader reads first and
 // whose second the compute warps' inputs; dt_bias, which the compute warps read at once too,
-// comes in the first line's ``accepted`` field (no form this kernel serves has accepted
-// counts; cuda_v4.py writes dt_bias's pointer there), not from its own field on the third line.
+// comes in a field of the first two lines that the form does not use, not from its own field
+// on the third line: ``accepted`` (the intermediate-states forms have no counts) or, with
+// per-token slots (whose loader needs ``accepted`` first), ``new_state``, whose pointer then
+// comes in the third line's ``inter`` (cuda_v4.py writes them there; TC_DT_BIAS, TC_NEW_STATE).
 #include "gdn_common.cuh"
 
 #if !defined(GDN_K) || !defined(GDN_V) || !defined(GDN_T) || !defined(GDN_HV) || \
@@ -48,8 +53,9 @@
 static_assert(GDN_K == 128 && GDN_V == 128, "the tensor-core verify: K = V = 128");
 static_assert(GDN_T >= 1 && GDN_T <= 8, "the tensor-core verify: T <= 8 (the MMA's 8 columns)");
 static_assert(GDN_IO_DT == GDN_BF16, "the tensor-core verify: bf16 q, k, v (the MMA's inputs)");
-static_assert(GDN_INTER == 1 || GDN_INTER == 2, "the tensor-core verify: intermediate states");
-static_assert(GDN_POOL >= 0 && GDN_POOL <= 2, "the tensor-core verify: a dense state or a pool");
+static_assert(GDN_POOL >= 0 && GDN_POOL <= 4, "the tensor-core verify: GDN_POOL 0 to 4");
+static_assert(GDN_POOL < 3 ? GDN_INTER == 1 || GDN_INTER == 2 : !GDN_INTER && GDN_UPDATE,
+              "the tensor-core verify: intermediate states or per-token slots");
 static_assert(GDN_DENSE == 1 || GDN_DENSE == 2, "GDN_DENSE: 1 or 2");
 
 namespace {
@@ -58,7 +64,16 @@ constexpr int SD = GDN_STATE_DT;
 constexpr int R = 8, NW = 8, NT = 32 * (NW + 1);   // rows a block, compute warps, + the loader
 constexpr int PARTS = V / R;                       // blocks a head
 constexpr unsigned FULL = 0xffffffffu;
+constexpr bool SLOTS = GDN_POOL >= 3;              // per-token slots
 }
+// Where this kernel finds dt_bias and new_state (see the head comment).
+#if GDN_POOL >= 3
+#define TC_DT_BIAS p.new_state
+#define TC_NEW_STATE p.inter
+#else
+#define TC_DT_BIAS p.accepted
+#define TC_NEW_STATE p.new_state
+#endif
 
 __device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
                                          unsigned a3, unsigned b0, unsigned b1) {
@@ -118,10 +133,13 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     // the block's third line, which only the loader brings into the constant cache.
     __shared__ long long sflags[4];
     __shared__ float sscale;
+    __shared__ long long stok[T];                      // per-token slots: token t's rows (0: none)
 
     if (w == NW) {
         // ---- the loader: the slots, then the block's state rows into shared memory ----------
-#if GDN_POOL
+#if GDN_POOL >= 3
+        const GdnSlots s = gdn_token_read_slot<GDN_POOL, T, GDN_IDX64>(p, n);
+#elif GDN_POOL
         const GdnSlots s = gdn_pool_slots<GDN_POOL, GDN_IDX64>(p, n);
 #else
         GdnSlots s;
@@ -146,6 +164,19 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         // What the compute warps need from the block's third line, by one lane, after the
         // copies have issued (a constant-cache miss on that line must not delay them: inside
         // this branch the compiler does not hoist the intermediate row's load above them).
+#if GDN_POOL >= 3
+        // Per-token slots: lane t < T, token t's rows of new_state (0: a padded slot).
+        if (lane < T) {
+            const long long ts = gdn_index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + lane);
+            stok[lane] = gdn_token_slot_ok(p, ts) ? reinterpret_cast<long long>(
+                static_cast<ST*>(TC_NEW_STATE) + GDN_WRITE_OFFSET(ts, h)) : 0;
+        }
+        if (lane == 0) {
+            sflags[0] = s.rd;
+            sflags[1] = sflags[2] = sflags[3] = 0;
+            sscale = (float)p.scale;
+        }
+#else
         if (lane == 0) {
 #if GDN_INTER == 1
             const long long irow = n;
@@ -160,7 +191,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
 #else
             const GdnSlots& sw = s;
 #endif
-            if (sw.wr) fin = static_cast<ST*>(p.new_state) + GDN_WRITE_OFFSET(sw.write, h);
+            if (sw.wr) fin = static_cast<ST*>(TC_NEW_STATE) + GDN_WRITE_OFFSET(sw.write, h);
 #endif
             ST* ib = nullptr;
             if ((unsigned long long)irow < (unsigned long long)p.S)
@@ -172,6 +203,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
             sflags[3] = GDN_SLOT_STRIDE(i_t);
             sscale = (float)p.scale;
         }
+#endif
         asm volatile("cp.async.wait_all;" ::: "memory");
         asm volatile("bar.arrive 1, %0;" :: "n"(NT) : "memory");
         return;
@@ -204,7 +236,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     const int tl = lane < T ? lane : 0;
     const float xa = gdn_ld<GDN_A_DT>(p.a, n * GDN_STRIDE(a_n, T * HV) + tl * GDN_STRIDE(a_t, HV)
                                            + h * GDN_STRIDE(a_h, 1))
-                     + gdn_ld<GDN_DTB_DT>(p.accepted, h * GDN_STRIDE(dtb_h, 1));   // dt_bias
+                     + gdn_ld<GDN_DTB_DT>(TC_DT_BIAS, h * GDN_STRIDE(dtb_h, 1));
     const float xb = gdn_ld<GDN_B_DT>(p.b, n * GDN_STRIDE(b_n, T * HV) + tl * GDN_STRIDE(b_t, HV)
                                            + h * GDN_STRIDE(b_h, 1));
     const float A_log = p.A_log[h * GDN_STRIDE(A_log_h, 1)];
@@ -412,11 +444,17 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
 
     // ---- the states, token by token (warp w: row wrow, lane: K [4 lane, 4 lane + 4)) ---------
     ST* const ib = iblk + (long long)wrow * K + kr;     // used only where iblk is set
+    const long long trow = wrow * GDN_STRIDE(ns_v, K) + kr;   // per-token slots: in a slot
 #pragma unroll
     for (int t = 0; t < T; ++t) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[e] = gr[t] * s[e] + wr[t] * kf[t][e];
-        if (iblk != nullptr) st4_global(ib + t * i_t, s);
+        if constexpr (SLOTS) {
+            ST* const tok = reinterpret_cast<ST*>(stok[t]);
+            if (tok != nullptr) st4_global(tok + trow, s);
+        } else if (iblk != nullptr) {
+            st4_global(ib + t * i_t, s);
+        }
     }
     // Output o_t of row wrow by the lane holding s.q_t: ew_t s.q_t + sum_{j <= t} N[t][j] u_j,
     // times the scale.
@@ -426,5 +464,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         for (int j = 0; j < T; ++j) o += Nr[j] * u[j];
         gdn_st<GDN_IO_DT>(p.out, o0 + tv * o_t, scale * o);
     }
-    if (fin != nullptr) st4_global(fin + wrow * GDN_STRIDE(ns_v, K) + kr, s);   // (GDN_UPDATE only)
+    if (!SLOTS && fin != nullptr)                      // GDN_UPDATE, not per-token slots
+        st4_global(fin + wrow * GDN_STRIDE(ns_v, K) + kr, s);
 }

@@ -233,3 +233,40 @@ __device__ __forceinline__ GdnSlots gdn_pool_slots(const GdnParams& p, unsigned 
     s.write = s.wr ? w : 0;
     return s;
 }
+
+// Element i of an int32 / int64 index tensor, in 64 bits.
+template <bool I64>
+__device__ __forceinline__ long long gdn_index_at(const void* x, long long i) {
+    if constexpr (I64) return static_cast<const long long*>(x)[i];
+    else return static_cast<const int*>(x)[i];
+}
+
+// Per-token slots (cuda-v4's GDN_POOL 3 and 4: idx is [B, T], vLLM's verify contract): the slot
+// sequence n reads, idx[n, c] with c = accepted[n] - 1 (POOL 4; column 0 for 3).  A count
+// outside 1..T pads the sequence like a padded read slot (rd false).  The state after token t
+// goes to slot idx[n, t] (gdn_token_slot_ok says which store), so wr stays false here.
+// IDX64 bit 0: idx is int64, bit 3: accepted is.
+template <int POOL, int T, int IDX64>
+__device__ __forceinline__ GdnSlots gdn_token_read_slot(const GdnParams& p, unsigned n) {
+    static_assert(POOL == 3 || POOL == 4, "POOL: 3 (read column 0) or 4 (accepted[n] - 1)");
+    long long col = 0;
+    bool ok = true;
+    if constexpr (POOL == 4) {
+        const long long acc = gdn_index_at<(IDX64 & 8) != 0>(p.accepted, n);
+        ok = (unsigned long long)(acc - 1) < (unsigned long long)T;
+        col = ok ? acc - 1 : 0;
+    }
+    const long long r = gdn_index_at<(IDX64 & 1) != 0>(p.idx, (long long)n * T + col);
+    GdnSlots s;
+    s.rd = ok && (unsigned long long)r < (unsigned long long)p.P && r != p.null_slot;
+    s.wr = false;
+    s.read = r;
+    s.write = 0;
+    return s;
+}
+
+// Whether token slot ts of per-token slots is stored to: padding (negative, null_slot, >= PN)
+// is not.
+__device__ __forceinline__ bool gdn_token_slot_ok(const GdnParams& p, long long ts) {
+    return (unsigned long long)ts < (unsigned long long)p.PN && ts != p.null_slot;
+}

@@ -9,8 +9,9 @@ out, every intermediate and final state, padded rows zero, everything else bit-i
 T 1 to 8, fp32/bf16 state, GVA 1/2/4, the L2 norm and not, precise and fast gates, int32/int64
 indices, every padding case, a dense state, intermediate rows by index and by sequence, the
 final store and not, separate write slots, destination passing, the engines' packed q/k/v and
-a/b views (the strides compiled in); each case asserts that the tensor-core kernel ran, and
-per-token slots that the token loop served them.
+a/b views (the strides compiled in); vLLM's per-token slots with and without
+num_accepted_tokens, every padding case, in place and into a separate pool; each case asserts
+that the tensor-core kernel ran.
 """
 from __future__ import annotations
 
@@ -48,6 +49,9 @@ TC_VARIANTS = [
     _defs(T=3, INTER=2, UPDATE=1, POOL=2, IDX64=7, sd=BF16, FAST=0),
     tuple(sorted(_defs(T=2, INTER=2, UPDATE=0, POOL=1, IDX64=4, DENSE=2, l2=True) + _SC)),
     _defs(T=1, INTER=1, UPDATE=1),
+    _defs(T=8, INTER=0, UPDATE=1, POOL=4, IDX64=0, sd=BF16, l2=True),
+    _defs(T=4, INTER=0, UPDATE=1, POOL=3, IDX64=1),
+    tuple(sorted(_defs(T=2, INTER=0, UPDATE=1, POOL=4, IDX64=9, DENSE=2, FAST=0) + _SC)),
     _defs(T=5, INTER=2, UPDATE=0, POOL=1, IDX64=5, HV=32, GVA=4, sd=BF16, l2=True),
 ]
 
@@ -69,11 +73,11 @@ def test_tc_variants_compile_with_nvcc():
     (_defs(T=9, INTER=1, UPDATE=1), "T <= 8"),
     (_defs(T=4, INTER=1, UPDATE=1, io=F16), "bf16 q, k, v"),
     (_defs(T=4, INTER=0, UPDATE=1, POOL=1, IDX64=0), "intermediate states"),
-    (_defs(T=4, INTER=0, UPDATE=1, POOL=3, IDX64=0), "intermediate states"),
+    (_defs(T=4, INTER=0, UPDATE=0, POOL=3, IDX64=0), "per-token slots"),
     (_defs(T=4, K=64, V=64, INTER=1, UPDATE=1), "K = V = 128"),
     (_defs(T=4, INTER=1, UPDATE=1, DENSE=0), "GDN_DENSE"),
     (_defs(T=4, INTER=2, UPDATE=1), "-D options"),            # indexed rows need GDN_IDX64
-], ids=["T9", "fp16", "no-inter", "slots", "K64", "dense0", "no-idx64"])
+], ids=["T9", "fp16", "no-inter", "slots-deferred", "K64", "dense0", "no-idx64"])
 def test_tc_refuses_what_it_cannot_serve(defs, word):
     _, r = _nvcc(defs)
     assert r.returncode != 0 and word in r.stderr, r.stderr[-1000:]
@@ -121,12 +125,24 @@ def test_tc_binds_where_it_serves(recorded):
     src, _, d = kernels[-1]
     assert src == cuda_v4.TC_SOURCE.name and (d["GDN_POOL"], d["GDN_INTER"]) == (0, 1)
     assert d["GDN_FASTGATE"] == 0 and d["GDN_STATE_DT"] == cuda_build.DTYPE_CODE[BF16]
+    # Per-token slots with accepted counts: accepted stays, dt_bias in the new_state field and
+    # new_state (here the pool itself) in the intermediate-states field.
+    case = make_verify_case("slots", B=2, T=8, seed=4, index_dtype=I64)
+    run_case(case, config=TC)
+    src, _, d = kernels[-1]
+    assert src == cuda_v4.TC_SOURCE.name
+    assert (d["GDN_POOL"], d["GDN_INTER"], d["GDN_UPDATE"], d["GDN_IDX64"]) == (4, 0, 1, 9)
+    f = launches[-1][2]
+    assert launches[-1][:2] == (2 * 4 * 128 // cuda_v4.TC_ROWS, cuda_v4.TC_THREADS)
+    assert f["accepted"] == case.accepted.data_ptr() and f["idx"] == case.idx.data_ptr()
+    assert f["new_state"] == f["dt_bias"] == case.x.dt_bias.data_ptr()
+    assert f["inter"] == case.x.state.data_ptr()
 
 
-@pytest.mark.parametrize("why", ["slots", "T9", "fp16", "K64"])
+@pytest.mark.parametrize("why", ["slots-T9", "T9", "fp16", "K64"])
 def test_tc_falls_back_to_the_token_loop(recorded, why):
     kernels, launches = recorded
-    kw = dict(form="slots") if why == "slots" else dict(T=9) if why == "T9" else \
+    kw = dict(form="slots", T=9) if why == "slots-T9" else dict(T=9) if why == "T9" else \
         dict(K=64, V=64) if why == "K64" else {}
     case = make_verify_case(kw.pop("form", "states"), B=2, T=kw.pop("T", 4), seed=3, **kw)
     if why == "fp16":
@@ -138,7 +154,8 @@ def test_tc_falls_back_to_the_token_loop(recorded, why):
     assert "GDN_CHUNK" not in d and d["GDN_AHEAD"] in (1, 3) and d["GDN_HSC"] == 1
     assert launches[-1][1] == 32 * d["GDN_W"]
     want = 0 if case.accepted is None else case.accepted.data_ptr()
-    assert launches[-1][2]["accepted"] == want          # not dt_bias: the token loop's field
+    f = launches[-1][2]
+    assert f["accepted"] == want and f["new_state"] == case.x.state.data_ptr()   # its fields
 
 
 def test_tc_refusal_names_each_reason():
@@ -148,8 +165,9 @@ def test_tc_refusal_names_each_reason():
         return cuda_v4.tc_refusal(**{**call, **kw})
 
     assert serve() == ""
-    assert "intermediate states" in serve(switches=dict(pool=4, inter=0, update=1))
-    assert "per-token" in serve(switches=dict(pool=3, inter=1))
+    assert serve(switches=dict(pool=4, inter=0, update=1)) == ""          # per-token slots
+    assert serve(switches=dict(pool=3, inter=0, update=1)) == ""
+    assert "intermediate states" in serve(switches=dict(pool=1, inter=0, update=1))
     assert "K = V = 128" in serve(K=64, V=64) and "T <= 8" in serve(T=9)
     assert "bf16" in serve(io_dtype=F16) and "aligned" in serve(vec16=False)
     assert "programmatic" in serve(pdl=2) and "grid" in serve(grid=2**31)
@@ -220,6 +238,16 @@ def _tid(c):
             f"-{pad or 'nopad'}-{str(idx)[-5:]}{'-l2' if l2 else ''}-{rows}-{layout}")
 
 
+def _tc_used(monkeypatch):
+    """The kernel names cuda_build compiles from now on (a fresh bind)."""
+    used = []
+    real = cuda_build.get_kernel
+    monkeypatch.setattr(cuda_build, "get_kernel",
+                        lambda src, name, *a: used.append(name) or real(src, name, *a))
+    monkeypatch.setattr(cuda_v4, "_binds", {})
+    return used
+
+
 @pytest.mark.gpu
 @needs_gpu
 @pytest.mark.parametrize("c", _tc_matrix(), ids=_tid)
@@ -231,28 +259,74 @@ def test_tc_matches_reference(c, monkeypatch):
     if layout == "packed":
         _packed(case.x)
     write = _write_slots(case, pad is not None) if layout == "write" else None
-    used = []
-    real = cuda_build.get_kernel
-    monkeypatch.setattr(cuda_build, "get_kernel",
-                        lambda src, name, *a: used.append(name) or real(src, name, *a))
-    monkeypatch.setattr(cuda_v4, "_binds", {})
+    used = _tc_used(monkeypatch)
     check_run(case, l2, _tid(c), TC_PRECISE if j % 5 == 2 else TC, write)
     assert used == [cuda_v4.TC_KERNEL], f"{_tid(c)}: ran {used}, not the tensor-core verify"
 
 
+def _slots_matrix():
+    """(seed, T, state dtype, pad, H, HV, l2, index dtype, accepted, B, layout) for per-token
+    slots: every T and state dtype, the padding cases (a read slot, a count outside 1..T, a
+    token's write slot), counts random, all T and none (column 0), in place and into a
+    separate pool."""
+    pads = (None, "neg", "acc", "col", "null", "past")
+    out = []
+    for j, (T, sd) in enumerate((T, sd) for T in (1, 2, 3, 4, 6, 8) for sd in (F32, BF16)):
+        H, HV = ((4, 4), (2, 4), (1, 4), (4, 8))[j % 4]
+        pad = pads[j % len(pads)] if T > 1 or j % len(pads) != 3 else None
+        acc = ("random", "all", "none")[j // 2 % 3]
+        layout = ("pool", "packed", "pool", "dest")[j % 4]
+        out.append((j, T, sd, pad, H, HV, j % 2 == 0, (I32, I64)[j // 2 % 2], acc,
+                    (1, 5, 3)[j % 3] if pad is None else 5, layout))
+    return out
+
+
+def _sid(c):
+    j, T, sd, pad, H, HV, l2, idx, acc, B, layout = c
+    return (f"T{T}-{'fp32' if sd is F32 else 'bf16'}-B{B}-gva{HV // H}-{pad or 'nopad'}"
+            f"-{str(idx)[-5:]}{'-l2' if l2 else ''}-acc_{acc}-{layout}")
+
+
 @pytest.mark.gpu
 @needs_gpu
-@pytest.mark.parametrize("sd", (F32, BF16), ids=("fp32", "bf16"))
-def test_tc_row_serves_slots_with_its_token_loop(sd, monkeypatch):
-    used = []
-    real = cuda_build.get_kernel
-    monkeypatch.setattr(cuda_build, "get_kernel",
-                        lambda src, name, *a: used.append(name) or real(src, name, *a))
-    monkeypatch.setattr(cuda_v4, "_binds", {})
-    case = make_verify_case("slots", B=5, T=4, state_dtype=sd, device=DEVICE, seed=220,
-                            pad="acc")
-    check_run(case, True, "chunk 3 row, slots form", TC)
-    assert used == [cuda_v4.KERNEL]
+@pytest.mark.parametrize("c", _slots_matrix(), ids=_sid)
+def test_tc_slots_match_reference(c, monkeypatch):
+    j, T, sd, pad, H, HV, l2, idx, acc, B, layout = c
+    case = make_verify_case("slots", B=B, T=T, H=H, HV=HV, state_dtype=sd, device=DEVICE,
+                            seed=240 + j, pad=pad, index_dtype=idx,
+                            accepted=T if acc == "all" else "random")
+    if acc == "none":                  # no num_accepted_tokens: every sequence reads column 0
+        case.accepted = None
+    if layout == "packed":
+        _packed(case.x)
+    used = _tc_used(monkeypatch)
+    if layout == "dest":
+        _slots_into_new_pool(case, l2, _sid(c))
+    else:
+        check_run(case, l2, _sid(c), TC_PRECISE if j % 5 == 2 else TC)
+    assert used == [cuda_v4.TC_KERNEL], f"{_sid(c)}: ran {used}, not the tensor-core verify"
+
+
+def _slots_into_new_pool(case, l2, what):
+    """Per-token slots into a separate pool of the same shape: each token's state in its slot
+    of it, nothing else of it written, the read pool untouched."""
+    x, ver, pool = case.x, case.verify(), case.pool()
+    new = torch.full_like(x.state, float("nan"))
+    ref_out, ref_new, _ = reference_verify_outputs(x, ver, l2, pool, new_pool=new)
+    before = x.state.clone()
+    B, T = x.q.shape[:2]
+    out = torch.empty(B, T, *x.v.shape[2:], dtype=x.v.dtype, device=DEVICE)
+    validate(*x.args(), out=out, new_state=new, use_qk_l2norm=l2, **case.kwargs())
+    cuda_v4.run(*x.args(), out, new, l2, pool, ver, config=TC)
+    torch.cuda.synchronize()
+    assert torch.equal(x.state, before), f"{what}: the read pool was written"
+    written = ~torch.isnan(new.flatten(1)).all(1)
+    want = ~torch.isnan(ref_new.flatten(1)).all(1)
+    assert torch.equal(written, want), f"{what}: slots written {written.nonzero().flatten()}, " \
+                                       f"expected {want.nonzero().flatten()}"
+    rows = want.nonzero().flatten().tolist()
+    j = gate.judge(out, new[rows], ref_out, ref_new[rows], state_dtype=x.state.dtype)
+    assert j.ok, f"{what}: {j.reason}"
 
 
 @pytest.mark.gpu
@@ -269,11 +343,7 @@ def test_tc_destination_passing(sd, monkeypatch):
     before = x.state.clone()
     out = torch.empty(ref_out.shape, dtype=x.v.dtype, device=DEVICE)
     validate(*x.args(), out=out, new_state=new, use_qk_l2norm=True, **case.kwargs())
-    used = []
-    real = cuda_build.get_kernel
-    monkeypatch.setattr(cuda_build, "get_kernel",
-                        lambda src, name, *a: used.append(name) or real(src, name, *a))
-    monkeypatch.setattr(cuda_v4, "_binds", {})
+    used = _tc_used(monkeypatch)
     cuda_v4.run(*x.args(), out, new, True, None, ver, config=TC)
     torch.cuda.synchronize()
     assert used == [cuda_v4.TC_KERNEL]
