@@ -114,6 +114,15 @@ __device__ __forceinline__ void st4_global(ST* to, const float (&s)[4]) {
     }
 }
 
+// 1 / sqrt(x + 1e-6): the L2 norm's inverse (1 without it).  rsqrt.approx.ftz is the MUFU
+// instruction alone; x + 1e-6 is never subnormal, so it equals rsqrtf, which adds a
+// subnormal-input rescale around it.
+__device__ __forceinline__ float rnorm(float x) {
+    float y = 1.f;
+    if (GDN_L2NORM) asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x + 1e-6f));
+    return y;
+}
+
 __device__ __forceinline__ void bar_sync(int id, int n) {
     asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory");
 }
@@ -265,7 +274,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     __shared__ float4 gp[NW][32][2];
     __shared__ float gt[8 * 34];
     __shared__ float4 sp[NW][R][4];
-    __shared__ __align__(16) float wL[NW][T][8], wN[NW][T][8], ws[NW][5][8];   // per warp
+    __shared__ __align__(16) float wL[NW][T][8], wN[NW][T][8];   // per warp
     {
         float c1[4] = {0.f, 0.f, 0.f, 0.f}, c2[4] = {0.f, 0.f, 0.f, 0.f};
         // A = [k_0..k_7; q_0..q_7] (rows g, g + 8), B = k (c1) or q (c2), columns = tokens.
@@ -285,6 +294,20 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         for (int ww = 0; ww < NW; ++ww) sum += base[ww * 256];
         gt[(x & 7) * 34 + (x >> 3)] = sum;
     }
+    // What the coefficients take of the gates, made while the Gram entries are summed: this
+    // lane's pairs' beta_t, beta of its sum's token tv (lane j < 16 later holds sum j: c = j / 4,
+    // s.k_2c, s.k_2c+1, s.q_2c, s.q_2c+1), every token's gate (ws, per warp).
+    const int jv = lane & 15, tv0 = 2 * (jv >> 2) + (jv & 1), tv = tv0 < T ? tv0 : 0;
+    const bool isq = (jv & 2) != 0;
+    float btp[NP];
+#pragma unroll
+    for (int r = 0; r < NP; ++r) {
+        const int t = (lane + 32 * r) / T;
+        btp[r] = __shfl_sync(FULL, bl, t < T ? t : 0);
+    }
+    const float btv = __shfl_sync(FULL, bl, tv);
+    __shared__ __align__(16) float ws[NW][4][8];       // per warp: g_t, rk_t, ye_t, ew_t
+    if (lane < T) ws[w][0][lane] = gl;
     bar_sync(2, 32 * NW);
     // Lane L = 4 i + t / 2 of the MMA holds k_i.k_t, k_i.k_t (values 0, 1: t even, odd), q_i.k_t
     // (2, 3), k_i.q_t (4, 5), q_i.q_t (6, 7).
@@ -292,47 +315,49 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
 #define KQ(i, t) gt[(4 + ((t) & 1)) * 34 + (i) * 4 + (t) / 2]
 #define QQ(t) gt[(6 + ((t) & 1)) * 34 + (t) * 4 + (t) / 2]
     // ---- the head's coefficients, each warp its own copy (no block barrier) ----------------
+    // Each lane makes the norms it needs from the Gram entries itself (no shuffle between
+    // lanes on this path).  N and ew leave out the scale, which the outputs take at the end
+    // (from the loader: it sits on the block's third line).
     {
-        // rq_t made by lane t and shuffled.  N and ew leave out the scale, which the outputs
-        // take at the end (from the loader: it sits on the block's third line).
-        float rkl = 1.f, rql = 1.f;
-        if (lane < T) {
-            if (GDN_L2NORM) {
-                rkl = rsqrtf(KK(lane, lane) + 1e-6f);
-                rql = rsqrtf(QQ(lane) + 1e-6f);
-            }
-            ws[w][0][lane] = gl;
-            ws[w][1][lane] = bl;
-            ws[w][2][lane] = rkl;
-            ws[w][3][lane] = bl * El * rkl;            // ye_t
-            ws[w][4][lane] = rql * El;                // ew_t / scale
-        }
+        // Every pair's entries made (no branch: the loads and norms issue together), then
+        // stored (after all the loads: the compiler keeps shared loads behind shared stores).
+        float l[NP], nq[NP];
 #pragma unroll
         for (int r = 0; r < NP; ++r) {
             const int e = lane + 32 * r, t = e / T, i = e % T;
             const int ts = t < T ? t : 0;
-            const float bt = __shfl_sync(FULL, bl, ts);
-            const float rkt = __shfl_sync(FULL, rkl, ts);
-            const float rqt = __shfl_sync(FULL, rql, ts);
-            const float rki = __shfl_sync(FULL, rkl, i);
+            const float rkt = rnorm(KK(ts, ts)), rki = rnorm(KK(i, i)), rqt = rnorm(QQ(ts));
+            l[r] = btp[r] * rkt * rki * Dp[r] * KK(i, ts);
+            nq[r] = rqt * Dp[r] * rki * KQ(i, ts);
+        }
+        // Lane t < T: rk_t, ye_t = beta_t E_t rk_t and ew_t / scale = rq_t E_t (read back
+        // from shared memory below: loads stay before the state's barrier, where the
+        // compiler would move a multiply or a norm behind it).
+        const float rkl = rnorm(KK(tl, tl)), rql = rnorm(QQ(tl));
+        if (lane < T) {
+            ws[w][1][lane] = rkl;
+            ws[w][2][lane] = bl * El * rkl;
+            ws[w][3][lane] = rql * El;
+        }
+#pragma unroll
+        for (int r = 0; r < NP; ++r) {
+            const int e = lane + 32 * r, t = e / T, i = e % T;
             if (e < T * T) {
-                wL[w][t][i] = i < t ? bt * rkt * rki * Dp[r] * KK(i, t) : 0.f;
-                wN[w][t][i] = i <= t ? rqt * Dp[r] * rki * KQ(i, t) : 0.f;
+                wL[w][t][i] = i < t ? l[r] : 0.f;
+                wN[w][t][i] = i <= t ? nq[r] : 0.f;
             }
         }
         __syncwarp();
     }
+    const float yetv = ws[w][2][tv], ewtv = ws[w][3][tv];
     // This lane's coefficients, into registers before the state is needed (16-byte reads).
-    // Lane j < 16 later holds sum j: c = j / 4, s.k_2c, s.k_2c+1, s.q_2c, s.q_2c+1.
-    const int jv = lane & 15, tv0 = 2 * (jv >> 2) + (jv & 1), tv = tv0 < T ? tv0 : 0;
-    const bool isq = (jv & 2) != 0;
     constexpr int T4 = (T + 3) / 4;
     float Lr[T][T], gr[T], rkr[T], Nr[T];
     {
         const float4* L4 = reinterpret_cast<const float4*>(&wL[w][0][0]);
         const float4* N4 = reinterpret_cast<const float4*>(&wN[w][tv][0]);
         const float4* g4 = reinterpret_cast<const float4*>(&ws[w][0][0]);
-        const float4* r4 = reinterpret_cast<const float4*>(&ws[w][2][0]);
+        const float4* r4 = reinterpret_cast<const float4*>(&ws[w][1][0]);
 #pragma unroll
         for (int q4 = 0; q4 < T4; ++q4) {
             const float4 a = g4[q4], b = r4[q4], d = N4[q4];
@@ -357,7 +382,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
                     if (4 * q4 + e < t) Lr[t][4 * q4 + e] = av[e];
             }
     }
-    const float btv = ws[w][1][tv], yetv = ws[w][3][tv], ewtv = ws[w][4][tv];
     float vt = vv[0];
 #pragma unroll
     for (int t = 1; t < T; ++t)
