@@ -30,8 +30,8 @@ dot products and the head's Gram entries on the tensor cores, 8 rows a block, an
 that alone waits for the slot and the state while the other warps solve the tokens' system; it
 serves the forms that store every token's state (intermediate states on a dense state or a
 pool, per-token slots) with K = V = 128, T <= 8, bf16 q/k/v and 16-byte-aligned tensors,
-without PDL.  Any other call of a ``chunk`` 3 row runs the token
-loop with the row's other fields, which is why such a row keeps its token-loop shape.
+without PDL.  Any other call of a ``chunk`` 3 row runs the token loop with the row's other
+fields, which is why such a row keeps its token-loop shape.
 A row with ``ahead`` set keeps the token loop but takes every load that does not depend on the
 state out of a token's own step (1: v, gates and slots before the loop, q and k one token ahead,
 the loop unrolled; 2: all one token ahead, the loop rolled; 3: as 1 with q and k of every token
@@ -109,9 +109,9 @@ STATE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
 #                      entries summed in the butterfly of the state's dot products: no shared
 #                      memory, no barrier; 3 (verify with intermediate states or per-token
 #                      slots, K = V = 128, T <= 8, bf16 q/k/v, aligned, no PDL; other calls: the
-#                      token loop with the row's other fields): the tensor-core verify kernel, cuda_v4_tc.cu, whose
-#                      launch shape is fixed (the row's warps, row groups, lanes, hint, chain,
-#                      q/k mode, ahead and head_scalars are its fallback's)
+#                      token loop with the row's other fields): the tensor-core verify kernel,
+#                      cuda_v4_tc.cu, whose launch shape is fixed (the row's warps, row groups,
+#                      lanes, hint, chain, q/k mode, ahead and head_scalars are its fallback's)
 #   ahead              T > 1, the token loop with the state in registers, q/k mode not 1: the
 #                      loads that do not depend on the state leave a token's own step, so it
 #                      waits on its arithmetic, not on a load; 1: every token's v, gates and slots
@@ -517,10 +517,10 @@ class Bound:
             launch = self.vec16
         else:
             launch = self.launches.get(False) or self.make(False)
-        if launch is self.tc:       # cuda_v4_tc.cu reads dt_bias from a field its form
-            if self.tc_slots:         # does not use: per-token slots' ``new_state`` (their
-                np_, inter = dt_bias.data_ptr(), np_      # new_state in ``inter``), else
-            else:                                         # ``accepted``
+        if launch is self.tc:       # cuda_v4_tc.cu reads dt_bias from a field its form leaves
+            if self.tc_slots:       # unused: per-token slots' new_state (new_state then in inter)
+                np_, inter = dt_bias.data_ptr(), np_
+            else:                   # the intermediate-states forms' accepted
                 accepted = dt_bias.data_ptr()
         try:
             buf, _, argv = launch._tls.b
