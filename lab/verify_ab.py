@@ -56,7 +56,10 @@ def cell_configs(row, cands, sd, T, extra=None) -> dict:
     return cfgs
 
 
-def run(sds, ts, bs, rounds, candidates, extra=None):
+def run(sds, ts, bs, rounds, candidates, extra=None, use=None):
+    """``use(name, config)``: what puts a shape in place before its calls (default: the
+    config in the table row's place; a script may also swap a kernel source there)."""
+    use = use or (lambda name, cfg: _use(cfg))
     orig = cuda_v4.table_config
     gpu = torch.cuda.get_device_name()
     t0 = time.time()
@@ -72,8 +75,8 @@ def run(sds, ts, bs, rounds, candidates, extra=None):
                 row = cuda_v4.full_config(orig(gpu, dt, B, G.H, G.HV, G.K, G.V, True, T, True,
                                                True))
                 cfgs = cell_configs(row, candidates(B, T), sd, T, extra)
-                res = {form: _time_form(ctx, form, cfgs, rounds, f"{sd} B={B} T={T}", t0)
-                       for form in vb.FORMS}
+                res = {form: _time_form(ctx, form, cfgs, rounds, f"{sd} B={B} T={T}", t0,
+                                        use) for form in vb.FORMS}
                 worst = {k: max(res[f][k] / (res[f]["floor"] * 1.15 + 0.032) for f in res)
                          for k in cfgs if all(k in res[f] for f in res)}
                 rank = sorted(worst.items(), key=lambda kv: kv[1])
@@ -87,19 +90,19 @@ def run(sds, ts, bs, rounds, candidates, extra=None):
         cuda_v4.table_config = orig
 
 
-def _time_form(ctx, form, cfgs, rounds, what, t0) -> dict:
+def _time_form(ctx, form, cfgs, rounds, what, t0, use) -> dict:
     """name -> median µs over ``rounds`` interleaved rounds (with the floor's), the gated
     shapes only."""
     calls = {}
     for name, cfg in cfgs.items():
-        _use(cfg)
+        use(name, cfg)
         e = vb.entry_call("cuda-v4", form, ctx)
         chk = vb.check_entry(e, ctx, form)
         if not chk["ok"]:
             print("  FAIL", what, form, name, chk["reason"], flush=True)
             continue
         calls[name] = e.call
-    return time_rounds(ctx, form, calls, rounds, lambda name: _use(cfgs[name]),
+    return time_rounds(ctx, form, calls, rounds, lambda name: use(name, cfgs[name]),
                        f"{what} {form:13s} [{time.time() - t0:.0f}s]")
 
 
@@ -130,7 +133,7 @@ def time_rounds(ctx, form, calls, rounds, prepare, what) -> dict:
     return med
 
 
-def main(candidates, extra=None):
+def main(candidates, extra=None, use=None):
     sds, ts, bs = (sys.argv[1].split(","), [int(x) for x in sys.argv[2].split(",")],
                    [int(x) for x in sys.argv[3].split(",")])
-    run(sds, ts, bs, int(sys.argv[4]) if len(sys.argv) > 4 else 3, candidates, extra)
+    run(sds, ts, bs, int(sys.argv[4]) if len(sys.argv) > 4 else 3, candidates, extra, use)
