@@ -23,9 +23,11 @@
 // memory), each warp's own copy of L and N (in registers) and its k rows are ready while the
 // slot and the state are in flight.  At the barrier the state arrives: warp w holds a 16-wide
 // K slice of the 8 rows as an MMA A fragment (K permuted within the slice so a lane's 4
-// elements are contiguous) for two MMAs (an fp32 state is split into three bf16 parts, six),
-// the sums over the warps behind one barrier, then warp w takes row w: y, u by forward
-// substitution (depth T), the T states each stored at once (lane l: K [4l, 4l + 4)), the outputs.
+// elements are contiguous) for two MMAs (an fp32 state is split into three bf16 parts: four,
+// none chained), the sums over the warps behind one barrier, then warp w takes row w: y, then
+// token by token u_t (forward substitution by columns), the state after token t and its store
+// (lane l: K [4l, 4l + 4)), a scheduling fence (sched_fence) so that the stores stream out from
+// token 0 on; the outputs last.
 //
 // Compile-time (-D, backends/_cuda_build.py, the names of cuda_v4.cu): GDN_K = GDN_V = 128,
 // GDN_T (1..8), GDN_HV, GDN_GVA, GDN_STATE_DT, GDN_IO_DT (bf16), GDN_A_DT, GDN_B_DT,
@@ -87,31 +89,56 @@ __device__ __forceinline__ uint2 ld8(const unsigned short* p) {
     return *reinterpret_cast<const uint2*>(p);
 }
 
-// x = hi + mid + lo, each a bf16 pair (x0 low half): exact for normal fp32 values.
+// x = hi + mid + lo exactly, each a bf16 pair (x0 in the low half): hi keeps the top 16 bits
+// of x (truncation, one PRMT a pair), mid the top 16 of the rest, lo what is left (at most 8
+// significant bits, so its top 16 bits hold it exactly).
+__device__ __forceinline__ unsigned hi2(float a, float b) {
+    return __byte_perm(__float_as_uint(a), __float_as_uint(b), 0x7632);
+}
+__device__ __forceinline__ float rest(float a) {
+    return a - __uint_as_float(__float_as_uint(a) & 0xffff0000u);
+}
 __device__ __forceinline__ void split3(float x0, float x1, unsigned& h, unsigned& m, unsigned& l) {
-    float a, b;
-    h = gdn_pack2<GDN_BF16>(x0, x1);
-    gdn_unpack2<GDN_BF16>(h, a, b);
-    x0 -= a; x1 -= b;
-    m = gdn_pack2<GDN_BF16>(x0, x1);
-    gdn_unpack2<GDN_BF16>(m, a, b);
-    x0 -= a; x1 -= b;
-    l = gdn_pack2<GDN_BF16>(x0, x1);
+    h = hi2(x0, x1);
+    const float r0 = rest(x0), r1 = rest(x1);
+    m = hi2(r0, r1);
+    l = hi2(rest(r0), rest(r1));
 }
 
-// A lane's 4 state elements to global memory.  The addresses come from the loader through
-// shared memory, so the compiler cannot tell they are global: written as st.global, not as
-// generic stores.
+// A lane's 4 state elements to global memory at byte address ``to`` where ``ok``: predicated,
+// not branched around, so no branch splits the token loop.  The addresses come from the
+// loader through shared memory, so the compiler cannot tell they are global: written as
+// st.global, not as generic stores.
 template <typename ST>
-__device__ __forceinline__ void st4_global(ST* to, const float (&s)[4]) {
+__device__ __forceinline__ void st4_global(unsigned long long to, bool ok, const float (&s)[4]) {
     if constexpr (sizeof(ST) == 2) {
-        asm volatile("st.global.v2.b32 [%0], {%1, %2};" :: "l"(to),
-                     "r"(gdn_pack2<GDN_BF16>(s[0], s[1])), "r"(gdn_pack2<GDN_BF16>(s[2], s[3]))
-                     : "memory");
+        asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %3, 0;\n\t"
+                     "@q st.global.v2.b32 [%0], {%1, %2};\n\t}" :: "l"(to),
+                     "r"(gdn_pack2<GDN_BF16>(s[0], s[1])), "r"(gdn_pack2<GDN_BF16>(s[2], s[3])),
+                     "r"((unsigned)ok) : "memory");
     } else {
-        asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(to), "f"(s[0]),
-                     "f"(s[1]), "f"(s[2]), "f"(s[3]) : "memory");
+        asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %5, 0;\n\t"
+                     "@q st.global.v4.f32 [%0], {%1, %2, %3, %4};\n\t}" :: "l"(to), "f"(s[0]),
+                     "f"(s[1]), "f"(s[2]), "f"(s[3]), "r"((unsigned)ok) : "memory");
     }
+}
+
+// One bf16 output where ``ok``, likewise predicated.
+__device__ __forceinline__ void st_bf16_global(unsigned short* to, bool ok, float x) {
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q st.global.b16 [%0], %1;\n\t}"
+                 :: "l"(to), "h"(gdn_f32_to_bf16(x)), "r"((unsigned)ok) : "memory");
+}
+
+// A scheduling fence: ptxas moves no instruction across a clock read, so a read after each
+// token's store keeps the next tokens' arithmetic behind it.  Without it ptxas makes every
+// token's state first and issues the T stores last, about 400 cycles after token 0's state is
+// ready (bf16, T = 8), and the stores' drain, the longest part of the kernel, starts that much
+// later.  A clock read whose value goes nowhere is dropped, so the values are folded into
+// ``acc``, which the kernel stores where it is never read again (the end of the kernel).
+__device__ __forceinline__ void sched_fence(unsigned& acc) {
+    unsigned c;
+    asm volatile("mov.u32 %0, %%clock;" : "=r"(c) :: "memory");
+    acc ^= c;
 }
 
 // 1 / sqrt(x + 1e-6): the L2 norm's inverse (1 without it).  rsqrt.approx.ftz is the MUFU
@@ -420,7 +447,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     }
     const long long o0 = n * GDN_STRIDE(o_n, T * HV * V) + h * GDN_STRIDE(o_h, V) + wrow;
     const long long o_t = GDN_STRIDE(o_t, HV * V);
-    if (!rd) {                                         // padded: zero out rows, nothing stored
+    // A padded sequence (!rd) zeroes its out rows and stores nothing.  Checked here up to T = 4
+    // and after the sums' shared store above that, so that the state's loads and MMAs do not
+    // wait for the check (measured on the H100 at B = 1: faster at T = 8, slower at T = 4).
+    constexpr bool LATE_PAD = T > 4;
+    if (!LATE_PAD && !rd) {
         if (lane < T) gdn_st<GDN_IO_DT>(p.out, o0 + lane * o_t, 0.0f);
         return;
     }
@@ -434,14 +465,23 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         unsigned h0, m0, l0, h1, m1, l1;
         split3(sm[0], sm[1], h0, m0, l0);
         split3(sm[2], sm[3], h1, m1, l1);
-        mma16816(d1, l0, 0u, l1, 0u, bk.x, bk.y);
-        mma16816(d2, l0, 0u, l1, 0u, bq.x, bq.y);
-        mma16816(d1, m0, 0u, m1, 0u, bk.x, bk.y);
-        mma16816(d2, m0, 0u, m1, 0u, bq.x, bq.y);
-        mma16816(d1, h0, 0u, h1, 0u, bk.x, bk.y);
-        mma16816(d2, h0, 0u, h1, 0u, bq.x, bq.y);
+        // hi in rows g, mid in rows g + 8 of one MMA, lo in another: four MMAs, none chained.
+        float e1[4] = {0.f, 0.f, 0.f, 0.f}, e2[4] = {0.f, 0.f, 0.f, 0.f};
+        mma16816(d1, h0, m0, h1, m1, bk.x, bk.y);
+        mma16816(d2, h0, m0, h1, m1, bq.x, bq.y);
+        mma16816(e1, l0, 0u, l1, 0u, bk.x, bk.y);
+        mma16816(e2, l0, 0u, l1, 0u, bq.x, bq.y);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            d1[j] = (e1[j] + d1[j + 2]) + d1[j];
+            d2[j] = (e2[j] + d2[j + 2]) + d2[j];
+        }
     }
     sp[w][g][c] = make_float4(d1[0], d1[1], d2[0], d2[1]);   // s.k_2c, s.k_2c+1, s.q_2c, s.q_2c+1
+    if (LATE_PAD && !rd) {
+        if (lane < T) gdn_st<GDN_IO_DT>(p.out, o0 + lane * o_t, 0.0f);
+        return;
+    }
     bar_sync(2, 32 * NW);
     // Warp w: row wrow's 16 sums (lane j < 16 sum j), then y_t = beta_t v_t - ye_t s.k_t
     // gathered into every lane.
@@ -455,39 +495,51 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     float y[T];
 #pragma unroll
     for (int t = 0; t < T; ++t) y[t] = __shfl_sync(FULL, ylv, 4 * (t >> 1) + (t & 1));
-    // u = (I + L)^-1 y by columns; w_t = rk_t u_t, the coefficient of the raw k_t.
-    float u[T], wr[T];
+    float u[T];
+    // ---- the states, token by token (warp w: row wrow, lane: K [4 lane, 4 lane + 4)) ---------
+    // u_t, w_t = rk_t u_t (the coefficient of the raw k_t), the state after token t, its store,
+    // then a fence (sched_fence), so that token 0's store issues as soon as its state is made.
+    // Addresses as integers, each store predicated (no branch in the loop).
+    const unsigned long long lrow = (unsigned long long)(wrow * GDN_STRIDE(ns_v, K) + kr) * SB;
+    unsigned long long ia = (unsigned long long)sflags[2] + (unsigned long long)(wrow * K + kr) * SB;
+    const unsigned long long istep = (unsigned long long)i_t * SB;
+    const bool iok = iblk != nullptr;
+    unsigned fence = 0;
 #pragma unroll
     for (int t = 0; t < T; ++t) u[t] = y[t];
 #pragma unroll
-    for (int j = 0; j < T; ++j)
-#pragma unroll
-        for (int t = j + 1; t < T; ++t) u[t] -= Lr[t][j] * u[j];
-#pragma unroll
-    for (int t = 0; t < T; ++t) wr[t] = rkr[t] * u[t];
-
-    // ---- the states, token by token (warp w: row wrow, lane: K [4 lane, 4 lane + 4)) ---------
-    ST* const ib = iblk + (long long)wrow * K + kr;     // used only where iblk is set
-    const long long trow = wrow * GDN_STRIDE(ns_v, K) + kr;   // per-token slots: in a slot
-#pragma unroll
     for (int t = 0; t < T; ++t) {
+        // u_t is complete: u = (I + L)^-1 y by columns, column t taken out of every later row
+        // at once, so u_{t+1} is one FMA behind u_t.
+        const float ut = u[t];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) s[e] = gr[t] * s[e] + wr[t] * kf[t][e];
+        for (int j = t + 1; j < T; ++j) u[j] -= Lr[j][t] * ut;
+        const float wt = rkr[t] * ut;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[e] = gr[t] * s[e] + wt * kf[t][e];
         if constexpr (SLOTS) {
-            ST* const tok = reinterpret_cast<ST*>(stok[t]);
-            if (tok != nullptr) st4_global(tok + trow, s);
-        } else if (iblk != nullptr) {
-            st4_global(ib + t * i_t, s);
+            const unsigned long long tok = (unsigned long long)stok[t];
+            st4_global<ST>(tok + lrow, tok != 0, s);
+        } else {
+            st4_global<ST>(ia, iok, s);
+            ia += istep;
         }
+        sched_fence(fence);
     }
+    if constexpr (!SLOTS && GDN_UPDATE)                // the final state
+        st4_global<ST>((unsigned long long)sflags[1] + lrow, fin != nullptr, s);
+    // sched_fence's sink: the folded clock values into sscale on a (never met in practice)
+    // condition; a harmless write either way, since every compute warp read sscale before
+    // the sums' barrier and nothing reads it after.
+    if (fence == 0x7fffffffu) sscale = 0.f;
+
     // Output o_t of row wrow by the lane holding s.q_t: ew_t s.q_t + sum_{j <= t} N[t][j] u_j,
     // times the scale.
-    if (lane < 16 && isq && tv0 < T) {
+    {
         float o = ewtv * sum;
 #pragma unroll
         for (int j = 0; j < T; ++j) o += Nr[j] * u[j];
-        gdn_st<GDN_IO_DT>(p.out, o0 + tv * o_t, scale * o);
+        st_bf16_global(static_cast<unsigned short*>(p.out) + o0 + tv * o_t,
+                       lane < 16 && isq && tv0 < T, scale * o);
     }
-    if (!SLOTS && fin != nullptr)                      // GDN_UPDATE, not per-token slots
-        st4_global(fin + wrow * GDN_STRIDE(ns_v, K) + kr, s);
 }

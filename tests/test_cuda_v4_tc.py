@@ -229,6 +229,9 @@ def _tc_matrix():
         out.append((j, T, sd, j % 3 != 1, pad, H, HV, j % 2 == 0, (I32, I64)[j // 2 % 2],
                     "default" if j % 4 == 3 else "indexed", (1, 5, 3)[j % 3] if pad is None
                     else 5, layout))
+    # A padded read slot above T = 4, where the kernel checks it after the state's MMAs.
+    out.append((12, 8, F32, True, "neg", 4, 8, False, I64, "indexed", 5, "pool"))
+    out.append((13, 6, BF16, False, "null", 2, 4, True, I32, "default", 5, "write"))
     return out
 
 
