@@ -429,8 +429,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     // ---- the state: wait for the loader -----------------------------------------------------
     bar_sync(1, NT);
     const long long rd = sflags[0], i_t = sflags[3];
-    ST* const fin = reinterpret_cast<ST*>(sflags[1]);
-    ST* const iblk = reinterpret_cast<ST*>(sflags[2]);
+    // The final state's and the intermediate row's head blocks, as addresses (0: none).
+    const unsigned long long fin = sflags[1], iblk = sflags[2];
     const float scale = sscale;
     uint2 sx;                                          // MMA layout, bf16
     float sm[4], s[4];                                 // MMA layout (fp32), update layout
@@ -451,8 +451,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     // and after the sums' shared store above that, so that the state's loads and MMAs do not
     // wait for the check (measured on the H100 at B = 1: faster at T = 8, slower at T = 4).
     constexpr bool LATE_PAD = T > 4;
+    const auto zero_out = [&] { if (lane < T) gdn_st<GDN_IO_DT>(p.out, o0 + lane * o_t, 0.0f); };
     if (!LATE_PAD && !rd) {
-        if (lane < T) gdn_st<GDN_IO_DT>(p.out, o0 + lane * o_t, 0.0f);
+        zero_out();
         return;
     }
 
@@ -479,7 +480,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     }
     sp[w][g][c] = make_float4(d1[0], d1[1], d2[0], d2[1]);   // s.k_2c, s.k_2c+1, s.q_2c, s.q_2c+1
     if (LATE_PAD && !rd) {
-        if (lane < T) gdn_st<GDN_IO_DT>(p.out, o0 + lane * o_t, 0.0f);
+        zero_out();
         return;
     }
     bar_sync(2, 32 * NW);
@@ -501,9 +502,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     // then a fence (sched_fence), so that token 0's store issues as soon as its state is made.
     // Addresses as integers, each store predicated (no branch in the loop).
     const unsigned long long lrow = (unsigned long long)(wrow * GDN_STRIDE(ns_v, K) + kr) * SB;
-    unsigned long long ia = (unsigned long long)sflags[2] + (unsigned long long)(wrow * K + kr) * SB;
+    unsigned long long ia = iblk + (unsigned long long)(wrow * K + kr) * SB;
     const unsigned long long istep = (unsigned long long)i_t * SB;
-    const bool iok = iblk != nullptr;
     unsigned fence = 0;
 #pragma unroll
     for (int t = 0; t < T; ++t) u[t] = y[t];
@@ -521,13 +521,13 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
             const unsigned long long tok = (unsigned long long)stok[t];
             st4_global<ST>(tok + lrow, tok != 0, s);
         } else {
-            st4_global<ST>(ia, iok, s);
+            st4_global<ST>(ia, iblk != 0, s);
             ia += istep;
         }
         sched_fence(fence);
     }
     if constexpr (!SLOTS && GDN_UPDATE)                // the final state
-        st4_global<ST>((unsigned long long)sflags[1] + lrow, fin != nullptr, s);
+        st4_global<ST>(fin + lrow, fin != 0, s);
     // sched_fence's sink: the folded clock values into sscale on a (never met in practice)
     // condition; a harmless write either way, since every compute warp read sscale before
     // the sums' barrier and nothing reads it after.
