@@ -1,7 +1,6 @@
 """In-kernel clock64 timeline of the B=1 verify rows (diagnostic, patched copy): per warp, the
 load phase (kernel start to the state in registers), each token, the late stores, in cycles.
 From the checkout's root, after diag_patch.py:  python3 .../ab-b1/timeline.py"""
-import ctypes
 import itertools
 import statistics
 
@@ -11,18 +10,10 @@ import torch
 from b1 import cb, cells, use
 from bench import pool as serving
 from bench import verify as vb
-
-cu = ctypes.CDLL("libcuda.so.1")
+from lab.clock_marks import read_u64
 
 def read_xt(module):
-    ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
-    r = cu.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), ctypes.c_void_p(module), b"gdn_xt")
-    assert r == 0, r
-    a = np.zeros(4096 * 12, dtype=np.uint64)
-    torch.cuda.synchronize()
-    r = cu.cuMemcpyDtoH_v2(a.ctypes.data_as(ctypes.c_void_p), ptr, ctypes.c_size_t(a.nbytes))
-    assert r == 0, r
-    return a.reshape(4096, 12)
+    return read_u64(module, "gdn_xt")[:4096 * 12].reshape(4096, 12)
 
 for sd, T, ctx, row in itertools.chain(cells(("bf16", "fp32"), (8,)), cells(("bf16",), (4,))):
     nw = 1024 // (32 // row[2]) // row[1]

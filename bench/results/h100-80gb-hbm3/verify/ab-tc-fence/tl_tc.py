@@ -15,7 +15,7 @@ coef (the coefficients in registers), past-bar1 (past the loader's barrier), sta
 state in registers), sums (past the sums' barrier), w (the last w_t in the old kernel; token
 0's store issued in the new), end (the last store issued); the loader's "issued" (its copies
 issued: the slot known) and "arrive" (the state rows in shared memory)."""
-import ctypes, statistics, sys
+import statistics, sys
 from pathlib import Path
 sys.path.insert(0, str(Path.cwd()))
 import numpy as np, torch
@@ -25,15 +25,10 @@ from gdnzoo.bench import clocks, shapes
 from gdnzoo.bench import pool as serving
 from gdnzoo.bench import verify as vb
 from lab import verify_ab as va
+from lab.clock_marks import read_u64
 
-cu = ctypes.CDLL("libcuda.so.1")
 def read_xt(module, nrow):
-    ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
-    assert cu.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), ctypes.c_void_p(int(module)), b"tc_xt") == 0
-    a = np.zeros(size.value // 8, dtype=np.uint64)
-    torch.cuda.synchronize()
-    assert cu.cuMemcpyDtoH_v2(a.ctypes.data_as(ctypes.c_void_p), ptr, ctypes.c_size_t(a.nbytes)) == 0
-    return a.reshape(-1, 10)[:nrow].astype(np.int64)
+    return read_u64(module, "tc_xt").reshape(-1, 10)[:nrow].astype(np.int64)
 
 srcs = dict(a.split("=") for a in sys.argv[3:])
 G, l2, gpu = va.G, clocks.l2_bytes(), torch.cuda.get_device_name()

@@ -8,7 +8,6 @@ warp (last line): 0 start, 1 slot known, 2 the state rows in shared memory.  wy2
 L and N stored, L and N in registers, bv, k unpacked, past the barrier, state in registers, y,
 w_t, end.
 python3 bench/results/h100-80gb-hbm3/verify/ab-wy/tl_wy.py bf16 8 [wy|wy2] [NAME=VALUE ...]"""
-import ctypes
 import statistics
 import sys
 from pathlib import Path
@@ -22,19 +21,13 @@ from bench import clocks, shapes  # noqa: E402
 from bench import pool as serving  # noqa: E402
 from bench import verify as vb  # noqa: E402
 from lab import verify_ab as va  # noqa: E402
+from lab.clock_marks import read_u64  # noqa: E402
 import wy  # noqa: E402
-
-cu = ctypes.CDLL("libcuda.so.1")
 
 
 def read_xt(module, nw):
-    ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
-    assert cu.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), ctypes.c_void_p(module),
-                                   b"wy_xt") == 0
-    a = np.zeros(size.value // 8, dtype=np.uint64)
-    nm = 16 if size.value // 8 >= 4608 * 16 else 8
-    torch.cuda.synchronize()
-    assert cu.cuMemcpyDtoH_v2(a.ctypes.data_as(ctypes.c_void_p), ptr, ctypes.c_size_t(a.nbytes)) == 0
+    a = read_u64(module, "wy_xt")
+    nm = 16 if a.size >= 4608 * 16 else 8
     return a.reshape(-1, nm)[:nw].astype(np.int64)
 
 
