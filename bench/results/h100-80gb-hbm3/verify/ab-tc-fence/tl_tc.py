@@ -55,12 +55,15 @@ for sd in sys.argv[1].split(","):
             ctx.ix.advance(); e.call(ctx.ix.index); torch.cuda.synchronize()
             kern = [k for key, k in cb._kernels.items() if key[1] == str(cuda_v4.TC_SOURCE)]
             line = f"{sd} T={T} {name:6s} ok={chk['ok']} kernel {statistics.median(busy):.3f} us"
+            names = NAMES
+            if Path(path).read_text().startswith("// xt marks: coef"):   # xt_patch.py --coef
+                names = NAMES[:5] + ["pairs", "syncwarp"] + NAMES[7:]
             if "xt" in Path(path).name and kern:
                 xt = read_xt(kern[-1].module, 128 * 9)
                 cw = np.concatenate([xt[w::9] for w in range(8)])
                 ld = xt[8::9]
                 med = lambda a: int(np.median(a))
-                line += " | compute " + " ".join(f"{NAMES[i - 1]} {med(cw[:, i] - cw[:, 0])}" for i in range(1, 9))
+                line += " | compute " + " ".join(f"{names[i - 1]} {med(cw[:, i] - cw[:, 0])}" for i in range(1, 9))
                 line += f" | max end {int((cw[:, 8] - cw[:, 0]).max())}"
                 line += f" | loader (from its start) issued {med(ld[:, 1] - ld[:, 0]) if ld[:, 1].any() else '-'} arrive {med(ld[:, 2] - ld[:, 0])}"
                 line += f" | loader start - compute start {med(ld[:, 0] - xt[0::9, 0])}"

@@ -1,12 +1,15 @@
 """Insert clock64 marks into a copy of backends/cuda_v4_tc.cu (a diagnostic build for tl_tc.py;
 NVRTC finds gdn_common.cuh in backends/ wherever the copy is):
-    python3 xt_patch.py IN.cu OUT.cu
+    python3 xt_patch.py IN.cu OUT.cu [--coef]
 Compute warps: 0 start, 1 Gram partials stored (barrier), 2 Gram summed (barrier), 3 the
 coefficients in registers, 4 past the loader's barrier, 5 the state in registers, 6 the sums
 (barrier), 7 the last w_t (kernels before the scheduling fence) or token 0's store issued (with
 it), 8 end (the last store issued).  Loader: 0 start, 1 its copies issued, 2 before its arrive.
-Each mark that reads a value first waits for it (a mov of the value the compiler cannot drop)."""
+Each mark that reads a value first waits for it (a mov of the value the compiler cannot drop).
+--coef splits the coefficients instead: 6 the pairs' L and N made (before their shared stores),
+7 past the warp's __syncwarp after them (tl_tc.py names the columns "pairs" and "syncwarp")."""
 import sys
+COEF = "--coef" in sys.argv[3:]
 src = open(sys.argv[1]).read()
 def ins(anchor, text, after=True, nth=0, need=True):
     global src
@@ -32,9 +35,14 @@ ins('    bar_sync(2, 32 * NW);\n', '    ' + clk(2) + '\n', nth=1)
 ins('    bar_sync(1, NT);\n', '    ' + dep('Lr[T - 1][0]') + dep('Nr[T - 1]') + dep('kf[T - 1][0]') + '\n    ' + clk(3) + '\n', after=False)
 ins('    bar_sync(1, NT);\n', '    ' + clk(4) + '\n')
 ins('    const long long o_t = GDN_STRIDE(o_t, HV * V);\n', '    ' + dep('s[0]') + dep('SD == GDN_BF16 ? __uint_as_float(sx.x) : sm[0]') + '\n    ' + clk(5) + '\n')
-ins('    bar_sync(2, 32 * NW);\n', '    ' + clk(6) + '\n', nth=2)
-ins('    for (int t = 0; t < T; ++t) wr[t] = rkr[t] * u[t];\n', '    ' + dep('wr[T - 1]') + '\n    ' + clk(7) + '\n', need=False)
-ins('        sched_fence(fence);\n', '        if (t == 0) ' + clk(7) + '\n', need=False)
+if COEF:
+    ins('        // Lane t < T: rk_t, ye_t', '        ' + dep('l[NP - 1]') + dep('nq[NP - 1]') + dep('l[0]') + '\n        ' + clk(6) + '\n', after=False)
+    ins('        __syncwarp();\n    }\n', '    ' + clk(7) + '\n')
+    src = "// xt marks: coef\n" + src
+else:
+    ins('    bar_sync(2, 32 * NW);\n', '    ' + clk(6) + '\n', nth=2)
+    ins('    for (int t = 0; t < T; ++t) wr[t] = rkr[t] * u[t];\n', '    ' + dep('wr[T - 1]') + '\n    ' + clk(7) + '\n', need=False)
+    ins('        sched_fence(fence);\n', '        if (t == 0) ' + clk(7) + '\n', need=False)
 k = src.rstrip().rfind('}')
 src = src[:k] + '    ' + clk(8) + '\n    if (lane == 0) for (int i_ = 0; i_ < 10; ++i_) tc_xt[blockIdx.x * (NW + 1) + w][i_] = xt_[i_];\n}\n'
 open(sys.argv[2], 'w').write(src)
