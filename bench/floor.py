@@ -384,6 +384,26 @@ def search_configs(n4: int, sms: int, probe=None, seqs: int = 1, check=None, mak
     return kept, notes
 
 
+FINALISTS = 3   # shapes re-timed in the search's second round
+
+
+def pick_fastest(cfgs, make, search_reps, prepare=None):
+    """The shape of ``cfgs`` whose launcher (``make(cfg)``) reads fastest on the kernel clock, in
+    two interleaved rounds: every shape ``search_reps`` calls, then the ``FINALISTS`` fastest
+    again with four times as many.  One round of 8 calls kept a shape 0.1 to 0.2 µs slower than
+    the best in about one search of five at B = 1 (H100, the verify floor at T = 8), which
+    lifts the floor and loosens every bar read against it."""
+    per, _ = clocks.interleaved_kernel_times([make(c) for c in cfgs], search_reps, prepare=prepare)
+    med = [clocks.summarize(s)["median"] for s in per]
+    order = sorted(range(len(cfgs)), key=med.__getitem__)[:FINALISTS]
+    if len(order) > 1:
+        per, _ = clocks.interleaved_kernel_times([make(cfgs[i]) for i in order], 4 * search_reps,
+                                                 prepare=prepare)
+        med2 = [clocks.summarize(s)["median"] for s in per]
+        order = [order[min(range(len(order)), key=med2.__getitem__)]]
+    return cfgs[order[0]]
+
+
 def best_launcher(set_bytes: int, search_reps: int = 8, l2: int | None = None) -> dict:
     """The floor's launch shape for ``set_bytes``, searched on the kernel clock, and a cold
     rotating launcher of it: ``dict(launch, config, n_sets, dropped, searched, rot)``, with
@@ -398,9 +418,7 @@ def best_launcher(set_bytes: int, search_reps: int = 8, l2: int | None = None) -
     cfgs, dropped = search_configs(set_bytes // 16, sms, probe=rot)
     if not cfgs:
         raise RuntimeError("floor: no launch shape could be launched: " + "; ".join(dropped[:4]))
-    per, _ = clocks.interleaved_kernel_times([_launcher(rot, c) for c in cfgs], search_reps)
-    med = [clocks.summarize(s)["median"] for s in per]
-    best = cfgs[min(range(len(cfgs)), key=med.__getitem__)]
+    best = pick_fastest(cfgs, lambda c: _launcher(rot, c), search_reps)
     vpt, blk, grid = best
     config = f"float4 x{vpt}/thread, {blk} threads, grid {grid}"
     if dropped:
@@ -493,10 +511,8 @@ def _best_indexed(target, search_reps, check, make, what) -> dict:
                                    make=make)
     if not cfgs:
         raise RuntimeError(f"{what}: no launch shape could be launched: " + "; ".join(dropped[:4]))
-    per, _ = clocks.interleaved_kernel_times([make(target, c) for c in cfgs], search_reps,
-                                             prepare=target.prepare)
-    med = [clocks.summarize(s)["median"] for s in per]
-    vpt, blk, grid = best = cfgs[min(range(len(cfgs)), key=med.__getitem__)]
+    vpt, blk, grid = best = pick_fastest(cfgs, lambda c: make(target, c), search_reps,
+                                         prepare=target.prepare)
     config = f"float4 x{vpt}/thread, {blk} threads, {grid} blocks per slot x B={target.B}"
     if dropped:
         config += f" ({len(dropped)} shapes not launchable, skipped)"

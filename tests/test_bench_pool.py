@@ -425,3 +425,25 @@ def test_shape_rows_of_a_pool_search_have_mode_pool():
     assert made and {r.mode for r in made} == {"pool"} and {r.tokens for r in made} == {1}
     assert made[0].lo == 1 and made[-1].hi is None and made[0].source == "tune-x"
     assert all(r.source != "tune-x" for r in made[1:])           # the rest kept, with their source
+
+
+def test_floor_search_keeps_the_fastest_finalist(monkeypatch):
+    """The floor's shape search re-times its fastest shapes with more calls and keeps the one
+    fastest there, not the first round's leader (a lucky few calls)."""
+    from gdnzoo.bench import clocks, floor
+    first = {"a": 1.0, "b": 1.1, "c": 1.2, "d": 5.0}     # median µs, first round
+    second = {"a": 2.0, "b": 1.5, "c": 1.9}              # the finalists again
+    rounds = []
+
+    def fake(launches, reps, prepare=None):
+        names = [f() for f in launches]
+        rounds.append((names, reps))
+        table = first if len(rounds) == 1 else second
+        return [[table[n]] * reps for n in names], "fake"
+
+    monkeypatch.setattr(clocks, "interleaved_kernel_times", fake)
+    assert floor.pick_fastest(list("abcd"), lambda c: (lambda: c), 8) == "b"
+    assert rounds == [(list("abcd"), 8), (list("abc"), 32)]
+    rounds.clear()
+    assert floor.pick_fastest(["d"], lambda c: (lambda: c), 8) == "d"   # one shape: one round
+    assert len(rounds) == 1
