@@ -390,8 +390,8 @@ FINALISTS = 3   # shapes re-timed in the search's second round
 def pick_fastest(cfgs, make, search_reps, prepare=None):
     """The shape of ``cfgs`` whose launcher (``make(cfg)``) reads fastest on the kernel clock, in
     two interleaved rounds: every shape ``search_reps`` calls, then the ``FINALISTS`` fastest
-    again with four times as many.  One round of 8 calls kept a shape 0.1 to 0.2 µs slower than
-    the best in about one search of five at B = 1 (H100, the verify floor at T = 8), which
+    again with four times as many.  One round of 8 calls kept a shape 0.06 to 0.2 µs slower
+    than the best in about one search of five at B = 1 (H100, the verify floor at T = 8), which
     lifts the floor and loosens every bar read against it."""
     per, _ = clocks.interleaved_kernel_times([make(c) for c in cfgs], search_reps, prepare=prepare)
     med = [clocks.summarize(s)["median"] for s in per]
