@@ -390,9 +390,10 @@ FINALISTS = 3   # shapes re-timed in the search's second round
 def pick_fastest(cfgs, make, search_reps, prepare=None):
     """The shape of ``cfgs`` whose launcher (``make(cfg)``) reads fastest on the kernel clock, in
     two interleaved rounds: every shape ``search_reps`` calls, then the ``FINALISTS`` fastest
-    again with four times as many.  One round of 8 calls kept a shape 0.06 to 0.2 µs slower
-    than the best in about one search of five at B = 1 (H100, the verify floor at T = 8), which
-    lifts the floor and loosens every bar read against it."""
+    again with four times as many, so that the pick rests on more than 8 calls.  It does not make
+    the pick stable: on the H100 at B = 1, T = 8 (verify floor) both forms of the search kept a
+    shape other than the fastest of a 60-call interleaved timing in about one search of five
+    (bench/results/h100-80gb-hbm3/verify/floor-search/)."""
     per, _ = clocks.interleaved_kernel_times([make(c) for c in cfgs], search_reps, prepare=prepare)
     med = [clocks.summarize(s)["median"] for s in per]
     order = sorted(range(len(cfgs)), key=med.__getitem__)[:FINALISTS]

@@ -56,6 +56,20 @@ def cell_configs(row, cands, sd, T, extra=None) -> dict:
     return cfgs
 
 
+def contexts(sd, cells):
+    """(B, T, ctx) for each (B, T) of ``cells`` at state dtype ``sd``: the bench's verify
+    cells (contest geometry) over one state pool sized for all of them, freed at the end."""
+    dt, l2 = shapes.DTYPES[sd], clocks.l2_bytes()
+    sp = serving.StatePool(vb.pool_slots(cells, G.HV, G.V, G.K, dt.itemsize, l2),
+                           G.HV, G.V, G.K, dt, "cuda")
+    for B, T in cells:
+        ctx = vb.make_ctx(B, T, sd, sp, G, l2, "cuda", 0)
+        yield B, T, ctx
+        del ctx
+    del sp
+    torch.cuda.empty_cache()
+
+
 def run(sds, ts, bs, rounds, candidates, extra=None, use=None):
     """``use(name, config)``: what puts a shape in place before its calls (default: the
     config in the table row's place; a script may also swap a kernel source there)."""
@@ -66,12 +80,7 @@ def run(sds, ts, bs, rounds, candidates, extra=None, use=None):
     try:
         for sd in sds:
             dt = shapes.DTYPES[sd]
-            cells = [(B, T) for T in ts for B in bs]
-            l2 = clocks.l2_bytes()
-            P = vb.pool_slots(cells, G.HV, G.V, G.K, dt.itemsize, l2)
-            sp = serving.StatePool(P, G.HV, G.V, G.K, dt, "cuda")
-            for B, T in cells:
-                ctx = vb.make_ctx(B, T, sd, sp, G, l2, "cuda", 0)
+            for B, T, ctx in contexts(sd, [(B, T) for T in ts for B in bs]):
                 row = cuda_v4.full_config(orig(gpu, dt, B, G.H, G.HV, G.K, G.V, True, T, True,
                                                True))
                 cfgs = cell_configs(row, candidates(B, T), sd, T, extra)
@@ -83,9 +92,6 @@ def run(sds, ts, bs, rounds, candidates, extra=None, use=None):
                 print(f"  {sd} B={B} T={T} worst/bar: "
                       + " ".join(f"{k}={v:.3f}" for k, v in rank[:6])
                       + f" | row={worst.get('row', float('nan')):.3f} {row}", flush=True)
-                del ctx
-            del sp
-            torch.cuda.empty_cache()
     finally:
         cuda_v4.table_config = orig
 

@@ -26,7 +26,7 @@ def _cell(r):
         return ""
     if r["status"] != "PASS":
         return r["status"].lower()
-    if r["backend"] in ("floor",) or r["x_floor"] is None:
+    if r["backend"] == "floor" or r["x_floor"] is None:
         return _us(r["median_us"])
     return f"{_us(r['median_us'])} ({r['x_floor']:.2f})"
 

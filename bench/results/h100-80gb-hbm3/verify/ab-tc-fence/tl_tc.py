@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path.cwd()))
 import numpy as np, torch
 from gdnzoo.backends import cuda_v4
 from gdnzoo.backends import _cuda_build as cb
-from gdnzoo.bench import clocks, shapes
+from gdnzoo.bench import shapes
 from gdnzoo.bench import pool as serving
 from gdnzoo.bench import verify as vb
 from lab import verify_ab as va
@@ -31,16 +31,12 @@ def read_xt(module, nrow):
     return read_u64(module, "tc_xt").reshape(-1, 10)[:nrow].astype(np.int64)
 
 srcs = dict(a.split("=") for a in sys.argv[3:])
-G, l2, gpu = va.G, clocks.l2_bytes(), torch.cuda.get_device_name()
+G, gpu = va.G, torch.cuda.get_device_name()
 orig_src, orig_tab = cuda_v4.TC_SOURCE, cuda_v4.table_config
 NAMES = ["gram-part", "gram-sum", "coef", "past-bar1", "state-regs", "sums", "w", "end"]
 for sd in sys.argv[1].split(","):
     dt = shapes.DTYPES[sd]
-    ts = [int(t) for t in sys.argv[2].split(",")]
-    P = vb.pool_slots([(1, T) for T in ts], G.HV, G.V, G.K, dt.itemsize, l2)
-    sp = serving.StatePool(P, G.HV, G.V, G.K, dt, "cuda")
-    for T in ts:
-        ctx = vb.make_ctx(1, T, sd, sp, G, l2, "cuda", 0)
+    for _, T, ctx in va.contexts(sd, [(1, int(t)) for t in sys.argv[2].split(",")]):
         row = cuda_v4.full_config(orig_tab(gpu, dt, 1, G.H, G.HV, G.K, G.V, True, T, True, True))
         row = row[:8] + (3,) + row[9:]
         for name, path in srcs.items():
@@ -68,5 +64,4 @@ for sd in sys.argv[1].split(","):
                 line += f" | loader (from its start) issued {med(ld[:, 1] - ld[:, 0]) if ld[:, 1].any() else '-'} arrive {med(ld[:, 2] - ld[:, 0])}"
                 line += f" | loader start - compute start {med(ld[:, 0] - xt[0::9, 0])}"
             print(line, flush=True)
-    del sp
 cuda_v4.TC_SOURCE, cuda_v4.table_config = orig_src, orig_tab

@@ -17,7 +17,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from bench import clocks, shapes  # noqa: E402
 from bench import pool as serving  # noqa: E402
 from bench import verify as vb  # noqa: E402
 from lab import verify_ab as va  # noqa: E402
@@ -35,14 +34,8 @@ which = sys.argv[3] if len(sys.argv) > 3 and "=" not in sys.argv[3] else "wy"
 NWB = 9 if which == "wy2" else 8                   # warps a block
 extra = [tuple(x.split("=")) for x in sys.argv[3:] if "=" in x]
 extra = [(k, int(v)) for k, v in extra]
-G, l2 = va.G, clocks.l2_bytes()
 for sd in sys.argv[1].split(","):
-    dt = shapes.DTYPES[sd]
-    ts = [int(t) for t in sys.argv[2].split(",")]
-    P = vb.pool_slots([(1, T) for T in ts], G.HV, G.V, G.K, dt.itemsize, l2)
-    sp = serving.StatePool(P, G.HV, G.V, G.K, dt, "cuda")
-    for T in ts:
-        ctx = vb.make_ctx(1, T, sd, sp, G, l2, "cuda", 0)
+    for _, T, ctx in va.contexts(sd, [(1, int(t)) for t in sys.argv[2].split(",")]):
         for name, ex in [("plain", extra), ("xtime", extra + [("WY_XTIME", 1)])]:
             call = wy.make_call(ctx, "states", tuple(ex), which)
             chk = vb.check_entry(vb.Entry(call, ""), ctx, "states")
