@@ -28,6 +28,13 @@
 // token by token u_t (forward substitution by columns), the state after token t and its store
 // (lane l: K [4l, 4l + 4)), a scheduling fence (sched_fence) so that the stores stream out from
 // token 0 on; the outputs last.
+// An fp32 state up to T = 4 (WARP_DOTS) skips the MMAs and their barrier: warp w makes its own
+// row's T products s_0.k_t from the update layout and sums them within the warp (warp_sums:
+// P - 1 + 5 - log2 P shuffles for P sums), and the T with q after the stores.  Measured on the
+// H100 at B = 1 (bench/results/h100-80gb-hbm3/verify/ab-tc-warp/): at fp32 T = 4, states and
+// states+update 0.1 to 0.19 µs faster in six A/B runs; at bf16 T = 4 and at T = 8 slower or
+// the same (the warp's 9 shuffles at T = 8 take about twice as long as the MMAs and their
+// barrier), so the MMAs stay there.
 //
 // Compile-time (-D, backends/_cuda_build.py, the names of cuda_v4.cu): GDN_K = GDN_V = 128,
 // GDN_T (1..8), GDN_HV, GDN_GVA, GDN_STATE_DT, GDN_IO_DT (bf16), GDN_A_DT, GDN_B_DT,
@@ -67,6 +74,11 @@ constexpr int R = 8, NW = 8, NT = 32 * (NW + 1);   // rows a block, compute warp
 constexpr int PARTS = V / R;                       // blocks a head
 constexpr unsigned FULL = 0xffffffffu;
 constexpr bool SLOTS = GDN_POOL >= 3;              // per-token slots
+// The state's 2T dot products: by MMA, summed over the warps through shared memory, or (an fp32
+// state up to T = 4) each warp its own row's, summed within the warp (see the head comment).
+constexpr bool WARP_DOTS = SD == GDN_F32 && T <= 4;
+constexpr int P = T > 2 ? 4 : T;                   // WARP_DOTS: sums a lane reduces
+constexpr int SH = P == 4 ? 3 : P == 2 ? 4 : 5;    // WARP_DOTS: lane l ends with sum l >> SH
 }
 // Where this kernel finds dt_bias and new_state (see the head comment).
 #if GDN_POOL >= 3
@@ -148,6 +160,37 @@ __device__ __forceinline__ float rnorm(float x) {
     float y = 1.f;
     if (GDN_L2NORM) asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x + 1e-6f));
     return y;
+}
+
+// a where c, else b: a select the compiler keeps (written as ?: over an array, it became a
+// dynamic index into local memory).
+__device__ __forceinline__ float selp(bool c, float a, float b) {
+    float r;
+    asm("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %3, 0;\n\tselp.f32 %0, %1, %2, q;\n\t}"
+        : "=f"(r) : "f"(a), "f"(b), "r"((unsigned)c));
+    return r;
+}
+
+// One level of warp_sums: N values to N / 2, the partner across lane bit M keeping the other half.
+template <int N, int M>
+__device__ __forceinline__ void warp_halve(float (&d)[16], int lane) {
+    const bool hi = (lane & M) != 0;
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+        const float keep = selp(hi, d[i + N / 2], d[i]), send = selp(hi, d[i], d[i + N / 2]);
+        d[i] = keep + __shfl_xor_sync(FULL, send, M);
+    }
+    if constexpr (N > 2) warp_halve<N / 2, M / 2>(d, lane);
+}
+
+template <int P>
+__device__ __forceinline__ float warp_sums(float (&d)[16], int lane) {
+    static_assert(P == 1 || P == 2 || P == 4 || P == 8 || P == 16, "warp_sums: P = 2^n <= 16");
+    constexpr int LG = P >= 16 ? 4 : P >= 8 ? 3 : P >= 4 ? 2 : P >= 2 ? 1 : 0;
+    if constexpr (P > 1) warp_halve<P, 16>(d, lane);
+#pragma unroll
+    for (int lv = LG; lv < 5; ++lv) d[0] += __shfl_xor_sync(FULL, d[0], 16 >> lv);
+    return d[0];
 }
 
 __device__ __forceinline__ void bar_sync(int id, int n) {
@@ -258,6 +301,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     uint2 kx[T];                                       // k_t at kr, every token
 #pragma unroll
     for (int t = 0; t < T; ++t) kx[t] = ld8(kb + k0 + t * k_t + kr);
+    uint2 qx[WARP_DOTS ? T : 1];                       // WARP_DOTS: q_t at kr, every token
+#pragma unroll
+    for (int t = 0; t < (WARP_DOTS ? T : 0); ++t) qx[t] = ld8(qb + q0 + t * q_t + kr);
     uint2 bk = make_uint2(0u, 0u), bq = make_uint2(0u, 0u);   // the MMA's B: token g's k, q
     if (g < T) {
         bk = ld8(kb + k0 + g * k_t + kp);
@@ -324,7 +370,9 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     // What the coefficients take of the gates, made while the Gram entries are summed: this
     // lane's pairs' beta_t, beta of its sum's token tv (lane j < 16 later holds sum j: c = j / 4,
     // s.k_2c, s.k_2c+1, s.q_2c, s.q_2c+1), every token's gate (ws, per warp).
-    const int jv = lane & 15, tv0 = 2 * (jv >> 2) + (jv & 1), tv = tv0 < T ? tv0 : 0;
+    // (WARP_DOTS: lane l holds the sums of token tv0 = l >> SH.)
+    const int jv = lane & 15, tv0 = WARP_DOTS ? lane >> SH : 2 * (jv >> 2) + (jv & 1);
+    const int tv = tv0 < T ? tv0 : 0;
     const bool isq = (jv & 2) != 0;
     float btp[NP];
 #pragma unroll
@@ -433,15 +481,17 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     const unsigned long long fin = sflags[1], iblk = sflags[2];
     const float scale = sscale;
     uint2 sx;                                          // MMA layout, bf16
-    float sm[4], s[4];                                 // MMA layout (fp32), update layout
+    float sm[4], s[4], s0[4];                          // MMA layout (fp32), update layout
     if constexpr (SD == GDN_BF16) {
         sx = *reinterpret_cast<const uint2*>(stile + g * SROW + kp * 2);
         const uint2 u = *reinterpret_cast<const uint2*>(stile + w * SROW + kr * 2);
         gdn_unpack2<GDN_BF16>(u.x, s[0], s[1]);
         gdn_unpack2<GDN_BF16>(u.y, s[2], s[3]);
     } else {
-        const float4 f = *reinterpret_cast<const float4*>(stile + g * SROW + kp * 4);
-        sm[0] = f.x; sm[1] = f.y; sm[2] = f.z; sm[3] = f.w;
+        if constexpr (!WARP_DOTS) {
+            const float4 f = *reinterpret_cast<const float4*>(stile + g * SROW + kp * 4);
+            sm[0] = f.x; sm[1] = f.y; sm[2] = f.z; sm[3] = f.w;
+        }
         const float4 u = *reinterpret_cast<const float4*>(stile + w * SROW + kr * 4);
         s[0] = u.x; s[1] = u.y; s[2] = u.z; s[3] = u.w;
     }
@@ -449,53 +499,68 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     const long long o_t = GDN_STRIDE(o_t, HV * V);
     // A padded sequence (!rd) zeroes its out rows and stores nothing.  Checked here up to T = 4
     // and after the sums' shared store above that, so that the state's loads and MMAs do not
-    // wait for the check (measured on the H100 at B = 1: faster at T = 8, slower at T = 4).
+    // wait for the check (measured on the H100 at B = 1: faster at T = 8, slower at T = 4);
+    // with WARP_DOTS by predicates (``ok``), with no branch (faster there, measured alike).
     constexpr bool LATE_PAD = T > 4;
     const auto zero_out = [&] { if (lane < T) gdn_st<GDN_IO_DT>(p.out, o0 + lane * o_t, 0.0f); };
-    if (!LATE_PAD && !rd) {
+    const bool ok = !WARP_DOTS || rd;
+    if (!LATE_PAD && !WARP_DOTS && !rd) {
         zero_out();
         return;
     }
 
-    // ---- its 2T dot products -----------------------------------------------------------------
-    float d1[4] = {0.f, 0.f, 0.f, 0.f}, d2[4] = {0.f, 0.f, 0.f, 0.f};
-    if constexpr (SD == GDN_BF16) {
-        mma16816(d1, sx.x, 0u, sx.y, 0u, bk.x, bk.y);
-        mma16816(d2, sx.x, 0u, sx.y, 0u, bq.x, bq.y);
-    } else {
-        unsigned h0, m0, l0, h1, m1, l1;
-        split3(sm[0], sm[1], h0, m0, l0);
-        split3(sm[2], sm[3], h1, m1, l1);
-        // hi in rows g, mid in rows g + 8 of one MMA, lo in another: four MMAs, none chained.
-        float e1[4] = {0.f, 0.f, 0.f, 0.f}, e2[4] = {0.f, 0.f, 0.f, 0.f};
-        mma16816(d1, h0, m0, h1, m1, bk.x, bk.y);
-        mma16816(d2, h0, m0, h1, m1, bq.x, bq.y);
-        mma16816(e1, l0, 0u, l1, 0u, bk.x, bk.y);
-        mma16816(e2, l0, 0u, l1, 0u, bq.x, bq.y);
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            d1[j] = (e1[j] + d1[j + 2]) + d1[j];
-            d2[j] = (e2[j] + d2[j + 2]) + d2[j];
-        }
-    }
-    sp[w][g][c] = make_float4(d1[0], d1[1], d2[0], d2[1]);   // s.k_2c, s.k_2c+1, s.q_2c, s.q_2c+1
-    if (LATE_PAD && !rd) {
-        zero_out();
-        return;
-    }
-    bar_sync(2, 32 * NW);
-    // Warp w: row wrow's 16 sums (lane j < 16 sum j), then y_t = beta_t v_t - ye_t s.k_t
-    // gathered into every lane.
+    // ---- its 2T dot products (WARP_DOTS: the T with k now, the T with q after the stores) ------
     float sum = 0.f;
-    {
-        const float* base = reinterpret_cast<const float*>(&sp[0][w][0]) + jv;
+    if constexpr (WARP_DOTS) {
+        float d[16];
 #pragma unroll
-        for (int ww = 0; ww < NW; ++ww) sum += base[ww * R * 16];
+        for (int t = 0; t < P; ++t)
+            d[t] = t < T ? (s[0] * kf[t][0] + s[1] * kf[t][1]) + (s[2] * kf[t][2] + s[3] * kf[t][3])
+                         : 0.f;
+        sum = warp_sums<P>(d, lane);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s0[e] = s[e];
+    } else {
+        float d1[4] = {0.f, 0.f, 0.f, 0.f}, d2[4] = {0.f, 0.f, 0.f, 0.f};
+        if constexpr (SD == GDN_BF16) {
+            mma16816(d1, sx.x, 0u, sx.y, 0u, bk.x, bk.y);
+            mma16816(d2, sx.x, 0u, sx.y, 0u, bq.x, bq.y);
+        } else {
+            unsigned h0, m0, l0, h1, m1, l1;
+            split3(sm[0], sm[1], h0, m0, l0);
+            split3(sm[2], sm[3], h1, m1, l1);
+            // hi in rows g, mid in rows g + 8 of one MMA, lo in another: four MMAs, none chained.
+            float e1[4] = {0.f, 0.f, 0.f, 0.f}, e2[4] = {0.f, 0.f, 0.f, 0.f};
+            mma16816(d1, h0, m0, h1, m1, bk.x, bk.y);
+            mma16816(d2, h0, m0, h1, m1, bq.x, bq.y);
+            mma16816(e1, l0, 0u, l1, 0u, bk.x, bk.y);
+            mma16816(e2, l0, 0u, l1, 0u, bq.x, bq.y);
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                d1[j] = (e1[j] + d1[j + 2]) + d1[j];
+                d2[j] = (e2[j] + d2[j + 2]) + d2[j];
+            }
+        }
+        // s.k_2c, s.k_2c+1, s.q_2c, s.q_2c+1
+        sp[w][g][c] = make_float4(d1[0], d1[1], d2[0], d2[1]);
+        if (LATE_PAD && !rd) {
+            zero_out();
+            return;
+        }
+        bar_sync(2, 32 * NW);
+        // Warp w: row wrow's 16 sums (lane j < 16 sum j), then y_t = beta_t v_t - ye_t s.k_t
+        // gathered into every lane.
+        {
+            const float* base = reinterpret_cast<const float*>(&sp[0][w][0]) + jv;
+#pragma unroll
+            for (int ww = 0; ww < NW; ++ww) sum += base[ww * R * 16];
+        }
     }
     const float ylv = bv - yetv * sum;
     float y[T];
 #pragma unroll
-    for (int t = 0; t < T; ++t) y[t] = __shfl_sync(FULL, ylv, 4 * (t >> 1) + (t & 1));
+    for (int t = 0; t < T; ++t)
+        y[t] = __shfl_sync(FULL, ylv, WARP_DOTS ? t << SH : 4 * (t >> 1) + (t & 1));
     float u[T];
     // ---- the states, token by token (warp w: row wrow, lane: K [4 lane, 4 lane + 4)) ---------
     // u_t, w_t = rk_t u_t (the coefficient of the raw k_t), the state after token t, its store,
@@ -519,27 +584,42 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         for (int e = 0; e < 4; ++e) s[e] = gr[t] * s[e] + wt * kf[t][e];
         if constexpr (SLOTS) {
             const unsigned long long tok = (unsigned long long)stok[t];
-            st4_global<ST>(tok + lrow, tok != 0, s);
+            st4_global<ST>(tok + lrow, ok && tok != 0, s);
         } else {
-            st4_global<ST>(ia, iblk != 0, s);
+            st4_global<ST>(ia, ok && iblk != 0, s);
             ia += istep;
         }
         sched_fence(fence);
     }
     if constexpr (!SLOTS && GDN_UPDATE)                // the final state
-        st4_global<ST>(fin + lrow, fin != 0, s);
-    // sched_fence's sink: the folded clock values into sscale on a (never met in practice)
-    // condition; a harmless write either way, since every compute warp read sscale before
-    // the sums' barrier and nothing reads it after.
-    if (fence == 0x7fffffffu) sscale = 0.f;
+        st4_global<ST>(fin + lrow, ok && fin != 0, s);
+    // sched_fence's sink: a store into sscale on a condition never met in practice.  With the
+    // MMAs, every compute warp read sscale before the sums' barrier and nothing reads it after;
+    // WARP_DOTS has no barrier after that read, so it stores the value sscale already holds.
+    if (fence == 0x7fffffffu) sscale = WARP_DOTS ? scale : 0.f;
 
     // Output o_t of row wrow by the lane holding s.q_t: ew_t s.q_t + sum_{j <= t} N[t][j] u_j,
     // times the scale.
     {
-        float o = ewtv * sum;
+        float sq = sum;
+        if constexpr (WARP_DOTS) {
+            float d[16];
+#pragma unroll
+            for (int t = 0; t < P; ++t) {
+                float q4[4] = {0.f, 0.f, 0.f, 0.f};
+                if (t < T) {
+                    gdn_unpack2<GDN_BF16>(qx[t].x, q4[0], q4[1]);
+                    gdn_unpack2<GDN_BF16>(qx[t].y, q4[2], q4[3]);
+                }
+                d[t] = (s0[0] * q4[0] + s0[1] * q4[1]) + (s0[2] * q4[2] + s0[3] * q4[3]);
+            }
+            sq = warp_sums<P>(d, lane);
+        }
+        float o = ewtv * sq;
 #pragma unroll
         for (int j = 0; j < T; ++j) o += Nr[j] * u[j];
-        st_bf16_global(static_cast<unsigned short*>(p.out) + o0 + tv * o_t,
-                       lane < 16 && isq && tv0 < T, scale * o);
+        const bool mine = WARP_DOTS ? (lane & ((1 << SH) - 1)) == 0 : lane < 16 && isq;
+        st_bf16_global(static_cast<unsigned short*>(p.out) + o0 + tv * o_t, mine && tv0 < T,
+                       ok ? scale * o : 0.f);
     }
 }

@@ -3,7 +3,7 @@ NVRTC finds gdn_common.cuh in backends/ wherever the copy is):
     python3 xt_patch.py IN.cu OUT.cu [--coef]
 Compute warps: 0 start, 1 Gram partials stored (barrier), 2 Gram summed (barrier), 3 the
 coefficients in registers, 4 past the loader's barrier, 5 the state in registers, 6 the sums
-(barrier), 7 the last w_t (kernels before the scheduling fence) or token 0's store issued (with
+(barrier; a version that sums the state's dot products within the warp: those sums made), 7 the last w_t (kernels before the scheduling fence) or token 0's store issued (with
 it), 8 end (the last store issued).  Loader: 0 start, 1 its copies issued, 2 before its arrive.
 Each mark that reads a value first waits for it (a mov of the value the compiler cannot drop).
 --coef splits the coefficients instead: 6 the pairs' L and N made (before their shared stores),
@@ -34,13 +34,17 @@ ins('    bar_sync(2, 32 * NW);\n', '    ' + clk(1) + '\n', nth=0)
 ins('    bar_sync(2, 32 * NW);\n', '    ' + clk(2) + '\n', nth=1)
 ins('    bar_sync(1, NT);\n', '    ' + dep('Lr[T - 1][0]') + dep('Nr[T - 1]') + dep('kf[T - 1][0]') + '\n    ' + clk(3) + '\n', after=False)
 ins('    bar_sync(1, NT);\n', '    ' + clk(4) + '\n')
-ins('    const long long o_t = GDN_STRIDE(o_t, HV * V);\n', '    ' + dep('s[0]') + dep('SD == GDN_BF16 ? __uint_as_float(sx.x) : sm[0]') + '\n    ' + clk(5) + '\n')
+MMA_STATE = "uint2 sx;" in src       # the state's dot products by MMA (else within the warp)
+ins('    const long long o_t = GDN_STRIDE(o_t, HV * V);\n', '    ' + dep('s[0]') + (dep('SD == GDN_BF16 ? __uint_as_float(sx.x) : sm[0]') if MMA_STATE else '') + '\n    ' + clk(5) + '\n')
 if COEF:
     ins('        // Lane t < T: rk_t, ye_t', '        ' + dep('l[NP - 1]') + dep('nq[NP - 1]') + dep('l[0]') + '\n        ' + clk(6) + '\n', after=False)
     ins('        __syncwarp();\n    }\n', '    ' + clk(7) + '\n')
     src = "// xt marks: coef\n" + src
 else:
-    ins('    bar_sync(2, 32 * NW);\n', '    ' + clk(6) + '\n', nth=2)
+    if MMA_STATE:
+        ins('    bar_sync(2, 32 * NW);\n', '    ' + clk(6) + '\n', nth=2)
+    else:                                # the warp's sums made: y_t's inputs
+        ins('    const float ylv = bv - yetv * sum;\n', '    ' + dep('ylv') + '\n    ' + clk(6) + '\n')
     ins('    for (int t = 0; t < T; ++t) wr[t] = rkr[t] * u[t];\n', '    ' + dep('wr[T - 1]') + '\n    ' + clk(7) + '\n', need=False)
     ins('        sched_fence(fence);\n', '        if (t == 0) ' + clk(7) + '\n', need=False)
 k = src.rstrip().rfind('}')
