@@ -19,10 +19,12 @@ load.  Each row is keyed by what it depends on and names where it came from::
 
 * ``mode``: ``inplace`` or ``dest`` (destination passing), ``pool`` (a state pool read through
   slot indices, :mod:`gdnzoo.pool`), ``verify`` (a speculative verify, :mod:`gdnzoo.verify`,
-  which stores T states per sequence), or ``any``.  A verify call takes a ``verify`` set where
-  the file has one, else what the same call without verify takes; a pool call takes a ``pool``
-  set where the file has one, else the set of its own in-place or destination mode.  Only
-  verify calls take ``verify`` sets, only pool calls ``pool`` sets.
+  which stores T states per sequence), or ``any``.  A verify call takes a ``verify`` set from
+  the first file of the GPU's chain that has one (a fallback GPU's verify rows before this
+  GPU's decode rows: on the H200, its own multi-token rows read up to 2.5x the verify floor at
+  B = 1, bench/results/h200/verify/), else what the same call without verify takes; a pool
+  call takes a ``pool`` set where the file has one, else the set of its own in-place or
+  destination mode.  Only verify calls take ``verify`` sets, only pool calls ``pool`` sets.
 * ``tokens``: the least T the row serves; a row set serves T from there up to the next larger
   ``tokens`` of the same backend and state dtype (rows tuned at T=4 with ``tokens: 3`` serve
   T = 3 and more).  Among the sets that serve a call (a verify or pool set first, as above), the
@@ -382,13 +384,18 @@ class LaunchTables:
         self._validated.add(backend)
 
     def serving(self, backend, gpu_name, state, inplace, T, geometry, pool=False, verify=False):
-        """(file, rows by batch) of the row set that serves these calls on this GPU: the first
-        file of its chain with a set for them; there a ``verify`` set for a verify call, then a
-        ``pool`` set for a pool call, then the set with the largest ``tokens``, then of the
-        call's own mode over ``any``, then with a geometry over without."""
+        """(file, rows by batch) of the row set that serves these calls on this GPU: for a
+        verify call the first file of its chain with a ``verify`` set for it, else (and for
+        every other call) the first file with any set for it; there a ``verify`` set for a
+        verify call, then a ``pool`` set for a pool call, then the set with the largest
+        ``tokens``, then of the call's own mode over ``any``, then with a geometry over
+        without."""
         mode = "inplace" if inplace else "dest"
         modes = (mode, "any") + ("pool",) * bool(pool) + ("verify",) * bool(verify)
-        for f in self.chain(gpu_name):
+        chain = list(self.chain(gpu_name))
+        if verify:      # a verify set anywhere in the chain before a plain set of this file
+            chain = [f for f in chain if self._has_verify(f, backend, state, T, geometry)] + chain
+        for f in chain:
             best = None
             for key, rs in f.row_sets(backend, state).items():
                 _, _, m, tokens, geom = key
@@ -402,6 +409,12 @@ class LaunchTables:
         call = ", ".join([mode] + ["pool"] * bool(pool) + ["verify"] * bool(verify))
         raise TableError(f"no launch rows for {backend} ({state}, {call}, T={T}) for GPU "
                          f"{gpu_name!r} in any table file or its fallbacks")
+
+    @staticmethod
+    def _has_verify(f, backend, state, T, geometry) -> bool:
+        """Whether file ``f`` has a ``verify`` set that serves T tokens at this geometry."""
+        return any(m == "verify" and tokens <= T and all(geometry[k] == v for k, v in geom)
+                   for _, _, m, tokens, geom in f.row_sets(backend, state))
 
     def row(self, backend, fields, gpu_name, state, inplace, T, B, geometry, pool=False,
             verify=False) -> tuple:

@@ -78,9 +78,12 @@ def test_verify_rows_keep_the_file_chain_and_geometry(tmp_path):
                  x100s=_file([_row(1, None, "own-t2", mode="any", tokens=2),
                               _row(1, None, "hv64-v", mode="verify", tokens=2,
                                    geometry={"HV": 64})], match="X100S", fallback="base"))
-    # the first file of the chain with a set for the call decides, as for every mode
-    assert _pick(lt, 1, T=2, verify=True, gpu="NVIDIA X100S") == "own-t2"
+    # a verify call: the first file of the chain with a verify set for it, before this file's
+    # decode rows; every other call: the first file with any set for it
+    assert _pick(lt, 1, T=2, verify=True, gpu="NVIDIA X100S") == "base-v"
+    assert _pick(lt, 1, T=2, gpu="NVIDIA X100S") == "own-t2"
     assert _pick(lt, 1, T=2, verify=True, gpu="NVIDIA X100S", HV=64, H=16) == "hv64-v"
+    assert _pick(lt, 1, T=1, verify=True, gpu="NVIDIA X100S") == "base-ip"   # no set serves T=1
     assert _pick(lt, 1, T=2, verify=True, gpu="NVIDIA X100") == "base-v"
     assert _pick(lt, 1, T=2, gpu="NVIDIA X100") == "base-ip"
     with pytest.raises(tables.TableError, match=r"no launch rows for k \(fp32, dest, pool, "
