@@ -77,8 +77,9 @@ constexpr bool SLOTS = GDN_POOL >= 3;              // per-token slots
 // The state's 2T dot products: by MMA, summed over the warps through shared memory, or (an fp32
 // state up to T = 4) each warp its own row's, summed within the warp (see the head comment).
 constexpr bool WARP_DOTS = SD == GDN_F32 && T <= 4;
-constexpr int P = T > 2 ? 4 : T;                   // WARP_DOTS: sums a lane reduces
-constexpr int SH = P == 4 ? 3 : P == 2 ? 4 : 5;    // WARP_DOTS: lane l ends with sum l >> SH
+constexpr int NSUM = T > 2 ? 4 : T;                // WARP_DOTS: sums a lane reduces
+// WARP_DOTS: lane l ends with sum l >> SUM_SH.
+constexpr int SUM_SH = NSUM == 4 ? 3 : NSUM == 2 ? 4 : 5;
 }
 // Where this kernel finds dt_bias and new_state (see the head comment).
 #if GDN_POOL >= 3
@@ -370,8 +371,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     // What the coefficients take of the gates, made while the Gram entries are summed: this
     // lane's pairs' beta_t, beta of its sum's token tv (lane j < 16 later holds sum j: c = j / 4,
     // s.k_2c, s.k_2c+1, s.q_2c, s.q_2c+1), every token's gate (ws, per warp).
-    // (WARP_DOTS: lane l holds the sums of token tv0 = l >> SH.)
-    const int jv = lane & 15, tv0 = WARP_DOTS ? lane >> SH : 2 * (jv >> 2) + (jv & 1);
+    // (WARP_DOTS: lane l holds the sums of token tv0 = l >> SUM_SH.)
+    const int jv = lane & 15, tv0 = WARP_DOTS ? lane >> SUM_SH : 2 * (jv >> 2) + (jv & 1);
     const int tv = tv0 < T ? tv0 : 0;
     const bool isq = (jv & 2) != 0;
     float btp[NP];
@@ -514,10 +515,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     if constexpr (WARP_DOTS) {
         float d[16];
 #pragma unroll
-        for (int t = 0; t < P; ++t)
+        for (int t = 0; t < NSUM; ++t)
             d[t] = t < T ? (s[0] * kf[t][0] + s[1] * kf[t][1]) + (s[2] * kf[t][2] + s[3] * kf[t][3])
                          : 0.f;
-        sum = warp_sums<P>(d, lane);
+        sum = warp_sums<NSUM>(d, lane);
 #pragma unroll
         for (int e = 0; e < 4; ++e) s0[e] = s[e];
     } else {
@@ -560,7 +561,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     float y[T];
 #pragma unroll
     for (int t = 0; t < T; ++t)
-        y[t] = __shfl_sync(FULL, ylv, WARP_DOTS ? t << SH : 4 * (t >> 1) + (t & 1));
+        y[t] = __shfl_sync(FULL, ylv, WARP_DOTS ? t << SUM_SH : 4 * (t >> 1) + (t & 1));
     float u[T];
     // ---- the states, token by token (warp w: row wrow, lane: K [4 lane, 4 lane + 4)) ---------
     // u_t, w_t = rk_t u_t (the coefficient of the raw k_t), the state after token t, its store,
@@ -605,7 +606,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         if constexpr (WARP_DOTS) {
             float d[16];
 #pragma unroll
-            for (int t = 0; t < P; ++t) {
+            for (int t = 0; t < NSUM; ++t) {
                 float q4[4] = {0.f, 0.f, 0.f, 0.f};
                 if (t < T) {
                     gdn_unpack2<GDN_BF16>(qx[t].x, q4[0], q4[1]);
@@ -613,12 +614,12 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
                 }
                 d[t] = (s0[0] * q4[0] + s0[1] * q4[1]) + (s0[2] * q4[2] + s0[3] * q4[3]);
             }
-            sq = warp_sums<P>(d, lane);
+            sq = warp_sums<NSUM>(d, lane);
         }
         float o = ewtv * sq;
 #pragma unroll
         for (int j = 0; j < T; ++j) o += Nr[j] * u[j];
-        const bool mine = WARP_DOTS ? (lane & ((1 << SH) - 1)) == 0 : lane < 16 && isq;
+        const bool mine = WARP_DOTS ? (lane & ((1 << SUM_SH) - 1)) == 0 : lane < 16 && isq;
         st_bf16_global(static_cast<unsigned short*>(p.out) + o0 + tv * o_t, mine && tv0 < T,
                        ok ? scale * o : 0.f);
     }
