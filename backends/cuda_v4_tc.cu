@@ -172,6 +172,11 @@ __device__ __forceinline__ float selp(bool c, float a, float b) {
     return r;
 }
 
+// (a0 b0 + a1 b1) + (a2 b2 + a3 b3): a lane's share of a row's dot product (WARP_DOTS).
+__device__ __forceinline__ float dot4(const float (&a)[4], const float (&b)[4]) {
+    return (a[0] * b[0] + a[1] * b[1]) + (a[2] * b[2] + a[3] * b[3]);
+}
+
 // One level of warp_sums: N values to N / 2, the partner across lane bit M keeping the other half.
 template <int N, int M>
 __device__ __forceinline__ void warp_halve(float (&d)[16], int lane) {
@@ -515,9 +520,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     if constexpr (WARP_DOTS) {
         float d[16];
 #pragma unroll
-        for (int t = 0; t < NSUM; ++t)
-            d[t] = t < T ? (s[0] * kf[t][0] + s[1] * kf[t][1]) + (s[2] * kf[t][2] + s[3] * kf[t][3])
-                         : 0.f;
+        for (int t = 0; t < NSUM; ++t) d[t] = t < T ? dot4(s, kf[t]) : 0.f;
         sum = warp_sums<NSUM>(d, lane);
 #pragma unroll
         for (int e = 0; e < 4; ++e) s0[e] = s[e];
@@ -607,12 +610,13 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
             float d[16];
 #pragma unroll
             for (int t = 0; t < NSUM; ++t) {
-                float q4[4] = {0.f, 0.f, 0.f, 0.f};
+                d[t] = 0.f;
                 if (t < T) {
+                    float q4[4];
                     gdn_unpack2<GDN_BF16>(qx[t].x, q4[0], q4[1]);
                     gdn_unpack2<GDN_BF16>(qx[t].y, q4[2], q4[3]);
+                    d[t] = dot4(s0, q4);
                 }
-                d[t] = (s0[0] * q4[0] + s0[1] * q4[1]) + (s0[2] * q4[2] + s0[3] * q4[3]);
             }
             sq = warp_sums<NSUM>(d, lane);
         }

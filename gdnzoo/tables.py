@@ -392,10 +392,8 @@ class LaunchTables:
         without."""
         mode = "inplace" if inplace else "dest"
         modes = (mode, "any") + ("pool",) * bool(pool) + ("verify",) * bool(verify)
-        chain = list(self.chain(gpu_name))
-        if verify:      # a verify set anywhere in the chain before a plain set of this file
-            chain = [f for f in chain if self._has_verify(f, backend, state, T, geometry)] + chain
-        for f in chain:
+        first = None
+        for f in self.chain(gpu_name):
             best = None
             for key, rs in f.row_sets(backend, state).items():
                 _, _, m, tokens, geom = key
@@ -404,17 +402,16 @@ class LaunchTables:
                 rank = (m == "verify", m == "pool", tokens, m != "any", bool(geom))
                 if best is None or rank > best[0]:
                     best = (rank, sorted(rs, key=lambda r: r.lo))
-            if best is not None:
+            if best is None:
+                continue
+            if not verify or best[0][0]:          # a verify call looks on for a verify set
                 return f, best[1]
+            first = first or (f, best[1])
+        if first is not None:
+            return first
         call = ", ".join([mode] + ["pool"] * bool(pool) + ["verify"] * bool(verify))
         raise TableError(f"no launch rows for {backend} ({state}, {call}, T={T}) for GPU "
                          f"{gpu_name!r} in any table file or its fallbacks")
-
-    @staticmethod
-    def _has_verify(f, backend, state, T, geometry) -> bool:
-        """Whether file ``f`` has a ``verify`` set that serves T tokens at this geometry."""
-        return any(m == "verify" and tokens <= T and all(geometry[k] == v for k, v in geom)
-                   for _, _, m, tokens, geom in f.row_sets(backend, state))
 
     def row(self, backend, fields, gpu_name, state, inplace, T, B, geometry, pool=False,
             verify=False) -> tuple:
