@@ -15,9 +15,10 @@
 // need the tokens only.
 //
 // The block: 8 rows of one head (16 blocks a head), 9 warps.  Warp 8, the loader, alone waits
-// for the sequence's slot, copies the 8 state rows into shared memory (cp.async) and arrives
-// on a named barrier; it also reads the intermediate row and the write slot (per-token slots:
-// the T write slots).  The 8 compute
+// for the sequence's slot, copies the 8 state rows into shared memory (cp.async; its addresses
+// are made while the slot is in flight, and a padded sequence's copies read nothing and fill
+// zeros, so no branch waits on the slot) and arrives on a named barrier; it also reads the
+// intermediate row and the write slot (per-token slots: the T write slots).  The 8 compute
 // warps never wait for the slot: the gates, the head's Gram entries (k_i.k_t, k_i.q_t, q_t.q_t:
 // two m16n8k16 MMAs a warp over its 16-wide K slice, summed over the warps through shared
 // memory), each warp's own copy of L and N (in registers) and its k rows are ready while the
@@ -35,6 +36,17 @@
 // states+update 0.1 to 0.19 µs faster in six A/B runs; at bf16 T = 4 and at T = 8 slower or
 // the same (the warp's 9 shuffles at T = 8 take about twice as long as the MMAs and their
 // barrier), so the MMAs stay there.
+// The stores set the kernel's time at B = 1: a verify floor whose T stores a thread are spread
+// 40 or 80 SM cycles apart reads 0.16 or 0.32 µs slower than with them back to back, about
+// what its first store starting that much later costs (fp32 T = 8; ab-tc-ld/floor_delay.py).
+// So each token's store issues as soon as its state is made, and above T = 4 with an fp32 state
+// (OWN_STORES) each token's store reads registers of its own (St4): a store reads its data and
+// address registers after it issues, and with the state's registers reused, the next token's
+// update waited for the previous store (long-scoreboard stalls on those FMAs in Nsight
+// Compute); the block's outputs are also gathered in shared memory and stored 16 bytes a token,
+// where each warp stored 8 scattered bf16 values.  Measured on the H100 at B = 1
+// (bench/results/h100-80gb-hbm3/verify/ab-tc-ld/): fp32 T = 8 0.06 to 0.1 µs faster in every
+// form; with bf16, or at T = 4, the same or slower, so only there.
 //
 // Compile-time (-D, backends/_cuda_build.py, the names of cuda_v4.cu): GDN_K = GDN_V = 128,
 // GDN_T (1..8), GDN_HV, GDN_GVA, GDN_STATE_DT, GDN_IO_DT (bf16), GDN_A_DT, GDN_B_DT,
@@ -80,6 +92,9 @@ constexpr bool WARP_DOTS = SD == GDN_F32 && T <= 4;
 constexpr int NSUM = T > 2 ? 4 : T;                // WARP_DOTS: sums a lane reduces
 // WARP_DOTS: lane l ends with sum l >> SUM_SH.
 constexpr int SUM_SH = NSUM == 4 ? 3 : NSUM == 2 ? 4 : 5;
+// An fp32 state above T = 4: each token's store reads registers of its own (St4), and the block's
+// outputs are stored 16 bytes a token (see the head comment).
+constexpr bool OWN_STORES = SD == GDN_F32 && T > 4;
 }
 // Where this kernel finds dt_bias and new_state (see the head comment).
 #if GDN_POOL >= 3
@@ -135,6 +150,41 @@ __device__ __forceinline__ void st4_global(unsigned long long to, bool ok, const
                      "f"(s[1]), "f"(s[2]), "f"(s[3]), "r"((unsigned)ok) : "memory");
     }
 }
+
+// The 16 (fp32) or 8 (bf16) bytes a lane stores of one state, as the registers the store reads.
+template <typename ST>
+struct St4 {
+    unsigned x[sizeof(ST) == 2 ? 2 : 4];
+    unsigned long long to;                             // the address, read by the store too
+    __device__ __forceinline__ void set(const float (&s)[4]) {
+        if constexpr (sizeof(ST) == 2) {
+            x[0] = gdn_pack2<GDN_BF16>(s[0], s[1]);
+            x[1] = gdn_pack2<GDN_BF16>(s[2], s[3]);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) x[e] = __float_as_uint(s[e]);
+        }
+    }
+    __device__ __forceinline__ void store(bool ok) const {
+        if constexpr (sizeof(ST) == 2)
+            asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %3, 0;\n\t"
+                         "@q st.global.v2.b32 [%0], {%1, %2};\n\t}"
+                         :: "l"(to), "r"(x[0]), "r"(x[1]), "r"((unsigned)ok) : "memory");
+        else
+            asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %5, 0;\n\t"
+                         "@q st.global.v4.b32 [%0], {%1, %2, %3, %4};\n\t}"
+                         :: "l"(to), "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3]),
+                            "r"((unsigned)ok) : "memory");
+    }
+    // Keeps the registers live to here (folded into ``acc``, which goes to sched_fence's sink):
+    // a store reads its registers after it issues, so a later token's state written into the
+    // same registers would wait for the store.
+    __device__ __forceinline__ void keep(unsigned& acc) const {
+#pragma unroll
+        for (int e = 0; e < (int)(sizeof(x) / 4); ++e) acc ^= x[e];
+        acc ^= (unsigned)to ^ (unsigned)(to >> 32);
+    }
+};
 
 // One bf16 output where ``ok``, likewise predicated.
 __device__ __forceinline__ void st_bf16_global(unsigned short* to, bool ok, float x) {
@@ -231,18 +281,20 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         s.read = s.write = n;
         s.rd = s.wr = true;
 #endif
-        if (s.rd) {
-            const long long head = GDN_READ_OFFSET(s.read, h);
+        {
+            // The addresses made while the slot is in flight (no branch on it), then the copies,
+            // zero-filled (nothing read) for a padded sequence.
             const long long s_v = GDN_STRIDE(s_v, K);
             const char* src = reinterpret_cast<const char*>(
-                static_cast<const ST*>(p.state) + head + (long long)part * R * s_v);
+                static_cast<const ST*>(p.state) + GDN_READ_OFFSET(s.read, h) + (long long)part * R * s_v);
+            const unsigned bytes = s.rd ? 16u : 0u;
             constexpr int CPR = K * SB / 16;           // 16-byte chunks a row
 #pragma unroll
             for (int j = 0; j < R * CPR / 32; ++j) {
                 const int ch = lane + 32 * j, r = ch / CPR, cc = ch % CPR;
                 const unsigned to = (unsigned)__cvta_generic_to_shared(stile + r * SROW + cc * 16);
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                             :: "r"(to), "l"(src + r * s_v * SB + cc * 16) : "memory");
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                             :: "r"(to), "l"(src + r * s_v * SB + cc * 16), "r"(bytes) : "memory");
             }
             asm volatile("cp.async.commit_group;" ::: "memory");
         }
@@ -576,6 +628,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     unsigned fence = 0;
 #pragma unroll
     for (int t = 0; t < T; ++t) u[t] = y[t];
+    St4<ST> sv[OWN_STORES ? T : 1];                    // OWN_STORES: each token's stored registers
 #pragma unroll
     for (int t = 0; t < T; ++t) {
         // u_t is complete: u = (I + L)^-1 y by columns, column t taken out of every later row
@@ -586,20 +639,26 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         const float wt = rkr[t] * ut;
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[e] = gr[t] * s[e] + wt * kf[t][e];
-        if constexpr (SLOTS) {
-            const unsigned long long tok = (unsigned long long)stok[t];
-            st4_global<ST>(tok + lrow, ok && tok != 0, s);
+        const unsigned long long to = SLOTS ? (unsigned long long)stok[t] + lrow : ia;
+        const bool put = ok && (SLOTS ? stok[t] != 0 : iblk != 0);
+        if constexpr (OWN_STORES) {
+            sv[t].set(s);
+            sv[t].to = to;
+            sv[t].store(put);
         } else {
-            st4_global<ST>(ia, ok && iblk != 0, s);
-            ia += istep;
+            st4_global<ST>(to, put, s);
         }
+        if constexpr (!SLOTS) ia += istep;
         sched_fence(fence);
     }
     if constexpr (!SLOTS && GDN_UPDATE)                // the final state
         st4_global<ST>(fin + lrow, ok && fin != 0, s);
-    // sched_fence's sink: a store into sscale on a condition never met in practice.  With the
-    // MMAs, every compute warp read sscale before the sums' barrier and nothing reads it after;
-    // WARP_DOTS has no barrier after that read, so it stores the value sscale already holds.
+#pragma unroll
+    for (int t = 0; t < (OWN_STORES ? T : 0); ++t) sv[t].keep(fence);
+    // sched_fence's sink (and OWN_STORES's registers, folded in): a store into sscale on a
+    // condition never met in practice.  With the MMAs, every compute warp read sscale before the
+    // sums' barrier and nothing reads it after; WARP_DOTS has no barrier after that read, so it
+    // stores the value sscale already holds.
     if (fence == 0x7fffffffu) sscale = WARP_DOTS ? scale : 0.f;
 
     // Output o_t of row wrow by the lane holding s.q_t: ew_t s.q_t + sum_{j <= t} N[t][j] u_j,
@@ -624,7 +683,24 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
 #pragma unroll
         for (int j = 0; j < T; ++j) o += Nr[j] * u[j];
         const bool mine = WARP_DOTS ? (lane & ((1 << SUM_SH) - 1)) == 0 : lane < 16 && isq;
-        st_bf16_global(static_cast<unsigned short*>(p.out) + o0 + tv * o_t, mine && tv0 < T,
-                       ok ? scale * o : 0.f);
+        if constexpr (!OWN_STORES) {
+            st_bf16_global(static_cast<unsigned short*>(p.out) + o0 + tv * o_t, mine && tv0 < T,
+                           ok ? scale * o : 0.f);
+            return;
+        }
+        // OWN_STORES: the block's outputs gathered in shared memory, then each token's 8 rows (16
+        // bytes) stored by one lane of warp 0, not 8 scattered 2-byte stores a warp.
+        __shared__ __align__(16) unsigned short so[T][R];
+        if (mine && tv0 < T) so[tv][w] = gdn_f32_to_bf16(ok ? scale * o : 0.f);
+        bar_sync(2, 32 * NW);
+        if (w == 0 && lane < T) {
+            unsigned short* to = static_cast<unsigned short*>(p.out) + (o0 - w) + lane * o_t;
+            if ((reinterpret_cast<unsigned long long>(to) & 15) == 0) {
+                *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(so[lane]);
+            } else {
+#pragma unroll
+                for (int r = 0; r < R; ++r) to[r] = so[lane][r];
+            }
+        }
     }
 }

@@ -63,5 +63,13 @@ for sd in sys.argv[1].split(","):
                 line += f" | max end {int((cw[:, 8] - cw[:, 0]).max())}"
                 line += f" | loader (from its start) issued {med(ld[:, 1] - ld[:, 0]) if ld[:, 1].any() else '-'} arrive {med(ld[:, 2] - ld[:, 0])}"
                 line += f" | loader start - compute start {med(ld[:, 0] - xt[0::9, 0])}"
+                if "tc_gt" in Path(path).read_text():
+                    gt = read_u64(kern[-1].module, "tc_gt").reshape(-1, 2)[:128 * 9].astype(np.int64)
+                    gt = np.concatenate([gt[w::9] for w in range(8)])
+                    e = gt[:, 1] - gt[:, 0].min()
+                    line += (f" | gt span {int(gt[:, 1].max() - gt[:, 0].min())} ns, start spread "
+                             f"{int(gt[:, 0].max() - gt[:, 0].min())} ns, warp median {med(gt[:, 1] - gt[:, 0])} ns, "
+                             f"end p50/p90/max {med(e)}/{int(np.percentile(e, 90))}/{int(e.max())} ns, "
+                             f"GHz {np.median((cw[:, 8] - cw[:, 0]) / np.maximum(gt[:, 1] - gt[:, 0], 1)):.2f}")
             print(line, flush=True)
 cuda_v4.TC_SOURCE, cuda_v4.table_config = orig_src, orig_tab
