@@ -151,37 +151,18 @@ __device__ __forceinline__ void st4_global(unsigned long long to, bool ok, const
     }
 }
 
-// The 16 (fp32) or 8 (bf16) bytes a lane stores of one state, as the registers the store reads.
-template <typename ST>
+// OWN_STORES (an fp32 state): one token's store, its 4 values and its address as registers of
+// their own.
 struct St4 {
-    unsigned x[sizeof(ST) == 2 ? 2 : 4];
+    float x[4];
     unsigned long long to;                             // the address, read by the store too
-    __device__ __forceinline__ void set(const float (&s)[4]) {
-        if constexpr (sizeof(ST) == 2) {
-            x[0] = gdn_pack2<GDN_BF16>(s[0], s[1]);
-            x[1] = gdn_pack2<GDN_BF16>(s[2], s[3]);
-        } else {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) x[e] = __float_as_uint(s[e]);
-        }
-    }
-    __device__ __forceinline__ void store(bool ok) const {
-        if constexpr (sizeof(ST) == 2)
-            asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %3, 0;\n\t"
-                         "@q st.global.v2.b32 [%0], {%1, %2};\n\t}"
-                         :: "l"(to), "r"(x[0]), "r"(x[1]), "r"((unsigned)ok) : "memory");
-        else
-            asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %5, 0;\n\t"
-                         "@q st.global.v4.b32 [%0], {%1, %2, %3, %4};\n\t}"
-                         :: "l"(to), "r"(x[0]), "r"(x[1]), "r"(x[2]), "r"(x[3]),
-                            "r"((unsigned)ok) : "memory");
-    }
+    __device__ __forceinline__ void store(bool ok) const { st4_global<float>(to, ok, x); }
     // Keeps the registers live to here (folded into ``acc``, which goes to sched_fence's sink):
     // a store reads its registers after it issues, so a later token's state written into the
     // same registers would wait for the store.
     __device__ __forceinline__ void keep(unsigned& acc) const {
 #pragma unroll
-        for (int e = 0; e < (int)(sizeof(x) / 4); ++e) acc ^= x[e];
+        for (int e = 0; e < 4; ++e) acc ^= __float_as_uint(x[e]);
         acc ^= (unsigned)to ^ (unsigned)(to >> 32);
     }
 };
@@ -286,7 +267,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
             // zero-filled (nothing read) for a padded sequence.
             const long long s_v = GDN_STRIDE(s_v, K);
             const char* src = reinterpret_cast<const char*>(
-                static_cast<const ST*>(p.state) + GDN_READ_OFFSET(s.read, h) + (long long)part * R * s_v);
+                static_cast<const ST*>(p.state) + GDN_READ_OFFSET(s.read, h)
+                + (long long)part * R * s_v);
             const unsigned bytes = s.rd ? 16u : 0u;
             constexpr int CPR = K * SB / 16;           // 16-byte chunks a row
 #pragma unroll
@@ -628,7 +610,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     unsigned fence = 0;
 #pragma unroll
     for (int t = 0; t < T; ++t) u[t] = y[t];
-    St4<ST> sv[OWN_STORES ? T : 1];                    // OWN_STORES: each token's stored registers
+    St4 sv[OWN_STORES ? T : 1];                        // OWN_STORES: each token's store
 #pragma unroll
     for (int t = 0; t < T; ++t) {
         // u_t is complete: u = (I + L)^-1 y by columns, column t taken out of every later row
@@ -642,7 +624,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         const unsigned long long to = SLOTS ? (unsigned long long)stok[t] + lrow : ia;
         const bool put = ok && (SLOTS ? stok[t] != 0 : iblk != 0);
         if constexpr (OWN_STORES) {
-            sv[t].set(s);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sv[t].x[e] = s[e];
             sv[t].to = to;
             sv[t].store(put);
         } else {

@@ -6,7 +6,7 @@ clock.  From the checkout's root, with a GPU and CuPy:
 
     python3 bench/results/h100-80gb-hbm3/verify/ab-tc-ld/floor_tl.py fp32,bf16 8 1x128x256,1x256x128
 """
-import statistics, sys
+import re, statistics, sys
 from pathlib import Path
 sys.path.insert(0, str(Path.cwd()))
 import numpy as np, torch, cupy
@@ -40,11 +40,7 @@ assert src.count("fl_clk()") == 3, src
 base = floor._SRC.replace("        const float add = ready(beta);\n",
                           "        fl_dep(v[0].x); fl_arr = fl_clk();\n        const float add = ready(beta);\n", 1)
 base = base.replace("template <int VPT, class Store, class Ready, class Part>",
-                    MARKS + "__device__ unsigned long long fl_arr_dummy;\n#define fl_arr fl_arr_g\n"
-                    "static __device__ unsigned long long fl_arr_g;\n"
-                    "template <int VPT, class Store, class Ready, class Part>", 1)
-# fl_arr as a per-thread variable: a register passed through a global is wrong, so use a local
-base = base.replace("#define fl_arr fl_arr_g\nstatic __device__ unsigned long long fl_arr_g;\n", "")
+                    MARKS + "template <int VPT, class Store, class Ready, class Part>", 1)
 base = base.replace("fl_arr = fl_clk();", "fl_arr_t = fl_clk();")
 base = base.replace("                                            const Part& part) {",
                     "                                            const Part& part, unsigned long long& fl_arr_t) {", 1)
@@ -57,10 +53,8 @@ src = src.replace("float4* at = pool + slot * page4;\n        stream_each<VPT>(a
 src = src.replace("Steps<FORM == 1>{inter + (long long)rows[n] * row4, at, step4, T});\n        if ((threadIdx.x & 31) == 0)",
                   "Steps<FORM == 1>{inter + (long long)rows[n] * row4, at, step4, T}, fl_arr);\n        if ((threadIdx.x & 31) == 0)", 1)
 # the other forms' calls of stream_each get a dummy
-src = src.replace("stream_each<VPT>(pool + src * page4, n4, alpha, beta, st);",
-                  "unsigned long long fl_d = 0; stream_each<VPT>(pool + src * page4, n4, alpha, beta, st, fl_d);")
-src = src.replace("stream_each<VPT>(from, n4, alpha, beta, To{pool + slot * page4});",
-                  "unsigned long long fl_d = 0; stream_each<VPT>(from, n4, alpha, beta, To{pool + slot * page4}, fl_d);")
+src = re.sub(r"stream_each<VPT>\(([^;]*)\);", lambda m: m.group(0) if "fl_arr" in m.group(1) else
+             f"unsigned long long fl_d = 0; stream_each<VPT>({m.group(1)}, fl_d);", src)
 # keep only what the verify kernel needs of _SRC (stream_part, Now, Whole, stream_each, To)
 base = base[:base.index("template <int VPT>\n__device__ __forceinline__ void stream_rmw")]
 
