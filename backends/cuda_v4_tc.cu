@@ -28,7 +28,8 @@
 // none chained), the sums over the warps behind one barrier, then warp w takes row w: y, then
 // token by token u_t (forward substitution by columns), the state after token t and its store
 // (lane l: K [4l, 4l + 4)), a scheduling fence (sched_fence) so that the stores stream out from
-// token 0 on; the outputs last.
+// token 0 on (the final state's store beside token T - 1's); the outputs last, their terms
+// N[t][j] u_j summed in the loop as each u_j is made (with the MMAs).
 // An fp32 state up to T = 4 (WARP_DOTS) skips the MMAs and their barrier: warp w makes its own
 // row's T products s_0.k_t from the update layout and sums them within the warp (warp_sums:
 // P - 1 + 5 - log2 P shuffles for P sums), and the T with q after the stores.  Measured on the
@@ -46,7 +47,10 @@
 // Compute); the block's outputs are also gathered in shared memory and stored 16 bytes a token,
 // where each warp stored 8 scattered bf16 values.  Measured on the H100 at B = 1
 // (bench/results/h100-80gb-hbm3/verify/ab-tc-ld/): fp32 T = 8 0.06 to 0.1 µs faster in every
-// form; with bf16, or at T = 4, the same or slower, so only there.
+// form; with bf16, or at T = 4, the same or slower, so only there.  Those outputs go out before
+// the sink that keeps St4's registers (ptxas put its chain of folds ahead of them), with the
+// output's terms summed in the token loop: one CUPTI tick (32 ns) faster at fp32 T = 8 states
+// and slots and at bf16 T = 8, nowhere slower, in three A/B runs (ab-tc-out/).
 //
 // Compile-time (-D, backends/_cuda_build.py, the names of cuda_v4.cu): GDN_K = GDN_V = 128,
 // GDN_T (1..8), GDN_HV, GDN_GVA, GDN_STATE_DT, GDN_IO_DT (bf16), GDN_A_DT, GDN_B_DT,
@@ -173,6 +177,12 @@ __device__ __forceinline__ void st_bf16_global(unsigned short* to, bool ok, floa
                  :: "l"(to), "h"(gdn_f32_to_bf16(x)), "r"((unsigned)ok) : "memory");
 }
 
+// One bf16 into shared memory where ``ok``, predicated (no branch).
+__device__ __forceinline__ void st_shared_b16(void* to, bool ok, unsigned short x) {
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q st.shared.b16 [%0], %1;\n\t}"
+                 :: "r"((unsigned)__cvta_generic_to_shared(to)), "h"(x), "r"((unsigned)ok) : "memory");
+}
+
 // A scheduling fence: ptxas moves no instruction across a clock read, so a read after each
 // token's store keeps the next tokens' arithmetic behind it.  Without it ptxas makes every
 // token's state first and issues the T stores last, about 400 cycles after token 0's state is
@@ -250,6 +260,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     __shared__ long long sflags[4];
     __shared__ float sscale;
     __shared__ long long stok[T];                      // per-token slots: token t's rows (0: none)
+    __shared__ __align__(16) unsigned short so[T][R];  // OWN_STORES: the block's outputs
 
     if (w == NW) {
         // ---- the loader: the slots, then the block's state rows into shared memory ----------
@@ -590,8 +601,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         // gathered into every lane.
         {
             const float* base = reinterpret_cast<const float*>(&sp[0][w][0]) + jv;
+            static_assert(NW == 8, "the sums' tree: 8 warps");
+            float pw[NW];
 #pragma unroll
-            for (int ww = 0; ww < NW; ++ww) sum += base[ww * R * 16];
+            for (int ww = 0; ww < NW; ++ww) pw[ww] = base[ww * R * 16];
+            sum = ((pw[0] + pw[1]) + (pw[2] + pw[3])) + ((pw[4] + pw[5]) + (pw[6] + pw[7]));
         }
     }
     const float ylv = bv - yetv * sum;
@@ -610,7 +624,10 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     unsigned fence = 0;
 #pragma unroll
     for (int t = 0; t < T; ++t) u[t] = y[t];
+    float oa = WARP_DOTS ? 0.f : ewtv * sum;           // the output, its terms as u_t is made
     St4 sv[OWN_STORES ? T : 1];                        // OWN_STORES: each token's store
+    const unsigned long long fa = fin + lrow;          // the final state's (GDN_UPDATE)
+    const bool fput = ok && fin != 0;
 #pragma unroll
     for (int t = 0; t < T; ++t) {
         // u_t is complete: u = (I + L)^-1 y by columns, column t taken out of every later row
@@ -619,6 +636,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
 #pragma unroll
         for (int j = t + 1; j < T; ++j) u[j] -= Lr[j][t] * ut;
         const float wt = rkr[t] * ut;
+        if constexpr (!WARP_DOTS) oa += Nr[t] * ut;
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[e] = gr[t] * s[e] + wt * kf[t][e];
         const unsigned long long to = SLOTS ? (unsigned long long)stok[t] + lrow : ia;
@@ -631,11 +649,28 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         } else {
             st4_global<ST>(to, put, s);
         }
+        if constexpr (!SLOTS && GDN_UPDATE)            // the final state, with token T - 1's
+            if (t == T - 1) st4_global<ST>(fa, fput, s);
         if constexpr (!SLOTS) ia += istep;
         sched_fence(fence);
     }
-    if constexpr (!SLOTS && GDN_UPDATE)                // the final state
-        st4_global<ST>(fin + lrow, ok && fin != 0, s);
+    if constexpr (OWN_STORES) {
+        // The block's outputs gathered in shared memory, each token's 8 rows (16 bytes) stored by
+        // one lane of warp 0 (a scalar fallback when out is not 16-byte aligned there), before
+        // the registers' sink (a fence keeps the sink after).
+        st_shared_b16(&so[tv][w], lane < 16 && isq && tv0 < T, gdn_f32_to_bf16(scale * oa));
+        bar_sync(2, 32 * NW);
+        if (w == 0 && lane < T) {
+            unsigned short* to = static_cast<unsigned short*>(p.out) + (o0 - w) + lane * o_t;
+            if ((reinterpret_cast<unsigned long long>(to) & 15) == 0) {
+                *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(so[lane]);
+            } else {
+#pragma unroll
+                for (int r = 0; r < R; ++r) to[r] = so[lane][r];
+            }
+        }
+        sched_fence(fence);
+    }
 #pragma unroll
     for (int t = 0; t < (OWN_STORES ? T : 0); ++t) sv[t].keep(fence);
     // sched_fence's sink (and OWN_STORES's registers, folded in): a store into sscale on a
@@ -662,28 +697,16 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
             }
             sq = warp_sums<NSUM>(d, lane);
         }
-        float o = ewtv * sq;
+        float o = oa;
+        if constexpr (WARP_DOTS) {
+            o = ewtv * sq;
 #pragma unroll
-        for (int j = 0; j < T; ++j) o += Nr[j] * u[j];
+            for (int j = 0; j < T; ++j) o += Nr[j] * u[j];
+        }
         const bool mine = WARP_DOTS ? (lane & ((1 << SUM_SH) - 1)) == 0 : lane < 16 && isq;
-        if constexpr (!OWN_STORES) {
+        if constexpr (!OWN_STORES)
             st_bf16_global(static_cast<unsigned short*>(p.out) + o0 + tv * o_t, mine && tv0 < T,
                            ok ? scale * o : 0.f);
-            return;
-        }
-        // OWN_STORES: the block's outputs gathered in shared memory, then each token's 8 rows (16
-        // bytes) stored by one lane of warp 0, not 8 scattered 2-byte stores a warp.
-        __shared__ __align__(16) unsigned short so[T][R];
-        if (mine && tv0 < T) so[tv][w] = gdn_f32_to_bf16(ok ? scale * o : 0.f);
-        bar_sync(2, 32 * NW);
-        if (w == 0 && lane < T) {
-            unsigned short* to = static_cast<unsigned short*>(p.out) + (o0 - w) + lane * o_t;
-            if ((reinterpret_cast<unsigned long long>(to) & 15) == 0) {
-                *reinterpret_cast<uint4*>(to) = *reinterpret_cast<const uint4*>(so[lane]);
-            } else {
-#pragma unroll
-                for (int r = 0; r < R; ++r) to[r] = so[lane][r];
-            }
-        }
+
     }
 }

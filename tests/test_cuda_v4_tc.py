@@ -356,3 +356,33 @@ def test_tc_destination_passing(sd, monkeypatch):
     rows = case.inter_idx.tolist()
     j = gate.judge(out, case.inter[rows, :4], ref_out, ref_inter[rows, :4], state_dtype=sd)
     assert j.ok, f"destination passing, intermediate states: {j.reason}"
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("T", (6, 8))
+def test_tc_unaligned_out(T, monkeypatch):
+    # An fp32 state above T = 4 gathers each block's 8 outputs of a token and stores them as 16
+    # bytes; an out two bytes past a 16-byte boundary takes the scalar stores instead.  The outputs
+    # (and the states beside them) against the reference, and nothing written outside out.
+    case = make_verify_case("states", B=3, T=T, state_dtype=F32, device=DEVICE, seed=240 + T,
+                            dense=True, update=True)
+    x, ver = case.x, case.verify()
+    new = torch.full_like(x.state, float("nan"))
+    ref_out, ref_new, ref_inter = reference_verify_outputs(x, ver, True, None, new_pool=new)
+    n = ref_out.numel()
+    buf = torch.full((n + 8,), -7.0, dtype=x.v.dtype, device=DEVICE)
+    out = buf[1:n + 1].view(ref_out.shape)
+    assert out.data_ptr() % 16 == 2
+    validate(*x.args(), out=out, new_state=new, use_qk_l2norm=True, **case.kwargs())
+    used = _tc_used(monkeypatch)
+    cuda_v4.run(*x.args(), out, new, True, None, ver, config=TC)
+    torch.cuda.synchronize()
+    assert used == [cuda_v4.TC_KERNEL]
+    j = gate.judge(out, new, ref_out, ref_new, state_dtype=F32)
+    assert j.ok, f"unaligned out: {j.reason}"
+    assert bool((buf[0] == -7.0).item()) and bool((buf[n + 1:] == -7.0).all().item()), \
+        "wrote outside out"
+    rows = case.inter_idx.tolist()
+    j = gate.judge(out, case.inter[rows, :T], ref_out, ref_inter[rows, :T], state_dtype=F32)
+    assert j.ok, f"unaligned out, intermediate states: {j.reason}"
