@@ -180,7 +180,8 @@ __device__ __forceinline__ void st_bf16_global(unsigned short* to, bool ok, floa
 // One bf16 into shared memory where ``ok``, predicated (no branch).
 __device__ __forceinline__ void st_shared_b16(void* to, bool ok, unsigned short x) {
     asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q st.shared.b16 [%0], %1;\n\t}"
-                 :: "r"((unsigned)__cvta_generic_to_shared(to)), "h"(x), "r"((unsigned)ok) : "memory");
+                 :: "r"((unsigned)__cvta_generic_to_shared(to)), "h"(x), "r"((unsigned)ok)
+                 : "memory");
 }
 
 // A scheduling fence: ptxas moves no instruction across a clock read, so a read after each
@@ -654,11 +655,16 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         if constexpr (!SLOTS) ia += istep;
         sched_fence(fence);
     }
+    // Whether this lane holds row wrow's output of token tv (when tv0 < T), made where it is used
+    // (as a bool made here, ptxas computed it inside the bf16 token loop).
+    const auto mine = [&] {
+        return WARP_DOTS ? (lane & ((1 << SUM_SH) - 1)) == 0 : lane < 16 && isq;
+    };
     if constexpr (OWN_STORES) {
         // The block's outputs gathered in shared memory, each token's 8 rows (16 bytes) stored by
         // one lane of warp 0 (a scalar fallback when out is not 16-byte aligned there), before
         // the registers' sink (a fence keeps the sink after).
-        st_shared_b16(&so[tv][w], lane < 16 && isq && tv0 < T, gdn_f32_to_bf16(scale * oa));
+        st_shared_b16(&so[tv][w], mine() && tv0 < T, gdn_f32_to_bf16(scale * oa));
         bar_sync(2, 32 * NW);
         if (w == 0 && lane < T) {
             unsigned short* to = static_cast<unsigned short*>(p.out) + (o0 - w) + lane * o_t;
@@ -679,10 +685,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     // stores the value sscale already holds.
     if (fence == 0x7fffffffu) sscale = WARP_DOTS ? scale : 0.f;
 
-    // Output o_t of row wrow by the lane holding s.q_t: ew_t s.q_t + sum_{j <= t} N[t][j] u_j,
-    // times the scale.
-    {
-        float sq = sum;
+    // Without OWN_STORES: output o_t of row wrow by the lane holding s.q_t, ew_t s.q_t +
+    // sum_{j <= t} N[t][j] u_j (WARP_DOTS: made here, after the stores, with the T products s.q_t;
+    // with the MMAs: oa), times the scale.
+    if constexpr (!OWN_STORES) {
+        float o = oa;
         if constexpr (WARP_DOTS) {
             float d[16];
 #pragma unroll
@@ -695,18 +702,11 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
                     d[t] = dot4(s0, q4);
                 }
             }
-            sq = warp_sums<NSUM>(d, lane);
-        }
-        float o = oa;
-        if constexpr (WARP_DOTS) {
-            o = ewtv * sq;
+            o = ewtv * warp_sums<NSUM>(d, lane);
 #pragma unroll
             for (int j = 0; j < T; ++j) o += Nr[j] * u[j];
         }
-        const bool mine = WARP_DOTS ? (lane & ((1 << SUM_SH) - 1)) == 0 : lane < 16 && isq;
-        if constexpr (!OWN_STORES)
-            st_bf16_global(static_cast<unsigned short*>(p.out) + o0 + tv * o_t, mine && tv0 < T,
-                           ok ? scale * o : 0.f);
-
+        st_bf16_global(static_cast<unsigned short*>(p.out) + o0 + tv * o_t, mine() && tv0 < T,
+                       ok ? scale * o : 0.f);
     }
 }

@@ -332,30 +332,37 @@ def _slots_into_new_pool(case, l2, what):
     assert j.ok, f"{what}: {j.reason}"
 
 
-@pytest.mark.gpu
-@needs_gpu
-@pytest.mark.parametrize("sd", (F32, BF16), ids=("fp32", "bf16"))
-def test_tc_destination_passing(sd, monkeypatch):
-    # A dense state read, the final states into a separate new_state: the state untouched,
-    # every intermediate state and final state against the reference.
-    case = make_verify_case("states", B=3, T=4, state_dtype=sd, device=DEVICE, seed=230,
+def _run_dense_update(sd, T, seed, make_out, monkeypatch, what):
+    """A dense state read, the final states into a separate new_state, ``out`` from
+    ``make_out(shape, dtype)``: the tensor-core kernel ran, the state is untouched, and out,
+    every final and intermediate state match the reference.  Returns out."""
+    case = make_verify_case("states", B=3, T=T, state_dtype=sd, device=DEVICE, seed=seed,
                             dense=True, update=True)
     x, ver = case.x, case.verify()
     new = torch.full_like(x.state, float("nan"))
     ref_out, ref_new, ref_inter = reference_verify_outputs(x, ver, True, None, new_pool=new)
     before = x.state.clone()
-    out = torch.empty(ref_out.shape, dtype=x.v.dtype, device=DEVICE)
+    out = make_out(ref_out.shape, x.v.dtype)
     validate(*x.args(), out=out, new_state=new, use_qk_l2norm=True, **case.kwargs())
     used = _tc_used(monkeypatch)
     cuda_v4.run(*x.args(), out, new, True, None, ver, config=TC)
     torch.cuda.synchronize()
     assert used == [cuda_v4.TC_KERNEL]
     j = gate.judge(out, new, ref_out, ref_new, state_dtype=sd)
-    assert j.ok, f"destination passing: {j.reason}"
-    assert torch.equal(x.state, before), "destination passing wrote the state"
+    assert j.ok, f"{what}: {j.reason}"
+    assert torch.equal(x.state, before), f"{what} wrote the state"
     rows = case.inter_idx.tolist()
-    j = gate.judge(out, case.inter[rows, :4], ref_out, ref_inter[rows, :4], state_dtype=sd)
-    assert j.ok, f"destination passing, intermediate states: {j.reason}"
+    j = gate.judge(out, case.inter[rows, :T], ref_out, ref_inter[rows, :T], state_dtype=sd)
+    assert j.ok, f"{what}, intermediate states: {j.reason}"
+    return out
+
+
+@pytest.mark.gpu
+@needs_gpu
+@pytest.mark.parametrize("sd", (F32, BF16), ids=("fp32", "bf16"))
+def test_tc_destination_passing(sd, monkeypatch):
+    _run_dense_update(sd, 4, 230, lambda shape, dt: torch.empty(shape, dtype=dt, device=DEVICE),
+                      monkeypatch, "destination passing")
 
 
 @pytest.mark.gpu
@@ -363,26 +370,18 @@ def test_tc_destination_passing(sd, monkeypatch):
 @pytest.mark.parametrize("T", (6, 8))
 def test_tc_unaligned_out(T, monkeypatch):
     # An fp32 state above T = 4 gathers each block's 8 outputs of a token and stores them as 16
-    # bytes; an out two bytes past a 16-byte boundary takes the scalar stores instead.  The outputs
-    # (and the states beside them) against the reference, and nothing written outside out.
-    case = make_verify_case("states", B=3, T=T, state_dtype=F32, device=DEVICE, seed=240 + T,
-                            dense=True, update=True)
-    x, ver = case.x, case.verify()
-    new = torch.full_like(x.state, float("nan"))
-    ref_out, ref_new, ref_inter = reference_verify_outputs(x, ver, True, None, new_pool=new)
-    n = ref_out.numel()
-    buf = torch.full((n + 8,), -7.0, dtype=x.v.dtype, device=DEVICE)
-    out = buf[1:n + 1].view(ref_out.shape)
-    assert out.data_ptr() % 16 == 2
-    validate(*x.args(), out=out, new_state=new, use_qk_l2norm=True, **case.kwargs())
-    used = _tc_used(monkeypatch)
-    cuda_v4.run(*x.args(), out, new, True, None, ver, config=TC)
-    torch.cuda.synchronize()
-    assert used == [cuda_v4.TC_KERNEL]
-    j = gate.judge(out, new, ref_out, ref_new, state_dtype=F32)
-    assert j.ok, f"unaligned out: {j.reason}"
+    # bytes; an out two bytes past a 16-byte boundary takes the scalar stores instead, and writes
+    # nothing outside out.
+    bufs = []
+
+    def unaligned(shape, dt):
+        n = torch.Size(shape).numel()
+        bufs.append(torch.full((n + 8,), -7.0, dtype=dt, device=DEVICE))
+        out = bufs[0][1:n + 1].view(shape)
+        assert out.data_ptr() % 16 == 2
+        return out
+
+    out = _run_dense_update(F32, T, 240 + T, unaligned, monkeypatch, "unaligned out")
+    buf, n = bufs[0], out.numel()
     assert bool((buf[0] == -7.0).item()) and bool((buf[n + 1:] == -7.0).all().item()), \
         "wrote outside out"
-    rows = case.inter_idx.tolist()
-    j = gate.judge(out, case.inter[rows, :T], ref_out, ref_inter[rows, :T], state_dtype=F32)
-    assert j.ok, f"unaligned out, intermediate states: {j.reason}"
