@@ -67,7 +67,15 @@ SOURCE = Path(__file__).with_name("cuda_v4.cu")
 KERNEL = "gdn_decode_v4"
 TC_SOURCE = Path(__file__).with_name("cuda_v4_tc.cu")   # chunk 3: the tensor-core verify
 TC_KERNEL = "gdn_verify_tc"
-TC_ROWS, TC_THREADS, TC_MAX_T = 8, 288, 8   # rows a block; 8 warps and the loader; the MMA's N
+TC_ROWS, TC_MAX_T = 8, 8        # rows a block; the MMA's N
+
+
+def tc_threads(state_dtype, T: int) -> int:
+    """Threads a block of cuda_v4_tc.cu (its NT): 8 compute warps and the loader, and a flags
+    warp where the loader makes the Gram entries (every case but an fp32 state up to T = 4)."""
+    return 288 if state_dtype == torch.float32 and T <= 4 else 320
+
+
 HEAD_DIMS = (32, 64, 128, 256)   # K: whole 16-byte vectors per lane, lane groups dividing 32
 MAX_GRID_X = 2**31 - 1
 MAX_WARPS = 8
@@ -481,7 +489,11 @@ class Bound:
                                   fastgate=fast, dense=1 if self.dense else 2, **self.switches)
         kern = cuda_build.get_kernel(TC_SOURCE, TC_KERNEL, tuple(sorted(defs + self.stride_defs)),
                                      self.dev)
-        launch = cuda_build.Launch(kern, grid, TC_THREADS, self.dev,
+        threads = tc_threads(sd, T)
+        if getattr(kern, "max_threads", threads) != threads:      # its __launch_bounds__
+            raise RuntimeError(f"cuda-v4: {TC_SOURCE.name} is built for {kern.max_threads} "
+                               f"threads a block, this module launches {threads}")
+        launch = cuda_build.Launch(kern, grid, threads, self.dev,
                                    template=cuda_build.params_template(self.values))
         self.launches[vec16] = self.tc = launch
         return launch

@@ -14,22 +14,32 @@
 // rk_i k_i.q_t.  Only the 2T dot products s_0.k_t, s_0.q_t need the state; L, N and the gates
 // need the tokens only.
 //
-// The block: 8 rows of one head (16 blocks a head), 9 warps.  Warp 8, the loader, alone waits
-// for the sequence's slot, copies the 8 state rows into shared memory (cp.async; its addresses
-// are made while the slot is in flight, and a padded sequence's copies read nothing and fill
-// zeros, so no branch waits on the slot) and arrives on a named barrier; it also reads the
-// intermediate row and the write slot (per-token slots: the T write slots).  The 8 compute
-// warps never wait for the slot: the gates, the head's Gram entries (k_i.k_t, k_i.q_t, q_t.q_t:
-// two m16n8k16 MMAs a warp over its 16-wide K slice, summed over the warps through shared
-// memory), each warp's own copy of L and N (in registers) and its k rows are ready while the
-// slot and the state are in flight.  At the barrier the state arrives: warp w holds a 16-wide
-// K slice of the 8 rows as an MMA A fragment (K permuted within the slice so a lane's 4
-// elements are contiguous) for two MMAs (an fp32 state is split into three bf16 parts: four,
-// none chained), the sums over the warps behind one barrier, then warp w takes row w: y, then
+// The block: 8 rows of one head (16 blocks a head), 8 compute warps and warp 8, the loader; with
+// the MMAs (LOADER_GRAM: every case but an fp32 state up to T = 4) also warp 9, the flags warp.
+// The loader alone waits for the sequence's slot, copies the 8 state rows into shared memory
+// (cp.async; its addresses are made while the slot is in flight, and a padded sequence's copies
+// read nothing and fill zeros, so no branch waits on the slot) and arrives on a named barrier.
+// With LOADER_GRAM it also loads the T tokens' k and q while the slot is in flight and, once its
+// copies have issued, makes the head's Gram entries (k_i.k_t, k_i.q_t, q_t.q_t: sixteen
+// m16n8k16 MMAs over the whole K, in four chains), handed to the compute warps through shared
+// memory behind a barrier of their own; the flags warp reads the intermediate row and the write
+// slot (per-token slots: the T write slots) from the block's third line.  Without it the compute
+// warps make the Gram entries (two MMAs a warp over its 16-wide K slice, summed over the warps
+// through shared memory) and the loader reads the third line after its copies.  The 8 compute
+// warps never wait for the slot: the gates, the Gram entries, each warp's own copy of L and N
+// (in registers) and its k rows are ready while the slot and the state are in flight.  At the
+// barrier the state arrives: warp w holds a 16-wide K slice of the 8 rows as an MMA A fragment
+// (K permuted within the slice so a lane's 4 elements are contiguous) for two MMAs (an fp32
+// state is split into three bf16 parts: four, none chained), the sums over the warps behind
+// one barrier, then warp w takes row w: y, then
 // token by token u_t (forward substitution by columns), the state after token t and its store
 // (lane l: K [4l, 4l + 4)), a scheduling fence (sched_fence) so that the stores stream out from
 // token 0 on (the final state's store beside token T - 1's); the outputs last, their terms
 // N[t][j] u_j summed in the loop as each u_j is made (with the MMAs).
+// The loader's Gram, measured on the H100 at B = 1 (bench/results/h100-80gb-hbm3/verify/ab-tc-lg/,
+// one A/B of 7 interleaved rounds against the compute warps' Gram): bf16 T = 4 states 0.16 us
+// faster, bf16 T = 8 states and states+update and fp32 T = 8 states+update one or two CUPTI
+// ticks faster, the per-token slots at T = 8 two (fp32) or three (bf16) ticks slower.
 // An fp32 state up to T = 4 (WARP_DOTS) skips the MMAs and their barrier: warp w makes its own
 // row's T products s_0.k_t from the update layout and sums them within the warp (warp_sums:
 // P - 1 + 5 - log2 P shuffles for P sums), and the T with q after the stores.  Measured on the
@@ -86,13 +96,19 @@ static_assert(GDN_DENSE == 1 || GDN_DENSE == 2, "GDN_DENSE: 1 or 2");
 namespace {
 constexpr int T = GDN_T, HV = GDN_HV, GVA = GDN_GVA, K = 128, V = 128;
 constexpr int SD = GDN_STATE_DT;
-constexpr int R = 8, NW = 8, NT = 32 * (NW + 1);   // rows a block, compute warps, + the loader
+constexpr int R = 8, NW = 8;                       // rows a block, compute warps
 constexpr int PARTS = V / R;                       // blocks a head
 constexpr unsigned FULL = 0xffffffffu;
 constexpr bool SLOTS = GDN_POOL >= 3;              // per-token slots
 // The state's 2T dot products: by MMA, summed over the warps through shared memory, or (an fp32
 // state up to T = 4) each warp its own row's, summed within the warp (see the head comment).
 constexpr bool WARP_DOTS = SD == GDN_F32 && T <= 4;
+// With the MMAs the loader also makes the head's Gram entries, and a tenth warp (the flags warp)
+// reads the block's third line; with WARP_DOTS the compute warps make the Gram entries (each over
+// its K slice, summed) and the loader reads the third line (see the head comment).
+constexpr bool LOADER_GRAM = !WARP_DOTS;
+constexpr int NL = 32 * (NW + 1);                  // the compute warps and the loader
+constexpr int NT = NL + (LOADER_GRAM ? 32 : 0);    // the block (cuda_v4.py reads it back)
 constexpr int NSUM = T > 2 ? 4 : T;                // WARP_DOTS: sums a lane reduces
 // WARP_DOTS: lane l ends with sum l >> SUM_SH.
 constexpr int SUM_SH = NSUM == 4 ? 3 : NSUM == 2 ? 4 : 5;
@@ -255,48 +271,32 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     // (bf16 8-byte reads, fp32 16-byte reads).
     constexpr int SROW = K * SB + (SB == 2 ? 32 : 64);
     __shared__ __align__(16) unsigned char stile[R * SROW];
-    // From the loader: read ok, the final state's head block and the intermediate row's (0:
-    // none), the intermediate step stride, the scale.  The compute warps then read nothing of
-    // the block's third line, which only the loader brings into the constant cache.
-    __shared__ long long sflags[4];
+    // From the flags warp (WARP_DOTS: the loader): read ok, the final state's head block and the
+    // intermediate row's (0: none), the intermediate step stride, the scale.  The compute warps
+    // then read nothing of the block's third line, which only that warp brings into the constant
+    // cache.  [4]: LOADER_GRAM, the loader's clock read (sched_fence's sink).
+    __shared__ long long sflags[5];
     __shared__ float sscale;
     __shared__ long long stok[T];                      // per-token slots: token t's rows (0: none)
     __shared__ __align__(16) unsigned short so[T][R];  // OWN_STORES: the block's outputs
+    // The head's Gram entries: value j of the MMA's lane L at gt[j * 34 + L] (rows of 34: the
+    // reads are free of bank conflicts).  Lane L = 4 i + t / 2 holds k_i.k_t, k_i.k_t (values 0,
+    // 1: t even, odd), q_i.k_t (2, 3), k_i.q_t (4, 5), q_i.q_t (6, 7).
+    __shared__ float gt[8 * 34];
+    const long long q0 = n * GDN_STRIDE(q_n, T * (HV / GVA) * K) + hq * GDN_STRIDE(q_h, K);
+    const long long k0 = n * GDN_STRIDE(k_n, T * (HV / GVA) * K) + hq * GDN_STRIDE(k_h, K);
+    const long long q_t = GDN_STRIDE(q_t, (HV / GVA) * K);
+    const long long k_t = GDN_STRIDE(k_t, (HV / GVA) * K);
+    const unsigned short* const qb = static_cast<const unsigned short*>(p.q);
+    const unsigned short* const kb = static_cast<const unsigned short*>(p.k);
 
-    if (w == NW) {
-        // ---- the loader: the slots, then the block's state rows into shared memory ----------
+    // What the compute warps need from the block's third line (the flags warp's or, with
+    // WARP_DOTS, the loader's): lane 0 the flags and the scale; per-token slots, lane t < T token
+    // t's rows of new_state (0: a padded slot).  Its loads issue after the copies (a constant-cache
+    // miss on that line must not delay them: inside these branches the compiler does not hoist
+    // the intermediate row's load above them).
+    const auto publish = [&](const GdnSlots& s) {
 #if GDN_POOL >= 3
-        const GdnSlots s = gdn_token_read_slot<GDN_POOL, T, GDN_IDX64>(p, n);
-#elif GDN_POOL
-        const GdnSlots s = gdn_pool_slots<GDN_POOL, GDN_IDX64>(p, n);
-#else
-        GdnSlots s;
-        s.read = s.write = n;
-        s.rd = s.wr = true;
-#endif
-        {
-            // The addresses made while the slot is in flight (no branch on it), then the copies,
-            // zero-filled (nothing read) for a padded sequence.
-            const long long s_v = GDN_STRIDE(s_v, K);
-            const char* src = reinterpret_cast<const char*>(
-                static_cast<const ST*>(p.state) + GDN_READ_OFFSET(s.read, h)
-                + (long long)part * R * s_v);
-            const unsigned bytes = s.rd ? 16u : 0u;
-            constexpr int CPR = K * SB / 16;           // 16-byte chunks a row
-#pragma unroll
-            for (int j = 0; j < R * CPR / 32; ++j) {
-                const int ch = lane + 32 * j, r = ch / CPR, cc = ch % CPR;
-                const unsigned to = (unsigned)__cvta_generic_to_shared(stile + r * SROW + cc * 16);
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                             :: "r"(to), "l"(src + r * s_v * SB + cc * 16), "r"(bytes) : "memory");
-            }
-            asm volatile("cp.async.commit_group;" ::: "memory");
-        }
-        // What the compute warps need from the block's third line, by one lane, after the
-        // copies have issued (a constant-cache miss on that line must not delay them: inside
-        // this branch the compiler does not hoist the intermediate row's load above them).
-#if GDN_POOL >= 3
-        // Per-token slots: lane t < T, token t's rows of new_state (0: a padded slot).
         if (lane < T) {
             const long long ts = gdn_index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + lane);
             stok[lane] = gdn_token_slot_ok(p, ts) ? reinterpret_cast<long long>(
@@ -335,6 +335,97 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
             sscale = (float)p.scale;
         }
 #endif
+    };
+    // The sequence's slots from its first index (gdn_token_first, idx[n] or n), already loaded.
+    const auto slots_from = [&](long long first) {
+#if GDN_POOL >= 3
+        return gdn_token_read_slot_from<GDN_POOL, T, GDN_IDX64>(p, n, first);
+#elif GDN_POOL
+        return gdn_pool_slots_from<GDN_POOL, GDN_IDX64>(p, n, first);
+#else
+        GdnSlots s;
+        s.read = s.write = first;
+        s.rd = s.wr = true;
+        return s;
+#endif
+    };
+    const auto first_index = [&]() -> long long {
+#if GDN_POOL >= 3
+        return gdn_token_first<GDN_POOL, T, GDN_IDX64>(p, n);
+#elif GDN_POOL
+        return gdn_slot_at<(GDN_IDX64 & 1) != 0>(p.idx, n);
+#else
+        return n;
+#endif
+    };
+
+    if (LOADER_GRAM && w == NW + 1) {
+        // ---- the flags warp -----------------------------------------------------------------
+        publish(slots_from(first_index()));
+        asm volatile("bar.arrive 1, %0;" :: "n"(NT) : "memory");
+        return;
+    }
+
+    if (w == NW) {
+        // ---- the loader: the slots, then the block's state rows into shared memory ----------
+        const long long first = first_index();
+        // LOADER_GRAM: the Gram's k and q, loaded while the first index is in flight.  Lane
+        // (g, c): token g's K [32 m + 8 c, 32 m + 8 c + 8) in its m-th 16 bytes, the K of MMA
+        // slices 2m and 2m + 1 (any order of K within a row serves, A and B taking the same).
+        // A clock read after them keeps ptxas from issuing them after the index's compare.
+        uint4 gk[LOADER_GRAM ? 4 : 1], gq[LOADER_GRAM ? 4 : 1];
+        unsigned early = 0;
+        if constexpr (LOADER_GRAM) {
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+                gk[m] = gq[m] = make_uint4(0u, 0u, 0u, 0u);
+                if (g < T) {
+                    gk[m] = *reinterpret_cast<const uint4*>(kb + k0 + g * k_t + 32 * m + 8 * c);
+                    gq[m] = *reinterpret_cast<const uint4*>(qb + q0 + g * q_t + 32 * m + 8 * c);
+                }
+            }
+            sched_fence(early);
+        }
+        const GdnSlots s = slots_from(first);
+        {
+            // The addresses made while the slot is in flight (no branch on it), then the copies,
+            // zero-filled (nothing read) for a padded sequence.
+            const long long s_v = GDN_STRIDE(s_v, K);
+            const char* src = reinterpret_cast<const char*>(
+                static_cast<const ST*>(p.state) + GDN_READ_OFFSET(s.read, h)
+                + (long long)part * R * s_v);
+            const unsigned bytes = s.rd ? 16u : 0u;
+            constexpr int CPR = K * SB / 16;           // 16-byte chunks a row
+#pragma unroll
+            for (int j = 0; j < R * CPR / 32; ++j) {
+                const int ch = lane + 32 * j, r = ch / CPR, cc = ch % CPR;
+                const unsigned to = (unsigned)__cvta_generic_to_shared(stile + r * SROW + cc * 16);
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                             :: "r"(to), "l"(src + r * s_v * SB + cc * 16), "r"(bytes) : "memory");
+            }
+            asm volatile("cp.async.commit_group;" ::: "memory");
+        }
+        if constexpr (LOADER_GRAM) {
+            // The head's Gram entries: A = [k_0..k_7; q_0..q_7] (rows g, g + 8), B = k (c1) or q
+            // (c2), columns = tokens; four chains of four MMAs.
+            float c1[2][4] = {}, c2[2][4] = {};
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+                mma16816(c1[0], gk[m].x, gq[m].x, gk[m].y, gq[m].y, gk[m].x, gk[m].y);
+                mma16816(c2[0], gk[m].x, gq[m].x, gk[m].y, gq[m].y, gq[m].x, gq[m].y);
+                mma16816(c1[1], gk[m].z, gq[m].z, gk[m].w, gq[m].w, gk[m].z, gk[m].w);
+                mma16816(c2[1], gk[m].z, gq[m].z, gk[m].w, gq[m].w, gq[m].z, gq[m].w);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                gt[e * 34 + lane] = c1[0][e] + c1[1][e];
+                gt[(4 + e) * 34 + lane] = c2[0][e] + c2[1][e];
+            }
+            if (lane == 0) sflags[4] = early;
+            asm volatile("bar.arrive 3, %0;" :: "n"(NL) : "memory");
+        } else {
+            publish(s);
+        }
         asm volatile("cp.async.wait_all;" ::: "memory");
         asm volatile("bar.arrive 1, %0;" :: "n"(NT) : "memory");
         return;
@@ -344,12 +435,6 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     const int wrow = (int)part * R + w;                // the update layout's row (warp w)
     const int kp = 16 * w + 4 * c;                     // the MMA layout's K (warp w's slice)
     const int kr = 4 * lane;                           // the update layout's K
-    const long long q0 = n * GDN_STRIDE(q_n, T * (HV / GVA) * K) + hq * GDN_STRIDE(q_h, K);
-    const long long k0 = n * GDN_STRIDE(k_n, T * (HV / GVA) * K) + hq * GDN_STRIDE(k_h, K);
-    const long long q_t = GDN_STRIDE(q_t, (HV / GVA) * K);
-    const long long k_t = GDN_STRIDE(k_t, (HV / GVA) * K);
-    const unsigned short* const qb = static_cast<const unsigned short*>(p.q);
-    const unsigned short* const kb = static_cast<const unsigned short*>(p.k);
     uint2 kx[T];                                       // k_t at kr, every token
 #pragma unroll
     for (int t = 0; t < T; ++t) kx[t] = ld8(kb + k0 + t * k_t + kr);
@@ -395,23 +480,21 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         }
     }
 
-    // ---- the head's Gram entries (per warp over its K slice, then summed) -------------------
-    __shared__ float4 gp[NW][32][2];
-    __shared__ float gt[8 * 34];
+    // ---- the head's Gram entries (WARP_DOTS: per warp over its K slice, then summed) ------
+    __shared__ float4 gp[LOADER_GRAM ? 1 : NW][32][2];
     __shared__ float4 sp[NW][R][4];
     __shared__ __align__(16) float wL[NW][T][8], wN[NW][T][8];   // per warp
-    {
-        float c1[4] = {0.f, 0.f, 0.f, 0.f}, c2[4] = {0.f, 0.f, 0.f, 0.f};
-        // A = [k_0..k_7; q_0..q_7] (rows g, g + 8), B = k (c1) or q (c2), columns = tokens.
-        mma16816(c1, bk.x, bq.x, bk.y, bq.y, bk.x, bk.y);
-        mma16816(c2, bk.x, bq.x, bk.y, bq.y, bq.x, bq.y);
-        gp[w][lane][0] = make_float4(c1[0], c1[1], c1[2], c1[3]);
-        gp[w][lane][1] = make_float4(c2[0], c2[1], c2[2], c2[3]);
-    }
-    bar_sync(2, 32 * NW);
-    {
-        // Thread x sums value j = x % 8 of lane L = x / 8 over the warps into gt[j * 34 + L]
-        // (rows of 34: the reads below are free of bank conflicts).
+    if constexpr (!LOADER_GRAM) {
+        {
+            float c1[4] = {0.f, 0.f, 0.f, 0.f}, c2[4] = {0.f, 0.f, 0.f, 0.f};
+            // A = [k_0..k_7; q_0..q_7] (rows g, g + 8), B = k (c1) or q (c2), columns = tokens.
+            mma16816(c1, bk.x, bq.x, bk.y, bq.y, bk.x, bk.y);
+            mma16816(c2, bk.x, bq.x, bk.y, bq.y, bq.x, bq.y);
+            gp[w][lane][0] = make_float4(c1[0], c1[1], c1[2], c1[3]);
+            gp[w][lane][1] = make_float4(c2[0], c2[1], c2[2], c2[3]);
+        }
+        bar_sync(2, 32 * NW);
+        // Thread x sums value j = x % 8 of lane L = x / 8 over the warps into gt[j * 34 + L].
         const int x = threadIdx.x;
         const float* base = reinterpret_cast<const float*>(&gp[0][0][0]) + x;
         float sum = 0.f;
@@ -435,9 +518,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     const float btv = __shfl_sync(FULL, bl, tv);
     __shared__ __align__(16) float ws[NW][4][8];       // per warp: g_t, rk_t, ye_t, ew_t
     if (lane < T) ws[w][0][lane] = gl;
-    bar_sync(2, 32 * NW);
-    // Lane L = 4 i + t / 2 of the MMA holds k_i.k_t, k_i.k_t (values 0, 1: t even, odd), q_i.k_t
-    // (2, 3), k_i.q_t (4, 5), q_i.q_t (6, 7).
+    if constexpr (LOADER_GRAM) bar_sync(3, NL);         // the loader's Gram entries
+    else bar_sync(2, 32 * NW);
 #define KK(i, t) gt[((t) & 1) * 34 + (i) * 4 + (t) / 2]
 #define KQ(i, t) gt[(4 + ((t) & 1)) * 34 + (i) * 4 + (t) / 2]
 #define QQ(t) gt[(6 + ((t) & 1)) * 34 + (t) * 4 + (t) / 2]
@@ -622,7 +704,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     const unsigned long long lrow = (unsigned long long)(wrow * GDN_STRIDE(ns_v, K) + kr) * SB;
     unsigned long long ia = iblk + (unsigned long long)(wrow * K + kr) * SB;
     const unsigned long long istep = (unsigned long long)i_t * SB;
-    unsigned fence = 0;
+    unsigned fence = LOADER_GRAM ? (unsigned)sflags[4] : 0u;   // the loader's clock read
 #pragma unroll
     for (int t = 0; t < T; ++t) u[t] = y[t];
     float oa = WARP_DOTS ? 0.f : ewtv * sum;           // the output, its terms as u_t is made

@@ -219,11 +219,12 @@ __device__ __forceinline__ long long gdn_slot_at(const void* idx, unsigned n) {
 }
 
 // POOL 1: one index tensor (new_idx == idx, loaded once); 2: separate write indices.  IDX64 bit 0:
-// idx is int64 (else int32), bit 1: new_idx is int64.
+// idx is int64 (else int32), bit 1: new_idx is int64.  gdn_pool_slots_from takes the read slot
+// r = idx[n] already loaded (a kernel may issue other loads between).
 template <int POOL, int IDX64>
-__device__ __forceinline__ GdnSlots gdn_pool_slots(const GdnParams& p, unsigned n) {
+__device__ __forceinline__ GdnSlots gdn_pool_slots_from(const GdnParams& p, unsigned n,
+                                                       long long r) {
     static_assert(POOL == 1 || POOL == 2, "POOL: 1 (read = write indices) or 2 (separate)");
-    const long long r = gdn_slot_at<(IDX64 & 1) != 0>(p.idx, n);
     const long long w = POOL == 1 ? r : gdn_slot_at<(IDX64 & 2) != 0>(p.new_idx, n);
     GdnSlots s;
     // unsigned compares: a negative slot is a huge one, so one compare checks both bounds
@@ -232,6 +233,10 @@ __device__ __forceinline__ GdnSlots gdn_pool_slots(const GdnParams& p, unsigned 
     s.read = r;
     s.write = s.wr ? w : 0;
     return s;
+}
+template <int POOL, int IDX64>
+__device__ __forceinline__ GdnSlots gdn_pool_slots(const GdnParams& p, unsigned n) {
+    return gdn_pool_slots_from<POOL, IDX64>(p, n, gdn_slot_at<(IDX64 & 1) != 0>(p.idx, n));
 }
 
 // Element i of an int32 / int64 index tensor, in 64 bits.
@@ -245,24 +250,34 @@ __device__ __forceinline__ long long gdn_index_at(const void* x, long long i) {
 // sequence n reads, idx[n, c] with c = accepted[n] - 1 (POOL 4; column 0 for 3).  A count
 // outside 1..T pads the sequence like a padded read slot (rd false).  The state after token t
 // goes to slot idx[n, t] (gdn_token_slot_ok says which store), so wr stays false here.
-// IDX64 bit 0: idx is int64, bit 3: accepted is.
+// IDX64 bit 0: idx is int64, bit 3: accepted is.  gdn_token_read_slot_from takes the first
+// index already loaded (gdn_token_first: accepted[n] for POOL 4, idx[n, 0] for 3).
 template <int POOL, int T, int IDX64>
-__device__ __forceinline__ GdnSlots gdn_token_read_slot(const GdnParams& p, unsigned n) {
+__device__ __forceinline__ long long gdn_token_first(const GdnParams& p, unsigned n) {
     static_assert(POOL == 3 || POOL == 4, "POOL: 3 (read column 0) or 4 (accepted[n] - 1)");
-    long long col = 0;
+    if constexpr (POOL == 4) return gdn_index_at<(IDX64 & 8) != 0>(p.accepted, n);
+    else return gdn_index_at<(IDX64 & 1) != 0>(p.idx, (long long)n * T);
+}
+template <int POOL, int T, int IDX64>
+__device__ __forceinline__ GdnSlots gdn_token_read_slot_from(const GdnParams& p, unsigned n,
+                                                             long long first) {
+    static_assert(POOL == 3 || POOL == 4, "POOL: 3 (read column 0) or 4 (accepted[n] - 1)");
+    long long r = first;
     bool ok = true;
     if constexpr (POOL == 4) {
-        const long long acc = gdn_index_at<(IDX64 & 8) != 0>(p.accepted, n);
-        ok = (unsigned long long)(acc - 1) < (unsigned long long)T;
-        col = ok ? acc - 1 : 0;
+        ok = (unsigned long long)(first - 1) < (unsigned long long)T;
+        r = gdn_index_at<(IDX64 & 1) != 0>(p.idx, (long long)n * T + (ok ? first - 1 : 0));
     }
-    const long long r = gdn_index_at<(IDX64 & 1) != 0>(p.idx, (long long)n * T + col);
     GdnSlots s;
     s.rd = ok && (unsigned long long)r < (unsigned long long)p.P && r != p.null_slot;
     s.wr = false;
     s.read = r;
     s.write = 0;
     return s;
+}
+template <int POOL, int T, int IDX64>
+__device__ __forceinline__ GdnSlots gdn_token_read_slot(const GdnParams& p, unsigned n) {
+    return gdn_token_read_slot_from<POOL, T, IDX64>(p, n, gdn_token_first<POOL, T, IDX64>(p, n));
 }
 
 // Whether token slot ts of per-token slots is stored to: padding (negative, null_slot, >= PN)

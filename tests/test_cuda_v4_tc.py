@@ -114,7 +114,8 @@ def test_tc_binds_where_it_serves(recorded):
     assert (src, name) == (cuda_v4.TC_SOURCE.name, cuda_v4.TC_KERNEL)
     assert (d["GDN_POOL"], d["GDN_INTER"], d["GDN_UPDATE"], d["GDN_IDX64"]) == (1, 2, 1, 7)
     assert (d["GDN_T"], d["GDN_L2NORM"], d["GDN_FASTGATE"]) == (4, 1, 1)
-    assert launches[-1][:2] == (3 * 4 * 128 // cuda_v4.TC_ROWS, cuda_v4.TC_THREADS)
+    # fp32 up to T = 4: the compute warps' Gram, 8 warps and the loader
+    assert launches[-1][:2] == (3 * 4 * 128 // cuda_v4.TC_ROWS, 288)
     # dt_bias's pointer in the first line's ``accepted`` field (the kernel reads it there)
     f = launches[-1][2]
     assert f["accepted"] == f["dt_bias"] == case.x.dt_bias.data_ptr() and f["S"] == 5
@@ -125,6 +126,8 @@ def test_tc_binds_where_it_serves(recorded):
     src, _, d = kernels[-1]
     assert src == cuda_v4.TC_SOURCE.name and (d["GDN_POOL"], d["GDN_INTER"]) == (0, 1)
     assert d["GDN_FASTGATE"] == 0 and d["GDN_STATE_DT"] == cuda_build.DTYPE_CODE[BF16]
+    # bf16, intermediate states: the loader makes the Gram, a flags warp reads the third line
+    assert launches[-1][1] == 320
     # Per-token slots with accepted counts: accepted stays, dt_bias in the new_state field and
     # new_state (here the pool itself) in the intermediate-states field.
     case = make_verify_case("slots", B=2, T=8, seed=4, index_dtype=I64)
@@ -133,7 +136,7 @@ def test_tc_binds_where_it_serves(recorded):
     assert src == cuda_v4.TC_SOURCE.name
     assert (d["GDN_POOL"], d["GDN_INTER"], d["GDN_UPDATE"], d["GDN_IDX64"]) == (4, 0, 1, 9)
     f = launches[-1][2]
-    assert launches[-1][:2] == (2 * 4 * 128 // cuda_v4.TC_ROWS, cuda_v4.TC_THREADS)
+    assert launches[-1][:2] == (2 * 4 * 128 // cuda_v4.TC_ROWS, 320)   # + the flags warp
     assert f["accepted"] == case.accepted.data_ptr() and f["idx"] == case.idx.data_ptr()
     assert f["new_state"] == f["dt_bias"] == case.x.dt_bias.data_ptr()
     assert f["inter"] == case.x.state.data_ptr()

@@ -24,8 +24,17 @@ def with_sources(row):
     return {name: c[:8] + (3,) + c[9:] for name in SOURCES}
 
 
+BACKEND_THREADS = cuda_v4.tc_threads
+
+
+def threads_rule(text):
+    """The threads a block of a source (its NT): 288 before the loader made the Gram entries."""
+    return BACKEND_THREADS if "LOADER_GRAM" in text else (lambda sd, T: 288)
+
+
 def use(name, cfg):
     cuda_v4.TC_SOURCE = SOURCES.get(name, BACKEND_SOURCE)
+    cuda_v4.tc_threads = threads_rule(Path(cuda_v4.TC_SOURCE).read_text())
     va._use(cfg)
 
 
@@ -34,4 +43,4 @@ if __name__ == "__main__":
     try:
         va.main(lambda B, T: [], extra=with_sources, use=use)
     finally:
-        cuda_v4.TC_SOURCE = BACKEND_SOURCE
+        cuda_v4.TC_SOURCE, cuda_v4.tc_threads = BACKEND_SOURCE, BACKEND_THREADS
