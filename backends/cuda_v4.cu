@@ -307,14 +307,6 @@ static_assert(GDN_POOL >= 0 && GDN_POOL <= 4 && GDN_INTER >= 0 && GDN_INTER <= 2
 static_assert(GDN_POOL < 3 || (GDN_UPDATE && !GDN_INTER),
               "per-token slots keep every token's state: no intermediate rows, no deferral");
 
-// The slots of sequence n: a pool's (gdn_pool_slots) or per-token slots' read slot
-// (gdn_token_read_slot); per-token slots' write slots are loaded per token, in the token loop.
-template <int POOL>
-__device__ __forceinline__ GdnSlots sequence_slots(const GdnParams& p, unsigned n) {
-    if constexpr (POOL >= 3) return gdn_token_read_slot<POOL, T, GDN_IDX64>(p, n);
-    else return gdn_pool_slots<POOL, GDN_IDX64>(p, n);
-}
-
 #if GDN_INTER
 // Sequence n's intermediate block of head h: row n or inter_idx[n]; a row outside 0..S-1
 // stores nothing (keep false; its address stays at row 0).  Each [HV, V, K] block is contiguous.
@@ -533,8 +525,9 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
     // The slots first: the state addresses wait on them.  A padded sequence (block-uniform)
     // writes zeros to this block's out rows and leaves: no state read or written.  Measured on
     // the H100, this early exit issues the state loads sooner than a branch or predicate around
-    // the loads alone.
-    const GdnSlots slot = sequence_slots<GDN_POOL>(p, n);
+    // the loads alone.  Per-token slots: the read slot here, the write slots per token in the
+    // token loop.
+    const GdnSlots slot = gdn_sequence_slots<GDN_POOL, T, GDN_IDX64>(p, n);
     if (!slot.rd) {
 #if GDN_PDL == 2
         pdl_wait_and_trigger();                        // the zero out rows are stores

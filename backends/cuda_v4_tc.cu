@@ -67,7 +67,7 @@
 // GDN_DTB_DT, GDN_L2NORM, GDN_FASTGATE, GDN_DENSE (1: dense strides, a pool's slot strides at
 // run time; 2: the call's strides, -DGDN_SC_<field>), GDN_POOL (0 dense state, 1, 2), GDN_IDX64,
 // GDN_INTER (1: row n, 2: row inter_idx[n]), GDN_UPDATE (0: no final store), or GDN_POOL 3, 4
-// (per-token slots, gdn_token_read_slot; GDN_INTER 0, GDN_UPDATE 1).  Other cuda-v4
+// (per-token slots, gdn_token_read_slot_from; GDN_INTER 0, GDN_UPDATE 1).  Other cuda-v4
 // defines are ignored; strides and state offsets come from gdn_common.cuh (GDN_STRIDE,
 // GDN_SLOT_STRIDE, GDN_READ_OFFSET, GDN_WRITE_OFFSET), as in cuda_v4.cu.  Runtime: the
 // GdnParams block (gdn_common.cuh), whose first line holds what the loader reads first and
@@ -100,6 +100,11 @@ constexpr int R = 8, NW = 8;                       // rows a block, compute warp
 constexpr int PARTS = V / R;                       // blocks a head
 constexpr unsigned FULL = 0xffffffffu;
 constexpr bool SLOTS = GDN_POOL >= 3;              // per-token slots
+#ifdef GDN_IDX64
+constexpr int IDX64 = GDN_IDX64;
+#else
+constexpr int IDX64 = 0;                           // a dense state: no index tensors
+#endif
 // The state's 2T dot products: by MMA, summed over the warps through shared memory, or (an fp32
 // state up to T = 4) each warp its own row's, summed within the warp (see the head comment).
 constexpr bool WARP_DOTS = SD == GDN_F32 && T <= 4;
@@ -336,39 +341,17 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         }
 #endif
     };
-    // The sequence's slots from its first index (gdn_token_first, idx[n] or n), already loaded.
-    const auto slots_from = [&](long long first) {
-#if GDN_POOL >= 3
-        return gdn_token_read_slot_from<GDN_POOL, T, GDN_IDX64>(p, n, first);
-#elif GDN_POOL
-        return gdn_pool_slots_from<GDN_POOL, GDN_IDX64>(p, n, first);
-#else
-        GdnSlots s;
-        s.read = s.write = first;
-        s.rd = s.wr = true;
-        return s;
-#endif
-    };
-    const auto first_index = [&]() -> long long {
-#if GDN_POOL >= 3
-        return gdn_token_first<GDN_POOL, T, GDN_IDX64>(p, n);
-#elif GDN_POOL
-        return gdn_slot_at<(GDN_IDX64 & 1) != 0>(p.idx, n);
-#else
-        return n;
-#endif
-    };
 
     if (LOADER_GRAM && w == NW + 1) {
         // ---- the flags warp -----------------------------------------------------------------
-        publish(slots_from(first_index()));
+        publish(gdn_sequence_slots<GDN_POOL, T, IDX64>(p, n));
         asm volatile("bar.arrive 1, %0;" :: "n"(NT) : "memory");
         return;
     }
 
     if (w == NW) {
         // ---- the loader: the slots, then the block's state rows into shared memory ----------
-        const long long first = first_index();
+        const long long first = gdn_first_index<GDN_POOL, T, IDX64>(p, n);
         // LOADER_GRAM: the Gram's k and q, loaded while the first index is in flight.  Lane
         // (g, c): token g's K [32 m + 8 c, 32 m + 8 c + 8) in its m-th 16 bytes, the K of MMA
         // slices 2m and 2m + 1 (any order of K within a row serves, A and B taking the same).
@@ -386,7 +369,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
             }
             sched_fence(early);
         }
-        const GdnSlots s = slots_from(first);
+        const GdnSlots s = gdn_slots_from<GDN_POOL, T, IDX64>(p, n, first);
         {
             // The addresses made while the slot is in flight (no branch on it), then the copies,
             // zero-filled (nothing read) for a padded sequence.

@@ -275,9 +275,33 @@ __device__ __forceinline__ GdnSlots gdn_token_read_slot_from(const GdnParams& p,
     s.write = 0;
     return s;
 }
+
+// Any GDN_POOL (0: a dense state, sequence n's own block; 1, 2: a pool; 3, 4: per-token slots):
+// the index sequence n's slots start from, then its slots from that index once it is loaded (a
+// kernel may issue other loads between), or both at once.
 template <int POOL, int T, int IDX64>
-__device__ __forceinline__ GdnSlots gdn_token_read_slot(const GdnParams& p, unsigned n) {
-    return gdn_token_read_slot_from<POOL, T, IDX64>(p, n, gdn_token_first<POOL, T, IDX64>(p, n));
+__device__ __forceinline__ long long gdn_first_index(const GdnParams& p, unsigned n) {
+    if constexpr (POOL >= 3) return gdn_token_first<POOL, T, IDX64>(p, n);
+    else if constexpr (POOL > 0) return gdn_slot_at<(IDX64 & 1) != 0>(p.idx, n);
+    else return n;
+}
+template <int POOL, int T, int IDX64>
+__device__ __forceinline__ GdnSlots gdn_slots_from(const GdnParams& p, unsigned n,
+                                                   long long first) {
+    if constexpr (POOL >= 3) {
+        return gdn_token_read_slot_from<POOL, T, IDX64>(p, n, first);
+    } else if constexpr (POOL > 0) {
+        return gdn_pool_slots_from<POOL, IDX64>(p, n, first);
+    } else {
+        GdnSlots s;
+        s.read = s.write = first;
+        s.rd = s.wr = true;
+        return s;
+    }
+}
+template <int POOL, int T, int IDX64>
+__device__ __forceinline__ GdnSlots gdn_sequence_slots(const GdnParams& p, unsigned n) {
+    return gdn_slots_from<POOL, T, IDX64>(p, n, gdn_first_index<POOL, T, IDX64>(p, n));
 }
 
 // Whether token slot ts of per-token slots is stored to: padding (negative, null_slot, >= PN)
