@@ -388,14 +388,14 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
             }
             asm volatile("cp.async.commit_group;" ::: "memory");
         }
-        // A clock read after the copies: ptxas had hoisted register moves of the Gram's MMA
-        // fragments above them, each waiting for its k or q load, so the copies waited too.
-        // Measured on the H100 at B = 1 (bench/results/h100-80gb-hbm3/verify/ab-tc-lf/, two
-        // A/Bs): bf16 T = 4 states+update 0.1 us faster, bf16 T = 4 and 8 states and fp32 T = 8
-        // states a tick faster in one of them, bf16 T = 4 slots a tick slower in one, the rest
-        // the same.
-        if constexpr (LOADER_GRAM) sched_fence(early);
         if constexpr (LOADER_GRAM) {
+            // A clock read after the copies: ptxas had hoisted register moves of the Gram's MMA
+            // fragments above them, each waiting for its k or q load, so the copies waited too.
+            // Measured on the H100 at B = 1 (bench/results/h100-80gb-hbm3/verify/ab-tc-lf/, two
+            // A/Bs): bf16 T = 4 states+update 0.1 us faster, bf16 T = 4 and 8 states and fp32
+            // T = 8 states a tick faster in one of them, bf16 T = 4 slots a tick slower in one,
+            // the rest the same.
+            sched_fence(early);
             // The head's Gram entries: A = [k_0..k_7; q_0..q_7] (rows g, g + 8), B = k (c1) or q
             // (c2), columns = tokens; four chains of four MMAs.
             float c1[2][4] = {}, c2[2][4] = {};
