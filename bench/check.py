@@ -32,16 +32,9 @@ def add_check_args(p):
 
 
 def _names(algo):
-    import gdnzoo
-    every = [b.name for b in gdnzoo.list_backends()]
-    if algo is None or str(algo).strip() in ("", "all"):
-        return every
-    names = [n.strip() for n in str(algo).split(",") if n.strip()]
-    unknown = [n for n in names if n not in every]
-    if unknown:
-        raise ValueError(f"--algo: unknown backend(s) {', '.join(unknown)}; "
-                         f"valid names: {', '.join(every)}")
-    return names
+    from gdnzoo.bench import entries
+    return entries.named(None if algo is None or str(algo).strip() == "" else algo,
+                         entries.backends, command="gdnzoo check")
 
 
 def _reference(x, device):
@@ -120,9 +113,8 @@ def cmd_check(args) -> int:
         return 2
     try:
         names = _names(getattr(args, "algo", None))
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except SystemExit as e:                 # an unknown name (said on stderr): exit status 2
+        return e.code
     atol, rtol = getattr(args, "atol", 1e-2), getattr(args, "rtol", 1e-2)
     sd = getattr(args, "state_dtype", "fp32") or "fp32"
     seed = getattr(args, "seed", 0) or 0

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from gdnzoo.bench import shapes, sweep
+from gdnzoo.bench import args as bench_args, entries, shapes
 from gdnzoo.tables import TABLE_KEYS
 
 EXCLUDE_FLAGS = ("warm write target",)     # flattered measurements never win a table slot
@@ -38,7 +38,8 @@ def add_tune_args(p):
                    help="write the result (this GPU's row of registry.yaml; with --shapes its "
                         "launch rows) instead of printing it")
     p.add_argument("--registry", default=None, help="registry.yaml to update (default: the loaded one)")
-    p.add_argument("--batch", type=sweep._ints, default=list(sweep.DEFAULT_BATCHES))
+    p.add_argument("--batch", type=bench_args.positive_ints,
+                   default=list(bench_args.DEFAULT_BATCHES))
     p.add_argument("--algo", default=None, help="comma list of candidate backends (default all; "
                                                 "with --shapes every tunable one)")
     p.add_argument("--iters", type=int, default=200)
@@ -55,12 +56,14 @@ def add_tune_args(p):
     return p
 
 
-def fastest(rows, state_dtype, mode="inplace", clock="kernel", top=3, T=1):
-    """{B: [(backend, median_us), ...]} fastest first, over correct, honestly timed rows."""
+def fastest(rows, state_dtype, mode="inplace", clock="kernel", top=3, T=1, bench=None):
+    """{B: [(backend, median_us), ...]} fastest first, over correct, honestly timed rows (of
+    the bench mode ``bench`` when given)."""
     by_b = {}
     for r in rows:
         m = r.get("median_us")
         if (r["state_dtype"] != state_dtype or r["mode"] != mode or r["clock"] != clock
+                or (bench is not None and r.get("bench") != bench)
                 or int(r.get("T") or 1) != T
                 or r["status"] != "PASS" or r["backend"] == "floor"
                 or not isinstance(m, (int, float)) or not math.isfinite(m)
@@ -140,7 +143,7 @@ def load_runs(paths, base=None):
 
 
 def make_row(gpu, results, *, results_file=None, commit=None, versions=None, date=None):
-    """The ``defaults:`` entry for this GPU from sweep rows (kernel clock): ``table`` from the
+    """The ``defaults:`` entry for this GPU from dense-mode rows (kernel clock): ``table`` from the
     in-place rows at T=1 and, where the rows include them, ``table_dest`` from destination
     passing at T=1 and ``table_tokens`` from in-place rows at one T > 1."""
     tables, values = {}, {}
@@ -185,11 +188,10 @@ def pool_table(results):
     """({state dtype: [(lo, hi, backend)]}, {state dtype: {B: {backend: us}}}) from the rows
     of a ``gdnzoo bench --mode pool`` run: its registered backends that serve pools (the bench's
     ``auto``, peers and adapters are no candidates)."""
-    from gdnzoo.registry import load_registry
-    able = {n for n, s in load_registry().backends.items() if s.pools is True}
+    able = set(entries.backends(pools=True))
     table, values = {}, {}
     for sd in ("fp32", "bf16"):
-        f = fastest([r for r in results if r["backend"] in able], sd, "pool")
+        f = fastest([r for r in results if r["backend"] in able], sd, "pool", bench="pool")
         if f:
             table[sd] = merge_ranges({B: v[0][0] for B, v in f.items()})
             values[sd] = {B: {n: round(us, 2) for n, us in v} for B, v in f.items()}
@@ -308,7 +310,7 @@ def cmd_tune(args) -> int:
         path = args.registry or registry_path()
         gpu, rows, prov = load_runs(args.from_files, Path(path).resolve().parent)
         old = existing_row(path, gpu)
-        dense = [r for r in rows if r.get("mode") != "pool"]
+        dense = [r for r in rows if r.get("bench") in ("dense", "dest")]
         if dense:
             row = make_row(gpu, dense, results_file=prov["results_file"], commit=prov["commit"],
                            versions=prov["versions"], date=prov["date"])
@@ -317,7 +319,7 @@ def cmd_tune(args) -> int:
                              f"to add table_pool to (tune the in-place table first)")
         else:
             row = old
-        pool_rows = [r for r in rows if r.get("mode") == "pool"]
+        pool_rows = [r for r in rows if r.get("bench") == "pool"]
         if not dense and not pool_table(pool_rows)[0]:
             raise SystemExit("tune --from: no correct pool kernel-clock results of a registered "
                              "pool backend to choose from")
@@ -332,21 +334,20 @@ def cmd_tune(args) -> int:
                 print(f"{gpu} {sd} {mode}: "
                       + ", ".join(f"B {lo}..{hi or ''} {be}" for lo, hi, be in ranges))
         return _emit(args, row, gpu)
-    ns = argparse.Namespace(algo=args.algo, batch=args.batch, heads="4,8", dim=128, tokens=1,
-                            state_dtype=["fp32", "bf16"], timing=["kernel"],
-                            mode=["inplace", "dest"] if args.dest else ["inplace"],
-                            l2norm=False, iters=args.iters, nvbench=False, out=None,
-                            time_budget=args.time_budget, seed=0, device="cuda",
-                            no_plots=False, quiet=args.quiet)
     import torch
     if not torch.cuda.is_available():
         raise SystemExit("gdnzoo tune: needs a CUDA device (the table is per GPU)")
-    raw, ref, notes = sweep.run_sweep(ns)
-    rows = report.build_rows(raw, ref)
-    env = report.environment(sweep.METHOD, ref, notes)
+    from gdnzoo.bench import pipeline
+    argv = ["--mode", "dense,dest" if args.dest else "dense", "--timing", "kernel",
+            "--state-dtype", "fp32,bf16", "--batch", ",".join(map(str, args.batch)),
+            "--iters", str(args.iters), "--time-budget", str(args.time_budget or 0),
+            "--device", "cuda"] + ["--algo", args.algo] * bool(args.algo) + ["--quiet"] * bool(
+            args.quiet)
+    plan = pipeline.make_plan(bench_args.add_bench_args(argparse.ArgumentParser()).parse_args(
+        argv))
+    raw, ref = pipeline.measure(plan, pipeline.start(plan))
     out = Path(args.out or Path(report.default_out_dir()) / "tune")
-    files = report.write_all(rows, env, out)
-    print(report.console(rows, env, notes, files))
+    rows, env = pipeline.results(plan, raw, ref, bench_args.check_out(out))
     res = (out / "results.json").resolve()
     try:
         res = res.relative_to(Path(registry_path()).resolve().parent)

@@ -236,9 +236,9 @@ def intermediate_buffer(S, T_max, HV, V, K, *, dtype=torch.float32, device="cpu"
     return buf, buf.as_strided((S, T_max, HV, V, K), (s0, s1, V * K, K, 1))
 
 
-def accepted_counts(B, T, gen) -> torch.Tensor:
-    """``num_accepted_tokens``: B random counts in 1..T (int64, on the CPU)."""
-    return torch.randint(1, T + 1, (B,), generator=gen)
+def accepted_counts(B, T, gen, dtype=torch.int64) -> torch.Tensor:
+    """``num_accepted_tokens``: B random counts in 1..T (on the CPU)."""
+    return torch.randint(1, T + 1, (B,), generator=gen, dtype=dtype)
 
 
 @dataclass

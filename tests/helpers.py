@@ -28,3 +28,25 @@ def run_cli(argv, capsys):
         code = e.code
     cap = capsys.readouterr()
     return code, cap.out, cap.err
+
+
+def bench_args(*argv):
+    """``gdnzoo bench``'s options from ``argv`` (nothing run)."""
+    import argparse
+    from gdnzoo.bench import args
+    return args.add_bench_args(argparse.ArgumentParser()).parse_args([str(a) for a in argv])
+
+
+def bench_plan(*argv):
+    """The plan of ``gdnzoo bench ARGV`` (defaults: --device cpu)."""
+    from gdnzoo.bench import pipeline
+    return pipeline.make_plan(bench_args(*(() if "--device" in argv else ("--device", "cpu")),
+                                         *argv))
+
+
+def bench_run(args):
+    """(plan, measured rows, device reference) of a ``gdnzoo bench`` run; nothing written."""
+    from gdnzoo.bench import pipeline
+    plan = pipeline.make_plan(args)
+    rows, ref = pipeline.measure(plan, pipeline.start(plan), args)
+    return plan, rows, ref

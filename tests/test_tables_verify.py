@@ -10,8 +10,9 @@ import torch
 import yaml
 
 from gdnzoo import registry, tables
-from gdnzoo.bench import pool as serving
-from gdnzoo.bench import shapes, verify
+from gdnzoo.bench import mode_pool as serving
+from gdnzoo.bench import mode_verify as verify
+from gdnzoo.bench import shapes
 from gdnzoo.contract import Problem
 from gdnzoo.inputs import DTYPES
 from helpers import run_cli
@@ -253,9 +254,10 @@ def test_a_second_tune_of_a_day_gets_its_own_source():
 
 def _cpu_cell(sd, B=1, T=2):
     elem = DTYPES[sd].itemsize
-    P = verify.pool_slots([(B, T)], 8, 128, 128, elem, 0, min_bytes=0)
-    sp = serving.StatePool(P, 8, 128, 128, DTYPES[sd], "cpu", seed=1)
-    return shapes.VerifyCell(sd, sp, B, T)
+    P = serving.pool_slots([(B, T)], 8, 128, 128, elem, 0, min_bytes=0,
+                           width=lambda B, T: B * (T + 1))
+    sp = serving.state_pool(P, 8, 128, 128, sd, "cpu", seed=1)
+    return verify.TuneCell(sd, sp, B, T, shapes.GEOMETRY)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="the CPU form of the cell (the GPU test times it)")
@@ -277,8 +279,8 @@ def test_verify_cell_checks_candidates_on_the_cpu(sd):
     cell.prepare()
     launch(0)
     assert torch.equal(ctx.pool.buf, storage)                       # update_state=False
-    ix = ctx.ix.index
-    assert not torch.equal(ix.slots, ctx.ix.check.slots)           # a fresh row, not the check's
+    ix = ctx.bank.index
+    assert not torch.equal(ix.slots, ctx.bank.check.slots)         # a fresh row, not the check's
     assert torch.isfinite(ctx.inter.index_select(0, ix.rows.long())).all()
 
     def wrong_out(*a, **kw):
