@@ -210,13 +210,7 @@ def add_bench_args(p):
     p.add_argument("--no-plots", action="store_true",
                    help="no latency.png / bandwidth.png (they need matplotlib: the bench extra)")
     p.add_argument("--quiet", action="store_true", help="no progress")
-    p.set_defaults(func=cmd_bench)
     return p
-
-
-def cmd_bench(args) -> int:
-    from gdnzoo.bench import pipeline
-    return pipeline.cmd_bench(args)
 
 
 def resolve(args) -> list:

@@ -323,7 +323,7 @@ def chain_call(ch, run):
     return issue
 
 
-def check(ch, run, issue) -> dict:
+def check_chain(ch, run, issue) -> dict:
     """``issue()`` (the chain, eager or a graph's replay) once on the check slots, every layer's
     mixed_qkv and out filled with NaN first; the first and last layers judged: out and their
     slots by the gate against the float64 reference of what their producers wrote (the floor:
@@ -420,14 +420,14 @@ def chain_times(graph, producers, ch) -> tuple:
 
 # ----------------------------------------------------------------------------- measuring
 
-def measure_pool_floor(c, ch, plan, run) -> tuple:
+def measure_pool_floor(c, ch, plan) -> tuple:
     """(the floor's standalone row: the pool floor on the whole storage, its launch shape or
     None when not measured)."""
     from gdnzoo.bench.pipeline import records
     s = ch.storage
     target = floor.PoolTarget(s.buf, s.page, s.slot, ch.B, ch.alone.index.slots,
                               ch.alone.advance)
-    f = floor.pool_floor_times(target, iters=min(run.iters, 100), reduce=clocks.busy_and_count)
+    f = floor.pool_floor_times(target, iters=min(plan.iters, 100), reduce=clocks.busy_and_count)
     row = dict(cell=c, clock="standalone", note=f["config"], flags="", layers=plan.layers)
     if f["samples"] is None:
         return dict(row, status="SKIP"), None
@@ -436,7 +436,7 @@ def measure_pool_floor(c, ch, plan, run) -> tuple:
                 kernels_per_call=records([n for _, n in f["samples"]])[0]), f["shape"]
 
 
-def measure_entry(c, clocks_, ch, plan, shape, producers, run) -> list:
+def measure_entry(c, clocks_, ch, plan, shape, producers) -> list:
     """Rows of one entry in one cell: SKIP, FAIL, or its chained (and standalone) times."""
     try:
         r = runner(c.backend, c.mode, ch, shape)
@@ -446,7 +446,7 @@ def measure_entry(c, clocks_, ch, plan, shape, producers, run) -> list:
     ch.slots.first()
     issue()                              # every kernel compiled, loaded, memoized: then capture
     graph = capture(issue)
-    chk = check(ch, r, graph.replay)
+    chk = check_chain(ch, r, graph.replay)
     errs = {k: chk[k] for k in ("max_abs_err_out", "max_abs_err_state", "rel_err_out",
                                 "rel_err_state", "n_bad")} if r.views is not None else {}
     if not chk["ok"]:
@@ -458,36 +458,36 @@ def measure_entry(c, clocks_, ch, plan, shape, producers, run) -> list:
                  working_set_mib=ch.working_set_bytes / 2**20, **errs)]
     if r.alone is not None:
         e = Entry(lambda ix: r.alone(ix.slots), None, ch.alone, r.note)
-        alone = timed(c, ("kernel",), e, run, busy=True, base=dict(errs, layers=plan.layers))
+        alone = timed(c, ("kernel",), e, plan, busy=True, base=dict(errs, layers=plan.layers))
         rows += [dict(x, clock="standalone") for x in alone]
     return rows
 
 
-def measure_cell(group, ch, plan, run, log=lambda s: None) -> list:
+def measure_cell(group, ch, plan, log=lambda s: None) -> list:
     """Every entry of one cell: the pool floor first (its launch shape serves the chained
     floor), the producers' graph, then each entry's chain; ``log(line)`` after each entry."""
     (fc, _), *cells = group.cells
     shape = None
     try:
-        row, shape = measure_pool_floor(fc, ch, plan, run)
+        row, shape = measure_pool_floor(fc, ch, plan)
         rows = [row]
     except Exception as e:
-        run.sync()
+        plan.sync()
         rows = rows_of(fc, ("standalone",), "ERROR", failure(e), layers=plan.layers)
     try:
         for i in range(ch.L):                     # compiled before the capture
             ch.produce(i)
         producers = capture(lambda: [ch.produce(i) for i in range(ch.L)])
     except Exception as e:
-        run.sync()
+        plan.sync()
         why = f"the producers' graph: {failure(e)}"
         return rows + [x for c, k in cells for x in rows_of(c, k, "ERROR", why,
                                                            layers=plan.layers)]
     for c, k in cells:
         try:
-            got = measure_entry(c, k, ch, plan, shape, producers, run)
+            got = measure_entry(c, k, ch, plan, shape, producers)
         except Exception as e:
-            run.sync()
+            plan.sync()
             got = rows_of(c, k, "ERROR", failure(e), layers=plan.layers)
         rows += got
         r = got[0]
@@ -568,8 +568,8 @@ class Chained(Mode):
     cpu = "skip"
     subdir = "chained"
 
-    def cpu_reason(self, run):
-        return (f"{run.why_not_gpu}: the chained clock replays CUDA graphs of producer and "
+    def cpu_reason(self, plan):
+        return (f"{plan.why_not_gpu}: the chained clock replays CUDA graphs of producer and "
                 f"decode kernels on a GPU (and times the pool floor and each decode alone with "
                 f"CUPTI); nothing was measured")
 
@@ -596,13 +596,13 @@ class Chained(Mode):
                     key=(B, sd), skip=f"the producer kernel needs Triton: {NO_TRITON}; nothing "
                                       f"was measured" if NO_TRITON else ""))
 
-    def measure(self, group, plan, run):
+    def measure(self, group, plan):
         from gdnzoo.bench.pipeline import Progress
         B, sd = group.key
-        ch = Chain(B, sd, plan.layers, plan.H, plan.HV, plan.K, plan.V, run.device, run.l2,
-                   run.seed)
+        ch = Chain(B, sd, plan.layers, plan.H, plan.HV, plan.K, plan.V, plan.device, plan.l2,
+                   plan.seed)
         plan.notes.append(ch.notes())
-        return measure_cell(group, ch, plan, run, Progress(0, run.quiet).log)
+        return measure_cell(group, ch, plan, Progress(0, plan.quiet).log)
 
     def summary(self, rows):
         return serving.summary_line(rows, "chained", forms=True)
@@ -610,8 +610,8 @@ class Chained(Mode):
     def floor_of(self, row):
         return {"chained": {}, "standalone": {"mode": "off"}}.get(row["clock"])
 
-    def problem(self, c, run, **kw):
-        return super().problem(c, run, pool=True, pdl="" if c.mode == "off" else c.mode)
+    def problem(self, c, plan, **kw):
+        return super().problem(c, plan, pool=True, pdl="" if c.mode == "off" else c.mode)
 
     def derive(self, table, plan):
         bars(table, plan.backends)

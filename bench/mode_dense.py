@@ -46,7 +46,7 @@ def _flags(name) -> str:
         return ""
 
 
-def setup(c, run) -> Entry:
+def dense_entry(c, plan) -> Entry:
     """Backend ``c.backend`` in cell ``c``: its inputs, the gate, the raw and public calls over
     one cold rotation; Skip where it cannot serve the cell."""
     import os
@@ -60,19 +60,19 @@ def setup(c, run) -> Entry:
     from gdnzoo.inputs import make_inputs
     dest = c.mode == "dest"
     x = make_inputs(B=c.B, T=c.T, H=c.H, HV=c.HV, K=c.K, V=c.V, state_dtype=c.state_dtype,
-                    device=run.device, seed=run.seed)
-    out = torch.empty(c.B, c.T, c.HV, c.V, dtype=x.v.dtype, device=run.device)
+                    device=plan.device, seed=plan.seed)
+    out = torch.empty(c.B, c.T, c.HV, c.V, dtype=x.v.dtype, device=plan.device)
     p, _ = validate(*x.args(), out=out, new_state=torch.empty_like(x.state) if dest else None,
                     use_qk_l2norm=c.l2norm)
     entries.serve(c.backend, p)
-    if not run.gpu and registry.load_registry().backends[c.backend].language == "triton":
+    if not plan.gpu and registry.load_registry().backends[c.backend].language == "triton":
         if os.environ.get("TRITON_INTERPRET") != "1":
             raise entries.Skip("Triton on CPU needs TRITON_INTERPRET=1 (the interpreter)")
         if c.B > 4:
             raise entries.Skip("Triton interpreter on CPU: only B <= 4 (too slow beyond)")
     public = gdnzoo.get(c.backend)
     raw = entries.raw(c.backend)
-    rot = clocks.Rotation(x.state, dest=dest, l2=run.l2)
+    rot = clocks.Rotation(x.state, dest=dest, l2=plan.l2)
 
     def check():
         j, _, _ = gate.gated_call(gate.via_public(public), x, dest=dest, use_qk_l2norm=c.l2norm)
@@ -88,9 +88,9 @@ def setup(c, run) -> Entry:
     return Entry(call, check, rot, host=host, base=dict(flags=_flags(c.backend)))
 
 
-def floor_rows(c, run) -> list:
+def floor_rows(c, plan) -> list:
     from gdnzoo.bench import floor
-    f = floor.floor_times(state_set_bytes(c), iters=min(run.iters, 100))
+    f = floor.floor_times(state_set_bytes(c), iters=min(plan.iters, 100))
     return [dict(cell=c, clock="kernel", status="PASS", note=f["config"], flags="",
                  samples=f["samples"], n_sets=f["n_sets"], method=f["method"],
                  working_set_mib=f["n_sets"] * state_set_bytes(c) / 2**20)]
@@ -148,13 +148,13 @@ class Dense(Mode):
                         "floor", "inplace", B, sd), ("kernel",))], budgeted=False))
         plan.backends = plan.entries = tuple(names)
 
-    def measure(self, group, plan, run):
+    def measure(self, group, plan):
         (c, clocks), = group.cells
         if c.backend == "floor":
-            return floor_rows(c, run)
-        return gated(c, clocks, lambda: setup(c, run), self, run)
+            return floor_rows(c, plan)
+        return gated(c, clocks, lambda: dense_entry(c, plan), plan)
 
-    def finish(self, rows, plan, run, args):
+    def finish(self, rows, plan, args):
         if args is not None and args.nvbench:
             from gdnzoo.bench import nvbench_xcheck
             extra, note = nvbench_xcheck.cross_check(rows, args)
@@ -166,8 +166,8 @@ class Dense(Mode):
             return {"bench": "dense", "mode": "inplace", "clock": "kernel"}
         return None
 
-    def problem(self, c, run, **kw):
-        return super().problem(c, run, inplace=c.mode == "inplace")
+    def problem(self, c, plan, **kw):
+        return super().problem(c, plan, inplace=c.mode == "inplace")
 
     def sections(self, plan, table) -> list:
         from gdnzoo.bench.report import finite
@@ -191,7 +191,7 @@ class Dense(Mode):
         return out
 
 
-class TuneCell:
+class DenseCell:
     """One (state dtype, B) of the shape search (``gdnzoo tune --shapes``) on a dense state:
     inputs, their reference, a cold rotation; ``dest``: destination passing."""
 

@@ -109,7 +109,7 @@ def slot_bank(P, B, rows, device, seed=0):
 
 
 @dataclass
-class Ctx:
+class PoolCtx:
     """One cell of the serving convention: the pool, the packed inputs, the index bank."""
     B: int
     sd: str
@@ -131,15 +131,15 @@ def cell_inputs(B, T, sd, geometry, device, seed) -> tuple:
     return x, torch.empty(B, T, geometry["HV"], geometry["V"], dtype=x.v.dtype, device=device)
 
 
-def make_ctx(B, sd, sp, H, HV, K, V, device, seed, l2) -> Ctx:
+def make_ctx(B, sd, sp, H, HV, K, V, device, seed, l2) -> PoolCtx:
     x, out = cell_inputs(B, 1, sd, dict(H=H, HV=HV, K=K, V=V), device, seed)
     bank = slot_bank(sp.P, B, rows_for(B, sp.slot * sp.buf.element_size(), l2), device,
                      seed + B)
     bank.working_set_bytes = bank.n * B * sp.slot * sp.buf.element_size()
-    return Ctx(B, sd, sp, x, bank, out)
+    return PoolCtx(B, sd, sp, x, bank, out)
 
 
-def problem(ctx, **kw):
+def pool_problem(ctx, **kw):
     from gdnzoo.contract import validate
     return validate(*ctx.x.args(ctx.pool.state), out=ctx.out, use_qk_l2norm=True,
                     **(kw or ctx.kw(ctx.bank.check)))[0]
@@ -167,7 +167,7 @@ def unchanged(ctx, snap, pool_reason) -> list:
     return reasons
 
 
-def check(call, ctx) -> dict:
+def check_slots(call, ctx) -> dict:
     """One call on the check row, judged by the gate against the float64 reference (out and
     the written slots); then the check slots are restored, and nothing else of the pool's
     storage (other slots, page gaps) nor the packed activations may have changed."""
@@ -192,7 +192,7 @@ def check(call, ctx) -> dict:
 
 # ----------------------------------------------------------------------------- the entries
 
-def entry_call(name, ctx) -> tuple:
+def pool_call(name, ctx) -> tuple:
     """(call(ix), note) of entry ``name`` in this cell; raises Skip with the reason."""
     x, st = ctx.x, ctx.pool.state
     if name == "auto":
@@ -220,21 +220,20 @@ def entry_call(name, ctx) -> tuple:
             mod.packed_decode(x.mixed, x.a2, x.b2, x.A_log, x.dt_bias, x.scale, st, ctx.out,
                               ix.slots, use_qk_l2norm_in_kernel=True)
         return call, f"{ADAPTERS[name]}.packed_decode"
-    entries.serve(name, problem(ctx))
+    entries.serve(name, pool_problem(ctx))
     return entries.public(name, x, ctx.out, st, ctx.kw), ""
 
 
-def setup(name, ctx) -> Entry:
-    call, note = entry_call(name, ctx)
-    return Entry(call, lambda: check(call, ctx), ctx.bank, note)
-
-
-def floor_rows(c, ctx, run) -> list:
-    """The pool floor over this cell's slots (one counter with the entries)."""
-    from gdnzoo.bench import clocks, floor
+def pool_target(ctx):
+    """The pool floor's target: this cell's slots, through its persistent index tensor."""
+    from gdnzoo.bench import floor
     sp, bank = ctx.pool, ctx.bank
-    target = floor.PoolTarget(sp.buf, sp.page, sp.slot, ctx.B, bank.index.slots, bank.advance)
-    f = floor.pool_floor_times(target, iters=min(run.iters, 100), reduce=clocks.busy_and_count)
+    return floor.PoolTarget(sp.buf, sp.page, sp.slot, ctx.B, bank.index.slots, bank.advance)
+
+
+def indexed_floor(c, f, bank) -> list:
+    """The row of a floor timed over an index bank (``f``: floor.pool_floor_times' or
+    verify_floor_times' dict, busy samples), SKIP where it was not measured."""
     row = dict(cell=c, clock="kernel", flags="", n_sets=bank.n, note=f["config"],
                method=f["method"])
     if f["samples"] is None:
@@ -276,22 +275,65 @@ def summary_line(rows, clock="kernel", forms=False) -> str:
 
 # ----------------------------------------------------------------------------- the mode
 
-class Pool(Mode):
-    name = "pool"
-    method = METHOD
+class Serving(Mode):
+    """What the modes in the serving convention share: the kernel clock (the sum of a call's
+    records, and their number) and the graph clock (``graph_entries`` only), a pool per state
+    dtype sized for the run's cells (``cells``, ``width`` slots a row), a context per cell
+    (``context``), each entry gated then timed over the cell's index bank, its floor."""
     columns = {"kernels_per_call": ""}
     clocks = ("kernel", "graph")
-    defaults = dict(batch=POOL_BATCHES, state_dtype=STATES, time_budget=BUDGET_S)
-    cpu = "skip"
     busy = True
-    subdir = "pool"
-
-    def cpu_reason(self, run):
-        return (f"{run.why_not_gpu}: the serving benchmark times GPU kernels (CUPTI kernel "
-                f"clock, CUDA graphs, the pool floor); nothing was measured")
+    graph_entries = ()
+    keep_pools = True        # False: one state dtype's pool at a time
 
     def clocks_of(self, name, plan) -> tuple:
-        return tuple(k for k in plan.clocks if k == "kernel" or name in GRAPH_ENTRIES)
+        return tuple(k for k in plan.clocks if k == "kernel" or name in self.graph_entries)
+
+    def cells(self, plan) -> list:
+        return [(B, 1) for B in plan.batches]
+
+    @staticmethod
+    def width(B, T) -> int:
+        return B
+
+    def pool(self, sd, plan):
+        """The run's pool of state dtype ``sd`` (made once, sized for every cell)."""
+        from gdnzoo.inputs import DTYPES
+        if sd not in plan.cache:
+            if not self.keep_pools:
+                plan.cache.clear()
+            P = pool_slots(self.cells(plan), plan.HV, plan.V, plan.K, DTYPES[sd].itemsize,
+                           plan.l2, MIN_POOL_BYTES if plan.gpu else 0, width=self.width)
+            plan.cache[sd] = state_pool(P, plan.HV, plan.V, plan.K, sd, plan.device, plan.seed)
+            plan.notes.append(pool_note(sd, plan.cache[sd]))
+        return plan.cache[sd]
+
+    def measure(self, group, plan):
+        ctx = self.context(group.key, plan)
+        rows = []
+        for c, clocks in group.cells:
+            if c.backend == "floor":
+                rows += guarded(lambda: self.floor_rows(c, ctx, plan), [(c, clocks)], plan)
+            else:
+                rows += guarded(lambda: gated(c, clocks, lambda: self.setup(c, ctx), plan),
+                                [(c, clocks)], plan)
+        return rows
+
+    def pool_problem(self, c, plan, **kw):
+        return super().problem(c, plan, pool=True, **kw)
+
+
+class Pool(Serving):
+    name = "pool"
+    method = METHOD
+    defaults = dict(batch=POOL_BATCHES, state_dtype=STATES, time_budget=BUDGET_S)
+    cpu = "skip"
+    graph_entries = GRAPH_ENTRIES
+    subdir = "pool"
+
+    def cpu_reason(self, plan):
+        return (f"{plan.why_not_gpu}: the serving benchmark times GPU kernels (CUPTI kernel "
+                f"clock, CUDA graphs, the pool floor); nothing was measured")
 
     def plan(self, plan, args):
         from gdnzoo.bench.args import usage_error
@@ -308,37 +350,25 @@ class Pool(Mode):
                     (plan.cell(n, "pool", B, sd), self.clocks_of(n, plan)) for n in plan.entries],
                     key=(B, sd)))
 
-    def pool(self, sd, plan, run):
-        """The run's pool of state dtype ``sd`` (made once, sized for every cell)."""
-        from gdnzoo.inputs import DTYPES
-        if sd not in run.cache:
-            P = pool_slots([(B, 1) for B in plan.batches], plan.HV, plan.V, plan.K,
-                           DTYPES[sd].itemsize, run.l2)
-            run.cache[sd] = state_pool(P, plan.HV, plan.V, plan.K, sd, run.device, run.seed)
-            plan.notes.append(pool_note(sd, run.cache[sd]))
-        return run.cache[sd]
+    def context(self, key, plan):
+        B, sd = key
+        return make_ctx(B, sd, self.pool(sd, plan), plan.H, plan.HV, plan.K, plan.V,
+                        plan.device, plan.seed, plan.l2)
 
-    def measure(self, group, plan, run):
-        B, sd = group.key
-        ctx = make_ctx(B, sd, self.pool(sd, plan, run), plan.H, plan.HV, plan.K, plan.V,
-                       run.device, run.seed, run.l2)
-        rows = []
-        for c, clocks in group.cells:
-            if c.backend == "floor":
-                rows += guarded(lambda: floor_rows(c, ctx, run), [(c, clocks)], run)
-            else:
-                rows += guarded(lambda: gated(c, clocks, lambda: setup(c.backend, ctx), self,
-                                              run), [(c, clocks)], run)
-        return rows
+    def setup(self, c, ctx):
+        call, note = pool_call(c.backend, ctx)
+        return Entry(call, lambda: check_slots(call, ctx), ctx.bank, note)
 
-    def finish(self, rows, plan, run, args):
+    def floor_rows(self, c, ctx, plan):
+        from gdnzoo.bench import clocks, floor
+        return indexed_floor(c, floor.pool_floor_times(pool_target(ctx), iters=min(plan.iters, 100),
+                                                       reduce=clocks.busy_and_count), ctx.bank)
+
+    def finish(self, rows, plan, args):
         flag_adapters(rows)
 
     def summary(self, rows):
         return summary_line(rows)
-
-    def problem(self, c, run, **kw):
-        return super().problem(c, run, pool=True, **kw)
 
     def headline(self, plan, env):
         return [f"H={plan.H} HV={plan.HV} K={plan.K} V={plan.V}, T=1, use_qk_l2norm=True, in "
@@ -369,38 +399,48 @@ class Pool(Mode):
                         for r in table if r["flags"]]
 
 
-class TuneCell:
+class PoolCell:
     """One (state dtype, B) of a pool shape search (``gdnzoo tune --shapes --mode pool``): a
-    cell of this mode over a shared pool ``sp``, each candidate checked by :func:`check`."""
+    cell of this mode over a shared pool ``sp``, each candidate checked by :func:`check_slots`
+    (subclassed by the verify search's)."""
 
     def __init__(self, sd, sp, B, geometry, seed=3):
         from gdnzoo.bench import clocks
         self.sd, self.B, self.sp = sd, B, sp
         self.ctx = make_ctx(B, sd, sp, **geometry, device="cuda", seed=seed,
                             l2=clocks.l2_bytes())
-        self.problem = problem(self.ctx)
+        self.problem = pool_problem(self.ctx)
         self.prepare = self.ctx.bank.advance    # the next row into the index, before each call
 
     def floor_launcher(self):
         from gdnzoo.bench import floor
-        bank = self.ctx.bank
-        return floor.best_pool_launcher(floor.PoolTarget(self.sp.buf, self.sp.page, self.sp.slot,
-                                                         self.B, bank.index.slots, bank.advance))
+        return floor.best_pool_launcher(pool_target(self.ctx))
 
-    def checked(self, run, config):
-        """launch(i) of one candidate after :func:`check` passed it; raises if it is wrong or
-        cannot run."""
+    def call(self, run, config, **kw):
+        """call(ix): ``run`` with ``config`` on index row ``ix``, the pool keywords
+        gdnzoo.decode passes a backend (and ``kw``, e.g. verify's)."""
         from gdnzoo.pool import Pool as Slots
         ctx = self.ctx
         st = ctx.pool.state
 
         def call(ix):
-            entries.launch(run, ctx.x, st, ctx.out, st, True,
-                           pool=Slots(ix.slots, ix.slots, NULL_SLOT), config=config)
-        chk = check(call, ctx)
+            entries.launch(run, ctx.x, st, ctx.out, st, True, config=config,
+                           pool=Slots(ix.slots, ix.slots, NULL_SLOT),
+                           **{k: f(ix) for k, f in kw.items()})
+            return ctx.out
+        return call
+
+    def check(self, call) -> dict:
+        return check_slots(call, self.ctx)
+
+    def checked(self, run, config):
+        """launch(i) of one candidate after the check passed it; raises if it is wrong or
+        cannot run."""
+        call = self.call(run, config)
+        chk = self.check(call)
         if not chk["ok"]:
             raise AssertionError(chk["reason"])
-        return ctx.bank.kernel(call)
+        return self.ctx.bank.kernel(call)
 
 
 MODES = {"pool": Pool()}

@@ -46,8 +46,7 @@ from dataclasses import dataclass, field
 
 from gdnzoo.bench import entries
 from gdnzoo.bench import mode_pool as serving
-from gdnzoo.bench.pipeline import (Entry, Group, Mode, gated, guarded, io_bytes, judged,
-                                   records)
+from gdnzoo.bench.pipeline import Entry, Group, io_bytes, judged
 
 BATCHES = (1, 4, 16, 64, 256)
 TOKENS = (2, 4, 8)
@@ -114,7 +113,7 @@ def verify_bank(P, B, T, n, accepted, device, seed=0):
 
 
 @dataclass
-class Ctx(serving.Ctx):
+class VerifyCtx(serving.PoolCtx):
     T: int = 1
     inter: object = None      # the intermediate store [(rows+1)*B, T, HV, V, K]
     accepted: object = None   # [B] int32 in 1..T (num_accepted_tokens)
@@ -149,7 +148,7 @@ class Ctx(serving.Ctx):
         return self.refs[key]
 
 
-def make_ctx(B, T, sd, sp, geometry, l2, device, seed) -> Ctx:
+def verify_ctx(B, T, sd, sp, geometry, l2, device, seed) -> VerifyCtx:
     """One cell's inputs, index bank and intermediate store on the pool ``sp``."""
     import torch
     from gdnzoo.inputs import accepted_counts, intermediate_buffer
@@ -162,12 +161,12 @@ def make_ctx(B, T, sd, sp, geometry, l2, device, seed) -> Ctx:
                                    gen=torch.Generator(device=device).manual_seed(seed))
     x, out = serving.cell_inputs(B, T, sd, g, device, seed)
     bank = verify_bank(sp.P, B, T, n, accepted, device, seed + B + 1000 * T)
-    return Ctx(B, sd, sp, x, bank, out, T=T, inter=inter,
+    return VerifyCtx(B, sd, sp, x, bank, out, T=T, inter=inter,
                accepted=accepted.to(device), steps=(accepted - 1).to(device))
 
 
-def problem(ctx, form):
-    return serving.problem(ctx, **ctx.kw(ctx.bank.check, form))
+def verify_problem(ctx, form):
+    return serving.pool_problem(ctx, **ctx.kw(ctx.bank.check, form))
 
 
 # ----------------------------------------------------------------------------- the entries
@@ -179,7 +178,7 @@ class Call:
     batch_rows: bool = False  # stores intermediate states by batch row in block ix.block
 
 
-def entry_call(name, form, ctx) -> Call:
+def verify_call(name, form, ctx) -> Call:
     """Entry ``name`` in ``form`` in this cell; raises Skip with the reason."""
     x, st = ctx.x, ctx.pool.state
     if form not in forms_of(name):
@@ -194,7 +193,7 @@ def entry_call(name, form, ctx) -> Call:
         return vllm_call(ctx)
     if name.startswith("flashinfer-"):
         return flashinfer_call(ctx, name, form)
-    entries.serve(name, problem(ctx, form))
+    entries.serve(name, verify_problem(ctx, form))
     return Call(entries.public(name, x, ctx.out, st, kw), "")
 
 
@@ -274,7 +273,7 @@ def restore(ctx, snap, slots, rows, form) -> list:
                              "pool: changed outside the call's slots (other slots or page gaps)")
 
 
-def check(e: Call, ctx, form) -> dict:
+def check_form(e: Call, ctx, form) -> dict:
     """One call on the check row, judged by the gate against the float64 reference: out and
     every state the form stores (intermediate rows, final slots, per-token slots); then those
     are restored and nothing else may have changed (:func:`restore`)."""
@@ -331,15 +330,6 @@ def check_commit(call, ctx) -> dict:
     return dict(ok=not reasons, reason="; ".join(reasons))
 
 
-def setup(name, form, ctx) -> Entry:
-    if name == COMMIT:
-        call = commit_call(ctx)
-        return Entry(call, lambda: check_commit(call, ctx), ctx.bank,
-                     f"gdnzoo.commit, intermediate_states T_max={ctx.T}")
-    e = entry_call(name, form, ctx)
-    return Entry(e.call, lambda: check(e, ctx, form), ctx.bank, e.note)
-
-
 def floor_target(ctx, form):
     """The verify floor's target of ``form`` over this cell's persistent index tensors."""
     from gdnzoo.bench import floor
@@ -351,35 +341,16 @@ def floor_target(ctx, form):
                               rows=None if form == "slots" else c.rows, counts=counts)
 
 
-def floor_rows(c, ctx, run) -> list:
-    from gdnzoo.bench import clocks, floor
-    from gdnzoo.bench.pipeline import rows_of
-    if not run.gpu:
-        return rows_of(c, ("kernel",), "SKIP", "not on a CUDA device")
-    f = floor.verify_floor_times(floor_target(ctx, c.mode), iters=min(run.iters, 100),
-                                 reduce=clocks.busy_and_count)
-    row = dict(cell=c, clock="kernel", flags="", n_sets=ctx.bank.n, note=f["config"],
-               method=f["method"])
-    if f["samples"] is None:
-        return [dict(row, status="SKIP")]
-    return [dict(row, status="PASS", samples=[s for s, _ in f["samples"]],
-                 kernels_per_call=records([n for _, n in f["samples"]])[0])]
-
-
 # ----------------------------------------------------------------------------- the mode
 
-class Verify(Mode):
+class Verify(serving.Serving):
     name = "verify"
     method = METHOD
-    columns = {"kernels_per_call": ""}
-    clocks = ("kernel", "graph")
     defaults = dict(batch=BATCHES, state_dtype=STATES, tokens=TOKENS, time_budget=BUDGET_S)
     cpu = "check"
-    busy = True
+    graph_entries = GRAPH_ENTRIES
+    keep_pools = False
     subdir = "verify"
-
-    def clocks_of(self, name, plan) -> tuple:
-        return tuple(k for k in plan.clocks if k == "kernel" or name in GRAPH_ENTRIES)
 
     def plan(self, plan, args):
         from gdnzoo.bench.args import usage_error
@@ -412,32 +383,33 @@ class Verify(Mode):
                                  f"clock, CUDA graphs, floors); cells with B <= {CPU_MAX_B} are "
                                  f"checked against the reference")
 
-    def pool(self, sd, plan, run):
-        """The pool of state dtype ``sd``, sized for every runnable cell (one at a time)."""
-        from gdnzoo.inputs import DTYPES
-        if sd not in run.cache:
-            run.cache.clear()
-            cells = [(B, T) for B in plan.batches for T in plan.tokens
-                     if run.gpu or B <= CPU_MAX_B]
-            P = serving.pool_slots(cells, plan.HV, plan.V, plan.K, DTYPES[sd].itemsize, run.l2,
-                                   serving.MIN_POOL_BYTES if run.gpu else 0,
-                                   width=lambda B, T: B * (T + 1))
-            run.cache[sd] = serving.state_pool(P, plan.HV, plan.V, plan.K, sd, run.device,
-                                               run.seed)
-            plan.notes.append(serving.pool_note(sd, run.cache[sd]))
-        return run.cache[sd]
+    def cells(self, plan) -> list:
+        return [(B, T) for B in plan.batches for T in plan.tokens if plan.gpu or B <= CPU_MAX_B]
 
-    def measure(self, group, plan, run):
-        B, T, sd = group.key
-        ctx = make_ctx(B, T, sd, self.pool(sd, plan, run), plan, run.l2, run.device, run.seed)
-        rows = []
-        for c, clocks in group.cells:
-            if c.backend == "floor":
-                rows += guarded(lambda: floor_rows(c, ctx, run), [(c, clocks)], run)
-            else:
-                rows += guarded(lambda: gated(c, clocks, lambda: setup(c.backend, c.mode, ctx),
-                                              self, run), [(c, clocks)], run)
-        return rows
+    @staticmethod
+    def width(B, T) -> int:
+        return B * (T + 1)
+
+    def context(self, key, plan):
+        B, T, sd = key
+        return verify_ctx(B, T, sd, self.pool(sd, plan), plan, plan.l2, plan.device, plan.seed)
+
+    def setup(self, c, ctx):
+        if c.backend == COMMIT:
+            call = commit_call(ctx)
+            return Entry(call, lambda: check_commit(call, ctx), ctx.bank,
+                         f"gdnzoo.commit, intermediate_states T_max={ctx.T}")
+        e = verify_call(c.backend, c.mode, ctx)
+        return Entry(e.call, lambda: check_form(e, ctx, c.mode), ctx.bank, e.note)
+
+    def floor_rows(self, c, ctx, plan):
+        from gdnzoo.bench import clocks, floor
+        from gdnzoo.bench.pipeline import rows_of
+        if not plan.gpu:
+            return rows_of(c, ("kernel",), "SKIP", "not on a CUDA device")
+        f = floor.verify_floor_times(floor_target(ctx, c.mode), iters=min(plan.iters, 100),
+                                     reduce=clocks.busy_and_count)
+        return serving.indexed_floor(c, f, ctx.bank)
 
     def summary(self, rows):
         return serving.summary_line(rows, forms=True)
@@ -453,10 +425,10 @@ class Verify(Mode):
             4 if c.state_dtype == "fp32" else 2)
         return s + (0 if c.backend == "floor" or c.mode == COMMIT else io_bytes(c))
 
-    def problem(self, c, run, **kw):
+    def problem(self, c, plan, **kw):
         if c.mode == COMMIT:
             return None
-        return super().problem(c, run, pool=True, verify=c.mode,
+        return super().problem(c, plan, verify=c.mode,
                                intermediate="" if c.mode == "slots" else "indexed")
 
     def headline(self, plan, env):
@@ -488,45 +460,34 @@ class Verify(Mode):
                 + ", ".join(checked)] if checked else []
 
 
-class TuneCell:
+class VerifyCell(serving.PoolCell):
     """One (state dtype, B) of a verify shape search at T tokens (``gdnzoo tune --shapes --mode
-    verify``): a cell of this mode over a shared pool ``sp`` in the ``states`` form, each
-    candidate checked by :func:`check`."""
+    verify``): a cell of this mode over a shared pool ``sp`` in the ``states`` form (update_state
+    False), each candidate checked by :func:`check`."""
     FORM = "states"
 
     def __init__(self, sd, sp, B, T, geometry, seed=3):
         from types import SimpleNamespace
 
         from gdnzoo.bench import clocks
-        self.sd, self.B, self.T = sd, B, T
+        self.sd, self.B, self.T, self.sp = sd, B, T, sp
         device = sp.buf.device
         l2 = clocks.l2_bytes(device) if device.type == "cuda" else 0
-        self.ctx = make_ctx(B, T, sd, sp, SimpleNamespace(**geometry), l2, device, seed)
-        self.problem = problem(self.ctx, self.FORM)
+        self.ctx = verify_ctx(B, T, sd, sp, SimpleNamespace(**geometry), l2, device, seed)
+        self.problem = verify_problem(self.ctx, self.FORM)
         self.prepare = self.ctx.bank.advance    # the next row into the indices, before each call
 
     def floor_launcher(self):
         from gdnzoo.bench import floor
         return floor.best_verify_launcher(floor_target(self.ctx, self.FORM))
 
-    def checked(self, run, config):
-        """launch(i) of one candidate after :func:`check` passed it (out and every intermediate
-        state vs the float64 reference, nothing else changed); raises if it is wrong or cannot
-        run."""
-        from gdnzoo.pool import Pool as Slots
+    def call(self, run, config):
         from gdnzoo.verify import Verify as Keep
-        ctx = self.ctx
-        st = ctx.pool.state
+        return super().call(run, config,
+                            verify=lambda ix: Keep(self.ctx.inter, ix.rows, False, False, None))
 
-        def call(ix):                           # update_state=False: the states form
-            entries.launch(run, ctx.x, st, ctx.out, st, True,
-                           pool=Slots(ix.slots, ix.slots, NULL_SLOT),
-                           verify=Keep(ctx.inter, ix.rows, False, False, None), config=config)
-            return ctx.out
-        chk = check(Call(call, ""), ctx, self.FORM)
-        if not chk["ok"]:
-            raise AssertionError(chk["reason"])
-        return ctx.bank.kernel(call)
+    def check(self, call) -> dict:
+        return check_form(Call(call, ""), self.ctx, self.FORM)
 
 
 MODES = {"verify": Verify()}

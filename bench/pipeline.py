@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from gdnzoo.bench import args as A
+from gdnzoo.bench.args import add_bench_args  # noqa: F401  (gdnzoo bench's options)
 from gdnzoo.bench.entries import Skip
 
 CELL_SECONDS = 0.15                  # target measuring time per clock per cell
@@ -95,25 +96,10 @@ class Plan:
     entries: tuple = ()      # every entry of a cell, in order
     groups: list = field(default_factory=list)
     notes: list = field(default_factory=list)
-
-    def cell(self, backend, form, B, sd, T=None, **keys) -> Cell:
-        return Cell(self.mode.bench_of(form), backend, B, self.tokens[0] if T is None else T,
-                    self.H, self.HV, self.K, self.V, sd, form, self.l2norm,
-                    tuple(sorted(keys.items())))
-
-
-@dataclass
-class Run:
-    """What a run measures on: the device and its L2, the clocks' settings, a cache for what
-    a mode keeps across groups (its pools)."""
-    device: str
-    iters: int
-    seed: int
-    quiet: bool
-    gpu: bool = False
+    gpu: bool = False        # the device is a CUDA device, of this L2 and compute capability
     l2: int = 0
     cc: tuple | None = None
-    cache: dict = field(default_factory=dict)
+    cache: dict = field(default_factory=dict)    # what a mode keeps across groups (its pools)
 
     @property
     def why_not_gpu(self) -> str:
@@ -127,6 +113,11 @@ class Run:
                 torch.cuda.synchronize()
             except Exception:            # a sticky device error: the next entries say so too
                 pass
+
+    def cell(self, backend, form, B, sd, T=None, **keys) -> Cell:
+        return Cell(self.mode.bench_of(form), backend, B, self.tokens[0] if T is None else T,
+                    self.H, self.HV, self.K, self.V, sd, form, self.l2norm,
+                    tuple(sorted(keys.items())))
 
 
 class Mode:
@@ -148,14 +139,14 @@ class Mode:
     def plan(self, plan: Plan, args):
         raise NotImplementedError
 
-    def measure(self, group: Group, plan: Plan, run: Run) -> list:
+    def measure(self, group: Group, plan: Plan) -> list:
         raise NotImplementedError
 
-    def finish(self, rows, plan: Plan, run: Run, args):
+    def finish(self, rows, plan: Plan, args):
         """After the last group (flags, cross-checks)."""
 
-    def cpu_reason(self, run: Run) -> str:
-        return f"{run.why_not_gpu}: --mode {self.name} times GPU kernels; nothing was measured"
+    def cpu_reason(self, plan: Plan) -> str:
+        return f"{plan.why_not_gpu}: --mode {self.name} times GPU kernels; nothing was measured"
 
     def floor_of(self, row) -> dict | None:
         """Which floor row divides ``row`` (its key columns that differ), None: none."""
@@ -166,11 +157,11 @@ class Mode:
         state = 2 * c.B * c.HV * c.V * c.K * (4 if c.state_dtype == "fp32" else 2)
         return state + (0 if c.backend == "floor" else io_bytes(c))
 
-    def problem(self, c: Cell, run: Run, **kw):
+    def problem(self, c: Cell, plan: Plan, **kw):
         """The Problem the automatic choice sees for cell ``c`` (None: no automatic choice)."""
         from gdnzoo.inputs import DTYPES, make_problem
         return make_problem(B=c.B, T=c.T, H=c.H, HV=c.HV, K=c.K, V=c.V,
-                            state_dtype=DTYPES[c.state_dtype], device=run.device, cc=run.cc,
+                            state_dtype=DTYPES[c.state_dtype], device=plan.device, cc=plan.cc,
                             use_qk_l2norm=c.l2norm, **kw)
 
     def derive(self, table, plan: Plan):
@@ -232,12 +223,12 @@ def failure(e) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
 
-def guarded(fn, cells, run) -> list:
+def guarded(fn, cells, plan) -> list:
     """fn()'s rows, or ERROR rows for ``cells`` ([(Cell, clocks)]) naming the exception."""
     try:
         return fn()
     except Exception as e:
-        run.sync()
+        plan.sync()
         return [r for c, k in cells for r in rows_of(c, k, "ERROR", failure(e))]
 
 
@@ -264,7 +255,7 @@ class Entry:
     base: dict = field(default_factory=dict)
 
 
-def gated(cell, clocks, setup, mode, run) -> list:
+def gated(cell, clocks, setup, plan) -> list:
     """Rows of one entry: SKIP (``setup()`` raised Skip), FAIL (the gate), PASS checked but not
     timed (no CUDA device, a mode that checks there), or :func:`timed`'s."""
     try:
@@ -275,13 +266,13 @@ def gated(cell, clocks, setup, mode, run) -> list:
     base = {**e.base, **errors(chk)}
     if not chk["ok"]:
         return rows_of(cell, clocks, "FAIL", chk["reason"], **base)
-    if not run.gpu and mode.cpu == "check":
+    if not plan.gpu and plan.mode.cpu == "check":
         return rows_of(cell, clocks, "PASS", joined(e.note, "checked, not timed (not on a CUDA "
                                                             "device)"), **base)
-    return timed(cell, clocks, e, run, mode.busy, base)
+    return timed(cell, clocks, e, plan, plan.mode.busy, base)
 
 
-def timed(cell, clock_names, e: Entry, run, busy=False, base=None) -> list:
+def timed(cell, clock_names, e: Entry, plan, busy=False, base=None) -> list:
     """Each clock of ``clock_names`` (kernel, graph, host) of the checked entry ``e``: warm-up
     calls, a rough estimate that sizes the sessions, then one session per clock over ``e``'s
     cold source (one counter for all of them).  ``busy``: the kernel clock sums a call's
@@ -314,13 +305,13 @@ def timed(cell, clock_names, e: Entry, run, busy=False, base=None) -> list:
                 host_est = (time.perf_counter() - t0) * 1e6 / 3
                 per = 10
                 nb = int(min(max(CELL_SECONDS * 1e6 / (per * max(host_est, 1.0)), 3),
-                             max(run.iters // per, 3)))
+                             max(plan.iters // per, 3)))
                 row["samples"] = clocks.host_times(e.host, nb, per, warm_s=HOST_WARM_S)
                 row["method"] = "perf_counter"
-            elif not run.gpu:
+            elif not plan.gpu:
                 row["note"] = joined(e.note, "n/a (no CUDA device)")
             elif clock == "kernel":
-                it = int(min(run.iters, max(10, CELL_SECONDS * 1e6 / (est + 40))))
+                it = int(min(plan.iters, max(10, CELL_SECONDS * 1e6 / (est + 40))))
                 got, row["method"] = clocks.kernel_times(
                     launch, it, reduce=clocks.busy_and_count if busy else clocks.span_us,
                     prepare=prep)
@@ -338,7 +329,7 @@ def timed(cell, clock_names, e: Entry, run, busy=False, base=None) -> list:
             row["note"] = f"n/a ({x})"
         except Exception as x:
             row.update(status="ERROR", note=failure(x))
-            run.sync()
+            plan.sync()
         rows.append(row)
     return rows
 
@@ -414,14 +405,17 @@ def make_plan(args) -> Plan:
                 tokens if isinstance(tokens, tuple) else (tokens,), H, HV, args.dim, args.dim,
                 bool(args.l2norm), tuple(timing), args.iters, args.seed,
                 float(opt("time_budget")), device, args.layers, bool(args.quiet), notes=notes)
+    if device == "cuda":
+        from gdnzoo.bench import clocks
+        plan.gpu, plan.l2, plan.cc = True, clocks.l2_bytes(), torch.cuda.get_device_capability()
     mode.plan(plan, args)
     return plan
 
 
-def reference(run) -> dict:
+def reference(plan) -> dict:
     """Copy bandwidth and an empty kernel, measured in this run (a CUDA device only)."""
     from gdnzoo.bench import floor
-    if not run.gpu:
+    if not plan.gpu:
         return dict(note="copy bandwidth, empty kernel: not measured (no CUDA device)")
     ref = {}
     for key, fn, nan in (("copy", floor.copy_bandwidth, "gbps"),
@@ -433,53 +427,43 @@ def reference(run) -> dict:
     return ref
 
 
-def start(plan) -> Run:
-    import torch
-    from gdnzoo.bench import clocks
-    run = Run(plan.device, plan.iters, plan.seed, plan.quiet)
-    run.gpu = plan.device == "cuda"
-    if run.gpu:
-        run.l2, run.cc = clocks.l2_bytes(), torch.cuda.get_device_capability()
-    return run
-
-
-def measure(plan: Plan, run: Run, args=None) -> tuple:
+def measure(plan: Plan, args=None) -> tuple:
     """Every group of the plan (budget, skips, errors), the mode's finish, the automatic
     choice of each cell: (raw rows, device reference)."""
     import torch
     from gdnzoo.bench import entries
     mode, rows = plan.mode, []
-    ref = reference(run)
-    off = not run.gpu and mode.cpu == "skip"
+    ref = reference(plan)
+    off = not plan.gpu and mode.cpu == "skip"
     if off:
-        plan.notes.insert(0, mode.cpu_reason(run))
-    bar = Progress(len(plan.groups), run.quiet)
+        plan.notes.insert(0, mode.cpu_reason(plan))
+    bar = Progress(len(plan.groups), plan.quiet)
     t0 = time.perf_counter()
     for g in plan.groups:
         bar.step(g.label)
-        why = mode.cpu_reason(run) if off else g.skip
+        why = mode.cpu_reason(plan) if off else g.skip
         if not why and g.budgeted and plan.budget and time.perf_counter() - t0 > plan.budget:
             why = f"time budget ({plan.budget:g} s) exhausted"
         if why:
             rows += group_rows(g, "SKIP", why)
             continue
-        got = guarded(lambda: mode.measure(g, plan, run), g.cells, run)
+        got = guarded(lambda: mode.measure(g, plan), g.cells, plan)
         rows += got
         line = mode.summary(got)
         if line is not None:
             bar.log(f"[{bar.i}/{bar.total}] {g.label} ({time.perf_counter() - t0:.0f} s): "
                     + line)
-        if run.gpu:
+        if plan.gpu:
             torch.cuda.empty_cache()
     bar.close()
-    mode.finish(rows, plan, run, args)
+    mode.finish(rows, plan, args)
     picks = {}
     for r in rows:
         c = r["cell"]
         if c.backend != "floor":
             key = dataclasses.replace(c, backend="")
             if key not in picks:
-                p = mode.problem(c, run)
+                p = mode.problem(c, plan)
                 picks[key] = "" if p is None else entries.choice(p)
             r["auto"] = picks[key]
     return rows, ref
@@ -496,7 +480,7 @@ def cmd_bench(args) -> int:
     failed its check or broke, else 0 (also when nothing could be measured: the rows say why)."""
     plan = make_plan(args)
     out = A.check_out(args.out or default_out(plan.mode))
-    rows, ref = measure(plan, start(plan), args)
+    rows, ref = measure(plan, args)
     table, _ = results(plan, rows, ref, out, plots=not args.no_plots)
     return 1 if any(r["status"] in ("FAIL", "ERROR") for r in table) else 0
 

@@ -37,7 +37,6 @@ import csv
 import datetime
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -46,10 +45,12 @@ import yaml
 
 from gdnzoo import registry, tables
 from gdnzoo.bench import clocks, entries, floor
+from gdnzoo.bench.args import usage_error
 from gdnzoo.inputs import DTYPES
 
 GEOMETRY = dict(H=4, HV=8, K=128, V=128)
 BATCHES = (1, 4, 8, 16, 32, 48, 64, 128, 256, 512)
+COMMAND = "gdnzoo tune --shapes"
 
 
 def add_shapes_args(p):
@@ -79,15 +80,11 @@ def check_args(args):
     """The mode and token arguments of a shape search (before any device is looked at): a bad
     one is a usage error (exit status 2)."""
     if args.mode == "pool" and args.tokens != 1:
-        usage_error(f"--tokens: a pool search measures the decode step, T=1; got {args.tokens}")
+        usage_error(f"--tokens: a pool search measures the decode step, T=1; got {args.tokens}",
+                    COMMAND)
     if args.mode == "verify" and not 2 <= args.tokens <= floor.MAX_TOKENS:
         usage_error(f"--tokens: a verify search (--mode verify) needs T draft tokens in "
-                    f"2..{floor.MAX_TOKENS}; got {args.tokens}")
-
-
-def usage_error(msg):
-    print(f"gdnzoo tune --shapes: error: {msg}", file=sys.stderr)
-    raise SystemExit(2)
+                    f"2..{floor.MAX_TOKENS}; got {args.tokens}", COMMAND)
 
 
 def make_cells(args, sd, pools):
@@ -96,7 +93,7 @@ def make_cells(args, sd, pools):
     shares one pool."""
     from gdnzoo.bench import mode_dense, mode_pool, mode_verify
     if args.mode not in ("pool", "verify"):
-        return (mode_dense.TuneCell(sd, B, args.mode == "dest", args.tokens, GEOMETRY)
+        return (mode_dense.DenseCell(sd, B, args.mode == "dest", args.tokens, GEOMETRY)
                 for B in args.batch)
     if sd not in pools:
         elem, HV, V, K = DTYPES[sd].itemsize, GEOMETRY["HV"], GEOMETRY["V"], GEOMETRY["K"]
@@ -107,8 +104,8 @@ def make_cells(args, sd, pools):
         pools.clear()                                 # one pool at a time
         pools[sd] = mode_pool.state_pool(P, HV, V, K, sd, "cuda")
     if args.mode == "pool":
-        return (mode_pool.TuneCell(sd, pools[sd], B, GEOMETRY) for B in args.batch)
-    return (mode_verify.TuneCell(sd, pools[sd], B, args.tokens, GEOMETRY) for B in args.batch)
+        return (mode_pool.PoolCell(sd, pools[sd], B, GEOMETRY) for B in args.batch)
+    return (mode_verify.VerifyCell(sd, pools[sd], B, args.tokens, GEOMETRY) for B in args.batch)
 
 
 def time_candidates(cands, reps, rounds=1, prepare=None):

@@ -345,7 +345,7 @@ def cmd_tune(args) -> int:
             args.quiet)
     plan = pipeline.make_plan(bench_args.add_bench_args(argparse.ArgumentParser()).parse_args(
         argv))
-    raw, ref = pipeline.measure(plan, pipeline.start(plan))
+    raw, ref = pipeline.measure(plan)
     out = Path(args.out or Path(report.default_out_dir()) / "tune")
     rows, env = pipeline.results(plan, raw, ref, bench_args.check_out(out))
     res = (out / "results.json").resolve()

@@ -165,7 +165,7 @@ def build_parser(command=None):
 
     for name, help_, module, add_fn, cmd_fn in (
             ("bench", "side-by-side benchmark of every backend, one mode at a time (dense, dest, "
-             "pool, verify, chained)", "args", "add_bench_args", "cmd_bench"),
+             "pool, verify, chained)", "pipeline", "add_bench_args", "cmd_bench"),
             ("tune", "measure and write this GPU's row of the default table", "tune",
              "add_tune_args", "cmd_tune"),
             ("check", "every backend on the 54-workload contest mix, PASS/FAIL", "check",

@@ -48,5 +48,5 @@ def bench_run(args):
     """(plan, measured rows, device reference) of a ``gdnzoo bench`` run; nothing written."""
     from gdnzoo.bench import pipeline
     plan = pipeline.make_plan(args)
-    rows, ref = pipeline.measure(plan, pipeline.start(plan), args)
+    rows, ref = pipeline.measure(plan, args)
     return plan, rows, ref

@@ -150,7 +150,7 @@ def test_producer_is_silu():
 def test_check_passes_the_reference_and_catches_early_reads():
     ch = _chain(device=DEVICE)
     run = chained.runner("pt-reference", "off", ch, None)
-    chk = chained.check(ch, run, chained.chain_call(ch, run))
+    chk = chained.check_chain(ch, run, chained.chain_call(ch, run))
     assert chk["ok"], chk["reason"]
     assert chk["rel_err_out"] < 1e-2 and chk["n_bad"] == 0
 
@@ -158,7 +158,7 @@ def test_check_passes_the_reference_and_catches_early_reads():
         for i in range(ch.L):
             run.layer[i]()
             ch.produce(i)
-    chk = chained.check(ch, run, early)
+    chk = chained.check_chain(ch, run, early)
     assert not chk["ok"] and chk["reason"].startswith("layer 0:") and "layer 2:" in chk["reason"]
 
     def last_layer_skipped():
@@ -166,7 +166,7 @@ def test_check_passes_the_reference_and_catches_early_reads():
             ch.produce(i)
             if i < ch.L - 1:
                 run.layer[i]()
-    chk = chained.check(ch, run, last_layer_skipped)
+    chk = chained.check_chain(ch, run, last_layer_skipped)
     assert not chk["ok"] and "layer 0" not in chk["reason"] and "layer 2:" in chk["reason"]
 
 
@@ -174,11 +174,11 @@ def test_check_of_a_floor_wants_its_slots_unchanged():
     ch = _chain(device=DEVICE)
     keep = chained.Runner([lambda: None] * ch.L, None, None, "")
     produce = chained.Runner([lambda: None] * ch.L, None, None, "")
-    assert chained.check(ch, keep, chained.chain_call(ch, produce))["ok"]
+    assert chained.check_chain(ch, keep, chained.chain_call(ch, produce))["ok"]
 
     def touch():
         ch.pools[ch.L - 1].index_fill_(0, ch.check_rows(ch.L - 1).long(), 1.0)
-    chk = chained.check(ch, keep, touch)
+    chk = chained.check_chain(ch, keep, touch)
     assert not chk["ok"] and "the floor changed" in chk["reason"]
 
 
@@ -368,7 +368,7 @@ def test_chain_decode_equals_eager_decode(sd):
             assert torch.equal(ch.outs, eager_out), f"{name}[{level}] out"
             assert torch.equal(s.buf, eager_buf), f"{name}[{level}] state"
             assert not torch.equal(eager_buf, start)
-            chk = chained.check(ch, run, g.replay)
+            chk = chained.check_chain(ch, run, g.replay)
             assert chk["ok"], f"{name}[{level}]: {chk['reason']}"
             ran += 1
             del g

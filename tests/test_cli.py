@@ -125,7 +125,7 @@ def test_bench_exit_status_counts_errors(tmp_path, monkeypatch, capsys):
     """A cell that errors makes the run fail (status 1), as a failing cell does."""
     def boom(*a, **k):
         raise RuntimeError("broken on purpose")
-    monkeypatch.setattr(mode_dense, "setup", boom)
+    monkeypatch.setattr(mode_dense, "dense_entry", boom)
     code, out, _ = _main(["bench", "--algo", "pt-reference", "--batch", "1", "--heads", "1,2",
                           "--dim", "16", "--no-plots", "--quiet", "--out", str(tmp_path)], capsys)
     assert code == 1 and "ERROR" in out and "broken on purpose" in out

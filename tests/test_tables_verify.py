@@ -257,14 +257,14 @@ def _cpu_cell(sd, B=1, T=2):
     P = serving.pool_slots([(B, T)], 8, 128, 128, elem, 0, min_bytes=0,
                            width=lambda B, T: B * (T + 1))
     sp = serving.state_pool(P, 8, 128, 128, sd, "cpu", seed=1)
-    return verify.TuneCell(sd, sp, B, T, shapes.GEOMETRY)
+    return verify.VerifyCell(sd, sp, B, T, shapes.GEOMETRY)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="the CPU form of the cell (the GPU test times it)")
 @pytest.mark.parametrize("sd", ["fp32", "bf16"])
 def test_verify_cell_checks_candidates_on_the_cpu(sd):
     """The cell's Problem is the states form on a pool; a correct candidate passes
-    bench/verify.py's check and then runs on fresh rows; wrong ones are refused."""
+    bench/mode_verify.py's check and then runs on fresh rows; wrong ones are refused."""
     cell = _cpu_cell(sd)
     p = cell.problem
     assert (p.verify, p.pool, p.T, p.B, p.inplace, p.use_qk_l2norm) == ("states", True, 2, 1,
