@@ -441,6 +441,24 @@ class GraphUnsupported(RuntimeError):
     """The call cannot be captured into a CUDA graph (the reason is the message)."""
 
 
+def capture(issue):
+    """A CUDA graph of what ``issue()`` launches (each kernel of it run before: compiled,
+    loaded, memoized; every tensor allocated); GraphUnsupported where it cannot be captured."""
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g):
+            issue()
+    except Exception as e:
+        try:
+            torch.cuda.synchronize()
+        except Exception:
+            pass
+        raise GraphUnsupported(f"capture failed: {type(e).__name__}: "
+                               f"{str(e).splitlines()[0][:160] if str(e) else ''}") from None
+    return g
+
+
 def graph_times(launch, n_calls: int, replays: int, warmup: int = 3) -> list:
     """Per-call time (us) of ``n_calls`` calls captured in one CUDA graph, one sample per replay."""
     if not torch.cuda.is_available():
@@ -451,18 +469,7 @@ def graph_times(launch, n_calls: int, replays: int, warmup: int = 3) -> list:
         for i in range(warmup):
             launch(i)
     torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(g):
-            for i in range(n_calls):
-                launch(i)
-    except Exception as e:
-        try:
-            torch.cuda.synchronize()
-        except Exception:
-            pass
-        raise GraphUnsupported(f"capture failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}") from None
+    g = capture(lambda: [launch(i) for i in range(n_calls)])
     g.replay()
     torch.cuda.synchronize()
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(replays + 1)]

@@ -76,7 +76,7 @@ def run_line(env, command="gdnzoo bench") -> str:
 def render(table, env, plan, files=(), drawn="") -> str:
     mode = plan.mode
     lines = [run_line(env, f"gdnzoo bench --mode {','.join(plan.words)}")]
-    lines += mode.headline(plan, env)
+    lines.append(f"H={plan.H} HV={plan.HV} K={plan.K} V={plan.V}, {mode.headline(plan, env)}")
     ref = env.get("device_reference") or {}
     copy, empty = ref.get("copy") or {}, ref.get("empty_kernel") or {}
     if finite(copy.get("gbps")):

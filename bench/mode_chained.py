@@ -1,51 +1,17 @@
 """``gdnzoo bench --mode chained``: the decode's added latency per layer inside a model's graph.
 
-In a model, a decode step follows the kernel that produces its ``mixed_qkv`` (the conv1d), once
-per layer, all captured in one CUDA graph.  What a layer pays for the decode is then the decode
-kernel's time plus the gap between the producer's end and the decode's start, which
-programmatic dependent launch (PDL, ``gdnzoo.decode(..., pdl=...)``) can hide.  Per (state
-dtype, B), timed in the serving convention of ``--mode pool`` (bench/mode_pool.py):
-
-* a graph of L layers (``--layers``, default 64), each [producer, decode]: the producer is a
-  small Triton kernel launched without PDL, SiLU over the layer's input [B, 2*H*K + HV*V] bf16,
-  writing that layer's packed ``mixed_qkv``; the decode reads q, k, v as views of it, updates
-  the layer's own state pool in place (page stride HV*V*K*(1 + 1/32), slot 0 the null slot,
-  ``null_slot=0``), a, b strided views of one [B, 2*HV] tensor shared by the layers,
-  ``use_qk_l2norm=True``;
-* added latency per layer = (graph time of the chain - graph time of the producers alone) / L,
-  one sample per pair of replays (the producers' graph, then the chain's), CUDA events around
-  each replay; the median over the pairs;
-* cold slots: every layer's pool is its own part of one storage of at least 2 GiB (or 4x the
-  L2); each layer's slots are random, B distinct ones per row, in ``rows`` rows per layer with
-  rows * L * B * slot bytes >= 4x the L2; every decode reads one persistent index tensor, the
-  next row copied into it before each replay, outside the timed events.
-
-Entries, each at the PDL levels "off", "wait" (the kernel waits for the producer before any
-load) and "early" (the state is loaded before the wait): the chained floor (the pool floor
-kernel of :mod:`gdnzoo.bench.floor` reading one value of ``mixed_qkv``, its launch shape the
-one the pool floor's search picks for this cell, :func:`gdnzoo.bench.floor.chained_launcher`);
-ours, the gdnzoo backends that launch with PDL (registry ``pdl: true``; ``--algo`` names
-others), called through ``gdnzoo.decode(..., algo=name, pdl=level)`` (a level a backend
-refuses is SKIP with its reason); and, without PDL, the peers ``vllm-packed`` (the gdnzoo
-backend) and ``flashinfer-pool`` (FlashInfer's pool API, bf16 state, reading q, k, v as
-contiguous blocks of the producer's output: same bytes, its layout).  Each entry is also timed
-alone: the kernel clock of ``--mode pool`` (CUPTI, per call) on the whole storage with fresh
-slots every call, the pool floor itself for the floor.
-
-Correctness first: every chain is replayed once on known slots with every layer's
-``mixed_qkv`` and ``out`` filled with NaN before (a decode reading before its producer wrote
-fails); the first and last layers' outputs and slots are judged by the gate against the float64
-reference of what their producers wrote (the floor must leave its slots as they were).  A
-failing entry is FAIL and gets no time.
-
-Bars (computed for ours, printed, never asserted): within 10% plus one CUPTI tick (32 ns) of the
-chained floor at the same level; at a PDL level, never worse than the same backend without PDL
-(one tick of slack); at B >= 64, chained within 5% of standalone.
-
-``--batch`` and ``--state-dtype`` not given default to B = 1, 4, 16, 64, 256 and fp32, bf16;
-``--time-budget`` to 480 s.  Without a CUDA device nothing is timed: every row is SKIP with the
-reason.
+A CUDA graph of L layers (``--layers``, default 64), each a producer (a Triton SiLU writing the
+layer's packed ``mixed_qkv``, launched without PDL) then the decode on the layer's own pool, in
+the serving convention of ``--mode pool``; added latency per layer = (chain - producers alone)
+/ L.  Entries at the PDL levels off, wait and early: the chained floor (the pool floor kernel
+reading one value of ``mixed_qkv``, :func:`gdnzoo.bench.floor.chained_launcher`), ours (the
+backends with ``pdl: true``, through ``gdnzoo.decode(..., pdl=level)``), and without PDL the
+peers ``vllm-packed`` and ``flashinfer-pool``; each also timed standalone (the pool mode's kernel
+clock).  Every chain is replayed once on NaN-filled inputs and judged before it is timed.  Bars
+(ours, printed, never asserted), how it measures: :data:`METHOD`.  Without a CUDA device every
+row is SKIP.
 """
+
 from __future__ import annotations
 
 import functools
@@ -369,24 +335,6 @@ def check_chain(ch, run, issue) -> dict:
 
 # ----------------------------------------------------------------------------- timing
 
-def capture(issue):
-    """A CUDA graph of what ``issue()`` launches (each kernel of it run before: compiled,
-    loaded, memoized; every tensor allocated)."""
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(g):
-            issue()
-    except Exception as e:
-        try:
-            torch.cuda.synchronize()
-        except Exception:
-            pass
-        raise clocks.GraphUnsupported(f"capture failed: {type(e).__name__}: "
-                                      f"{str(e).splitlines()[0][:160] if str(e) else ''}") from None
-    return g
-
-
 def replay_times(graphs, prepare, reps, warmup=2) -> list:
     """Per-replay times (us) of each graph of ``graphs``, replayed in turn ``reps`` times,
     ``prepare()`` before each replay outside its CUDA events: [[us per replay] per graph]."""
@@ -445,7 +393,7 @@ def measure_entry(c, clocks_, ch, plan, shape, producers) -> list:
     issue = chain_call(ch, r)
     ch.slots.first()
     issue()                              # every kernel compiled, loaded, memoized: then capture
-    graph = capture(issue)
+    graph = clocks.capture(issue)
     chk = check_chain(ch, r, graph.replay)
     errs = {k: chk[k] for k in ("max_abs_err_out", "max_abs_err_state", "rel_err_out",
                                 "rel_err_state", "n_bad")} if r.views is not None else {}
@@ -477,7 +425,7 @@ def measure_cell(group, ch, plan, log=lambda s: None) -> list:
     try:
         for i in range(ch.L):                     # compiled before the capture
             ch.produce(i)
-        producers = capture(lambda: [ch.produce(i) for i in range(ch.L)])
+        producers = clocks.capture(lambda: [ch.produce(i) for i in range(ch.L)])
     except Exception as e:
         plan.sync()
         why = f"the producers' graph: {failure(e)}"
@@ -617,10 +565,9 @@ class Chained(Mode):
         bars(table, plan.backends)
 
     def headline(self, plan, env):
-        return [f"H={plan.H} HV={plan.HV} K={plan.K} V={plan.V}, T=1, use_qk_l2norm=True, pools "
-                f"in place; a CUDA graph of {plan.layers} layers [producer (Triton, no PDL), "
-                f"decode]; added latency per layer = (chain - producers) / {plan.layers}; "
-                f"standalone: kernel clock (sum of a call's records)"]
+        return (f"T=1, use_qk_l2norm=True, pools in place; a CUDA graph of {plan.layers} layers "
+                f"[producer (Triton, no PDL), decode]; added latency per layer = (chain - "
+                f"producers) / {plan.layers}; standalone: kernel clock (sum of a call's records)")
 
     def sections(self, plan, table):
         def keep(sd, level, clock):

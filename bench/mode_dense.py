@@ -1,15 +1,11 @@
-"""``gdnzoo bench --mode dense`` (and ``dest``): every backend x batch size x state dtype on a
-dense state, in place or destination passing (``--mode dense,dest``: both in one run), on the
-kernel, graph and host clocks, beside the floor.
-
-Per cell: inputs from :func:`gdnzoo.inputs.make_inputs`; one call through the validated public
-callable ``gdnzoo.get(name)`` checked against the float64 reference (gdnzoo.gate; output and new
-state; a destination-passing call must leave ``state`` untouched).  Then the raw launcher is
-timed on the kernel and graph clocks and the public callable on the host clock, rotating over
-enough state sets (and, for destination passing, new-state sets) that reads and writes miss L2.
-The floor: an in-place streaming kernel over exactly the state bytes, per (B, state dtype),
-after the cells (the time budget does not cut it).  Without a CUDA device: the host clock only.
+"""``gdnzoo bench --mode dense`` (and ``dest``; ``--mode dense,dest``: both in one run): every
+backend x batch size x state dtype on a dense state, each cell gated through ``gdnzoo.get(name)``
+on inputs of :func:`gdnzoo.inputs.make_inputs`, its raw launcher timed on the kernel and graph
+clocks and the public callable on the host clock over one cold rotation, beside the floor
+(per (B, state dtype), after the cells: the time budget does not cut it).  How: :data:`METHOD`.
+Without a CUDA device: the host clock only.
 """
+
 from __future__ import annotations
 
 from gdnzoo.bench import entries

@@ -1,33 +1,16 @@
 """``gdnzoo bench --mode pool``: the serving benchmark, and the serving convention that
-``--mode verify`` and ``--mode chained`` build on.
+``--mode verify`` and ``--mode chained`` build on (:class:`Serving`, :class:`PoolCell`).
 
-The call a serving engine makes, timed per (B, state dtype), fp32 and bf16 in one run:
-
-* a state pool of at least 2 GiB (or 4x the L2, whichever is larger) whose slots are a page
-  apart, page = HV*V*K*(1 + 1/32) elements (vLLM's layout: other per-sequence data shares the
-  page; :func:`gdnzoo.inputs.paged_pool`); slot 0 is the null slot (``null_slot=0``), never used;
-* q, k, v views of one packed ``mixed_qkv`` [B, 2*H*K + HV*V] bf16, a and b strided views of
-  one [B, 2*HV] tensor (:func:`gdnzoo.inputs.packed`), ``use_qk_l2norm=True``, T = 1, in place;
-* fresh random distinct slots every call: a bank of index rows (clocks.IndexBank) of B
-  distinct slots each, no slot in two rows, rows * B * slot bytes >= 4x the L2, each row on a
-  256-byte boundary.  Kernel clock: every call passes one persistent index tensor, the next row
-  copied into it before each call outside the timed window (the call's slots are cold and new,
-  its index tensor in L2, as an engine's freshly uploaded slot mapping is).  Graph clock: the
-  graph's N calls pass N rows, read cold.  Every entry (the floor included) draws its rows from
-  one counter per cell.
-
-Entries, each a row of the results: the pool floor (:func:`gdnzoo.bench.floor.pool_floor_times`);
-``auto`` (``gdnzoo.decode``'s own choice, named in the note); each pool-capable gdnzoo backend
-(``gdnzoo.get(name)``); ``flashinfer-pool`` (FlashInfer's pool API, bf16 state only, its q, k,
-v, a, b made contiguous once per cell, outside the timed calls); the engine adapters
-``adapter-vllm`` and ``adapter-sglang`` (``gdnzoo.integrations.<engine>.packed_decode``), whose
-CUPTI records per call must equal ``auto``'s (else flagged).  Each is checked once per cell
-against the float64 reference (gdnzoo.gate: out and the written slots; no other byte of the pool
-may change) before it is timed.  Kernel clock: CUPTI, per call the sum of every record it
-launched, and their number.  Graph clock: ``auto`` and ``vllm-packed``.  Without a CUDA device
-nothing is timed: every row is SKIP with the reason.  ``gdnzoo tune --from`` reads the rows for
-the default table's ``table_pool``.
+The call a serving engine makes, per (B, state dtype): a page-strided pool of at least 2 GiB
+(:func:`gdnzoo.inputs.paged_pool`, slot 0 the null slot), q, k, v views of a packed
+``mixed_qkv`` and a, b of one [B, 2*HV] tensor (:func:`gdnzoo.inputs.packed`), T = 1, in place,
+fresh random distinct slots every call (clocks.IndexBank).  Entries: the pool floor, ``auto``
+(``gdnzoo.decode``'s own choice), each pool-capable gdnzoo backend, ``flashinfer-pool`` (bf16
+state), the engine adapters ``adapter-vllm`` and ``adapter-sglang`` (flagged when their CUPTI
+records per call differ from ``auto``'s).  How: :data:`METHOD`.  ``gdnzoo tune --from`` reads the
+rows for the default table's ``table_pool``.  Without a CUDA device every row is SKIP.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -371,9 +354,8 @@ class Pool(Serving):
         return summary_line(rows)
 
     def headline(self, plan, env):
-        return [f"H={plan.H} HV={plan.HV} K={plan.K} V={plan.V}, T=1, use_qk_l2norm=True, in "
-                f"place; kernel clock: {env.get('kernel_clock', 'n/a')} (sum of a call's "
-                f"records)"]
+        return (f"T=1, use_qk_l2norm=True, in place; kernel clock: "
+                f"{env.get('kernel_clock', 'n/a')} (sum of a call's records)")
 
     def sections(self, plan, table):
         out = []

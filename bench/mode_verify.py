@@ -1,45 +1,18 @@
-"""``gdnzoo bench --mode verify``: the speculative-verify benchmark.
+"""``gdnzoo bench --mode verify``: the speculative-verify benchmark, per (state dtype, T, B), in
+the serving convention of ``--mode pool``, T draft tokens of B sequences, three forms (the
+rows' ``mode``):
 
-A verify call decodes T draft tokens of each of B sequences and keeps the state after every
-token (:mod:`gdnzoo.verify`).  Timed per (state dtype, T, B) in the serving convention of
-``--mode pool`` (bench/mode_pool.py): a page-strided pool of at least 2 GiB (or 4x the L2),
-slot 0 the null slot, q, k, v views of one packed ``mixed_qkv`` [B*T, 2*H*K + HV*V] (token rows,
-sequence-major), a and b views of one [B*T, 2*HV] tensor, ``use_qk_l2norm=True``, fresh random
-distinct slots every call.
-
-Three forms, each a row ``mode`` of the results:
-
-* ``states``: ``intermediate_states`` [S, T, HV, V, K] addressed by ``intermediate_indices``
-  [B] and ``update_state=False`` (SGLang's verify; FlashInfer's with a batch-scoped buffer);
+* ``states``: ``intermediate_states`` [S, T, HV, V, K] by ``intermediate_indices`` [B],
+  ``update_state=False`` (SGLang's verify; FlashInfer's with a batch-scoped buffer);
 * ``states+update``: the same and the final state written back to the read slot;
-* ``slots``: ``state_indices`` [B, T] and ``num_accepted_tokens`` [B] (vLLM's verify): token t's
-  state to slot ``state_indices[n, t]``, the initial state read from column
-  ``num_accepted_tokens[n] - 1`` (random counts in 1..T, fixed per cell).
+* ``slots``: ``state_indices`` [B, T] and ``num_accepted_tokens`` [B] (vLLM's verify).
 
-Fresh slots and rows: a bank of index rows made on the device (clocks.IndexBank): each row has
-B pool slots, B intermediate rows (a permutation of one block of B rows of the intermediate
-store), B*T per-token slots and their read column, no slot in two rows, rows * B*T * slot bytes
->= 4x L2; the kernel clock refreshes persistent index tensors from the next row before each
-call, outside the timed window; the graph clock's N calls pass N rows.  One counter per cell.
-
-Entries per cell and form: the verify floor of the form (:func:`gdnzoo.bench.floor.
-verify_floor_times`: each sequence's state block read once and stored where the form stores
-states, through the same index tensors); ``auto``; each gdnzoo backend whose registry entry has
-``verify: true`` (not the torch ones unless named by ``--algo``); the peers ``vllm-spec``
-(vLLM's ``fused_sigmoid_gating_delta_rule_update`` as its engine calls it: [1, B*T] with
-``cu_seqlens``, the per-token form, in place), ``flashinfer-mtp`` (``gated_delta_rule_mtp``, fp32
-pool) and ``flashinfer-pretranspose`` (``gated_delta_rule_decode_pretranspose`` with
-``intermediate_states_buffer``, bf16 pool), their q, k, v, a, b made contiguous once per cell.
-Per (state dtype, B), at the largest T: ``commit`` (:func:`gdnzoo.commit` of a step of each row
-into its slot) beside its copy floor.
-
-Correctness first: every entry is called once on a check row and judged by the gate against the
-float64 reference (:func:`gdnzoo.reference.reference_verify_outputs`): the output and every
-state it stored; then what it stored is restored and nothing else of the pool (with
-``update_state=False`` the pool must be bit-identical), the intermediate store or the packed
-activations may have changed.  ``commit`` must copy exactly.  Without a CUDA device nothing is
-timed: cells with B <= 4 are checked, the others and the floors are SKIP with the reason.
+Entries per form: its verify floor, ``auto``, each gdnzoo backend with ``verify: true``, the
+peers ``vllm-spec`` (vLLM's Triton kernel as its engine calls it), ``flashinfer-mtp`` (fp32
+pool) and ``flashinfer-pretranspose`` (bf16 pool); at the largest T, ``commit`` beside its copy
+floor.  How: :data:`METHOD`.  Without a CUDA device cells with B <= 4 are checked, not timed.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -432,10 +405,9 @@ class Verify(serving.Serving):
                                intermediate="" if c.mode == "slots" else "indexed")
 
     def headline(self, plan, env):
-        return [f"H={plan.H} HV={plan.HV} K={plan.K} V={plan.V}, use_qk_l2norm=True; forms: "
-                f"states (intermediate_states, update_state=False), states+update, slots "
-                f"(state_indices [B, T] + num_accepted_tokens); kernel clock: "
-                f"{env.get('kernel_clock', 'n/a')} (sum of a call's records)"]
+        return (f"use_qk_l2norm=True; forms: states (intermediate_states, update_state=False), "
+                f"states+update, slots (state_indices [B, T] + num_accepted_tokens); kernel "
+                f"clock: {env.get('kernel_clock', 'n/a')} (sum of a call's records)")
 
     def sections(self, plan, table):
         out = []

@@ -49,12 +49,12 @@ class Cell:
     """One row key of the results, the clock aside."""
     bench: str               # the gdnzoo bench mode that measured it
     backend: str             # the entry: a backend, "floor", "auto", a peer
-    B: int
-    T: int
-    H: int
-    HV: int
-    K: int
-    V: int
+    B: int                   # sequences
+    T: int                   # tokens per sequence
+    H: int                   # q, k heads
+    HV: int                  # v heads
+    K: int                   # q, k head size
+    V: int                   # v head size
     state_dtype: str
     mode: str                # the call's form: inplace, dest, pool, a verify form, a PDL level
     l2norm: bool = False
@@ -167,9 +167,9 @@ class Mode:
     def derive(self, table, plan: Plan):
         """Columns of its own on the built table (bars)."""
 
-    def headline(self, plan: Plan, env) -> list:
-        """Console lines under the command's."""
-        return []
+    def headline(self, plan: Plan, env) -> str:
+        """What the console says of the run's calls, after their geometry."""
+        return f"T={','.join(map(str, plan.tokens))}, use_qk_l2norm={plan.l2norm}"
 
     def sections(self, plan: Plan, table) -> list:
         """Console grids: [(title line(s), keep(row) -> bool, show x floor)]."""

@@ -50,3 +50,17 @@ def bench_run(args):
     plan = pipeline.make_plan(args)
     rows, ref = pipeline.measure(plan, args)
     return plan, rows, ref
+
+
+def bench_files(raw, plan, out, ref=None):
+    """The table of measured rows ``raw`` written under ``out`` with a made-up H100 environment
+    and read back: (table, environment, files, rows read, columns)."""
+    from gdnzoo.bench import report
+    table = report.build_table(raw, ref, plan)
+    env = dict(gpu="NVIDIA H100 80GB HBM3", driver="d", cuda="13.0", commit="c",
+               method=plan.mode.method, versions={"torch": "2.11"},
+               kernel_clock="cupti-python activity records")
+    cols = report.columns(plan.mode)
+    files = report.write_results(table, env, out, cols)
+    back, _ = report.read_results(files[1])
+    return table, env, files, back, cols

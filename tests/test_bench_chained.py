@@ -323,7 +323,7 @@ def test_chained_floor_reads_and_writes_what_it_claims(B, shape):
                     launches[i]()
             ch.slots.first()
             issue()                                       # warm (and loaded) before a capture
-            g = chained.capture(issue) if graphed else None
+            g = clocks.capture(issue) if graphed else None
             before = s.buf.clone()
             ch.ys.fill_(float("nan"))
             g.replay() if graphed else issue()
@@ -356,7 +356,7 @@ def test_chain_decode_equals_eager_decode(sd):
             issue = chained.chain_call(ch, run)
             ch.slots.first()
             issue()
-            g = chained.capture(issue)
+            g = clocks.capture(issue)
             start = s.buf.clone()
             issue()
             torch.cuda.synchronize()

@@ -12,8 +12,8 @@ import yaml
 from gdnzoo.bench import args as bench_args, clocks, console, entries, floor, pipeline, report
 from gdnzoo.bench import mode_pool as pool
 from gdnzoo.bench import shapes, tune
-from gdnzoo.inputs import packed, page_elems, paged_pool
-from helpers import bench_args as _bench_args, bench_plan, run_cli
+from gdnzoo.inputs import page_elems
+from helpers import bench_args as _bench_args, bench_files, bench_plan, run_cli
 
 MIB = 1 << 20
 
@@ -230,14 +230,8 @@ def test_results_files_round_trip_and_console(tmp_path):
     plan = _plan("--batch", "1,16")
     raw = _synthetic(plan)
     pool.flag_adapters(raw)
-    table = report.build_table(raw, {"copy": {"gbps": 3000.0}}, plan)
-    env = dict(gpu="NVIDIA H100 80GB HBM3", driver="d", cuda="13.0", commit="c",
-               method=plan.mode.method, versions={"torch": "2.11"},
-               kernel_clock="cupti-python activity records")
-    cols = report.columns(plan.mode)
-    files = report.write_results(table, env, tmp_path, cols)
-    back, env2 = report.read_results(tmp_path / "results.json")
-    assert env2["gpu"] == env["gpu"] and len(back) == len(table)
+    table, env, files, back, cols = bench_files(raw, plan, tmp_path, {"copy": {"gbps": 3000.0}})
+    assert len(back) == len(table)
     assert json.loads((tmp_path / "results.json").read_text())["columns"] == cols
     assert cols == report.COLUMNS + ["kernels_per_call"]
     auto = [r for r in back if r["backend"] == "auto" and r["clock"] == "kernel"]

@@ -15,7 +15,7 @@ from gdnzoo.bench import args as bench_args, console, entries, floor, pipeline, 
 from gdnzoo.bench import mode_pool as pool
 from gdnzoo.bench import mode_verify as verify
 from gdnzoo.inputs import page_elems
-from helpers import bench_args as _bench_args, run_cli
+from helpers import bench_args as _bench_args, bench_files, run_cli
 
 HAS_CUDA = torch.cuda.is_available()
 SMALL = ("--heads", "1,2", "--dim", "16")
@@ -378,14 +378,8 @@ def test_results_files_round_trip_and_console(tmp_path):
                              "vllm not importable")]
             raw += [_raw(plan, "floor", "commit", B, 4, sd, 0.8) for B in (1, 16)]
             raw += [_raw(plan, "commit", "commit", B, 4, sd, 1.6) for B in (1, 16)]
-    table = report.build_table(raw, {"copy": {"gbps": 3000.0}}, plan)
-    env = dict(gpu="NVIDIA H100 80GB HBM3", driver="d", cuda="13.0", commit="c",
-               method=plan.mode.method, versions={"torch": "2.11"},
-               kernel_clock="cupti-python activity records")
-    cols = report.columns(plan.mode)
-    files = report.write_results(table, env, tmp_path, cols)
-    back, env2 = report.read_results(tmp_path / "results.json")
-    assert len(back) == len(table) and env2["method"] == plan.mode.method
+    table, env, files, back, cols = bench_files(raw, plan, tmp_path, {"copy": {"gbps": 3000.0}})
+    assert len(back) == len(table) and env["method"] == plan.mode.method
     assert json.loads((tmp_path / "results.json").read_text())["columns"] == cols
     assert {r["bench"] for r in back} == {"verify"}
     auto = [r for r in back if r["backend"] == "auto" and r["clock"] == "kernel"]

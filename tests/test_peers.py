@@ -11,16 +11,11 @@ import torch
 import gdnzoo
 from gdnzoo import registry
 from gdnzoo.gate import compare
-from gdnzoo.contract import Problem
-from gdnzoo.inputs import make_inputs
+from gdnzoo.inputs import make_inputs, make_problem
 from gdnzoo.reference import reference_decode
 
 
-def _problem(**kw):
-    base = dict(B=1, T=1, H=4, HV=8, K=128, V=128, state_dtype=torch.float32,
-                io_dtype=torch.bfloat16, device="cuda", cc=(9, 0))
-    base.update(kw)
-    return Problem(**base)
+_problem = make_problem         # the contest geometry on an sm_90 GPU
 
 
 # ------------------------------------------------------------------ availability and limits

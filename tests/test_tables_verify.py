@@ -13,8 +13,7 @@ from gdnzoo import registry, tables
 from gdnzoo.bench import mode_pool as serving
 from gdnzoo.bench import mode_verify as verify
 from gdnzoo.bench import shapes
-from gdnzoo.contract import Problem
-from gdnzoo.inputs import DTYPES
+from gdnzoo.inputs import DTYPES, make_problem
 from helpers import run_cli
 from test_tables import FIELDS, GEOM, H100, _file, _row, _tables
 
@@ -113,9 +112,7 @@ def test_render_round_trip_with_verify_rows(tmp_path):
 # ------------------------------------------------------------------------ the backends' lookup
 
 def _problem(sd, T, verify_form, pool=True):
-    return Problem(B=2, T=T, H=4, HV=8, K=128, V=128, state_dtype=DTYPES[sd],
-                   io_dtype=torch.bfloat16, device="cuda", cc=(9, 0), pool=pool,
-                   verify=verify_form)
+    return make_problem(B=2, T=T, state_dtype=DTYPES[sd], pool=pool, verify=verify_form)
 
 
 @pytest.mark.parametrize("name", ["cuda-v4", "fla-recurrent"])

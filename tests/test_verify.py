@@ -11,7 +11,8 @@ import gdnzoo
 from gdnzoo import registry
 from gdnzoo.reference import reference_commit
 from conftest import DEVICE
-from verify_cases import check_verify_call, make_verify_case
+from gdnzoo.inputs import make_verify_case
+from verify_cases import check_verify_call
 
 SPECS = registry.load_registry().backends
 CLAIMING = [n for n, s in SPECS.items() if s.verify is True]
