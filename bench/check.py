@@ -56,17 +56,18 @@ def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2):
     import dataclasses
 
     import gdnzoo
-    from gdnzoo import gate, registry
+    from gdnzoo import gate
+    from gdnzoo.bench import entries
     from gdnzoo.contract import validate
 
-    ok, why = registry.availability(name, device)
+    ok, why = entries.available(name, device)
     if not ok:
         return "SKIP", why, []
     call = gate.via_public(gdnzoo.get(name))
     rows, skipped = [], []
     for i, B, x, ref_out, ref_state in workloads:
         p = dataclasses.replace(validate(*x.args())[0], inplace=False)
-        ok, why = registry.can_serve(name, p)
+        ok, why = entries.can_serve(name, p)
         if not ok:
             skipped.append((B, why))
             continue

@@ -17,20 +17,23 @@ class Skip(Exception):
     """An entry that cannot run in this cell (the message says why)."""
 
 
-def backends(op: str = "decode", *, pools=None, verify=None, pdl=None,
-             native: bool = False) -> list:
+def backends(op: str = "decode", *, pools=None, verify=None, pdl=None, native: bool = False,
+             language: str | None = None, tunable: bool = False) -> list:
     """Registered backends of operation ``op``, in registry order; ``pools``, ``verify``,
     ``pdl``: True keeps those whose registry entry says so (False: those that do not);
-    ``native``: leave out the torch (``language: python``) ones."""
+    ``native``: leave out the torch (``language: python``) ones; ``language``: that language's
+    only; ``tunable``: those with launch tables (gdnzoo.registry.tunables)."""
     if op not in OPS:
         raise ValueError(f"backends: op must be one of {', '.join(OPS)}, got {op!r}")
-    from gdnzoo.registry import load_registry
+    from gdnzoo import registry
 
     def keep(flag, want):
         return want is None or (flag is True) == want
-    return [n for n, s in load_registry().backends.items()
+    tuned = registry.tunables() if tunable else None
+    return [n for n, s in registry.load_registry().backends.items()
             if keep(s.pools, pools) and keep(s.verify, verify) and keep(s.pdl, pdl)
-            and not (native and s.language == "python")]
+            and not (native and s.language == "python") and language in (None, s.language)
+            and (tuned is None or n in tuned)]
 
 
 def named(algo, default, op: str = "decode", command: str = "gdnzoo bench") -> list:
@@ -71,12 +74,23 @@ def launch(run, x, state, out, new_state, l2, **kw):
                **kw)
 
 
+def available(name, device) -> tuple:
+    """(ok, why not): whether backend ``name`` runs on ``device`` here."""
+    from gdnzoo import registry
+    return registry.availability(name, device)
+
+
+def can_serve(name, problem) -> tuple:
+    """(ok, why not): whether backend ``name`` serves ``problem`` (a gdnzoo.contract.Problem)."""
+    from gdnzoo import registry
+    return registry.can_serve(name, problem)
+
+
 def serve(name, problem):
     """Skip unless ``name`` is registered and can serve ``problem`` (the registry's reason)."""
-    from gdnzoo import registry
-    if name not in registry.load_registry().backends:
+    if name not in backends():
         raise Skip("not registered in registry.yaml")
-    ok, why = registry.can_serve(name, problem)
+    ok, why = can_serve(name, problem)
     if not ok:
         raise Skip(why)
 

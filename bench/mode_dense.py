@@ -50,7 +50,7 @@ def dense_entry(c, plan) -> Entry:
     import torch
 
     import gdnzoo
-    from gdnzoo import gate, registry
+    from gdnzoo import gate
     from gdnzoo.bench import clocks
     from gdnzoo.contract import validate
     from gdnzoo.inputs import make_inputs
@@ -61,7 +61,7 @@ def dense_entry(c, plan) -> Entry:
     p, _ = validate(*x.args(), out=out, new_state=torch.empty_like(x.state) if dest else None,
                     use_qk_l2norm=c.l2norm)
     entries.serve(c.backend, p)
-    if not plan.gpu and registry.load_registry().backends[c.backend].language == "triton":
+    if not plan.gpu and c.backend in entries.backends(language="triton"):
         if os.environ.get("TRITON_INTERPRET") != "1":
             raise entries.Skip("Triton on CPU needs TRITON_INTERPRET=1 (the interpreter)")
         if c.B > 4:
@@ -123,7 +123,7 @@ class Dense(Mode):
         from gdnzoo import registry
         names = entries.named(args.algo or registry.env_algo(), entries.backends)
         order = [n for n in names if n not in RUN_LAST] + [n for n in names if n in RUN_LAST]
-        avail = {n: registry.availability(n, plan.device) for n in names}
+        avail = {n: entries.available(n, plan.device) for n in names}
         if plan.device != "cuda":
             plan.notes.append("no CUDA device: kernel and graph clocks, floor, copy bandwidth and "
                               "empty kernel are skipped; host clock only")

@@ -287,15 +287,14 @@ def cmd_shapes(args) -> int:
     check_args(args)
     if not torch.cuda.is_available():
         raise SystemExit("gdnzoo tune --shapes: needs a CUDA device (the rows are per GPU)")
-    tunable = registry.tunables()
-    if args.mode == "verify":               # verify rows only for the backends serving verify
-        tunable = [n for n in tunable if n in entries.backends(verify=True)]
+    # verify rows only for the backends serving verify
+    tunable = entries.backends(tunable=True, verify=True if args.mode == "verify" else None)
     names = [n.strip() for n in (args.algo or ",".join(tunable)).split(",") if n.strip()]
     bad = [n for n in names if n not in tunable]
     if bad:
         raise SystemExit(f"--algo: not tunable{' in verify mode' * (args.mode == 'verify')}: "
                          f"{', '.join(bad)}; tunable: {', '.join(tunable)}")
-    names = [n for n in names if registry.availability(n, "cuda")[0]]
+    names = [n for n in names if entries.available(n, "cuda")[0]]
     gpu = torch.cuda.get_device_name()
     out = Path(args.out or Path(report.default_out_dir()) / "shapes")
     out.mkdir(parents=True, exist_ok=True)
