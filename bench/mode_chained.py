@@ -207,7 +207,7 @@ Skip = entries.Skip
 class Runner:
     """One entry in one cell: ``layer[l]()`` runs layer l's decode in the chain; ``alone(idx)``
     the same decode on the whole storage at slots ``idx`` (None: the floor, timed alone by
-    :func:`gdnzoo.bench.floor.pool_floor_times`); ``views(l)``: the q, k, v it reads (None:
+    :func:`gdnzoo.bench.floor.indexed_floor_times`); ``views(l)``: the q, k, v it reads (None:
     the floor)."""
     layer: list
     alone: object
@@ -375,7 +375,7 @@ def measure_pool_floor(c, ch, plan) -> tuple:
     s = ch.storage
     target = floor.PoolTarget(s.buf, s.page, s.slot, ch.B, ch.alone.index.slots,
                               ch.alone.advance)
-    f = floor.pool_floor_times(target, iters=min(plan.iters, 100), reduce=clocks.busy_and_count)
+    f = floor.indexed_floor_times(target, iters=min(plan.iters, 100), reduce=clocks.busy_and_count)
     row = dict(cell=c, clock="standalone", note=f["config"], flags="", layers=plan.layers)
     if f["samples"] is None:
         return dict(row, status="SKIP"), None

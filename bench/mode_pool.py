@@ -215,8 +215,8 @@ def pool_target(ctx):
 
 
 def indexed_floor(c, f, bank) -> list:
-    """The row of a floor timed over an index bank (``f``: floor.pool_floor_times' or
-    verify_floor_times' dict, busy samples), SKIP where it was not measured."""
+    """The row of a floor timed over an index bank (``f``: floor.indexed_floor_times' or
+    (the verify floor's), busy samples), SKIP where it was not measured."""
     row = dict(cell=c, clock="kernel", flags="", n_sets=bank.n, note=f["config"],
                method=f["method"])
     if f["samples"] is None:
@@ -344,7 +344,7 @@ class Pool(Serving):
 
     def floor_rows(self, c, ctx, plan):
         from gdnzoo.bench import clocks, floor
-        return indexed_floor(c, floor.pool_floor_times(pool_target(ctx), iters=min(plan.iters, 100),
+        return indexed_floor(c, floor.indexed_floor_times(pool_target(ctx), iters=min(plan.iters, 100),
                                                        reduce=clocks.busy_and_count), ctx.bank)
 
     def finish(self, rows, plan, args):
@@ -396,7 +396,7 @@ class PoolCell:
 
     def floor_launcher(self):
         from gdnzoo.bench import floor
-        return floor.best_pool_launcher(pool_target(self.ctx))
+        return floor.best_indexed_launcher(pool_target(self.ctx))
 
     def call(self, run, config, **kw):
         """call(ix): ``run`` with ``config`` on index row ``ix``, the pool keywords

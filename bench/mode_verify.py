@@ -380,7 +380,7 @@ class Verify(serving.Serving):
         from gdnzoo.bench.pipeline import rows_of
         if not plan.gpu:
             return rows_of(c, ("kernel",), "SKIP", "not on a CUDA device")
-        f = floor.verify_floor_times(floor_target(ctx, c.mode), iters=min(plan.iters, 100),
+        f = floor.indexed_floor_times(floor_target(ctx, c.mode), iters=min(plan.iters, 100),
                                      reduce=clocks.busy_and_count)
         return serving.indexed_floor(c, f, ctx.bank)
 
@@ -451,7 +451,7 @@ class VerifyCell(serving.PoolCell):
 
     def floor_launcher(self):
         from gdnzoo.bench import floor
-        return floor.best_verify_launcher(floor_target(self.ctx, self.FORM))
+        return floor.best_indexed_launcher(floor_target(self.ctx, self.FORM))
 
     def call(self, run, config):
         from gdnzoo.verify import Verify as Keep

@@ -324,7 +324,7 @@ def test_pool_floor_skips_without_cupy(monkeypatch):
     monkeypatch.setattr(floor, "cupy_available", lambda: (False, "cupy not importable (test)"))
     t = floor.PoolTarget(torch.zeros(4 * 528), 528, 512, 3, torch.zeros(3, dtype=torch.int32),
                          None)
-    f = floor.pool_floor_times(t)
+    f = floor.indexed_floor_times(t)
     assert f["samples"] is None and "cupy not importable (test)" in f["config"]
 
 

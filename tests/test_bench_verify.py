@@ -300,7 +300,7 @@ def test_verify_floor_skips_without_cupy(monkeypatch):
     idx = torch.arange(1, 4, dtype=torch.int32)
     t = floor.VerifyTarget("states", torch.zeros(20 * 528), 528, 512, 3, 2, idx, None,
                            inter=torch.zeros(3, 2, 2, 16, 16), rows=idx - 1)
-    f = floor.verify_floor_times(t)
+    f = floor.indexed_floor_times(t)
     assert f["samples"] is None and "cupy not importable (test)" in f["config"]
 
 
