@@ -151,12 +151,9 @@ def make_row(gpu, results, *, results_file=None, commit=None, versions=None, dat
     if len(Ts) > 1:
         raise ValueError(f"tune: results at several T > 1 ({Ts}): give one for table_tokens")
     for mode, T in (("inplace", 1), ("dest", 1), *(("tokens", t) for t in Ts)):
-        for sd in ("fp32", "bf16"):
-            f = fastest(results, sd, "inplace" if mode == "tokens" else mode, T=T)
-            if f:
-                tables.setdefault(mode, {})[sd] = merge_ranges({B: v[0][0] for B, v in f.items()})
-                values.setdefault(mode, {})[sd] = {B: {n: round(us, 2) for n, us in v}
-                                                   for B, v in f.items()}
+        t, v = winners(results, "inplace" if mode == "tokens" else mode, T=T)
+        if t:
+            tables[mode], values[mode] = t, v
     if "inplace" not in tables:
         raise ValueError("tune: no correct in-place kernel-clock results to choose from")
     how = ("gdnzoo tune: CUPTI kernel-clock medians, cold L2 (rotated state sets), contest "
@@ -184,18 +181,24 @@ POOL_HOW = ("gdnzoo bench --mode pool: CUPTI kernel-clock medians (per call the 
             "place; fastest correct registered pool backend per measured batch size")
 
 
-def pool_table(results):
-    """({state dtype: [(lo, hi, backend)]}, {state dtype: {B: {backend: us}}}) from the rows
-    of a ``gdnzoo bench --mode pool`` run: its registered backends that serve pools (the bench's
-    ``auto``, peers and adapters are no candidates)."""
-    able = set(entries.backends(pools=True))
+def winners(rows, mode, **kw) -> tuple:
+    """({state dtype: [(lo, hi, backend)]}, {state dtype: {B: {backend: us}}}): per state dtype
+    the fastest backends of ``rows`` in ``mode`` (:func:`fastest`), as table ranges and the
+    measured values behind them."""
     table, values = {}, {}
     for sd in ("fp32", "bf16"):
-        f = fastest([r for r in results if r["backend"] in able], sd, "pool", bench="pool")
+        f = fastest(rows, sd, mode, **kw)
         if f:
             table[sd] = merge_ranges({B: v[0][0] for B, v in f.items()})
             values[sd] = {B: {n: round(us, 2) for n, us in v} for B, v in f.items()}
     return table, values
+
+
+def pool_table(results):
+    """:func:`winners` of the rows of a ``gdnzoo bench --mode pool`` run: its registered
+    backends that serve pools (the bench's ``auto``, peers and adapters are no candidates)."""
+    able = set(entries.backends(pools=True))
+    return winners([r for r in results if r["backend"] in able], "pool", bench="pool")
 
 
 def existing_row(path, gpu):
