@@ -1,8 +1,16 @@
-"""Seeded, realistic inputs for any geometry, and the contest batch mix.
+"""Seeded, realistic inputs for any geometry, and the contest batch mix: the one input factory
+of the tests, the bench and the tuner.
 
 Magnitudes follow what Qwen3-Next layers produce: q and k rows of roughly unit norm, a small
 state, A = exp(A_log) in [1, 16], dt_bias the inverse softplus of dt in [1e-3, 1e-1], so the
 decay g sits mostly in (0.5, 1) and beta = sigmoid(b) spreads over (0, 1).
+
+Besides dense inputs (:func:`make_inputs`): state pools with a page stride larger than the slot
+and gaps (:func:`paged_pool`, :func:`distinct_slots`, :func:`make_pool_case` with padding
+indices), speculative-verify buffers (:func:`intermediate_buffer`, :func:`accepted_counts`,
+:func:`make_verify_case`), the engines' packed ``mixed_qkv`` with a and b as strided views of one
+[B, 2*HV] tensor (:func:`packed`), and the Problem a backend's ``supports`` sees
+(:func:`make_problem`).
 """
 from __future__ import annotations
 
