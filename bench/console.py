@@ -28,26 +28,29 @@ def text(r, with_floor=True) -> str:
     return us(r["median_us"]) + (f"/{x:.2f}x" if with_floor and finite(x) else "")
 
 
-def grid(rows, with_floor=True) -> list:
-    """B rows x entries (the floor first): us (and / x the floor); then ``auto``, the backend
-    the automatic choice picks in that cell, and ``auto/best``, its time over the fastest
-    entry's in the same cell of this run."""
-    Bs = sorted({r["B"] for r in rows})
+def grid(rows, with_floor=True, by="B") -> list:
+    """Rows by the cell key ``by`` (B; a mode may key its cells otherwise) x entries (the floor
+    first): us (and / x the floor); then ``auto``, the backend the automatic choice picks in
+    that cell, and ``auto/best``, its time over the fastest entry's in the same cell."""
+    keys = list(dict.fromkeys(r[by] for r in rows))
+    if all(isinstance(k, int) for k in keys):
+        keys.sort()
     names = list(dict.fromkeys(r["backend"] for r in rows))
     names = [n for n in names if n == FLOOR] + [n for n in names if n != FLOOR]
-    cell = {(r["backend"], r["B"]): r for r in rows}
+    cell = {(r["backend"], r[by]): r for r in rows}
     pick = {}
     for r in rows:
-        if r["backend"] != FLOOR and (r["B"] not in pick or finite(r.get("auto_vs_best"))):
-            pick[r["B"]] = (r.get("auto") or "-", r.get("auto_vs_best"))
+        if r["backend"] != FLOOR and (r[by] not in pick or finite(r.get("auto_vs_best"))):
+            pick[r[by]] = (r.get("auto") or "-", r.get("auto_vs_best"))
     w = [max(len(n), 11) for n in names]
+    kw = max([len(str(k)) for k in keys] + [5])
     aw = max([len(a) for a, _ in pick.values()] + [4])
-    lines = [f"{'B':>5}" + "".join(f"  {n:>{x}}" for n, x in zip(names, w))
+    lines = [f"{by:>{kw}}" + "".join(f"  {n:>{x}}" for n, x in zip(names, w))
              + f"  {'auto':>{aw}}  {'auto/best':>9}"]
-    for B in Bs:
-        a, x = pick.get(B, ("-", None))
-        lines.append(f"{B:>5}" + "".join(f"  {text(cell.get((n, B)), with_floor):>{x}}"
-                                         for n, x in zip(names, w))
+    for k in keys:
+        a, x = pick.get(k, ("-", None))
+        lines.append(f"{str(k):>{kw}}" + "".join(f"  {text(cell.get((n, k)), with_floor):>{x}}"
+                                                 for n, x in zip(names, w))
                      + f"  {a:>{aw}}  {ratio(x):>9}")
     return lines
 
@@ -82,11 +85,11 @@ def render(table, env, plan, files=(), drawn="") -> str:
     if finite(copy.get("gbps")):
         lines.append(f"D2D copy {copy['gbps'] / 1e3:.2f} TB/s (read+write); empty kernel "
                      f"{us(empty.get('us'))} us; kernel clock: {env.get('kernel_clock')}")
-    for title, keep, with_floor in mode.sections(plan, table):
+    for title, keep, with_floor, *by in mode.sections(plan, table):
         rows = [r for r in table if keep(r)]
         if any(r["status"] == "PASS" and finite(r["median_us"]) for r in rows):
             lines += [title] if isinstance(title, str) else title
-            lines += grid(rows, with_floor)
+            lines += grid(rows, with_floor, *by)
     lines += mode.extra_lines(table, plan)
     lines += not_timed(table)
     shown = {r["note"] for r in table if r["status"] == "SKIP"}

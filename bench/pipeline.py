@@ -172,7 +172,8 @@ class Mode:
         return f"T={','.join(map(str, plan.tokens))}, use_qk_l2norm={plan.l2norm}"
 
     def sections(self, plan: Plan, table) -> list:
-        """Console grids: [(title line(s), keep(row) -> bool, show x floor)]."""
+        """Console grids: [(title line(s), keep(row) -> bool, show x floor[, the column whose
+        values are the grid's rows (default B)])]."""
         return []
 
     def extra_lines(self, table, plan: Plan) -> list:

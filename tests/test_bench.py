@@ -774,3 +774,58 @@ def test_the_reader_takes_every_committed_results_file():
             assert set(report.COLUMNS) <= set(r) and r["auto"] is None
             seen.add(r["bench"])
     assert seen == {"dense", "dest", "pool", "verify", "chained"}
+
+
+def test_a_new_mode_plugs_in_with_its_own_keys_columns_floor_and_bars(tmp_path, monkeypatch,
+                                                                      capsys):
+    """A mode is one module registered by name: its own cell key (a sequence mix instead of B),
+    its own column, its floor and its bars go through the one pipeline, table, writer, reader
+    and console untouched (what a prefill mode needs)."""
+    import sys
+    import types
+    from gdnzoo.bench import args as bench_args_mod
+
+    class Toy(pipeline.Mode):
+        name, keys, clocks = "toy", ("seqs",), ("kernel",)
+        columns = {"tflops": float("nan"), "bar": ""}
+        times = {"floor": 1.0, "a": 2.0, "b": 1.5}
+
+        def plan(self, plan, args):
+            for mix in ("1x64", "4x16"):
+                plan.groups.append(pipeline.Group(mix, [
+                    (plan.cell(n, "dense", 1, "fp32", seqs=mix), ("kernel",))
+                    for n in self.times], key=(mix,)))
+
+        def measure(self, group, plan):
+            return [dict(cell=c, clock="kernel", status="PASS", samples=[self.times[c.backend]],
+                         tflops=4.0 / self.times[c.backend]) for c, _ in group.cells]
+
+        def floor_of(self, row):
+            return {}
+
+        def problem(self, c, plan, **kw):
+            return None
+
+        def derive(self, table, plan):
+            for r in table:
+                r["bar"] = "PASS" if r["x_floor"] <= 1.6 else "MISS" if r["x_floor"] > 0 else ""
+
+        def sections(self, plan, table):
+            return [("toy, us / x floor:", lambda r: True, True, "seqs")]
+
+        def extra_lines(self, table, plan):
+            return [f"bar {r['backend']} {r['seqs']}: {r['bar']}" for r in table if r["bar"]]
+
+    monkeypatch.setitem(sys.modules, "gdnzoo.bench.mode_toy", types.SimpleNamespace(
+        MODES={"toy": Toy()}))
+    monkeypatch.setitem(bench_args_mod.MODES, "toy", "mode_toy")
+    args = bench_args("--mode", "toy", "--device", "cpu", "--quiet", "--out", tmp_path)
+    assert pipeline.cmd_bench(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = out.index("toy, us / x floor:")
+    assert out[at + 1].split() == ["seqs", "floor", "a", "b", "auto", "auto/best"]
+    assert out[at + 2].split()[:4] == ["1x64", "1.00", "2.00/2.00x", "1.50/1.50x"]
+    assert "bar a 1x64: MISS" in out and "bar b 4x16: PASS" in out
+    rows, _ = report.read_results(tmp_path / "results.json")
+    assert {r["seqs"] for r in rows} == {"1x64", "4x16"} and {r["bench"] for r in rows} == {"toy"}
+    assert {round(r["tflops"], 3) for r in rows if r["backend"] == "b"} == {2.667}
