@@ -1,5 +1,5 @@
-"""The Triton kernel of :func:`gdnzoo.commit` (not a backend): one launch copies each
-sequence's accepted intermediate state into its pool slot.
+"""triton-commit: :func:`gdnzoo.commit` in one Triton launch that copies each sequence's
+accepted intermediate state into its pool slot.
 
 One program per (sequence, chunk of BLOCK elements of the slot's [HV, V, K] block, contiguous
 in both tensors).  Each program loads the sequence's step, row and slot itself, so the indices
@@ -7,6 +7,8 @@ may change between CUDA-graph replays; a skipped sequence (negative step or one 
 outside [0, S), padded slot) returns before touching memory.  Offsets are 64-bit.
 """
 from __future__ import annotations
+
+import importlib.util
 
 import triton
 import triton.language as tl
@@ -39,6 +41,26 @@ def commit_kernel(inter, rows, steps, state, slots, S, T_max, P, null_slot, si_s
 def block_size(slot: int, elem_bytes: int) -> int:
     """16 KiB per program (fewer bytes when a slot is smaller)."""
     return min(triton.next_power_of_2(slot), 16384 // elem_bytes)
+
+
+def available():
+    if importlib.util.find_spec("triton") is None:
+        return False, "needs the triton package"
+    return True, "Triton (the interpreter on CPU)"
+
+
+def supports(problem):
+    from gdnzoo.backends._triton_launch import interpreter_on
+    if problem.device == "cuda" or interpreter_on():
+        return True, ""
+    return False, "on CPU only through the Triton interpreter (TRITON_INTERPRET=1)"
+
+
+def run(call, *, config=None):
+    c = call
+    if c.accepted_steps.shape[0]:
+        launch(c.intermediate_states, c.intermediate_indices, c.accepted_steps, c.state,
+               c.state_indices, c.null_slot)
 
 
 def launch(inter, rows, steps, state, slots, null_slot):
