@@ -49,6 +49,33 @@ def _untimed(got):
     return all(g is None or g["status"] == "SKIP" for g in got)
 
 
+class Bar:
+    """Cells of one entry against a bar of ``margin`` x the same-run floor plus one tick, and
+    the peers as fast as or faster than it in each cell."""
+
+    def __init__(self, margin):
+        self.margin, self.within, self.total = margin, 0, 0
+        self.misses, self.peer_faster = [], []
+
+    def judge(self, name, ours, floor, peers):
+        """One cell (``name``): ``ours`` and ``floor`` rows, ``peers`` {peer: row or None}."""
+        if ours is None or floor is None or ours["status"] != "PASS":
+            return
+        self.total += 1
+        bar = self.margin * floor["median_us"] + TICK
+        if ours["median_us"] <= bar:
+            self.within += 1
+        else:
+            self.misses.append(f"{name}: {ours['median_us']:.3f} against a bar of {bar:.3f} "
+                               f"(floor {floor['median_us']:.3f})")
+        self.peer_faster += [f"{p} {name}" for p, r in peers.items()
+                             if r and r["status"] == "PASS" and r["median_us"] <= ours["median_us"]]
+
+    def summary(self, within, faster):
+        return ([f"{within}: {self.within} of {self.total}"] + [f"  miss: {m}" for m in self.misses]
+                + [f"{faster}: {len(self.peer_faster)}"] + [f"  {p}" for p in self.peer_faster])
+
+
 # ------------------------------------------------------------------------------------ pool
 
 POOL_ENTRIES = [("floor", "pool floor"), ("auto", "auto"), ("fla-recurrent", "fla-recurrent"),
@@ -65,33 +92,17 @@ def pool_table(paths):
     Bs = sorted({r["B"] for r in rows})
     out = ["| state | entry | " + " | ".join(f"B={B}" for B in Bs) + " |",
            "|---|---|" + "---|" * len(Bs)]
-    within = total = 0
-    misses, peer_faster = [], []
+    bar = Bar(1.10)
     for sd in STATES:
         for e, name in POOL_ENTRIES:
             got = [at.get((sd, e, B)) for B in Bs]
             if not _untimed(got):
                 out.append(f"| {sd} | {name} | " + " | ".join(cell(g) for g in got) + " |")
         for B in Bs:
-            auto, fl = at.get((sd, "auto", B)), at.get((sd, "floor", B))
-            if auto is None or fl is None or auto["status"] != "PASS":
-                continue
-            total += 1
-            bar = 1.10 * fl["median_us"] + TICK
-            if auto["median_us"] <= bar:
-                within += 1
-            else:
-                misses.append(f"{sd} B={B}: {auto['median_us']:.3f} against a bar of {bar:.3f} "
-                              f"(floor {fl['median_us']:.3f})")
-            for p in POOL_PEERS:
-                pr = at.get((sd, p, B))
-                if pr and pr["status"] == "PASS" and pr["median_us"] <= auto["median_us"]:
-                    peer_faster.append(f"{p} {sd} B={B}")
-    out += ["", f"auto within the pool floor bar: {within} of {total}"]
-    out += [f"  miss: {m}" for m in misses]
-    out += [f"peers as fast as or faster than auto: {len(peer_faster)}"]
-    out += [f"  {p}" for p in peer_faster]
-    return out
+            bar.judge(f"{sd} B={B}", at.get((sd, "auto", B)), at.get((sd, "floor", B)),
+                      {p: at.get((sd, p, B)) for p in POOL_PEERS})
+    return out + [""] + bar.summary("auto within the pool floor bar",
+                                    "peers as fast as or faster than auto")
 
 
 # ---------------------------------------------------------------------------------- verify
@@ -111,8 +122,7 @@ def verify_tables(paths):
     Bs = sorted({r["B"] for r in rows})
     out = ["| state | T | form | entry | " + " | ".join(f"B={B}" for B in Bs) + " |",
            "|---|---|---|---|" + "---|" * len(Bs)]
-    within = total = 0
-    misses, peer_faster = [], []
+    bar = Bar(1.15)
     for sd in STATES:
         for T in sorted({r["T"] for r in rows if r["state_dtype"] == sd}):
             for form in FORMS:
@@ -125,31 +135,17 @@ def verify_tables(paths):
                     first = False
                     out.append(f"{head} {e} | " + " | ".join(cell(g) for g in got) + " |")
                 for B in Bs:
-                    v4, fl = at.get((sd, T, form, "cuda-v4", B)), at.get((sd, T, form, "floor", B))
-                    if v4 is None or fl is None or v4["status"] != "PASS":
-                        continue
-                    total += 1
-                    bar = 1.15 * fl["median_us"] + TICK
-                    if v4["median_us"] <= bar:
-                        within += 1
-                    else:
-                        misses.append(f"{sd} T={T} {form} B={B}: {v4['median_us']:.3f} against a "
-                                      f"bar of {bar:.3f} (floor {fl['median_us']:.3f})")
-                    for p in VERIFY_PEERS:
-                        pr = at.get((sd, T, form, p, B))
-                        if pr and pr["status"] == "PASS" and pr["median_us"] <= v4["median_us"]:
-                            peer_faster.append(f"{p} {sd} T={T} {form} B={B}")
+                    bar.judge(f"{sd} T={T} {form} B={B}", at.get((sd, T, form, "cuda-v4", B)),
+                              at.get((sd, T, form, "floor", B)),
+                              {p: at.get((sd, T, form, p, B)) for p in VERIFY_PEERS})
     out += ["", "| state | commit | " + " | ".join(f"B={B}" for B in Bs) + " |",
             "|---|---|" + "---|" * len(Bs)]
     for sd in STATES:
         for e, name in (("floor", "copy floor"), ("commit", "gdnzoo.commit")):
             got = [at.get((sd, 8, "commit", e, B)) for B in Bs]
             out.append(f"| {sd} | {name} | " + " | ".join(cell(g) for g in got) + " |")
-    out += ["", f"cuda-v4 within the floor bar: {within} of {total}"]
-    out += [f"  miss: {m}" for m in misses]
-    out += [f"engine kernels as fast as or faster than cuda-v4: {len(peer_faster)}"]
-    out += [f"  {p}" for p in peer_faster]
-    return out
+    return out + [""] + bar.summary("cuda-v4 within the floor bar",
+                                    "engine kernels as fast as or faster than cuda-v4")
 
 
 # --------------------------------------------------------------------------------- chained
