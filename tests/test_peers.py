@@ -241,7 +241,7 @@ def test_cmd_pack_writes_json(tmp_path, capsys):
 
 
 def test_fib_definition_reference_matches_ours():
-    from lab.fib_eval import definition_dict
+    from gdnzoo.bench.fib_definition import definition_dict
     d = definition_dict()
     assert list(d["inputs"]) == ["q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "scale"]
     assert list(d["outputs"]) == ["output", "new_state"]
