@@ -32,12 +32,10 @@ from __future__ import annotations
 import torch
 
 from gdnzoo.dispatch import decode as _hot_path
+from gdnzoo.operation import DECODE
 
-SCHEMA = ("decode_(Tensor q, Tensor k, Tensor v, Tensor(a!) state, Tensor A_log, Tensor a, "
-          "Tensor dt_bias, Tensor b, float? scale, Tensor(b!) out, Tensor(c!)? new_state, "
-          "bool use_qk_l2norm, str? algo, Tensor? state_indices, Tensor? new_state_indices, "
-          "int? null_slot, Tensor(d!)? intermediate_states, Tensor? intermediate_indices, "
-          "bool update_state, Tensor? num_accepted_tokens, str? pdl) -> ()")
+# Generated from decode's argument table (gdnzoo.operation): the schema above.
+SCHEMA = "decode_(" + ", ".join(f"{a.schema} {a.name}" for a in DECODE.args) + ") -> ()"
 
 
 def _decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,

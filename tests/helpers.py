@@ -64,3 +64,18 @@ def bench_files(raw, plan, out, ref=None):
     files = report.write_results(table, env, out, cols)
     back, _ = report.read_results(files[1])
     return table, env, files, back, cols
+def record(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
+           pool=None, verify=None, pdl=0, algo="test"):
+    """The decode call record a backend receives (``gdnzoo.dispatch.record``: validated) for
+    arguments in the positional launch form (``pool``: a :class:`gdnzoo.pool.Pool`, ``verify``:
+    a :class:`gdnzoo.verify.Verify`, ``pdl``: 0, 1 or 2), for tests that launch a backend
+    directly: the bench's own record (gdnzoo.bench.entries.record)."""
+    from gdnzoo.bench import entries
+    return entries.record(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                          use_qk_l2norm, pool, verify, pdl, algo)
+
+
+def run(mod, *args, config=None, **kw):
+    """``mod.run`` (a backend module) on the record of the positional launch form ``args``
+    (:func:`record`'s, with its ``pool``, ``verify``, ``pdl`` keywords)."""
+    mod.run(record(*args, **kw), config=config)

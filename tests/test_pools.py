@@ -14,9 +14,9 @@ from gdnzoo.reference import reference_outputs
 from conftest import DEVICE
 
 # vllm-packed (the peer) serves only vLLM's packed layout and padding: tests/test_integrations.py.
-CLAIMING = [n for n, s in registry.load_registry().backends.items()
+CLAIMING = [n for n, s in registry.load_registry().op().backends.items()
             if s.pools is True and n != "vllm-packed"]
-REFUSING = [n for n, s in registry.load_registry().backends.items() if s.pools is not True]
+REFUSING = [n for n, s in registry.load_registry().op().backends.items() if s.pools is not True]
 # Backends that compile per signature, or run in the Triton interpreter on CPU, get fewer cases.
 SLOW = {"pt-compiled"} | ({"fla-recurrent", "fla-tma", "vllm-packed"} if DEVICE == "cpu" else set())
 
@@ -131,7 +131,7 @@ def test_refusing_backends_say_why(name, pool_case):
 def test_automatic_choice_serves_pools(pool_case):
     case = pool_case(B=2, seed=5, pad="neg")
     sel = gdnzoo.select(*case.x.args(), **case.kwargs())
-    assert registry.load_registry().backends[sel.name].pools is True
+    assert registry.load_registry().op().backends[sel.name].pools is True
     check_pool_call(sel.name, case, True, f"automatic ({sel.name})")
 
 

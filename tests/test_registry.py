@@ -62,12 +62,12 @@ def test_every_backend_module_is_registered():
     mods = {m.name for m in pkgutil.iter_modules(gdnzoo.backends.__path__)}
     backends = {m for m in mods if not m.startswith("_")}
     assert backends == {registry.default_entry(n).split(":")[0].rsplit(".", 1)[1]
-                        for n in registry.load_registry().names}
+                        for n in registry.names()}
 
 
 def test_list_backends_reports_reasons():
     rows = {b.name: b for b in gdnzoo.list_backends()}
-    assert set(rows) == set(registry.load_registry().names)
+    assert set(rows) == set(registry.names())
     assert rows["pt-reference"].available
     for b in rows.values():
         if not b.available:
@@ -215,7 +215,7 @@ def test_registry_file_from_the_environment(tmp_path, monkeypatch, raw):
     raw["defaults"], raw["fallback"] = [], {"cpu": ["pt-reference"]}
     p.write_text(yaml.safe_dump(raw))
     monkeypatch.setenv(registry.REGISTRY_ENV, str(p))
-    assert registry.registry_path() == p and registry.load_registry().names == ["pt-reference"]
+    assert registry.registry_path() == p and registry.names() == ["pt-reference"]
     monkeypatch.setenv(registry.REGISTRY_ENV, str(tmp_path / "missing.yaml"))
     with pytest.raises(registry.RegistryError, match="no such file"):
         registry.load_registry()

@@ -14,7 +14,7 @@ from conftest import DEVICE
 from gdnzoo.inputs import make_verify_case
 from verify_cases import check_verify_call
 
-SPECS = registry.load_registry().backends
+SPECS = registry.load_registry().op().backends
 CLAIMING = [n for n, s in SPECS.items() if s.verify is True]
 REFUSING = [n for n, s in SPECS.items() if s.verify is not True]
 SLOW = {"pt-compiled"} | ({"fla-recurrent"} if DEVICE == "cpu" else set())
@@ -255,7 +255,7 @@ def test_host_index_check(monkeypatch):
 def test_default_tables_choose_a_verify_backend():
     """Every default-table row's table_verify names backends that serve verify."""
     from gdnzoo import tables
-    for row in registry.load_registry().defaults:
+    for row in registry.load_registry().op().defaults:
         for sd, ranges in row.table_verify.items():
             assert tables.table_kind(row, sd, True, 4, True, True) == "table_verify"
             for _, _, be in ranges:
