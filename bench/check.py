@@ -63,7 +63,7 @@ def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2):
     ok, why = entries.available(name, device)
     if not ok:
         return "SKIP", why, []
-    call = gate.via_public(gdnzoo.get(name))
+    call = gdnzoo.get(name)
     rows, skipped = [], []
     for i, B, x, ref_out, ref_state in workloads:
         p = dataclasses.replace(validate(*x.args())[0], inplace=False)

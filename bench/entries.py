@@ -1,16 +1,14 @@
 """What the bench and the tuner call: the one lookup of registered backends, the one raw
 launch, and the entries the modes share (gdnzoo's own callables, ``auto``, FlashInfer's peers).
 
-Every backend list goes through :func:`backends` (keyed by operation: the registry holds the
-decode step today) and every raw launch of a backend, bypassing validation and dispatch (the
-kernel and graph clocks, the tuner's explicit-config launches, NVBench), through
-:func:`launch`: the backend call protocol changes in that one place.
+Every backend list goes through :func:`backends` (keyed by operation) and every raw launch of a
+backend, bypassing dispatch (the kernel and graph clocks, the tuner's explicit-config launches,
+NVBench), through :func:`launch`: the call record a backend receives is made in that one place
+(:func:`record`).
 """
 from __future__ import annotations
 
 import importlib
-
-OPS = ("decode",)
 
 
 class Skip(Exception):
@@ -23,15 +21,13 @@ def backends(op: str = "decode", *, pools=None, verify=None, pdl=None, native: b
     ``pdl``: True keeps those whose registry entry says so (False: those that do not);
     ``native``: leave out the torch (``language: python``) ones; ``language``: that language's
     only; ``tunable``: those with launch tables (gdnzoo.registry.tunables)."""
-    if op not in OPS:
-        raise ValueError(f"backends: op must be one of {', '.join(OPS)}, got {op!r}")
     from gdnzoo import registry
 
-    def keep(flag, want):
-        return want is None or (flag is True) == want
-    tuned = registry.tunables() if tunable else None
-    return [n for n, s in registry.load_registry().backends.items()
-            if keep(s.pools, pools) and keep(s.verify, verify) and keep(s.pdl, pdl)
+    def keep(s, feature, want):
+        return want is None or (getattr(s, feature, False) is True) == want
+    tuned = registry.tunables(op) if tunable else None
+    return [n for n, s in registry.load_registry().op(op).backends.items()
+            if keep(s, "pools", pools) and keep(s, "verify", verify) and keep(s, "pdl", pdl)
             and not (native and s.language == "python") and language in (None, s.language)
             and (tuned is None or n in tuned)]
 
@@ -58,26 +54,49 @@ def named(algo, default, op: str = "decode", command: str = "gdnzoo bench") -> l
     return list(dict.fromkeys(picked))
 
 
-def raw(name: str):
-    """Backend ``name``'s raw launcher (for :func:`launch`)."""
+def raw(name: str, op: str = "decode"):
+    """Backend ``name``'s entry point ``run(call, *, config=None)`` (for :func:`launch`)."""
     from gdnzoo import registry
-    return registry.runner(name)
+    return registry.runner(name, op)
 
 
-def launch(run, x, state, out, new_state, l2, **kw):
-    """One raw call of backend launcher ``run`` (:func:`raw`) on the inputs ``x`` (anything
+def record(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
+           pool=None, verify=None, pdl=0, algo="bench"):
+    """The decode call record a backend receives (``gdnzoo.dispatch.record``: validated, nothing
+    memoized) for arguments in the positional launch form (``pool``: a
+    :class:`gdnzoo.pool.Pool`, ``verify``: a :class:`gdnzoo.verify.Verify`, ``pdl``: 0, 1 or 2;
+    ``new_state`` is ``state`` in place)."""
+    from gdnzoo import dispatch
+    from gdnzoo.operation import DECODE
+    kw = dict(state_indices=None, new_state_indices=None, null_slot=None,
+              intermediate_states=None, intermediate_indices=None, update_state=True,
+              num_accepted_tokens=None)
+    if pool is not None:
+        kw.update(state_indices=pool.read,
+                  new_state_indices=None if pool.write is pool.read else pool.write,
+                  null_slot=None if pool.null_slot < 0 else pool.null_slot)
+    if verify is not None:
+        kw.update(intermediate_states=verify.states, intermediate_indices=verify.indices,
+                  update_state=verify.update, num_accepted_tokens=verify.accepted)
+    level = {0: None, 1: "wait", 2: "early"}.get(pdl, pdl)
+    args = (q, k, v, state, A_log, a, dt_bias, b, scale, out,
+            None if new_state is state else new_state, use_qk_l2norm, None, *kw.values(), level)
+    return dispatch.record(DECODE, args, algo)
+
+
+def launch(run, x, state, out, new_state, l2, *, config=None, **kw):
+    """One raw call of backend entry point ``run`` (:func:`raw`) on the inputs ``x`` (anything
     with q, k, v, A_log, a, dt_bias, b, scale) with ``state``, ``out``, ``new_state``
-    (``state`` itself in place); ``kw``: ``pool``, ``verify``, ``config``, ``pdl``, passed when
-    not None.  The inputs must be ones gdnzoo.contract.validate accepted."""
-    kw = {k: v for k, v in kw.items() if v is not None}
-    return run(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, new_state, l2,
-               **kw)
+    (``state`` itself in place): :func:`record`'s record (``kw``: its ``pool``, ``verify``,
+    ``pdl``, ``algo``), then ``run(record, config=config)``."""
+    return run(record(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out,
+                      new_state, l2, **kw), config=config)
 
 
-def available(name, device) -> tuple:
+def available(name, device, op: str = "decode") -> tuple:
     """(ok, why not): whether backend ``name`` runs on ``device`` here."""
     from gdnzoo import registry
-    return registry.availability(name, device)
+    return registry.availability(name, device, op)
 
 
 def can_serve(name, problem) -> tuple:
@@ -88,7 +107,7 @@ def can_serve(name, problem) -> tuple:
 
 def serve(name, problem):
     """Skip unless ``name`` is registered and can serve ``problem`` (the registry's reason)."""
-    if name not in backends():
+    if name not in backends(problem.op):
         raise Skip("not registered in registry.yaml")
     ok, why = can_serve(name, problem)
     if not ok:

@@ -71,7 +71,7 @@ def dense_entry(c, plan) -> Entry:
     rot = clocks.Rotation(x.state, dest=dest, l2=plan.l2)
 
     def check():
-        j, _, _ = gate.gated_call(gate.via_public(public), x, dest=dest, use_qk_l2norm=c.l2norm)
+        j, _, _ = gate.gated_call(public, x, dest=dest, use_qk_l2norm=c.l2norm)
         return judged(j)
 
     def call(st, ns):
@@ -219,8 +219,10 @@ class DenseCell:
         from gdnzoo import gate
         x = self.x
 
-        def fn(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
-            entries.launch(run, x, state, out, new_state, l2, config=config)
+        def fn(q, k, v, state, A_log, a, dt_bias, b, scale, *, out, new_state, use_qk_l2norm):
+            ns = state if new_state is None else new_state
+            entries.launch(run, x, state, out, ns, use_qk_l2norm, config=config)
+            return out, ns
         j, _, _ = gate.gated_call(fn, x, dest=self.dest, ref=self.ref)
         if not j.ok:
             raise AssertionError(j.reason)

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from gdnzoo.bench import args as bench_args, entries, shapes
-from gdnzoo.tables import TABLE_KEYS
+from gdnzoo.operation import DECODE
 
 EXCLUDE_FLAGS = ("warm write target",)     # flattered measurements never win a table slot
 
@@ -205,10 +205,12 @@ def existing_row(path, gpu):
     """This GPU's ``defaults:`` item of the registry file at ``path`` as :func:`make_row`
     builds one (tables as (lo, hi, backend)), or None."""
     data = yaml.safe_load(Path(path).read_text()) or {}
-    for d in data.get("defaults") or []:
+    for key in PATH:
+        data = data.get(key) or {} if isinstance(data, dict) else {}
+    for d in data or []:
         if str(d.get("gpu")) == gpu:
             row = dict(gpu=gpu, provenance=dict(d["provenance"]))
-            for key in TABLE_KEYS:
+            for key in DECODE.tables:
                 if d.get(key):
                     row[key] = {sd: [(r["batch"][0], r["batch"][1], r["backend"]) for r in rs]
                                 for sd, rs in d[key].items()}
@@ -240,7 +242,7 @@ def render_row(row, indent=2):
     lines = [f"{pad}- gpu: {yaml.safe_dump(row['gpu'], default_style=None).splitlines()[0]}",
              f"{pad}  provenance:"]
     lines += [f"{pad}    {ln}" for ln in prov.rstrip("\n").splitlines()]
-    for key in TABLE_KEYS:
+    for key in DECODE.tables:
         if key not in row:
             continue
         lines.append(f"{pad}  {key}:")
@@ -251,25 +253,46 @@ def render_row(row, indent=2):
     return "\n".join(lines) + "\n"
 
 
-_TOP = re.compile(r"^[A-Za-z_][\w-]*\s*:")
 _ITEM = re.compile(r"^(\s*)- gpu:\s*(.*?)\s*$")
+PATH = ("operations", "decode", "defaults")      # where registry.yaml keeps the decode rows
+
+
+def _key_block(lines, lo, hi, key, indent):
+    """(line of ``key:`` at ``indent`` spaces within lines[lo:hi], line its block ends at), or
+    None."""
+    at = next((i for i in range(lo, hi) if re.match(rf"^ {{{indent}}}{re.escape(key)}\s*:",
+                                                    lines[i])), None)
+    if at is None:
+        return None
+    end = next((i for i in range(at + 1, hi) if lines[i].strip()
+                and not lines[i].lstrip().startswith("#")
+                and len(lines[i]) - len(lines[i].lstrip()) <= indent), hi)
+    while end > at + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
+        end -= 1                                       # comments above the next key stay there
+    return at, end
 
 
 def replace_row(text, row):
-    """registry.yaml text with this GPU's ``defaults:`` item replaced (or appended); rest untouched."""
+    """registry.yaml text with this GPU's item of the decode operation's ``defaults:`` list
+    replaced (or appended); the rest untouched."""
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
-    d = next((i for i, ln in enumerate(lines) if re.match(r"^defaults\s*:", ln)), None)
-    if d is None:
-        return "".join(lines) + "\ndefaults:\n" + render_row(row)
-    if re.match(r"^defaults\s*:\s*\[\s*\]", lines[d]):
-        lines[d] = "defaults:\n"
-    end = next((i for i in range(d + 1, len(lines)) if _TOP.match(lines[i])), len(lines))
-    while end > d + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
-        end -= 1                                       # comments above the next key stay there
+    lo, hi = 0, len(lines)
+    for depth, key in enumerate(PATH[:-1]):
+        block = _key_block(lines, lo, hi, key, 2 * depth)
+        if block is None:
+            raise ValueError(f"registry: no {'.'.join(PATH[:depth + 1])} to hold the row")
+        lo, hi = block[0] + 1, block[1]
+    block = _key_block(lines, lo, hi, PATH[-1], 2 * (len(PATH) - 1))
+    if block is None:
+        return "".join(lines[:hi] + [f"{'  ' * (len(PATH) - 1)}{PATH[-1]}:\n",
+                                     render_row(row, 2 * len(PATH))] + lines[hi:])
+    d, end = block
+    if re.match(r"^\s*defaults\s*:\s*\[\s*\]", lines[d]):
+        lines[d] = f"{'  ' * (len(PATH) - 1)}{PATH[-1]}:\n"
     items = [i for i in range(d + 1, end) if _ITEM.match(lines[i])]
-    indent = len(_ITEM.match(lines[items[0]]).group(1)) if items else 2
+    indent = len(_ITEM.match(lines[items[0]]).group(1)) if items else 2 * len(PATH)
     new = render_row(row, indent).splitlines(keepends=True)
     for n, i in enumerate(items):
         if str(yaml.safe_load(_ITEM.match(lines[i]).group(2))) != row["gpu"]:
@@ -331,7 +354,7 @@ def cmd_tune(args) -> int:
             row.setdefault("table_verify", old["table_verify"])
             if "verify" in old["provenance"]:
                 row["provenance"].setdefault("verify", old["provenance"]["verify"])
-        for key, mode in zip(TABLE_KEYS, ("in place", "destination passing", "T >= 2 tokens",
+        for key, mode in zip(DECODE.tables, ("in place", "destination passing", "T >= 2 tokens",
                                           "state pool", "speculative verify")):
             for sd, ranges in row.get(key, {}).items():
                 print(f"{gpu} {sd} {mode}: "

@@ -51,7 +51,7 @@ def cmd_list(args) -> int:
                         picks.append(f"B={B}:none ({e})")
                 print(f"  {sd} state, {mode}: " + "  ".join(picks))
     else:
-        print("\nauto-selection on CPU: " + " > ".join(registry.load_registry().fallback["cpu"]))
+        print("\nauto-selection on CPU: " + " > ".join(registry.load_registry().op("decode").fallback["cpu"]))
     return 0
 
 
@@ -77,14 +77,15 @@ def cmd_run(args) -> int:
     print(f"inputs: B={args.batch} T={args.tokens} H={H} HV={HV} K=V={args.dim} "
           f"state={args.state_dtype} l2norm={args.l2norm} device={device} seed={args.seed} "
           f"mode={'dest-passing' if args.dest else 'in-place'}")
-    call, first = gate.via_public(gdnzoo.get(sel.name)), []
+    call, first = gdnzoo.get(sel.name), []
 
-    def timed(*a):
+    def timed(*a, **kw):
         t0 = time.perf_counter()
-        call(*a)
+        got = call(*a, **kw)
         if device == "cuda":
             torch.cuda.synchronize()
         first.append(time.perf_counter() - t0)
+        return got
     j, _, _ = gate.gated_call(timed, x, dest=args.dest, use_qk_l2norm=args.l2norm)
     print("check vs the float64 reference (gdnzoo.gate: no element with abs>1e-2 and rel>1e-2, "
           "and a relative error bound):")

@@ -48,10 +48,11 @@ def committed(gpu):
     """Rows of this GPU's committed runs, by key (the latest file wins)."""
     base = Path("bench/results") / gpu_slug(gpu)
     rows = {}
-    names = ["results_434b447.json", "results_6d24af7.json", "results.json", "dest_results.json",
-             "dest_results_6d24af7.json", "multi_token_t2_results.json",
-             "pool_fineclock/run1_results.json", "pool/results.json", "verify/fp32_results.json",
-             "verify/bf16_results.json", "chained/results_fp32.json", "chained/results_bf16.json"]
+    names = ["results_434b447.json", "results_6d24af7.json", "results_62a7057.json",
+             "results.json", "dest_results_6d24af7.json", "dest_results_62a7057.json",
+             "multi_token_t2_results.json", "pool_fineclock/run1_results.json",
+             "verify/fp32_results.json", "verify/bf16_results.json", "chained/results_fp32.json",
+             "chained/results_bf16.json"]
     for n in names:
         if (base / n).is_file():
             for r in read_results(base / n)[0]:

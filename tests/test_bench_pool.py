@@ -383,8 +383,8 @@ def test_tune_from_pool_results_adds_table_pool(tmp_path, capsys):
     p = tune.add_tune_args(argparse.ArgumentParser())
     assert tune.cmd_tune(p.parse_args(["--from", str(f), "--write", "--registry", str(reg)])) == 0
     after = parse_registry(yaml.safe_load(reg.read_text()))
-    row = [d for d in after.defaults if d.gpu == "NVIDIA H100 80GB HBM3"][0]
-    old = [d for d in before.defaults if d.gpu == "NVIDIA H100 80GB HBM3"][0]
+    row = [d for d in after.op("decode").defaults if d.gpu == "NVIDIA H100 80GB HBM3"][0]
+    old = [d for d in before.op("decode").defaults if d.gpu == "NVIDIA H100 80GB HBM3"][0]
     assert row.table_pool == {"fp32": [(1, 63, "cuda-v4"), (64, None, "fla-recurrent")],
                               "bf16": [(1, None, "cuda-v4")]}    # peers, adapters, auto: no say
     assert (row.table, row.table_dest, row.table_tokens) == (old.table, old.table_dest,
@@ -395,7 +395,8 @@ def test_tune_from_pool_results_adds_table_pool(tmp_path, capsys):
                                                     "fla-recurrent": 2.4}
     assert ({k: v for k, v in prov.items() if k != "pool"}
             == {k: v for k, v in old.provenance.items() if k != "pool"})
-    assert [d.gpu for d in after.defaults] == [d.gpu for d in before.defaults]
+    assert ([d.gpu for d in after.op("decode").defaults]
+            == [d.gpu for d in before.op("decode").defaults])
     assert "state pool" in capsys.readouterr().out
     # a later in-place re-tune keeps the row's table_pool
     dense = tmp_path / "dense"
@@ -407,7 +408,7 @@ def test_tune_from_pool_results_adds_table_pool(tmp_path, capsys):
                                     versions={}), dense)
     assert tune.cmd_tune(p.parse_args(["--from", str(dense / "results.json"), "--write",
                                        "--registry", str(reg)])) == 0
-    row2 = [d for d in parse_registry(yaml.safe_load(reg.read_text())).defaults
+    row2 = [d for d in parse_registry(yaml.safe_load(reg.read_text())).op("decode").defaults
             if d.gpu == "NVIDIA H100 80GB HBM3"][0]
     assert row2.table == {"fp32": [(1, None, "cuda-v4")]} and row2.table_pool == row.table_pool
     assert row2.provenance["pool"] == prov["pool"]

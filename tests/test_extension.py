@@ -39,7 +39,8 @@ def supports(problem):
     return True, ""
 
 
-def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
+def run(call, *, config=None):
+    q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm = call[:12]
     B, T, H, K = q.shape
     rep = v.shape[2] // H
     S = state.float()
@@ -67,7 +68,7 @@ def extra_backend(tmp_path, monkeypatch):
     mod_dir.mkdir()
     (mod_dir / "gdnzoo_extra_backend.py").write_text(textwrap.dedent(EXTRA))
     reg = yaml.safe_load(registry.registry_path().read_text())
-    reg["backends"].append(dict(name="pt-onepass", entry="gdnzoo_extra_backend:run",
+    reg["operations"]["decode"]["backends"].append(dict(name="pt-onepass", entry="gdnzoo_extra_backend:run",
                                 language="python", devices=["cpu", "cuda"],
                                 state_dtypes=["fp32", "bf16"],
                                 notes="one-pass torch form, registered by a test"))
@@ -174,7 +175,7 @@ def test_the_tuner_writes_a_new_gpus_default_row(tmp_path, capsys):
     p = tune.add_tune_args(argparse.ArgumentParser())
     assert tune.cmd_tune(p.parse_args(["--from", str(tmp_path / "run" / "results.json"),
                                        "--write", "--registry", str(reg)])) == 0
-    rows = registry.parse_registry(yaml.safe_load(reg.read_text())).defaults
+    rows = registry.parse_registry(yaml.safe_load(reg.read_text())).op("decode").defaults
     row = tables.default_row(rows, gpu)
     assert row.gpu == gpu and row.table["fp32"] == [(1, 63, "cuda-v4"), (64, None, "fla-recurrent")]
     assert tables.default_row(rows, "NVIDIA H100 80GB HBM3").gpu == "NVIDIA H100 80GB HBM3"

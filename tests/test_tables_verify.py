@@ -280,12 +280,12 @@ def test_verify_cell_checks_candidates_on_the_cpu(sd):
     assert not torch.equal(ix.slots, ctx.bank.check.slots)         # a fresh row, not the check's
     assert torch.isfinite(ctx.inter.index_select(0, ix.rows.long())).all()
 
-    def wrong_out(*a, **kw):
-        run(*a, **kw)
-        a[9].mul_(2)
+    def wrong_out(call, *, config=None):
+        run(call, config=config)
+        call.out.mul_(2)
 
-    def updates(*a, pool=None, verify=None, config=None):
-        run(*a, pool=pool, verify=verify._replace(update=True), config=config)
+    def updates(call, *, config=None):
+        run(call._replace(verify=call.verify._replace(update=True)), config=config)
 
     with pytest.raises(AssertionError, match="out"):
         cell.checked(wrong_out, config)
