@@ -21,7 +21,7 @@ def _name(c):
     return f"{c['backend']}|B={c['B']}|{c['state_dtype']}|{c['mode']}"
 
 
-def available():
+def installed():
     if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bench") is None:
         return False, "cuda-bench (NVBench Python) not installed"
     return True, ""
@@ -30,7 +30,7 @@ def available():
 def cross_check(rows, args, timeout_per_cell=4.0):
     """Extra rows (clock 'nvbench') for every cell that passed on the kernel clock, and a note."""
     import torch
-    ok, why = available()
+    ok, why = installed()
     if not ok:
         return [], f"nvbench cross-check skipped: {why}"
     if not torch.cuda.is_available():
@@ -118,7 +118,7 @@ def _bench(c, seed):
     return fn
 
 
-def main(argv):
+def run_benchmarks(argv):
     import cuda.bench as nb
     spec = json.loads(Path(argv[1]).read_text())
     for c in spec["cells"]:
@@ -128,4 +128,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    run_benchmarks(sys.argv)

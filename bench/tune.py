@@ -194,7 +194,7 @@ def winners(rows, mode, **kw) -> tuple:
     return table, values
 
 
-def pool_table(results):
+def pool_winners(results):
     """:func:`winners` of the rows of a ``gdnzoo bench --mode pool`` run: its registered
     backends that serve pools (the bench's ``auto``, peers and adapters are no candidates)."""
     able = set(entries.backends(pools=True))
@@ -221,7 +221,7 @@ def existing_row(path, gpu):
 def with_pool(row, old, results, prov):
     """``row`` with its ``table_pool``: from the pool rows among ``results`` (provenance under
     ``provenance.pool``), else the one ``old`` (this GPU's row before) had."""
-    table, values = pool_table(results)
+    table, values = pool_winners(results)
     if table:
         row["table_pool"] = table
         row["provenance"]["pool"] = dict(how=POOL_HOW, measured=prov["date"],
@@ -346,7 +346,7 @@ def cmd_tune(args) -> int:
         else:
             row = old
         pool_rows = [r for r in rows if r.get("bench") == "pool"]
-        if not dense and not pool_table(pool_rows)[0]:
+        if not dense and not pool_winners(pool_rows)[0]:
             raise SystemExit("tune --from: no correct pool kernel-clock results of a registered "
                              "pool backend to choose from")
         row = with_pool(row, old, pool_rows, prov)
