@@ -45,7 +45,7 @@ _ENTRY = '''"""gdnzoo backend {name!r} packed as a flashinfer-bench Solution for
 
 Vendored sources under {vendor}/; entry point run() is destination-passing.
 """
-from .{vendor}.contract import validate
+from .{vendor}.contract import record, validate
 from .{vendor}.{impl_rel} import {func} as _backend_run
 from .{vendor}.{impl_rel} import available as _available, supports as _supports
 
@@ -79,16 +79,19 @@ def _check(p):
 def run(q, k, v, state, A_log, a, dt_bias, b, scale, output, new_state):
     p, s = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=output, new_state=new_state)
     _check(p)
-    _backend_run(q, k, v, state, A_log, a, dt_bias, b, s, output, new_state, False)
+    args = (q, k, v, state, A_log, a, dt_bias, b, s, output, new_state, False, ALGO, None, None,
+            None, None, None, True, None, None)        # decode's arguments, in order
+    _backend_run(record(args, p, s, ALGO))
 '''
 
 
 def _spec(name: str):
-    from gdnzoo.registry import load_registry
-    reg = load_registry()
-    if name not in reg.backends:
-        raise ValueError(f"--algo: unknown backend {name!r}; valid names: {', '.join(reg.names)}")
-    return reg.backends[name]
+    from gdnzoo import registry
+    from gdnzoo.bench import entries
+    if name not in entries.backends():
+        raise ValueError(f"--algo: unknown backend {name!r}; valid names: "
+                         f"{', '.join(entries.backends())}")
+    return registry.spec(name)
 
 
 def build_solution(name: str, author: str = "gdnzoo", definition: str = DEFINITION) -> dict:

@@ -146,13 +146,14 @@ def test_check_backend_catches_a_broken_backend(monkeypatch, defect, word):
                use_qk_l2norm=False):
         if defect == "raise":
             raise RuntimeError("kernel exploded")
-        good(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state)
+        got = good(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state)
         if defect == "scale":
             out.mul_(3.0)
         elif defect == "state":
             new_state[0, 0, 0, :4] += 1.0
         elif defect == "mutate":
             state[0, 0, 0, 0] += 1.0
+        return got
     monkeypatch.setattr(gdnzoo, "get", lambda name: broken)
     status, reason, rows = check_backend("pt-reference", _workloads(2), "cpu")
     assert status == "FAIL" and word in reason
