@@ -141,8 +141,10 @@ def aliasing_pairs(op, given, inplace: bool) -> list[tuple[str, str]]:
     ws = writers(op, given, inplace)
     order = [a.name for a in op.args if a.name in given]
     pairs = [(w, r) for w in ws for r in order if r not in ws]
-    # two writers: the output names itself first, else the earlier argument does
-    first = sorted(ws, key=lambda n: (n != "out", op.index(n)))
+    # two writers: the output names itself first, the state updated in place last, else the
+    # earlier argument first
+    state = op.inplace[1] if op.inplace and inplace else None
+    first = sorted(ws, key=lambda n: (n == state, n != "out", op.index(n)))
     return pairs + [(w, x) for i, w in enumerate(first) for x in first[i + 1:]]
 
 

@@ -96,12 +96,17 @@ def _present(lay, args):
 
 
 def _signature_key(lay, args):
-    """The memo key of a call's signature, or None when there is none (a non-tensor where a
-    tensor belongs: validate says what is wrong)."""
+    """The memo key of a call's signature, or None when there is none: a non-tensor where a
+    tensor belongs (validate says what is wrong), an unhashable value, or a tensor where a value
+    belongs (a tensor scale may change in place: never memoized)."""
     try:
-        return (signature(lay.op, args), lay.op.name,
-                env_algo() if args[lay.algo] is None else None,
-                env_pdl() if lay.pdl is not None and args[lay.pdl] is None else None)
+        if any(isinstance(args[i], torch.Tensor) for i in lay.values):
+            return None
+        key = (signature(lay.op, args), lay.op.name,
+               env_algo() if args[lay.algo] is None else None,
+               env_pdl() if lay.pdl is not None and args[lay.pdl] is None else None)
+        hash(key)
+        return key
     except Exception:
         return None
 

@@ -289,7 +289,7 @@ def spec(name: str, op: str = "decode") -> BackendSpec:
     """The registry entry of backend ``name`` for ``op``; ValueError listing the valid names."""
     reg = load_registry().op(op)
     if name not in reg.backends:
-        raise ValueError(f"algo: unknown {op} backend {name!r}; valid names: "
+        raise ValueError(f"algo: unknown backend {name!r} for {op}; valid names: "
                          f"{', '.join(reg.names)}")
     return reg.backends[name]
 
@@ -439,7 +439,7 @@ def default_row(gpu_name: str | None, op: str = "decode"):
 def _explicit(name: str, source: str, p) -> Selection:
     reg = load_registry().op(p.op)
     if name not in reg.backends:
-        raise ValueError(f"{source}: unknown {p.op} backend {name!r}; valid names: "
+        raise ValueError(f"{source}: unknown backend {name!r} for {p.op}; valid names: "
                          f"{', '.join(reg.names)}")
     ok, why = can_serve(name, p)
     if not ok:
