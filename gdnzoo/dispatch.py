@@ -43,7 +43,7 @@ registry.on_reset(_MEMO.clear)
 class Resolved:
     """What the dispatcher decided for one call signature."""
     __slots__ = ("problem", "scale", "backend", "probe", "names", "inplace", "last", "disjoint",
-                 "launch", "guard", "fast", "record")
+                 "launch", "guard", "fast", "record", "inference")
 
     def __init__(self, problem, scale, backend, probe, names, inplace, ptrs, record):
         self.problem, self.scale, self.backend, self.probe = problem, scale, backend, probe
@@ -54,6 +54,7 @@ class Resolved:
         self.fast = None         # its with_pointers(ptrs, scale) -> launched?, if it has one
         self.guard = None        # guards.make(...) once asked; False: no guards in this process
         self.record = record     # the operation's record(args, problem, scale, algo)
+        self.inference = False   # a tensor made under inference mode: launch inside it
 
 
 class _Layout:
@@ -116,15 +117,33 @@ def _resolve(lay, args, key, names, tensors, ptrs, slots, verdict):
     verdict is memoized under ``key`` if any.  ``slots``: the names of the pointer tuple the
     probe takes."""
     problem, scale = verdict
+    if problem.empty:                        # nothing to compute: no backend is launched
+        registry.check_algo(args[lay.algo], problem.op)
+        name = args[lay.algo] or "(empty call)"
+    else:
+        sel = registry.select(problem, args[lay.algo])
+        name, problem = sel.name, sel.problem or problem
     named = dict(zip(names, tensors))
     probe = overlap_probe(lay.op, named, problem.inplace, slots)
-    hit = Resolved(problem, scale, registry.select(problem, args[lay.algo]).name, probe, names,
-                   problem.inplace, ptrs, lay.contract.record)
+    hit = Resolved(problem, scale, name, probe, names, problem.inplace, ptrs,
+                   lay.contract.record)
+    if problem.empty:
+        hit.launch = _nothing
+    # Torch refuses writes to inference tensors outside inference mode: such calls launch
+    # inside it.  A tensor that requires grad is read under no_grad only: the signature holds
+    # the grad mode, so such calls are never guarded.
+    hit.inference = any(t.is_inference() for t in tensors)
+    if any(t.requires_grad for t in tensors):
+        hit.guard = False
     if key is not None:
         if len(_MEMO) >= _MEMO_MAX:
             _MEMO.clear()
         _MEMO[key] = hit
     return hit
+
+
+def _nothing(call):
+    """The launcher of an empty call (no sequence, or no token of any sequence)."""
 
 
 def _overlaps(hit, ptrs, lay, args):
@@ -217,7 +236,11 @@ def call(op, args):
     launch = hit.launch
     if launch is None:
         launch = hit.launch = registry.launcher(hit.backend, rec)
-    launch(rec)
+    if hit.inference:
+        with torch.inference_mode():
+            launch(rec)
+    else:
+        launch(rec)
     return lay.result(rec)
 
 
@@ -227,8 +250,10 @@ def record(op, args, algo=None):
     backend's ``run(record, config=...)`` directly (the tuner, the bench)."""
     lay = _layout(op)
     problem, scale = lay.contract.verdict(args, env_pdl)
-    name = algo or registry.select(problem, args[lay.algo]).name
-    return lay.contract.record(args, problem, scale, name)
+    if algo is None:
+        sel = registry.select(problem, args[lay.algo])
+        algo, problem = sel.name, sel.problem or problem
+    return lay.contract.record(args, problem, scale, algo)
 
 
 def lookup(op, args):
@@ -336,7 +361,11 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
         # guarantees later calls share shapes, strides, dtypes, scale and mode.
         launch = hit.launch = registry.launcher(hit.backend, rec)
         hit.fast = getattr(launch, "with_pointers", None)
-    launch(rec)
+    if hit.inference:
+        with torch.inference_mode():
+            launch(rec)
+    else:
+        launch(rec)
     return rec.out, rec.new_state
 
 
