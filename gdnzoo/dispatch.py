@@ -96,16 +96,17 @@ def _present(lay, args):
     return tuple(names), tuple(tensors)
 
 
-def _signature_key(lay, args):
+def _signature_key(lay, args, slots=None):
     """The memo key of a call's signature, or None when there is none: a non-tensor where a
     tensor belongs (validate says what is wrong), an unhashable value, or a tensor where a value
-    belongs (a tensor scale may change in place: never memoized)."""
+    belongs (a tensor scale may change in place: never memoized).  ``slots``: the pointer tuple
+    the verdict's probe takes, where it is not the tensors present (dense decode's path)."""
     try:
         if any(isinstance(args[i], torch.Tensor) for i in lay.values):
             return None
         key = (signature(lay.op, args), lay.op.name,
                env_algo() if args[lay.algo] is None else None,
-               env_pdl() if lay.pdl is not None and args[lay.pdl] is None else None)
+               env_pdl() if lay.pdl is not None and args[lay.pdl] is None else None, slots)
         hash(key)
         return key
     except Exception:
@@ -174,7 +175,7 @@ def _miss(lay, args, mode, tensors, pointers, slots=None):
     else validated and selected now; either way guarded from now on.  ``pointers()``: the
     call's pointer tuple, one per name of ``slots`` (default: the tensors present), asked for
     once the arguments are known to be tensors.  Returns the verdict and the pointers."""
-    key = _signature_key(lay, args)
+    key = _signature_key(lay, args, slots)
     hit = None if key is None else _MEMO.get(key)
     if hit is not None:
         ptrs = pointers()
@@ -261,20 +262,19 @@ def lookup(op, args):
     scratch), found as :func:`call` finds it: this mode's guards first, then the signature.
     Checks nothing and memoizes nothing."""
     lay = _layout(op)
-    mode = _mode(lay, args)
+    dense = op is DECODE and args[18] is True and all(args[i] is None
+                                                      for i in (13, 14, 15, 16, 17, 19))
+    mode = _dense_mode(*args[:13], args[20]) if dense else _mode(lay, args)
     if mode is None:
         return None
     t = _present(lay, args)[1]
-    if op is DECODE and args[13] is None and args[16] is None and args[17] is None \
-            and args[18] is True and args[19] is None:
-        dense = _dense_mode(*args[:13], args[20])
-        for h in _MEMO.get(dense, ()):
+    try:
+        for h in _MEMO.get(mode, ()):
             if h.guard.check(*t):
                 return h
-    for h in _MEMO.get(mode, ()):
-        if h.guard.check(*t):
-            return h
-    key = _signature_key(lay, args)
+    except TypeError:                        # an unhashable value: never memoized
+        return None
+    key = _signature_key(lay, args, DENSE_POINTERS if dense else None)
     return None if key is None else _MEMO.get(key)
 
 
