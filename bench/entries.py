@@ -77,7 +77,8 @@ def record(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
                   null_slot=None if pool.null_slot < 0 else pool.null_slot)
     if verify is not None:
         kw.update(intermediate_states=verify.states, intermediate_indices=verify.indices,
-                  update_state=verify.update, num_accepted_tokens=verify.accepted)
+                  update_state=verify.update or verify.per_token,
+                  num_accepted_tokens=verify.accepted)
     level = {0: None, 1: "wait", 2: "early"}.get(pdl, pdl)
     args = (q, k, v, state, A_log, a, dt_bias, b, scale, out,
             None if new_state is state else new_state, use_qk_l2norm, None, *kw.values(), level)

@@ -77,4 +77,5 @@ def get(name: str, op: str = "decode"):
                                doc=f"gdnzoo.{op} with algo={name!r}.",
                                scope={"_hot": hot, "algo": name})
     call.__name__ = f"{op}[{name}]"
+    _operation.compiled_as_operator(call, op, name)
     return call

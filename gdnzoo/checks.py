@@ -34,16 +34,18 @@ def fmt_dtypes(dts) -> str:
     return " or ".join(dtype_name(d) for d in dts)
 
 
-def need_tensor(name, x):
-    """A dense tensor outside autograd (gdnzoo computes no gradients)."""
+def need_tensor(name, x, written=False):
+    """A dense tensor outside autograd (gdnzoo computes no gradients): one that requires grad
+    only where it is read, under ``torch.no_grad()`` (a model's parameters)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type_name(x)}")
     if x.layout != torch.strided:
         raise TypeError(f"{name}: expected a dense (strided) tensor, got layout "
                         f"{str(x.layout).replace('torch.', '')}")
-    if x.requires_grad:
+    if x.requires_grad and (written or torch.is_grad_enabled()):
         raise ValueError(f"{name}: expected a tensor that does not require grad (gdnzoo "
-                         f"computes no gradients), got requires_grad=True: pass {name}.detach()")
+                         f"computes no gradients), got requires_grad=True: pass {name}.detach(), "
+                         f"or call under torch.no_grad() (then only read tensors may)")
 
 
 def need_rank(name, x, rank, layout):
@@ -141,8 +143,10 @@ def aliasing_pairs(op, given, inplace: bool) -> list[tuple[str, str]]:
     ws = writers(op, given, inplace)
     order = [a.name for a in op.args if a.name in given]
     pairs = [(w, r) for w in ws for r in order if r not in ws]
-    # two writers: the output names itself first, else the earlier argument does
-    first = sorted(ws, key=lambda n: (n != "out", op.index(n)))
+    # two writers: the output names itself first, the state updated in place last, else the
+    # earlier argument first
+    state = op.inplace[1] if op.inplace and inplace else None
+    first = sorted(ws, key=lambda n: (n == state, n != "out", op.index(n)))
     return pairs + [(w, x) for i, w in enumerate(first) for x in first[i + 1:]]
 
 
@@ -196,8 +200,10 @@ def overlap_probe(op, named: dict, inplace: bool, slots=None):
 
 
 def tensor_signature(t):
-    """What a verdict depends on of one tensor: shape, strides, dtype, device, layout, grad."""
-    return (t.size(), t.stride(), t.dtype, t.device, t.layout, t.requires_grad)
+    """What a verdict depends on of one tensor: shape, strides, dtype, device, layout, grad,
+    and whether it was made under inference mode."""
+    return (t.size(), t.stride(), t.dtype, t.device, t.layout, t.requires_grad,
+            t.is_inference())
 
 
 def signature(op, args) -> tuple:
@@ -206,7 +212,7 @@ def signature(op, args) -> tuple:
     ``1 == 1.0 == True`` are told apart); the in-place argument as 1 when it is the state.
     Raises for a non-tensor where a tensor belongs (the caller then validates for the message)."""
     i_dst, i_src = (-1, -1) if op.inplace is None else map(op.index, op.inplace)
-    key = []
+    key, grad = [], False
     for i, (a, x) in enumerate(zip(op.args, args)):
         if x is None:
             key.append(None)
@@ -214,6 +220,9 @@ def signature(op, args) -> tuple:
             key.append(1)
         elif a.tensor:
             key.append(tensor_signature(x))
+            grad = grad or x.requires_grad
         else:
             key.append((x, type(x)))
+    if grad:                  # a tensor that requires grad is read only under no_grad
+        key.append(("grad mode", torch.is_grad_enabled()))
     return tuple(key)

@@ -54,6 +54,10 @@ class Problem:
     def batch(self) -> int:
         return self.B
 
+    @property
+    def empty(self) -> bool:
+        return self.B == 0
+
     def default_tables(self) -> tuple:
         return ()
 
@@ -80,7 +84,7 @@ def validate(intermediate_states, intermediate_indices, accepted_steps, state, s
     none)."""
     for name, x in (("intermediate_states", intermediate_states),
                     ("accepted_steps", accepted_steps), ("state", state)):
-        need_tensor(name, x)
+        need_tensor(name, x, name == "state")
     x = intermediate_states
     if x.dim() != 5:
         raise ValueError(f"intermediate_states: expected rank 5 [S, T_max, HV, V, K], got "

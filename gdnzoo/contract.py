@@ -134,6 +134,11 @@ class Problem:
         """What the default table's ranges are read at: the batch size."""
         return self.B
 
+    @property
+    def empty(self) -> bool:
+        """No sequence: the call computes nothing (engines issue empty batches)."""
+        return self.B == 0
+
     def default_tables(self) -> tuple:
         """(key, how it reads) of the default-table row's tables that may serve this call, in
         the order consulted (then ``table``, measured in place at T = 1)."""
@@ -188,11 +193,11 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
     """
     named = dict(q=q, k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias, b=b)
     for n, x in named.items():
-        need_tensor(n, x)
+        need_tensor(n, x, n == "state" and (new_state is None or new_state is state))
     if out is not None:
-        need_tensor("out", out)
+        need_tensor("out", out, True)
     if new_state is not None:
-        need_tensor("new_state", new_state)
+        need_tensor("new_state", new_state, True)
 
     need_rank("q", q, 4, "[B, T, H, K]")
     B, T, H, K = q.shape
@@ -202,8 +207,9 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
     if tuple(v.shape[:2]) != (B, T):
         raise ValueError(f"v: expected shape [B={B}, T={T}, HV, V] (B, T as q), got {tuple(v.shape)}")
     HV, V = v.shape[2], v.shape[3]
-    if B < 1 or T < 1 or H < 1 or K < 1 or HV < 1 or V < 1:
-        raise ValueError(f"q/v: every dimension must be >= 1, got q {tuple(q.shape)}, v {tuple(v.shape)}")
+    if T < 1 or H < 1 or K < 1 or HV < 1 or V < 1:
+        raise ValueError(f"q/v: every dimension but B must be >= 1 (B = 0, an empty batch, is "
+                         f"a no-op), got q {tuple(q.shape)}, v {tuple(v.shape)}")
     if HV % H != 0:
         raise ValueError(f"v: expected HV divisible by H (HV % H == 0), got HV={HV}, H={H}")
     pooled = state_indices is not None

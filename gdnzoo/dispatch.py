@@ -43,7 +43,7 @@ registry.on_reset(_MEMO.clear)
 class Resolved:
     """What the dispatcher decided for one call signature."""
     __slots__ = ("problem", "scale", "backend", "probe", "names", "inplace", "last", "disjoint",
-                 "launch", "guard", "fast", "record")
+                 "launch", "guard", "fast", "record", "inference")
 
     def __init__(self, problem, scale, backend, probe, names, inplace, ptrs, record):
         self.problem, self.scale, self.backend, self.probe = problem, scale, backend, probe
@@ -54,6 +54,7 @@ class Resolved:
         self.fast = None         # its with_pointers(ptrs, scale) -> launched?, if it has one
         self.guard = None        # guards.make(...) once asked; False: no guards in this process
         self.record = record     # the operation's record(args, problem, scale, algo)
+        self.inference = False   # a tensor made under inference mode: launch inside it
 
 
 class _Layout:
@@ -95,13 +96,19 @@ def _present(lay, args):
     return tuple(names), tuple(tensors)
 
 
-def _signature_key(lay, args):
-    """The memo key of a call's signature, or None when there is none (a non-tensor where a
-    tensor belongs: validate says what is wrong)."""
+def _signature_key(lay, args, slots=None):
+    """The memo key of a call's signature, or None when there is none: a non-tensor where a
+    tensor belongs (validate says what is wrong), an unhashable value, or a tensor where a value
+    belongs (a tensor scale may change in place: never memoized).  ``slots``: the pointer tuple
+    the verdict's probe takes, where it is not the tensors present (dense decode's path)."""
     try:
-        return (signature(lay.op, args), lay.op.name,
-                env_algo() if args[lay.algo] is None else None,
-                env_pdl() if lay.pdl is not None and args[lay.pdl] is None else None)
+        if any(isinstance(args[i], torch.Tensor) for i in lay.values):
+            return None
+        key = (signature(lay.op, args), lay.op.name,
+               env_algo() if args[lay.algo] is None else None,
+               env_pdl() if lay.pdl is not None and args[lay.pdl] is None else None, slots)
+        hash(key)
+        return key
     except Exception:
         return None
 
@@ -111,15 +118,33 @@ def _resolve(lay, args, key, names, tensors, ptrs, slots, verdict):
     verdict is memoized under ``key`` if any.  ``slots``: the names of the pointer tuple the
     probe takes."""
     problem, scale = verdict
+    if problem.empty:                        # nothing to compute: no backend is launched
+        registry.check_algo(args[lay.algo], problem.op)
+        name = args[lay.algo] or "(empty call)"
+    else:
+        sel = registry.select(problem, args[lay.algo])
+        name, problem = sel.name, sel.problem or problem
     named = dict(zip(names, tensors))
     probe = overlap_probe(lay.op, named, problem.inplace, slots)
-    hit = Resolved(problem, scale, registry.select(problem, args[lay.algo]).name, probe, names,
-                   problem.inplace, ptrs, lay.contract.record)
+    hit = Resolved(problem, scale, name, probe, names, problem.inplace, ptrs,
+                   lay.contract.record)
+    if problem.empty:
+        hit.launch = _nothing
+    # Torch refuses writes to inference tensors outside inference mode: such calls launch
+    # inside it.  A tensor that requires grad is read under no_grad only: the signature holds
+    # the grad mode, so such calls are never guarded.
+    hit.inference = any(t.is_inference() for t in tensors)
+    if any(t.requires_grad for t in tensors):
+        hit.guard = False
     if key is not None:
         if len(_MEMO) >= _MEMO_MAX:
             _MEMO.clear()
         _MEMO[key] = hit
     return hit
+
+
+def _nothing(call):
+    """The launcher of an empty call (no sequence, or no token of any sequence)."""
 
 
 def _overlaps(hit, ptrs, lay, args):
@@ -150,7 +175,7 @@ def _miss(lay, args, mode, tensors, pointers, slots=None):
     else validated and selected now; either way guarded from now on.  ``pointers()``: the
     call's pointer tuple, one per name of ``slots`` (default: the tensors present), asked for
     once the arguments are known to be tensors.  Returns the verdict and the pointers."""
-    key = _signature_key(lay, args)
+    key = _signature_key(lay, args, slots)
     hit = None if key is None else _MEMO.get(key)
     if hit is not None:
         ptrs = pointers()
@@ -212,7 +237,11 @@ def call(op, args):
     launch = hit.launch
     if launch is None:
         launch = hit.launch = registry.launcher(hit.backend, rec)
-    launch(rec)
+    if hit.inference:
+        with torch.inference_mode():
+            launch(rec)
+    else:
+        launch(rec)
     return lay.result(rec)
 
 
@@ -222,8 +251,10 @@ def record(op, args, algo=None):
     backend's ``run(record, config=...)`` directly (the tuner, the bench)."""
     lay = _layout(op)
     problem, scale = lay.contract.verdict(args, env_pdl)
-    name = algo or registry.select(problem, args[lay.algo]).name
-    return lay.contract.record(args, problem, scale, name)
+    if algo is None:
+        sel = registry.select(problem, args[lay.algo])
+        algo, problem = sel.name, sel.problem or problem
+    return lay.contract.record(args, problem, scale, algo)
 
 
 def lookup(op, args):
@@ -231,20 +262,19 @@ def lookup(op, args):
     scratch), found as :func:`call` finds it: this mode's guards first, then the signature.
     Checks nothing and memoizes nothing."""
     lay = _layout(op)
-    mode = _mode(lay, args)
+    dense = op is DECODE and args[18] is True and all(args[i] is None
+                                                      for i in (13, 14, 15, 16, 17, 19))
+    mode = _dense_mode(*args[:13], args[20]) if dense else _mode(lay, args)
     if mode is None:
         return None
     t = _present(lay, args)[1]
-    if op is DECODE and args[13] is None and args[16] is None and args[17] is None \
-            and args[18] is True and args[19] is None:
-        dense = _dense_mode(*args[:13], args[20])
-        for h in _MEMO.get(dense, ()):
+    try:
+        for h in _MEMO.get(mode, ()):
             if h.guard.check(*t):
                 return h
-    for h in _MEMO.get(mode, ()):
-        if h.guard.check(*t):
-            return h
-    key = _signature_key(lay, args)
+    except TypeError:                        # an unhashable value: never memoized
+        return None
+    key = _signature_key(lay, args, DENSE_POINTERS if dense else None)
     return None if key is None else _MEMO.get(key)
 
 
@@ -331,7 +361,11 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
         # guarantees later calls share shapes, strides, dtypes, scale and mode.
         launch = hit.launch = registry.launcher(hit.backend, rec)
         hit.fast = getattr(launch, "with_pointers", None)
-    launch(rec)
+    if hit.inference:
+        with torch.inference_mode():
+            launch(rec)
+    else:
+        launch(rec)
     return rec.out, rec.new_state
 
 

@@ -105,6 +105,11 @@ class Problem:
         down; at least 1)."""
         return max(1, self.T // max(1, self.N))
 
+    @property
+    def empty(self) -> bool:
+        """No sequence (zero-length sequences still carry their state to new_state)."""
+        return self.N == 0
+
     def default_tables(self) -> tuple:
         return (("table_pool", " in a state pool"),) * self.pool
 
@@ -130,7 +135,7 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, ou
         need_tensor(n, x)
     for n, x in (("state", state), ("out", out), ("new_state", new_state)):
         if x is not None:
-            need_tensor(n, x)
+            need_tensor(n, x, n != "state" or new_state is None or new_state is state)
     need_rank("q", q, 3, "[T, H, K]")
     T, H, K = q.shape
     need_rank("k", k, 3, "[T, H, K]")

@@ -7,6 +7,7 @@ names another registry file (for backends that live outside this package).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import importlib.util
@@ -122,6 +123,8 @@ class Selection:
     name: str
     source: str        # "algo" | "ALGO env" | "default table <gpu>" | "fallback"
     reason: str
+    problem: object = None     # the problem it serves, where not the one asked about (a PDL
+    #                            request that no backend serves here runs without PDL)
 
 
 def registry_path() -> Path:
@@ -289,7 +292,7 @@ def spec(name: str, op: str = "decode") -> BackendSpec:
     """The registry entry of backend ``name`` for ``op``; ValueError listing the valid names."""
     reg = load_registry().op(op)
     if name not in reg.backends:
-        raise ValueError(f"algo: unknown {op} backend {name!r}; valid names: "
+        raise ValueError(f"algo: unknown backend {name!r} for {op}; valid names: "
                          f"{', '.join(reg.names)}")
     return reg.backends[name]
 
@@ -439,7 +442,7 @@ def default_row(gpu_name: str | None, op: str = "decode"):
 def _explicit(name: str, source: str, p) -> Selection:
     reg = load_registry().op(p.op)
     if name not in reg.backends:
-        raise ValueError(f"{source}: unknown {p.op} backend {name!r}; valid names: "
+        raise ValueError(f"{source}: unknown backend {name!r} for {p.op}; valid names: "
                          f"{', '.join(reg.names)}")
     ok, why = can_serve(name, p)
     if not ok:
@@ -462,7 +465,29 @@ def check_algo(algo, op: str = "decode"):
 def select(p, algo: str | None = None) -> Selection:
     """Which backend serves the problem ``p`` (of the operation ``p.op``).  Precedence:
     ``algo=`` > ``ALGO`` env (where it names one of this operation's backends) > per-GPU
-    default table > fallback order."""
+    default table > fallback order.  A PDL request (``p.pdl``) that no backend serves here is
+    dropped by the automatic choice (running without PDL is always correct), which says so; an
+    explicit algo that cannot launch with PDL raises."""
+    try:
+        return _select(p, algo)
+    except _Unserved as e:
+        if not getattr(p, "pdl", ""):
+            raise ValueError(str(e)) from None
+        plain = dataclasses.replace(p, pdl="")
+        try:
+            sel = _select(plain, algo)
+        except _Unserved:
+            raise ValueError(str(e)) from None
+        return dataclasses.replace(sel, problem=plain, reason=(
+            f"{sel.reason}; pdl={p.pdl!r} requested, but no backend launches with PDL for "
+            f"{p.describe()}: launched without it"))
+
+
+class _Unserved(ValueError):
+    """No backend can serve a problem automatically."""
+
+
+def _select(p, algo):
     check_algo(algo, p.op)
     if algo is not None:
         return _explicit(algo, "algo", p)
@@ -499,4 +524,4 @@ def select(p, algo: str | None = None) -> Selection:
         if ok:
             return Selection(name, "fallback", "; ".join(notes + ["first usable in fallback order"]))
         notes.append(f"{name}: {why}")
-    raise ValueError(f"algo: no backend can serve {p.describe()}: " + "; ".join(notes))
+    raise _Unserved(f"algo: no backend can serve {p.describe()}: " + "; ".join(notes))

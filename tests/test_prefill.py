@@ -234,7 +234,7 @@ def test_algo_env_for_another_operation_is_ignored(monkeypatch):
     sel = gdnzoo.select(*x.args(), op="prefill")
     assert sel.name != "cuda-v4" and "names no prefill backend" in sel.reason
     monkeypatch.setenv("ALGO", "no-such-backend")
-    with pytest.raises(ValueError, match="ALGO env: unknown prefill backend"):
+    with pytest.raises(ValueError, match="ALGO env: unknown backend 'no-such-backend' for prefill"):
         gdnzoo.select(*x.args(), op="prefill")
 
 
