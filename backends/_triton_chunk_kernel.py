@@ -7,14 +7,15 @@ rank-1 delta updates fold into one low-rank update.  With the strictly lower tri
 
     A[i, j] = beta_i rk_i rk_j (k_i . k_j) exp(G_i - G_j)      (i > j)
     T       = (I + A)^-1
+    P[i, j] = scale rq_i rk_j (q_i . k_j) exp(G_i - G_j)        (i >= j, else 0)
+    M       = P T
 
-the chunk's "new values" (the u_t of the per-token form) are
+the chunk's "new values" (the u_t of the per-token form), outputs and end state are
 
-    V'^T = (v^T diag(beta) - (S0 k^T) diag(beta rk e^G)) T^T                 [V, C]
-
-and then, with P[i, j] = scale rq_i rk_j (q_i . k_j) exp(G_i - G_j) for i >= j,
-
-    O^T  = (S0 q^T) diag(scale rq e^G) + V'^T P^T                             [V, C]
+    R    = v^T diag(beta) - (S0 k^T) diag(beta rk e^G)                        [V, C]
+    V'^T = R T^T
+    O^T  = (S0 q^T) diag(scale rq e^G) + V'^T P^T
+         = (S0 q^T) diag(scale rq e^G) + R M^T
     S    = e^{G_last} S0 + V'^T diag(rk e^{G_last - G}) k                      [V, K]
 
 (q, k the raw rows).  Only exp(G_i - G_j) with i >= j, e^G and e^{G_last - G} are formed: all
@@ -22,36 +23,37 @@ and then, with P[i, j] = scale rq_i rk_j (q_i . k_j) exp(G_i - G_j) for i >= j,
 
 Two launches:
 
-* :func:`chunk_prep_kernel`, parallel over (chunk, value head): the gates, A from one exact
-  16-bit k k^T product, and T by blocked forward substitution; stores T^T (the only thing
-  materialized: C values a token and head, at the token's own row).
+* :func:`chunk_prep_kernel`, parallel over (chunk, value head): everything that does not
+  depend on the state.  The gates, k k^T and q k^T (exact: 16-bit products, fp32 sums), T by
+  blocked forward substitution (:func:`unit_lower_inverse`) and M = P T.  Stores T^T and M^T
+  at the chunk's token rows and five factors per token (beta, beta rk e^G, scale rq e^G,
+  rk e^{G_last - G}, e^{G_last}).
 * :func:`chunk_state_kernel`, one program per (sequence, value head, V-tile of BV rows),
-  sequential over the sequence's chunks with the [BV, K] state tile in registers: per chunk five
-  matrix products (S0 k^T, S0 q^T, R T^T, V'^T P^T and the state update) and the chunk's
-  outputs, so no per-chunk state is ever written.  The chunk's q, k, v, gates and T^T do not
-  depend on the state, so Triton's pipeliner (``num_stages``) loads chunk j+1's operands while
-  chunk j computes.  P is recomputed here from one exact q k^T product rather than stored:
-  C*C more multiply-adds a chunk instead of C*4 more scratch bytes a token and head, read by
-  every V-tile.  A state checkpoint every ``checkpoint_every`` tokens (a multiple of C) would be
-  one masked store of the tile at the bottom of the chunk loop, where the tile is the state
-  after that chunk.
+  sequential over the sequence's chunks with the [BV, K] state tile in registers: per chunk
+  S0 k^T, R T^T and the update on the state's chain, S0 q^T and R M^T beside it, the chunk's
+  outputs stored, so no per-chunk state is ever written.  A chunk's operands do not depend on
+  the state, so Triton's pipeliner (``num_stages``) loads chunk j+1's (q, k, v, T^T, M^T,
+  factors) into shared memory while chunk j computes.  A state checkpoint every E tokens (E a
+  multiple of C) would be one masked store of the tile at the bottom of the chunk loop.
 
 Where the chunks are.  No host sync: sequence n's chunks get the slots
 ``cu[n] // C + n + j`` (j < ceil(len_n / C)); these ranges never overlap and all lie below
 ``T // C + N``, so the prep grid is that many slots (times HV), each program finds its sequence
-by a binary search over cu_seqlens, and a slot past its sequence's chunks exits.  The sequential
-kernel reads its sequence's bounds and loops over ceil(len / C) chunks.
+by a binary search over cu_seqlens (:func:`chunk_of_slot`), and a slot past its sequence's
+chunks exits.  The sequential kernel reads its sequence's bounds and loops over ceil(len / C)
+chunks.  The workspace rows of a chunk are its own token rows, so rows past a partial chunk's
+end (the next sequence's) are neither stored nor loaded.
 
 Precision (``PREC``).  The 16-bit input rows are exact in bf16 (fp16: exact in two bf16 pieces),
 so q k^T and k k^T are exact on tensor cores with fp32 accumulation.  Every product with an
-fp32 operand (the state, T, R, P, V') is "bf16x3" by default: each fp32 operand split into
-bf16 hi + lo (16 significant bits), hi*hi + hi*lo + lo*hi, a raw 16-bit operand not split
-(two products instead of three).  Emulated in float64 over 700 tokens at K = V = 128 this is
-~4e-6 relative error on the state, against ~3e-4 for plain tf32 dots (over the 1e-4 fp32 state
-bound) and ~2.5e-3 with intermediates rounded to bf16.  ``PREC`` may instead name one of
+fp32 operand (the state, T, R, P, M, V') is "bf16x3" by default: each fp32 operand split into
+bf16 hi + lo (16 significant bits), hi*hi + hi*lo + lo*hi, a raw bf16 operand not split (two
+products instead of three).  Emulated in float64 over 700 tokens at K = V = 128 this is ~4e-6
+relative error on the state, against ~3e-4 for plain tf32 products (over the 1e-4 bound of an
+fp32 state) and ~2.5e-3 with intermediates rounded to bf16.  ``PREC`` may instead name one of
 Triton's ``input_precision`` values ("tf32x3", "ieee", "tf32"), applied to every fp32 product.
-With "bf16x3" T^T is stored as its bf16 hi and lo parts (the pipelined loads then feed the
-products without a conversion); otherwise as fp32.  Either is 4*C bytes a token and head.
+With "bf16x3" T^T and M^T are stored as bf16 hi and lo parts, so the pipelined loads feed the
+products without a conversion; otherwise as fp32.  Either is 8 * C bytes a token and head.
 
 The state tile's addressing takes strides for its V rows and K columns, so a k-last
 ``[.., V, K]`` and a K-first ``[.., K, V]`` state are read and written where they lie.
@@ -225,6 +227,19 @@ def chunk_of_slot(cu_seqlens, slot, N, C: tl.constexpr, LOGN: tl.constexpr):
 
 
 @triton.jit
+def chunk_qk(q, k, t0, eos, i_h, sq_t, sq_h, sk_t, sk_h, C: tl.constexpr, K: tl.constexpr):
+    """The chunk's row indices, tokens, token mask (t < eos) and raw [C, K] q and k rows (zeros
+    past the sequence)."""
+    rows = tl.arange(0, C)
+    t = t0 + rows
+    m = t < eos
+    cols = tl.arange(0, K)
+    qr = tl.load(q + t[:, None] * sq_t + i_h * sq_h + cols[None, :], mask=m[:, None], other=0.0)
+    kr = tl.load(k + t[:, None] * sk_t + i_h * sk_h + cols[None, :], mask=m[:, None], other=0.0)
+    return rows, t, m, qr, kr
+
+
+@triton.jit
 def store_cc(p, x, m, C: tl.constexpr, PREC: tl.constexpr):
     """A [C, C] fp32 tile at ``p`` (rows ``m``): its bf16 hi part, and its lo part C further
     ("bf16x3"), else fp32."""
@@ -262,12 +277,7 @@ def chunk_prep_kernel(
     bos, eos, t0 = chunk_of_slot(cu_seqlens, slot, N, C, LOGN)
     if t0 >= eos:
         return
-    rows = tl.arange(0, C)
-    t = t0 + rows
-    m = t < eos
-    cols = tl.arange(0, K)
-    qr = tl.load(q + t[:, None] * sq_t + i_h * sq_h + cols[None, :], mask=m[:, None], other=0.0)
-    kr = tl.load(k + t[:, None] * sk_t + i_h * sk_h + cols[None, :], mask=m[:, None], other=0.0)
+    rows, t, m, qr, kr = chunk_qk(q, k, t0, eos, i_h, sq_t, sq_h, sk_t, sk_h, C, K)
     A_neg, dtb = head_gate_constants(A_log, dt_bias, i_hv, s_alog, s_dtb, GATES)
     gam, beta = chunk_gates(a, b, t, m, i_hv, sa_t, sa_h, sb_t, sb_h, A_neg, dtb, GATES)
     G = tl.cumsum(gam, 0)
@@ -304,12 +314,7 @@ def chunk_step(h, t0, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv, rows_v, r
                HV: tl.constexpr, K: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr):
     """One chunk on the [BV, K] state tile ``h``: stores the chunk's [BV] output rows and
     returns the tile after the chunk."""
-    rows = tl.arange(0, C)
-    t = t0 + rows
-    m = t < eos
-    cols = tl.arange(0, K)
-    qr = tl.load(q + t[:, None] * sq_t + i_h * sq_h + cols[None, :], mask=m[:, None], other=0.0)
-    kr = tl.load(k + t[:, None] * sk_t + i_h * sk_h + cols[None, :], mask=m[:, None], other=0.0)
+    rows, t, m, qr, kr = chunk_qk(q, k, t0, eos, i_h, sq_t, sq_h, sk_t, sk_h, C, K)
     vt = tl.load(v + t[None, :] * sv_t + i_hv * sv_h + rows_v[:, None], mask=m[None, :],
                  other=0.0).to(tl.float32)
     NP: tl.constexpr = 2 if PREC == "bf16x3" else 1

@@ -5,10 +5,11 @@ state (or zeros) through the recurrence of every token, its outputs and its fina
 Two launches, no host sync (CUDA-graph capturable with new data and new cu_seqlens values of the
 same shapes):
 
-1. ``chunk_prep_kernel``, grid ``(T // C + N) * HV``: per (chunk, value head) the gates, the
-   chunk's k k^T and T = (I + A)^-1 of the WY form; stores T^T into the workspace.  A program
-   finds its chunk on the device (a binary search over cu_seqlens); slots past the real chunk
-   count exit.
+1. ``chunk_prep_kernel``, grid ``(T // C + N) * HV``: per (chunk, value head) everything that
+   does not depend on the state: the gates, T = (I + A)^-1 of the WY form and M = P T (P the
+   chunk's masked, decayed q k^T); stores T^T, M^T and five factors per token into the
+   workspace.  A program finds its chunk on the device (a binary search over cu_seqlens);
+   slots past the real chunk count exit.
 2. ``chunk_state_kernel``, grid ``N * HV * (V / BV)``: per (sequence, value head, V-tile of BV
    state rows) the state tile in registers through all chunks of the sequence, the outputs of
    each chunk fused into the recurrence, next chunk's operands loaded while the current one
@@ -17,9 +18,10 @@ same shapes):
 The math, the precision of each product and the chunk layout are in
 ``backends/_triton_chunk_kernel.py``.
 
-Memory.  The workspace holds T^T: ``4 * C`` bytes per token and value head (``T * HV * C``
-fp32, or twice as many bf16 for "bf16x3"), 16 MiB at T = 8192, HV = 8; nothing else is
-allocated per call.  Pass ``workspace=`` (:func:`workspace_for` makes one) or let the module
+Memory.  The workspace holds T^T and M^T and the factors: ``(2 C + 5) * 4`` bytes per token
+and value head (:func:`workspace_numel`), 33 MiB at T = 8192, HV = 8 (C = 64), 266 MiB at
+HV = 64; written once by the prep kernel and read by the sequential one (each V-tile of a head
+reads the same rows, mostly from L2).  Nothing else is allocated per call.  Pass ``workspace=`` (:func:`workspace_for` makes one) or let the module
 cache one per device: it grows when a call needs more and never frees a buffer it handed out, so
 a CUDA graph that captured one stays valid.
 
