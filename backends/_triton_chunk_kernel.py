@@ -39,7 +39,7 @@ Two launches:
 Where the chunks are.  No host sync: sequence n's chunks get the slots
 ``cu[n] // C + n + j`` (j < ceil(len_n / C)); these ranges never overlap and all lie below
 ``T // C + N``, so the prep grid is that many slots (times HV), each program finds its sequence
-by a binary search over cu_seqlens (:func:`chunk_of_slot`), and a slot past its sequence's
+by counting over cu_seqlens (:func:`chunk_of_slot`), and a slot past its sequence's
 chunks exits.  The sequential kernel reads its sequence's bounds and loops over ceil(len / C)
 chunks.  The workspace rows of a chunk are its own token rows, so rows past a partial chunk's
 end (the next sequence's) are neither stored nor loaded.
@@ -71,6 +71,7 @@ import triton.language as tl
 from gdnzoo.backends._triton_kernel import pool_slots
 
 MAX_MERGE_LEVELS = tl.constexpr(3)       # base blocks of 16 merged up to C = 128
+SEQ_BLOCK = tl.constexpr(256)            # sequences counted per load by chunk_of_slot
 # Read when this module is imported, as triton.jit itself reads it when it decorates.
 INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
 
@@ -204,26 +205,26 @@ def unit_lower_inverse(A, C: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr)
 
 
 @triton.jit
-def chunk_of_slot(cu_seqlens, slot, N, C: tl.constexpr, LOGN: tl.constexpr):
-    """(bos, eos, t0) of the chunk at ``slot``: its sequence's token range and its first
-    token.  Sequence n's chunks are the slots cu[n] // C + n + j, so n is the last sequence whose
-    first slot is <= ``slot`` (binary search, LOGN >= ceil(log2 N) steps); t0 >= eos when the slot
-    is past that sequence's chunks."""
-    lo = slot * 0
-    hi = lo + N - 1
-    for _ in tl.static_range(LOGN):
-        mid = (lo + hi + 1) // 2
-        ok = tl.load(cu_seqlens + mid) // C + mid <= slot
-        lo = tl.where(ok, mid, lo)
-        hi = tl.where(ok, hi, mid - 1)
-    bos = tl.load(cu_seqlens + lo).to(tl.int64)
-    eos = tl.load(cu_seqlens + lo + 1).to(tl.int64)
-    j = slot - (bos // C + lo)
-    t0 = bos + j * C
-    t0 = tl.where(j < 0, eos, t0)                  # a cu_seqlens not starting at 0
-    return bos, eos, t0
-
-
+def chunk_of_slot(cu_seqlens, slot, N, C: tl.constexpr):
+    """(eos, t0) of the chunk at ``slot``: its sequence's end and its first token (t0 >= eos
+    when the slot is past that sequence's chunks).  Sequence n's chunks are the slots
+    cu[n] // C + n + j, strictly increasing in n, so the slot's sequence is the count of
+    sequences whose first slot is <= ``slot``, less one: counted SEQ_BLOCK sequences a load
+    (one load below that many sequences; no constexpr depends on N)."""
+    idx = tl.arange(0, SEQ_BLOCK)
+    count = slot * 0
+    n0 = slot * 0
+    while n0 < N:
+        i = n0 + idx
+        first = tl.load(cu_seqlens + i, mask=i < N, other=0) // C + i
+        count += tl.sum(((first <= slot) & (i < N)).to(tl.int32), 0)
+        n0 += SEQ_BLOCK
+    n = tl.maximum(count - 1, 0)
+    bos = tl.load(cu_seqlens + n).to(tl.int64)
+    eos = tl.load(cu_seqlens + n + 1).to(tl.int64)
+    j = slot - (bos // C + n)
+    t0 = tl.where(count > 0, bos + j * C, eos)         # count 0: a cu_seqlens not from 0
+    return eos, t0
 
 
 @triton.jit
@@ -267,14 +268,14 @@ def chunk_prep_kernel(
         q, k, a, b, A_log, dt_bias, cu_seqlens, mats, vecs, scale,
         N, T_all, sq_t, sq_h, sk_t, sk_h, sa_t, sa_h, sb_t, sb_h, s_alog, s_dtb,
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, C: tl.constexpr,
-        BS: tl.constexpr, LOGN: tl.constexpr, L2NORM: tl.constexpr, GATES: tl.constexpr,
+        BS: tl.constexpr, L2NORM: tl.constexpr, GATES: tl.constexpr,
         PREC: tl.constexpr):
     # Neighbouring programs take the value heads of one chunk: they share its q, k rows in L2.
     pid = tl.program_id(0)
     i_hv = pid % HV
     slot = pid // HV
     i_h = i_hv // (HV // H)                        # GVA: repeat_interleave mapping
-    bos, eos, t0 = chunk_of_slot(cu_seqlens, slot, N, C, LOGN)
+    eos, t0 = chunk_of_slot(cu_seqlens, slot, N, C)
     if t0 >= eos:
         return
     rows, t, m, qr, kr = chunk_qk(q, k, t0, eos, i_h, sq_t, sq_h, sk_t, sk_h, C, K)

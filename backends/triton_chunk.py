@@ -8,7 +8,7 @@ same shapes):
 1. ``chunk_prep_kernel``, grid ``(T // C + N) * HV``: per (chunk, value head) everything that
    does not depend on the state: the gates, T = (I + A)^-1 of the WY form and M = P T (P the
    chunk's masked, decayed q k^T); stores T^T, M^T and five factors per token into the
-   workspace.  A program finds its chunk on the device (a binary search over cu_seqlens);
+   workspace.  A program finds its chunk on the device (a count over cu_seqlens);
    slots past the real chunk count exit.
 2. ``chunk_state_kernel``, grid ``N * HV * (V / BV)``: per (sequence, value head, V-tile of BV
    state rows) the state tile in registers through all chunks of the sequence, the outputs of
@@ -233,7 +233,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
             q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, N, T,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1),
             gb.stride(0), gb.stride(1), A_log.stride(0), dt_bias.stride(0),
-            H, HV, K, C, min(BASE_BLOCK, C), max(1, (N - 1).bit_length()), l2, gates,
+            H, HV, K, C, min(BASE_BLOCK, C), l2, gates,
             c.precision, num_warps=c.prep_warps, num_stages=1)
     pool = 0 if state_indices is None else (
         1 if new_state_indices is None or new_state_indices is state_indices else 2)

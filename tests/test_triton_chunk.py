@@ -139,6 +139,21 @@ def test_dense_destination_passing(device, lens, H, HV, K, state_dtype, l2, io, 
     judge(out, new_state, ref_out, ref_state, f"lens={lens}")
 
 
+def test_many_sequences(device):
+    """260 sequences, most empty, the non-empty ones on both sides of the prep kernel's
+    256-sequence count block (K = V = 32 to keep it short)."""
+    lens = [0] * 260
+    lens[3], lens[257], lens[259] = 5, 70, 2
+    x = make(lens, 1, 1, 32, 32, seed=13, cu_dtype=torch.int64)
+    ref_out, ref_state = oracle(x["q"], x["k"], x["v"], x["states"], *raw_gates(
+        x["A_log"], x["a"], x["dt_bias"], x["b"]), x["cu_seqlens"], 32 ** -0.5, True)
+    x = to_device(x, device)
+    out = nan_like((sum(lens), 1, 32), torch.bfloat16, device)
+    new_state = nan_like(x["states"].shape, torch.float32, device)
+    launch(x, x["states"], out, new_state, True)
+    judge(out, new_state, ref_out, ref_state, "260 sequences")
+
+
 def test_in_place_and_scale(device):
     """In place (``new_state is state``), an explicit scale, int64 cu_seqlens."""
     lens = [10, 64, 3]
