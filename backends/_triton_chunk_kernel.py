@@ -291,8 +291,9 @@ def chunk_prep_kernel(
     # q k^T and k k^T are exact: 16-bit products, fp32 sums.
     A = tl.where(rows[:, None] > rows[None, :],
                  dot(kr, tl.trans(kr)) * dec * (beta * rk)[:, None], 0.0)
-    Tm = unit_lower_inverse(A, C, BS, PREC)
+    # P before the inverse: q, k and the decays are then dead during it (fewer registers).
     P = tl.where(incl, dot(qr, tl.trans(kr)) * dec * (scale * rq)[:, None], 0.0)
+    Tm = unit_lower_inverse(A, C, BS, PREC)
     # Row j of a token's matrix rows holds column j of T (and of M = P T): the sequential
     # kernel's right operands are then row-major.  Rows past the sequence belong to the next
     # sequence's chunk: not stored.

@@ -51,7 +51,7 @@ IO_DTYPES = (torch.bfloat16, torch.float16)
 STATE_DTYPES = (torch.float32, torch.bfloat16)
 PRECISIONS = ("bf16x3", "tf32x3", "ieee", "tf32")
 CHUNKS = (32, 64, 128)
-BASE_BLOCK = 16                       # diagonal blocks inverted by substitution
+BASES = (16, 32, 64)
 # On CPU the interpreter takes ~0.1-0.3 s per chunk program: cap the tokens x value heads.
 CPU_MAX_TOKEN_HEADS = 8192
 GRID_LIMIT = 2**31 - 1
@@ -62,13 +62,15 @@ class Config(NamedTuple):
     grid, :func:`pick_block_v`); ``warps``/``stages``: the sequential kernel's num_warps and
     pipeline depth of its chunk loop; ``prep_warps``: the prep kernel's num_warps; ``chunk``:
     tokens per chunk C; ``precision``: of every product with an fp32 operand (see the kernels'
-    module)."""
+    module); ``base``: the diagonal blocks the prep kernel inverts by forward substitution
+    (base - 1 serial steps) before log2(C / base) merge levels of two C x C products each."""
     block_v: int = 0
-    warps: int = 0          # 0: 4 up to 32 rows, 8 above
+    warps: int = 8
     stages: int = 2
     prep_warps: int = 4
     chunk: int = 64
     precision: str = "bf16x3"
+    base: int = 16
 
 
 def normalize(config) -> Config:
@@ -106,11 +108,13 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device) -> Config:
         else:
             n_sm = torch.cuda.get_device_properties(device).multi_processor_count
             bv = pick_block_v(N * HV, V, n_sm)
-    c = c._replace(block_v=bv, warps=c.warps or (4 if bv <= 32 else 8))
+    c = c._replace(block_v=bv)
     if bv < 16 or V % bv or bv & (bv - 1):
         raise ValueError(f"config: block_v must be a power of two >= 16 dividing V={V}, got {bv}")
     if c.chunk not in CHUNKS:
         raise ValueError(f"config: chunk must be one of {CHUNKS}, got {c.chunk}")
+    if c.base not in BASES or c.base > c.chunk:
+        raise ValueError(f"config: base must be one of {BASES} and <= chunk, got {c.base}")
     if c.precision not in PRECISIONS:
         raise ValueError(f"config: precision must be one of {PRECISIONS}, got {c.precision!r}")
     for name in ("warps", "prep_warps"):
@@ -233,7 +237,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
             q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, N, T,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1),
             gb.stride(0), gb.stride(1), A_log.stride(0), dt_bias.stride(0),
-            H, HV, K, C, min(BASE_BLOCK, C), l2, gates,
+            H, HV, K, C, c.base, l2, gates,
             c.precision, num_warps=c.prep_warps, num_stages=1)
     pool = 0 if state_indices is None else (
         1 if new_state_indices is None or new_state_indices is state_indices else 2)

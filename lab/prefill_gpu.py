@@ -55,9 +55,9 @@ SMOKE = False                              # --smoke: lengths <= 66, one q/k hea
 # picked from the grid), then the tile sizes around it and the other knobs.
 CANDIDATES = [
     dict(),
-    dict(block_v=16, warps=4), dict(block_v=16, warps=8), dict(block_v=32, warps=8),
-    dict(block_v=64, warps=8), dict(block_v=64, warps=4), dict(block_v=128, warps=8),
-    dict(stages=3), dict(stages=1), dict(prep_warps=8), dict(precision="tf32x3"),
+    dict(block_v=16, warps=4), dict(block_v=32), dict(block_v=64), dict(block_v=64, warps=4),
+    dict(base=32), dict(stages=3), dict(prep_warps=8), dict(block_v=128), dict(stages=1),
+    dict(base=64), dict(precision="tf32x3"),
 ]
 
 

@@ -116,8 +116,10 @@ DENSE = [
                  id="gva2-bf16state"),
     pytest.param([5, 65], 1, 3, 64, torch.float32, False, torch.bfloat16, 3, None, id="gva3"),
     pytest.param([30, 40], 2, 4, 64, None, True, torch.bfloat16, 4, None, id="zeros-state"),
-    pytest.param([100], 1, 1, 64, torch.float32, True, torch.float16, 5, None, id="fp16"),
-    pytest.param([130], 1, 1, 128, torch.float32, True, torch.bfloat16, 6, None, id="d128"),
+    pytest.param([100], 1, 1, 64, torch.float32, True, torch.float16, 5, dict(base=64),
+                 id="fp16-base64"),
+    pytest.param([130], 1, 1, 128, torch.float32, True, torch.bfloat16, 6, dict(base=32),
+                 id="d128-base32"),
     pytest.param([70, 33], 1, 2, 64, torch.float32, True, torch.bfloat16, 7,
                  dict(chunk=32, precision="ieee", block_v=32), id="c32-ieee-bv32"),
     pytest.param([0, 0], 1, 2, 64, torch.float32, True, torch.bfloat16, 8, None, id="no-tokens"),
@@ -258,6 +260,8 @@ def test_config_checked():
         tc.resolve(dict(precision="fp8"), 1, 8, 128, torch.device("cpu"))
     with pytest.raises(ValueError, match="config: chunk"):
         tc.resolve((16, 8, 2, 4, 48), 1, 8, 128, torch.device("cpu"))
+    with pytest.raises(ValueError, match="config: base"):
+        tc.resolve(dict(chunk=32, base=64), 1, 8, 128, torch.device("cpu"))
     with pytest.raises(ValueError, match="config:"):
         tc.normalize(dict(bogus=1))
     c = tc.resolve(None, 1, 8, 128, torch.device("cpu"))
