@@ -126,19 +126,29 @@ DENSE = [
 ]
 
 
-@pytest.mark.parametrize("lens,H,HV,K,state_dtype,l2,io,seed,config", DENSE)
-def test_dense_destination_passing(device, lens, H, HV, K, state_dtype, l2, io, seed, config):
-    """Outputs and final states of a packed batch, new states in a distinct tensor."""
-    x = make(lens, H, HV, K, K, io, seed)
+def check(device, lens, H=1, HV=1, K=64, *, l2=True, io=torch.bfloat16,
+          state_dtype=torch.float32, seed=0, cu_dtype=torch.int32, scale=None, inplace=False,
+          **kw):
+    """One packed batch (K = V) against the oracle: ``state_dtype`` None is no initial state;
+    in place or into a NaN-filled new state; ``kw`` goes to the launch."""
+    x = make(lens, H, HV, K, K, io, seed, cu_dtype)
     init = None if state_dtype is None else x["states"].to(state_dtype)
     ref_out, ref_state = oracle(x["q"], x["k"], x["v"], init, *raw_gates(
-        x["A_log"], x["a"], x["dt_bias"], x["b"]), x["cu_seqlens"], K ** -0.5, l2)
+        x["A_log"], x["a"], x["dt_bias"], x["b"]), x["cu_seqlens"], scale or K ** -0.5, l2)
     x = to_device(x, device)
     state = None if init is None else init.to(device)
     out = nan_like((sum(lens), HV, K), io, device)
-    new_state = nan_like((len(lens), HV, K, K), state_dtype or torch.float32, device)
-    launch(x, state, out, new_state, l2, config=config)
-    judge(out, new_state, ref_out, ref_state, f"lens={lens}")
+    new_state = state if inplace else \
+        nan_like((len(lens), HV, K, K), state_dtype or torch.float32, device)
+    launch(x, state, out, new_state, l2, scale=scale, **kw)
+    return judge(out, new_state, ref_out, ref_state, f"lens={lens} H={H} HV={HV}")
+
+
+@pytest.mark.parametrize("lens,H,HV,K,state_dtype,l2,io,seed,config", DENSE)
+def test_dense_destination_passing(device, lens, H, HV, K, state_dtype, l2, io, seed, config):
+    """Outputs and final states of a packed batch, new states in a distinct tensor."""
+    check(device, lens, H, HV, K, l2=l2, io=io, state_dtype=state_dtype, seed=seed,
+          config=config)
 
 
 def test_many_sequences(device):
@@ -146,27 +156,12 @@ def test_many_sequences(device):
     256-sequence count block (K = V = 32 to keep it short)."""
     lens = [0] * 260
     lens[3], lens[257], lens[259] = 5, 70, 2
-    x = make(lens, 1, 1, 32, 32, seed=13, cu_dtype=torch.int64)
-    ref_out, ref_state = oracle(x["q"], x["k"], x["v"], x["states"], *raw_gates(
-        x["A_log"], x["a"], x["dt_bias"], x["b"]), x["cu_seqlens"], 32 ** -0.5, True)
-    x = to_device(x, device)
-    out = nan_like((sum(lens), 1, 32), torch.bfloat16, device)
-    new_state = nan_like(x["states"].shape, torch.float32, device)
-    launch(x, x["states"], out, new_state, True)
-    judge(out, new_state, ref_out, ref_state, "260 sequences")
+    check(device, lens, K=32, seed=13, cu_dtype=torch.int64)
 
 
 def test_in_place_and_scale(device):
     """In place (``new_state is state``), an explicit scale, int64 cu_seqlens."""
-    lens = [10, 64, 3]
-    x = make(lens, 1, 2, seed=11, cu_dtype=torch.int64)
-    ref_out, ref_state = oracle(x["q"], x["k"], x["v"], x["states"], *raw_gates(
-        x["A_log"], x["a"], x["dt_bias"], x["b"]), x["cu_seqlens"], 0.3, True)
-    x = to_device(x, device)
-    state = x["states"].clone()
-    out = nan_like((sum(lens), 2, 64), torch.bfloat16, device)
-    launch(x, state, out, state, True, scale=0.3)
-    judge(out, state, ref_out, ref_state, "in place")
+    check(device, [10, 64, 3], 1, 2, seed=11, cu_dtype=torch.int64, scale=0.3, inplace=True)
 
 
 def test_precomputed_gates(device):
@@ -305,12 +300,4 @@ def test_workspace(device):
 @pytest.mark.slow
 def test_long_sequence_d128(device):
     """One 700-token sequence and a short one at K = V = 128, GVA 2."""
-    lens = [700, 20]
-    x = make(lens, 1, 2, 128, 128, seed=41)
-    ref_out, ref_state = oracle(x["q"], x["k"], x["v"], x["states"], *raw_gates(
-        x["A_log"], x["a"], x["dt_bias"], x["b"]), x["cu_seqlens"], 128 ** -0.5, True)
-    x = to_device(x, device)
-    out = nan_like((sum(lens), 2, 128), torch.bfloat16, device)
-    new_state = nan_like(x["states"].shape, torch.float32, device)
-    launch(x, x["states"], out, new_state, True)
-    judge(out, new_state, ref_out, ref_state, "long")
+    check(device, [700, 20], 1, 2, 128, seed=41)
