@@ -104,6 +104,11 @@ def nan_like(shape, dtype, device):
     return torch.full(shape, float("nan"), dtype=dtype, device=device)
 
 
+def k_last(stored, k_first):
+    """A state or pool as its k-last view ([.., V, K])."""
+    return stored.transpose(-1, -2) if k_first else stored
+
+
 # ------------------------------------------------------------------ dense batches
 
 LENGTHS = [0, 1, 63, 64, 65, 130, 200]           # empty, 1, C-1, C, C+1, 2C+2, a longer one
@@ -128,20 +133,22 @@ DENSE = [
 
 def check(device, lens, H=1, HV=1, K=64, *, l2=True, io=torch.bfloat16,
           state_dtype=torch.float32, seed=0, cu_dtype=torch.int32, scale=None, inplace=False,
-          **kw):
+          k_first=False, **kw):
     """One packed batch (K = V) against the oracle: ``state_dtype`` None is no initial state;
-    in place or into a NaN-filled new state; ``kw`` goes to the launch."""
+    in place or into a NaN-filled new state, k-last or K-first (stored [N, HV, K, V]); ``kw``
+    goes to the launch."""
     x = make(lens, H, HV, K, K, io, seed, cu_dtype)
     init = None if state_dtype is None else x["states"].to(state_dtype)
     ref_out, ref_state = oracle(x["q"], x["k"], x["v"], init, *raw_gates(
         x["A_log"], x["a"], x["dt_bias"], x["b"]), x["cu_seqlens"], scale or K ** -0.5, l2)
     x = to_device(x, device)
-    state = None if init is None else init.to(device)
+    state = None if init is None else k_last(init.to(device), k_first).contiguous()
     out = nan_like((sum(lens), HV, K), io, device)
     new_state = state if inplace else \
         nan_like((len(lens), HV, K, K), state_dtype or torch.float32, device)
-    launch(x, state, out, new_state, l2, scale=scale, **kw)
-    return judge(out, new_state, ref_out, ref_state, f"lens={lens} H={H} HV={HV}")
+    launch(x, state, out, new_state, l2, scale=scale, k_first=k_first, **kw)
+    return judge(out, k_last(new_state, k_first), ref_out, ref_state,
+                 f"lens={lens} H={H} HV={HV}")
 
 
 @pytest.mark.parametrize("lens,H,HV,K,state_dtype,l2,io,seed,config", DENSE)
@@ -162,6 +169,11 @@ def test_many_sequences(device):
 def test_in_place_and_scale(device):
     """In place (``new_state is state``), an explicit scale, int64 cu_seqlens."""
     check(device, [10, 64, 3], 1, 2, seed=11, cu_dtype=torch.int64, scale=0.3, inplace=True)
+
+
+def test_k_first_in_place(device):
+    """A dense K-first state ([N, HV, K, V], V contiguous) updated in place."""
+    check(device, [66, 5], 1, 2, seed=14, inplace=True, k_first=True)
 
 
 def test_precomputed_gates(device):
@@ -194,10 +206,6 @@ def stored_pool(values, k_first, device, extra=32):
         stored = base[:, :HV * V * K].view(P, HV, V, K)
         stored.copy_(values)
     return stored
-
-
-def k_last(stored, k_first):
-    return stored.transpose(-1, -2) if k_first else stored
 
 
 @pytest.mark.parametrize("separate,k_first", [(False, False), (True, True)],
