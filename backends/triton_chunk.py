@@ -34,7 +34,22 @@ or written (a real read slot with a padding write slot: outputs, no write).
 written).  Gates: raw (A_log, a, dt_bias, b), or FLA's precomputed ``g`` (log-space decay, fp32)
 and ``beta`` (post-sigmoid).
 
-The launch shape is a :class:`Config`; nothing is autotuned inside a call.
+The launch shape is a :class:`Config`; nothing is autotuned inside a call.  Its defaults, for
+K = V = 128 on Hopper (reasoned and checked by compiling for sm_90 here, not yet timed):
+
+* ``block_v`` from :func:`pick_block_v`: a single long sequence is a chain of chunk updates
+  with only N*HV independent recurrences (8 at the contest shape), so the tile is as small as
+  the tensor-core products allow (16 rows) while the programs fit in one wave of SMs (1 x 8
+  heads: 64 programs), larger (32, 64) as N*HV grows, so that q, k, T^T and M^T, loaded once
+  per program and chunk, serve more rows.
+* ``warps`` 8: at 16 rows the products split their columns over the warps; 8 warps halve each
+  warp's share of the chain's products against 4 and fit without spills (170 registers at
+  block_v 16, 254 at 32; 64 spills 160 bytes, 4 warps spill at 32 and 64).
+* ``stages`` 2: chunk j+1's q, k, v, T^T, M^T and factors (~40 KB) stream into shared memory
+  while chunk j computes (75 KB in all at block_v 16).
+* ``prep_warps`` 4: the prep kernel holds several C x C fp32 tiles; 247 registers, no spills,
+  two programs an SM by registers and shared memory.
+* ``chunk`` 64, ``base`` 16: 15 serial substitution steps and two merge levels.
 """
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 FLA and FlashInfer beside it.  From the repository root:
 
     python -m lab.prefill_gpu                      # everything (under 6 min on an H100)
+    python -m lab.prefill_gpu --configs 12 --sweep-geoms 4/8 --skip-correctness --peers none
     python -m lab.prefill_gpu --geoms 4/8 --seqs 1x8192 --configs 3 --peers none
 
 (a) Correctness: triton-chunk against a float64 per-token oracle (run on the GPU) under the
@@ -22,7 +23,9 @@ default and best config and the peers the bench's kernel (CUPTI: first start to 
 call), graph (per call in a CUDA graph of --sets calls) and host (wall per eager call) clocks.
 Errors: relative RMS (||x - ref|| / ||ref||) against float64, output and final state.
 
-The table comes last; everything goes to $OUT/prefill_gpu.json and .log (default /tmp/out).
+No new cell or config starts after --budget-s seconds (compiles included: a first run on a
+cold Triton cache may leave cells out; a second run finds the kernels compiled).  The table
+comes last; everything goes to $OUT/prefill_gpu.json and .log (default /tmp/out).
 """
 from __future__ import annotations
 
@@ -503,7 +506,7 @@ def parse(argv=None):
     p.add_argument("--seqs", default="1x8192,8x1024,16x256", help="N x L list")
     p.add_argument("--sweep-geoms", default="4/8,16/64",
                    help="geometries whose cells time --configs candidates (else the default)")
-    p.add_argument("--configs", type=int, default=6, help=f"candidates (of {len(CANDIDATES)})")
+    p.add_argument("--configs", type=int, default=5, help=f"candidates (of {len(CANDIDATES)})")
     p.add_argument("--peers", default="fla,flashinfer", help="fla, flashinfer, or none")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--sets", type=int, default=3, help="input sets rotated")
