@@ -241,13 +241,15 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     dt_bias = ga if dt_bias is None or gates else dt_bias
     if N < 1:
         return c
-    mats, vecs = _workspace(workspace, T, HV, c, q.device)
+    n_slots = T // C + N
+    grid = N * HV * (V // c.block_v)
+    if max(n_slots * HV, grid) > GRID_LIMIT:
+        raise ValueError(f"q: (T // {C} + N) * HV and N * HV * V / block_v must be <= "
+                         f"{GRID_LIMIT}, got {n_slots * HV} and {grid}")
+    # at least one token: an empty workspace could be a null pointer, which Triton may refuse
+    mats, vecs = _workspace(workspace, max(T, 1), HV, c, q.device)
     l2 = bool(use_qk_l2norm)
     if T > 0:
-        n_slots = T // C + N
-        if n_slots * HV > GRID_LIMIT:
-            raise ValueError(f"q: (T // {C} + N) * HV must be <= {GRID_LIMIT}, got "
-                             f"{n_slots * HV}")
         chunk_prep_kernel[(n_slots * HV,)](
             q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, N, T,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1),
@@ -263,9 +265,6 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     idx = state_indices if pool else cu_seqlens
     new_idx = new_state_indices if pool == 2 else idx
     init = has_initial_state if has_initial_state is not None else cu_seqlens
-    grid = N * HV * (V // c.block_v)
-    if grid > GRID_LIMIT:
-        raise ValueError(f"config: N*HV*V/block_v must be <= {GRID_LIMIT}, got {grid}")
     chunk_state_kernel[(grid,)](
         q, k, v, cu_seqlens, mats, vecs, out, src, new_state, idx, new_idx, init, T,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
