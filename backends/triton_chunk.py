@@ -23,7 +23,8 @@ and value head (:func:`workspace_numel`), 33 MiB at T = 8192, HV = 8 (C = 64), 2
 HV = 64; written once by the prep kernel and read by the sequential one (each V-tile of a head
 reads the same rows, mostly from L2).  Nothing else is allocated per call.  Pass ``workspace=`` (:func:`workspace_for` makes one) or let the module
 cache one per device: it grows when a call needs more and never frees a buffer it handed out, so
-a CUDA graph that captured one stays valid.
+a CUDA graph that captured one stays valid.  Calls that may run at the same time on different
+streams must each pass their own workspace.
 
 States: k-last ``[.., HV, V, K]`` or, with ``k_first``, ``[.., HV, K, V]``; fp32 or bf16;
 ``state`` None is zeros.  Pools: ``state_indices`` [N] picks each sequence's read slot,
