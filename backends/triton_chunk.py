@@ -192,8 +192,26 @@ def available():
     return tlaunch.available((8, 0))
 
 
-def supports(*, H: int, HV: int, K: int, V: int, io_dtype, state_dtype=torch.float32,
-             device="cuda", tokens: int = 0):
+def supports(problem):
+    """The registry's question for a prefill problem."""
+    p = problem
+    return serves(H=p.H, HV=p.HV, K=p.K, V=p.V, io_dtype=p.io_dtype,
+                  state_dtype=p.state_dtype, device=p.device, tokens=p.T)
+
+
+def run(call, *, config=None):
+    """The backend's entry point: a prefill call record (:mod:`gdnzoo.prefill_contract`)."""
+    c, pool = call, call.pool
+    launch(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.cu_seqlens, c.scale, c.out,
+           c.new_state, c.use_qk_l2norm, g=c.g, beta=c.beta,
+           state_indices=None if pool is None else pool.read,
+           new_state_indices=None if pool is None or pool.same_indices else pool.write,
+           null_slot=c.null_slot, has_initial_state=c.has_initial_state,
+           k_first=c.problem.k_first, config=config)
+
+
+def serves(*, H: int, HV: int, K: int, V: int, io_dtype, state_dtype=torch.float32,
+           device="cuda", tokens: int = 0):
     """(ok, reason) for a call of these head counts, head sizes, dtypes (``state_dtype`` None:
     no initial state) and device; ``tokens`` (T) only matters on CPU."""
     if H < 1 or HV % H:

@@ -280,11 +280,11 @@ def test_block_v_fills_one_wave():
 
 def test_supports_reasons():
     ok = dict(H=4, HV=8, K=128, V=128, io_dtype=torch.bfloat16, device="cuda")
-    assert tc.supports(**ok) == (True, "")
+    assert tc.serves(**ok) == (True, "")
     for bad, word in ((dict(HV=6), "GVA"), (dict(K=96), "K and V"),
                       (dict(io_dtype=torch.float32), "bfloat16"),
                       (dict(state_dtype=torch.float16), "state")):
-        res, why = tc.supports(**{**ok, **bad})
+        res, why = tc.serves(**{**ok, **bad})
         assert not res and word in why
 
 
