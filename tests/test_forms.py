@@ -179,3 +179,39 @@ def test_forms_keep_one_launch():
                 torch.cuda.synchronize()
             kernels = [e for e in p.events() if e.device_type == torch.autograd.DeviceType.CUDA]
             assert len(kernels) <= 2, (name, form, [e.name for e in kernels])
+
+
+@pytest.mark.parametrize("form", ["pool", "verify"])
+def test_k_first_pools_and_verify_match_pt_reference(form):
+    """A K-first pool (pages larger than a slot, padding) and a verify call with K-first
+    intermediate states, on every backend declaring k_first, against pt-reference's same call
+    (the reference's own forms are held to the raw call above)."""
+    x = make_inputs(B=3, T=2, H=2, HV=4, K=64, V=64, device=DEVICE, seed=21)
+    P, page = 5, 4 * 64 * 64 + 32
+    buf = torch.randn(P, page, generator=torch.Generator().manual_seed(4)).mul(0.05)
+    pool = buf[:, :4 * 64 * 64].view(P, 4, 64, 64).to(DEVICE)          # [P, HV, K, V]
+    kw = dict(state_indices=torch.tensor([4, -1, 1], dtype=torch.int32, device=DEVICE),
+              state_layout="k-first", use_qk_l2norm=True)
+    if form == "verify":
+        kw.update(intermediate_states=torch.full((3, 2, 4, 64, 64), float("nan"),
+                                                 device=DEVICE), update_state=False)
+    results = {}
+    for name in registry.names():
+        if not _served("decode", name, "k_first") or registry.spec(name).pools is not True:
+            continue
+        if form == "verify" and registry.spec(name).verify is not True:
+            continue
+        p, k = pool.clone(), dict(kw)
+        if "intermediate_states" in k:
+            k["intermediate_states"] = kw["intermediate_states"].clone()
+        out, ns = gdnzoo.decode(*x.args()[:3], p, *x.args()[4:], algo=name, **k)
+        results[name] = (out, ns, k.get("intermediate_states"))
+    ref = results.pop("pt-reference")
+    assert results, "no backend besides pt-reference declares a K-first pool"
+    for name, (out, ns, inter) in results.items():
+        assert torch.allclose(out.float(), ref[0].float(), atol=2e-3, rtol=2e-2), name
+        assert torch.allclose(ns, ref[1], atol=1e-5, rtol=1e-4), name
+        if inter is not None:
+            written = ~torch.isnan(ref[2])
+            assert torch.equal(written, ~torch.isnan(inter)), name
+            assert torch.allclose(inter[written], ref[2][written], atol=1e-5, rtol=1e-4), name
