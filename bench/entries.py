@@ -68,21 +68,20 @@ def record(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
     ``new_state`` is ``state`` in place)."""
     from gdnzoo import dispatch
     from gdnzoo.operation import DECODE
-    kw = dict(state_indices=None, new_state_indices=None, null_slot=None,
-              intermediate_states=None, intermediate_indices=None, update_state=True,
-              num_accepted_tokens=None)
+    named = {arg.name: arg.default for arg in DECODE.args}     # decode's defaults, by name
+    named.update(q=q, k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias, b=b, scale=scale,
+                 out=out, new_state=None if new_state is state else new_state,
+                 use_qk_l2norm=use_qk_l2norm, algo=None,
+                 pdl={0: None, 1: "wait", 2: "early"}.get(pdl, pdl))
     if pool is not None:
-        kw.update(state_indices=pool.read,
-                  new_state_indices=None if pool.write is pool.read else pool.write,
-                  null_slot=None if pool.null_slot < 0 else pool.null_slot)
+        named.update(state_indices=pool.read,
+                     new_state_indices=None if pool.write is pool.read else pool.write,
+                     null_slot=None if pool.null_slot < 0 else pool.null_slot)
     if verify is not None:
-        kw.update(intermediate_states=verify.states, intermediate_indices=verify.indices,
-                  update_state=verify.update or verify.per_token,
-                  num_accepted_tokens=verify.accepted)
-    level = {0: None, 1: "wait", 2: "early"}.get(pdl, pdl)
-    args = (q, k, v, state, A_log, a, dt_bias, b, scale, out,
-            None if new_state is state else new_state, use_qk_l2norm, None, *kw.values(), level)
-    return dispatch.record(DECODE, args, algo)
+        named.update(intermediate_states=verify.states, intermediate_indices=verify.indices,
+                     update_state=verify.update or verify.per_token,
+                     num_accepted_tokens=verify.accepted)
+    return dispatch.record(DECODE, tuple(named[n] for n in DECODE.names), algo)
 
 
 def launch(run, x, state, out, new_state, l2, *, config=None, **kw):
