@@ -187,7 +187,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
                                   verify),
             H, HV, K, V, BV, bool(use_qk_l2norm), lpr, vec_elems(sd), T if dense else 0,
             0, 1, 0, 1, 0, tlaunch.pool_mode(pool, verify), *tlaunch.verify_mode(verify), pdl,
-            *form)
+            *(form if any(form) else ()))   # GATES, NEG, KFIRST: absent at their defaults
     # launch_pdl: Triton's launcher (and raw_launch after it) launches with PDL
     options = {"launch_pdl": True} if pdl else {}
     compiled = gdn_decode_kernel[(grid0,)](q, k, v, a, b, A_log, dt_bias, out, state, new_state,

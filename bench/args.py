@@ -13,7 +13,7 @@ from pathlib import Path
 
 # --mode NAME -> the module under gdnzoo.bench that defines it (its MODES dict)
 MODES = {"dense": "mode_dense", "dest": "mode_dense", "pool": "mode_pool",
-         "verify": "mode_verify", "chained": "mode_chained"}
+         "verify": "mode_verify", "chained": "mode_chained", "prefill": "mode_prefill"}
 ALIASES = {"inplace": "dense"}
 TOGETHER = ("dense", "dest")             # modes that share one run; the others run alone
 CLOCKS = ("kernel", "graph", "host")
@@ -168,8 +168,9 @@ def given(value) -> bool:
 def add_bench_args(p):
     p.add_argument("--mode", type=modes, default=_UnsetList(["dense"]),
                    help="dense (in place; 'inplace' too), dest (destination passing; dense,dest "
-                        "in one run), pool (the serving convention), verify (speculative verify) "
-                        "or chained (the decode in a graph of layers); default dense")
+                        "in one run), pool (the serving convention), verify (speculative verify), "
+                        "chained (the decode in a graph of layers) or prefill (the chunked "
+                        "prefill of sequence mixes); default dense")
     p.add_argument("--algo", type=names, default=None,
                    help="comma list of backends or 'all' (default: ALGO env, else the mode's)")
     p.add_argument("--batch", type=positive_ints, default=_UnsetList(DEFAULT_BATCHES),
@@ -191,6 +192,9 @@ def add_bench_args(p):
     p.add_argument("--timing", type=timings, default=_UnsetList(CLOCKS),
                    help="comma list of kernel,graph,host (default: every clock the mode has); "
                         "'chained' is --mode chained")
+    p.add_argument("--mix", type=_mix, default=None,
+                   help="--mode prefill: comma list of sequence mixes, NxL (N sequences of L "
+                        "tokens) or ragged (default 1x8192,1x32768,8x1024,16x256,64x64,ragged)")
     p.add_argument("--layers", type=positive_int, default=None,
                    help="--mode chained: layers in the graph (default 64)")
     p.add_argument("--l2norm", action="store_true", help="use_qk_l2norm=True")
@@ -213,6 +217,11 @@ def add_bench_args(p):
     return p
 
 
+def _mix(s):
+    from gdnzoo.bench.mode_prefill import mix_arg
+    return mix_arg(s)
+
+
 def resolve(args) -> list:
     """Cross-option checks (usage errors) and the presets, in place on ``args``; returns notes
     to show.  ``--timing chained`` becomes ``--mode chained``; ``--model`` sets the heads and
@@ -225,6 +234,8 @@ def resolve(args) -> list:
         notes.append("--timing chained: read as --mode chained")
     if args.layers is not None and args.mode != ["chained"]:
         usage_error("--layers: only with --mode chained")
+    if getattr(args, "mix", None) is not None and args.mode != ["prefill"]:
+        usage_error("--mix: only with --mode prefill")
     if args.model is None:
         if args.tp is not None:
             usage_error("--tp: only with --model")

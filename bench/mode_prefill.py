@@ -1,0 +1,336 @@
+"""``gdnzoo bench --mode prefill``: the prefill of every registered prefill backend, the
+automatic choice and the peers (FLA's and FlashInfer's chunked prefill, registered as
+``fla-upstream`` and ``fi-baseline``) over geometries x sequence mixes x state dtypes x forms.
+
+A cell is (geometry H/HV, a sequence mix such as ``1x8192`` or ``ragged``, state dtype, form):
+``dense`` is one state per sequence updated in place, ``pool`` the serving form (the states in
+a pool of slots, every sequence reading and writing its slot in place).  q/k/v bf16, K = V =
+128, use_qk_l2norm=True.  Every entry is gated through its public callable against the float64
+oracle (its relative RMS errors of output and final state are the rows' ``rel_err_out`` /
+``rel_err_state``), then timed on three clocks over rotated input sets.  How: :data:`METHOD`.
+"""
+from __future__ import annotations
+
+import math
+
+from gdnzoo.bench import entries
+from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, gated, judged
+
+GEOMETRIES = ((4, 8), (16, 32), (16, 48), (16, 64), (2, 8))
+MIXES = ("1x8192", "1x32768", "8x1024", "16x256", "64x64", "ragged")
+# a serving-like mix: one long prompt, medium ones, a single token, a zero-length sequence, the
+# chunk edges
+RAGGED = (2048, 1, 700, 0, 63, 65, 1500, 3000, 128, 4096)
+FORMS = ("dense", "pool")
+PEERS = ("fi-baseline", "fla-upstream")
+SLOW = ("pt-reference", "pt-compiled")     # timed only when --algo names them
+BUDGET_S = 420.0
+DIM = 128
+
+METHOD = (
+    "Prefill: N sequences packed on one token axis (cu_seqlens int32), q/k/v bf16, K = V = 128, "
+    "use_qk_l2norm=True, raw gates; dense: one fp32/bf16 state per sequence updated in place; "
+    "pool: the states in a pool of slots (random distinct slots, in place). Correctness first: "
+    "one call through gdnzoo.get(name, op='prefill') vs the float64 per-token oracle "
+    "(gdnzoo.gate: the contest rule and relative Frobenius error < 1e-2 output, 1e-4 fp32 / "
+    "8e-3 bf16 state); rel_err_out / rel_err_state are those relative RMS errors; a failing "
+    "entry gets no time. Clocks over n rotated input sets (q, k, v, a, b, state; n*set >= 2x L2, "
+    "at most 8): kernel: CUPTI records of a call summed (kernels_per_call counts them; a peer's "
+    "gate-prep kernels included); graph: per-call time in a CUDA graph of N calls (n/a for an "
+    "entry that syncs the host); host: wall time per eager call. floor: the larger of the "
+    "memory floor (q, k, v, a, b read, out written, the state read and written once, at this "
+    "run's measured copy bandwidth) and the compute floor (4*T*HV*K*V flops, FlashInfer's "
+    "count, at this run's measured bf16 matmul rate). TFLOP/s: 4*T*HV*K*V per call over the "
+    "median. Medians with p20/p80.")
+
+
+def lengths(mix: str) -> list:
+    """A mix's sequence lengths: ``NxL`` (N sequences of L tokens) or ``ragged``."""
+    if mix == "ragged":
+        return list(RAGGED)
+    n, L = mix.split("x")
+    return [int(L)] * int(n)
+
+
+def mix_arg(s) -> list:
+    """``--mix``: a comma list of NxL and ragged."""
+    import argparse
+    from gdnzoo.bench.args import words
+    out = words(s)
+    for w in out:
+        try:
+            assert w == "ragged" or all(int(t) >= 1 for t in w.split("x")) and w.count("x") == 1
+        except (AssertionError, ValueError):
+            raise argparse.ArgumentTypeError(f"expected NxL (N sequences of L tokens) or "
+                                             f"ragged, got {w!r}") from None
+    return out
+
+
+def flops(c: Cell) -> float:
+    """FlashInfer's count: 4 * T * HV * K * V per call."""
+    return 4.0 * c.T * c.HV * c.K * c.V
+
+
+def io_bytes(c: Cell) -> int:
+    """q, k, v, a, b read and out written (bf16), the state read and written once."""
+    state = 2 * c.B * c.HV * c.V * c.K * (4 if c.state_dtype == "fp32" else 2)
+    return 2 * c.T * (2 * c.H * c.K + 2 * c.HV * c.V + 2 * c.HV) + state
+
+
+class InputSets:
+    """The cold source of a cell: ``n`` copies of its inputs (and states, and pools) visited
+    round robin; ``call(x, state, kw)`` takes one set."""
+
+    def __init__(self, x, form, n, device, seed):
+        import torch
+        self.sets = []
+        for i in range(n):
+            y = x.clone()
+            if form == "pool":
+                N = y.cu_seqlens.shape[0] - 1
+                P = 2 * N + 3
+                g = torch.Generator().manual_seed(seed + i)
+                pool = torch.randn((P, *y.state.shape[1:]), generator=g).mul(0.05).to(
+                    y.state.dtype).to(device)
+                slots = torch.randperm(P, generator=g)[:N].to(torch.int32).to(device)
+                pool[slots.long()] = y.state
+                self.sets.append((y, pool, dict(state_indices=slots)))
+            else:
+                self.sets.append((y, y.state, {}))
+        self.n = len(self.sets)
+        self._turn = 0
+        y, st, _ = self.sets[0]
+        self.working_set_bytes = n * (sum(t.numel() * t.element_size() for t in (
+            y.q, y.k, y.v, y.a, y.b)) + st.numel() * st.element_size())
+
+    def next(self):
+        s = self.sets[self._turn % self.n]
+        self._turn += 1
+        return s
+
+    prepare = None
+
+    def kernel(self, call):
+        return lambda i: call(*self.next())
+
+    graph = kernel
+
+
+def rotation(x, l2) -> int:
+    """Input sets of a cell: at least 2, and 2x the L2 of bytes, at most 8."""
+    one = sum(t.numel() * t.element_size() for t in (x.q, x.k, x.v, x.a, x.b, x.state))
+    return max(2, min(8, math.ceil(2 * l2 / max(one, 1))))
+
+
+def prefill_entry(c: Cell, plan) -> Entry:
+    """Entry ``c.backend`` (a prefill backend, or ``auto``) in cell ``c``; Skip with the reason
+    where it cannot serve it."""
+    import torch
+
+    import gdnzoo
+    from gdnzoo import gate, prefill_contract
+    from gdnzoo.inputs import make_prefill_inputs
+    keys = dict(c.keys)
+    form = c.mode
+    x = make_prefill_inputs(lengths(keys["mix"]), H=c.H, HV=c.HV, K=c.K, V=c.V,
+                            state_dtype=c.state_dtype, device=plan.device, seed=plan.seed)
+    ref = plan.cache.get(("ref", c.H, c.HV, keys["mix"], c.state_dtype))
+    if ref is None:
+        ref = plan.cache[("ref", c.H, c.HV, keys["mix"], c.state_dtype)] = x.reference(True)
+    fn = gdnzoo.prefill if c.backend == "auto" else gdnzoo.get(c.backend, op="prefill")
+    sets = InputSets(x, form, rotation(x, plan.l2 or 0), plan.device, plan.seed)
+    y0, st0, kw0 = sets.sets[0]
+    problem, _ = prefill_contract.validate(*y0.args()[:3], st0, *y0.args()[4:],
+                                           use_qk_l2norm=True, **kw0)
+    note = ""
+    if c.backend == "auto":
+        sel = gdnzoo.select(*y0.args()[:3], st0, *y0.args()[4:], op="prefill",
+                            use_qk_l2norm=True, **kw0)
+        note = f"auto -> {sel.name} ({sel.source})"
+    else:
+        entries.serve(c.backend, problem)
+    out = torch.empty_like(x.v)
+
+    def check():
+        if form == "dense":
+            j, _, _ = gate.gated_call(fn, x, dest=False, use_qk_l2norm=True, ref=ref)
+            return judged(j)
+        y, pool, kw = sets.sets[0]
+        before = pool.clone()
+        out.fill_(float("nan"))
+        fn(*y.args()[:3], pool, *y.args()[4:], out=out, use_qk_l2norm=True, **kw)
+        slots = kw["state_indices"].long()
+        j = gate.judge(out, pool.index_select(0, slots), *ref, state_dtype=pool.dtype)
+        others = torch.ones(pool.shape[0], dtype=torch.bool, device=pool.device)
+        others[slots] = False
+        if not torch.equal(pool[others], before[others]):
+            j.reasons.append("pool: slots not named were written")
+        pool.copy_(before)
+        return judged(j)
+
+    def call(y, st, kw):
+        fn(*y.args()[:3], st, *y.args()[4:], out=out, use_qk_l2norm=True, **kw)
+
+    def host(i):
+        call(*sets.next())
+    return Entry(call, check, sets, note=note, host=host)
+
+
+def floor_row(c: Cell, plan) -> list:
+    """The cell's floor: max(memory floor, compute floor) from this run's measured copy
+    bandwidth and bf16 matmul rate."""
+    rates = plan.cache.get("rates")
+    if rates is None:
+        rates = plan.cache["rates"] = measured_rates()
+    mem = io_bytes(c) / (rates["copy_gbps"] * 1e3)          # us
+    comp = flops(c) / (rates["tflops"] * 1e6)               # us
+    which = "memory" if mem >= comp else "compute"
+    return [dict(cell=c, clock="kernel", status="PASS", flags="", samples=[max(mem, comp)],
+                 note=f"{which} floor (memory {mem:.1f} us at {rates['copy_gbps']:.0f} GB/s, "
+                      f"compute {comp:.1f} us at {rates['tflops']:.0f} TFLOP/s)",
+                 method="computed from this run's copy bandwidth and bf16 matmul rate")]
+
+
+def measured_rates() -> dict:
+    """This GPU's device-to-device copy bandwidth (read + write) and bf16 matmul rate on random
+    data (8192^3, median of 10 after warm-up), measured now."""
+    import statistics
+
+    import torch
+
+    from gdnzoo.bench import floor
+    copy = floor.copy_bandwidth()
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(10):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        a @ b
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1e3)
+    return dict(copy_gbps=copy["gbps"], tflops=2 * 8192**3 / statistics.median(times) / 1e6)
+
+
+class Prefill(Mode):
+    name = "prefill"
+    method = METHOD
+    keys = ("mix",)
+    columns = {"tflops": float("nan"), "kernels_per_call": ""}
+    defaults = {"state_dtype": ("fp32", "bf16"), "time_budget": BUDGET_S}
+    cpu = "skip"
+    busy = True
+    subdir = "prefill"
+
+    def plan(self, plan, args):
+        from gdnzoo import registry
+        from gdnzoo.bench.args import given
+        mixes = args.mix or list(MIXES)
+        geoms = [(plan.H, plan.HV)] if given(args.heads) or args.model else list(GEOMETRIES)
+        if given(args.dim) and args.dim != DIM:
+            plan.notes.append(f"--dim {args.dim}: prefill cells are K = V = {DIM} (the peers')")
+        every = entries.backends("prefill")
+        names = entries.named(args.algo or registry.env_algo(),
+                              lambda: [n for n in every if n not in SLOW], "prefill")
+        names = ["auto"] + [n for n in names if n != "auto"]
+        avail = {n: entries.available(n, plan.device, "prefill") for n in names if n != "auto"}
+        plan.notes += [f"{n}: skipped ({why})" for n, (ok, why) in avail.items() if not ok]
+        plan.l2norm = True
+        for form in FORMS:
+            for H, HV in geoms:
+                for mix in mixes:
+                    for sd in plan.states:
+                        L = lengths(mix)
+                        cells = [(Cell("prefill", n, len(L), sum(L), H, HV, DIM, DIM, sd, form,
+                                       True, (("mix", mix),)), plan.clocks) for n in names]
+                        if plan.gpu and "kernel" in plan.clocks and form == "dense":
+                            cells.append((Cell("prefill", "floor", len(L), sum(L), H, HV, DIM,
+                                               DIM, sd, form, True, (("mix", mix),)),
+                                          ("kernel",)))
+                        plan.groups.append(Group(f"{H}/{HV} {mix} {sd} {form}", cells))
+        plan.backends = plan.entries = tuple(names)
+
+    def measure(self, group, plan):
+        rows = []
+        for c, clocks in group.cells:
+            if c.backend == "floor":
+                rows += floor_row(c, plan)
+            else:
+                rows += gated(c, clocks, lambda c=c: prefill_entry(c, plan), plan)
+        return rows
+
+    def floor_of(self, row):
+        return {"mode": "dense", "clock": "kernel"} if row["clock"] == "kernel" else None
+
+    def bytes_moved(self, c):
+        return io_bytes(c)
+
+    def problem(self, c, plan, **kw):
+        """The prefill Problem of cell ``c`` (the automatic choice's, shown beside the timed
+        ``auto`` entry)."""
+        import torch
+
+        from gdnzoo.inputs import DTYPES
+        from gdnzoo.prefill_contract import Problem
+        return Problem(N=c.B, T=c.T, H=c.H, HV=c.HV, K=c.K, V=c.V,
+                       state_dtype=DTYPES[c.state_dtype], io_dtype=torch.bfloat16,
+                       device=plan.device, use_qk_l2norm=True, cc=plan.cc,
+                       pool=c.mode == "pool")
+
+    def derive(self, table, plan):
+        from gdnzoo.bench.report import finite
+        for r in table:
+            m = r["median_us"]
+            if r["backend"] != "floor" and finite(m) and m > 0:
+                r["tflops"] = 4.0 * r["T"] * r["HV"] * r["K"] * r["V"] / m / 1e6
+
+    def headline(self, plan, env):
+        return "q/k/v bf16, K=V=128, use_qk_l2norm=True, cu_seqlens int32"
+
+    def sections(self, plan, table):
+        out = []
+        for form in FORMS:
+            for H, HV in dict.fromkeys((r["H"], r["HV"]) for r in table):
+                for sd in plan.states:
+                    for clock in plan.clocks:
+                        def keep(r, H=H, HV=HV, sd=sd, clock=clock, form=form):
+                            return (r["H"], r["HV"], r["state_dtype"], r["clock"]) == \
+                                (H, HV, sd, clock) and (r["mode"] == form or
+                                                        r["backend"] == "floor")
+                        if any(keep(r) and r["mode"] == form for r in table):
+                            out.append((f"\n{H}/{HV}, {sd} state, {form}, {clock} clock, us"
+                                        + (" / x the floor" if clock == "kernel" else "")
+                                        + ":", keep, clock == "kernel", "mix"))
+        return out
+
+    def extra_lines(self, table, plan):
+        """The prefill bars: our best entry against FLA and FlashInfer per cell and clock, and
+        the errors against float64."""
+        from gdnzoo.bench.report import finite
+        cells = {}
+        for r in table:
+            if r["status"] == "PASS" and finite(r["median_us"]) and r["backend"] != "floor":
+                key = (r["H"], r["HV"], r["mix"], r["state_dtype"], r["mode"], r["clock"])
+                cells.setdefault(key, {})[r["backend"]] = r["median_us"]
+        ours = [n for n in plan.entries if n not in PEERS and n != "auto"]
+        lines = ["bars (per cell and clock: our best entry's time over each peer's):"]
+        for peer in PEERS:
+            xs = [min(t[n] for n in ours if n in t) / t[peer] for t in cells.values()
+                  if peer in t and any(n in t for n in ours)]
+            if xs:
+                lines.append(f"  vs {peer}: {len(xs)} cells, ours/peer worst {max(xs):.2f}x, "
+                             f"best {min(xs):.2f}x, faster in {sum(x < 1 for x in xs)}")
+        errs = [((r["backend"], r["state_dtype"]), r["rel_err_out"], r["rel_err_state"])
+                for r in table if r["clock"] == plan.clocks[0] and finite(r["rel_err_state"])]
+        for name, sd in dict.fromkeys(k for k, _, _ in errs):
+            eo = max(e for k, e, _ in errs if k == (name, sd))
+            es = max(e for k, _, e in errs if k == (name, sd))
+            lines.append(f"  error vs float64, {name}, {sd} state: worst relative RMS out "
+                         f"{eo:.2e}, state {es:.2e}")
+        return lines
+
+
+MODES = {"prefill": Prefill()}
