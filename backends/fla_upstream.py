@@ -34,20 +34,21 @@ import os
 
 import torch
 
-from gdnzoo.backends import _peer
+from gdnzoo.backends import _peer_checks
 
 PATH_ENV = "GDNZOO_FLA_PATH"
 
 
 def available():
-    return _peer.available(("fla", "triton"), "flash-linear-attention (fla-core 0.6.0) and triton",
-                           "fla-upstream is launched on CUDA only",
-                           "flash-linear-attention fused_recurrent_gated_delta_rule, "
-                           "state_v_first=True")
+    return _peer_checks.available(("fla", "triton"),
+                                  "flash-linear-attention (fla-core 0.6.0) and triton",
+                                  "fla-upstream is launched on CUDA only",
+                                  "flash-linear-attention fused_recurrent_gated_delta_rule, "
+                                  "state_v_first=True")
 
 
 def supports(problem):
-    return _peer.on_cuda(problem, "fla-upstream runs only on CUDA devices")
+    return _peer_checks.on_cuda(problem, "fla-upstream runs only on CUDA devices")
 
 
 def path() -> str:

@@ -119,7 +119,7 @@ def commit(intermediate_states, intermediate_indices, accepted_steps, state, sta
     if accepted_steps.shape[0] == 0:
         return state
     if _triton_ok(state.device):
-        from gdnzoo.backends._triton_commit import launch
+        from gdnzoo.backends._triton_commit_kernel import launch
         launch(intermediate_states, intermediate_indices, accepted_steps, state, state_indices,
                null)
     else:
