@@ -315,12 +315,21 @@ def test_dense_is_torch_contiguity_of_every_tensor():
     assert cuda_build.dense(q1, *args[1:])
 
 
-def test_cache_key_tracks_source_options_and_compiler():
+def test_cache_key_tracks_source_options_and_compiler(tmp_path, monkeypatch):
     base = cuda_build.cache_key("src", ["-DGDN_K=128"], (13, 0), "cubin")
     assert base == cuda_build.cache_key("src", ["-DGDN_K=128"], (13, 0), "cubin")
     assert base != cuda_build.cache_key("src2", ["-DGDN_K=128"], (13, 0), "cubin")
     assert base != cuda_build.cache_key("src", ["-DGDN_K=64"], (13, 0), "cubin")
     assert base != cuda_build.cache_key("src", ["-DGDN_K=128"], (13, 1), "cubin")
+    # every header a source may include (cuda_v4.cu's own besides gdn_common.cuh)
+    assert {"gdn_common.cuh", "cuda_v4_lane.cuh", "cuda_v4_tokens.cuh"} <= {
+        p.name for p in cuda_build.HEADER.parent.glob("*.cuh")}
+    for name in ("gdn_common.cuh", "cuda_v4_lane.cuh"):
+        (tmp_path / name).write_text((cuda_build.HEADER.parent / name).read_text())
+    monkeypatch.setattr(cuda_build, "HEADER", tmp_path / "gdn_common.cuh")
+    key = cuda_build.cache_key("src", ["-DGDN_K=128"], (13, 0), "cubin")
+    (tmp_path / "cuda_v4_lane.cuh").write_text("// changed\n")
+    assert key != cuda_build.cache_key("src", ["-DGDN_K=128"], (13, 0), "cubin")
 
 
 def _problem(**kw):
