@@ -100,16 +100,17 @@ def _caller(launch, slots, element_loads):
                           inter, inter_idx, accepted)
             return
         dtb = dt_bias.data_ptr()
+        # What the fields ``accepted``, ``new_state`` and ``inter`` carry for this kernel.
         if slots:
-            np_, inter = dtb, np_
+            accepted_field, new_state_field, inter_field = accepted, dtb, np_
         else:
-            accepted = dtb
+            accepted_field, new_state_field, inter_field = dtb, np_, inter
         try:
             buf, _, argv = launch._tls.b
         except AttributeError:
             buf, _, argv = launch.buffers()
-        head.pack_into(buf, at, sp, idx, accepted, qp, kp, v.data_ptr(), a.data_ptr(),
-                       b.data_ptr(), A_log.data_ptr(), np_, out.data_ptr(), dtb, inter_idx,
-                       new_idx, inter)
+        head.pack_into(buf, at, sp, idx, accepted_field, qp, kp, v.data_ptr(), a.data_ptr(),
+                       b.data_ptr(), A_log.data_ptr(), new_state_field, out.data_ptr(), dtb,
+                       inter_idx, new_idx, inter_field)
         cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
     return call

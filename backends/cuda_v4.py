@@ -119,13 +119,14 @@ CONFIG = tables.ConfigFields(warps=tables.REQUIRED, row_groups=tables.REQUIRED,
                              lanes_per_row=tables.REQUIRED, hint=tables.REQUIRED, fast_gates=1,
                              chain=0, smem=0, qk_mode=0, chunk=0, ahead=0, head_scalars=0,
                              kernel="decode")
-KERNELS = ("decode", "tc-verify")  # the kernel values
-CHUNK = (0, 1, 2)                # the chunk values; 2 holds every Gram entry in each lane's
-CHUNK_MAX_T = 16                 # registers, so it serves T <= CHUNK_REG_MAX_T (above, 1: the
-CHUNK_REG_MAX_T = 4              # Gram entries from the block); 1 serves T <= CHUNK_MAX_T
-AHEAD = (0, 1, 2, 3)             # the ahead values; 3 holds every token's q and k, so it serves
-QK_AHEAD_MAX_T = 8               # T <= 8 (above, 1: the same loop, q/k a token ahead)
-HEAD_SCALARS = (0, 1)            # the head_scalars values
+# The values of the fields that take a few, and the largest T each serves (see above).
+KERNELS = ("decode", "tc-verify")
+CHUNK = (0, 1, 2)
+CHUNK_MAX_T = 16                 # chunk 1
+CHUNK_REG_MAX_T = 4              # chunk 2
+AHEAD = (0, 1, 2, 3)
+QK_AHEAD_MAX_T = 8               # ahead 3
+HEAD_SCALARS = (0, 1)
 
 _binds: dict = {}                # signature -> Bound
 

@@ -17,7 +17,9 @@ T the row's ``tokens`` (and the largest T its row set serves, 16 for the open la
   final store and separate write slots; int32 rows, packed views), per-token slots with int64
   accepted counts, without counts, and with int32 counts and PDL 2, each also misaligned where
   marked (the first), so a tensor-core row (cuda_v4_tc.cu) is checked in every form it serves
-  and in its token-loop fallback.
+  and in its token-loop fallback;
+* cuda-v1 (no launch rows; it shares gdn_common.cuh): fp32 and bf16 states, bf16 and fp16
+  q/k/v, K 64 and 128, with and without the L2 norm.
 
 Each tree's own host code names the variants (source, kernel, -D constants): ``cuda_v4.run``
 with compiling and launching replaced by a recorder, in a subprocess that imports that tree's
@@ -89,6 +91,11 @@ def calls(tables_dir: Path) -> list[dict]:
                 for mode in (("inplace", "dest") if r["mode"] == "any" else (r["mode"],)):
                     out += [dict(base, T=T, inplace=mode == "inplace", **f)
                             for f in _decode_forms(i)[:1 if extra else None]]
+    for i, (sd, io, K, l2) in enumerate([("fp32", "bf16", 128, False), ("bf16", "fp16", 128, True),
+                                         ("fp32", "bf16", 64, True), ("bf16", "bf16", 64, False)]):
+        out.append(dict(backend="cuda-v1", gpu="", sd=sd, io=io, B=2, T=1 + i % 3, H=4, HV=8,
+                        K=K, V=K, pdl=0, aligned=True, packed=False, l2=l2, pool=None,
+                        verify=None, inplace=i % 2 == 0, form="dense", row="cuda-v1"))
     for c in out:
         c["label"] = f"{c['row']} | {_form_name(c)}"
     return out
@@ -149,7 +156,7 @@ def _tensors(c):
     from gdnzoo.pool import Pool
     from gdnzoo.verify import Verify
     B, T, H, HV, K, V = c["B"], c["T"], c["H"], c["HV"], c["K"], c["V"]
-    io, f32 = torch.bfloat16, torch.float32
+    io, f32 = {"bf16": torch.bfloat16, "fp16": torch.float16}[c.get("io", "bf16")], torch.float32
     sd = f32 if c["sd"] == "fp32" else torch.bfloat16
     if c["packed"]:                       # the engines' views of one projection
         m = torch.empty(B, T, 2 * H * K + HV * V, dtype=io)
@@ -197,7 +204,7 @@ def worker(tree: Path):
     import types
 
     import torch
-    from gdnzoo.backends import cuda_v4
+    from gdnzoo.backends import cuda_v1, cuda_v4
     # The plumbing module cuda_v4 compiles and launches through, whatever its name.
     build = next(m for m in vars(cuda_v4).values() if isinstance(m, types.ModuleType)
                  and hasattr(m, "get_kernel") and hasattr(m, "Launch"))
@@ -217,9 +224,13 @@ def worker(tree: Path):
         gpu[0] = c["gpu"]
         del made[:]
         args, misaligned, pool, ver = _tensors(c)
-        for call in (args, misaligned):
-            if call is not None:
-                cuda_v4.run(*call, pool=pool, verify=ver, pdl=c["pdl"])
+        if c.get("backend") == "cuda-v1":
+            cuda_v1.run(*args)
+            calls_v4 = ()
+        else:
+            calls_v4 = [x for x in (args, misaligned) if x is not None]
+        for call in calls_v4:
+            cuda_v4.run(*call, pool=pool, verify=ver, pdl=c["pdl"])
         result.append(list(made))
     json.dump(result, sys.stdout)
 
@@ -287,6 +298,17 @@ def sass(tree, src, defs, arch, tools, key):
     return result
 
 
+def snapshot(tree: Path) -> Path:
+    """A copy of ``tree``'s CUDA sources, compiled in place of the tree's own files, so that an
+    edit during a run neither reaches a build nor a cache entry keyed by the sources before."""
+    dest = Path(tempfile.mkdtemp(prefix="sass_identity_src")) / "backends"
+    dest.mkdir()
+    for pat in ("*.cu", "*.cuh"):
+        for p in (tree / "backends").glob(pat):
+            shutil.copy2(p, dest / p.name)
+    return dest.parent
+
+
 def tree_of(ref: str) -> Path:
     """``ref``'s backends/, gdnzoo/, bench/ extracted (git archive), cached by commit."""
     sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", ref], capture_output=True,
@@ -324,13 +346,14 @@ def main(argv=None):
         lines.append(" ".join(map(str, parts)))
         print(lines[-1], flush=True)
 
+    sources = {"before": snapshot(before), "after": snapshot(after)}
     cs = calls(after / "backends" / "tables")[::a.every]
     tools = _tools()
     log(f"before: {ref[:12]} ({before}); after: {after}"
         f"{' (uncommitted changes)' if _dirty(after) else ''}")
     log(f"nvcc: {tools[2].strip().splitlines()[-1]}; -arch={a.arch}; {len(cs)} calls")
     vb, va = variants_of(before, cs), variants_of(after, cs)
-    trees = {"before": before, "after": after}
+    trees = sources                                   # compiled from the snapshots
     keys = {(side, v[0], tuple(map(tuple, v[2]))): None for side, vs in (("before", vb),
             ("after", va)) for made in vs for v in made}
     for side, src, defs in keys:

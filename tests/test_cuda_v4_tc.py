@@ -164,6 +164,28 @@ def test_tc_falls_back_to_the_token_loop(recorded, why):
     assert f["accepted"] == want and f["new_state"] == case.x.state.data_ptr()   # its fields
 
 
+def test_tc_misaligned_call_takes_the_element_loads(recorded):
+    # A signature the tensor-core kernel serves, called once with q 2 bytes off 16: that call
+    # runs cuda_v4.cu's element-load variant with GdnParams' own fields; the aligned calls
+    # before and after it the tensor-core kernel with its moved fields.
+    kernels, launches = recorded
+    case = make_verify_case("states", B=2, T=4, seed=5, update=True)
+    x = case.x
+    run_case(case, config=TC)
+    assert kernels[-1][:2] == (tc_verify.SOURCE.name, tc_verify.KERNEL)
+    aligned_q = x.q
+    x.q = x.q.new_zeros(x.q.numel() + 1)[1:].view_as(x.q).copy_(x.q)         # 2 bytes off
+    run_case(case, config=TC)
+    src, name, d = kernels[-1]
+    assert (src, name) == (cuda_v4.SOURCE.name, cuda_v4.KERNEL) and d["GDN_VEC16"] == 0
+    f = launches[-1][2]
+    assert launches[-1][1] == 32 * d["GDN_W"] and f["q"] == x.q.data_ptr()
+    assert f["accepted"] == 0 and f["new_state"] == x.state.data_ptr() != f["dt_bias"]
+    x.q = aligned_q
+    run_case(case, config=TC)
+    assert len(kernels) == 2 and launches[-1][2]["accepted"] == x.dt_bias.data_ptr()
+
+
 def test_tc_refusal_names_each_reason():
     def serve(**kw):
         call = dict(K=128, V=128, T=4, io_dtype=BF16, switches=dict(pool=1, inter=2, update=1),
