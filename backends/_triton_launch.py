@@ -397,58 +397,66 @@ class Dispatcher:
         if key[1] and not interpreter_on():       # misaligned calls keep Triton's own path
             self.fast[key] = made
 
-    def run(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool=None,
-            verify=None, config=None, pdl=0):
-        """The backend's entry point: the cached launch, or with an explicit ``config`` the
-        backend's own launch with it."""
+    def run(self, call, *, config=None):
+        """The backend's entry point for a decode call record: the cached launch, or with an
+        explicit ``config`` the backend's own launch with it."""
+        c = call
         if config is not None:
-            self.launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
-                        pool=pool, verify=verify, config=config, **self.pdl_kwargs(pdl))
+            self.launch(*tensors(c), c.scale, c.out, c.new_state, c.use_qk_l2norm, pool=c.pool,
+                        verify=c.verify, config=config, **self.pdl_kwargs(c.pdl))
             return
-        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2, pool, verify,
-                        pdl)
-        self.call(base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool,
-                  verify, pdl)
+        base = self.key(*tensors(c), c.out, c.new_state, c.use_qk_l2norm, c.pool, c.verify,
+                        c.pdl)
+        self.call(base, *tensors(c), c.scale, c.out, c.new_state, c.use_qk_l2norm, c.pool,
+                  c.verify, c.pdl)
 
-    def bind(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool=None,
-             verify=None, *, pdl=0):
-        """A launcher valid for every call with these shapes, strides, dtypes and mode (and,
-        with a pool, these slot counts, null slot and index dtypes; with a verify, this form,
-        these intermediate states' shape and strides and these index dtypes): what
-        gdnzoo.decode's signature guarantees, so the key is computed once, here, and its fast
-        launchers are looked up by pointer alignment alone (no per-call hashing of the key).
-        A pool call's launcher takes that call's pool as its 13th argument, a verify call's
-        the pool (or None) and the verify as its 13th and 14th.  ``pdl``: the level of
-        programmatic dependent launch of every launch of this launcher."""
+    def bind(self, call, *, config=None):
+        """A launcher of decode call records valid for every call with this one's shapes,
+        strides, dtypes and mode (and, with a pool, its slot counts, null slot and index
+        dtypes; with a verify, its form, intermediate states' shape and strides and index
+        dtypes; its PDL level): what the dispatcher's signature guarantees, so the key is
+        computed once, here, and its fast launchers are looked up by pointer alignment alone
+        (no per-call hashing of the key).  ``config``: an explicit launch config (the
+        backend's own launch, every call)."""
+        c, pdl = call, call.pdl
         self.pdl_kwargs(pdl)
-        base = self.key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, l2, pool, verify,
+        if config is not None:
+            return lambda c: self.run(c, config=config)
+        base = self.key(*tensors(c), c.out, c.new_state, c.use_qk_l2norm, c.pool, c.verify,
                         pdl)
-        call, fast = self.call, self.fast
-        pointers = self.pointers if verify is None else self.verify_pointers
+        run, fast = self.call, self.fast
         slots = {}                                  # 16-byte aligned? -> FastLaunch
 
-        def bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, *serve):
-            ptrs, aligned = pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
-                                     *serve)
+        if c.verify is None:
+            def pointers(c):
+                return self.pointers(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b,
+                                     c.out, c.new_state, c.pool)
+        else:
+            def pointers(c):
+                return self.verify_pointers(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias,
+                                            c.b, c.out, c.new_state, c.pool, c.verify)
+
+        def bound(c):
+            ptrs, aligned = pointers(c)
             launch = slots.get(aligned)
             if launch is None:
                 launch = fast.get((base, aligned))
                 if launch is None:                  # first call of this kind: Triton's path
-                    call(base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
-                         *serve, pdl=pdl)
+                    run(base, *tensors(c), c.scale, c.out, c.new_state, c.use_qk_l2norm,
+                        c.pool, c.verify, pdl=pdl)
                     return
                 slots[aligned] = launch
-            launch(ptrs, float(scale))
+            launch(ptrs, float(c.scale))
 
-        if pool is None and verify is None:
-            # The kernel's pointers from decode's (gdnzoo.contract.POINTERS order: q, k, v,
-            # state, A_log, a, dt_bias, b, out, new_state, that 0 in place).
-            order = operator.itemgetter(0, 1, 2, 5, 7, 4, 6, 8, 3, 3 if new_state is state else 9,
-                                        3, 3)
+        if c.pool is None and c.verify is None:
+            # The kernel's pointers from the dispatcher's (dispatch.DENSE_POINTERS order: q,
+            # k, v, state, A_log, a, dt_bias, b, out, new_state, that 0 in place).
+            order = operator.itemgetter(0, 1, 2, 5, 7, 4, 6, 8, 3,
+                                        3 if c.new_state is c.state else 9, 3, 3)
 
             def with_pointers(p, scale):
-                """Launch from decode's data pointers when a fast launcher for their alignment
-                exists; False: call ``bound`` with the tensors instead."""
+                """Launch from the dispatcher's data pointers when a fast launcher for their
+                alignment exists; False: call ``bound`` with the record instead."""
                 launch = slots.get(not (p[0] | p[1] | p[2] | p[3] | p[4] | p[5] | p[6] | p[7]
                                         | p[8] | p[9]) & 15)
                 if launch is None:
@@ -457,6 +465,11 @@ class Dispatcher:
                 return True
             bound.with_pointers = with_pointers
         return bound
+
+
+def tensors(call) -> tuple:
+    """The eight input tensors of a decode call record, in the signature's order."""
+    return (call.q, call.k, call.v, call.state, call.A_log, call.a, call.dt_bias, call.b)
 
 
 class ScratchAllocator:

@@ -52,26 +52,23 @@ class Bound:
         self.launch = cuda_build.Launch(kern, q.shape[0] * v.shape[2], (V + 31) // 32 * 32, dev,
                                         values)
 
-    def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
+    def __call__(self, c):
         # GdnParams' HEAD_FIELDS: no index pointers (no pool, no verify)
-        self.launch((state.data_ptr(), 0, 0, q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                     a.data_ptr(), b.data_ptr(), A_log.data_ptr(), new_state.data_ptr(),
-                     out.data_ptr(), dt_bias.data_ptr(), 0, 0, 0))
+        self.launch((c.state.data_ptr(), 0, 0, c.q.data_ptr(), c.k.data_ptr(), c.v.data_ptr(),
+                     c.a.data_ptr(), c.b.data_ptr(), c.A_log.data_ptr(), c.new_state.data_ptr(),
+                     c.out.data_ptr(), c.dt_bias.data_ptr(), 0, 0, 0))
 
 
-def bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
-    """A launcher for every call with these shapes, strides, dtypes, scale and mode."""
-    key = cuda_build.signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                   use_qk_l2norm)
+def bind(call, *, config=None):
+    """A launcher for every call with this one's shapes, strides, dtypes, scale and mode."""
+    key = cuda_build.signature_key(*call.positional())
     bound = _binds.get(key)
     if bound is None:
         if len(_binds) >= 4096:
             _binds.clear()
-        bound = _binds[key] = Bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                    use_qk_l2norm)
+        bound = _binds[key] = Bound(*call.positional())
     return bound
 
 
-def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
-    bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-         use_qk_l2norm)(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)
+def run(call, *, config=None):
+    bind(call)(call)

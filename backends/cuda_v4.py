@@ -392,6 +392,8 @@ class Bound:
                                                   new_state[0])
         # Not dense: the call's strides compiled in (GDN_DENSE=2).
         self.stride_defs = () if self.dense else stride_defines(self.values, self.verify)
+        if pool is not None or verify is not None:
+            self.with_pointers = None             # dense calls only: these pass index tensors
         self.launches = {}
         if self.strides_aligned:
             self.vec16 = self.make(True)
@@ -500,38 +502,26 @@ class Bound:
         else:
             cuda_build.launch_raw_pdl(launch.pdl, launch.func, launch.dev, argv)
 
-    def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
-        self.launch(q, k, v, state, A_log, a, dt_bias, b, out, new_state)
-
-
-class PoolBound(Bound):
-    """:class:`Bound` for state pools: called with the :class:`gdnzoo.pool.Pool` as a 13th
-    argument, whose index pointers it writes into the parameter block on every call (the index
-    tensors change between calls; their dtypes, ``null_slot`` and the pools' slot counts are
-    those of the bind call)."""
-    with_pointers = None          # dense calls only: these take index tensors per call
-
-    def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool):
-        self.launch(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
-                    pool.read.data_ptr(), pool.write.data_ptr())
-
-
-class VerifyBound(Bound):
-    """:class:`Bound` for verify calls: called with the pool (None: a dense state) and the
-    :class:`gdnzoo.verify.Verify` as 13th and 14th arguments; writes the index pointers and the
-    intermediate, intermediate-index and accepted-count pointers into the parameter block on
-    every call (those tensors change between calls).  A 16-byte-aligned launch needs the
-    intermediate states aligned too."""
-    with_pointers = None          # dense calls only: these take index tensors per call
-
-    def __call__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool,
-                 verify):
-        self.launch(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
+    def __call__(self, c):
+        """Launch for a decode call record of this signature: its index tensors' pointers and
+        the intermediate, intermediate-index and accepted-count pointers (those tensors change
+        between calls) written into the parameter block with the data pointers.  A
+        16-byte-aligned launch needs the intermediate states aligned too."""
+        pool, ver = c.pool, c.verify
+        if ver is None:
+            if pool is None:
+                self.launch(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.out,
+                            c.new_state)
+            else:
+                self.launch(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.out,
+                            c.new_state, pool.read.data_ptr(), pool.write.data_ptr())
+            return
+        self.launch(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.out, c.new_state,
                     0 if pool is None else pool.read.data_ptr(),
                     0 if pool is None else pool.write.data_ptr(),
-                    0 if verify.states is None else verify.states.data_ptr(),
-                    0 if verify.indices is None else verify.indices.data_ptr(),
-                    0 if verify.accepted is None else verify.accepted.data_ptr())
+                    0 if ver.states is None else ver.states.data_ptr(),
+                    0 if ver.indices is None else ver.indices.data_ptr(),
+                    0 if ver.accepted is None else ver.accepted.data_ptr())
 
 
 def pool_key(state, new_state, pool):
@@ -542,40 +532,25 @@ def pool_key(state, new_state, pool):
             state.shape[0], new_state.shape[0])
 
 
-def bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None,
-         verify=None, config=None, *, pdl=0):
-    """A launcher for every call with these shapes, strides, dtypes, scale and mode (in place
-    or destination passing: each has its own table; a state pool, :class:`PoolBound`; a verify
-    call, :class:`VerifyBound`); ``pdl``: the level of programmatic dependent launch (0 off, 1
-    wait-first, 2 state-early; see the module docstring), fixed per launcher."""
-    if pdl not in (0, 1, 2):
-        raise ValueError(f"cuda-v4: pdl must be 0 (off), 1 (wait) or 2 (early), got {pdl!r}")
-    key = (cuda_build.signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                    use_qk_l2norm), config, pool_key(state, new_state, pool),
-           verify_key(verify), pdl)
+def bind(call, *, config=None):
+    """A launcher for every decode call record with this one's shapes, strides, dtypes, scale
+    and mode (in place or destination passing: each has its own table; a state pool; a verify
+    call) and its level of programmatic dependent launch (0 off, 1 wait-first, 2 state-early;
+    see the module docstring); ``config`` overrides the table (see :data:`CONFIG`)."""
+    c = call
+    if c.pdl not in (0, 1, 2):
+        raise ValueError(f"cuda-v4: pdl must be 0 (off), 1 (wait) or 2 (early), got {c.pdl!r}")
+    key = (cuda_build.signature_key(*c.positional()), config,
+           pool_key(c.state, c.new_state, c.pool), verify_key(c.verify), c.pdl)
     bound = _binds.get(key)
     if bound is None:
         if len(_binds) >= 4096:
             _binds.clear()
-        cls = VerifyBound if verify is not None else Bound if pool is None else PoolBound
-        bound = _binds[key] = cls(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                  use_qk_l2norm, config, pool, verify, pdl)
+        bound = _binds[key] = Bound(*c.positional(), config, c.pool, c.verify, c.pdl)
     return bound
 
 
-def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None,
-        verify=None, config=None, pdl=0):
-    """Backend entry point; ``pool``: a :class:`gdnzoo.pool.Pool` when ``state`` (and
-    ``new_state``) are state pools; ``verify``: a :class:`gdnzoo.verify.Verify` for a verify
-    call; ``config``: launch fields in place of the table's (:data:`CONFIG`, by name or in its
-    order); ``pdl``: the level of programmatic dependent launch (0 off, 1 wait-first, 2
-    state-early)."""
-    bound = bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-                 pool, verify, config, pdl=pdl)
-    if verify is not None:
-        bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool,
-              verify)
-    elif pool is None:
-        bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)
-    else:
-        bound(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool)
+def run(call, *, config=None):
+    """Backend entry point for a decode call record; ``config``: launch fields in place of the
+    table's (:data:`CONFIG`, by name or in its order, trailing ones defaulted)."""
+    bind(call, config=config)(call)

@@ -1,4 +1,14 @@
-"""fi-baseline: FlashInfer's CuTe-DSL GDN decode, ``gated_delta_rule_decode_pretranspose``.
+"""fi-baseline: FlashInfer's CuTe-DSL GDN kernels: decode (``gated_delta_rule_decode_pretranspose``)
+and prefill (``flashinfer.gdn_prefill.chunk_gated_delta_rule``, its SM90 chunked kernel).
+
+Prefill: FlashInfer takes a linear decay ``alpha = exp(g)`` and beta, both fp32 [T, HV], so the
+gates are computed first in torch (three small elementwise kernels, counted in its time); the
+k-last state [N, HV, V, K] and ``out`` are passed as its ``initial_state``, ``output_state`` and
+``output`` (in place through its pool form, ``state_indices`` = arange(N) cached here, with
+``output_state is initial_state``; destination passing and a zero state in its packed form).  It has no per-sequence ``has_initial_state`` and its pool
+form has no padding rule: those calls are refused.
+
+Decode:
 
 This is the contest's baseline kernel (FlashInfer 0.7.2.post1, k-last state ``[B, HV, V, K]``),
 called through FlashInfer's public function with ``backend="flashinfer"`` so that its generic
@@ -58,6 +68,8 @@ def available():
 
 def supports(problem):
     p = problem
+    if p.op == "prefill":
+        return _prefill_supports(p)
     ok, why = _peer_checks.on_cuda(p, "FlashInfer's GDN decode runs only on CUDA devices")
     if not ok:
         return ok, why
@@ -86,6 +98,36 @@ def supports(problem):
     return True, ""
 
 
+def _prefill_supports(p):
+    ok, why = _peer_checks.on_cuda(p, "FlashInfer's GDN prefill runs only on CUDA devices")
+    if not ok:
+        return ok, why
+    if p.cc is not None and p.cc < (9, 0):
+        return False, f"FlashInfer's GDN prefill needs SM90+, device is sm_{p.cc[0]}{p.cc[1]}"
+    if p.io_dtype != torch.bfloat16:
+        return False, "FlashInfer's GDN prefill is called with bf16 q/k/v here"
+    if p.K != 128 or p.V != 128:
+        return False, f"needs K = V = 128 (its SM90 kernel's head size), got K={p.K} V={p.V}"
+    if p.initial == "mixed":
+        return False, ("FlashInfer's chunk_gated_delta_rule has no has_initial_state: engines "
+                       "zero those rows before the call")
+    return True, ""
+
+
+def prefill(c):
+    """FlashInfer's chunked prefill on a prefill call record (see the module docstring)."""
+    from flashinfer.gdn_prefill import chunk_gated_delta_rule
+    x = c.a.float() + c.dt_bias.float()
+    alpha = torch.exp(-torch.exp(c.A_log) * torch.nn.functional.softplus(x))
+    beta = torch.sigmoid(c.b.float())
+    inplace = c.new_state is c.state
+    chunk_gated_delta_rule(
+        c.q, c.k, c.v, g=alpha, beta=beta, scale=c.scale, initial_state=c.state,
+        output_final_state=True, cu_seqlens=c.cu_seqlens,
+        use_qk_l2norm_in_kernel=c.use_qk_l2norm, output=c.out, output_state=c.new_state,
+        state_indices=_pool_indices(c.problem.N, c.q.device) if inplace else None)
+
+
 def _pool_indices(B: int, device) -> torch.Tensor:
     key = (B, device)
     idx = _indices.get(key)
@@ -105,9 +147,15 @@ def _variant(q, v, state, use_qk_l2norm, scale, mtp) -> str:
             f"scale={scale:.6g}" + (f" B={B}" if sd == "bf16" else "") + verify)
 
 
-def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None,
-        verify=None):
-    """``pool`` is always None here (the registry refuses pools for this backend)."""
+def run(call, *, config=None):
+    """A decode or prefill call record; its ``pool`` is always None (the registry refuses pools
+    for this backend)."""
+    if call.op == "prefill":
+        prefill(call)
+        return
+    q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm = \
+        call.positional()
+    verify = call.verify
     from flashinfer.gdn_decode import gated_delta_rule_decode_pretranspose as fi_decode
 
     mtp = {}

@@ -1,4 +1,13 @@
-"""fla-upstream: flash-linear-attention 0.6.0's fused recurrent gated delta rule, the peer.
+"""fla-upstream: flash-linear-attention 0.6.0's gated delta rule kernels, the peer: its fused
+recurrent kernel for decode and its chunked pipeline for prefill.
+
+Prefill: FLA's public ``chunk_gated_delta_rule`` on the tokens as a batch of one with
+``cu_seqlens``, the raw gates in its kernels (``use_gate_in_kernel``, ``A_log``, ``dt_bias``,
+``use_beta_sigmoid_in_kernel``) and ``state_v_first=True``; it reads ``cu_seqlens`` on the host
+(a sync) and returns a fresh fp32 final state, which is copied into ``new_state``.  It has no
+slot indices and no per-sequence ``has_initial_state``: those calls are refused.
+
+Decode:
 
 FLA's ``fused_recurrent_gated_delta_rule`` (``fla.ops.gated_delta_rule``) takes the raw gates:
 with ``use_gate_in_kernel=True`` it computes ``g = -exp(A_log) * softplus(a + dt_bias)`` per step
@@ -48,7 +57,11 @@ def available():
 
 
 def supports(problem):
-    return _peer_checks.on_cuda(problem, "fla-upstream runs only on CUDA devices")
+    ok, why = _peer_checks.on_cuda(problem, "fla-upstream runs only on CUDA devices")
+    if ok and problem.op == "prefill" and problem.initial == "mixed":
+        return False, ("FLA's chunk_gated_delta_rule takes one initial state per sequence and no "
+                       "has_initial_state: zero the rows first")
+    return ok, why
 
 
 def path() -> str:
@@ -64,11 +77,24 @@ def allocates_state() -> bool:
     return path() == "api"
 
 
-def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
-    if path() == "api":
-        run_api(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)
+def run(call, *, config=None):
+    if call.op == "prefill":
+        prefill(call)
     else:
-        run_kernel(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)
+        (run_api if path() == "api" else run_kernel)(*call.positional())
+
+
+def prefill(c):
+    """FLA's chunked prefill on a prefill call record (dense states; see the module
+    docstring)."""
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    o, ht = chunk_gated_delta_rule(
+        c.q[None], c.k[None], c.v[None], g=c.a[None], beta=c.b[None], scale=c.scale,
+        initial_state=c.state, output_final_state=True, use_qk_l2norm_in_kernel=c.use_qk_l2norm,
+        use_gate_in_kernel=True, A_log=c.A_log, dt_bias=c.dt_bias,
+        use_beta_sigmoid_in_kernel=True, state_v_first=True, cu_seqlens=c.cu_seqlens.long())
+    c.out.copy_(o[0])
+    c.new_state.copy_(ht)
 
 
 def api_call(q, k, v, state, A_log, a, dt_bias, b, scale, use_qk_l2norm):

@@ -1,7 +1,8 @@
 """pt-compiled: ``torch.compile(fullgraph=True)`` of the pt-reference math.
 
 Compiled once per input signature (shapes, strides, dtypes, device, scale, l2norm, in place or not)
-and reused.  Each signature gets its own copy of the step's code object, so dynamo's per-code
+and reused; the prefill compiles the chunked (WY) form's one chunk (64 tokens, every head) and
+runs each sequence's chunks through it (the lengths read on the host: a sync).  Each signature gets its own copy of the step's code object, so dynamo's per-code
 recompile limit never trips however many shapes a process sees, and no global dynamo setting
 is changed.  A state pool is gathered and scattered in eager torch around the compiled dense
 step (one host sync per call for the scatter's rows); speculative verify runs the compiled
@@ -13,7 +14,8 @@ import types
 
 import torch
 
-from gdnzoo.reference import reference_decode, reference_pool_decode, reference_verify
+from gdnzoo import prefill_reference, reference
+from gdnzoo.reference import reference_decode
 
 _compiled = {}
 
@@ -29,10 +31,20 @@ def _signature(tensors, scale, use_qk_l2norm, inplace):
             scale, use_qk_l2norm, inplace)
 
 
-def _compile_for(key):
-    code = _step.__code__.replace(co_name=f"gdn_step_{len(_compiled)}")
-    fn = types.FunctionType(code, _step.__globals__, code.co_name)
+def _compile_for(key, step=_step):
+    code = step.__code__.replace(co_name=f"{step.__name__.strip('_')}_{len(_compiled)}")
+    fn = types.FunctionType(code, step.__globals__, code.co_name)
     return torch.compile(fn, fullgraph=True, dynamic=False)
+
+
+def _chunk_step(S, q, k, v, lg, beta, scale):
+    """One chunk of a prefill sequence (:func:`gdnzoo.prefill_reference.chunk`), through the
+    compiled chunk of its signature."""
+    key = ("chunk", _signature((S, q, k, v, lg, beta), float(scale), False, False))
+    fn = _compiled.get(key)
+    if fn is None:
+        fn = _compiled[key] = _compile_for(key, prefill_reference.chunk)
+    return fn(S, q, k, v, lg, beta, float(scale))
 
 
 def available():
@@ -47,19 +59,18 @@ def supports(problem):
     return True, ""
 
 
-def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None,
-        verify=None):
-    if verify is not None:
-        reference_verify(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                         use_qk_l2norm, pool, verify, step=run)
-        return
-    if pool is not None:
-        reference_pool_decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                              use_qk_l2norm, pool, step=run)
-        return
+def _dense(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
+    """One dense decode through the compiled step of its signature."""
     tensors = (q, k, v, state, A_log, a, dt_bias, b, out, new_state)
     key = _signature(tensors, float(scale), bool(use_qk_l2norm), new_state is state)
     fn = _compiled.get(key)
     if fn is None:
         fn = _compiled[key] = _compile_for(key)
     fn(q, k, v, state, A_log, a, dt_bias, b, float(scale), out, new_state, bool(use_qk_l2norm))
+
+
+def run(call, *, config=None):
+    if call.op == "prefill":
+        prefill_reference.run(call, chunk_step=_chunk_step)
+    else:
+        reference.run(call, step=_dense)

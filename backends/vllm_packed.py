@@ -105,8 +105,9 @@ def _check_signature(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool)
                       f"{A_log.stride(0)} and {dt_bias.stride(0)}")
 
 
-def bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None):
-    _check_signature(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool)
+def bind(call, *, config=None):
+    q, k, v, state, A_log, a, dt_bias, b, _, out, new_state, _ = call.positional()
+    _check_signature(q, k, v, state, A_log, a, dt_bias, b, out, new_state, call.pool)
     fn = _kernel()
     B, _, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
@@ -116,20 +117,18 @@ def bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2n
     rows = ((B, width), (q.stride(0) if B > 1 else width, 1))
     device = q.device
 
-    def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-               pool):
-        q0 = q.data_ptr()
-        if k.data_ptr() - q0 != k_at or v.data_ptr() - q0 != v_at:
+    def launch(c):
+        q0 = c.q.data_ptr()
+        if c.k.data_ptr() - q0 != k_at or c.v.data_ptr() - q0 != v_at:
             raise _cannot("k and v do not sit right behind q in one packed mixed_qkv row "
                           "(q || k || v)")
-        mixed_qkv = q.as_strided(*rows)
+        mixed_qkv = c.q.as_strided(*rows)
         # Triton launches on the current device; vLLM calls it on the layer's own.
         with torch.cuda.device(device):
-            fn(mixed_qkv, a[:, 0], b[:, 0], A_log, dt_bias, scale, state, out, pool.read,
-               use_qk_l2norm)
+            fn(mixed_qkv, c.a[:, 0], c.b[:, 0], c.A_log, c.dt_bias, c.scale, c.state, c.out,
+               c.pool.read, c.use_qk_l2norm)
     return launch
 
 
-def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool=None):
-    bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool)(
-        q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool)
+def run(call, *, config=None):
+    bind(call)(call)

@@ -27,36 +27,57 @@ def _table(rows, headers):
 
 def cmd_list(args) -> int:
     import gdnzoo
+    from gdnzoo import operation, registry
+    device = args.device or registry.default_device()
+    if device == "cuda" and registry.default_device() != "cuda":
+        print("error: --device cuda, but torch sees no CUDA device on this machine",
+              file=sys.stderr)
+        return 2
+    ops = list(registry.load_registry().ops) if args.op == "all" else [args.op]
+    for op in ops:
+        features = [f for f, _, _ in operation.get(op).features]
+        rows = [(b.name, "yes" if b.available else "no", b.language, ",".join(b.state_dtypes),
+                 b.min_cc or "-", *("yes" if b.features[f] is True else "no" for f in features),
+                 b.reason if not b.available else b.notes)
+                for b in gdnzoo.list_backends(device, op=op)]
+        print(f"gdnzoo {op} backends on this machine (device: {device}): "
+              f"{operation.get(op).summary}\n")
+        print(_table(rows, ["name", "available", "language", "state", "min cc", *features,
+                            "notes / reason"]))
+        print()
+    print("A 'no' under a feature: registry.yaml says why that backend cannot serve it, and "
+          "a call naming it (algo=) quotes that reason.")
+    if "decode" in ops:
+        _auto_selection(device)
+    return 0
+
+
+def _auto_selection(device):
+    """decode's automatic choice by batch size at the contest geometry, on this machine."""
     from gdnzoo import registry
     from gdnzoo.contract import Problem
     from gdnzoo.inputs import DTYPES
-    device = args.device or registry.default_device()
-    rows = [(b.name, "yes" if b.available else "no", b.language, ",".join(b.state_dtypes),
-             b.min_cc or "-", b.reason if not b.available else b.notes)
-            for b in gdnzoo.list_backends(device)]
-    print(f"gdnzoo backends on this machine (device: {device})\n")
-    print(_table(rows, ["name", "available", "language", "state", "min cc", "notes / reason"]))
-    if device == "cuda":
-        import torch
-        gpu, cc = registry.gpu_name(), torch.cuda.get_device_capability()
-        row = registry.default_row(gpu)
-        print(f"\nauto-selection on {gpu} (contest geometry; "
-              f"{'table row ' + repr(row.gpu) if row else 'no default-table row: fallback order'}):")
-        for sd in ("fp32", "bf16"):
-            for mode, inplace, T in (("in place", True, 1), ("dest    ", False, 1),
-                                     ("T=2     ", True, 2)):
-                picks = []
-                for B in BENCH_BATCHES:
-                    p = Problem(B=B, T=T, H=4, HV=8, K=128, V=128, state_dtype=DTYPES[sd],
-                                io_dtype=DTYPES["bf16"], device="cuda", cc=cc, inplace=inplace)
-                    try:
-                        picks.append(f"B={B}:{registry.select(p).name}")
-                    except ValueError as e:
-                        picks.append(f"B={B}:none ({e})")
-                print(f"  {sd} state, {mode}: " + "  ".join(picks))
-    else:
-        print("\nauto-selection on CPU: " + " > ".join(registry.load_registry().fallback["cpu"]))
-    return 0
+    if device != "cuda":
+        order = registry.load_registry().op().fallback.get("cpu", [])
+        print("\nauto-selection on CPU (decode): " + " > ".join(order))
+        return
+    import torch
+    gpu, cc = registry.gpu_name(), torch.cuda.get_device_capability()
+    row = registry.default_row(gpu)
+    print(f"\nauto-selection on {gpu} (decode, contest geometry; "
+          f"{'table row ' + repr(row.gpu) if row else 'no default-table row: fallback order'}):")
+    for sd in ("fp32", "bf16"):
+        for mode, inplace, T in (("in place", True, 1), ("dest    ", False, 1),
+                                 ("T=2     ", True, 2)):
+            picks = []
+            for B in BENCH_BATCHES:
+                p = Problem(B=B, T=T, H=4, HV=8, K=128, V=128, state_dtype=DTYPES[sd],
+                            io_dtype=DTYPES["bf16"], device="cuda", cc=cc, inplace=inplace)
+                try:
+                    picks.append(f"B={B}:{registry.select(p).name}")
+                except ValueError as e:
+                    picks.append(f"B={B}:none ({e})")
+            print(f"  {sd} state, {mode}: " + "  ".join(picks))
 
 
 def cmd_run(args) -> int:
@@ -81,14 +102,15 @@ def cmd_run(args) -> int:
     print(f"inputs: B={args.batch} T={args.tokens} H={H} HV={HV} K=V={args.dim} "
           f"state={args.state_dtype} l2norm={args.l2norm} device={device} seed={args.seed} "
           f"mode={'dest-passing' if args.dest else 'in-place'}")
-    call, first = gate.via_public(gdnzoo.get(sel.name)), []
+    call, first = gdnzoo.get(sel.name), []
 
-    def timed(*a):
+    def timed(*a, **kw):
         t0 = time.perf_counter()
-        call(*a)
+        res = call(*a, **kw)
         if device == "cuda":
             torch.cuda.synchronize()
         first.append(time.perf_counter() - t0)
+        return res
     j, _, _ = gate.gated_call(timed, x, dest=args.dest, use_qk_l2norm=args.l2norm)
     print("check vs the float64 reference (gdnzoo.gate: no element with abs>1e-2 and rel>1e-2, "
           "and a relative error bound):")
@@ -182,8 +204,10 @@ def build_parser(command=None):
     ap = argparse.ArgumentParser(prog="gdnzoo", description="Gated Delta Net decode kernel zoo")
     ap.add_argument("--version", action="version", version=f"gdnzoo {__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("list", help="every backend with availability and reason")
+    p = sub.add_parser("list", help="every backend with availability, reason and features")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    p.add_argument("--op", choices=["decode", "prefill", "commit", "all"], default="all",
+                   help="the operation whose backends to list (default all)")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("run", help="one decode step on generated inputs, checked against the reference")

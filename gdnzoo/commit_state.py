@@ -1,17 +1,69 @@
-"""gdnzoo.commit: keep the accepted step of a verify call (:mod:`gdnzoo.verify`).
+"""The commit's contract (:func:`gdnzoo.commit`): keep the accepted step of a verify call
+(:mod:`gdnzoo.verify`).
 
 After a verify with ``update_state=False``, the engine knows how many draft tokens were
 accepted; ``commit`` copies ``intermediate_states[row n, accepted_steps[n]]`` into sequence n's
-pool slot.  On a CUDA device it is one Triton launch that reads the step, row and slot indices
-itself (no host sync: CUDA-graph capturable); on the CPU, or without Triton, it runs
+pool slot.  Its backends are registered under ``operations.commit`` in ``registry.yaml``: on a
+CUDA device ``triton-commit``, one Triton launch that reads the step, row and slot indices
+itself (no host sync: CUDA-graph capturable); ``pt-reference`` runs
 :func:`gdnzoo.reference.reference_commit` (one host sync).
 """
 from __future__ import annotations
 
+from collections import namedtuple
+from dataclasses import dataclass
+
 import torch
 
 from gdnzoo import pool as pools
-from gdnzoo.contract import _need_tensor, _overlaps, dtype_name
+from gdnzoo.checks import dtype_name, need_tensor, overlaps
+from gdnzoo.operation import COMMIT
+
+PUBLIC_DOC = """Keep the accepted step of a verify call (``update_state=False``): copy
+``intermediate_states[intermediate_indices[n], accepted_steps[n]]`` into slot
+``state_indices[n]`` of the pool ``state`` (``state_indices`` None: row n of a dense
+[B, HV, V, K] state; ``intermediate_indices`` None: row n).  A negative step or one >=
+T_max, a row that is negative or >= S, and a padded slot (negative, ``null_slot``, >= P)
+copy nothing.  One launch on the GPU, no host sync: CUDA-graph capturable.  ``algo`` names a
+commit backend (``gdnzoo.list_backends(op="commit")``).  Returns ``state``.
+"""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a backend needs to know to decide whether it can serve a commit call."""
+    B: int
+    S: int
+    T: int                      # T_max: the intermediate states' steps
+    HV: int
+    K: int
+    V: int
+    state_dtype: torch.dtype
+    device: str
+    cc: tuple | None = None
+    pool: bool = False
+    inplace = True
+    op = "commit"
+    batch_name = "B"
+
+    @property
+    def state_name(self) -> str:
+        return dtype_name(self.state_dtype)
+
+    @property
+    def batch(self) -> int:
+        return self.B
+
+    @property
+    def empty(self) -> bool:
+        return self.B == 0
+
+    def default_tables(self) -> tuple:
+        return ()
+
+    def describe(self) -> str:
+        return (f"B={self.B} S={self.S} T_max={self.T} HV={self.HV} K={self.K} V={self.V} "
+                f"state={self.state_name} device={self.device}{' pool' if self.pool else ''}")
 
 
 def _state(state, B, HV, V, K, pooled):
@@ -32,7 +84,7 @@ def validate(intermediate_states, intermediate_indices, accepted_steps, state, s
     none)."""
     for name, x in (("intermediate_states", intermediate_states),
                     ("accepted_steps", accepted_steps), ("state", state)):
-        _need_tensor(name, x)
+        need_tensor(name, x, name == "state")
     x = intermediate_states
     if x.dim() != 5:
         raise ValueError(f"intermediate_states: expected rank 5 [S, T_max, HV, V, K], got "
@@ -71,7 +123,7 @@ def validate(intermediate_states, intermediate_indices, accepted_steps, state, s
     for name, y in (("intermediate_states", x), ("accepted_steps", accepted_steps),
                     ("intermediate_indices", intermediate_indices),
                     ("state_indices", state_indices)):
-        if y is not None and _overlaps(state, y):
+        if y is not None and overlaps(state, y):
             raise ValueError(f"state: expected memory disjoint from {name} (state is written), "
                              f"got overlapping byte ranges")
     return null_slot
@@ -100,30 +152,29 @@ def check_on_host(intermediate_indices, accepted_steps, state_indices, null_slot
         seen[slots[n]] = n
 
 
-def _triton_ok(device) -> bool:
-    import importlib.util
-    if importlib.util.find_spec("triton") is None:
-        return False
-    from gdnzoo.backends._triton_launch import interpreter_on
-    return device.type == "cuda" or interpreter_on()
+def verdict(args, env_pdl=None) -> tuple[Problem, None]:
+    """:func:`validate` of commit's positional ``args`` as (problem, no scale)."""
+    inter, rows, steps, state, slots, null, _ = args
+    validate(inter, rows, steps, state, slots, null)
+    S, T_max, HV, V, K = inter.shape
+    dev = inter.device
+    cc = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
+    return Problem(B=steps.shape[0], S=S, T=T_max, HV=HV, K=K, V=V, state_dtype=state.dtype,
+                   device=dev.type, cc=cc, pool=slots is not None), None
 
 
-def commit(intermediate_states, intermediate_indices, accepted_steps, state, state_indices,
-           null_slot=None):
-    """:func:`gdnzoo.commit`."""
-    null = validate(intermediate_states, intermediate_indices, accepted_steps, state,
-                    state_indices, null_slot)
+class Call(namedtuple("CommitCall", COMMIT.names + ("problem",))):
+    """What a commit backend receives: commit's arguments by name (``null_slot`` an int, -1
+    for none; ``algo`` the serving backend), then the :class:`Problem`."""
+    __slots__ = ()
+    op = "commit"
+
+
+def record(args, problem, scale, algo) -> Call:
+    """The call record of commit's positional ``args`` (validated as ``problem``); with
+    ``GDNZOO_CHECK_INDICES=1`` the indices are checked on the host first."""
+    inter, rows, steps, state, slots, null, _ = args
+    null = -1 if null is None else null
     if pools.checking():
-        check_on_host(intermediate_indices, accepted_steps, state_indices, null,
-                      *intermediate_states.shape[:2], state.shape[0])
-    if accepted_steps.shape[0] == 0:
-        return state
-    if _triton_ok(state.device):
-        from gdnzoo.backends._triton_commit_kernel import launch
-        launch(intermediate_states, intermediate_indices, accepted_steps, state, state_indices,
-               null)
-    else:
-        from gdnzoo.reference import reference_commit
-        reference_commit(intermediate_states, intermediate_indices, accepted_steps, state,
-                         state_indices, None if null < 0 else null)
-    return state
+        check_on_host(rows, steps, slots, null, *inter.shape[:2], state.shape[0])
+    return Call(inter, rows, steps, state, slots, null, algo, problem)

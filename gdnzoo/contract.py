@@ -1,4 +1,5 @@
-"""The one signature of gdnzoo and its single validation function.
+"""The decode step's contract: its problem record, the one ``validate`` every call passes
+through, and the call record backends receive.
 
 Every backend is called only after :func:`validate` has accepted the inputs, so a
 backend never sees a wrong rank, shape, dtype, device or layout.  Validation runs
@@ -18,34 +19,91 @@ Shapes::
                               [P', HV, V, K], written at new_state_indices)
 
 Every tensor is dense, on cpu or cuda, and does not require grad.  The tensors decode writes
-(``out``, ``new_state``, ``state`` in place) share no memory with any other argument nor among
-their own elements.
+(``out``, ``new_state``, ``state`` in place, ``intermediate_states``) share no memory with any
+other argument nor among their own elements.
 """
 from __future__ import annotations
 
-import math
-import numbers
+from collections import namedtuple
 from dataclasses import dataclass
 
 import torch
 
 from gdnzoo import pool as pools
 from gdnzoo import verify as verifies
-
-IO_DTYPES = (torch.bfloat16, torch.float16)
-STATE_DTYPES = (torch.float32, torch.bfloat16)
-DT_BIAS_DTYPES = (torch.float32, torch.bfloat16)
-DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
-               torch.float64: "fp64"}
+from gdnzoo.checks import (DT_BIAS_DTYPES, IO_DTYPES, STATE_DTYPES, check_aliasing, dtype_name,
+                           need_dtype, need_last_contiguous, need_own_memory, need_rank,
+                           need_shape, need_tensor, resolve_scale, type_name)
+from gdnzoo.operation import DECODE
 
 
-def dtype_name(dt) -> str:
-    return DTYPE_NAMES.get(dt, str(dt).replace("torch.", ""))
+PUBLIC_DOC = """One Gated Delta Net decode step of T tokens; returns ``(out, new_state)``.
+
+Per sequence n, token t and value head h (q/k head ``h // (HV // H)``), in fp32::
+
+    g    = exp(-exp(A_log[h]) * softplus(a[n,t,h] + dt_bias[h]))
+    beta = sigmoid(b[n,t,h])
+    S    = g * S                       # S = state[n, h], stored [V, K]
+    u    = beta * (v[n,t,h] - S @ k)
+    S    = S + outer(u, k)
+    o    = scale * (S @ q)
+
+Shapes: q, k [B, T, H, K] and v [B, T, HV, V] (bf16 or fp16, last axis contiguous); state
+[B, HV, V, K] (fp32 or bf16, K contiguous); A_log [HV] fp32; a, b [B, T, HV]; dt_bias [HV]
+(fp32 or bf16); out [B, T, HV, V] in v's dtype.  HV must be a multiple of H.  Every
+tensor is a dense tensor on one device (cpu or cuda) that does not require grad: decode
+computes no gradients.
+
+``new_state`` None or ``state``: the state is updated in place; a distinct ``new_state``
+receives it and ``state`` is only read (destination passing).  ``out`` None allocates
+``torch.empty_like(v)``.
+Written tensors (``out``, ``new_state``, ``state`` in place) may not overlap any other
+argument (their byte ranges, first to last element, are disjoint) nor themselves (no
+stride 0 on a dimension of size > 1); a state that is only read may be expanded.
+T >= 1 tokens are applied in order.  ``scale`` None or 0 means 1/sqrt(K); else a real
+number >= 0 (not a bool).  ``use_qk_l2norm`` (a bool) normalizes q and k first.  ``algo``
+names a backend (:func:`list_backends`); None: the ``ALGO`` environment variable, else
+this GPU's measured default table, else a fallback order (:func:`select` says which and
+why).
+
+State pools (serving engines): with ``state_indices`` ([B] int32/int64 on q's device),
+``state`` is a pool [P, HV, V, K] (each slot's [HV, V, K] block contiguous, any
+``stride(0)`` >= HV*V*K) and sequence n reads slot ``state_indices[n]`` and writes its new
+state to slot ``new_state_indices[n]`` (default: the same) of ``new_state`` (default: the
+same pool).  A negative index is padding, and so is ``null_slot`` (an int; vLLM's null
+block: ``null_slot=0``); an index >= P is never dereferenced.  A padded sequence gets
+zeros in ``out`` and no state is read or written.  No host sync: CUDA-graph capturable.
+``GDNZOO_CHECK_INDICES=1`` checks the indices on the host (see :mod:`gdnzoo.pool`).
+
+Speculative verify (:mod:`gdnzoo.verify`), T draft tokens in one call: with
+``intermediate_states`` [S, T_max, HV, V, K] (the state's dtype), the state after token t
+of sequence n is stored at ``[intermediate_indices[n], t]`` (default row n; a negative
+row or one >= S stores nothing); ``update_state=False`` writes no final state (the pool
+stays as it was; :func:`commit` later keeps the accepted step).  vLLM's form:
+``state_indices`` of shape [B, T] stores the state after token t in slot
+``state_indices[n, t]`` and reads the initial state from column
+``num_accepted_tokens[n] - 1`` (default column 0; a count outside 1..T pads the sequence).
+
+Programmatic dependent launch (``pdl``; None: the ``GDNZOO_PDL`` environment variable,
+unset means "off"): the kernel may start while the kernel before it in the stream still
+runs, hiding its launch.  ``"wait"`` waits for that kernel before any load (always
+correct); ``"early"`` loads the state (its slot indices, A_log, dt_bias) before the wait
+and q, k, v, a, b after it: correct only when the state's last writer completed before
+the kernel right before this one started, which holds whenever a kernel launched without
+PDL lies between two steps on the same state (as in every engine's layer).  Served by
+fla-recurrent and cuda-v4 on compute capability >= 9.0; results are bit-identical to
+``"off"``.
+
+Bad inputs raise ``ValueError`` or ``TypeError`` naming the argument, before any kernel
+runs, so every argument is untouched; whether an earlier call was memoized never changes
+that.  An explicit algo that is unknown or cannot serve these inputs raises, listing the
+valid names and the reason.
+"""
 
 
 @dataclass(frozen=True)
 class Problem:
-    """What a backend needs to know to decide whether it can serve a call."""
+    """What a backend needs to know to decide whether it can serve a decode call."""
     B: int
     T: int
     H: int
@@ -63,10 +121,31 @@ class Problem:
     intermediate: str = ""      # intermediate_states: "rows" (row n of a contiguous [B, T, HV,
     #                             V, K] buffer, no intermediate_indices), "indexed" (any other)
     pdl: str = ""               # programmatic dependent launch: "wait", "early", "" off
+    op = "decode"
 
     @property
     def state_name(self) -> str:
         return dtype_name(self.state_dtype)
+
+    batch_name = "B"
+
+    @property
+    def batch(self) -> int:
+        """What the default table's ranges are read at: the batch size."""
+        return self.B
+
+    @property
+    def empty(self) -> bool:
+        """No sequence: the call computes nothing (engines issue empty batches)."""
+        return self.B == 0
+
+    def default_tables(self) -> tuple:
+        """(key, how it reads) of the default-table row's tables that may serve this call, in
+        the order consulted (then ``table``, measured in place at T = 1)."""
+        return ((("table_verify", " in a speculative verify"),) * bool(self.verify)
+                + (("table_pool", " in a state pool"),) * self.pool
+                + (("table_tokens", f" with {self.T} tokens per call"),) * (self.T > 1)
+                + (("table_dest", " with destination passing"),) * (not self.inplace))
 
     def describe(self) -> str:
         return (f"B={self.B} T={self.T} H={self.H} HV={self.HV} K={self.K} V={self.V} "
@@ -74,82 +153,6 @@ class Problem:
                 f"l2norm={self.use_qk_l2norm} {'in-place' if self.inplace else 'dest-passing'}"
                 f"{' pool' if self.pool else ''}{' verify-' + self.verify if self.verify else ''}"
                 f"{' pdl-' + self.pdl if self.pdl else ''}")
-
-
-def type_name(x) -> str:
-    """``x``'s type for a message: ``numpy.bool`` where the bare name (``bool``) would mislead."""
-    t = type(x)
-    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
-
-
-def _fmt_dt(dts) -> str:
-    return " or ".join(dtype_name(d) for d in dts)
-
-
-def _need_tensor(name, x):
-    """A dense tensor outside autograd (decode computes no gradients)."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type_name(x)}")
-    if x.layout != torch.strided:
-        raise TypeError(f"{name}: expected a dense (strided) tensor, got layout "
-                        f"{str(x.layout).replace('torch.', '')}")
-    if x.requires_grad:
-        raise ValueError(f"{name}: expected a tensor that does not require grad (decode "
-                         f"computes no gradients), got requires_grad=True: pass {name}.detach()")
-
-
-def _need_rank(name, x, rank, layout):
-    if x.dim() != rank:
-        raise ValueError(f"{name}: expected rank {rank} {layout}, got rank {x.dim()} "
-                         f"with shape {tuple(x.shape)}")
-
-
-def _need_shape(name, x, shape, layout):
-    if tuple(x.shape) != tuple(shape):
-        raise ValueError(f"{name}: expected shape {tuple(shape)} {layout}, got {tuple(x.shape)}")
-
-
-def _need_dtype(name, x, allowed):
-    if x.dtype not in allowed:
-        raise TypeError(f"{name}: expected dtype {_fmt_dt(allowed)}, got {dtype_name(x.dtype)}")
-
-
-def _need_last_contiguous(name, x, axis_name):
-    if x.numel() > 0 and x.stride(-1) != 1:
-        raise ValueError(f"{name}: expected the {axis_name} axis (last) contiguous (stride 1), "
-                         f"got strides {tuple(x.stride())}")
-
-
-def _need_own_memory(name, x):
-    """A written tensor whose elements do not share memory: sorted by stride, each dimension
-    of size > 1 must step past everything the smaller ones span (so a stride of 0, as in
-    ``expand``, is refused)."""
-    span = 0
-    for n, st in sorted(((n, st) for n, st in zip(x.shape, x.stride()) if n > 1),
-                        key=lambda d: d[1]):
-        if st <= span:
-            raise ValueError(f"{name}: it is written, so expected elements that do not share "
-                             f"memory, got shape {tuple(x.shape)} with strides "
-                             f"{tuple(x.stride())} (internal overlap)")
-        span += (n - 1) * st
-
-
-def resolve_scale(scale, K: int) -> float:
-    """None or 0 means 1/sqrt(K); else a real number (int, float or a numpy scalar; not a
-    bool), or a one-element tensor (read on the host: a device sync for a GPU tensor).
-    Negative or non-finite is an error."""
-    if scale is None:
-        return 1.0 / math.sqrt(K)
-    if isinstance(scale, torch.Tensor):
-        if scale.numel() != 1:
-            raise ValueError(f"scale: expected a scalar, got a tensor of shape {tuple(scale.shape)}")
-        scale = scale.item()
-    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-        raise TypeError(f"scale: expected a float or None, got {type_name(scale)}")
-    s = float(scale)
-    if not math.isfinite(s) or s < 0:
-        raise ValueError(f"scale: expected a finite value >= 0 (0 or None means 1/sqrt(K)), got {s}")
-    return 1.0 / math.sqrt(K) if s == 0.0 else s
 
 
 # Programmatic dependent launch (decode's ``pdl``): the kernel may start while the kernel
@@ -190,22 +193,23 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
     """
     named = dict(q=q, k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias, b=b)
     for n, x in named.items():
-        _need_tensor(n, x)
+        need_tensor(n, x, n == "state" and (new_state is None or new_state is state))
     if out is not None:
-        _need_tensor("out", out)
+        need_tensor("out", out, True)
     if new_state is not None:
-        _need_tensor("new_state", new_state)
+        need_tensor("new_state", new_state, True)
 
-    _need_rank("q", q, 4, "[B, T, H, K]")
+    need_rank("q", q, 4, "[B, T, H, K]")
     B, T, H, K = q.shape
-    _need_rank("k", k, 4, "[B, T, H, K]")
-    _need_shape("k", k, (B, T, H, K), "[B, T, H, K] (same as q)")
-    _need_rank("v", v, 4, "[B, T, HV, V]")
+    need_rank("k", k, 4, "[B, T, H, K]")
+    need_shape("k", k, (B, T, H, K), "[B, T, H, K] (same as q)")
+    need_rank("v", v, 4, "[B, T, HV, V]")
     if tuple(v.shape[:2]) != (B, T):
         raise ValueError(f"v: expected shape [B={B}, T={T}, HV, V] (B, T as q), got {tuple(v.shape)}")
     HV, V = v.shape[2], v.shape[3]
-    if B < 1 or T < 1 or H < 1 or K < 1 or HV < 1 or V < 1:
-        raise ValueError(f"q/v: every dimension must be >= 1, got q {tuple(q.shape)}, v {tuple(v.shape)}")
+    if T < 1 or H < 1 or K < 1 or HV < 1 or V < 1:
+        raise ValueError(f"q/v: every dimension but B must be >= 1 (B = 0, an empty batch, is "
+                         f"a no-op), got q {tuple(q.shape)}, v {tuple(v.shape)}")
     if HV % H != 0:
         raise ValueError(f"v: expected HV divisible by H (HV % H == 0), got HV={HV}, H={H}")
     pooled = state_indices is not None
@@ -214,39 +218,39 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
                        new_state_indices, null_slot, T)
     else:
         pools.no_pool_args(new_state_indices, null_slot)
-        _need_rank("state", state, 4, "[B, HV, V, K]")
-        _need_shape("state", state, (B, HV, V, K), "[B, HV, V, K]")
-    _need_rank("A_log", A_log, 1, "[HV]")
-    _need_shape("A_log", A_log, (HV,), "[HV]")
-    _need_rank("a", a, 3, "[B, T, HV]")
-    _need_shape("a", a, (B, T, HV), "[B, T, HV]")
-    _need_rank("dt_bias", dt_bias, 1, "[HV]")
-    _need_shape("dt_bias", dt_bias, (HV,), "[HV]")
-    _need_rank("b", b, 3, "[B, T, HV]")
-    _need_shape("b", b, (B, T, HV), "[B, T, HV]")
+        need_rank("state", state, 4, "[B, HV, V, K]")
+        need_shape("state", state, (B, HV, V, K), "[B, HV, V, K]")
+    need_rank("A_log", A_log, 1, "[HV]")
+    need_shape("A_log", A_log, (HV,), "[HV]")
+    need_rank("a", a, 3, "[B, T, HV]")
+    need_shape("a", a, (B, T, HV), "[B, T, HV]")
+    need_rank("dt_bias", dt_bias, 1, "[HV]")
+    need_shape("dt_bias", dt_bias, (HV,), "[HV]")
+    need_rank("b", b, 3, "[B, T, HV]")
+    need_shape("b", b, (B, T, HV), "[B, T, HV]")
 
-    _need_dtype("q", q, IO_DTYPES)
+    need_dtype("q", q, IO_DTYPES)
     for n in ("k", "v"):
         if named[n].dtype != q.dtype:
             raise TypeError(f"{n}: expected dtype {dtype_name(q.dtype)} (same as q), "
                             f"got {dtype_name(named[n].dtype)}")
-    _need_dtype("a", a, IO_DTYPES)
-    _need_dtype("b", b, IO_DTYPES)
-    _need_dtype("A_log", A_log, (torch.float32,))
-    _need_dtype("dt_bias", dt_bias, DT_BIAS_DTYPES)
-    _need_dtype("state", state, STATE_DTYPES)
+    need_dtype("a", a, IO_DTYPES)
+    need_dtype("b", b, IO_DTYPES)
+    need_dtype("A_log", A_log, (torch.float32,))
+    need_dtype("dt_bias", dt_bias, DT_BIAS_DTYPES)
+    need_dtype("state", state, STATE_DTYPES)
 
     if out is not None:
-        _need_rank("out", out, 4, "[B, T, HV, V]")
-        _need_shape("out", out, (B, T, HV, V), "[B, T, HV, V]")
+        need_rank("out", out, 4, "[B, T, HV, V]")
+        need_shape("out", out, (B, T, HV, V), "[B, T, HV, V]")
         if out.dtype != v.dtype:
             raise TypeError(f"out: expected dtype {dtype_name(v.dtype)} (same as v), "
                             f"got {dtype_name(out.dtype)}")
     inplace = new_state is None or new_state is state
     if not inplace:
         if not pooled:
-            _need_rank("new_state", new_state, 4, "[B, HV, V, K]")
-            _need_shape("new_state", new_state, (B, HV, V, K), "[B, HV, V, K]")
+            need_rank("new_state", new_state, 4, "[B, HV, V, K]")
+            need_shape("new_state", new_state, (B, HV, V, K), "[B, HV, V, K]")
         if new_state.dtype != state.dtype:
             raise TypeError(f"new_state: expected dtype {dtype_name(state.dtype)} (same as state), "
                             f"got {dtype_name(new_state.dtype)}")
@@ -259,24 +263,26 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
         if x is not None and x.device != dev:
             raise ValueError(f"{n}: expected device {dev} (the device of q), got {x.device}")
 
-    _need_last_contiguous("q", q, "K")
-    _need_last_contiguous("k", k, "K")
-    _need_last_contiguous("v", v, "V")
-    _need_last_contiguous("state", state, "K")
+    need_last_contiguous("q", q, "K")
+    need_last_contiguous("k", k, "K")
+    need_last_contiguous("v", v, "V")
+    need_last_contiguous("state", state, "K")
     if out is not None:
-        _need_last_contiguous("out", out, "V")
+        need_last_contiguous("out", out, "V")
     if not inplace:
-        _need_last_contiguous("new_state", new_state, "K")
+        need_last_contiguous("new_state", new_state, "K")
     if out is not None:
-        _need_own_memory("out", out)
+        need_own_memory("out", out)
     if not pooled:                       # a pool's slots are checked apart by pools.validate
-        _need_own_memory(*(("state", state) if inplace else ("new_state", new_state)))
+        need_own_memory(*(("state", state) if inplace else ("new_state", new_state)))
     ver = verifies.validate(B, T, HV, V, K, dev, state, new_state, state_indices,
                             new_state_indices, intermediate_states, intermediate_indices,
                             update_state, num_accepted_tokens)
-    check_aliasing(q, k, v, state, A_log, a, dt_bias, b, out, new_state, state_indices,
-                   new_state_indices, intermediate_states, intermediate_indices,
-                   num_accepted_tokens)
+    check_aliasing(DECODE, dict(tensors, state_indices=state_indices,
+                                new_state_indices=new_state_indices,
+                                intermediate_states=intermediate_states,
+                                intermediate_indices=intermediate_indices,
+                                num_accepted_tokens=num_accepted_tokens), inplace)
 
     s = resolve_scale(scale, K)
     if not isinstance(use_qk_l2norm, bool):
@@ -290,117 +296,51 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
     return p, s
 
 
-# ------------------------------------------------------------------ overlaps
-
-# decode reads every argument and writes ``out`` and ``new_state`` (``state`` itself in place).
-# No written tensor may share memory with another argument: their byte ranges, from the first
-# to one past the last element, must be disjoint.  Ranges are a tensor's shape, strides and
-# dtype (fixed by a memoized signature) from its data pointer (changing per call), so decode's
-# memoized calls check them from data pointers alone (:func:`overlap_probe`).
-READ = ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "state_indices",
-        "new_state_indices", "intermediate_indices", "num_accepted_tokens")
 
 
-def aliasing_pairs(given, out: bool, inplace: bool) -> list[tuple[str, str]]:
-    """(written, read) argument names whose memory must be disjoint, in the order checked;
-    ``given``: the names of the arguments present."""
-    writers = ["state" if inplace else "new_state"] + (["out"] if out else []) + \
-        (["intermediate_states"] if "intermediate_states" in given else [])
-    pairs = [(w, r) for w in writers for r in READ if r in given and r != w]
-    if out and not inplace:
-        pairs.append(("out", "new_state"))
-    if "intermediate_states" in given:
-        pairs += [(w, "intermediate_states") for w in writers[:-1]]
-    return pairs
+# ------------------------------------------------------------------ the call record
+
+#: What a decode backend receives (:mod:`gdnzoo.call`): decode's arguments by name, validated and
+#: resolved (``scale`` a float, ``out`` and ``new_state`` tensors: ``new_state is state`` in
+#: place, ``algo`` the backend serving the call, ``null_slot`` an int, -1 for none, ``pdl`` the
+#: level of :data:`PDL_LEVELS`), then the :class:`Problem`, the :class:`gdnzoo.pool.Pool` (None:
+#: a dense state) and the :class:`gdnzoo.verify.Verify` (None: no verify).
+class Call(namedtuple("DecodeCall", DECODE.names + ("problem", "pool", "verify"))):
+    __slots__ = ()
+    op = "decode"
+
+    def positional(self) -> tuple:
+        """(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm): the
+        twelve arguments of a backend's positional launch form, where it keeps one."""
+        return self[:12]
 
 
-def check_aliasing(q, k, v, state, A_log, a, dt_bias, b, out, new_state, state_indices=None,
-                   new_state_indices=None, intermediate_states=None, intermediate_indices=None,
-                   num_accepted_tokens=None):
-    """Raise ValueError naming the first written argument whose byte range overlaps another
-    argument's (:func:`aliasing_pairs`)."""
-    named = dict(q=q, k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias, b=b, out=out,
-                 new_state=new_state, state_indices=state_indices,
-                 new_state_indices=new_state_indices, intermediate_states=intermediate_states,
-                 intermediate_indices=intermediate_indices,
-                 num_accepted_tokens=num_accepted_tokens)
-    inplace = new_state is None or new_state is state
-    given = {n for n, x in named.items() if x is not None}
-    for w, r in aliasing_pairs(given, out is not None, inplace):
-        if _overlaps(named[w], named[r]):
-            if (w, r) == ("new_state", "state"):
-                raise ValueError("new_state: expected a tensor distinct from state or state "
-                                 "itself, got a different view that overlaps state's memory")
-            why = " (it is updated in place)" if w == "state" else ""
-            raise ValueError(f"{w}: expected memory disjoint from {r}{why}: a written tensor "
-                             f"may not overlap any other argument, got overlapping byte ranges")
+def verdict(args, env_pdl) -> tuple[Problem, float]:
+    """:func:`validate` of decode's positional ``args`` (``env_pdl``: reads the GDNZOO_PDL
+    variable, asked only when ``pdl`` is None)."""
+    named = dict(zip(DECODE.names, args))
+    del named["algo"]
+    return validate(**named, pdl_env=env_pdl() if named["pdl"] is None else None)
 
 
-# decode's per-call check reads the data pointers of these arguments (0 for an absent one) into
-# a tuple: the first 10 for a dense call, 12 for a pool call, all 15 for a
-# verify call.
-POINTERS = ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "out", "new_state",
-            "state_indices", "new_state_indices", "intermediate_states", "intermediate_indices",
-            "num_accepted_tokens")
-
-
-def overlap_probe(named, inplace: bool, slots: int):
-    """A function of a call's data pointers (a tuple: the first ``slots`` of :data:`POINTERS`)
-    that returns True when :func:`check_aliasing` would raise for them, for every call of the
-    signature of the tensors ``named`` ({name: tensor or None}; their byte spans are constants
-    in it): decode's per-call check.
-
-    Generated once per signature, every pair unrolled: decode runs it only for data pointers
-    it has not seen with this signature."""
-    span = {n: byte_span(x) for n, x in named.items() if x is not None}
-    pairs = [(w, r) for w, r in aliasing_pairs(set(span), named.get("out") is not None, inplace)
-             if span[w] and span[r]]
-    tests = [f"-{span[r]} < {r} - {w} < {span[w]}" for w, r in pairs]
-    src = (f"def probe(ptrs):\n    {', '.join(POINTERS[:slots])} = ptrs\n"
-           f"    return {' or '.join(tests) or 'False'}\n")
-    scope = {}
-    exec(compile(src, "<gdnzoo overlap probe>", "exec"), scope)
-    return scope["probe"]
-
-
-def _sig(t):
-    return (t.size(), t.stride(), t.dtype, t.device, t.layout, t.requires_grad)
-
-
-def _opt(t):
-    return None if t is None else _sig(t)
-
-
-def signature(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-              state_indices=None, new_state_indices=None, null_slot=None,
-              intermediate_states=None, intermediate_indices=None, update_state=True,
-              num_accepted_tokens=None):
-    """Everything :func:`validate` decides from, except data pointers, as a hashable key.
-
-    Two calls with equal signatures get the same verdict, so a cached ``(Problem, scale)``
-    may be reused; the overlap check (:func:`overlap_probe`) still runs per call.  Values that
-    compare equal across types (``1 == 1.0 == True``) are told apart by their types.  Raises
-    for non-tensors (the caller then runs the full :func:`validate` for its message).
-    """
-    return (_sig(q), _sig(k), _sig(v), _sig(state), _sig(A_log), _sig(a), _sig(dt_bias), _sig(b),
-            None if out is None else _sig(out),
-            0 if new_state is None else (1 if new_state is state else _sig(new_state)),
-            scale, type(scale), use_qk_l2norm, type(use_qk_l2norm),
-            None if state_indices is None and new_state_indices is None and null_slot is None
-            else (_opt(state_indices), _opt(new_state_indices), null_slot, type(null_slot)),
-            (_opt(intermediate_states), _opt(intermediate_indices), update_state,
-             type(update_state), _opt(num_accepted_tokens)))
-
-
-def byte_span(x) -> int:
-    """Bytes from ``x``'s first to one past its last element (0 when empty): fixed by shape,
-    strides and dtype, so a memoized signature can check overlaps from data pointers alone."""
-    if x.numel() == 0:
-        return 0
-    return (sum((n - 1) * st for n, st in zip(x.shape, x.stride())) + 1) * x.element_size()
-
-
-def _overlaps(x, y) -> bool:
-    sx, sy = byte_span(x), byte_span(y)
-    a0, b0 = x.data_ptr(), y.data_ptr()
-    return sx > 0 and sy > 0 and a0 < b0 + sy and b0 < a0 + sx
+def record(args, problem, scale, algo) -> Call:
+    """The call record of decode's positional ``args`` (already validated as ``problem``):
+    ``out`` allocated like v when None (fresh memory overlaps no argument)."""
+    (q, k, v, state, A_log, a, dt_bias, b, _, out, new_state, l2, _, si, nsi, null, inter,
+     inter_idx, update, acc, _) = args
+    if out is None:
+        out = torch.empty_like(v)
+    if new_state is None:
+        new_state = state
+    null = -1 if null is None else null
+    pool = None if si is None else pools.Pool(si, si if nsi is None else nsi, null)
+    ver = None if not problem.verify else verifies.Verify(inter, inter_idx, update,
+                                                          problem.verify == "slots", acc)
+    if (pool is not None or ver is not None) and pools.checking():
+        if pool is not None and (ver is None or not ver.per_token):
+            pools.check_on_host(pool, state.shape[0], new_state.shape[0], new_state is state)
+        if ver is not None:
+            verifies.check_on_host(ver, pool, problem.T, state.shape[0], new_state.shape[0])
+    return Call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, algo, si, nsi,
+                null, inter, inter_idx, update, acc, PDL_LEVELS[problem.pdl or "off"], problem,
+                pool, ver)

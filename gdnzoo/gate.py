@@ -150,40 +150,35 @@ def judge(out, new_state, ref_out, ref_state, *, out_dtype=None, state_dtype=Non
     return Judgement(vo, vs, eo, es, reasons)
 
 
-INPUTS = ("q", "k", "v", "A_log", "a", "dt_bias", "b")
+def gated_call(fn, x, *, dest: bool, use_qk_l2norm: bool = False, ref=None,
+               atol: float = 1e-2, rtol: float = 1e-2, **kwargs) -> tuple:
+    """Run ``fn`` (a function with an operation's public signature, such as
+    ``gdnzoo.get(name)`` or ``gdnzoo.get(name, op="prefill")``) once on the inputs ``x``
+    (:class:`gdnzoo.inputs.Inputs` or :class:`gdnzoo.inputs.PrefillInputs`) and judge it.
 
-
-def gated_call(call, x, *, dest: bool, use_qk_l2norm: bool = False, ref=None,
-               atol: float = 1e-2, rtol: float = 1e-2) -> tuple:
-    """Run ``call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2)`` once on
-    the inputs ``x`` (:class:`gdnzoo.inputs.Inputs`) and judge it.
-
-    ``state`` is a copy of ``x.state``; ``out`` and, with ``dest``, a distinct ``new_state``
-    are filled with NaN first.  ``ref``: (out, state) references (default: the float64
-    reference of ``x``).  Returns ``(judgement, out, new_state)``; the judgement also fails when
-    destination passing changed ``state`` or the call changed another input.
+    The state passed is a copy of ``x.state``; ``out`` and, with ``dest``, a distinct
+    ``new_state`` are filled with NaN first.  ``kwargs`` go to ``fn`` as they are.  ``ref``:
+    (out, state) references (default: the float64 reference of ``x``).  Returns
+    ``(judgement, out, new_state)``; the judgement also fails when destination passing changed
+    the state or the call changed another input.
     """
-    from gdnzoo.reference import reference_outputs
-    ref_out, ref_state = ref if ref is not None else reference_outputs(x, use_qk_l2norm)
-    state = x.state.clone()
-    before = {n: getattr(x, n).clone() for n in INPUTS}
+    ref_out, ref_state = ref if ref is not None else x.reference(use_qk_l2norm)
+    state = None if x.state is None else x.state.clone()
+    names = [n for n in x.inputs() if getattr(x, n) is not None]
+    before = {n: getattr(x, n).clone() for n in names}
     out = torch.full(tuple(ref_out.shape), float("nan"), dtype=x.v.dtype, device=x.v.device)
-    new_state = torch.full_like(state, float("nan")) if dest else state
-    call(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, new_state,
-         use_qk_l2norm)
+    new_state = None
+    if dest:
+        new_state = torch.full(tuple(ref_state.shape), float("nan"),
+                               dtype=torch.float32 if state is None else state.dtype,
+                               device=x.v.device)
+    args = x.args()
+    out, new_state = fn(*args[:3], state, *args[4:], out=out, new_state=new_state,
+                        use_qk_l2norm=use_qk_l2norm, **kwargs)
     j = judge(out, new_state, ref_out, ref_state, out_dtype=x.v.dtype,
-              state_dtype=x.state.dtype, atol=atol, rtol=rtol)
-    if dest and not torch.equal(state, x.state):
+              state_dtype=new_state.dtype, atol=atol, rtol=rtol)
+    if dest and state is not None and not torch.equal(state, x.state):
         j.reasons.append("state: modified by a destination-passing call")
-    j.reasons += [f"{n}: modified by the call" for n in INPUTS
+    j.reasons += [f"{n}: modified by the call" for n in names
                   if not torch.equal(getattr(x, n), before[n])]
     return j, out, new_state
-
-
-def via_public(fn):
-    """A ``call`` for :func:`gated_call` from a callable with :func:`gdnzoo.decode`'s
-    signature (``gdnzoo.get(name)``)."""
-    def call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
-        fn(q, k, v, state, A_log, a, dt_bias, b, scale, out=out,
-           new_state=None if new_state is state else new_state, use_qk_l2norm=l2)
-    return call

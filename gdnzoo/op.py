@@ -1,8 +1,9 @@
-"""``torch.ops.gdnzoo.decode_``: :func:`gdnzoo.decode` as a PyTorch operator, for models that
-are compiled (``torch.compile(fullgraph=True)``) or captured in CUDA graphs.
+"""gdnzoo's operations as PyTorch operators, ``torch.ops.gdnzoo.decode_``, ``prefill_`` and
+``commit_``, and how ``torch.compile`` sees the public functions.
 
-Importing this module registers the operator once per process (importing or reloading it again
-registers nothing).  Its schema::
+Importing this module registers the operators once per process (importing or reloading it again
+registers nothing).  Each schema is generated from the operation's argument table
+(:mod:`gdnzoo.operation`); decode's is::
 
     gdnzoo::decode_(Tensor q, Tensor k, Tensor v, Tensor(a!) state, Tensor A_log, Tensor a,
                     Tensor dt_bias, Tensor b, float? scale, Tensor(b!) out,
@@ -11,56 +12,107 @@ registers nothing).  Its schema::
                     Tensor(d!)? intermediate_states, Tensor? intermediate_indices,
                     bool update_state, Tensor? num_accepted_tokens, str? pdl) -> ()
 
-It returns nothing and writes its results into its arguments: ``out`` (required: an operator may
-not return a tensor that aliases an input), ``state`` (in place; a pool's slots),
-``new_state`` and ``intermediate_states``.  ``state`` is declared written in every form, also
+An operator returns nothing and writes its results into its arguments: ``out`` (required: an
+operator may not return a tensor that aliases an input), the state (in place; a pool's slots),
+``new_state`` and ``intermediate_states``.  The state is declared written in every form, also
 when a distinct ``new_state`` or ``update_state=False`` leaves it untouched, so a compiler never
-assumes it is unchanged.  Pass ``new_state=None`` for an in-place update, never ``state`` itself
-(two written arguments may not alias).  Every argument means what it means for
-:func:`gdnzoo.decode`, which the operator calls on CPU and CUDA tensors: the same checks, the same
-errors, the same backends (the operator calls decode's hot path, :mod:`gdnzoo.dispatch`).
+assumes it is unchanged.  Pass ``new_state=None`` for an in-place update, never the state itself
+(two written arguments may not alias).  Every argument means what it means for the public
+function, which the operator calls on CPU and CUDA tensors: the same checks, errors and
+backends (the operator calls the dispatcher, :mod:`gdnzoo.dispatch`).
 
-The fake (meta) implementation does nothing: the operator has no outputs whose shapes it must
-describe, and the checks run when the real call runs.  Registered through
+The fake (meta) implementation does nothing: the operators have no outputs whose shapes they
+must describe, and the checks run when the real call runs.  Registered through
 ``torch.library.Library`` and ``register_fake`` rather than ``torch.library.custom_op``, whose
 Python wrapper layers cost some 30 times more per eager call (``docs/model.md``).
 
-:func:`decode_` is the keyword form of the operator.
+**The public functions under torch.compile.**  :func:`substitute` registers, for a public
+function (``gdnzoo.decode``, ``gdnzoo.prefill``, ``gdnzoo.commit``, a ``gdnzoo.get(...)``
+callable), the function dynamo traces in its place: one call of the operator, with ``out`` (and a
+prefill's ``new_state`` without a state) allocated first.  Eager calls never see it (no cost on
+the hot path).  gdnzoo registers every public function it makes as soon as ``torch._dynamo`` is
+imported (:func:`gdnzoo.operation.public`), so ``torch.compile(fullgraph=True)`` takes models
+that call the public functions, or the engine adapters, as they are.
+
+:func:`decode_` is the keyword form of decode's operator.
 """
 from __future__ import annotations
 
 import torch
 
-from gdnzoo.dispatch import decode as _hot_path
-
-SCHEMA = ("decode_(Tensor q, Tensor k, Tensor v, Tensor(a!) state, Tensor A_log, Tensor a, "
-          "Tensor dt_bias, Tensor b, float? scale, Tensor(b!) out, Tensor(c!)? new_state, "
-          "bool use_qk_l2norm, str? algo, Tensor? state_indices, Tensor? new_state_indices, "
-          "int? null_slot, Tensor(d!)? intermediate_states, Tensor? intermediate_indices, "
-          "bool update_state, Tensor? num_accepted_tokens, str? pdl) -> ()")
+from gdnzoo import dispatch
+from gdnzoo.operation import COMMIT, DECODE, OPERATIONS, PREFILL, function
 
 
-def _decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
-            state_indices, new_state_indices, null_slot, intermediate_states,
-            intermediate_indices, update_state, num_accepted_tokens, pdl):
-    """The operator on CPU and CUDA tensors: :func:`gdnzoo.decode`."""
-    _hot_path(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
-              state_indices, new_state_indices, null_slot, intermediate_states,
-              intermediate_indices, update_state, num_accepted_tokens, pdl)
+def schema(op) -> str:
+    """The operator schema of an operation, from its argument table."""
+    return f"{op.name}_(" + ", ".join(f"{a.schema} {a.name}" for a in op.args) + ") -> ()"
+
+
+SCHEMA = schema(DECODE)
+
+
+def _impl(op):
+    def impl(*args):
+        """The operator on CPU and CUDA tensors: the operation's dispatcher."""
+        dispatch.call(op, args)
+    return impl
 
 
 def _fake(*args):
-    """The operator under fake tensors (torch.compile's tracing): nothing to allocate."""
+    """An operator under fake tensors (torch.compile's tracing): nothing to allocate."""
     return None
 
 
 if not hasattr(torch.ops.gdnzoo, "decode_"):       # once per process, also across reloads
     _LIB = torch.library.Library("gdnzoo", "FRAGMENT")     # kept: freeing it unregisters
-    _LIB.define(SCHEMA)
-    _LIB.impl("decode_", _decode, "CompositeExplicitAutograd")
-    torch.library.register_fake("gdnzoo::decode_", _fake, lib=_LIB)
+    for _op in (DECODE, PREFILL, COMMIT):
+        _LIB.define(schema(_op))
+        _LIB.impl(f"{_op.name}_", _impl(_op), "CompositeExplicitAutograd")
+        torch.library.register_fake(f"gdnzoo::{_op.name}_", _fake, lib=_LIB)
 
 OP = torch.ops.gdnzoo.decode_.default
+OPS = {name: getattr(torch.ops.gdnzoo, f"{name}_").default for name in ("decode", "prefill",
+                                                                          "commit")}
+
+
+def call(op, args):
+    """``op``'s operator on the arguments of its public function (positional, its order), with
+    what an operator cannot allocate allocated first; returns what the public function
+    returns.  Traceable by dynamo: what torch.compile runs in place of a public function."""
+    args = list(args)
+    if op.name == "commit":
+        OPS["commit"](*args)
+        return args[op.index("state")]
+    q, v = args[op.index("q")], args[op.index("v")]
+    i_out, i_dst, i_src = op.index("out"), op.index("new_state"), op.index("state")
+    if args[i_out] is None:
+        args[i_out] = torch.empty_like(v)
+    state, new_state = args[i_src], args[i_dst]
+    if new_state is state:
+        new_state = args[i_dst] = None
+    if state is None and new_state is None:      # a prefill from zeros: its fp32 final states
+        N = args[op.index("cu_seqlens")].shape[0] - 1
+        new_state = args[i_dst] = torch.empty(N, v.shape[-2], v.shape[-1], q.shape[-1],
+                                              dtype=torch.float32, device=v.device)
+    OPS[op.name](*args)
+    return args[i_out], state if new_state is None else new_state
+
+
+def traced(op, algo=None):
+    """A function with ``op``'s public signature (less ``algo`` when it is fixed) that calls
+    the operator through :func:`call`: the substitute dynamo traces."""
+    scope = {"_call": call, "_op": op}
+    if algo is not None:
+        scope["algo"] = algo
+    return function(op, f"{op.name}_traced", "_call(_op, ({args},))",
+                    drop=("algo",) if algo is not None else (), scope=scope)
+
+
+def substitute(public_fn, op_name: str, algo=None):
+    """Have torch.compile trace ``public_fn`` as one call of ``op_name``'s operator."""
+    torch._dynamo.substitute_in_graph(public_fn, skip_signature_check=True)(
+        traced(OPERATIONS[op_name], algo))
 
 
 def decode_(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
@@ -69,10 +121,7 @@ def decode_(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_s
             update_state=True, num_accepted_tokens=None, pdl=None):
     """``torch.ops.gdnzoo.decode_`` with :func:`gdnzoo.decode`'s keywords; returns ``out``
     (allocated like v when None).  ``new_state=state`` is passed as None (in place)."""
-    if out is None:
-        out = torch.empty_like(v)
-    OP(q, k, v, state, A_log, a, dt_bias, b, scale, out,
-       None if new_state is state else new_state, use_qk_l2norm, algo, state_indices,
-       new_state_indices, null_slot, intermediate_states, intermediate_indices, update_state,
-       num_accepted_tokens, pdl)
-    return out
+    return call(DECODE, (q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                         use_qk_l2norm, algo, state_indices, new_state_indices, null_slot,
+                         intermediate_states, intermediate_indices, update_state,
+                         num_accepted_tokens, pdl))[0]

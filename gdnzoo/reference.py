@@ -166,6 +166,24 @@ def reference_commit(intermediate_states, intermediate_indices, accepted_steps, 
     return state
 
 
+def run(call, compute_dtype=torch.float32, step=None):
+    """The math of a decode call record (:data:`gdnzoo.contract.Call`): its dense, pool or
+    verify form, writing ``call.out`` and the state it names.  ``step``: a dense decode of the
+    one signature for the pool and verify forms' tokens (default :func:`reference_decode` in
+    ``compute_dtype``)."""
+    c = call
+    args = (c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.scale, c.out, c.new_state,
+            c.use_qk_l2norm)
+    if c.verify is not None:
+        reference_verify(*args, c.pool, c.verify, compute_dtype, step)
+    elif c.pool is not None:
+        reference_pool_decode(*args, c.pool, compute_dtype, step)
+    elif step is not None:
+        step(*args)
+    else:
+        reference_decode(*args, compute_dtype=compute_dtype)
+
+
 def reference_outputs(x, use_qk_l2norm=False, compute_dtype=torch.float64, pool=None,
                       new_pool=None):
     """Fresh (out [B,T,HV,V], new_state) in ``compute_dtype`` for an

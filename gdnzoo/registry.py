@@ -7,6 +7,7 @@ names another registry file (for backends that live outside this package).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import importlib.util
@@ -16,18 +17,19 @@ from pathlib import Path
 
 import yaml
 
-from gdnzoo import tables
-from gdnzoo.contract import Problem
+from gdnzoo import operation, tables
 
 REGISTRY_ENV = "GDNZOO_REGISTRY"
-# Fields of a backend entry: type, and the default of an optional field (REQ: required).
+# Fields of a backend entry: type, and the default of an optional field (REQ: required).  An
+# operation adds one optional field per feature it has (operation.Operation.features: true, or
+# why not).
 REQ = object()
 _BACKEND_KEYS = {"name": (str, REQ), "entry": ((str, type(None)), None),
                  "language": (str, REQ), "requires": (list, []), "devices": (list, REQ),
                  "min_cc": ((str, type(None)), None), "state_dtypes": (list, REQ),
                  "max_T": ((int, type(None)), None), "head_dims": ((list, type(None)), None),
-                 "pools": ((bool, str), False), "verify": ((bool, str), False),
-                 "pdl": ((bool, str), False), "notes": (str, REQ)}
+                 "notes": (str, REQ)}
+_FEATURE_KEY = ((bool, str), False)
 _LANGUAGES = {"python", "triton", "cuda", "cute-dsl"}
 _DEVICES = {"cpu", "cuda"}
 
@@ -45,6 +47,7 @@ def default_entry(name: str) -> str:
 @dataclass(frozen=True)
 class BackendSpec:
     name: str
+    op: str
     entry: str
     language: str
     requires: tuple
@@ -54,9 +57,7 @@ class BackendSpec:
     max_T: int | None
     head_dims: tuple | None
     notes: str
-    pools: bool | str = False     # True: takes state pools; else why not (False: not declared)
-    verify: bool | str = False    # True: serves speculative verify (gdnzoo.verify); else why not
-    pdl: bool | str = False       # True: launches with programmatic dependent launch; else why not
+    features: dict = field(default_factory=dict)   # feature field -> True, or why not
 
     @property
     def module_name(self) -> str:
@@ -66,17 +67,37 @@ class BackendSpec:
     def func_name(self) -> str:
         return self.entry.split(":")[1]
 
+    def __getattr__(self, name):           # an operation's feature field, by its name
+        features = self.__dict__.get("features", {})
+        if name in features:
+            return features[name]
+        raise AttributeError(name)
+
 
 @dataclass
-class Registry:
+class OpRegistry:
+    """One operation's part of the registry: its backends, default table and fallback order."""
+    op: str
     backends: dict                       # name -> BackendSpec, in file order
     defaults: list                       # tables.DefaultRow
     fallback: dict                       # device -> [names]
-    path: Path = field(default=None)
 
     @property
     def names(self):
         return list(self.backends)
+
+
+@dataclass
+class Registry:
+    ops: dict                            # operation name -> OpRegistry
+    path: Path = field(default=None)
+
+    def op(self, name: str = "decode") -> OpRegistry:
+        try:
+            return self.ops[name]
+        except KeyError:
+            raise ValueError(f"op: no backends registered for operation {name!r}; registered: "
+                             f"{', '.join(self.ops)}") from None
 
 
 @dataclass(frozen=True)
@@ -92,6 +113,8 @@ class BackendInfo:
     max_T: int | None
     head_dims: tuple | None
     notes: str
+    op: str = "decode"
+    features: dict = field(default_factory=dict)   # feature field -> True, or why not
 
 
 @dataclass(frozen=True)
@@ -100,6 +123,8 @@ class Selection:
     name: str
     source: str        # "algo" | "ALGO env" | "default table <gpu>" | "fallback"
     reason: str
+    problem: object = None     # the problem it serves, where not the one asked about (a PDL
+    #                            request that no backend serves here runs without PDL)
 
 
 def registry_path() -> Path:
@@ -127,17 +152,18 @@ def _parse_cc(s, where):
         raise RegistryError(f"{where}: min_cc must look like '9.0', got {s!r}") from None
 
 
-def _parse_backend(i, ent) -> BackendSpec:
-    where = f"registry.yaml backends[{i}]"
+def _parse_backend(i, ent, op) -> BackendSpec:
+    where = f"registry.yaml {op.name} backends[{i}]"
     if not isinstance(ent, dict):
         raise RegistryError(f"{where}: expected a mapping, got {type(ent).__name__}")
-    where = f"registry.yaml backend {ent.get('name', f'#{i}')!r}"
-    missing = [k for k, (_, d) in _BACKEND_KEYS.items() if d is REQ and k not in ent]
-    extra = [k for k in ent if k not in _BACKEND_KEYS]
+    where = f"registry.yaml {op.name} backend {ent.get('name', f'#{i}')!r}"
+    keys = dict(_BACKEND_KEYS, **{f: _FEATURE_KEY for f, _, _ in op.features})
+    missing = [k for k, (_, d) in keys.items() if d is REQ and k not in ent]
+    extra = [k for k in ent if k not in keys]
     if missing or extra:
         raise RegistryError(f"{where}: missing fields {missing}, unknown fields {extra}")
-    e = {k: ent.get(k, d) for k, (_, d) in _BACKEND_KEYS.items()}
-    for k, (typ, _) in _BACKEND_KEYS.items():
+    e = {k: ent.get(k, d) for k, (_, d) in keys.items()}
+    for k, (typ, _) in keys.items():
         if not isinstance(e[k], typ):
             raise RegistryError(f"{where}: field {k!r} has type {type(e[k]).__name__}")
     entry = e["entry"] or default_entry(e["name"])
@@ -154,30 +180,52 @@ def _parse_backend(i, ent) -> BackendSpec:
     if e["max_T"] is not None and e["max_T"] < 1:
         raise RegistryError(f"{where}: max_T must be >= 1 or null")
     return BackendSpec(
-        name=e["name"], entry=entry, language=e["language"], requires=tuple(e["requires"]),
-        devices=tuple(e["devices"]), min_cc=_parse_cc(e["min_cc"], where),
-        state_dtypes=tuple(e["state_dtypes"]), max_T=e["max_T"],
-        head_dims=None if e["head_dims"] is None else tuple(e["head_dims"]), notes=e["notes"],
-        pools=e["pools"], verify=e["verify"], pdl=e["pdl"])
+        name=e["name"], op=op.name, entry=entry, language=e["language"],
+        requires=tuple(e["requires"]), devices=tuple(e["devices"]),
+        min_cc=_parse_cc(e["min_cc"], where), state_dtypes=tuple(e["state_dtypes"]),
+        max_T=e["max_T"], head_dims=None if e["head_dims"] is None else tuple(e["head_dims"]),
+        notes=e["notes"], features={f: e[f] for f, _, _ in op.features})
+
+
+def _parse_op(name, data) -> OpRegistry:
+    where = f"registry.yaml operations.{name}"
+    try:
+        op = operation.get(name)
+    except ValueError as e:
+        raise RegistryError(f"{where}: {e}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("backends"), list):
+        raise RegistryError(f"{where}: expected a mapping with a 'backends' list")
+    extra = set(data) - {"backends", "defaults", "fallback"}
+    if extra:
+        raise RegistryError(f"{where}: unknown keys {sorted(extra)}")
+    backends = {}
+    for i, ent in enumerate(data["backends"]):
+        spec = _parse_backend(i, ent, op)
+        if spec.name in backends:
+            raise RegistryError(f"{where} backend {spec.name!r}: duplicate name")
+        backends[spec.name] = spec
+    defaults = tables.parse_default_rows(data.get("defaults"), backends, RegistryError, op,
+                                         where)
+    fallback = data.get("fallback") or {}
+    if not isinstance(fallback, dict):
+        raise RegistryError(f"{where}: fallback must map a device to backend names")
+    for dev, names in fallback.items():
+        for n in names:
+            if n not in backends:
+                raise RegistryError(f"{where} fallback[{dev}]: unknown backend {n!r}")
+    return OpRegistry(op=name, backends=backends, defaults=defaults, fallback=fallback)
 
 
 def parse_registry(data, path=None) -> Registry:
     """Validate the parsed YAML; raise RegistryError naming the entry and field at fault."""
-    if not isinstance(data, dict) or "backends" not in data:
-        raise RegistryError(f"{path}: expected a mapping with a 'backends' list")
-    backends = {}
-    for i, ent in enumerate(data["backends"] or []):
-        spec = _parse_backend(i, ent)
-        if spec.name in backends:
-            raise RegistryError(f"registry.yaml backend {spec.name!r}: duplicate name")
-        backends[spec.name] = spec
-    defaults = tables.parse_default_rows(data.get("defaults"), backends, RegistryError)
-    fallback = data.get("fallback") or {}
-    for dev, names in fallback.items():
-        for n in names:
-            if n not in backends:
-                raise RegistryError(f"registry.yaml fallback[{dev}]: unknown backend {n!r}")
-    return Registry(backends=backends, defaults=defaults, fallback=fallback, path=path)
+    if not isinstance(data, dict) or not isinstance(data.get("operations"), dict):
+        raise RegistryError(f"{path}: expected a mapping with an 'operations' mapping "
+                            f"(operation name -> backends, defaults, fallback)")
+    extra = set(data) - {"operations"}
+    if extra:
+        raise RegistryError(f"{path}: unknown top-level keys {sorted(extra)}")
+    ops = {name: _parse_op(name, d) for name, d in data["operations"].items()}
+    return Registry(ops=ops, path=path)
 
 
 _RESET_HOOKS = []
@@ -235,95 +283,103 @@ def gpu_name() -> str | None:
     return info[0] if info else None
 
 
-def backend_module(name: str):
-    """The imported backend module (imports its optional packages only when its code needs them)."""
-    return importlib.import_module(_spec(name).module_name)
+def names(op: str = "decode") -> list:
+    """The backends registered for ``op``, in registry order."""
+    return load_registry().op(op).names
 
 
-def _spec(name: str) -> BackendSpec:
-    reg = load_registry()
+def spec(name: str, op: str = "decode") -> BackendSpec:
+    """The registry entry of backend ``name`` for ``op``; ValueError listing the valid names."""
+    reg = load_registry().op(op)
     if name not in reg.backends:
-        raise ValueError(f"algo: unknown backend {name!r}; valid names: {', '.join(reg.names)}")
+        raise ValueError(f"algo: unknown backend {name!r} for {op}; valid names: "
+                         f"{', '.join(reg.names)}")
     return reg.backends[name]
 
 
+def backend_module(name: str, op: str = "decode"):
+    """The imported backend module (imports its optional packages only when its code needs them)."""
+    return importlib.import_module(spec(name, op).module_name)
+
+
 @functools.lru_cache(maxsize=None)
-def availability(name: str, device: str | None = None) -> tuple[bool, str]:
+def availability(name: str, device: str | None = None, op: str = "decode") -> tuple[bool, str]:
     """(available, reason) of a backend on this machine for ``device`` (default: cuda if present)."""
-    spec = _spec(name)
+    s = spec(name, op)
     device = device or default_device()
-    if device not in spec.devices:
+    if device not in s.devices:
         why = "no CUDA device on this machine" if device == "cpu" else f"does not run on {device}"
-        return False, f"{why} (runs on: {', '.join(spec.devices)})"
+        return False, f"{why} (runs on: {', '.join(s.devices)})"
     if device == "cuda":
         info = _cuda_info()
         if info is None:
             return False, "no CUDA device on this machine"
-        if spec.min_cc and info[1] < spec.min_cc:
-            return False, (f"needs compute capability >= {spec.min_cc[0]}.{spec.min_cc[1]}, "
+        if s.min_cc and info[1] < s.min_cc:
+            return False, (f"needs compute capability >= {s.min_cc[0]}.{s.min_cc[1]}, "
                            f"this GPU ({info[0]}) is {info[1][0]}.{info[1][1]}")
-    missing = [r for r in spec.requires if importlib.util.find_spec(r) is None]
+    missing = [r for r in s.requires if importlib.util.find_spec(r) is None]
     if missing:
         return False, f"optional package(s) not installed: {', '.join(missing)}"
     try:
-        mod = backend_module(name)
+        mod = backend_module(name, op)
         ok, reason = mod.available()
     except Exception as e:  # a broken optional install must not break `gdnzoo list`
-        return False, f"failed to load {spec.module_name}: {type(e).__name__}: {e}"
+        return False, f"failed to load {s.module_name}: {type(e).__name__}: {e}"
     return bool(ok), reason
 
 
-def can_serve(name: str, p: Problem) -> tuple[bool, str]:
-    """Whether backend ``name`` can compute this problem, with the reason when not."""
-    ok, why = availability(name, p.device)
+def can_serve(name: str, p) -> tuple[bool, str]:
+    """Whether backend ``name`` can compute the problem ``p`` (of the operation ``p.op``), with
+    the reason when not."""
+    ok, why = availability(name, p.device, p.op)
     if not ok:
         return False, why
-    spec = _spec(name)
-    if p.cc is not None and spec.min_cc and p.cc < spec.min_cc:
-        return False, f"needs compute capability >= {spec.min_cc}, device has {p.cc}"
-    if p.state_name not in spec.state_dtypes:
-        return False, f"state dtype {p.state_name} not supported (supports {', '.join(spec.state_dtypes)})"
-    if spec.max_T is not None and p.T > spec.max_T:
-        return False, f"T={p.T} tokens per call exceeds its maximum {spec.max_T}"
-    if spec.head_dims is not None and (p.K not in spec.head_dims or p.V not in spec.head_dims):
-        return False, f"head dims K={p.K}, V={p.V} not in supported {list(spec.head_dims)}"
-    if p.pool and spec.pools is not True:
-        return False, ("cannot serve state pools (state_indices): "
-                       + (spec.pools or "its registry entry does not declare pools"))
-    if p.verify and spec.verify is not True:
-        return False, ("cannot serve speculative verify (intermediate_states, "
-                       "update_state=False, per-token state_indices): "
-                       + (spec.verify or "its registry entry does not declare verify"))
-    if p.pdl and spec.pdl is not True:
-        return False, (f"cannot launch with programmatic dependent launch (pdl={p.pdl!r}): "
-                       + (spec.pdl or "its registry entry does not declare pdl"))
-    ok, why = backend_module(name).supports(p)
+    s = spec(name, p.op)
+    if p.cc is not None and s.min_cc and p.cc < s.min_cc:
+        return False, f"needs compute capability >= {s.min_cc}, device has {p.cc}"
+    if p.state_name not in s.state_dtypes:
+        return False, f"state dtype {p.state_name} not supported (supports {', '.join(s.state_dtypes)})"
+    if s.max_T is not None and p.T > s.max_T:
+        return False, f"T={p.T} tokens per call exceeds its maximum {s.max_T}"
+    if s.head_dims is not None and (p.K not in s.head_dims or p.V not in s.head_dims):
+        return False, f"head dims K={p.K}, V={p.V} not in supported {list(s.head_dims)}"
+    for field_, attr, what in operation.get(p.op).features:
+        value = getattr(p, attr)
+        if value and s.features[field_] is not True:
+            return False, (f"cannot {what.format(value)}: "
+                           + (s.features[field_] or f"its registry entry does not declare "
+                                                    f"{field_}"))
+    ok, why = backend_module(name, p.op).supports(p)
     return bool(ok), why
 
 
-def list_backends(device: str | None = None) -> list[BackendInfo]:
+def list_backends(device: str | None = None, op: str | None = None) -> list[BackendInfo]:
+    """Every registered backend (of ``op``; None: of every operation) with its availability
+    here, the reason when not, and what it declares (``features``: true, or why not)."""
     reg = load_registry()
     out = []
-    for s in reg.backends.values():
-        ok, why = availability(s.name, device)
-        out.append(BackendInfo(name=s.name, available=ok, reason=why, language=s.language,
-                               devices=s.devices,
-                               min_cc=None if s.min_cc is None else f"{s.min_cc[0]}.{s.min_cc[1]}",
-                               state_dtypes=s.state_dtypes, max_T=s.max_T,
-                               head_dims=s.head_dims, notes=s.notes))
+    for o in ([op] if op else list(reg.ops)):
+        for s in reg.op(o).backends.values():
+            ok, why = availability(s.name, device, o)
+            out.append(BackendInfo(
+                name=s.name, available=ok, reason=why, language=s.language, devices=s.devices,
+                min_cc=None if s.min_cc is None else f"{s.min_cc[0]}.{s.min_cc[1]}",
+                state_dtypes=s.state_dtypes, max_T=s.max_T, head_dims=s.head_dims,
+                notes=s.notes, op=o, features=dict(s.features)))
     return out
 
 
 TUNABLE = ("CONFIG", "launch_config", "candidates", "refine")
 
 
-def tunables() -> list[str]:
-    """The registered backends with launch tables (the tunable protocol of gdnzoo.backends:
-    ``CONFIG``, ``launch_config``, ``candidates``, ``refine``), in registry order."""
+def tunables(op: str = "decode") -> list[str]:
+    """The registered backends of ``op`` with launch tables (the tunable protocol of
+    gdnzoo.backends: ``CONFIG``, ``launch_config``, ``candidates``, ``refine``), in registry
+    order."""
     out = []
-    for name in load_registry().names:
+    for name in names(op):
         try:
-            mod = backend_module(name)
+            mod = backend_module(name, op)
         except Exception:
             continue
         if all(hasattr(mod, a) for a in TUNABLE):
@@ -332,34 +388,20 @@ def tunables() -> list[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def runner(name: str):
-    """The raw backend launcher ``run(q,k,v,state,A_log,a,dt_bias,b,scale,out,new_state,l2)``.
+def runner(name: str, op: str = "decode"):
+    """The backend's entry point ``run(call, *, config=None)`` for ``op``'s call records.
 
-    It skips validation: use it only on inputs that :func:`gdnzoo.contract.validate` accepted.
+    It skips validation: give it only records made from validated calls (the dispatcher's, or
+    :func:`gdnzoo.call.record`'s).
     """
-    return getattr(backend_module(name), _spec(name).func_name)
+    return getattr(backend_module(name, op), spec(name, op).func_name)
 
 
-def launcher(name: str, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-             use_qk_l2norm, pool=None, verify=None, pdl=0):
-    """The backend's ``bind(...)`` result when it has one (a launcher specialised to these
-    shapes, strides, dtypes, scale and mode), else its plain ``run``.  ``pdl``: the level of
-    programmatic dependent launch (:data:`gdnzoo.contract.PDL_LEVELS`), passed as ``pdl=``
-    only when not 0 (only backends whose entry declares ``pdl: true`` get one)."""
-    bind = getattr(backend_module(name), "bind", None)
-    if pdl:
-        if bind is None:
-            return functools.partial(runner(name), pdl=pdl)
-        return bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-                    pool, verify, pdl=pdl)
-    if bind is None:
-        return runner(name)
-    if verify is not None:
-        return bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-                    pool, verify)
-    if pool is None:
-        return bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm)
-    return bind(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, pool)
+def launcher(name: str, call):
+    """The backend's ``bind(call)`` when it has one (a launcher specialised to this call's
+    signature: shapes, strides, dtypes, scale and mode), else its plain ``run``."""
+    bind = getattr(backend_module(name, call.op), "bind", None)
+    return runner(name, call.op) if bind is None else bind(call)
 
 
 # ---------------------------------------------------------------- selection
@@ -387,68 +429,94 @@ def _env_reader(name: str, doc: str):
 
 
 env_algo = _env_reader("ALGO", "The ``ALGO`` environment variable (None when unset or empty), "
-                       "read on every decode call that names no algo.")
+                       "read on every call that names no algo.")
 env_pdl = _env_reader("GDNZOO_PDL", "The ``GDNZOO_PDL`` environment variable (None when unset "
-                      "or empty), read on every decode call that passes no ``pdl``.")
+                      "or empty), read on every call that passes no ``pdl``.")
 
 
-def default_row(gpu_name: str | None):
-    """This GPU's row of the default table (the name rule of :func:`gdnzoo.tables.for_gpu`)."""
-    return tables.default_row(load_registry().defaults, gpu_name)
+def default_row(gpu_name: str | None, op: str = "decode"):
+    """This GPU's row of ``op``'s default table (the name rule of :func:`gdnzoo.tables.for_gpu`)."""
+    return tables.default_row(load_registry().op(op).defaults, gpu_name)
 
 
-def _explicit(name: str, source: str, p: Problem) -> Selection:
-    reg = load_registry()
+def _explicit(name: str, source: str, p) -> Selection:
+    reg = load_registry().op(p.op)
     if name not in reg.backends:
-        raise ValueError(f"{source}: unknown backend {name!r}; valid names: {', '.join(reg.names)}")
+        raise ValueError(f"{source}: unknown backend {name!r} for {p.op}; valid names: "
+                         f"{', '.join(reg.names)}")
     ok, why = can_serve(name, p)
     if not ok:
-        usable = [n for n in reg.names if availability(n, p.device)[0]]
+        usable = [n for n in reg.names if availability(n, p.device, p.op)[0]]
         raise ValueError(f"{source}: backend {name!r} cannot serve {p.describe()}: {why}. "
                          f"Available here: {', '.join(usable) or 'none'}; "
                          f"all names: {', '.join(reg.names)}")
     return Selection(name, source, "requested explicitly")
 
 
-def check_algo(algo):
+def check_algo(algo, op: str = "decode"):
     """``algo`` is None (automatic choice) or a non-empty backend name; raise naming it."""
     if algo is not None and (not isinstance(algo, str) or not algo):
-        names = ", ".join(load_registry().names)
         got = repr(algo) if isinstance(algo, str) else type(algo).__name__
         raise (ValueError if isinstance(algo, str) else TypeError)(
             f"algo: expected a backend name or None (automatic choice), got {got}; valid "
-            f"names: {names}")
+            f"names: {', '.join(names(op))}")
 
 
-def select(p: Problem, algo: str | None = None) -> Selection:
-    """Precedence: ``algo=`` > ``ALGO`` env > per-GPU default table > fallback order."""
-    check_algo(algo)
+def select(p, algo: str | None = None) -> Selection:
+    """Which backend serves the problem ``p`` (of the operation ``p.op``).  Precedence:
+    ``algo=`` > ``ALGO`` env (where it names one of this operation's backends) > per-GPU
+    default table > fallback order.  A PDL request (``p.pdl``) that no backend serves here is
+    dropped by the automatic choice (running without PDL is always correct), which says so; an
+    explicit algo that cannot launch with PDL raises."""
+    try:
+        return _select(p, algo)
+    except _Unserved as e:
+        if not getattr(p, "pdl", ""):
+            raise ValueError(str(e)) from None
+        plain = dataclasses.replace(p, pdl="")
+        try:
+            sel = _select(plain, algo)
+        except _Unserved:
+            raise ValueError(str(e)) from None
+        return dataclasses.replace(sel, problem=plain, reason=(
+            f"{sel.reason}; pdl={p.pdl!r} requested, but no backend launches with PDL for "
+            f"{p.describe()}: launched without it"))
+
+
+class _Unserved(ValueError):
+    """No backend can serve a problem automatically."""
+
+
+def _select(p, algo):
+    check_algo(algo, p.op)
     if algo is not None:
         return _explicit(algo, "algo", p)
+    reg = load_registry().op(p.op)
+    notes = []
     env = env_algo()
     if env:
-        return _explicit(env, "ALGO env", p)
-    reg = load_registry()
-    notes = []
+        # ALGO names a backend of any operation; an operation without one of that name
+        # chooses as if it were unset (ALGO=cuda-v4 leaves prefill's choice alone)
+        if env in reg.backends or not any(env in o.backends
+                                          for o in load_registry().ops.values()):
+            return _explicit(env, "ALGO env", p)
+        notes.append(f"ALGO={env} names no {p.op} backend")
     if p.device == "cuda":
         gpu = gpu_name()
-        row = default_row(gpu)
+        row = default_row(gpu, p.op)
         if row is None:
-            notes.append(f"no default-table row for {gpu}")
+            notes.append(f"no {p.op} default-table row for {gpu}")
         else:
-            v = bool(p.verify)
-            kind = tables.table_kind(row, p.state_name, p.inplace, p.T, p.pool, v)
-            be = tables.table_choice(row, p.state_name, p.B, p.inplace, p.T, p.pool, v)
-            how = {"table_verify": " in a speculative verify", "table_pool": " in a state pool",
-                   "table_dest": " with destination passing",
-                   "table_tokens": f" with {p.T} tokens per call"}.get(kind, "")
+            _, how = tables.table_kind(row, p)
+            be = tables.table_choice(row, p)
+            at = f"{p.batch_name}={p.batch}"
             if be is None:
-                notes.append(f"row {row.gpu} has no {p.state_name} range covering B={p.B}")
+                notes.append(f"row {row.gpu} has no {p.state_name} range covering {at}")
             else:
                 ok, why = can_serve(be, p)
                 if ok:
                     return Selection(be, f"default table {row.gpu}",
-                                     f"fastest measured for {p.state_name} state at B={p.B}"
+                                     f"fastest measured for {p.state_name} state at {at}"
                                      f"{how} ({row.provenance.get('how', '')})")
                 notes.append(f"table choice {be} cannot serve: {why}")
     for name in reg.fallback.get(p.device, reg.names):
@@ -456,4 +524,4 @@ def select(p: Problem, algo: str | None = None) -> Selection:
         if ok:
             return Selection(name, "fallback", "; ".join(notes + ["first usable in fallback order"]))
         notes.append(f"{name}: {why}")
-    raise ValueError(f"algo: no backend can serve {p.describe()}: " + "; ".join(notes))
+    raise _Unserved(f"algo: no backend can serve {p.describe()}: " + "; ".join(notes))

@@ -84,21 +84,20 @@ def gpu_slug(name: str) -> str:
 
 # ---------------------------------------------------------------------------- the default table
 
-# A default-table row's tables, by key in registry.yaml: measured in place at T=1, with
-# destination passing, with several tokens per call, in a state pool, for speculative verify
-# (all but the first optional).
-TABLE_KEYS = ("table", "table_dest", "table_tokens", "table_pool", "table_verify")
-
-
 @dataclass(frozen=True)
 class DefaultRow:
+    """One GPU's row of an operation's default table: by table key (the operation's
+    ``tables``: ``table`` measured in place, decode's ``table_dest``, ``table_tokens``,
+    ``table_pool``, ``table_verify`` ...) -> state dtype name -> [(lo, hi|None, backend)], the
+    ranges in the problem's ``batch`` (decode: B)."""
     gpu: str
     provenance: dict
-    table: dict          # state dtype name -> list of (lo, hi|None, backend)
-    table_dest: dict = field(default_factory=dict)
-    table_tokens: dict = field(default_factory=dict)
-    table_pool: dict = field(default_factory=dict)
-    table_verify: dict = field(default_factory=dict)
+    tables: dict
+
+    def __getattr__(self, name):           # row.table_pool: the table of that key ({}: none)
+        if name.startswith("table"):
+            return self.__dict__["tables"].get(name, {})
+        raise AttributeError(name)
 
 
 def _batch_range(r, where, error):
@@ -129,17 +128,25 @@ def _parse_choices(data, where, backends, error) -> dict:
     return table
 
 
-def parse_default_rows(rows, backends, error=TableError) -> list[DefaultRow]:
-    """registry.yaml's ``defaults:`` list, validated against the registered ``backends``."""
+def parse_default_rows(rows, backends, error=TableError, op=None,
+                       where="registry.yaml") -> list[DefaultRow]:
+    """An operation's ``defaults:`` list (``op``: its :class:`gdnzoo.operation.Operation`,
+    default decode), validated against its registered ``backends``."""
+    from gdnzoo.operation import DECODE
+    keys = (op or DECODE).tables
     out = []
     for i, row in enumerate(rows or []):
-        where = f"registry.yaml defaults[{i}] ({row.get('gpu', '?') if isinstance(row, dict) else '?'})"
+        w = f"{where} defaults[{i}] ({row.get('gpu', '?') if isinstance(row, dict) else '?'})"
         if not isinstance(row, dict) or not {"gpu", "provenance", "table"} <= set(row):
-            raise error(f"{where}: expected gpu, provenance and table")
+            raise error(f"{w}: expected gpu, provenance and table")
+        extra = set(row) - {"gpu", "provenance", *keys}
+        if extra:
+            raise error(f"{w}: unknown keys {sorted(extra)} (tables: {', '.join(keys)})")
         if not isinstance(row["provenance"], dict) or "how" not in row["provenance"]:
-            raise error(f"{where}: provenance must be a mapping with at least 'how'")
-        tables = {k: _parse_choices(row.get(k), f"{where} {k}", backends, error) for k in TABLE_KEYS}
-        out.append(DefaultRow(gpu=str(row["gpu"]), provenance=row["provenance"], **tables))
+            raise error(f"{w}: provenance must be a mapping with at least 'how'")
+        tabs = {k: _parse_choices(row.get(k), f"{w} {k}", backends, error) for k in keys
+                if k in row}
+        out.append(DefaultRow(gpu=str(row["gpu"]), provenance=row["provenance"], tables=tabs))
     return out
 
 
@@ -148,27 +155,21 @@ def default_row(rows, gpu_name: str | None) -> DefaultRow | None:
     return for_gpu({row.gpu: row for row in rows}, gpu_name)
 
 
-def table_kind(row: DefaultRow, state_name: str, inplace: bool = True, T: int = 1,
-               pool: bool = False, verify: bool = False) -> str:
-    """Which of the row's tables serves: ``table_verify`` for a speculative verify, else
-    ``table_pool`` for a state pool, else ``table_tokens`` for T >= 2, else ``table_dest`` for
-    destination passing, where the row has one for this state dtype; else ``table``."""
-    if verify and state_name in row.table_verify:
-        return "table_verify"
-    if pool and state_name in row.table_pool:
-        return "table_pool"
-    if T > 1 and state_name in row.table_tokens:
-        return "table_tokens"
-    if not inplace and state_name in row.table_dest:
-        return "table_dest"
-    return "table"
+def table_kind(row: DefaultRow, problem) -> tuple[str, str]:
+    """(key, how it reads) of the row's table that serves ``problem``: the first of its
+    ``default_tables()`` (decode: verify, then pool, then T >= 2 tokens, then destination
+    passing) that the row has for its state dtype; else ``table``."""
+    for key, how in problem.default_tables():
+        if problem.state_name in row.tables.get(key, {}):
+            return key, how
+    return "table", ""
 
 
-def table_choice(row: DefaultRow, state_name: str, B: int, inplace: bool = True, T: int = 1,
-                 pool: bool = False, verify: bool = False):
-    """The row's backend for B from the table :func:`table_kind` names, or None."""
-    kind = table_kind(row, state_name, inplace, T, pool, verify)
-    for lo, hi, be in getattr(row, kind).get(state_name, []):
+def table_choice(row: DefaultRow, problem):
+    """The row's backend for ``problem.batch`` from the table :func:`table_kind` names, or
+    None."""
+    B = problem.batch
+    for lo, hi, be in row.tables.get(table_kind(row, problem)[0], {}).get(problem.state_name, []):
         if lo <= B and (hi is None or B <= hi):
             return be
     return None

@@ -141,6 +141,10 @@ def validate(B, T, HV, V, K, device, state, new_state, state_indices, new_state_
         _intermediate(intermediate_states, T, HV, V, K, state)
         if intermediate_indices is not None:
             pools.index_tensor("intermediate_indices", intermediate_indices, B, device)
+        elif intermediate_states.shape[0] < B:
+            raise ValueError(f"intermediate_states: expected at least B={B} rows (sequence n "
+                             f"stores at row n when intermediate_indices is None), got "
+                             f"S={intermediate_states.shape[0]}")
     return Verify(intermediate_states, intermediate_indices, update_state, per_token,
                   num_accepted_tokens)
 

@@ -1,5 +1,5 @@
 """A kernel's clock64 marks read back: the timeline scripts under
-``bench/results/<gpu>/verify/`` compile a copy of a kernel that writes ``clock64`` values into a
+``lab/notebook/<gpu>/verify/`` compile a copy of a kernel that writes ``clock64`` values into a
 ``__device__ unsigned long long`` array, one row per warp, and read it with :func:`read_u64`."""
 from __future__ import annotations
 

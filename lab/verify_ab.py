@@ -6,7 +6,7 @@ the medians (``*``: within the floor bar, 15% plus one 32 ns tick), then the sha
 worst multiple of the bar over the three forms.
 
 A script names its candidates and calls :func:`main` (the saved scripts beside the logs under
-``bench/results/<gpu>/verify/ab-*/``):
+``lab/notebook/<gpu>/verify/ab-*/``):
 
     main(lambda B, T: [...configs...], extra=lambda row: {"name": config, ...})
     # python3 script.py fp32,bf16 2,4,8 1,4 [rounds]

@@ -106,9 +106,9 @@ def _meta_all(d):
             d[n] = x.to("meta")
 
 
-def _zero_batch(d):
-    for n in ("q", "k", "v", "a", "b", "state", "out"):
-        d[n] = d[n][:0]
+def _zero_tokens(d):
+    for n in ("q", "k", "v", "a", "b", "out"):
+        d[n] = d[n][:, :0]
 
 
 def _heads_3(d):
@@ -144,7 +144,7 @@ CASES = [
     ("v batch", D, _map("v", lambda x: x[:1]), ValueError, ["v:", "B=2"]),
     ("v tokens", D, _map("v", lambda x: torch.cat([x, x], 1)), ValueError, ["v:", "T=1"]),
     ("HV % H", D, _heads_3, ValueError, ["HV % H", "HV=4", "H=3"]),
-    ("zero batch", O, _zero_batch, ValueError, ["every dimension must be >= 1"]),
+    ("zero tokens", O, _zero_tokens, ValueError, ["every dimension but B must be >= 1"]),
     ("state shape", D, _map("state", lambda x: x[..., :8]), ValueError,
      ["state:", "(2, 4, 8, 16)", "(2, 4, 8, 8)"]),
     ("state rank", D, _map("state", lambda x: x[0]), ValueError, ["state:", "rank 4"]),
@@ -343,8 +343,6 @@ CASES = [
      ["'pt-reference' cannot serve", "pdl-wait", "programmatic dependent launch"]),
     ("pdl early in a pool", POOL, _set(pdl="early"), ValueError,
      ["'pt-reference' cannot serve", "programmatic dependent launch (pdl='early')"]),
-    ("pdl in a verify", VS, _set(pdl="wait", algo=None), ValueError,
-     ["programmatic dependent launch", "pdl-wait"]),
 ]
 
 
@@ -481,3 +479,44 @@ def test_bad_pdl_env_cold_and_warm(monkeypatch, memo, value, exc, frag):
     assert cold[0] is exc and frag in cold[1], cold
     assert _bad_call(d) == cold
     assert gdnzoo.decode(**d, pdl="off")[0] is not None     # an explicit pdl wins over the variable
+
+
+@pytest.mark.parametrize("form", ["dense", "pool", "dest"])
+def test_an_empty_batch_is_a_no_op(form):
+    """Engines issue empty batches (B = 0): decode returns at once, nothing touched, cold and
+    memoized; commit's empty batch likewise."""
+    x = make_inputs(B=0, T=2, H=2, HV=4, K=16, V=16)
+    pool = torch.randn(3, 4, 16, 16)
+    before = pool.clone()
+    kw = {}
+    state = x.state
+    if form == "pool":
+        state, kw = pool, dict(state_indices=torch.zeros(0, dtype=torch.int32), null_slot=0)
+    if form == "dest":
+        kw = dict(new_state=torch.empty_like(x.state))
+    for _ in range(2):
+        out, ns = gdnzoo.decode(*x.args()[:3], state, *x.args()[4:], **kw)
+        assert out.shape == (0, 2, 4, 16)
+    assert torch.equal(pool, before)
+    inter = torch.randn(2, 2, 4, 16, 16)
+    assert gdnzoo.commit(inter, None, torch.zeros(0, dtype=torch.int64), pool,
+                         torch.zeros(0, dtype=torch.int64)) is pool
+    assert torch.equal(pool, before)
+
+
+@pytest.mark.parametrize("how", ["argument", "environment"])
+def test_a_pdl_request_nobody_serves_runs_without_it(monkeypatch, how):
+    """Running without PDL is always correct: the automatic choice drops a request that no
+    backend serves here (this CPU) and says so; only an explicit algo that cannot refuses."""
+    x = make_inputs(B=2, T=2, H=2, HV=4, K=16, V=16)
+    kw = {"pdl": "wait"} if how == "argument" else {}
+    if how == "environment":
+        monkeypatch.setenv("GDNZOO_PDL", "early")
+    sel = gdnzoo.select(*x.args(), **kw)
+    assert sel.problem is not None and sel.problem.pdl == "" and "launched without it" in sel.reason
+    ref = gdnzoo.decode(*x.clone().args(), pdl="off")
+    for _ in range(2):                                         # cold and memoized
+        got = gdnzoo.decode(*x.clone().args(), **kw)
+        assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+    with pytest.raises(ValueError, match="cannot launch with programmatic dependent launch"):
+        gdnzoo.decode(*x.clone().args(), algo="pt-reference", **kw)

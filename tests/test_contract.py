@@ -157,7 +157,9 @@ def test_memoized_decode_still_refuses_overlapping_buffers(which):
 
 def _memo_probe(x, **kw):
     """What decode's memo answers for these inputs (None: it would validate from scratch)."""
-    return dispatch.lookup(*x.args(), kw.get("out"), kw.get("new_state"), False, "pt-reference")
+    return dispatch.lookup(gdnzoo.operation.DECODE,
+                           (*x.args(), kw.get("out"), kw.get("new_state"), False,
+                            "pt-reference", *dispatch._NO_SERVE, None))
 
 
 def test_memo_guard_serves_only_calls_with_the_same_layout(monkeypatch):

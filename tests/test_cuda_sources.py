@@ -26,6 +26,7 @@ from gdnzoo.contract import Problem, validate
 from gdnzoo.inputs import make_inputs
 from gdnzoo.pool import Pool
 from v4_runs import params_at
+from helpers import record, run
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 NVCC = shutil.which("nvcc")
@@ -406,7 +407,7 @@ def _call(mod, x, l2=False, inplace=True, **kw):
     out = torch.empty(B, T, HV, V, dtype=x.v.dtype)
     ns = x.state if inplace else torch.empty_like(x.state)
     validate(*x.args(), out=out, new_state=ns, use_qk_l2norm=l2)
-    mod.run(*x.args()[:-1], x.scale, out, ns, l2, **kw)
+    run(mod, *x.args()[:-1], x.scale, out, ns, l2, **kw)
     return out, ns
 
 
@@ -423,12 +424,13 @@ def test_every_call_path_writes_the_pointers_by_name(fake_gpu, inplace):
                 dt_bias=x.dt_bias, out=out)
     want = {n: want[n].data_ptr() if n in want else 0 for n in cuda_build.HEAD_FIELDS}
     args = (x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, ns, False)
-    bound = cuda_v4.bind(*args)
-    bound(*args)
-    # gdnzoo.contract.POINTERS order; new_state 0 in place
+    rec = record(*args)
+    bound = cuda_v4.bind(rec)
+    bound(rec)
+    # gdnzoo.dispatch.DENSE_POINTERS order; new_state 0 in place
     ptrs = [t.data_ptr() for t in (x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, out)]
     assert bound.with_pointers(ptrs + [0 if inplace else ns.data_ptr()], x.scale) is True
-    cuda_v1.run(*args)
+    run(cuda_v1, *args)
     assert len(launches) == 3
     for *_, f in launches:
         assert {n: f[n] for n in cuda_build.HEAD_FIELDS} == want
@@ -519,10 +521,10 @@ def test_bind_is_reused_and_keeps_no_tensors(fake_gpu):
     compiled, launches = fake_gpu
     x = make_inputs(B=2, H=4, HV=8)
     out = torch.empty(2, 1, 8, 128, dtype=BF16)
-    bound = cuda_v4.bind(*x.args(), out, x.state, False)
-    assert cuda_v4.bind(*x.args(), out, x.state, False) is bound
+    bound = cuda_v4.bind(record(*x.args(), out, x.state, False))
+    assert cuda_v4.bind(record(*x.args(), out, x.state, False)) is bound
     ref = weakref.ref(x.state)
-    bound(*x.args(), out, x.state, False)
+    bound(record(*x.args(), out, x.state, False))
     del x
     gc.collect()
     assert ref() is None                                       # the launcher holds no tensors
@@ -653,7 +655,7 @@ def _pool_call(x, pool_t, new_t, read, write=None, null_slot=None, l2=False, **k
              new_state=new_t, use_qk_l2norm=l2, state_indices=read, new_state_indices=write,
              null_slot=null_slot)
     pool = Pool(read, read if write is None else write, -1 if null_slot is None else null_slot)
-    cuda_v4.run(x.q, x.k, x.v, pool_t, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, new_t, l2,
+    run(cuda_v4, x.q, x.k, x.v, pool_t, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, new_t, l2,
                 pool, **kw)
     return pool
 
@@ -710,14 +712,11 @@ def test_v4_pool_and_dense_launchers_stay_apart(fake_gpu):
     pool_t = _page_pool(4)
     idx = torch.tensor([1, 3], dtype=torch.int32)
     pool = Pool(idx, idx, -1)
-    dense = cuda_v4.bind(*x.args(), out, x.state, False)
-    pooled = cuda_v4.bind(x.q, x.k, x.v, pool_t, x.A_log, x.a, x.dt_bias, x.b, x.scale, out,
-                          pool_t, False, pool)
-    assert type(dense) is cuda_v4.Bound and type(pooled) is cuda_v4.PoolBound
-    with pytest.raises(TypeError):                              # a pool call needs the pool
-        pooled(x.q, x.k, x.v, pool_t, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, pool_t, False)
-    with pytest.raises(TypeError):                              # a dense launcher takes none
-        dense(*x.args(), out, x.state, False, pool)
+    dense = cuda_v4.bind(record(*x.args(), out, x.state, False))
+    pooled = cuda_v4.bind(record(x.q, x.k, x.v, pool_t, x.A_log, x.a, x.dt_bias, x.b, x.scale,
+                                 out, pool_t, False, pool))
+    assert pooled is not dense
+    assert callable(dense.with_pointers) and pooled.with_pointers is None    # dense only
 
 
 def test_v4_supports_pool_problems():
@@ -744,12 +743,12 @@ def test_host_overhead_of_a_bound_call(fake_gpu):
     compiled, launches = fake_gpu
     x = make_inputs(B=1)
     out = torch.empty(1, 1, 8, 128, dtype=BF16)
-    args = (*x.args(), out, x.state, False)
-    bound = cuda_v4.bind(*args)
+    rec = record(*x.args(), out, x.state, False)
+    bound = cuda_v4.bind(rec)
     launches.clear()
     t0 = time.perf_counter()
     for _ in range(200):
-        bound(*args)
+        bound(rec)
     per_call = (time.perf_counter() - t0) / 200
     assert len(launches) == 200 and per_call < 200e-6          # generous: shared CI machines
 
@@ -782,16 +781,16 @@ def test_graph_capture_and_replay_with_new_data(mod, state_dtype):
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        mod.run(*args())                                   # compile and load before capture
+        run(mod, *args())                                   # compile and load before capture
     torch.cuda.current_stream().wait_stream(side)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        mod.run(*args())
+        run(mod, *args())
     # The launcher's parameter buffer is rewritten by a later eager call with other tensors of
     # the same signature: the graph node must keep the values captured with it.
     z = make_inputs(B=4, T=2, state_dtype=state_dtype, device="cuda", seed=9)
     out_z, ns_z = torch.empty_like(out), torch.empty_like(ns)
-    mod.run(z.q, z.k, z.v, z.state, z.A_log, z.a, z.dt_bias, z.b, z.scale, out_z, ns_z, True)
+    run(mod, z.q, z.k, z.v, z.state, z.A_log, z.a, z.dt_bias, z.b, z.scale, out_z, ns_z, True)
     for seed in (2, 3):
         y = make_inputs(B=4, T=2, state_dtype=state_dtype, device="cuda", seed=seed)
         # Every input tensor, A_log and dt_bias included: make_inputs draws them per seed too.
@@ -823,7 +822,7 @@ def test_strided_views(mod):
     a.copy_(x.a), b.copy_(x.b)
     out = torch.full((3, 2, 8, 2, 128), float("nan"), dtype=BF16, device="cuda")[:, :, :, 1]
     validate(q, k, v, pool, x.A_log, a, x.dt_bias, b, x.scale, out=out, new_state=pool)
-    mod.run(q, k, v, pool, x.A_log, a, x.dt_bias, b, x.scale, out, pool, False)
+    run(mod, q, k, v, pool, x.A_log, a, x.dt_bias, b, x.scale, out, pool, False)
     torch.cuda.synchronize()
     assert_matches(out, pool, ref_o, ref_s, F32, f"{mod.__name__} strided views")
 
@@ -857,7 +856,7 @@ def test_v4_explicit_configs(cfg, state_dtype, T):
         out = torch.full((3, T, 8, V), float("nan"), dtype=BF16, device="cuda")
         state = x.state.clone()
         ns = state if inplace else torch.full_like(state, float("nan"))
-        cuda_v4.run(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, ns, l2,
+        run(cuda_v4, x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, ns, l2,
                     config=cfg)
         torch.cuda.synchronize()
         assert_matches(out, ns, ro, rs, state_dtype, f"cuda-v4 {cfg} T={T} V={V} l2={l2}")

@@ -38,6 +38,7 @@ from gdnzoo.inputs import make_inputs
 from gdnzoo.reference import reference_outputs
 from pool_cases import make_case
 from verify_cases import make_verify_case
+from helpers import record, run
 from v4_defines import v4_defines
 
 F32, BF16 = torch.float32, torch.bfloat16
@@ -331,8 +332,9 @@ def _dense_args(B=2, T=1, state=None):
 def test_each_level_its_own_variant_and_launch(fake_gpu):
     compiled, plain, pdl = fake_gpu
     args = _dense_args()
-    bounds = [cuda_v4.bind(*args, pdl=lvl) for lvl in LEVELS]
-    assert len({id(b) for b in bounds}) == 3 and cuda_v4.bind(*args, pdl=2) is bounds[2]
+    recs = [record(*args, pdl=lvl) for lvl in LEVELS]
+    bounds = [cuda_v4.bind(r) for r in recs]
+    assert len({id(b) for b in bounds}) == 3 and cuda_v4.bind(record(*args, pdl=2)) is bounds[2]
     assert "GDN_PDL" not in compiled[0]          # off: the options (and cache files) of before
     assert [c.get("GDN_PDL") for c in compiled] == [None, 1, 2]
     assert {k: v for k, v in compiled[2].items() if k != "GDN_PDL"} == compiled[0]
@@ -340,10 +342,10 @@ def test_each_level_its_own_variant_and_launch(fake_gpu):
     for b in bounds[1:]:
         cfg = b.vec16.pdl
         assert (cfg.grid, cfg.block, cfg.shared) == (b.vec16.grid, b.vec16.block, 0)
-    bounds[0](*args)
+    bounds[0](recs[0])
     assert (len(plain), len(pdl)) == (1, 0)
-    bounds[1](*args)
-    bounds[2](*args)
+    bounds[1](recs[1])
+    bounds[2](recs[2])
     assert (len(plain), len(pdl)) == (1, 2) and pdl[0][1] == ("kernel", 2)
     # The warm dense path (gdnzoo.decode's pointers) launches through cuLaunchKernelEx too.
     ptrs = [t.data_ptr() for t in args[:8]] + [args[9].data_ptr(), 0]
@@ -357,24 +359,24 @@ def test_pool_verify_and_element_loads_with_pdl(fake_gpu):
     case = make_case(B=3, T=2, seed=2, separate_write=True)
     x = case.x
     out = torch.empty(3, 2, *x.v.shape[2:], dtype=x.v.dtype)
-    cuda_v4.run(*x.args(), out, x.state, False, case.pool(), pdl=2)
+    run(cuda_v4, *x.args(), out, x.state, False, case.pool(), pdl=2)
     assert (compiled[-1]["GDN_POOL"], compiled[-1]["GDN_PDL"]) == (2, 2) and len(pdl) == 1
     vcase = make_verify_case("slots", B=3, T=3, seed=3)
     vx = vcase.x
     vout = torch.empty(3, 3, *vx.v.shape[2:], dtype=vx.v.dtype)
-    cuda_v4.run(*vx.args(), vout, vx.state, False, vcase.pool(), vcase.verify(), pdl=1)
+    run(cuda_v4, *vx.args(), vout, vx.state, False, vcase.pool(), vcase.verify(), pdl=1)
     assert (compiled[-1]["GDN_POOL"], compiled[-1]["GDN_PDL"]) == (4, 1) and len(pdl) == 2
     # A state one element off 16-byte alignment: the element-load variant, PDL as well.
     dense = make_inputs(B=2, seed=4).state
     shifted = torch.zeros(dense.numel() + 1)[1:].view(dense.shape)
-    cuda_v4.run(*_dense_args(state=shifted), pdl=2)
+    run(cuda_v4, *_dense_args(state=shifted), pdl=2)
     assert (compiled[-1]["GDN_VEC16"], compiled[-1]["GDN_PDL"]) == (0, 2) and len(pdl) == 3
     assert not plain
 
 
 def test_bad_level_raises(fake_gpu):
     with pytest.raises(ValueError, match="pdl"):
-        cuda_v4.bind(*_dense_args(), pdl=3)
+        cuda_v4.bind(record(*_dense_args())._replace(pdl=3))
 
 
 def _problem(**kw):

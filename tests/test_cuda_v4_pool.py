@@ -25,6 +25,7 @@ from gdnzoo.contract import validate
 from gdnzoo.inputs import make_inputs
 from gdnzoo.pool import Pool, live
 from gdnzoo.reference import reference_outputs
+from helpers import record, run
 
 F32, BF16 = torch.float32, torch.bfloat16
 I32, I64 = torch.int32, torch.int64
@@ -213,7 +214,7 @@ def test_pool_explicit_configs(cfg, sd, T, Vc):
     out = nan_out(x)
     validate(x.q, x.k, x.v, pool_t, x.A_log, x.a, x.dt_bias, x.b, x.scale, out=out,
              use_qk_l2norm=True, state_indices=p.read, new_state_indices=p.write, null_slot=null)
-    cuda_v4.run(x.q, x.k, x.v, pool_t, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, pool_t, True,
+    run(cuda_v4, x.q, x.k, x.v, pool_t, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, pool_t, True,
                 p, config=cfg)
     torch.cuda.synchronize()
     verify(f"config {cfg} T={T} V={Vc}", e, out, pool_t, buf, p)

@@ -32,6 +32,7 @@ from v4_defines import v4_defines
 from v4_runs import (H100, NVCC, check_run, compile_failures, needs_nvcc, params_at,
                      run_case)
 from verify_cases import make_verify_case
+from helpers import record, run
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 I32, I64 = torch.int32, torch.int64
@@ -348,7 +349,7 @@ def _slots_into_new_pool(case, l2, what):
     B, T = x.q.shape[:2]
     out = torch.empty(B, T, *x.v.shape[2:], dtype=x.v.dtype, device=DEVICE)
     validate(*x.args(), out=out, new_state=new, use_qk_l2norm=l2, **case.kwargs())
-    cuda_v4.run(*x.args(), out, new, l2, pool, ver, config=TC)
+    run(cuda_v4, *x.args(), out, new, l2, pool, ver, config=TC)
     torch.cuda.synchronize()
     assert torch.equal(x.state, before), f"{what}: the read pool was written"
     written = ~torch.isnan(new.flatten(1)).all(1)
@@ -373,7 +374,7 @@ def _run_dense_update(sd, T, seed, make_out, monkeypatch, what):
     out = make_out(ref_out.shape, x.v.dtype)
     validate(*x.args(), out=out, new_state=new, use_qk_l2norm=True, **case.kwargs())
     used = _tc_used(monkeypatch)
-    cuda_v4.run(*x.args(), out, new, True, None, ver, config=TC)
+    run(cuda_v4, *x.args(), out, new, True, None, ver, config=TC)
     torch.cuda.synchronize()
     assert used == [tc_verify.KERNEL]
     j = gate.judge(out, new, ref_out, ref_new, state_dtype=sd)

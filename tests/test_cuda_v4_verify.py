@@ -31,6 +31,7 @@ from gdnzoo.backends import cuda_v4
 from gdnzoo.contract import validate
 from gdnzoo.reference import reference_verify_outputs
 from conftest import DEVICE
+from helpers import record
 from verify_cases import check_verify_call, make_verify_case
 from v4_runs import (H100, NVCC, check_run, compile_failures, needs_nvcc, params_at,
                      run_case)
@@ -275,14 +276,11 @@ def test_verify_plain_and_pool_launchers_stay_apart(fake_gpu):
     x, pool, ver = case.x, case.pool(), case.verify()
     out = torch.empty(2, 2, *x.v.shape[2:], dtype=x.v.dtype)
     args = (*x.args(), out, x.state, False)
-    pooled = cuda_v4.bind(*args, pool)
-    verified = cuda_v4.bind(*args, pool, ver)
-    deferred = cuda_v4.bind(*args, pool, ver._replace(update=False))
-    assert type(pooled) is cuda_v4.PoolBound and type(verified) is cuda_v4.VerifyBound
+    pooled = cuda_v4.bind(record(*args, pool))
+    verified = cuda_v4.bind(record(*args, pool, ver))
+    deferred = cuda_v4.bind(record(*args, pool, ver._replace(update=False)))
     assert len({id(pooled), id(verified), id(deferred)}) == 3
-    assert cuda_v4.bind(*args, pool, ver) is verified
-    with pytest.raises(TypeError):                              # a verify call needs its Verify
-        verified(*args, pool)
+    assert cuda_v4.bind(record(*args, pool, ver)) is verified
 
 
 # ------------------------------------------------------------------------------------- GPU

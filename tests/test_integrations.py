@@ -24,6 +24,7 @@ from gdnzoo.integrations import sglang as sglang_adapter, vllm as vllm_adapter
 from gdnzoo.pool import Pool
 from gdnzoo.reference import reference_outputs
 from conftest import DEVICE
+from helpers import record
 
 ADAPTERS = {"vllm": vllm_adapter, "sglang": sglang_adapter}
 
@@ -281,9 +282,11 @@ def test_vllm_packed_available_names_what_is_missing(monkeypatch):
 def _bind(c, pool, q=None, k=None, v=None):
     x = c.x
     out = nan_out(c)
+    rec = record(x.q if q is None else q, x.k if k is None else k, x.v if v is None else v,
+                 x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, x.state, False,
+                 Pool(c.idx, c.idx, -1) if pool is None else pool)
     return registry.backend_module("vllm-packed").bind(
-        x.q if q is None else q, x.k if k is None else k, x.v if v is None else v, x.state,
-        x.A_log, x.a, x.dt_bias, x.b, x.scale, out, x.state, False, pool)
+        rec if pool is not None else rec._replace(pool=None))
 
 
 @pytest.mark.parametrize("what,frag", [("null_slot", "null_slot must be 0"),

@@ -65,7 +65,7 @@ RAN = set()
 
 
 @pytest.mark.parametrize("i", range(len(CASES)), ids=[_id(c) for c in CASES])
-@pytest.mark.parametrize("backend", registry.load_registry().names)
+@pytest.mark.parametrize("backend", registry.names())
 def test_backend_matches_reference(backend, i):
     c = CASES[i]
     ok, why = registry.availability(backend, DEVICE)
@@ -79,11 +79,12 @@ def test_backend_matches_reference(backend, i):
     if not ok:
         pytest.skip(f"{backend} cannot serve {_id(c)}: {why}")
 
-    def call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
-        r_out, r_state = gdnzoo.decode(q, k, v, state, A_log, a, dt_bias, b, scale, out=out,
-                                       new_state=None if new_state is state else new_state,
-                                       use_qk_l2norm=l2, algo=backend)
-        assert r_out is out and r_state is new_state, "decode returned other tensors"
+    def call(*args, out, new_state, use_qk_l2norm):
+        r_out, r_state = gdnzoo.decode(*args, out=out, new_state=new_state,
+                                       use_qk_l2norm=use_qk_l2norm, algo=backend)
+        assert r_out is out and r_state is (args[3] if new_state is None else new_state), \
+            "decode returned other tensors"
+        return r_out, r_state
 
     # The gate: NaN-prefilled outputs, both rules on output and state, no input modified,
     # state untouched with destination passing.
@@ -95,7 +96,7 @@ def test_backend_matches_reference(backend, i):
 def test_every_available_backend_ran():
     """Every available backend whose cases this run selected ran at least one (a run split by
     -k checks the backends it selected)."""
-    avail = [b.name for b in gdnzoo.list_backends(DEVICE) if b.available]
+    avail = [b.name for b in gdnzoo.list_backends(DEVICE, op="decode") if b.available]
     x = make_inputs(B=1, device=DEVICE)
     dense, _ = gdnzoo.contract.validate(*x.args())
     # A backend that serves pools only (vllm-packed, the peer) has no dense case to run.

@@ -395,3 +395,55 @@ def test_pdl_bit_identical_under_graph_replay(algo, level):
     for r, ((o, s), (o0, s0)) in enumerate(zip(run(level), base)):
         assert torch.equal(o, o0) and torch.equal(s, s0), f"{algo} pdl={level} replay {r}"
     assert not torch.equal(base[0][1], buf0), "the replays wrote no state"
+
+
+def test_public_functions_compile_as_they_are():
+    """gdnzoo.decode, gdnzoo.prefill, gdnzoo.commit, a gdnzoo.get(...) callable and an engine
+    adapter, made before torch._dynamo is imported, compile with fullgraph=True (traced as
+    their operators) and give the eager results.  A fresh interpreter: dynamo not yet loaded."""
+    import subprocess
+    import sys
+    code = r'''
+import sys
+import gdnzoo
+from gdnzoo.integrations import vllm
+dec, pre, com, ref = gdnzoo.decode, gdnzoo.prefill, gdnzoo.commit, gdnzoo.get("pt-reference")
+assert "torch._dynamo" not in sys.modules
+import torch
+from gdnzoo.inputs import make_inputs, make_prefill_inputs
+x = make_inputs(B=2, T=2, H=2, HV=4, K=32, V=32)
+p = make_prefill_inputs([3, 0, 5], H=2, HV=4, K=32, V=32)
+def step(x):
+    o, s = dec(*x.args(), use_qk_l2norm=True)
+    o2, s2 = ref(*x.args())
+    return o * 2, o2
+def fill(p):
+    o, s = pre(*p.args())
+    return o + 1, s
+def keep(inter, steps, pool, idx):
+    return com(inter, None, steps, pool, idx)
+for fn, args in ((step, lambda: (x.clone(),)), (fill, lambda: (p.clone(),))):
+    want, got = fn(*args()), torch.compile(fn, fullgraph=True)(*args())
+    assert all(torch.equal(a, b) for a, b in zip(want, got)), fn.__name__
+inter, steps = torch.randn(2, 2, 4, 32, 32), torch.tensor([1, -1])
+pool, idx = torch.randn(5, 4, 32, 32), torch.tensor([3, 4])
+a, b = pool.clone(), pool.clone()
+keep(inter, steps, a, idx)
+torch.compile(keep, fullgraph=True)(inter, steps, b, idx)
+assert torch.equal(a, b)
+mixed = torch.randn(2, 2 * 2 * 32 + 4 * 32).to(torch.bfloat16)
+gates = torch.randn(2, 8).to(torch.bfloat16)
+def packed(pool, out):
+    vllm.packed_decode(mixed, gates[:, :4], gates[:, 4:], x.A_log, x.dt_bias, None, pool, out,
+                       torch.tensor([1, 3]), use_qk_l2norm_in_kernel=True)
+    return out
+o1, o2 = torch.empty(2, 1, 4, 32, dtype=torch.bfloat16), torch.empty(2, 1, 4, 32,
+                                                                     dtype=torch.bfloat16)
+a, b = pool.clone(), pool.clone()
+packed(a, o1)
+torch.compile(packed, fullgraph=True)(b, o2)
+assert torch.equal(o1, o2) and torch.equal(a, b)
+print("ok")
+'''
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]

@@ -241,7 +241,7 @@ def test_cmd_pack_writes_json(tmp_path, capsys):
 
 
 def test_fib_definition_reference_matches_ours():
-    from lab.fib_eval import definition_dict
+    from gdnzoo.bench.fib_definition import definition_dict
     d = definition_dict()
     assert list(d["inputs"]) == ["q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "scale"]
     assert list(d["outputs"]) == ["output", "new_state"]
@@ -256,7 +256,7 @@ def test_fib_definition_reference_matches_ours():
     assert compare(o, ref_out).ok and compare(s, ref_state, atol=1e-5, rtol=1e-5).ok
 
 
-@pytest.mark.parametrize("name", registry.load_registry().names)
+@pytest.mark.parametrize("name", registry.names())
 def test_pack_every_backend(name, tmp_path):
     """Every registered backend packs; a tunable one's vendored copy reads the vendored launch
     tables and picks the rows the installed one picks."""

@@ -15,9 +15,9 @@ from conftest import DEVICE
 from pool_cases import make_case
 
 # vllm-packed (the peer) serves only vLLM's packed layout and padding: tests/test_integrations.py.
-CLAIMING = [n for n, s in registry.load_registry().backends.items()
+CLAIMING = [n for n, s in registry.load_registry().op().backends.items()
             if s.pools is True and n != "vllm-packed"]
-REFUSING = [n for n, s in registry.load_registry().backends.items() if s.pools is not True]
+REFUSING = [n for n, s in registry.load_registry().op().backends.items() if s.pools is not True]
 # Backends that compile per signature, or run in the Triton interpreter on CPU, get fewer cases.
 SLOW = {"pt-compiled"} | ({"fla-recurrent", "fla-tma", "vllm-packed"} if DEVICE == "cpu" else set())
 
@@ -133,7 +133,7 @@ def test_refusing_backends_say_why(name):
 def test_automatic_choice_serves_pools():
     case = make_case(B=2, device=DEVICE, seed=5, pad="neg")
     sel = gdnzoo.select(*case.x.args(), **case.kwargs())
-    assert registry.load_registry().backends[sel.name].pools is True
+    assert registry.load_registry().op().backends[sel.name].pools is True
     check_pool_call(sel.name, case, True, f"automatic ({sel.name})")
 
 

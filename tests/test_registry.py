@@ -36,7 +36,12 @@ def fake_registry(tmp_path, monkeypatch, raw):
     registry.reset_caches()
 
 
-def _fake_availability(name, device=None):
+def dec(data):
+    """The decode section of a parsed registry file."""
+    return data["operations"]["decode"]
+
+
+def _fake_availability(name, device=None, op="decode"):
     # Only the two PyTorch backends "exist" on the fake GPU.
     return (name in ("pt-reference", "pt-compiled"), "fake: only pt-* here")
 
@@ -48,8 +53,9 @@ def cuda_problem(B=1, sd=torch.float32):
 
 def test_the_public_names_are_registered_and_their_modules_derived():
     reg = registry.load_registry()
-    assert set(PUBLIC_NAMES) <= set(reg.names)
-    for spec in reg.backends.values():           # in-tree: the module is named after the backend
+    assert set(PUBLIC_NAMES) <= set(registry.names())
+    specs = [s for o in reg.ops.values() for s in o.backends.values()]
+    for spec in specs:                           # in-tree: the module is named after the backend
         assert spec.entry == registry.default_entry(spec.name), spec.name
         assert spec.module_name == f"gdnzoo.backends.{spec.name.replace('-', '_')}"
 
@@ -62,12 +68,12 @@ def test_every_backend_module_is_registered():
     mods = {m.name for m in pkgutil.iter_modules(gdnzoo.backends.__path__)}
     backends = {m for m in mods if not m.startswith("_")}
     assert backends == {registry.default_entry(n).split(":")[0].rsplit(".", 1)[1]
-                        for n in registry.load_registry().names}
+                        for op in registry.load_registry().ops for n in registry.names(op)}
 
 
 def test_list_backends_reports_reasons():
-    rows = {b.name: b for b in gdnzoo.list_backends()}
-    assert set(rows) == set(registry.load_registry().names)
+    rows = {b.name: b for b in gdnzoo.list_backends(op="decode")}
+    assert set(rows) == set(registry.names())
     assert rows["pt-reference"].available
     for b in rows.values():
         if not b.available:
@@ -85,19 +91,19 @@ def test_import_touches_no_optional_package():
 
 
 @pytest.mark.parametrize("mutate,frag", [
-    (lambda d: d["backends"][2].pop("language"), "'fla-recurrent': missing fields ['language']"),
-    (lambda d: d["backends"][2].update(colour="red"), "'fla-recurrent': missing fields [], unknown fields ['colour']"),
-    (lambda d: d["backends"][0].update(language="fortran"), "'pt-reference': language 'fortran'"),
-    (lambda d: d["backends"][1].update(state_dtypes=["fp8"]), "'pt-compiled': state_dtypes"),
-    (lambda d: d["backends"][3].update(min_cc="nine"), "'fla-tma': min_cc"),
-    (lambda d: d["backends"][4].update(entry="nomodule"), "'cuda-v1': entry must be"),
-    (lambda d: d["backends"].append(copy.deepcopy(d["backends"][0])), "'pt-reference': duplicate"),
-    (lambda d: d["defaults"][0]["table"]["fp32"][0].update(backend="ghost"), "unknown backend 'ghost'"),
-    (lambda d: d["defaults"][0].pop("provenance"), "defaults[0] (NVIDIA B200)"),
-    (lambda d: d["fallback"]["cuda"].append("ghost"), "fallback[cuda]: unknown backend 'ghost'"),
-    (lambda d: d["defaults"][0].update(table_dest={"fp32": [{"batch": [1, None], "backend": "x"}]}),
+    (lambda d: dec(d)["backends"][2].pop("language"), "'fla-recurrent': missing fields ['language']"),
+    (lambda d: dec(d)["backends"][2].update(colour="red"), "'fla-recurrent': missing fields [], unknown fields ['colour']"),
+    (lambda d: dec(d)["backends"][0].update(language="fortran"), "'pt-reference': language 'fortran'"),
+    (lambda d: dec(d)["backends"][1].update(state_dtypes=["fp8"]), "'pt-compiled': state_dtypes"),
+    (lambda d: dec(d)["backends"][3].update(min_cc="nine"), "'fla-tma': min_cc"),
+    (lambda d: dec(d)["backends"][4].update(entry="nomodule"), "'cuda-v1': entry must be"),
+    (lambda d: dec(d)["backends"].append(copy.deepcopy(dec(d)["backends"][0])), "'pt-reference': duplicate"),
+    (lambda d: dec(d)["defaults"][0]["table"]["fp32"][0].update(backend="ghost"), "unknown backend 'ghost'"),
+    (lambda d: dec(d)["defaults"][0].pop("provenance"), "defaults[0] (NVIDIA B200)"),
+    (lambda d: dec(d)["fallback"]["cuda"].append("ghost"), "fallback[cuda]: unknown backend 'ghost'"),
+    (lambda d: dec(d)["defaults"][0].update(table_dest={"fp32": [{"batch": [1, None], "backend": "x"}]}),
      "(NVIDIA B200) table_dest fp32: unknown backend 'x'"),
-    (lambda d: d["defaults"][0].update(table_dest=["fp32"]), "table_dest: expected a mapping"),
+    (lambda d: dec(d)["defaults"][0].update(table_dest=["fp32"]), "table_dest: expected a mapping"),
 ])
 def test_malformed_registry_names_the_entry(raw, mutate, frag):
     mutate(raw)
@@ -107,7 +113,7 @@ def test_malformed_registry_names_the_entry(raw, mutate, frag):
 
 
 def test_precedence_algo_env_table_fallback(fake_registry, raw, monkeypatch):
-    raw["defaults"].append({"gpu": "FAKE-GPU", "provenance": {"how": "test"},
+    dec(raw)["defaults"].append({"gpu": "FAKE-GPU", "provenance": {"how": "test"},
                             "table": {"fp32": [{"batch": [1, 8], "backend": "pt-compiled"},
                                                {"batch": [9, None], "backend": "fla-recurrent"}]}})
     fake_registry(raw)
@@ -131,7 +137,7 @@ def test_precedence_algo_env_table_fallback(fake_registry, raw, monkeypatch):
 
 def test_destination_passing_uses_table_dest(fake_registry, raw, monkeypatch):
     import dataclasses
-    raw["defaults"].append({"gpu": "FAKE-GPU", "provenance": {"how": "test"},
+    dec(raw)["defaults"].append({"gpu": "FAKE-GPU", "provenance": {"how": "test"},
                             "table": {"fp32": [{"batch": [1, None], "backend": "pt-compiled"}],
                                       "bf16": [{"batch": [1, None], "backend": "pt-compiled"}]},
                             "table_dest": {"fp32": [{"batch": [1, 8], "backend": "pt-reference"},
@@ -151,7 +157,7 @@ def test_destination_passing_uses_table_dest(fake_registry, raw, monkeypatch):
 
 def test_several_tokens_use_table_tokens(fake_registry, raw, monkeypatch):
     import dataclasses
-    raw["defaults"].append({"gpu": "FAKE-GPU", "provenance": {"how": "test"},
+    dec(raw)["defaults"].append({"gpu": "FAKE-GPU", "provenance": {"how": "test"},
                             "table": {"fp32": [{"batch": [1, None], "backend": "pt-compiled"}]},
                             "table_dest": {"fp32": [{"batch": [1, None], "backend": "pt-compiled"}]},
                             "table_tokens": {"fp32": [{"batch": [1, None], "backend": "pt-reference"}]}})
@@ -205,17 +211,17 @@ def test_algo_must_be_a_name(name, exc, frag):
 
 def test_b200_row_seeded_from_published_numbers():
     row = registry.default_row("NVIDIA B200")
-    assert row is not None and tables.table_choice(row, "fp32", 1) == "fla-recurrent"
+    assert row is not None and tables.table_choice(row, cuda_problem(B=1)) == "fla-recurrent"
     assert row.provenance["values_us"]["fla-recurrent"] == 2.56
 
 
 def test_registry_file_from_the_environment(tmp_path, monkeypatch, raw):
     p = tmp_path / "mine.yaml"
-    raw["backends"] = raw["backends"][:1]
-    raw["defaults"], raw["fallback"] = [], {"cpu": ["pt-reference"]}
+    dec(raw)["backends"] = dec(raw)["backends"][:1]
+    dec(raw)["defaults"], dec(raw)["fallback"] = [], {"cpu": ["pt-reference"]}
     p.write_text(yaml.safe_dump(raw))
     monkeypatch.setenv(registry.REGISTRY_ENV, str(p))
-    assert registry.registry_path() == p and registry.load_registry().names == ["pt-reference"]
+    assert registry.registry_path() == p and registry.names() == ["pt-reference"]
     monkeypatch.setenv(registry.REGISTRY_ENV, str(tmp_path / "missing.yaml"))
     with pytest.raises(registry.RegistryError, match="no such file"):
         registry.load_registry()

@@ -14,7 +14,7 @@ from gdnzoo.bench import pool as serving
 from gdnzoo.bench import shapes, verify
 from gdnzoo.contract import Problem
 from gdnzoo.inputs import DTYPES
-from helpers import run_cli
+from helpers import record, run_cli
 from test_tables import FIELDS, GEOM, H100, _file, _row, _tables
 
 HAS_CUDA = torch.cuda.is_available()
@@ -170,8 +170,8 @@ def test_launchers_look_up_verify_rows_for_verify_calls(monkeypatch):
         monkeypatch.setattr(mod, "table_config", spy)
         if name == "cuda-v4":
             monkeypatch.setattr(mod, "_binds", {})
-            calls = (lambda: mod.bind(*args), lambda: mod.bind(
-                *args, None, Verify(inter, None, False, False, None)))
+            calls = (lambda: mod.bind(record(*args)), lambda: mod.bind(
+                record(*args, None, Verify(inter, None, False, False, None))))
         else:
             calls = (lambda: mod.launch(*args), lambda: mod.launch(
                 *args, verify=Verify(inter, None, False, False, None)))

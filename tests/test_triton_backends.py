@@ -17,7 +17,7 @@ import torch
 from conftest import DEVICE, HAS_CUDA
 from gdnzoo.contract import Problem
 from gdnzoo.inputs import make_inputs
-from helpers import assert_matches
+from helpers import assert_matches, record, run
 from gdnzoo.reference import reference_outputs
 
 NAMES = {"fla-recurrent": "gdnzoo.backends.fla_recurrent", "fla-tma": "gdnzoo.backends.fla_tma"}
@@ -66,7 +66,7 @@ def _call(mod, x, l2, inplace, config=None, views=False):
         nbig = torch.full((B, HV, V, K + 64), float("nan"), dtype=state.dtype, device=dev)
         new_state = nbig[..., 64:] if views else torch.full_like(state, float("nan"))
     if config is None:
-        mod.run(q, k, v, state, A_log, a, dt_bias, b, x.scale, out, new_state, l2)
+        run(mod, q, k, v, state, A_log, a, dt_bias, b, x.scale, out, new_state, l2)
     else:
         mod.launch(q, k, v, state, A_log, a, dt_bias, b, x.scale, out, new_state, l2, config=config)
     for before, after in zip(ins, (q, k, v, a, b, A_log, dt_bias)):
@@ -170,7 +170,7 @@ def test_tma_refuses_misaligned_state():
     before = state.clone()
     out = torch.empty(1, 1, 2, 64, dtype=x.v.dtype, device=DEVICE)
     with pytest.raises(ValueError, match="16-byte"):
-        mod.run(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, state, False)
+        run(mod, x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, state, False)
     assert torch.equal(state, before)
 
 
@@ -220,11 +220,11 @@ def test_cuda_graph_capture_and_replay(name, inplace):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        mod.run(*args)                                    # first call compiles and caches
+        run(mod, *args)                                    # first call compiles and caches
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        mod.run(*args)
+        run(mod, *args)
     for seed in (6, 7):
         y = make_inputs(B=4, T=1, H=4, HV=8, K=128, V=128, device="cuda", seed=seed)
         for name_, t in (("q", y.q), ("k", y.k), ("v", y.v), ("state", y.state), ("a", y.a),
@@ -259,7 +259,7 @@ def test_grid_past_int32_offsets(name):
     for n in (0, B // 2, B - 1):                          # B-1 lies past 2^31 elements
         state[n] = small.state[0]
     out = torch.full((B, 1, HV, V), float("nan"), dtype=torch.bfloat16, device="cuda")
-    mod.run(q, k, v, state, small.A_log, a, small.dt_bias, b, small.scale, out, state, False)
+    run(mod, q, k, v, state, small.A_log, a, small.dt_bias, b, small.scale, out, state, False)
     torch.cuda.synchronize()
     ref_out, ref_state = reference_outputs(small, False)
     for n in (0, B // 2, B - 1):
@@ -384,7 +384,7 @@ def test_pool_against_reference(name, case):
 
     def call(x, out, target, read, write, null):
         pool = Pool(read, read if write is None else write, -1 if null is None else null)
-        mod.run(x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, target,
+        run(mod, x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, target,
                 case[2], pool)
     _check_pool_call(call, case, seed=11, what=f"{name} {_pool_id(case)}")
 
@@ -436,11 +436,11 @@ def test_pool_bound_launcher_takes_each_calls_indices(name):
                 read = torch.cat([read[:1], read]).contiguous()[1:]
                 write = torch.cat([write[:1], write]).contiguous()[1:]
             pool = Pool(read, write, -1)
+            rec = record(x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out,
+                         target, False, pool)
             if not bound:
-                bound["f"] = mod.bind(x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b,
-                                      x.scale, out, target, False, pool)
-            bound["f"](x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out,
-                       target, False, pool)
+                bound["f"] = mod.bind(rec)
+            bound["f"](rec)
         return call
     for seed, shift in ((21, False), (22, False), (23, True)):
         _check_pool_call(call_with(shift), case, seed=seed, what=f"{name} call {seed}")
@@ -468,7 +468,7 @@ def test_pool_slot_past_int32_offsets(name):
     for n in (0, 2, 3):
         pool[read[n]] = x.state[n]
     out = torch.full((B, 1, HV, V), float("nan"), dtype=torch.bfloat16, device="cuda")
-    mod.run(x.q, x.k, x.v, pool, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, pool, True,
+    run(mod, x.q, x.k, x.v, pool, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, pool, True,
             Pool(read, read, 0))
     torch.cuda.synchronize()
     assert torch.equal(out[1], torch.zeros_like(out[1])), "the null slot's row is not zero"
@@ -500,11 +500,11 @@ def test_pool_cuda_graph_replays_with_new_indices(name, writes):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        mod.run(*args)                                    # first call compiles and caches
+        run(mod, *args)                                    # first call compiles and caches
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        mod.run(*args)
+        run(mod, *args)
     for seed in (42, 43):
         y, ybuf, ynpool, ynbuf, yread, ywrite, _ = _pool_inputs(case, seed=seed, B=8)
         for t, src in ((x.q, y.q), (x.k, y.k), (x.v, y.v), (x.a, y.a), (x.b, y.b),

@@ -36,7 +36,7 @@ from gdnzoo.backends import _triton_launch as tlaunch
 from gdnzoo.backends import fla_recurrent
 from gdnzoo.inputs import make_inputs
 from gdnzoo.reference import reference_outputs
-from helpers import assert_matches
+from helpers import assert_matches, record, run
 from pool_cases import make_case
 from verify_cases import make_verify_case
 
@@ -319,9 +319,9 @@ def test_fla_tma_refuses_a_pdl_level():
     args, _ = _dense(F32)
     before = args[3].clone()
     with pytest.raises(ValueError, match="pdl: this backend has no programmatic dependent"):
-        fla_tma.bind(*args, pdl=1)
+        fla_tma.bind(record(*args, pdl=1))
     with pytest.raises(ValueError, match="pdl: this backend has no programmatic dependent"):
-        fla_tma.run(*args, pdl=2)
+        run(fla_tma, *args, pdl=2)
     assert torch.equal(args[3], before)
 
 

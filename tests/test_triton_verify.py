@@ -25,7 +25,7 @@ from gdnzoo.inputs import make_inputs
 from gdnzoo.pool import Pool
 from gdnzoo.reference import reference_verify_outputs
 from gdnzoo.verify import Verify
-from helpers import assert_matches
+from helpers import assert_matches, record, run
 from verify_cases import expected_writes, make_verify_case
 
 NAME = "fla-recurrent"
@@ -224,7 +224,7 @@ def _run_with(config):
     def call(case, l2, out):
         x = case.x
         pool, verify = _pool_verify(case)
-        _backend().run(*x.args(), out, x.state, l2, pool, verify, config=config)
+        run(_backend(), *x.args(), out, x.state, l2, pool, verify, config=config)
     return call
 
 
@@ -257,9 +257,10 @@ def test_bound_launcher_takes_each_calls_indices(form):
                         setattr(case, name, moved)
             x = case.x
             pool, verify = _pool_verify(case)
+            rec = record(*x.args(), out, x.state, l2, pool, verify)
             if not bound:
-                bound["f"] = mod.bind(*x.args(), out, x.state, l2, pool, verify)
-            bound["f"](*x.args(), out, x.state, l2, pool, verify)
+                bound["f"] = mod.bind(rec)
+            bound["f"](rec)
         return call
     for seed, shift in ((241, False), (242, False), (243, True)):
         _check(_make(dict(c, seed=seed)), False, f"{form} call {seed}", call_with(shift))
@@ -300,7 +301,7 @@ def test_verify_and_other_calls_never_share_a_launcher():
         ref_out, ref_pool = reference_outputs(x, False, pool=pool)
         written = pool.read.long()
         o = _nan_out(case)
-        mod.run(*x.args()[:-1], x.scale, o, x.state, False, pool)
+        run(mod, *x.args()[:-1], x.scale, o, x.state, False, pool)
         assert_matches(o, x.state[written], ref_out, ref_pool[written], x.state.dtype,
                        f"pool round {rnd}")
 
@@ -311,7 +312,7 @@ def test_tma_refuses_verify():
     x = case.x
     before = case.buf.clone()
     with pytest.raises(ValueError, match="fla-tma.*verify"):
-        fla_tma.run(*x.args(), _nan_out(case), x.state, False, case.pool(), case.verify())
+        run(fla_tma, *x.args(), _nan_out(case), x.state, False, case.pool(), case.verify())
     assert torch.equal(case.buf, before)
 
 
@@ -416,7 +417,7 @@ def test_offsets_past_int32():
     ref_out, ref_state, ref_inter = reference_verify_outputs(x, verify, False)
     state = x.state.clone()
     out = torch.full((B, T, HV, V), float("nan"), dtype=sd, device="cuda")
-    mod.run(*x.args()[:3], state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, state, False,
+    run(mod, *x.args()[:3], state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, state, False,
             None, verify)
     torch.cuda.synchronize()
     assert_matches(out, inter[1, :T], ref_out, ref_inter[1, :T], sd, "intermediate row 1")
@@ -432,7 +433,7 @@ def test_offsets_past_int32():
     y = dataclasses.replace(x, state=pool)
     ref_out, ref_pool, _ = reference_verify_outputs(y, verify, False, Pool(idx, idx, -1))
     out.fill_(float("nan"))
-    mod.run(*x.args()[:3], pool, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, pool, False,
+    run(mod, *x.args()[:3], pool, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, pool, False,
             Pool(idx, idx, -1), verify)
     torch.cuda.synchronize()
     assert_matches(out, pool[:2], ref_out, ref_pool[:2], sd, "per-token slots 0 and 1")

@@ -8,12 +8,13 @@ import pytest
 import torch
 
 import gdnzoo
+from gdnzoo.contract import Problem
 from gdnzoo import registry
 from gdnzoo.reference import reference_commit
 from conftest import DEVICE
 from verify_cases import check_verify_call, make_verify_case
 
-SPECS = registry.load_registry().backends
+SPECS = registry.load_registry().op().backends
 CLAIMING = [n for n, s in SPECS.items() if s.verify is True]
 REFUSING = [n for n, s in SPECS.items() if s.verify is not True]
 SLOW = {"pt-compiled"} | ({"fla-recurrent"} if DEVICE == "cpu" else set())
@@ -254,8 +255,11 @@ def test_host_index_check(monkeypatch):
 def test_default_tables_choose_a_verify_backend():
     """Every default-table row's table_verify names backends that serve verify."""
     from gdnzoo import tables
-    for row in registry.load_registry().defaults:
+    from gdnzoo.inputs import DTYPES
+    for row in registry.load_registry().op().defaults:
         for sd, ranges in row.table_verify.items():
-            assert tables.table_kind(row, sd, True, 4, True, True) == "table_verify"
+            p = Problem(B=4, T=4, H=4, HV=8, K=128, V=128, state_dtype=DTYPES[sd],
+                        io_dtype=DTYPES["bf16"], device="cuda", pool=True, verify="states")
+            assert tables.table_kind(row, p)[0] == "table_verify"
             for _, _, be in ranges:
                 assert SPECS[be].verify is True, f"{row.gpu} {sd}: {be}"

@@ -1,10 +1,10 @@
 """docs/serving.md's verify tables are the committed H100 results files, rendered by
-lab/verify_table.py (so the published numbers cannot drift from the data)."""
+gdnzoo.bench.doc_tables (so the published numbers cannot drift from the data)."""
 from pathlib import Path
 
 import pytest
 
-from lab.verify_table import render
+from gdnzoo.bench.doc_tables import verify_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "h100-80gb-hbm3" / "verify"
@@ -12,7 +12,7 @@ RESULTS = ROOT / "bench" / "results" / "h100-80gb-hbm3" / "verify"
 
 @pytest.fixture(scope="module")
 def out():
-    return render([RESULTS / "fp32_results.json", RESULTS / "bf16_results.json"])
+    return verify_tables([RESULTS / "fp32_results.json", RESULTS / "bf16_results.json"])
 
 
 def test_docs_tables_are_the_results_files(out):

@@ -11,7 +11,7 @@ from gdnzoo.reference import reference_outputs
 from conftest import DEVICE
 from helpers import assert_matches
 
-NAMES = [n for n in registry.load_registry().names if n != "vllm-packed"]
+NAMES = [n for n in registry.names() if n != "vllm-packed"]
 
 
 @pytest.mark.parametrize("name", NAMES)

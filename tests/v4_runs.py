@@ -16,6 +16,7 @@ from gdnzoo.contract import validate
 from gdnzoo.pool import Pool, live
 from gdnzoo.reference import reference_verify_outputs
 from verify_cases import expected_writes
+from helpers import record, run
 
 
 NVCC = shutil.which("nvcc")
@@ -38,7 +39,7 @@ def run_case(case, l2=False, config=None, write=None):
     out = torch.empty(B, T, *x.v.shape[2:], dtype=x.v.dtype, device=x.q.device)
     more = {} if write is None else dict(new_state_indices=write)
     validate(*x.args(), out=out, use_qk_l2norm=l2, **case.kwargs(), **more)
-    cuda_v4.run(*x.args(), out, x.state, l2, case_pool(case, write), case.verify(), config=config)
+    run(cuda_v4, *x.args(), out, x.state, l2, case_pool(case, write), case.verify(), config=config)
     return out
 
 

@@ -78,10 +78,11 @@ def packed_views(mixed_qkv, a, b, A_log, initial_state, out):
         raise _shape_error("b", b, f"[B={B}, HV={HV}]")
     if out.shape != (B, 1, HV, V):
         raise _shape_error("out", out, f"[B={B}, 1, HV={HV}, V={V}]")
-    at = mixed_qkv.storage_offset()
-    q = mixed_qkv.as_strided((B, 1, H, K), (s0, s0, K, 1), at)
-    k = mixed_qkv.as_strided((B, 1, H, K), (s0, s0, K, 1), at + H * K)
-    v = mixed_qkv.as_strided((B, 1, HV, V), (s0, s0, V, 1), at + 2 * H * K)
+    # as_strided keeps the slice's storage offset (traceable by torch.compile, unlike reading
+    # storage_offset())
+    q = mixed_qkv.as_strided((B, 1, H, K), (s0, s0, K, 1))
+    k = mixed_qkv[:, H * K:].as_strided((B, 1, H, K), (s0, s0, K, 1))
+    v = mixed_qkv[:, 2 * H * K:].as_strided((B, 1, HV, V), (s0, s0, V, 1))
     return q, k, v, a.unsqueeze(1), b.unsqueeze(1)
 
 

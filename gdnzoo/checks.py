@@ -1,0 +1,228 @@
+"""The argument checks every operation's contract is made of, and the two things the dispatcher
+derives from an operation's argument table: the overlap check of written tensors and the
+signature a verdict is memoized under.
+
+Each check raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (rank, shape, device,
+layout, value) naming the argument, what was expected and what came.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+IO_DTYPES = (torch.bfloat16, torch.float16)
+STATE_DTYPES = (torch.float32, torch.bfloat16)
+DT_BIAS_DTYPES = (torch.float32, torch.bfloat16)
+INDEX_DTYPES = (torch.int32, torch.int64)
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
+               torch.float64: "fp64"}
+
+
+def dtype_name(dt) -> str:
+    return DTYPE_NAMES.get(dt, str(dt).replace("torch.", ""))
+
+
+def type_name(x) -> str:
+    """``x``'s type for a message: ``numpy.bool`` where the bare name (``bool``) would mislead."""
+    t = type(x)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+def fmt_dtypes(dts) -> str:
+    return " or ".join(dtype_name(d) for d in dts)
+
+
+def need_tensor(name, x, written=False):
+    """A dense tensor outside autograd (gdnzoo computes no gradients): one that requires grad
+    only where it is read, under ``torch.no_grad()`` (a model's parameters)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type_name(x)}")
+    if x.layout != torch.strided:
+        raise TypeError(f"{name}: expected a dense (strided) tensor, got layout "
+                        f"{str(x.layout).replace('torch.', '')}")
+    if x.requires_grad and (written or torch.is_grad_enabled()):
+        raise ValueError(f"{name}: expected a tensor that does not require grad (gdnzoo "
+                         f"computes no gradients), got requires_grad=True: pass {name}.detach(), "
+                         f"or call under torch.no_grad() (then only read tensors may)")
+
+
+def need_rank(name, x, rank, layout):
+    if x.dim() != rank:
+        raise ValueError(f"{name}: expected rank {rank} {layout}, got rank {x.dim()} "
+                         f"with shape {tuple(x.shape)}")
+
+
+def need_shape(name, x, shape, layout):
+    if tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)} {layout}, got {tuple(x.shape)}")
+
+
+def need_dtype(name, x, allowed):
+    if x.dtype not in allowed:
+        raise TypeError(f"{name}: expected dtype {fmt_dtypes(allowed)}, got {dtype_name(x.dtype)}")
+
+
+def need_same_dtype(name, x, other_name, other):
+    if x.dtype != other.dtype:
+        raise TypeError(f"{name}: expected dtype {dtype_name(other.dtype)} (same as "
+                        f"{other_name}), got {dtype_name(x.dtype)}")
+
+
+def need_last_contiguous(name, x, axis_name):
+    if x.numel() > 0 and x.stride(-1) != 1:
+        raise ValueError(f"{name}: expected the {axis_name} axis (last) contiguous (stride 1), "
+                         f"got strides {tuple(x.stride())}")
+
+
+def need_own_memory(name, x):
+    """A written tensor whose elements do not share memory: sorted by stride, each dimension
+    of size > 1 must step past everything the smaller ones span (so a stride of 0, as in
+    ``expand``, is refused)."""
+    span = 0
+    for n, st in sorted(((n, st) for n, st in zip(x.shape, x.stride()) if n > 1),
+                        key=lambda d: d[1]):
+        if st <= span:
+            raise ValueError(f"{name}: it is written, so expected elements that do not share "
+                             f"memory, got shape {tuple(x.shape)} with strides "
+                             f"{tuple(x.stride())} (internal overlap)")
+        span += (n - 1) * st
+
+
+def need_device(named: dict, dev):
+    """Every tensor of ``named`` (None skipped) on ``dev`` (the device of q)."""
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"q: expected a tensor on cpu or cuda, got device {dev}")
+    for n, x in named.items():
+        if x is not None and x.device != dev:
+            raise ValueError(f"{n}: expected device {dev} (the device of q), got {x.device}")
+
+
+def need_bool(name, x):
+    if not isinstance(x, bool):
+        raise TypeError(f"{name}: expected bool, got {type_name(x)}")
+
+
+def resolve_scale(scale, K: int) -> float:
+    """None or 0 means 1/sqrt(K); else a real number (int, float or a numpy scalar; not a
+    bool), or a one-element tensor (read on the host: a device sync for a GPU tensor).
+    Negative or non-finite is an error."""
+    if scale is None:
+        return 1.0 / math.sqrt(K)
+    if isinstance(scale, torch.Tensor):
+        if scale.numel() != 1:
+            raise ValueError(f"scale: expected a scalar, got a tensor of shape {tuple(scale.shape)}")
+        scale = scale.item()
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        raise TypeError(f"scale: expected a float or None, got {type_name(scale)}")
+    s = float(scale)
+    if not math.isfinite(s) or s < 0:
+        raise ValueError(f"scale: expected a finite value >= 0 (0 or None means 1/sqrt(K)), got {s}")
+    return 1.0 / math.sqrt(K) if s == 0.0 else s
+
+
+# ------------------------------------------------------------------ overlaps
+
+# A call reads every argument and writes its written ones (an Arg's ``written``; the state only
+# when updated in place).  No written tensor may share memory with another argument: their byte
+# ranges, from the first to one past the last element, must be disjoint.  Ranges are a tensor's
+# shape, strides and dtype (fixed by a memoized signature) from its data pointer (changing per
+# call), so the dispatcher checks memoized calls from data pointers alone (overlap_probe).
+
+def writers(op, given, inplace: bool) -> list:
+    """The written arguments of a call of ``op`` among ``given`` (names present), in table
+    order: the state when updated in place, ``new_state`` when distinct."""
+    skip = None if op.inplace is None else op.inplace[0 if inplace else 1]
+    return [a.name for a in op.args if a.written and a.name in given and a.name != skip]
+
+
+def aliasing_pairs(op, given, inplace: bool) -> list[tuple[str, str]]:
+    """(written, other) argument names whose memory must be disjoint, in the order checked:
+    each writer against every argument that is not a writer, then the writers pairwise."""
+    ws = writers(op, given, inplace)
+    order = [a.name for a in op.args if a.name in given]
+    pairs = [(w, r) for w in ws for r in order if r not in ws]
+    # two writers: the output names itself first, the state updated in place last, else the
+    # earlier argument first
+    state = op.inplace[1] if op.inplace and inplace else None
+    first = sorted(ws, key=lambda n: (n == state, n != "out", op.index(n)))
+    return pairs + [(w, x) for i, w in enumerate(first) for x in first[i + 1:]]
+
+
+def byte_span(x) -> int:
+    """Bytes from ``x``'s first to one past its last element (0 when empty): fixed by shape,
+    strides and dtype, so a memoized signature can check overlaps from data pointers alone."""
+    if x.numel() == 0:
+        return 0
+    return (sum((n - 1) * st for n, st in zip(x.shape, x.stride())) + 1) * x.element_size()
+
+
+def overlaps(x, y) -> bool:
+    sx, sy = byte_span(x), byte_span(y)
+    a0, b0 = x.data_ptr(), y.data_ptr()
+    return sx > 0 and sy > 0 and a0 < b0 + sy and b0 < a0 + sx
+
+
+def check_aliasing(op, named: dict, inplace: bool):
+    """Raise ValueError naming the first written argument of ``named`` ({name: tensor or
+    None}) whose byte range overlaps another argument's (:func:`aliasing_pairs`)."""
+    given = {n for n, x in named.items() if x is not None}
+    dst, src = op.inplace or (None, None)
+    for w, r in aliasing_pairs(op, given, inplace):
+        if overlaps(named[w], named[r]):
+            if (w, r) == (dst, src):
+                raise ValueError(f"{dst}: expected a tensor distinct from {src} or {src} "
+                                 f"itself, got a different view that overlaps {src}'s memory")
+            why = " (it is updated in place)" if w == src else ""
+            raise ValueError(f"{w}: expected memory disjoint from {r}{why}: a written tensor "
+                             f"may not overlap any other argument, got overlapping byte ranges")
+
+
+def overlap_probe(op, named: dict, inplace: bool, slots=None):
+    """A function of a call's data pointers (a tuple: one per name of ``slots``, default the
+    names of ``named``) that returns True when :func:`check_aliasing` would raise for them, for
+    every call of the signature of the tensors ``named`` ({name: tensor}; their byte spans are
+    constants in it): the dispatcher's per-call check.  A slot named but not in ``named`` (an
+    absent argument's 0) is never compared.
+
+    Generated once per signature, every pair unrolled: the dispatcher runs it only for data
+    pointers it has not seen with this signature."""
+    span = {n: byte_span(x) for n, x in named.items()}
+    pairs = [(w, r) for w, r in aliasing_pairs(op, set(span), inplace) if span[w] and span[r]]
+    tests = [f"-{span[r]} < {r} - {w} < {span[w]}" for w, r in pairs]
+    names = list(slots or named)
+    src = (f"def probe(ptrs):\n    ({', '.join(names)},) = ptrs\n"
+           f"    return {' or '.join(tests) or 'False'}\n")
+    scope = {}
+    exec(compile(src, f"<gdnzoo {op.name} overlap probe>", "exec"), scope)
+    return scope["probe"]
+
+
+def tensor_signature(t):
+    """What a verdict depends on of one tensor: shape, strides, dtype, device, layout, grad,
+    and whether it was made under inference mode."""
+    return (t.size(), t.stride(), t.dtype, t.device, t.layout, t.requires_grad,
+            t.is_inference())
+
+
+def signature(op, args) -> tuple:
+    """Everything an operation's contract decides from, except data pointers, as a hashable key:
+    per argument (``op``'s order) its tensor signature, or its value with its type (so that
+    ``1 == 1.0 == True`` are told apart); the in-place argument as 1 when it is the state.
+    Raises for a non-tensor where a tensor belongs (the caller then validates for the message)."""
+    i_dst, i_src = (-1, -1) if op.inplace is None else map(op.index, op.inplace)
+    key, grad = [], False
+    for i, (a, x) in enumerate(zip(op.args, args)):
+        if x is None:
+            key.append(None)
+        elif i == i_dst and x is args[i_src]:
+            key.append(1)
+        elif a.tensor:
+            key.append(tensor_signature(x))
+            grad = grad or x.requires_grad
+        else:
+            key.append((x, type(x)))
+    if grad:                  # a tensor that requires grad is read only under no_grad
+        key.append(("grad mode", torch.is_grad_enabled()))
+    return tuple(key)
