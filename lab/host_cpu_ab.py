@@ -1,21 +1,21 @@
-"""cuda-v4's warm host path per call, an older tree against this one, as an instruction count
-(no GPU: the driver call is a no-op, so what is counted is the Python of each call path):
+"""cuda-v4's warm host path per call, an older tree against this one, counted: the Python
+bytecodes each call executes and the C functions it calls (no GPU: the driver call is a no-op
+Python function in both trees; the counts are exact and the same on every run, unlike a time on
+a shared CPU):
 
-    python3 -m lab.host_cpu_ab [--before REF] [--calls 20000]
+    python3 -m lab.host_cpu_ab [--before REF] [--calls 2000]
 
 Paths: ``with_pointers`` (gdnzoo.decode's dense warm path), a bound dense call, a pool call, a
-verify call through cuda_v4.cu (states form) and through the tensor-core verify (a
-``kernel: tc-verify`` shape; an 11-field ``chunk`` 3 config on a tree from before that field).
-Each (tree, path) runs in its own process under valgrind's callgrind twice, with 1000 and
-1000 + ``--calls`` calls after binding; the difference of the two totals over ``--calls`` is
-the instructions of one call (imports, binding and first calls cancel), the same on every run.
-For wall time on a GPU with the driver call: lab/host_ab.sh.
+verify call through cuda_v4.cu (states form, an explicit token-loop shape) and through the
+tensor-core verify (the same shape with ``kernel: tc-verify``; ``chunk`` 3 on a tree from before
+that field),
+each after 1000 warm calls, counted with ``sys.settrace`` (opcode events) and ``sys.setprofile``
+(C calls).  For wall time on a GPU with the driver call: lab/host_ab.sh.
 """
 from __future__ import annotations
 
 import argparse
-import os
-import re
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +25,38 @@ from lab.sass_identity import REPO, _import_tree, tree_of
 PATHS = ("with_pointers", "dense", "pool", "verify", "verify-tc")
 
 
-def measure(tree: Path, path: str, n: int):
+def bound_calls(cuda_v4):
+    """``bound(args, pool=None, verify=None, config=None)`` -> (the bound launcher, a call of it
+    as gdnzoo.decode makes it) on either backend protocol: the decode call record
+    (gdnzoo.contract.Call), or the positional form before it."""
+    import inspect
+    if next(iter(inspect.signature(cuda_v4.run).parameters)) != "call":
+        def bound(args, pool=None, verify=None, config=None):
+            b = cuda_v4.bind(*args, pool, verify, config)
+            more = () if pool is None and verify is None else (pool,) if verify is None else \
+                (pool, verify)
+            return b, lambda: b(*args, *more)
+        return bound
+    from gdnzoo.contract import Call
+    from gdnzoo.operation import DECODE
+
+    def bound(args, pool=None, verify=None, config=None):
+        named = dict(zip(DECODE.names, args), algo="cuda-v4",
+                     state_indices=None if pool is None else pool.read,
+                     new_state_indices=None if pool is None else pool.write,
+                     null_slot=-1 if pool is None else pool.null_slot,
+                     intermediate_states=None if verify is None else verify.states,
+                     intermediate_indices=None if verify is None else verify.indices,
+                     update_state=True if verify is None else verify.update,
+                     num_accepted_tokens=None if verify is None else verify.accepted, pdl=0)
+        c = Call(**named, problem=None, pool=pool, verify=verify)
+        b = cuda_v4.bind(c, config=config)
+        return b, lambda: b(c)
+    return bound
+
+
+def measure(tree: Path, n: int) -> dict:
+    """{path: (bytecodes, C calls) a call} of ``tree``'s cuda_v4 (run in its own process)."""
     _import_tree(tree)
     import types
 
@@ -50,53 +81,60 @@ def measure(tree: Path, path: str, n: int):
     idx = torch.zeros(1, dtype=torch.int32)
     pool = Pool(idx, idx, -1)
     ver = Verify(torch.empty(2, 4, 8, 128, 128), idx, False, False, None)
+    bound = bound_calls(cuda_v4)
     calls = {}
-    b = cuda_v4.bind(*args)
+    b, calls["dense"] = bound(args)
     ptrs = [t.data_ptr() for t in args[:8]] + [out.data_ptr(), 0]
     calls["with_pointers"] = lambda: b.with_pointers(ptrs, x.scale)
-    calls["dense"] = lambda: b(*args)
-    bp = cuda_v4.bind(*args, pool)
-    calls["pool"] = lambda: bp(*args, pool)
-    bv = cuda_v4.bind(*yargs, pool, ver)
-    calls["verify"] = lambda: bv(*yargs, pool, ver)
-    bt = cuda_v4.bind(*yargs, pool, ver, tc)
-    calls["verify-tc"] = lambda: bt(*yargs, pool, ver)
-    f = calls[path]
-    for _ in range(n):
-        f()
+    _, calls["pool"] = bound(args, pool)
+    _, calls["verify"] = bound(yargs, pool, ver, (8, 1, 16, 3, 1, 0, 0, 2, 0, 3, 1))
+    _, calls["verify-tc"] = bound(yargs, pool, ver, tc)
+    got = {"ops": 0, "c": 0}
 
+    def opcodes(frame, event, arg):
+        frame.f_trace_opcodes = True
+        got["ops"] += event == "opcode"
+        return opcodes
 
-def count(tree: Path, path: str, n: int) -> int:
-    """Instructions of a worker process making ``n`` calls of ``path`` (callgrind's total)."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join(sys.path))      # the venv's, for the real binary
-    r = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-                        os.path.realpath(sys.executable), "-m", "lab.host_cpu_ab", "--worker",
-                        str(tree), path, str(n)], capture_output=True, text=True, cwd=REPO,
-                       env=env)
-    m = re.search(r"Collected : (\d+)", r.stderr)
-    if m is None:
-        raise RuntimeError(f"callgrind gave no total: {r.stderr[-1500:]}")
-    return int(m.group(1))
+    def c_calls(frame, event, arg):
+        got["c"] += event == "c_call"
+
+    res = {}
+    for path in PATHS:
+        f = calls[path]
+        for _ in range(1000):
+            f()
+        got.update(ops=0, c=0)
+        for hook, how in ((sys.settrace, opcodes), (sys.setprofile, c_calls)):
+            hook(how)
+            for _ in range(n):
+                f()
+            hook(None)
+        res[path] = (got["ops"] / n, got["c"] / n)
+    return res
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", default="main")
-    ap.add_argument("--calls", type=int, default=20000)
-    ap.add_argument("--worker", nargs=3, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--worker", nargs=2, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        measure(Path(a.worker[0]), a.worker[1], int(a.worker[2]))
+        print(json.dumps(measure(Path(a.worker[0]), int(a.worker[1]))))
         return
     trees = {"before": tree_of(a.before), "after": REPO}
-    print(f"before: {a.before} ({trees['before']}); after: {REPO}; {a.calls} calls")
-    print(f"{'path':<14} {'before':>8} {'after':>8} {'after - before':>15}  instructions a call")
+    got = {}
+    for t, tree in trees.items():
+        out = subprocess.run([sys.executable, "-m", "lab.host_cpu_ab", "--worker", str(tree),
+                              str(a.calls)], capture_output=True, text=True, cwd=REPO,
+                             check=True).stdout
+        got[t] = json.loads(out.splitlines()[-1])
+    print(f"before: {a.before} ({trees['before']}); after: {REPO}; {a.calls} calls a path")
+    print(f"{'path':<14} {'bytecodes before':>17} {'after':>7} {'C calls before':>15} {'after':>6}")
     for p in PATHS:
-        per = {t: (count(tree, p, 1000 + a.calls) - count(tree, p, 1000)) / a.calls
-               for t, tree in trees.items()}
-        print(f"{p:<14} {per['before']:>8.0f} {per['after']:>8.0f} "
-              f"{per['after'] - per['before']:>+15.0f}", flush=True)
+        (ob, cb), (oa, ca) = got["before"][p], got["after"][p]
+        print(f"{p:<14} {ob:>17.1f} {oa:>7.1f} {cb:>15.1f} {ca:>6.1f}")
 
 
 if __name__ == "__main__":

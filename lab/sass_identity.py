@@ -31,8 +31,8 @@ call (a quick look while editing).  SASS hashes are cached under ``$GDNZOO_CACHE
 ~/.cache/gdnzoo)/sass_identity, keyed by the tree's CUDA sources, the variant and nvcc.
 
 Prints a table (per source: variants compared, identical, different) and every difference;
-exit status 1 on any difference.  Needs nvcc; no GPU.  It drives ``cuda_v4.run`` by its
-current signature.
+exit status 1 on any difference.  Needs nvcc; no GPU.  It drives ``run`` of either backend
+protocol (the decode call record, or the positional form before it).
 """
 from __future__ import annotations
 
@@ -198,6 +198,31 @@ def _tensors(c):
     return args, misaligned, pool, ver
 
 
+def backend_run(mod):
+    """``mod.run`` as ``run(*positional, pool=, verify=, pdl=)`` on either protocol: a tree whose
+    backends take the decode call record (gdnzoo.contract.Call), or one from before it."""
+    import inspect
+    name = mod.__name__.rsplit(".", 1)[1].replace("_", "-")
+    if next(iter(inspect.signature(mod.run).parameters)) != "call":
+        return lambda *args, pool=None, verify=None, pdl=0: (
+            mod.run(*args) if name == "cuda-v1" else
+            mod.run(*args, pool=pool, verify=verify, pdl=pdl))
+    from gdnzoo.contract import Call
+    from gdnzoo.operation import DECODE
+
+    def run(*args, pool=None, verify=None, pdl=0):
+        named = dict(zip(DECODE.names, args), algo=name,
+                     state_indices=None if pool is None else pool.read,
+                     new_state_indices=None if pool is None else pool.write,
+                     null_slot=-1 if pool is None else pool.null_slot,
+                     intermediate_states=None if verify is None else verify.states,
+                     intermediate_indices=None if verify is None else verify.indices,
+                     update_state=True if verify is None else verify.update,
+                     num_accepted_tokens=None if verify is None else verify.accepted, pdl=pdl)
+        mod.run(Call(**named, problem=None, pool=pool, verify=verify))
+    return run
+
+
 def worker(tree: Path):
     """Read calls (JSON) on stdin; write, per call, the variants ``tree``'s cuda_v4 builds."""
     _import_tree(tree)
@@ -219,18 +244,21 @@ def worker(tree: Path):
     build.launch_raw = lambda *a, **kw: None
     build.launch_raw_pdl = lambda *a, **kw: None
     torch.cuda.get_device_name = lambda *a, **kw: gpu[0]
+    run_v1, run_v4 = backend_run(cuda_v1), backend_run(cuda_v4)
     result = []
     for c in json.load(sys.stdin):
         gpu[0] = c["gpu"]
         del made[:]
+        for mod in (cuda_v1, cuda_v4):            # a bound launcher's key has no GPU name
+            mod._binds.clear()
         args, misaligned, pool, ver = _tensors(c)
         if c.get("backend") == "cuda-v1":
-            cuda_v1.run(*args)
+            run_v1(*args)
             calls_v4 = ()
         else:
             calls_v4 = [x for x in (args, misaligned) if x is not None]
         for call in calls_v4:
-            cuda_v4.run(*call, pool=pool, verify=ver, pdl=c["pdl"])
+            run_v4(*call, pool=pool, verify=ver, pdl=c["pdl"])
         result.append(list(made))
     json.dump(result, sys.stdout)
 
