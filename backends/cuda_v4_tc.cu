@@ -2,7 +2,7 @@
 // it serves): the speculative-verify forms that store every token's state (intermediate_states,
 // with or without the final state, on a dense state or a pool; vLLM's per-token slots with or
 // without num_accepted_tokens), K = V = 128, T <= 8, bf16 q/k/v.
-// Measured on the H100 at B = 1 (bench/results/h100-80gb-hbm3/verify/ab-wy/), where the token
+// Measured on the H100 at B = 1 (lab/notebook/h100-80gb-hbm3/verify/ab-wy/), where the token
 // loop of cuda_v4.cu waits on T dependent dot products a token.
 //
 // The algebra (every token at once).  For one row s of a head, with k^_t = rk_t k_t and
@@ -36,14 +36,14 @@
 // (sched_fence) so that the stores stream out from token 0 on (the final state's store beside
 // token T - 1's); the outputs last, their terms N[t][j] u_j summed in the loop as each u_j is
 // made (with the MMAs).
-// The loader's Gram, measured on the H100 at B = 1 (bench/results/h100-80gb-hbm3/verify/ab-tc-lg/,
+// The loader's Gram, measured on the H100 at B = 1 (lab/notebook/h100-80gb-hbm3/verify/ab-tc-lg/,
 // one A/B of 7 interleaved rounds against the compute warps' Gram): bf16 T = 4 states 0.16 us
 // faster, bf16 T = 8 states and states+update and fp32 T = 8 states+update one or two CUPTI
 // ticks faster, the per-token slots at T = 8 two (fp32) or three (bf16) ticks slower.
 // An fp32 state up to T = 4 (WARP_DOTS) skips the MMAs and their barrier: warp w makes its own
 // row's T products s_0.k_t from the update layout and sums them within the warp (warp_sums:
 // P - 1 + 5 - log2 P shuffles for P sums), and the T with q after the stores.  Measured on the
-// H100 at B = 1 (bench/results/h100-80gb-hbm3/verify/ab-tc-warp/): at fp32 T = 4, states and
+// H100 at B = 1 (lab/notebook/h100-80gb-hbm3/verify/ab-tc-warp/): at fp32 T = 4, states and
 // states+update 0.1 to 0.19 µs faster in six A/B runs; at bf16 T = 4 and at T = 8 slower or
 // the same (the warp's 9 shuffles at T = 8 take about twice as long as the MMAs and their
 // barrier), so the MMAs stay there.
@@ -56,7 +56,7 @@
 // update waited for the previous store (long-scoreboard stalls on those FMAs in Nsight
 // Compute); the block's outputs are also gathered in shared memory and stored 16 bytes a token,
 // where each warp stored 8 scattered bf16 values.  Measured on the H100 at B = 1
-// (bench/results/h100-80gb-hbm3/verify/ab-tc-ld/): fp32 T = 8 0.06 to 0.1 µs faster in every
+// (lab/notebook/h100-80gb-hbm3/verify/ab-tc-ld/): fp32 T = 8 0.06 to 0.1 µs faster in every
 // form; with bf16, or at T = 4, the same or slower, so only there.  Those outputs go out before
 // the sink that keeps St4's registers (ptxas put its chain of folds ahead of them), with the
 // output's terms summed in the token loop: one CUPTI tick (32 ns) faster at fp32 T = 8 states
@@ -251,7 +251,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         if constexpr (LOADER_GRAM) {
             // A clock read after the copies: ptxas had hoisted register moves of the Gram's MMA
             // fragments above them, each waiting for its k or q load, so the copies waited too.
-            // Measured on the H100 at B = 1 (bench/results/h100-80gb-hbm3/verify/ab-tc-lf/, two
+            // Measured on the H100 at B = 1 (lab/notebook/h100-80gb-hbm3/verify/ab-tc-lf/, two
             // A/Bs): bf16 T = 4 states+update 0.1 us faster, bf16 T = 4 and 8 states and fp32
             // T = 8 states a tick faster in one of them, bf16 T = 4 slots a tick slower in one,
             // the rest the same.
