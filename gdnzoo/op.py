@@ -26,13 +26,13 @@ must describe, and the checks run when the real call runs.  Registered through
 ``torch.library.Library`` and ``register_fake`` rather than ``torch.library.custom_op``, whose
 Python wrapper layers cost some 30 times more per eager call (``docs/model.md``).
 
-**The public functions under torch.compile.**  :func:`substitute` registers, for a public
-function (``gdnzoo.decode``, ``gdnzoo.prefill``, ``gdnzoo.commit``, a ``gdnzoo.get(...)``
-callable), the function dynamo traces in its place: one call of the operator, with ``out`` (and a
-prefill's ``new_state`` without a state) allocated first.  Eager calls never see it (no cost on
-the hot path).  gdnzoo registers every public function it makes as soon as ``torch._dynamo`` is
-imported (:func:`gdnzoo.operation.public`), so ``torch.compile(fullgraph=True)`` takes models
-that call the public functions, or the engine adapters, as they are.
+**The public functions under torch.compile.**  :func:`traced` is, for a public function
+(``gdnzoo.decode``, ``gdnzoo.prefill``, ``gdnzoo.commit``, a ``gdnzoo.get(...)`` callable), the
+function dynamo traces in its place: one call of the operator, with ``out`` (and a prefill's
+``new_state`` without a state) allocated first.  Eager calls never see it (no cost on the hot
+path).  gdnzoo registers it for every public function it makes as soon as ``torch._dynamo`` is
+imported (:func:`gdnzoo.operation.compiled_as_operator`), so ``torch.compile(fullgraph=True)``
+takes models that call the public functions, or the engine adapters, as they are.
 
 :func:`decode_` is the keyword form of decode's operator.
 """
@@ -41,7 +41,7 @@ from __future__ import annotations
 import torch
 
 from gdnzoo import dispatch
-from gdnzoo.operation import COMMIT, DECODE, OPERATIONS, PREFILL, function
+from gdnzoo.operation import COMMIT, DECODE, PREFILL, function
 
 
 def schema(op) -> str:
@@ -107,12 +107,6 @@ def traced(op, algo=None):
         scope["algo"] = algo
     return function(op, f"{op.name}_traced", "_call(_op, ({args},))",
                     drop=("algo",) if algo is not None else (), scope=scope)
-
-
-def substitute(public_fn, op_name: str, algo=None):
-    """Have torch.compile trace ``public_fn`` as one call of ``op_name``'s operator."""
-    torch._dynamo.substitute_in_graph(public_fn, skip_signature_check=True)(
-        traced(OPERATIONS[op_name], algo))
 
 
 def decode_(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,

@@ -207,14 +207,24 @@ def binder(op: Operation):
 
 # ---------------------------------------------------------------- under torch.compile
 
-_MADE = []          # [public function, operation name, fixed algo, substituted?]
+_SUBSTITUTES = []    # [function, its substitute (or a maker of it), substituted?]
 
 
 def compiled_as_operator(fn, op_name: str, algo=None):
     """Have torch.compile trace the public function ``fn`` as one call of the operation's
-    torch operator (:func:`gdnzoo.op.substitute`): at once when ``torch._dynamo`` is imported,
-    else as soon as it is (importing it costs seconds, so gdnzoo never does)."""
-    _MADE.append([fn, op_name, algo, False])
+    torch operator (:func:`gdnzoo.op.traced`)."""
+    def make():
+        from gdnzoo import op
+        return op.traced(OPERATIONS[op_name], algo)
+    when_compiled(fn, make)
+
+
+def when_compiled(fn, substitute):
+    """Have torch.compile trace ``substitute`` (a function, or a function of no argument that
+    makes it) in place of ``fn``, which eager calls keep running: at once when
+    ``torch._dynamo`` is imported, else as soon as it is (importing it costs seconds, so gdnzoo
+    never does)."""
+    _SUBSTITUTES.append([fn, substitute, False])
     if "torch._dynamo" in sys.modules:
         _substitute_all()
     elif not any(isinstance(f, _AfterDynamo) for f in sys.meta_path):
@@ -222,11 +232,14 @@ def compiled_as_operator(fn, op_name: str, algo=None):
 
 
 def _substitute_all():
-    from gdnzoo import op
-    for entry in _MADE:
-        if not entry[3]:
-            op.substitute(*entry[:3])
-            entry[3] = True
+    import torch._dynamo
+    for entry in _SUBSTITUTES:
+        if not entry[2]:
+            fn, sub = entry[0], entry[1]
+            if sub.__name__ == "make":
+                sub = sub()
+            torch._dynamo.substitute_in_graph(fn, skip_signature_check=True)(sub)
+            entry[2] = True
 
 
 class _AfterDynamo:

@@ -32,6 +32,7 @@ Importing this package imports gdnzoo and nothing else.
 from __future__ import annotations
 
 import gdnzoo
+from gdnzoo.operation import when_compiled
 
 __all__ = ["packed_views", "packed_decode"]
 
@@ -45,6 +46,11 @@ def packed_views(mixed_qkv, a, b, A_log, initial_state, out):
     of ``mixed_qkv``'s rows, a and b [B, 1, HV].  HV comes from ``A_log``, V and K from the pool
     ``initial_state`` [P, HV, V, K], then H = (mixed_qkv.shape[1] - HV*V) // (2*K).  Raises
     ValueError naming the argument whose shape does not fit."""
+    return _views(mixed_qkv, a, b, A_log, initial_state, out, False)
+
+
+def _views(mixed_qkv, a, b, A_log, initial_state, out, traced):
+    """:func:`packed_views`; ``traced``: as torch.compile traces it."""
     # Unpacking the shapes checks the ranks too (host time matters here: this runs every step).
     try:
         (HV,) = A_log.shape
@@ -78,12 +84,21 @@ def packed_views(mixed_qkv, a, b, A_log, initial_state, out):
         raise _shape_error("b", b, f"[B={B}, HV={HV}]")
     if out.shape != (B, 1, HV, V):
         raise _shape_error("out", out, f"[B={B}, 1, HV={HV}, V={V}]")
-    # as_strided keeps the slice's storage offset (traceable by torch.compile, unlike reading
-    # storage_offset())
-    q = mixed_qkv.as_strided((B, 1, H, K), (s0, s0, K, 1))
-    k = mixed_qkv[:, H * K:].as_strided((B, 1, H, K), (s0, s0, K, 1))
-    v = mixed_qkv[:, 2 * H * K:].as_strided((B, 1, HV, V), (s0, s0, V, 1))
+    if traced:      # torch.compile cannot trace storage_offset(): slices keep the offsets
+        q = mixed_qkv.as_strided((B, 1, H, K), (s0, s0, K, 1))
+        k = mixed_qkv[:, H * K:].as_strided((B, 1, H, K), (s0, s0, K, 1))
+        v = mixed_qkv[:, 2 * H * K:].as_strided((B, 1, HV, V), (s0, s0, V, 1))
+    else:           # eager: three as_strided, no slice (host time matters every step)
+        at = mixed_qkv.storage_offset()
+        q = mixed_qkv.as_strided((B, 1, H, K), (s0, s0, K, 1), at)
+        k = mixed_qkv.as_strided((B, 1, H, K), (s0, s0, K, 1), at + H * K)
+        v = mixed_qkv.as_strided((B, 1, HV, V), (s0, s0, V, 1), at + 2 * H * K)
     return q, k, v, a.unsqueeze(1), b.unsqueeze(1)
+
+
+def _traced_views(mixed_qkv, a, b, A_log, initial_state, out):
+    """:func:`packed_views` as torch.compile traces it."""
+    return _views(mixed_qkv, a, b, A_log, initial_state, out, True)
 
 
 def packed_decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ssm_state_indices,
@@ -165,3 +180,6 @@ def first_rows(name, x, N, dim):
         raise refuse(name, f"expected a contiguous tensor (gdnzoo reads index tensors densely, "
                            f"and a copy would cost a kernel), got strides {tuple(x.stride())}")
     return x[:N]
+
+
+when_compiled(packed_views, _traced_views)
