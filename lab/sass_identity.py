@@ -377,8 +377,8 @@ def main(argv=None):
     sources = {"before": snapshot(before), "after": snapshot(after)}
     cs = calls(after / "backends" / "tables")[::a.every]
     tools = _tools()
-    log(f"before: {ref[:12]} ({before}); after: {after}"
-        f"{' (uncommitted changes)' if _dirty(after) else ''}")
+    log(f"before: {ref} = {before.name[:12]}; after: {after} at {_head(after)}"
+        f"{' with uncommitted changes to backends/' if _dirty(after) else ''}")
     log(f"nvcc: {tools[2].strip().splitlines()[-1]}; -arch={a.arch}; {len(cs)} calls")
     vb, va = variants_of(before, cs), variants_of(after, cs)
     trees = sources                                   # compiled from the snapshots
@@ -436,6 +436,12 @@ def main(argv=None):
     if a.log:
         Path(a.log).write_text("\n".join(lines) + "\n")
     return 1 if diffs else 0
+
+
+def _head(tree: Path) -> str:
+    r = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short=12", "HEAD"],
+                       capture_output=True, text=True)
+    return r.stdout.strip() or "(not a git checkout)"
 
 
 def _dirty(tree: Path) -> bool:
