@@ -41,7 +41,8 @@ def bound_calls(cuda_v4):
     from gdnzoo.operation import DECODE
 
     def bound(args, pool=None, verify=None, config=None):
-        named = dict(zip(DECODE.names, args), algo="cuda-v4",
+        named = dict({a.name: a.default for a in DECODE.args}, **dict(zip(DECODE.names, args)),
+                     algo="cuda-v4",
                      state_indices=None if pool is None else pool.read,
                      new_state_indices=None if pool is None else pool.write,
                      null_slot=-1 if pool is None else pool.null_slot,

@@ -211,7 +211,8 @@ def backend_run(mod):
     from gdnzoo.operation import DECODE
 
     def run(*args, pool=None, verify=None, pdl=0):
-        named = dict(zip(DECODE.names, args), algo=name,
+        named = dict({a.name: a.default for a in DECODE.args}, **dict(zip(DECODE.names, args)),
+                     algo=name,
                      state_indices=None if pool is None else pool.read,
                      new_state_indices=None if pool is None else pool.write,
                      null_slot=-1 if pool is None else pool.null_slot,
