@@ -37,6 +37,12 @@ are not verify calls pass None for the three verify pointers and for S and the i
 strides: Triton makes them absent constants, so those instantiations keep the parameter list
 (and the code) they had before verify existed.
 
+``GATES`` 1 (``TMA`` 0 only): the ``a`` and ``b`` pointers are the precomputed log decay g and
+beta (FLA's form; ``A_log`` and ``dt_bias`` are never read); ``NEG`` 1: beta = 2 sigmoid(b)
+(allow_neg_eigval); ``KFIRST`` 1: every state block (the state's, ``new_state``'s, the
+intermediate states') is K-first, [K, V] per head with V contiguous.  At 0 each compiles to the
+code of before.
+
 ``PDL`` (``TMA`` 0 only) is for a launch with programmatic dependent launch
 (backends/_pdl_launch.py): the kernel may then start while the kernel before it in the stream
 still runs, and ``griddepcontrol.wait`` (``gdc_wait``) returns once that kernel has completed
@@ -69,16 +75,24 @@ def softplus_decay(A_neg, a_raw, dt_bias):
 
 
 @triton.jit
-def token_inputs(p_q, p_k, p_v, p_a, p_b, A_neg, dt_bias):
+def token_inputs(p_q, p_k, p_v, p_a, p_b, A_neg, dt_bias, GATES: tl.constexpr = 0,
+                 NEG: tl.constexpr = 0):
     """One token's q, k, v (fp32, the pointers' shapes) and gates g, beta.  The loads stay in
     this order (q, k, v, then each gate right before its math): moving all five loads ahead of
     the gate math changed the bf16 SASS schedule and cost 7-12% at some launch shapes on the
-    H100."""
+    H100.  ``GATES`` 1: ``p_a`` and ``p_b`` point at the precomputed log decay and beta;
+    ``NEG`` 1: beta = 2 sigmoid(b) (allow_neg_eigval)."""
     b_q = tl.load(p_q).to(tl.float32)
     b_k = tl.load(p_k).to(tl.float32)
     b_v = tl.load(p_v).to(tl.float32)
-    g = softplus_decay(A_neg, tl.load(p_a).to(tl.float32), dt_bias)
-    beta = tl.sigmoid(tl.load(p_b).to(tl.float32))
+    if GATES:
+        g = tl.exp(tl.load(p_a).to(tl.float32))
+        beta = tl.load(p_b).to(tl.float32)
+    else:
+        g = softplus_decay(A_neg, tl.load(p_a).to(tl.float32), dt_bias)
+        beta = tl.sigmoid(tl.load(p_b).to(tl.float32))
+        if NEG:
+            beta = 2.0 * beta
     return b_q, b_k, b_v, g, beta
 
 
@@ -170,7 +184,8 @@ def gdn_decode_kernel(
         TMA: tl.constexpr = 0, TILES: tl.constexpr = 1, INPLACE: tl.constexpr = 0,  # TMA 1
         STAGES: tl.constexpr = 1, WS: tl.constexpr = 0, POOL: tl.constexpr = 0,
         INTER: tl.constexpr = 0, UPDATE: tl.constexpr = 1, ACC: tl.constexpr = 0,   # verify
-        PDL: tl.constexpr = 0):
+        PDL: tl.constexpr = 0, GATES: tl.constexpr = 0, NEG: tl.constexpr = 0,
+        KFIRST: tl.constexpr = 0):
     if PDL == 1:
         gdc_wait()                         # before any global load or store
         gdc_launch_dependents()
@@ -271,14 +286,25 @@ def gdn_decode_kernel(
         col = (tl.arange(0, LPR)[:, None, None, None] * VEC
                + tl.arange(0, KO)[None, None, :, None] * (LPR * VEC)
                + tl.arange(0, VEC)[None, None, None, :])
+        # A tile's element (row r, column k) of a head's block: r * K + k (k-last; a pool's or
+        # a strided state's rows at its own stride), or k * V + r (KFIRST: each head's [K, V]
+        # block contiguous, as validated).  Each address is formed where it is used, as before
+        # KFIRST existed, so that KFIRST 0 compiles to the same code.
         # Issue the big load first; the small per-token loads below overlap its latency.
-        h = tl.load(src + rows4 * ss_v + col, mask=rd).to(tl.float32)
+        if KFIRST:
+            h = tl.load(src + rows4 + col.to(tl.int64) * V, mask=rd).to(tl.float32)
+        else:
+            h = tl.load(src + rows4 * ss_v + col, mask=rd).to(tl.float32)
 
         # q and k are read with the tile's shape (same thread map, rows reading the same
         # address), so no layout conversion sits between them and the state.
         col = tl.broadcast_to(col, [LPR, BV, KO, VEC])
-        A_neg = -tl.exp(tl.load(A_log + i_hv * s_alog).to(tl.float32))
-        dtb = tl.load(dt_bias + i_hv * s_dtb).to(tl.float32)
+        if GATES:                          # never read: the gates come precomputed
+            A_neg = 0.0
+            dtb = 0.0
+        else:
+            A_neg = -tl.exp(tl.load(A_log + i_hv * s_alog).to(tl.float32))
+            dtb = tl.load(dt_bias + i_hv * s_dtb).to(tl.float32)
         p_q = q + i_b * sq_b + i_h * sq_h + col
         p_k = k + i_b * sk_b + i_h * sk_h + col
         p_v = v + i_b * sv_b + i_hv * sv_h + rows
@@ -294,7 +320,11 @@ def gdn_decode_kernel(
             keep = (row >= 0) & (row < S)
             if POOL > 0:
                 keep = keep & rd
-            p_i = inter + tl.where(keep, row, 0) * si_s + i_hv * (V * K) + rows4 * K + col
+            if KFIRST:
+                p_i = (inter + tl.where(keep, row, 0) * si_s + i_hv * (V * K) + rows4
+                       + col.to(tl.int64) * V)
+            else:
+                p_i = inter + tl.where(keep, row, 0) * si_s + i_hv * (V * K) + rows4 * K + col
         if POOL == 3:
             p_w = slot_idx + i_n * T              # the row of per-token write slots
         if PDL == 2:
@@ -304,7 +334,8 @@ def gdn_decode_kernel(
             if POOL == 3:
                 w = tl.load(p_w).to(tl.int64)     # loaded before the token's math
                 w_ok = rd & (w >= 0) & (w < PN) & (w != null_slot)
-            b_q, b_k, b_v, g, beta = token_inputs(p_q, p_k, p_v, p_a, p_b, A_neg, dtb)
+            b_q, b_k, b_v, g, beta = token_inputs(p_q, p_k, p_v, p_a, p_b, A_neg, dtb, GATES,
+                                                  NEG)
             if L2NORM:
                 b_q = b_q * tl.rsqrt(row_sum(b_q * b_q) + 1e-6)[None, :, None, None]
                 b_k = b_k * tl.rsqrt(row_sum(b_k * b_k) + 1e-6)[None, :, None, None]
@@ -323,11 +354,19 @@ def gdn_decode_kernel(
                 tl.store(p_i, h.to(inter.dtype.element_ty), mask=keep)
                 p_i += si_t
             if POOL == 3:
-                tl.store(dst + tl.where(w_ok, w, 0) * sn_b + rows4 * sn_v + col,
-                         h.to(new_state.dtype.element_ty), mask=w_ok)
+                if KFIRST:
+                    tl.store(dst + tl.where(w_ok, w, 0) * sn_b + rows4 + col.to(tl.int64) * V,
+                             h.to(new_state.dtype.element_ty), mask=w_ok)
+                else:
+                    tl.store(dst + tl.where(w_ok, w, 0) * sn_b + rows4 * sn_v + col,
+                             h.to(new_state.dtype.element_ty), mask=w_ok)
                 p_w += 1
             p_q, p_k, p_v, p_o, p_a, p_b = next_token(p_q, p_k, p_v, p_o, p_a, p_b, sq_t, sk_t,
                                                        sv_t, so_t, sa_t, sb_t)
 
         if (UPDATE == 1) & (POOL != 3):   # per-token slots: the last token's store was the final
-            tl.store(dst + rows4 * sn_v + col, h.to(new_state.dtype.element_ty), mask=wr)
+            if KFIRST:
+                tl.store(dst + rows4 + col.to(tl.int64) * V, h.to(new_state.dtype.element_ty),
+                         mask=wr)
+            else:
+                tl.store(dst + rows4 * sn_v + col, h.to(new_state.dtype.element_ty), mask=wr)

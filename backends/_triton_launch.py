@@ -340,7 +340,7 @@ class Dispatcher:
 
     @staticmethod
     def key(q, k, v, state, A_log, a, dt_bias, b, out, new_state, use_qk_l2norm, pool=None,
-            verify=None, pdl=0):
+            verify=None, pdl=0, form=(0, 0, 0)):
         # scale is passed per call, so it is not part of the key
         base = cuda_build.signature_key(q, k, v, state, A_log, a, dt_bias, b, None, out,
                                         new_state, use_qk_l2norm)
@@ -353,6 +353,8 @@ class Dispatcher:
             base = (base, "verify", verify.per_token, verify.update,
                     None if st is None else (st.shape, st.stride(), st.dtype),
                     dtype(verify.indices), dtype(verify.accepted))
+        if form != (0, 0, 0):
+            base = (base, "form", form)
         return (base, "pdl", pdl) if pdl else base
 
     @staticmethod
@@ -380,7 +382,7 @@ class Dispatcher:
         return ptrs + more, aligned and (more[0] | more[1] | more[2]) & 15 == 0
 
     def call(self, base, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
-             pool=None, verify=None, pdl=0):
+             pool=None, verify=None, pdl=0, form=(0, 0, 0)):
         if verify is None:
             ptrs, aligned = self.pointers(q, k, v, state, A_log, a, dt_bias, b, out, new_state,
                                           pool)
@@ -393,22 +395,24 @@ class Dispatcher:
             fast(ptrs, float(scale))
             return
         made = self.first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                               l2, pool, verify, key, **self.pdl_kwargs(pdl))
+                               l2, pool, verify, key, **self.pdl_kwargs(pdl),
+                               **form_kwargs(form))
         if key[1] and not interpreter_on():       # misaligned calls keep Triton's own path
             self.fast[key] = made
 
     def run(self, call, *, config=None):
         """The backend's entry point for a decode call record: the cached launch, or with an
         explicit ``config`` the backend's own launch with it."""
-        c = call
+        c, f = call, form(call)
         if config is not None:
             self.launch(*tensors(c), c.scale, c.out, c.new_state, c.use_qk_l2norm, pool=c.pool,
-                        verify=c.verify, config=config, **self.pdl_kwargs(c.pdl))
+                        verify=c.verify, config=config, **self.pdl_kwargs(c.pdl),
+                        **form_kwargs(f))
             return
         base = self.key(*tensors(c), c.out, c.new_state, c.use_qk_l2norm, c.pool, c.verify,
-                        c.pdl)
+                        c.pdl, f)
         self.call(base, *tensors(c), c.scale, c.out, c.new_state, c.use_qk_l2norm, c.pool,
-                  c.verify, c.pdl)
+                  c.verify, c.pdl, f)
 
     def bind(self, call, *, config=None):
         """A launcher of decode call records valid for every call with this one's shapes,
@@ -418,23 +422,21 @@ class Dispatcher:
         computed once, here, and its fast launchers are looked up by pointer alignment alone
         (no per-call hashing of the key).  ``config``: an explicit launch config (the
         backend's own launch, every call)."""
-        c, pdl = call, call.pdl
+        c, pdl, f = call, call.pdl, form(call)
         self.pdl_kwargs(pdl)
         if config is not None:
             return lambda c: self.run(c, config=config)
         base = self.key(*tensors(c), c.out, c.new_state, c.use_qk_l2norm, c.pool, c.verify,
-                        pdl)
+                        pdl, f)
         run, fast = self.call, self.fast
         slots = {}                                  # 16-byte aligned? -> FastLaunch
 
         if c.verify is None:
             def pointers(c):
-                return self.pointers(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b,
-                                     c.out, c.new_state, c.pool)
+                return self.pointers(*tensors(c), c.out, c.new_state, c.pool)
         else:
             def pointers(c):
-                return self.verify_pointers(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias,
-                                            c.b, c.out, c.new_state, c.pool, c.verify)
+                return self.verify_pointers(*tensors(c), c.out, c.new_state, c.pool, c.verify)
 
         def bound(c):
             ptrs, aligned = pointers(c)
@@ -443,12 +445,12 @@ class Dispatcher:
                 launch = fast.get((base, aligned))
                 if launch is None:                  # first call of this kind: Triton's path
                     run(base, *tensors(c), c.scale, c.out, c.new_state, c.use_qk_l2norm,
-                        c.pool, c.verify, pdl=pdl)
+                        c.pool, c.verify, pdl=pdl, form=f)
                     return
                 slots[aligned] = launch
             launch(ptrs, float(c.scale))
 
-        if c.pool is None and c.verify is None:
+        if c.pool is None and c.verify is None and f == (0, 0, 0):
             # The kernel's pointers from the dispatcher's (dispatch.DENSE_POINTERS order: q,
             # k, v, state, A_log, a, dt_bias, b, out, new_state, that 0 in place).
             order = operator.itemgetter(0, 1, 2, 5, 7, 4, 6, 8, 3,
@@ -468,8 +470,25 @@ class Dispatcher:
 
 
 def tensors(call) -> tuple:
-    """The eight input tensors of a decode call record, in the signature's order."""
-    return (call.q, call.k, call.v, call.state, call.A_log, call.a, call.dt_bias, call.b)
+    """The eight input tensors of a decode call record, in the signature's order; with the
+    precomputed gates, g and beta where a and b go (and g, never read, for A_log and
+    dt_bias)."""
+    c = call
+    if c.g is not None:
+        return (c.q, c.k, c.v, c.state, c.g, c.g, c.g, c.beta)
+    return (c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b)
+
+
+def form(call) -> tuple:
+    """The kernel's (GATES, NEG, KFIRST) for a decode call record: precomputed gates,
+    allow_neg_eigval, a K-first state."""
+    return (int(call.g is not None), int(call.allow_neg_eigval), int(call.problem.k_first))
+
+
+def form_kwargs(form) -> dict:
+    """What the first call and a config's launch are given for a gate form and state layout:
+    nothing for the raw gates and a k-last state (so backends without the forms never see it)."""
+    return {} if form == (0, 0, 0) else {"form": form}
 
 
 class ScratchAllocator:

@@ -117,9 +117,12 @@ def _prefill_supports(p):
 def prefill(c):
     """FlashInfer's chunked prefill on a prefill call record (see the module docstring)."""
     from flashinfer.gdn_prefill import chunk_gated_delta_rule
-    x = c.a.float() + c.dt_bias.float()
-    alpha = torch.exp(-torch.exp(c.A_log) * torch.nn.functional.softplus(x))
-    beta = torch.sigmoid(c.b.float())
+    if c.g is not None:
+        alpha, beta = torch.exp(c.g), c.beta.float()
+    else:
+        x = c.a.float() + c.dt_bias.float()
+        alpha = torch.exp(-torch.exp(c.A_log) * torch.nn.functional.softplus(x))
+        beta = torch.sigmoid(c.b.float()) * (2.0 if c.allow_neg_eigval else 1.0)
     inplace = c.new_state is c.state
     chunk_gated_delta_rule(
         c.q, c.k, c.v, g=alpha, beta=beta, scale=c.scale, initial_state=c.state,

@@ -146,7 +146,7 @@ PDL_LEVELS = (0, 1, 2)     # the kernel's PDL: off, wait first, state early
 
 
 def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-           pool=None, verify=None, config=None, pdl=0):
+           pool=None, verify=None, config=None, pdl=0, form=(0, 0, 0)):
     """Launch with an explicit config (:data:`CONFIG`: a dict, or a tuple (BV, num_warps,
     num_stages[, LPR[, DENSE]])), or the table's when None.  DENSE 1 takes the strides from the
     shapes when every tensor is contiguous (else the strides passed are used all the same; a
@@ -186,7 +186,8 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
     tail = (*tlaunch.runtime_args(q, k, v, state, A_log, a, dt_bias, b, out, new_state, pool,
                                   verify),
             H, HV, K, V, BV, bool(use_qk_l2norm), lpr, vec_elems(sd), T if dense else 0,
-            0, 1, 0, 1, 0, tlaunch.pool_mode(pool, verify), *tlaunch.verify_mode(verify), pdl)
+            0, 1, 0, 1, 0, tlaunch.pool_mode(pool, verify), *tlaunch.verify_mode(verify), pdl,
+            *form)
     # launch_pdl: Triton's launcher (and raw_launch after it) launches with PDL
     options = {"launch_pdl": True} if pdl else {}
     compiled = gdn_decode_kernel[(grid0,)](q, k, v, a, b, A_log, dt_bias, out, state, new_state,
@@ -197,9 +198,9 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
 
 
 def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, pool, verify,
-                key, pdl=0):
+                key, pdl=0, form=(0, 0, 0)):
     compiled, grid0, tail = launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                                   l2, pool, verify, pdl=pdl)
+                                   l2, pool, verify, pdl=pdl, form=form)
     if verify is None:
         ptrs, _ = tlaunch.Dispatcher.pointers(q, k, v, state, A_log, a, dt_bias, b, out,
                                               new_state, pool)

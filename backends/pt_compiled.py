@@ -20,9 +20,10 @@ from gdnzoo.reference import reference_decode
 _compiled = {}
 
 
-def _step(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
+def _step(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, g, beta,
+          neg, k_first):
     return reference_decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                            use_qk_l2norm)
+                            use_qk_l2norm, g=g, beta=beta, neg=neg, k_first=k_first)
 
 
 def _signature(tensors, scale, use_qk_l2norm, inplace):
@@ -59,14 +60,18 @@ def supports(problem):
     return True, ""
 
 
-def _dense(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
+def _dense(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, g=None,
+           beta=None, neg=False, k_first=False):
     """One dense decode through the compiled step of its signature."""
-    tensors = (q, k, v, state, A_log, a, dt_bias, b, out, new_state)
-    key = _signature(tensors, float(scale), bool(use_qk_l2norm), new_state is state)
+    tensors = tuple(t for t in (q, k, v, state, A_log, a, dt_bias, b, out, new_state, g, beta)
+                    if t is not None)
+    key = _signature(tensors, float(scale), bool(use_qk_l2norm), new_state is state) + (
+        g is None, neg, k_first)
     fn = _compiled.get(key)
     if fn is None:
         fn = _compiled[key] = _compile_for(key)
-    fn(q, k, v, state, A_log, a, dt_bias, b, float(scale), out, new_state, bool(use_qk_l2norm))
+    fn(q, k, v, state, A_log, a, dt_bias, b, float(scale), out, new_state, bool(use_qk_l2norm),
+       g, beta, neg, k_first)
 
 
 def run(call, *, config=None):

@@ -226,3 +226,60 @@ def signature(op, args) -> tuple:
     if grad:                  # a tensor that requires grad is read only under no_grad
         key.append(("grad mode", torch.is_grad_enabled()))
     return tuple(key)
+
+
+# ------------------------------------------------------------------ gate forms, state layouts
+
+LAYOUTS = ("k-last", "k-first")
+GATE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def gate_form(A_log, a, dt_bias, b, g, beta, allow_neg_eigval, shape, layout, device) -> bool:
+    """Which gate form a call passes: False for the raw gates (A_log, a, dt_bias, b: the
+    caller checks them), True for the precomputed ones, checked here: ``g`` (log decay, fp32)
+    and ``beta`` (post-sigmoid, any float dtype), both of ``shape`` (``layout`` names it).
+    One form, whole; ``allow_neg_eigval`` (a bool) only with the raw ``b``."""
+    need_bool("allow_neg_eigval", allow_neg_eigval)
+    raw = dict(A_log=A_log, a=a, dt_bias=dt_bias, b=b)
+    if g is None and beta is None:
+        missing = [n for n, x in raw.items() if x is None]
+        if missing:
+            raise TypeError(f"{missing[0]}: expected a tensor (the raw gates A_log, a, dt_bias "
+                            f"and b), or the precomputed gates g and beta instead; got None")
+        return False
+    given = [n for n, x in raw.items() if x is not None]
+    if given:
+        raise ValueError(f"{given[0]}: not with the precomputed gates g and beta (pass one "
+                         f"form: A_log, a, dt_bias, b or g, beta)")
+    if g is None or beta is None:
+        raise ValueError(f"{'g' if g is None else 'beta'}: the precomputed gates come as a "
+                         f"pair, g (log decay) and beta, got only "
+                         f"{'beta' if g is None else 'g'}")
+    for name, x, dtypes in (("g", g, (torch.float32,)), ("beta", beta, GATE_DTYPES)):
+        need_tensor(name, x)
+        need_rank(name, x, len(shape), layout)
+        need_shape(name, x, shape, layout)
+        need_dtype(name, x, dtypes)
+        if x.device != device:
+            raise ValueError(f"{name}: expected device {device} (the device of q), got "
+                             f"{x.device}")
+    if allow_neg_eigval:
+        raise ValueError("allow_neg_eigval: only with the raw gate b (beta = 2 sigmoid(b)); a "
+                         "precomputed beta is used as given, in [0, 2) if you wish")
+    return True
+
+
+def k_first(state_layout) -> bool:
+    """``state_layout``: "k-last" ([.., HV, V, K], K contiguous) or "k-first" ([.., HV, K, V],
+    V contiguous)."""
+    if not isinstance(state_layout, str) or state_layout not in LAYOUTS:
+        raise (ValueError if isinstance(state_layout, str) else TypeError)(
+            f"state_layout: expected one of {', '.join(map(repr, LAYOUTS))}, got "
+            f"{state_layout!r}")
+    return state_layout == "k-first"
+
+
+def block(HV, V, K, kfirst: bool) -> tuple:
+    """A state's per-sequence block, its shape's names and its contiguous axis:
+    ((HV, V, K), "HV, V, K", "K") k-last, ((HV, K, V), "HV, K, V", "V") K-first."""
+    return ((HV, K, V), "HV, K, V", "V") if kfirst else ((HV, V, K), "HV, V, K", "K")

@@ -31,9 +31,10 @@ import torch
 
 from gdnzoo import pool as pools
 from gdnzoo import verify as verifies
-from gdnzoo.checks import (DT_BIAS_DTYPES, IO_DTYPES, STATE_DTYPES, check_aliasing, dtype_name,
-                           need_dtype, need_last_contiguous, need_own_memory, need_rank,
-                           need_shape, need_tensor, resolve_scale, type_name)
+from gdnzoo.checks import (DT_BIAS_DTYPES, IO_DTYPES, STATE_DTYPES, block, check_aliasing,
+                           dtype_name, gate_form, k_first, need_device, need_dtype,
+                           need_last_contiguous, need_own_memory, need_rank, need_shape,
+                           need_tensor, resolve_scale, type_name)
 from gdnzoo.operation import DECODE
 
 
@@ -121,6 +122,9 @@ class Problem:
     intermediate: str = ""      # intermediate_states: "rows" (row n of a contiguous [B, T, HV,
     #                             V, K] buffer, no intermediate_indices), "indexed" (any other)
     pdl: str = ""               # programmatic dependent launch: "wait", "early", "" off
+    precomputed: bool = False   # the gates come precomputed (g, beta), not raw (A_log, a, ...)
+    neg_eigval: bool = False    # allow_neg_eigval: beta = 2 sigmoid(b), in [0, 2)
+    k_first: bool = False       # the state is K-first [.., HV, K, V] (V contiguous)
     op = "decode"
 
     @property
@@ -152,7 +156,9 @@ class Problem:
                 f"state={self.state_name} io={dtype_name(self.io_dtype)} device={self.device} "
                 f"l2norm={self.use_qk_l2norm} {'in-place' if self.inplace else 'dest-passing'}"
                 f"{' pool' if self.pool else ''}{' verify-' + self.verify if self.verify else ''}"
-                f"{' pdl-' + self.pdl if self.pdl else ''}")
+                f"{' pdl-' + self.pdl if self.pdl else ''}"
+                f"{' g/beta' if self.precomputed else ''}{' neg-eigval' if self.neg_eigval else ''}"
+                f"{' k-first' if self.k_first else ''}")
 
 
 # Programmatic dependent launch (decode's ``pdl``): the kernel may start while the kernel
@@ -180,20 +186,21 @@ def resolve_pdl(pdl, env=None) -> str:
     return "" if pdl == "off" else pdl
 
 
-def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
-             use_qk_l2norm=False, state_indices=None, new_state_indices=None,
+def validate(q, k, v, state, A_log=None, a=None, dt_bias=None, b=None, scale=None, *, out=None,
+             new_state=None, use_qk_l2norm=False, state_indices=None, new_state_indices=None,
              null_slot=None, intermediate_states=None, intermediate_indices=None,
-             update_state=True, num_accepted_tokens=None, pdl=None,
-             pdl_env=None) -> tuple[Problem, float]:
+             update_state=True, num_accepted_tokens=None, pdl=None, g=None, beta=None,
+             allow_neg_eigval=False, state_layout="k-last", pdl_env=None) -> tuple[Problem, float]:
     """Check every argument of :func:`gdnzoo.decode`; return the problem and the resolved scale.
     ``pdl_env``: the GDNZOO_PDL variable's value, which a ``pdl`` of None means.
 
     Raises ``TypeError`` (wrong type or dtype) or ``ValueError`` (rank, shape, device, layout,
     value) naming the argument, what was expected and what came.
     """
-    named = dict(q=q, k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias, b=b)
+    inplace = new_state is None or new_state is state
+    named = dict(q=q, k=k, v=v, state=state)
     for n, x in named.items():
-        need_tensor(n, x, n == "state" and (new_state is None or new_state is state))
+        need_tensor(n, x, n == "state" and inplace)
     if out is not None:
         need_tensor("out", out, True)
     if new_state is not None:
@@ -212,32 +219,41 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
                          f"a no-op), got q {tuple(q.shape)}, v {tuple(v.shape)}")
     if HV % H != 0:
         raise ValueError(f"v: expected HV divisible by H (HV % H == 0), got HV={HV}, H={H}")
+    dev = q.device
+    kf = k_first(state_layout)
+    blk, names, axis = block(HV, V, K, kf)
+    precomputed = gate_form(A_log, a, dt_bias, b, g, beta, allow_neg_eigval, (B, T, HV),
+                            "[B, T, HV]", dev)
     pooled = state_indices is not None
     if pooled:
         pools.validate(B, HV, V, K, q.device, state, new_state, state_indices,
-                       new_state_indices, null_slot, T)
+                       new_state_indices, null_slot, T, kf)
     else:
         pools.no_pool_args(new_state_indices, null_slot)
-        need_rank("state", state, 4, "[B, HV, V, K]")
-        need_shape("state", state, (B, HV, V, K), "[B, HV, V, K]")
-    need_rank("A_log", A_log, 1, "[HV]")
-    need_shape("A_log", A_log, (HV,), "[HV]")
-    need_rank("a", a, 3, "[B, T, HV]")
-    need_shape("a", a, (B, T, HV), "[B, T, HV]")
-    need_rank("dt_bias", dt_bias, 1, "[HV]")
-    need_shape("dt_bias", dt_bias, (HV,), "[HV]")
-    need_rank("b", b, 3, "[B, T, HV]")
-    need_shape("b", b, (B, T, HV), "[B, T, HV]")
+        need_rank("state", state, 4, f"[B, {names}]")
+        need_shape("state", state, (B, *blk), f"[B, {names}]")
+    if not precomputed:
+        for n, x in (("A_log", A_log), ("a", a), ("dt_bias", dt_bias), ("b", b)):
+            need_tensor(n, x)
+        need_rank("A_log", A_log, 1, "[HV]")
+        need_shape("A_log", A_log, (HV,), "[HV]")
+        need_rank("a", a, 3, "[B, T, HV]")
+        need_shape("a", a, (B, T, HV), "[B, T, HV]")
+        need_rank("dt_bias", dt_bias, 1, "[HV]")
+        need_shape("dt_bias", dt_bias, (HV,), "[HV]")
+        need_rank("b", b, 3, "[B, T, HV]")
+        need_shape("b", b, (B, T, HV), "[B, T, HV]")
 
     need_dtype("q", q, IO_DTYPES)
     for n in ("k", "v"):
         if named[n].dtype != q.dtype:
             raise TypeError(f"{n}: expected dtype {dtype_name(q.dtype)} (same as q), "
                             f"got {dtype_name(named[n].dtype)}")
-    need_dtype("a", a, IO_DTYPES)
-    need_dtype("b", b, IO_DTYPES)
-    need_dtype("A_log", A_log, (torch.float32,))
-    need_dtype("dt_bias", dt_bias, DT_BIAS_DTYPES)
+    if not precomputed:
+        need_dtype("a", a, IO_DTYPES)
+        need_dtype("b", b, IO_DTYPES)
+        need_dtype("A_log", A_log, (torch.float32,))
+        need_dtype("dt_bias", dt_bias, DT_BIAS_DTYPES)
     need_dtype("state", state, STATE_DTYPES)
 
     if out is not None:
@@ -246,38 +262,33 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
         if out.dtype != v.dtype:
             raise TypeError(f"out: expected dtype {dtype_name(v.dtype)} (same as v), "
                             f"got {dtype_name(out.dtype)}")
-    inplace = new_state is None or new_state is state
     if not inplace:
         if not pooled:
-            need_rank("new_state", new_state, 4, "[B, HV, V, K]")
-            need_shape("new_state", new_state, (B, HV, V, K), "[B, HV, V, K]")
+            need_rank("new_state", new_state, 4, f"[B, {names}]")
+            need_shape("new_state", new_state, (B, *blk), f"[B, {names}]")
         if new_state.dtype != state.dtype:
             raise TypeError(f"new_state: expected dtype {dtype_name(state.dtype)} (same as state), "
                             f"got {dtype_name(new_state.dtype)}")
 
-    dev = q.device
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"q: expected a tensor on cpu or cuda, got device {dev}")
-    tensors = dict(named, out=out, new_state=None if inplace else new_state)
-    for n, x in tensors.items():
-        if x is not None and x.device != dev:
-            raise ValueError(f"{n}: expected device {dev} (the device of q), got {x.device}")
+    gates = dict(A_log=A_log, a=a, dt_bias=dt_bias, b=b, g=g, beta=beta)
+    tensors = dict(named, **gates, out=out, new_state=None if inplace else new_state)
+    need_device(tensors, dev)
 
     need_last_contiguous("q", q, "K")
     need_last_contiguous("k", k, "K")
     need_last_contiguous("v", v, "V")
-    need_last_contiguous("state", state, "K")
+    need_last_contiguous("state", state, axis)
     if out is not None:
         need_last_contiguous("out", out, "V")
     if not inplace:
-        need_last_contiguous("new_state", new_state, "K")
+        need_last_contiguous("new_state", new_state, axis)
     if out is not None:
         need_own_memory("out", out)
     if not pooled:                       # a pool's slots are checked apart by pools.validate
         need_own_memory(*(("state", state) if inplace else ("new_state", new_state)))
     ver = verifies.validate(B, T, HV, V, K, dev, state, new_state, state_indices,
                             new_state_indices, intermediate_states, intermediate_indices,
-                            update_state, num_accepted_tokens)
+                            update_state, num_accepted_tokens, kf)
     check_aliasing(DECODE, dict(tensors, state_indices=state_indices,
                                 new_state_indices=new_state_indices,
                                 intermediate_states=intermediate_states,
@@ -292,10 +303,9 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_
     p = Problem(B=B, T=T, H=H, HV=HV, K=K, V=V, state_dtype=state.dtype, io_dtype=q.dtype,
                 device=dev.type, use_qk_l2norm=use_qk_l2norm, inplace=inplace, cc=cc,
                 pool=pooled, verify=verifies.problem_form(ver),
-                intermediate=verifies.layout(ver, B, T), pdl=level)
+                intermediate=verifies.layout(ver, B, T), pdl=level, precomputed=precomputed,
+                neg_eigval=allow_neg_eigval, k_first=kf)
     return p, s
-
-
 
 
 # ------------------------------------------------------------------ the call record
@@ -327,7 +337,7 @@ def record(args, problem, scale, algo) -> Call:
     """The call record of decode's positional ``args`` (already validated as ``problem``):
     ``out`` allocated like v when None (fresh memory overlaps no argument)."""
     (q, k, v, state, A_log, a, dt_bias, b, _, out, new_state, l2, _, si, nsi, null, inter,
-     inter_idx, update, acc, _) = args
+     inter_idx, update, acc, _, g, beta, neg, layout) = args
     if out is None:
         out = torch.empty_like(v)
     if new_state is None:
@@ -342,5 +352,5 @@ def record(args, problem, scale, algo) -> Call:
         if ver is not None:
             verifies.check_on_host(ver, pool, problem.T, state.shape[0], new_state.shape[0])
     return Call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, algo, si, nsi,
-                null, inter, inter_idx, update, acc, PDL_LEVELS[problem.pdl or "off"], problem,
-                pool, ver)
+                null, inter, inter_idx, update, acc, PDL_LEVELS[problem.pdl or "off"], g, beta,
+                neg, layout, problem, pool, ver)

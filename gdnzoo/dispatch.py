@@ -25,7 +25,7 @@ import torch
 
 from gdnzoo import guards, registry
 from gdnzoo.checks import check_aliasing, overlap_probe, signature
-from gdnzoo.operation import COMMIT, DECODE, PREFILL
+from gdnzoo.operation import COMMIT, DECODE, K_LAST, PREFILL
 from gdnzoo.registry import env_algo, env_pdl
 
 _MEMO = {}          # signature key (a tuple first) -> Resolved; calling mode (a str first) ->
@@ -262,8 +262,8 @@ def lookup(op, args):
     scratch), found as :func:`call` finds it: this mode's guards first, then the signature.
     Checks nothing and memoizes nothing."""
     lay = _layout(op)
-    dense = op is DECODE and args[18] is True and all(args[i] is None
-                                                      for i in (13, 14, 15, 16, 17, 19))
+    dense = (op is DECODE and args[18] is True and args[23] is False and args[24] == K_LAST
+             and all(args[i] is None for i in (13, 14, 15, 16, 17, 19, 21, 22)))
     mode = _dense_mode(*args[:13], args[20]) if dense else _mode(lay, args)
     if mode is None:
         return None
@@ -289,19 +289,23 @@ def _dense_mode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use
 
 
 _NO_SERVE = (None, None, None, None, None, True, None)
+_RAW_K_LAST = (None, None, False, K_LAST)          # g, beta, allow_neg_eigval, state_layout
 
 
 def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, algo,
            state_indices=None, new_state_indices=None, null_slot=None, intermediate_states=None,
-           intermediate_indices=None, update_state=True, num_accepted_tokens=None, pdl=None):
+           intermediate_indices=None, update_state=True, num_accepted_tokens=None, pdl=None,
+           g=None, beta=None, allow_neg_eigval=False, state_layout=K_LAST):
     """:func:`gdnzoo.decode` with every argument positional."""
     if (state_indices is not None or new_state_indices is not None or null_slot is not None
             or intermediate_states is not None or intermediate_indices is not None
-            or update_state is not True or num_accepted_tokens is not None):
+            or update_state is not True or num_accepted_tokens is not None or g is not None
+            or beta is not None or allow_neg_eigval is not False
+            or (state_layout is not K_LAST and state_layout != K_LAST)):
         return call(DECODE, (q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
                              use_qk_l2norm, algo, state_indices, new_state_indices, null_slot,
                              intermediate_states, intermediate_indices, update_state,
-                             num_accepted_tokens, pdl))
+                             num_accepted_tokens, pdl, g, beta, allow_neg_eigval, state_layout))
     # Hot path, inline (every call costs here): this mode's guarded verdicts, one C++ check of
     # all tensors each, then the overlap probe; on a miss, _miss (signature, else validate).
     ns = 0 if new_state is None else (1 if new_state is state else 2)
@@ -327,7 +331,7 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
     args = None
     if hit is None:
         args = (q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-                algo) + _NO_SERVE + (pdl,)
+                algo) + _NO_SERVE + (pdl,) + _RAW_K_LAST
         hit, ptrs = _miss(_layout(DECODE), args, mode, t, lambda: (
             q.data_ptr(), k.data_ptr(), v.data_ptr(), state.data_ptr(), A_log.data_ptr(),
             a.data_ptr(), dt_bias.data_ptr(), b.data_ptr(),
@@ -340,7 +344,7 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
         if ptrs != hit.last:
             _overlaps(hit, ptrs, _layout(DECODE), (q, k, v, state, A_log, a, dt_bias, b, scale,
                                                    out, new_state, use_qk_l2norm, algo)
-                      + _NO_SERVE + (pdl,))
+                      + _NO_SERVE + (pdl,) + _RAW_K_LAST)
     fast = hit.fast
     if out is None:
         out = torch.empty_like(v)           # see contract.record
@@ -351,7 +355,7 @@ def decode(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
         return out, state if new_state is None else new_state
     if args is None:
         args = (q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-                algo) + _NO_SERVE + (pdl,)
+                algo) + _NO_SERVE + (pdl,) + _RAW_K_LAST
     else:
         args = args[:9] + (out,) + args[10:]
     rec = hit.record(args, hit.problem, hit.scale, hit.backend)

@@ -41,21 +41,34 @@ from __future__ import annotations
 import torch
 
 from gdnzoo import dispatch
-from gdnzoo.operation import COMMIT, DECODE, PREFILL, function
+from gdnzoo.operation import COMMIT, DECODE, PREFILL, REQUIRED, function
 
 
 def schema(op) -> str:
-    """The operator schema of an operation, from its argument table."""
-    return f"{op.name}_(" + ", ".join(f"{a.schema} {a.name}" for a in op.args) + ") -> ()"
+    """The operator schema of an operation, from its argument table: the arguments after the
+    last one an operator requires (``out``) carry their defaults."""
+    required = max(i for i, a in enumerate(op.args)
+                   if a.default is REQUIRED or a.name == "out")
+
+    def default(x):
+        return f'"{x}"' if isinstance(x, str) else str(x)
+    return f"{op.name}_(" + ", ".join(
+        f"{a.schema} {a.name}" + (f"={default(a.default)}" if i > required else "")
+        for i, a in enumerate(op.args)) + ") -> ()"
 
 
 SCHEMA = schema(DECODE)
 
 
 def _impl(op):
+    hot = {"decode": dispatch.decode, "prefill": dispatch.prefill,
+           "commit": dispatch.commit}[op.name]
+    defaults = tuple(a.default for a in op.args)
+
     def impl(*args):
-        """The operator on CPU and CUDA tensors: the operation's dispatcher."""
-        dispatch.call(op, args)
+        """The operator on CPU and CUDA tensors: the operation's dispatcher (the trailing
+        arguments a caller left out at their defaults)."""
+        hot(*args, *defaults[len(args):])
     return impl
 
 
@@ -93,8 +106,9 @@ def call(op, args):
         new_state = args[i_dst] = None
     if state is None and new_state is None:      # a prefill from zeros: its fp32 final states
         N = args[op.index("cu_seqlens")].shape[0] - 1
-        new_state = args[i_dst] = torch.empty(N, v.shape[-2], v.shape[-1], q.shape[-1],
-                                              dtype=torch.float32, device=v.device)
+        HV, V, K = v.shape[-2], v.shape[-1], q.shape[-1]
+        blk = (HV, K, V) if args[op.index("state_layout")] == "k-first" else (HV, V, K)
+        new_state = args[i_dst] = torch.empty(N, *blk, dtype=torch.float32, device=v.device)
     OPS[op.name](*args)
     return args[i_out], state if new_state is None else new_state
 
@@ -109,13 +123,8 @@ def traced(op, algo=None):
                     drop=("algo",) if algo is not None else (), scope=scope)
 
 
-def decode_(q, k, v, state, A_log, a, dt_bias, b, scale=None, *, out=None, new_state=None,
-            use_qk_l2norm=False, algo=None, state_indices=None, new_state_indices=None,
-            null_slot=None, intermediate_states=None, intermediate_indices=None,
-            update_state=True, num_accepted_tokens=None, pdl=None):
-    """``torch.ops.gdnzoo.decode_`` with :func:`gdnzoo.decode`'s keywords; returns ``out``
-    (allocated like v when None).  ``new_state=state`` is passed as None (in place)."""
-    return call(DECODE, (q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
-                         use_qk_l2norm, algo, state_indices, new_state_indices, null_slot,
-                         intermediate_states, intermediate_indices, update_state,
-                         num_accepted_tokens, pdl))[0]
+decode_ = function(DECODE, "decode_", "_call(_op, ({args},))[0]",
+                   scope={"_call": call, "_op": DECODE},
+                   doc="``torch.ops.gdnzoo.decode_`` with :func:`gdnzoo.decode`'s keywords; returns "
+                       "``out`` (allocated like v when None).  ``new_state=state`` is passed as None "
+                       "(in place).")

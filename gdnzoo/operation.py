@@ -76,12 +76,25 @@ class Operation:
         return self.module().validate(**dict(zip(self.names, args)))
 
 
+# The raw gates (the model's own: g = exp(-exp(A_log) softplus(a + dt_bias)), beta =
+# sigmoid(b)), positional and optional: the precomputed form (g, beta) replaces them.
+_RAW_GATES = (Arg("A_log", None, True, False, False, "Tensor?"),
+              Arg("a", None, True, False, False, "Tensor?"),
+              Arg("dt_bias", None, True, False, False, "Tensor?"),
+              Arg("b", None, True, False, False, "Tensor?"))
+K_LAST = "k-last"       # state_layout's default: the dispatcher's dense path tests it by identity
+_GATE_AND_LAYOUT = (_kw("g"), _kw("beta"),
+                    _kw("allow_neg_eigval", False, "bool", tensor=False),
+                    _kw("state_layout", K_LAST, "str", tensor=False))
+_FORM_FEATURES = (("precomputed_gates", "precomputed", "take precomputed gates (g, beta)"),
+                  ("neg_eigval", "neg_eigval", "take allow_neg_eigval (beta = 2 sigmoid(b))"),
+                  ("k_first", "k_first", "take a K-first state (state_layout='k-first')"))
+
 DECODE = Operation(
     name="decode",
     summary="one step of T tokens per sequence (T=1 decode, T>1 speculative verify)",
     args=(_pos("q"), _pos("k"), _pos("v"), _pos("state", "Tensor(a!)", written=True),
-          _pos("A_log"), _pos("a"), _pos("dt_bias"), _pos("b"),
-          Arg("scale", None, False, False, False, "float?"),
+          *_RAW_GATES, Arg("scale", None, False, False, False, "float?"),
           _kw("out", schema="Tensor(b!)", written=True),
           _kw("new_state", schema="Tensor(c!)?", written=True),
           _kw("use_qk_l2norm", False, "bool", tensor=False),
@@ -92,33 +105,34 @@ DECODE = Operation(
           _kw("intermediate_indices"),
           _kw("update_state", True, "bool", tensor=False),
           _kw("num_accepted_tokens"),
-          _kw("pdl", None, "str?", tensor=False)),
+          _kw("pdl", None, "str?", tensor=False), *_GATE_AND_LAYOUT),
     contract="gdnzoo.contract",
     reference="gdnzoo.reference:run",
     tables=("table", "table_dest", "table_tokens", "table_pool", "table_verify"),
     features=(("pools", "pool", "serve state pools (state_indices)"),
               ("verify", "verify", "serve speculative verify (intermediate_states, "
                                    "update_state=False, per-token state_indices)"),
-              ("pdl", "pdl", "launch with programmatic dependent launch (pdl={!r})")),
+              ("pdl", "pdl", "launch with programmatic dependent launch (pdl={!r})"),
+              *_FORM_FEATURES),
 )
 
 PREFILL = Operation(
     name="prefill",
     summary="N variable-length sequences packed on one token axis (cu_seqlens), chunked",
     args=(_pos("q"), _pos("k"), _pos("v"),
-          _pos("state", "Tensor(a!)?", written=True), _pos("A_log"), _pos("a"),
-          _pos("dt_bias"), _pos("b"), _pos("cu_seqlens"),
+          _pos("state", "Tensor(a!)?", written=True), *_RAW_GATES,
+          Arg("cu_seqlens", None, True, False, False, "Tensor?"),   # required (validated)
           Arg("scale", None, False, False, False, "float?"),
           _kw("out", schema="Tensor(b!)", written=True),
           _kw("new_state", schema="Tensor(c!)?", written=True),
           _kw("use_qk_l2norm", False, "bool", tensor=False),
           _kw("state_indices"), _kw("new_state_indices"), _kw("has_initial_state"),
           _kw("null_slot", None, "int?", tensor=False),
-          _kw("algo", None, "str?", tensor=False)),
+          _kw("algo", None, "str?", tensor=False), *_GATE_AND_LAYOUT),
     contract="gdnzoo.prefill_contract",
     reference="gdnzoo.prefill_reference:run",
     tables=("table", "table_pool"),
-    features=(("pools", "pool", "serve state pools (state_indices)"),),
+    features=(("pools", "pool", "serve state pools (state_indices)"), *_FORM_FEATURES),
 )
 
 COMMIT = Operation(
@@ -167,16 +181,18 @@ def function(op: Operation, name: str, body: str, *, drop=(), doc=None, scope=No
     them in order, positionally) evaluated in ``scope``.  Generated, so that a call binds its
     arguments as fast as a hand-written function would."""
     params, star = [], False
+    ns = {} if scope is None else scope        # the function's globals
     for a in op.args:
         if a.name in drop:
             continue
         if a.keyword and not star:
             params.append("*")
             star = True
-        params.append(a.name if a.default is REQUIRED else f"{a.name}={a.default!r}")
+        # a default is the Arg's own object (the dispatcher tells defaults apart by identity)
+        ns[f"_default_{a.name}"] = a.default
+        params.append(a.name if a.default is REQUIRED else f"{a.name}=_default_{a.name}")
     src = (f"def {name}({', '.join(params)}):\n"
            f"    return {body.format(args=', '.join(op.names))}\n")
-    ns = {} if scope is None else scope        # the function's globals
     exec(compile(src, f"<gdnzoo.{op.name} {name}>", "exec"), ns)
     fn = ns[name]
     fn.__doc__, fn.__module__, fn.__qualname__ = doc, "gdnzoo", name

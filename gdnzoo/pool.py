@@ -25,6 +25,8 @@ from typing import NamedTuple
 
 import torch
 
+from gdnzoo.checks import block
+
 INDEX_DTYPES = (torch.int32, torch.int64)
 CHECK_ENV = "GDNZOO_CHECK_INDICES"
 
@@ -60,27 +62,30 @@ def index_tensor(name, x, B, device, T=None):
         raise ValueError(f"{name}: expected a contiguous tensor, got strides {tuple(x.stride())}")
 
 
-def pool_tensor(name, x, HV, V, K):
-    """A pool [P, HV, V, K] whose slots are contiguous blocks at least a slot apart."""
-    if x.dim() != 4 or tuple(x.shape[1:]) != (HV, V, K) or x.shape[0] < 1:
-        raise ValueError(f"{name}: expected a pool of shape [P, HV={HV}, V={V}, K={K}] with "
-                         f"P >= 1 (state_indices given), got {tuple(x.shape)}")
+def pool_tensor(name, x, HV, V, K, kfirst=False):
+    """A pool [P, HV, V, K] (K-first: [P, HV, K, V]) whose slots are contiguous blocks at least
+    a slot apart."""
+    (_, R, C), names, _ = block(HV, V, K, kfirst)
+    r, c = names.split(", ")[1:]
+    if x.dim() != 4 or tuple(x.shape[1:]) != (HV, R, C) or x.shape[0] < 1:
+        raise ValueError(f"{name}: expected a pool of shape [P, HV={HV}, {r}={R}, {c}={C}] "
+                         f"with P >= 1 (state_indices given), got {tuple(x.shape)}")
     slot = HV * V * K
-    if tuple(x.stride()[1:]) != (V * K, K, 1):
-        raise ValueError(f"{name}: expected each slot's [HV, V, K] block contiguous (K axis "
-                         f"last, strides (*, {V * K}, {K}, 1)), got strides {tuple(x.stride())}")
+    if tuple(x.stride()[1:]) != (R * C, C, 1):
+        raise ValueError(f"{name}: expected each slot's [{names}] block contiguous ({c} axis "
+                         f"last, strides (*, {R * C}, {C}, 1)), got strides {tuple(x.stride())}")
     if x.shape[0] > 1 and x.stride(0) < slot:
         raise ValueError(f"{name}: expected stride(0) >= HV*V*K = {slot} (one slot), got "
                          f"{x.stride(0)}: slots would overlap")
 
 
 def validate(B, HV, V, K, device, state, new_state, state_indices, new_state_indices,
-             null_slot, T=1) -> Pool:
+             null_slot, T=1, kfirst=False) -> Pool:
     """Check the pool arguments (``state_indices`` is not None); raise naming the argument.
     ``state_indices`` of rank 2 is verify's per-token slots [B, T] (:mod:`gdnzoo.verify`)."""
     per_token = isinstance(state_indices, torch.Tensor) and state_indices.dim() == 2
     index_tensor("state_indices", state_indices, B, device, T if per_token else None)
-    pool_tensor("state", state, HV, V, K)
+    pool_tensor("state", state, HV, V, K, kfirst)
     if new_state_indices is None:
         new_state_indices = state_indices
     elif per_token:
@@ -89,7 +94,7 @@ def validate(B, HV, V, K, device, state, new_state, state_indices, new_state_ind
     else:
         index_tensor("new_state_indices", new_state_indices, B, device)
     if new_state is not None and new_state is not state:
-        pool_tensor("new_state", new_state, HV, V, K)
+        pool_tensor("new_state", new_state, HV, V, K, kfirst)
     return Pool(state_indices, new_state_indices, null_slot_value(null_slot, state.shape[0]))
 
 

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 import torch
 
 from gdnzoo import pool as pools
-from gdnzoo.checks import (DT_BIAS_DTYPES, INDEX_DTYPES, IO_DTYPES, STATE_DTYPES,
-                           check_aliasing, dtype_name, need_bool, need_device, need_dtype,
-                           need_last_contiguous, need_own_memory, need_rank, need_same_dtype,
-                           need_shape, need_tensor, resolve_scale)
+from gdnzoo.checks import (DT_BIAS_DTYPES, INDEX_DTYPES, IO_DTYPES, STATE_DTYPES, block,
+                           check_aliasing, dtype_name, gate_form, k_first, need_bool,
+                           need_device, need_dtype, need_last_contiguous, need_own_memory,
+                           need_rank, need_same_dtype, need_shape, need_tensor, resolve_scale)
 from gdnzoo.operation import PREFILL
 
 PUBLIC_DOC = """The Gated Delta Net prefill of N sequences packed on one token axis; returns
@@ -92,6 +92,9 @@ class Problem:
     pool: bool = False          # the state is a pool read through state_indices
     initial: str = "state"      # "state": every sequence starts from its state; "mixed":
     #                             has_initial_state decides; "zeros": state is None
+    precomputed: bool = False   # the gates come precomputed (g, beta), not raw (A_log, a, ...)
+    neg_eigval: bool = False    # allow_neg_eigval: beta = 2 sigmoid(b), in [0, 2)
+    k_first: bool = False       # the states are K-first [.., HV, K, V] (V contiguous)
     op = "prefill"
     batch_name = "T/N"
 
@@ -117,7 +120,9 @@ class Problem:
         return (f"N={self.N} T={self.T} H={self.H} HV={self.HV} K={self.K} V={self.V} "
                 f"state={self.state_name} io={dtype_name(self.io_dtype)} device={self.device} "
                 f"l2norm={self.use_qk_l2norm} {'in-place' if self.inplace else 'dest-passing'}"
-                f"{' pool' if self.pool else ''} initial={self.initial}")
+                f"{' pool' if self.pool else ''} initial={self.initial}"
+                f"{' g/beta' if self.precomputed else ''}{' neg-eigval' if self.neg_eigval else ''}"
+                f"{' k-first' if self.k_first else ''}")
 
 
 def _index(name, x, N, device):
@@ -125,13 +130,15 @@ def _index(name, x, N, device):
     pools.index_tensor(name, x, N, device)
 
 
-def validate(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, out=None,
-             new_state=None, use_qk_l2norm=False, state_indices=None, new_state_indices=None,
-             has_initial_state=None, null_slot=None) -> tuple[Problem, float]:
+def validate(q, k, v, state, A_log=None, a=None, dt_bias=None, b=None, cu_seqlens=None,
+             scale=None, *, out=None, new_state=None, use_qk_l2norm=False, state_indices=None,
+             new_state_indices=None, has_initial_state=None, null_slot=None, g=None, beta=None,
+             allow_neg_eigval=False, state_layout="k-last") -> tuple[Problem, float]:
     """Check every argument of :func:`gdnzoo.prefill`; return the problem and the resolved
     scale.  Raises ``TypeError`` or ``ValueError`` naming the argument."""
-    for n, x in (("q", q), ("k", k), ("v", v), ("A_log", A_log), ("a", a),
-                 ("dt_bias", dt_bias), ("b", b), ("cu_seqlens", cu_seqlens)):
+    if cu_seqlens is None:
+        raise TypeError("cu_seqlens: expected a tensor [N + 1] of sequence boundaries, got None")
+    for n, x in (("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)):
         need_tensor(n, x)
     for n, x in (("state", state), ("out", out), ("new_state", new_state)):
         if x is not None:
@@ -157,24 +164,32 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, ou
         raise ValueError(f"cu_seqlens: expected a contiguous tensor, got strides "
                          f"{tuple(cu_seqlens.stride())}")
     N = cu_seqlens.shape[0] - 1
-    for n, x, shape, layout in (("A_log", A_log, (HV,), "[HV]"), ("a", a, (T, HV), "[T, HV]"),
-                                ("dt_bias", dt_bias, (HV,), "[HV]"), ("b", b, (T, HV), "[T, HV]")):
-        need_rank(n, x, len(shape), layout)
-        need_shape(n, x, shape, layout)
+    dev = q.device
+    kf = k_first(state_layout)
+    blk, names, axis = block(HV, V, K, kf)
+    precomputed = gate_form(A_log, a, dt_bias, b, g, beta, allow_neg_eigval, (T, HV),
+                            "[T, HV]", dev)
+    if not precomputed:
+        for n, x, shape, layout in (("A_log", A_log, (HV,), "[HV]"),
+                                    ("a", a, (T, HV), "[T, HV]"),
+                                    ("dt_bias", dt_bias, (HV,), "[HV]"),
+                                    ("b", b, (T, HV), "[T, HV]")):
+            need_tensor(n, x)
+            need_rank(n, x, len(shape), layout)
+            need_shape(n, x, shape, layout)
+        need_dtype("a", a, IO_DTYPES)
+        need_dtype("b", b, IO_DTYPES)
+        need_dtype("A_log", A_log, (torch.float32,))
+        need_dtype("dt_bias", dt_bias, DT_BIAS_DTYPES)
     need_dtype("q", q, IO_DTYPES)
     need_same_dtype("k", k, "q", q)
     need_same_dtype("v", v, "q", q)
-    need_dtype("a", a, IO_DTYPES)
-    need_dtype("b", b, IO_DTYPES)
-    need_dtype("A_log", A_log, (torch.float32,))
-    need_dtype("dt_bias", dt_bias, DT_BIAS_DTYPES)
 
     pooled = state_indices is not None
     inplace = new_state is None or new_state is state
-    dev = q.device
-    need_device(dict(k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias, b=b,
-                     cu_seqlens=cu_seqlens, out=out, new_state=None if inplace else new_state),
-                dev)
+    need_device(dict(k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias, b=b, g=g,
+                     beta=beta, cu_seqlens=cu_seqlens, out=out,
+                     new_state=None if inplace else new_state), dev)
     if state is None:
         if pooled or new_state_indices is not None or null_slot is not None:
             name = next(n for n, x in (("state_indices", state_indices),
@@ -185,23 +200,23 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, ou
     elif pooled:
         _index("state_indices", state_indices, N, dev)
         pools.validate(N, HV, V, K, dev, state, new_state, state_indices, new_state_indices,
-                       null_slot)
+                       null_slot, kfirst=kf)
     else:
         pools.no_pool_args(new_state_indices, null_slot)
-        need_rank("state", state, 4, "[N, HV, V, K]")
-        need_shape("state", state, (N, HV, V, K), "[N, HV, V, K] (N = len(cu_seqlens) - 1)")
+        need_rank("state", state, 4, f"[N, {names}]")
+        need_shape("state", state, (N, *blk), f"[N, {names}] (N = len(cu_seqlens) - 1)")
     if state is not None:
         need_dtype("state", state, STATE_DTYPES)
-        need_last_contiguous("state", state, "K")
+        need_last_contiguous("state", state, axis)
     if new_state is not None and not inplace:
         if not pooled:
-            need_rank("new_state", new_state, 4, "[N, HV, V, K]")
-            need_shape("new_state", new_state, (N, HV, V, K), "[N, HV, V, K]")
+            need_rank("new_state", new_state, 4, f"[N, {names}]")
+            need_shape("new_state", new_state, (N, *blk), f"[N, {names}]")
         if state is not None:
             need_same_dtype("new_state", new_state, "state", state)
         else:
             need_dtype("new_state", new_state, STATE_DTYPES)
-        need_last_contiguous("new_state", new_state, "K")
+        need_last_contiguous("new_state", new_state, axis)
     if has_initial_state is not None:
         need_tensor("has_initial_state", has_initial_state)
         if has_initial_state.dtype != torch.bool:
@@ -226,7 +241,7 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, ou
     if written is not None and not pooled:
         need_own_memory("state" if inplace else "new_state", written)
     check_aliasing(PREFILL, dict(q=q, k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias,
-                                 b=b, cu_seqlens=cu_seqlens, out=out,
+                                 b=b, g=g, beta=beta, cu_seqlens=cu_seqlens, out=out,
                                  new_state=None if inplace else new_state,
                                  state_indices=state_indices,
                                  new_state_indices=new_state_indices,
@@ -239,7 +254,8 @@ def validate(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale=None, *, ou
     initial = "zeros" if state is None else "mixed" if has_initial_state is not None else "state"
     return Problem(N=N, T=T, H=H, HV=HV, K=K, V=V, state_dtype=sd, io_dtype=q.dtype,
                    device=dev.type, use_qk_l2norm=use_qk_l2norm, inplace=inplace, cc=cc,
-                   pool=pooled, initial=initial), s
+                   pool=pooled, initial=initial, precomputed=precomputed,
+                   neg_eigval=allow_neg_eigval, k_first=kf), s
 
 
 def verdict(args, env_pdl=None) -> tuple[Problem, float]:
@@ -264,12 +280,13 @@ def record(args, problem, scale, algo) -> Call:
     """The call record of prefill's positional ``args`` (validated as ``problem``): ``out``
     allocated like v when None, ``new_state`` allocated (fp32) when no state is given."""
     (q, k, v, state, A_log, a, dt_bias, b, cu, _, out, new_state, l2, si, nsi, init, null,
-     _) = args
+     _, g, beta, neg, layout) = args
     if out is None:
         out = torch.empty_like(v)
     if new_state is None:
+        blk = block(problem.HV, problem.V, problem.K, problem.k_first)[0]
         new_state = state if state is not None else torch.empty(
-            (problem.N, problem.HV, problem.V, problem.K), dtype=torch.float32, device=v.device)
+            (problem.N, *blk), dtype=torch.float32, device=v.device)
     null = -1 if null is None else null
     pool = None if si is None else pools.Pool(si, si if nsi is None else nsi, null)
     if pools.checking():
@@ -277,7 +294,7 @@ def record(args, problem, scale, algo) -> Call:
         if pool is not None:
             pools.check_on_host(pool, state.shape[0], new_state.shape[0], new_state is state)
     return Call(q, k, v, state, A_log, a, dt_bias, b, cu, scale, out, new_state, l2, si, nsi,
-                init, null, algo, problem, pool)
+                init, null, algo, g, beta, neg, layout, problem, pool)
 
 
 def check_on_host(cu_seqlens, T: int) -> list:

@@ -17,15 +17,17 @@ CHUNK = 64          # tokens per chunk of the chunked form
 
 
 def initial_states(state, N, HV, V, K, pool=None, has_initial_state=None,
-                   compute_dtype=torch.float32):
-    """([N, HV, V, K] initial states in ``compute_dtype``, [N] bool: the sequence is real).
+                   compute_dtype=torch.float32, k_first=False):
+    """([N, HV, V, K] initial states in ``compute_dtype`` (K-first: [N, HV, K, V]), [N] bool:
+    the sequence is real).
     Padded sequences (a pool's padding slots) and those whose ``has_initial_state`` is False
     start from zeros; every read happens here, before any write."""
     dev = state.device if state is not None else (
         has_initial_state.device if has_initial_state is not None else "cpu")
     real = torch.ones(N, dtype=torch.bool, device=dev)
     if state is None:
-        return torch.zeros(N, HV, V, K, dtype=compute_dtype, device=dev), real
+        blk = (HV, K, V) if k_first else (HV, V, K)
+        return torch.zeros(N, *blk, dtype=compute_dtype, device=dev), real
     if pool is None:
         init = state.to(compute_dtype)
     else:
@@ -51,14 +53,21 @@ def write_states(new_state, finals, real, pool=None):
 
 def reference_prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale: float, out,
                       new_state, use_qk_l2norm=False, pool=None, has_initial_state=None,
-                      compute_dtype=torch.float32, chunk_step=None):
+                      compute_dtype=torch.float32, chunk_step=None, *, g=None, beta=None,
+                      neg=False, k_first=False):
     """Write ``out`` [T, HV, V] and the final states into ``new_state`` (which may be
     ``state`` itself, or a pool).  ``chunk_step``: run each sequence in the chunked form
-    through it (:func:`chunked_sequence`) instead of token by token."""
+    through it (:func:`chunked_sequence`) instead of token by token.  ``g``/``beta``: the
+    precomputed gates instead of the raw ones, ``neg``: allow_neg_eigval, ``k_first``: the
+    states are [.., HV, K, V]."""
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
-    init, real = initial_states(state, N, HV, V, K, pool, has_initial_state, compute_dtype)
+    init, real = initial_states(state, N, HV, V, K, pool, has_initial_state, compute_dtype,
+                                k_first)
+
+    def tok(x, s, e, batch=False):
+        return None if x is None else (x[None, s:e] if batch else x[s:e])
     finals = init.clone()
     bounds = cu_seqlens.tolist()
     for n in range(N):
@@ -69,14 +78,19 @@ def reference_prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale: f
             out[s:e].zero_()
             continue
         if chunk_step is not None:
-            o, finals[n] = chunked_sequence(q[s:e], k[s:e], v[s:e], init[n], A_log, a[s:e],
-                                            dt_bias, b[s:e], scale, use_qk_l2norm, chunk_step)
+            S0 = init[n].transpose(-1, -2) if k_first else init[n]
+            o, S = chunked_sequence(q[s:e], k[s:e], v[s:e], S0, A_log, tok(a, s, e), dt_bias,
+                                    tok(b, s, e), scale, use_qk_l2norm, chunk_step,
+                                    g=tok(g, s, e), beta=tok(beta, s, e), neg=neg)
+            finals[n] = S.transpose(-1, -2) if k_first else S
             out[s:e].copy_(o)
             continue
         S = torch.empty_like(init[n:n + 1])
         reference_decode(q[None, s:e], k[None, s:e], v[None, s:e], init[n:n + 1], A_log,
-                         a[None, s:e], dt_bias, b[None, s:e], scale, out[None, s:e], S,
-                         use_qk_l2norm, compute_dtype)
+                         tok(a, s, e, True), dt_bias, tok(b, s, e, True), scale,
+                         out[None, s:e], S, use_qk_l2norm, compute_dtype,
+                         g=tok(g, s, e, True), beta=tok(beta, s, e, True), neg=neg,
+                         k_first=k_first)
         finals[n] = S[0]
     write_states(new_state, finals, real, pool)
     return out, new_state
@@ -87,7 +101,8 @@ def run(call, compute_dtype=torch.float32, chunk_step=None):
     c = call
     reference_prefill(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.cu_seqlens,
                       c.scale, c.out, c.new_state, c.use_qk_l2norm, c.pool,
-                      c.has_initial_state, compute_dtype, chunk_step)
+                      c.has_initial_state, compute_dtype, chunk_step, g=c.g, beta=c.beta,
+                      neg=c.allow_neg_eigval, k_first=c.problem.k_first)
 
 
 def reference_outputs(x, use_qk_l2norm=False, compute_dtype=torch.float64, pool=None,
@@ -112,11 +127,16 @@ def reference_outputs(x, use_qk_l2norm=False, compute_dtype=torch.float64, pool=
 
 # ------------------------------------------------------------------ the chunked (WY) form
 
-def log_gates(A_log, a, dt_bias, b, compute_dtype=torch.float32):
-    """(log decay, beta) [T, HV]: ``log g = -exp(A_log) * softplus(a + dt_bias)``."""
+def log_gates(A_log, a, dt_bias, b, compute_dtype=torch.float32, *, g=None, beta=None,
+              neg=False):
+    """(log decay, beta) [T, HV]: ``log g = -exp(A_log) * softplus(a + dt_bias)``, beta =
+    sigmoid(b) (2 sigmoid(b) with ``neg``), or the precomputed ``g`` and ``beta``."""
+    if g is not None:
+        return g.to(compute_dtype), beta.to(compute_dtype)
     x = a.to(compute_dtype) + dt_bias.to(compute_dtype)
     lg = -torch.exp(A_log.to(compute_dtype)) * F.softplus(x, beta=1.0, threshold=20.0)
-    return lg, torch.sigmoid(b.to(compute_dtype))
+    beta = torch.sigmoid(b.to(compute_dtype))
+    return lg, 2 * beta if neg else beta
 
 
 def chunk(S, q, k, v, lg, beta, scale):
@@ -151,7 +171,7 @@ def chunk(S, q, k, v, lg, beta, scale):
 
 
 def chunked_sequence(q, k, v, S, A_log, a, dt_bias, b, scale, use_qk_l2norm=False,
-                     chunk_step=chunk, C=CHUNK):
+                     chunk_step=chunk, C=CHUNK, *, g=None, beta=None, neg=False):
     """One sequence of L tokens in the chunked form, in ``S``'s dtype: (out [L, HV, V], final
     state [HV, V, K]).  The last chunk is padded with tokens of beta 0 and decay 1 (which
     leave the state as it is), so every ``chunk_step`` call sees C tokens."""
@@ -163,7 +183,7 @@ def chunked_sequence(q, k, v, S, A_log, a, dt_bias, b, scale, use_qk_l2norm=Fals
     if use_qk_l2norm:
         qx, kx = l2norm(qx), l2norm(kx)
     vx = v.to(dt)
-    lg, beta = log_gates(A_log, a, dt_bias, b, dt)
+    lg, beta = log_gates(A_log, a, dt_bias, b, dt, g=g, beta=beta, neg=neg)
     pad = (-L) % C
     if pad:
         def more(x):

@@ -12,13 +12,18 @@ import torch.nn.functional as F
 from gdnzoo.pool import real_slots
 
 
-def gates(A_log, a, dt_bias, b, compute_dtype=torch.float32):
-    """Decay g in (0, 1) and write strength beta, both [B, T, HV]."""
+def gates(A_log, a, dt_bias, b, compute_dtype=torch.float32, *, g=None, beta=None,
+          neg=False):
+    """Decay g in (0, 1) and write strength beta, both [B, T, HV], from the raw gates (beta =
+    sigmoid(b), 2 sigmoid(b) with ``neg``: allow_neg_eigval) or the precomputed ``g`` (log
+    decay) and ``beta``."""
+    if g is not None:
+        return torch.exp(g.to(compute_dtype)), beta.to(compute_dtype)
     A = A_log.to(compute_dtype)
     x = a.to(compute_dtype) + dt_bias.to(compute_dtype)
     g = torch.exp(-torch.exp(A) * F.softplus(x, beta=1.0, threshold=20.0))
     beta = torch.sigmoid(b.to(compute_dtype))
-    return g, beta
+    return g, 2 * beta if neg else beta
 
 
 def l2norm(x, eps=1e-6):
@@ -26,11 +31,16 @@ def l2norm(x, eps=1e-6):
 
 
 def reference_decode(q, k, v, state, A_log, a, dt_bias, b, scale: float, out, new_state,
-                     use_qk_l2norm: bool = False, compute_dtype=torch.float32):
-    """Write ``out`` [B,T,HV,V] and ``new_state`` [B,HV,V,K] (which may be ``state`` itself)."""
+                     use_qk_l2norm: bool = False, compute_dtype=torch.float32, *, g=None,
+                     beta=None, neg=False, k_first=False):
+    """Write ``out`` [B,T,HV,V] and ``new_state`` [B,HV,V,K] (which may be ``state`` itself);
+    ``g``/``beta``: the precomputed gates instead of the raw ones, ``neg``: allow_neg_eigval;
+    ``k_first``: the states are [B,HV,K,V]."""
     B, T, H, K = q.shape
     HV = v.shape[2]
-    g, beta = gates(A_log, a, dt_bias, b, compute_dtype)
+    g, beta = gates(A_log, a, dt_bias, b, compute_dtype, g=g, beta=beta, neg=neg)
+    if k_first:
+        state, new_state = state.transpose(-1, -2), new_state.transpose(-1, -2)
     # GVA: value head h reads q/k head h // (HV // H), as repeat_interleave gives.
     qx = q.to(compute_dtype).repeat_interleave(HV // H, dim=2)       # [B,T,HV,K]
     kx = k.to(compute_dtype).repeat_interleave(HV // H, dim=2)
@@ -51,7 +61,7 @@ def reference_decode(q, k, v, state, A_log, a, dt_bias, b, scale: float, out, ne
 
 def reference_pool_decode(q, k, v, state, A_log, a, dt_bias, b, scale: float, out, new_state,
                           use_qk_l2norm: bool = False, pool=None, compute_dtype=torch.float32,
-                          step=None):
+                          step=None, **form):
     """The pool form (:mod:`gdnzoo.pool`): gather the read slots, decode them as a dense batch
     (with ``step``, a dense decode of the one signature; default :func:`reference_decode` in
     ``compute_dtype``), zero the outputs of padded sequences, write the new states to their
@@ -63,9 +73,10 @@ def reference_pool_decode(q, k, v, state, A_log, a, dt_bias, b, scale: float, ou
     dense_new = torch.empty(dense.shape, dtype=new_state.dtype, device=dense.device)
     if step is None:
         reference_decode(q, k, v, dense, A_log, a, dt_bias, b, scale, out, dense_new,
-                         use_qk_l2norm, compute_dtype)
+                         use_qk_l2norm, compute_dtype, **form)
     else:
-        step(q, k, v, dense, A_log, a, dt_bias, b, scale, out, dense_new, use_qk_l2norm)
+        step(q, k, v, dense, A_log, a, dt_bias, b, scale, out, dense_new, use_qk_l2norm,
+             **form)
     out.masked_fill_(~rd[:, None, None, None], 0)
     pools.scatter(new_state, dense_new, pool, wr)
     return out, new_state
@@ -80,7 +91,7 @@ def _put(dst, rows, ok, src):
 
 def reference_verify(q, k, v, state, A_log, a, dt_bias, b, scale: float, out, new_state,
                      use_qk_l2norm: bool = False, pool=None, verify=None,
-                     compute_dtype=torch.float32, step=None):
+                     compute_dtype=torch.float32, step=None, **form):
     """The verify forms (:mod:`gdnzoo.verify`), plainly: gather each sequence's initial state
     (a dense batch, pool slot, or per-token column ``num_accepted_tokens - 1``), run the tokens
     one at a time (with ``step``, a dense one-token decode of the one signature; default
@@ -105,7 +116,11 @@ def reference_verify(q, k, v, state, A_log, a, dt_bias, b, scale: float, out, ne
             rd &= ok
         src = torch.where(rd, r, 0)
     cur = torch.where(rd[:, None, None, None], state.index_select(0, src), 0).to(compute_dtype)
-    run = step or (lambda *args: reference_decode(*args, compute_dtype=compute_dtype))
+    run = step or (lambda *args, **kw: reference_decode(*args, compute_dtype=compute_dtype,
+                                                        **kw))
+
+    def token(x, tok):
+        return None if x is None else x[:, tok]
     if verify.states is not None:
         S = verify.states.shape[0]
         rows = torch.arange(B, device=dev) if verify.indices is None else verify.indices.long()
@@ -113,8 +128,9 @@ def reference_verify(q, k, v, state, A_log, a, dt_bias, b, scale: float, out, ne
     for t in range(T):
         tok = slice(t, t + 1)
         nxt = torch.empty_like(cur)
-        run(q[:, tok], k[:, tok], v[:, tok], cur, A_log, a[:, tok], dt_bias, b[:, tok], scale,
-            out[:, tok], nxt, use_qk_l2norm)
+        run(q[:, tok], k[:, tok], v[:, tok], cur, A_log, token(a, tok), dt_bias, token(b, tok),
+            scale, out[:, tok], nxt, use_qk_l2norm,
+            **{n: token(x, tok) if n in ("g", "beta") else x for n, x in form.items()})
         if verify.states is not None:
             _put(verify.states[:, t], rows, keep, nxt)
         if verify.per_token:
@@ -174,14 +190,15 @@ def run(call, compute_dtype=torch.float32, step=None):
     c = call
     args = (c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.scale, c.out, c.new_state,
             c.use_qk_l2norm)
+    form = dict(g=c.g, beta=c.beta, neg=c.allow_neg_eigval, k_first=c.problem.k_first)
     if c.verify is not None:
-        reference_verify(*args, c.pool, c.verify, compute_dtype, step)
+        reference_verify(*args, c.pool, c.verify, compute_dtype, step, **form)
     elif c.pool is not None:
-        reference_pool_decode(*args, c.pool, compute_dtype, step)
+        reference_pool_decode(*args, c.pool, compute_dtype, step, **form)
     elif step is not None:
-        step(*args)
+        step(*args, **form)
     else:
-        reference_decode(*args, compute_dtype=compute_dtype)
+        reference_decode(*args, compute_dtype=compute_dtype, **form)
 
 
 def reference_outputs(x, use_qk_l2norm=False, compute_dtype=torch.float64, pool=None,

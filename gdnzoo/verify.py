@@ -29,6 +29,7 @@ from typing import NamedTuple
 import torch
 
 from gdnzoo import pool as pools
+from gdnzoo.checks import block
 
 
 class Verify(NamedTuple):
@@ -75,17 +76,20 @@ def _need_bool(name, x):
         raise TypeError(f"{name}: expected bool, got {type(x).__name__}")
 
 
-def _intermediate(x, T, HV, V, K, state):
-    """intermediate_states [S, T_max, HV, V, K]: a written tensor of the state's dtype."""
+def _intermediate(x, T, HV, V, K, state, kfirst=False):
+    """intermediate_states [S, T_max, HV, V, K] (K-first: [S, T_max, HV, K, V]): a written
+    tensor of the state's dtype."""
+    (_, R, C), names, _ = block(HV, V, K, kfirst)
+    r, c = names.split(", ")[1:]
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"intermediate_states: expected a torch.Tensor, got {type(x).__name__}")
     if x.layout != torch.strided:
         raise TypeError("intermediate_states: expected a dense (strided) tensor")
     if x.requires_grad:
         raise ValueError("intermediate_states: expected a tensor that does not require grad")
-    if x.dim() != 5 or tuple(x.shape[2:]) != (HV, V, K) or x.shape[0] < 1:
-        raise ValueError(f"intermediate_states: expected shape [S, T_max, HV={HV}, V={V}, "
-                         f"K={K}] with S >= 1, got {tuple(x.shape)}")
+    if x.dim() != 5 or tuple(x.shape[2:]) != (HV, R, C) or x.shape[0] < 1:
+        raise ValueError(f"intermediate_states: expected shape [S, T_max, HV={HV}, {r}={R}, "
+                         f"{c}={C}] with S >= 1, got {tuple(x.shape)}")
     if x.shape[1] < T:
         raise ValueError(f"intermediate_states: expected T_max >= T={T} (one state per "
                          f"token), got T_max={x.shape[1]}")
@@ -95,9 +99,9 @@ def _intermediate(x, T, HV, V, K, state):
     if x.device != state.device:
         raise ValueError(f"intermediate_states: expected device {state.device} (the device "
                          f"of state), got {x.device}")
-    if tuple(x.stride()[2:]) != (V * K, K, 1):
-        raise ValueError(f"intermediate_states: expected each [HV, V, K] block contiguous "
-                         f"(strides (*, *, {V * K}, {K}, 1)), got {tuple(x.stride())}")
+    if tuple(x.stride()[2:]) != (R * C, C, 1):
+        raise ValueError(f"intermediate_states: expected each [{names}] block contiguous "
+                         f"(strides (*, *, {R * C}, {C}, 1)), got {tuple(x.stride())}")
     slot = HV * V * K
     if x.shape[1] > 1 and x.stride(1) < slot:
         raise ValueError(f"intermediate_states: expected stride(1) >= HV*V*K = {slot}, got "
@@ -110,7 +114,7 @@ def _intermediate(x, T, HV, V, K, state):
 
 def validate(B, T, HV, V, K, device, state, new_state, state_indices, new_state_indices,
              intermediate_states, intermediate_indices, update_state,
-             num_accepted_tokens) -> Verify | None:
+             num_accepted_tokens, kfirst=False) -> Verify | None:
     """Check the verify arguments (after the pool's); None when the call is no verify call.
     Raises naming the argument."""
     _need_bool("update_state", update_state)
@@ -138,7 +142,7 @@ def validate(B, T, HV, V, K, device, state, new_state, state_indices, new_state_
     if not update_state and new_state is not None and new_state is not state:
         raise ValueError("new_state: update_state=False writes no state; pass new_state=None")
     if intermediate_states is not None:
-        _intermediate(intermediate_states, T, HV, V, K, state)
+        _intermediate(intermediate_states, T, HV, V, K, state, kfirst)
         if intermediate_indices is not None:
             pools.index_tensor("intermediate_indices", intermediate_indices, B, device)
         elif intermediate_states.shape[0] < B:

@@ -52,7 +52,7 @@ def record(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
     level = {0: None, 1: "wait", 2: "early"}.get(pdl, pdl)
     args = (q, k, v, state, A_log, a, dt_bias, b, scale, out,
             None if new_state is state else new_state, use_qk_l2norm, None, *kw.values(),
-            level)
+            level, None, None, False, "k-last")
     return dispatch.record(DECODE, args, algo)
 
 

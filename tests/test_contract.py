@@ -159,7 +159,8 @@ def _memo_probe(x, **kw):
     """What decode's memo answers for these inputs (None: it would validate from scratch)."""
     return dispatch.lookup(gdnzoo.operation.DECODE,
                            (*x.args(), kw.get("out"), kw.get("new_state"), False,
-                            "pt-reference", *dispatch._NO_SERVE, None))
+                            "pt-reference", *dispatch._NO_SERVE, None,
+                            *dispatch._RAW_K_LAST))
 
 
 def test_memo_guard_serves_only_calls_with_the_same_layout(monkeypatch):

@@ -1,0 +1,406 @@
+"""The Triton kernels of triton-chunk: the Gated Delta Net prefill in the chunked (WY) form.
+
+The math.  Cut a sequence into chunks of C tokens.  Inside a chunk with start state S0 [V, K],
+log-decays gamma_t, G_t = sum_{s<=t} gamma_s (from the chunk start), row norms rq, rk (1 without
+the l2 norm: the normalized q, k are diag(rq) q, diag(rk) k of the raw 16-bit rows), the C
+rank-1 delta updates fold into one low-rank update.  With the strictly lower triangular
+
+    A[i, j] = beta_i rk_i rk_j (k_i . k_j) exp(G_i - G_j)      (i > j)
+    T       = (I + A)^-1
+    P[i, j] = scale rq_i rk_j (q_i . k_j) exp(G_i - G_j)        (i >= j, else 0)
+    M       = P T
+
+the chunk's "new values" (the u_t of the per-token form), outputs and end state are
+
+    R    = v^T diag(beta) - (S0 k^T) diag(beta rk e^G)                        [V, C]
+    V'^T = R T^T
+    O^T  = (S0 q^T) diag(scale rq e^G) + V'^T P^T
+         = (S0 q^T) diag(scale rq e^G) + R M^T
+    S    = e^{G_last} S0 + V'^T diag(rk e^{G_last - G}) k                      [V, K]
+
+(q, k the raw rows).  Only exp(G_i - G_j) with i >= j, e^G and e^{G_last - G} are formed: all
+<= 1 for decays <= 1, so nothing overflows however strong the decay.
+
+Two launches:
+
+* :func:`chunk_prep_kernel`, parallel over (chunk, value head): everything that does not
+  depend on the state.  The gates, k k^T and q k^T (exact: 16-bit products, fp32 sums), T by
+  blocked forward substitution (:func:`unit_lower_inverse`) and M = P T.  Stores T^T and M^T
+  at the chunk's token rows and five factors per token (beta, beta rk e^G, scale rq e^G,
+  rk e^{G_last - G}, e^{G_last}).
+* :func:`chunk_state_kernel`, one program per (sequence, value head, V-tile of BV rows),
+  sequential over the sequence's chunks with the [BV, K] state tile in registers: per chunk
+  S0 k^T, R T^T and the update on the state's chain, S0 q^T and R M^T beside it, the chunk's
+  outputs stored, so no per-chunk state is ever written.  A chunk's operands do not depend on
+  the state, so Triton's pipeliner (``num_stages``) loads chunk j+1's (q, k, v, T^T, M^T,
+  factors) into shared memory while chunk j computes.  A state checkpoint every E tokens (E a
+  multiple of C) would be one masked store of the tile at the bottom of the chunk loop.
+
+Where the chunks are.  No host sync: sequence n's chunks get the slots
+``cu[n] // C + n + j`` (j < ceil(len_n / C)); these ranges never overlap and all lie below
+``T // C + N``, so the prep grid is that many slots (times HV), each program finds its sequence
+by counting over cu_seqlens (:func:`chunk_of_slot`), and a slot past its sequence's
+chunks exits.  The sequential kernel reads its sequence's bounds and loops over ceil(len / C)
+chunks.  The workspace rows of a chunk are its own token rows, so rows past a partial chunk's
+end (the next sequence's) are neither stored nor loaded.
+
+Precision (``PREC``).  The 16-bit input rows are exact in bf16 (fp16: exact in two bf16 pieces),
+so q k^T and k k^T are exact on tensor cores with fp32 accumulation.  Every product with an
+fp32 operand (the state, T, R, P, M, V') is "bf16x3" by default: each fp32 operand split into
+bf16 hi + lo (16 significant bits), hi*hi + hi*lo + lo*hi, a raw bf16 operand not split (two
+products instead of three).  Emulated in float64 over 700 tokens at K = V = 128 this is ~4e-6
+relative error on the state, against ~3e-4 for plain tf32 products (over the 1e-4 bound of an
+fp32 state) and ~2.5e-3 with intermediates rounded to bf16.  ``PREC`` may instead name one of
+Triton's ``input_precision`` values ("tf32x3", "ieee", "tf32"), applied to every fp32 product.
+With "bf16x3" T^T and M^T are stored as bf16 hi and lo parts, so the pipelined loads feed the
+products without a conversion; otherwise as fp32.  Either is 8 * C bytes a token and head.
+
+The state tile's addressing takes strides for its V rows and K columns, so a k-last
+``[.., V, K]`` and a K-first ``[.., K, V]`` state are read and written where they lie.
+``POOL`` (0 dense, 1 the read slots written, 2 separate write slots) serves state pools with
+the decode kernel's slot rules (:func:`pool_slots`).  ``GATES`` 0: raw gates (a, b with A_log,
+dt_bias); 1: FLA's precomputed gates in the a, b slots: g log-space fp32, beta post-sigmoid.
+
+Imported only when the backend runs (it imports triton at module level).
+"""
+import os
+
+import triton
+import triton.language as tl
+
+from gdnzoo.backends._triton_kernel import pool_slots
+
+MAX_MERGE_LEVELS = tl.constexpr(3)       # base blocks of 16 merged up to C = 128
+SEQ_BLOCK = tl.constexpr(256)            # sequences counted per load by chunk_of_slot
+# Read when this module is imported, as triton.jit itself reads it when it decorates.
+INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
+
+
+@triton.jit
+def dot(a, b, acc=None):
+    """tl.dot; under the interpreter, whose dot multiplies a bf16 operand's raw bits (Triton
+    3.6), the operands are widened to fp32 first, which is exact."""
+    if INTERPRETED:
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:
+        c = tl.dot(a, b, acc)
+    return c
+
+
+@triton.jit
+def split_bf16(x):
+    """fp32 ``x`` as bf16 hi + lo: 16 significant bits, relative error <= 2^-17 (the GPU rounds
+    to nearest; Triton 3.6's interpreter truncates: 2^-15 there)."""
+    hi = x.to(tl.bfloat16)
+    return hi, (x - hi.to(tl.float32)).to(tl.bfloat16)
+
+
+@triton.jit
+def mm(a, b, PREC: tl.constexpr):
+    """a @ b with fp32 accumulation, each operand fp32 or a raw 16-bit input.  "bf16x3": the
+    small products first, so the large one is added last."""
+    if PREC == "bf16x3":
+        if a.dtype == tl.bfloat16:
+            if b.dtype == tl.bfloat16:
+                c = dot(a, b)
+            else:
+                b_hi, b_lo = split_bf16(b.to(tl.float32))
+                c = dot(a, b_hi, dot(a, b_lo))
+        else:
+            a_hi, a_lo = split_bf16(a.to(tl.float32))
+            if b.dtype == tl.bfloat16:
+                c = dot(a_hi, b, dot(a_lo, b))
+            else:
+                b_hi, b_lo = split_bf16(b.to(tl.float32))
+                c = dot(a_hi, b_hi, dot(a_hi, b_lo, dot(a_lo, b_hi)))
+    else:
+        c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision=PREC)
+    return c
+
+
+@triton.jit
+def mm_split(a, b_hi, b_lo, PREC: tl.constexpr):
+    """a @ b for a b stored as bf16 hi and lo parts ("bf16x3"), else as fp32 ``b_hi``."""
+    if PREC == "bf16x3":
+        a_hi, a_lo = split_bf16(a)
+        c = dot(a_hi, b_hi, dot(a_hi, b_lo, dot(a_lo, b_hi)))
+    else:
+        c = tl.dot(a, b_hi, input_precision=PREC)
+    return c
+
+
+@triton.jit
+def chunk_gates(a, b, t, m, i_hv, sa_t, sa_h, sb_t, sb_h, A_neg, dtb, GATES: tl.constexpr):
+    """Log-decays gamma and betas of the tokens ``t`` (0 both where not ``m``: a token past the
+    sequence then neither decays nor writes).  GATES 0: gamma = -exp(A_log) softplus(a +
+    dt_bias) (beta 1, threshold 20), beta = sigmoid(b); 1: a, b hold gamma and beta."""
+    xa = tl.load(a + t * sa_t + i_hv * sa_h, mask=m, other=0.0).to(tl.float32)
+    xb = tl.load(b + t * sb_t + i_hv * sb_h, mask=m, other=0.0).to(tl.float32)
+    if GATES == 0:
+        x = xa + dtb
+        # Clamped so the branch where() drops never makes inf; below -15 log(1 + e^x) rounds
+        # to 0 in fp32 while e^x is right to an ulp.
+        e = tl.exp(tl.minimum(x, 20.0))
+        soft = tl.where(x > 20.0, x, tl.where(x < -15.0, e, tl.log(1.0 + e)))
+        gam = tl.where(m, A_neg * soft, 0.0)
+        beta = tl.where(m, tl.sigmoid(xb), 0.0)
+    else:
+        gam = xa
+        beta = xb
+    return gam, beta
+
+
+@triton.jit
+def head_gate_constants(A_log, dt_bias, i_hv, s_alog, s_dtb, GATES: tl.constexpr):
+    """-exp(A_log[h]) and dt_bias[h] (unused with precomputed gates)."""
+    A_neg = 0.0
+    dtb = 0.0
+    if GATES == 0:
+        A_neg = -tl.exp(tl.load(A_log + i_hv * s_alog).to(tl.float32))
+        dtb = tl.load(dt_bias + i_hv * s_dtb).to(tl.float32)
+    return A_neg, dtb
+
+
+@triton.jit
+def inv_rows(x, C: tl.constexpr, L2NORM: tl.constexpr):
+    """1 / ||row|| (with the 1e-6 of the l2 norm) of a [C, K] tile, or ones."""
+    if L2NORM:
+        xf = x.to(tl.float32)
+        r = tl.rsqrt(tl.sum(xf * xf, 1) + 1e-6)
+    else:
+        r = tl.full([C], 1.0, tl.float32)
+    return r
+
+
+@triton.jit
+def unit_lower_inverse(A, C: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr):
+    """(I + A)^-1 of a strictly lower triangular [C, C] A.
+
+    The C/BS diagonal blocks of BS x BS are inverted together by forward substitution (BS
+    steps on a [C/BS, BS, BS] tensor), then merged pairwise, block size doubling: for D the
+    inverse of the block diagonal at block size bs, the inverse at 2 bs is D - D A' D with A'
+    the blocks of A just below D's blocks inside each 2bs block ([[X, 0], [Y, Z]]^-1 has
+    -Z^-1 Y X^-1 there): log2(C/BS) levels of two C x C products, the substitution's serial
+    chain only BS long."""
+    NB: tl.constexpr = C // BS
+    bi = tl.arange(0, NB)
+    same = bi[:, None, None, None] == bi[None, None, :, None]
+    Ad = tl.sum(tl.where(same, tl.reshape(A, (NB, BS, NB, BS)), 0.0), 2)
+    r = tl.arange(0, BS)
+    row = r[None, :, None]
+    eye = (r[:, None] == r[None, :]).to(tl.float32)[None, :, :]
+    Tb = eye + tl.zeros((NB, BS, BS), tl.float32)
+    for s in tl.static_range(1, BS):
+        a_s = tl.sum(tl.where(row == s, Ad, 0.0), 1)           # row s of each block
+        Tb = tl.where(row == s, eye - tl.sum(a_s[:, :, None] * Tb, 1)[:, None, :], Tb)
+    D = tl.reshape(tl.where(same, Tb[:, :, None, :], 0.0), (C, C))
+    i = tl.arange(0, C)
+    for lvl in tl.static_range(MAX_MERGE_LEVELS):
+        if (BS << lvl) < C:
+            bi_r = i[:, None] // (BS << lvl)
+            bi_c = i[None, :] // (BS << lvl)
+            below = (bi_r != bi_c) & (bi_r // 2 == bi_c // 2)
+            D = D - mm(mm(D, tl.where(below, A, 0.0), PREC), D, PREC)
+    return D
+
+
+@triton.jit
+def chunk_of_slot(cu_seqlens, slot, N, C: tl.constexpr):
+    """(eos, t0) of the chunk at ``slot``: its sequence's end and its first token (t0 >= eos
+    when the slot is past that sequence's chunks).  Sequence n's chunks are the slots
+    cu[n] // C + n + j, strictly increasing in n, so the slot's sequence is the count of
+    sequences whose first slot is <= ``slot``, less one: counted SEQ_BLOCK sequences a load
+    (one load below that many sequences; no constexpr depends on N)."""
+    idx = tl.arange(0, SEQ_BLOCK)
+    count = slot * 0
+    n0 = slot * 0
+    while n0 < N:
+        i = n0 + idx
+        first = tl.load(cu_seqlens + i, mask=i < N, other=0) // C + i
+        count += tl.sum(((first <= slot) & (i < N)).to(tl.int32), 0)
+        n0 += SEQ_BLOCK
+    n = tl.maximum(count - 1, 0)
+    bos = tl.load(cu_seqlens + n).to(tl.int64)
+    eos = tl.load(cu_seqlens + n + 1).to(tl.int64)
+    j = slot - (bos // C + n)
+    t0 = tl.where(count > 0, bos + j * C, eos)         # count 0: a cu_seqlens not from 0
+    return eos, t0
+
+
+@triton.jit
+def chunk_qk(q, k, t0, eos, i_h, sq_t, sq_h, sk_t, sk_h, C: tl.constexpr, K: tl.constexpr):
+    """The chunk's row indices, tokens, token mask (t < eos) and raw [C, K] q and k rows (zeros
+    past the sequence)."""
+    rows = tl.arange(0, C)
+    t = t0 + rows
+    m = t < eos
+    cols = tl.arange(0, K)
+    qr = tl.load(q + t[:, None] * sq_t + i_h * sq_h + cols[None, :], mask=m[:, None], other=0.0)
+    kr = tl.load(k + t[:, None] * sk_t + i_h * sk_h + cols[None, :], mask=m[:, None], other=0.0)
+    return rows, t, m, qr, kr
+
+
+@triton.jit
+def store_cc(p, x, m, C: tl.constexpr, PREC: tl.constexpr):
+    """A [C, C] fp32 tile at ``p`` (rows ``m``): its bf16 hi part, and its lo part C further
+    ("bf16x3"), else fp32."""
+    if PREC == "bf16x3":
+        hi, lo = split_bf16(x)
+        tl.store(p, hi, mask=m)
+        tl.store(p + C, lo, mask=m)
+    else:
+        tl.store(p, x, mask=m)
+
+
+@triton.jit
+def load_cc(p, m, C: tl.constexpr, PREC: tl.constexpr):
+    """The (hi, lo) parts :func:`store_cc` stored (fp32: the tile twice)."""
+    x0 = tl.load(p, mask=m, other=0.0)
+    if PREC == "bf16x3":
+        x1 = tl.load(p + C, mask=m, other=0.0)
+    else:
+        x1 = x0
+    return x0, x1
+
+
+@triton.jit
+def chunk_prep_kernel(
+        q, k, a, b, A_log, dt_bias, cu_seqlens, mats, vecs, scale,
+        N, T_all, sq_t, sq_h, sk_t, sk_h, sa_t, sa_h, sb_t, sb_h, s_alog, s_dtb,
+        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, C: tl.constexpr,
+        BS: tl.constexpr, L2NORM: tl.constexpr, GATES: tl.constexpr,
+        PREC: tl.constexpr):
+    # Neighbouring programs take the value heads of one chunk: they share its q, k rows in L2.
+    pid = tl.program_id(0)
+    i_hv = pid % HV
+    slot = pid // HV
+    i_h = i_hv // (HV // H)                        # GVA: repeat_interleave mapping
+    eos, t0 = chunk_of_slot(cu_seqlens, slot, N, C)
+    if t0 >= eos:
+        return
+    rows, t, m, qr, kr = chunk_qk(q, k, t0, eos, i_h, sq_t, sq_h, sk_t, sk_h, C, K)
+    A_neg, dtb = head_gate_constants(A_log, dt_bias, i_hv, s_alog, s_dtb, GATES)
+    gam, beta = chunk_gates(a, b, t, m, i_hv, sa_t, sa_h, sb_t, sb_h, A_neg, dtb, GATES)
+    G = tl.cumsum(gam, 0)
+    G_last = tl.sum(tl.where(rows == C - 1, G, 0.0), 0)    # gamma is 0 past the end
+    rq = inv_rows(qr, C, L2NORM)
+    rk = inv_rows(kr, C, L2NORM)
+    incl = rows[:, None] >= rows[None, :]
+    # exp only where i >= j (G_i - G_j <= 0 for decays <= 1): the dropped half could overflow.
+    dec = tl.exp(tl.where(incl, G[:, None] - G[None, :], 0.0)) * rk[None, :]
+    # q k^T and k k^T are exact: 16-bit products, fp32 sums.
+    A = tl.where(rows[:, None] > rows[None, :],
+                 dot(kr, tl.trans(kr)) * dec * (beta * rk)[:, None], 0.0)
+    # P before the inverse: q, k and the decays are then dead during it (fewer registers).
+    P = tl.where(incl, dot(qr, tl.trans(kr)) * dec * (scale * rq)[:, None], 0.0)
+    Tm = unit_lower_inverse(A, C, BS, PREC)
+    # Row j of a token's matrix rows holds column j of T (and of M = P T): the sequential
+    # kernel's right operands are then row-major.  Rows past the sequence belong to the next
+    # sequence's chunk: not stored.
+    NP: tl.constexpr = 2 if PREC == "bf16x3" else 1
+    pm = mats + t[:, None] * (HV * 2 * NP * C) + i_hv * (2 * NP * C) + rows[None, :]
+    store_cc(pm, tl.trans(Tm), m[:, None], C, PREC)
+    store_cc(pm + NP * C, tl.trans(mm(P, Tm, PREC)), m[:, None], C, PREC)
+    eG = tl.exp(G)
+    pv = vecs + i_hv * (5 * T_all) + t
+    tl.store(pv, beta, mask=m)
+    tl.store(pv + T_all, beta * rk * eG, mask=m)
+    tl.store(pv + 2 * T_all, scale * rq * eG, mask=m)
+    tl.store(pv + 3 * T_all, rk * tl.exp(G_last - G), mask=m)
+    tl.store(pv + 4 * T_all, tl.zeros([C], tl.float32) + tl.exp(G_last), mask=m)
+
+
+@triton.jit
+def chunk_step(h, t0, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv, rows_v, rd,
+               sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h,
+               HV: tl.constexpr, K: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr):
+    """One chunk on the [BV, K] state tile ``h``: stores the chunk's [BV] output rows and
+    returns the tile after the chunk."""
+    rows, t, m, qr, kr = chunk_qk(q, k, t0, eos, i_h, sq_t, sq_h, sk_t, sk_h, C, K)
+    vt = tl.load(v + t[None, :] * sv_t + i_hv * sv_h + rows_v[:, None], mask=m[None, :],
+                 other=0.0).to(tl.float32)
+    NP: tl.constexpr = 2 if PREC == "bf16x3" else 1
+    pm = mats + t[:, None] * (HV * 2 * NP * C) + i_hv * (2 * NP * C) + rows[None, :]
+    t_hi, t_lo = load_cc(pm, m[:, None], C, PREC)
+    m_hi, m_lo = load_cc(pm + NP * C, m[:, None], C, PREC)
+    pv = vecs + i_hv * (5 * T_all) + t
+    beta = tl.load(pv, mask=m, other=0.0)
+    bk = tl.load(pv + T_all, mask=m, other=0.0)
+    fq = tl.load(pv + 2 * T_all, mask=m, other=0.0)
+    fk = tl.load(pv + 3 * T_all, mask=m, other=0.0)
+    g_last = tl.load(vecs + i_hv * (5 * T_all) + 4 * T_all + t0)
+
+    X = mm(h, tl.trans(kr), PREC)                  # S0 k_j                        [BV, C]
+    R = vt * beta[None, :] - X * bk[None, :]
+    Vn = mm_split(R, t_hi, t_lo, PREC)             # V'^T = R T^T
+    # O^T = (S0 q^T) diag(fq) + V'^T P^T, and V'^T P^T = R (P T)^T: off the state's chain.
+    o = mm(h, tl.trans(qr), PREC) * fq[None, :] + mm_split(R, m_hi, m_lo, PREC)
+    o = tl.where(rd, o, 0.0)
+    tl.store(out + t[None, :] * so_t + i_hv * so_h + rows_v[:, None], o.to(out.dtype.element_ty),
+             mask=m[None, :])
+    return g_last * h + mm(Vn * fk[None, :], kr, PREC)
+
+
+@triton.jit
+def chunk_state_kernel(
+        q, k, v, cu_seqlens, mats, vecs, out, state, new_state, slot_idx, new_slot_idx,
+        has_init, T_all, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h,
+        ss_n, ss_h, ss_v, ss_k, sn_n, sn_h, sn_v, sn_k, P, PN, null_slot,
+        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, C: tl.constexpr,
+        BV: tl.constexpr, PREC: tl.constexpr, POOL: tl.constexpr, STATE0: tl.constexpr,
+        HAS_INIT: tl.constexpr, STAGES: tl.constexpr):
+    # Neighbouring programs take the V-tiles of one head: they read the same q, k, T^T rows.
+    NV: tl.constexpr = V // BV
+    pid = tl.program_id(0).to(tl.int64)
+    i_v = pid % NV
+    i_nh = pid // NV
+    i_n = i_nh // HV
+    i_hv = i_nh % HV
+    i_h = i_hv // (HV // H)
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    if POOL == 0:
+        slot_r = i_n
+        slot_w = i_n
+        rd = i_n >= 0
+        wr = rd
+    else:
+        slot_r, slot_w, rd, wr = pool_slots(slot_idx, new_slot_idx, i_n, P, PN, null_slot, POOL)
+    init = rd
+    if HAS_INIT:
+        init = init & (tl.load(has_init + i_n) != 0)
+    rows_v = i_v * BV + tl.arange(0, BV)
+    cols = tl.arange(0, K)
+    if STATE0:
+        h = tl.load(state + slot_r * ss_n + i_hv * ss_h + rows_v[:, None] * ss_v
+                    + cols[None, :] * ss_k, mask=init, other=0.0).to(tl.float32)
+    else:
+        h = tl.zeros([BV, K], tl.float32)
+    n_chunks = tl.cdiv(eos - bos, C)
+    # A state checkpoint every E tokens (E a multiple of C) would be stored at the bottom of
+    # this loop, where h is the state after chunk j: when (j + 1) % (E // C) == 0.
+    if INTERPRETED:
+        # The interpreter's scalars are 1-element arrays, which range() refuses.
+        j = 0
+        while j < n_chunks:
+            h = chunk_step(h, bos + j * C, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv,
+                           rows_v, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h,
+                           HV, K, C, PREC)
+            j += 1
+    else:
+        for j in tl.range(0, n_chunks, num_stages=STAGES):
+            h = chunk_step(h, bos + j * C, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv,
+                           rows_v, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h,
+                           HV, K, C, PREC)
+    tl.store(new_state + slot_w * sn_n + i_hv * sn_h + rows_v[:, None] * sn_v
+             + cols[None, :] * sn_k, h.to(new_state.dtype.element_ty), mask=wr)
+
+
+if INTERPRETED:
+    # Triton 3.6's interpreter re-patches triton.language on every device-function call (~3 ms
+    # each: most of a CPU run's time); inside a kernel the module is patched already, so the
+    # device functions are bound to the plain functions the interpreter rewrites them to.
+    from triton.runtime.interpreter import InterpretedFunction
+    for _name, _fn in list(globals().items()):
+        if isinstance(_fn, InterpretedFunction) and not _name.endswith("_kernel"):
+            globals()[_name] = _fn.rewrite()

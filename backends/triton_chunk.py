@@ -1,0 +1,293 @@
+"""triton-chunk: our Triton chunked (WY) prefill of the Gated Delta Net.
+
+A batch of N sequences packed on one token axis (``cu_seqlens``), each run from its initial
+state (or zeros) through the recurrence of every token, its outputs and its final state written.
+Two launches, no host sync (CUDA-graph capturable with new data and new cu_seqlens values of the
+same shapes):
+
+1. ``chunk_prep_kernel``, grid ``(T // C + N) * HV``: per (chunk, value head) everything that
+   does not depend on the state: the gates, T = (I + A)^-1 of the WY form and M = P T (P the
+   chunk's masked, decayed q k^T); stores T^T, M^T and five factors per token into the
+   workspace.  A program finds its chunk on the device (a count over cu_seqlens);
+   slots past the real chunk count exit.
+2. ``chunk_state_kernel``, grid ``N * HV * (V / BV)``: per (sequence, value head, V-tile of BV
+   state rows) the state tile in registers through all chunks of the sequence, the outputs of
+   each chunk fused into the recurrence, next chunk's operands loaded while the current one
+   computes; writes the final state.
+
+The math, the precision of each product and the chunk layout are in
+``backends/_triton_chunk_kernel.py``.
+
+Memory.  The workspace holds T^T and M^T and the factors: ``(2 C + 5) * 4`` bytes per token
+and value head (:func:`workspace_numel`), 33 MiB at T = 8192, HV = 8 (C = 64), 266 MiB at
+HV = 64; written once by the prep kernel and read by the sequential one (each V-tile of a head
+reads the same rows, mostly from L2).  Nothing else is allocated per call.  Pass ``workspace=`` (:func:`workspace_for` makes one) or let the module
+cache one per device: it grows when a call needs more and never frees a buffer it handed out, so
+a CUDA graph that captured one stays valid.  Calls that may run at the same time on different
+streams must each pass their own workspace.
+
+States: k-last ``[.., HV, V, K]`` or, with ``k_first``, ``[.., HV, K, V]``; fp32 or bf16;
+``state`` None is zeros.  Pools: ``state_indices`` [N] picks each sequence's read slot,
+``new_state_indices`` its write slot (default the same) of ``new_state`` (the same pool for in
+place); a negative index, ``null_slot`` or one past the pool pads: zero outputs, no state read
+or written (a real read slot with a padding write slot: outputs, no write).
+``has_initial_state`` [N] bool: False starts from zeros without reading the slot (it is still
+written).  Gates: raw (A_log, a, dt_bias, b), or FLA's precomputed ``g`` (log-space decay, fp32)
+and ``beta`` (post-sigmoid).
+
+The launch shape is a :class:`Config`; nothing is autotuned inside a call.  Its defaults, for
+K = V = 128 on Hopper (reasoned and checked by compiling for sm_90 here, not yet timed):
+
+* ``block_v`` from :func:`pick_block_v`: a single long sequence is a chain of chunk updates
+  with only N*HV independent recurrences (8 at the contest shape), so the tile is as small as
+  the tensor-core products allow (16 rows) while the programs fit in one wave of SMs (1 x 8
+  heads: 64 programs), larger (32, 64) as N*HV grows, so that q, k, T^T and M^T, loaded once
+  per program and chunk, serve more rows.
+* ``warps`` 8: at 16 rows the products split their columns over the warps; 8 warps halve each
+  warp's share of the chain's products against 4 and fit without spills (170 registers at
+  block_v 16, 254 at 32; 64 spills 160 bytes, 4 warps spill at 32 and 64).
+* ``stages`` 2: chunk j+1's q, k, v, T^T, M^T and factors (~40 KB) stream into shared memory
+  while chunk j computes (75 KB in all at block_v 16).
+* ``prep_warps`` 4: the prep kernel holds several C x C fp32 tiles; 247 registers, no spills,
+  two programs an SM by registers and shared memory.
+* ``chunk`` 64, ``base`` 16: 15 serial substitution steps and two merge levels.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from gdnzoo.backends import _triton_launch as tlaunch
+
+NAME = "triton-chunk"
+HEAD_DIMS = (64, 128)                 # tested; any power of two >= 16 compiles
+IO_DTYPES = (torch.bfloat16, torch.float16)
+STATE_DTYPES = (torch.float32, torch.bfloat16)
+PRECISIONS = ("bf16x3", "tf32x3", "ieee", "tf32")
+CHUNKS = (32, 64, 128)
+BASES = (16, 32, 64)
+# On CPU the interpreter takes ~0.1-0.3 s per chunk program: cap the tokens x value heads.
+CPU_MAX_TOKEN_HEADS = 8192
+GRID_LIMIT = 2**31 - 1
+
+
+class Config(NamedTuple):
+    """The launch shape.  ``block_v``: state rows per sequential program (0: picked from the
+    grid, :func:`pick_block_v`); ``warps``/``stages``: the sequential kernel's num_warps and
+    pipeline depth of its chunk loop; ``prep_warps``: the prep kernel's num_warps; ``chunk``:
+    tokens per chunk C; ``precision``: of every product with an fp32 operand (see the kernels'
+    module); ``base``: the diagonal blocks the prep kernel inverts by forward substitution
+    (base - 1 serial steps) before log2(C / base) merge levels of two C x C products each."""
+    block_v: int = 0
+    warps: int = 8
+    stages: int = 2
+    prep_warps: int = 4
+    chunk: int = 64
+    precision: str = "bf16x3"
+    base: int = 16
+
+
+def normalize(config) -> Config:
+    """A :class:`Config` from None, a Config, a dict of its fields or a tuple in field order."""
+    if config is None:
+        return Config()
+    if isinstance(config, Config):
+        return config
+    try:
+        return Config(**config) if isinstance(config, dict) else Config(*config)
+    except TypeError as e:
+        raise ValueError(f"config: expected a Config, a dict of {Config._fields} or a tuple in "
+                         f"that order, got {config!r} ({e})") from None
+
+
+def pick_block_v(recurrences: int, V: int, n_sm: int) -> int:
+    """The smallest tile (16, 32, 64 rows) with which the N*HV recurrences fill at most one
+    wave of programs: a long sequence is bound by its chain of chunk updates, so small tiles
+    (more programs, less work each per chunk) help until the SMs are full; past that, larger
+    tiles read each chunk's q, k and T^T once for more rows.  At least 64 when the recurrences
+    alone overfill the GPU."""
+    for bv in (16, 32, 64):
+        if V % bv == 0 and recurrences * (V // bv) <= n_sm:
+            return bv
+    return min(64, V)
+
+
+def resolve(config, N: int, HV: int, V: int, device: torch.device) -> Config:
+    """``config`` with its zeros filled in for this call and checked (ValueError naming it)."""
+    c = normalize(config)
+    bv = c.block_v
+    if not bv:
+        if device.type != "cuda":
+            bv = V                                   # interpreter: fewest programs is fastest
+        else:
+            n_sm = torch.cuda.get_device_properties(device).multi_processor_count
+            bv = pick_block_v(N * HV, V, n_sm)
+    c = c._replace(block_v=bv)
+    if bv < 16 or V % bv or bv & (bv - 1):
+        raise ValueError(f"config: block_v must be a power of two >= 16 dividing V={V}, got {bv}")
+    if c.chunk not in CHUNKS:
+        raise ValueError(f"config: chunk must be one of {CHUNKS}, got {c.chunk}")
+    if c.base not in BASES or c.base > c.chunk:
+        raise ValueError(f"config: base must be one of {BASES} and <= chunk, got {c.base}")
+    if c.precision not in PRECISIONS:
+        raise ValueError(f"config: precision must be one of {PRECISIONS}, got {c.precision!r}")
+    for name in ("warps", "prep_warps"):
+        w = getattr(c, name)
+        if w not in (1, 2, 4, 8, 16):
+            raise ValueError(f"config: {name} must be 1, 2, 4, 8 or 16, got {w}")
+    if c.stages < 1:
+        raise ValueError(f"config: stages must be >= 1, got {c.stages}")
+    return c
+
+
+VECTORS = 5      # per token and value head: beta, beta rk e^G, scale rq e^G, rk e^(G_last - G), e^G_last
+
+
+def workspace_numel(T: int, HV: int, config=None) -> int:
+    """fp32 elements of the workspace of a call with T tokens and HV value heads: per token
+    and head T^T and M^T (C values each, as bf16 hi and lo parts with "bf16x3") and the
+    :data:`VECTORS` factors: (2 C + 5) * 4 bytes (532 at C = 64)."""
+    return T * HV * (2 * normalize(config).chunk + VECTORS)
+
+
+def workspace_for(T: int, HV: int, config=None, device="cuda") -> torch.Tensor:
+    """A workspace for calls of up to T tokens and HV value heads (pass it as ``workspace=``)."""
+    return torch.empty(workspace_numel(T, HV, config), dtype=torch.float32, device=device)
+
+
+_CACHE: dict = {}             # device -> every buffer handed out, the largest last
+
+
+def _cached_workspace(need: int, device) -> torch.Tensor:
+    bufs = _CACHE.setdefault(str(device), [])
+    if not bufs or bufs[-1].numel() < need:
+        # Grow geometrically; keep the old buffers alive (a captured graph may point at one).
+        size = max(need, 2 * bufs[-1].numel()) if bufs else need
+        bufs.append(torch.empty(size, dtype=torch.float32, device=device))
+    return bufs[-1]
+
+
+def _workspace(workspace, T: int, HV: int, c: Config, device) -> tuple:
+    """(mats, vecs): the [T, HV, 2, NP, C] matrix rows (first: 16-byte aligned) and the
+    [HV, VECTORS, T] factors, views of one fp32 buffer."""
+    need = workspace_numel(T, HV, c)
+    if workspace is None:
+        workspace = _cached_workspace(need, device)
+    elif workspace.dtype != torch.float32 or workspace.device != device \
+            or not workspace.is_contiguous() or workspace.numel() < need:
+        raise ValueError(f"workspace: expected a contiguous float32 tensor of >= {need} "
+                         f"elements on {device}, got {workspace.dtype} "
+                         f"{tuple(workspace.shape)} on {workspace.device}")
+    flat = workspace.reshape(-1)
+    n_mats = T * HV * 2 * c.chunk
+    mats = flat[:n_mats]
+    if c.precision == "bf16x3":
+        mats = mats.view(torch.bfloat16)
+    return mats, flat[n_mats:need]
+
+
+def available():
+    return tlaunch.available((8, 0))
+
+
+def supports(problem):
+    """The registry's question for a prefill problem."""
+    p = problem
+    return serves(H=p.H, HV=p.HV, K=p.K, V=p.V, io_dtype=p.io_dtype,
+                  state_dtype=p.state_dtype, device=p.device, tokens=p.T)
+
+
+def run(call, *, config=None):
+    """The backend's entry point: a prefill call record (:mod:`gdnzoo.prefill_contract`)."""
+    c, pool = call, call.pool
+    launch(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.cu_seqlens, c.scale, c.out,
+           c.new_state, c.use_qk_l2norm, g=c.g, beta=c.beta,
+           state_indices=None if pool is None else pool.read,
+           new_state_indices=None if pool is None or pool.same_indices else pool.write,
+           null_slot=c.null_slot, has_initial_state=c.has_initial_state,
+           k_first=c.problem.k_first, config=config)
+
+
+def serves(*, H: int, HV: int, K: int, V: int, io_dtype, state_dtype=torch.float32,
+           device="cuda", tokens: int = 0):
+    """(ok, reason) for a call of these head counts, head sizes, dtypes (``state_dtype`` None:
+    no initial state) and device; ``tokens`` (T) only matters on CPU."""
+    if H < 1 or HV % H:
+        return False, f"HV must be a multiple of H (GVA), got H={H} HV={HV}"
+    if K not in HEAD_DIMS or V not in HEAD_DIMS:
+        return False, f"K and V must each be one of {HEAD_DIMS}, got K={K} V={V}"
+    if io_dtype not in IO_DTYPES:
+        return False, f"q, k, v must be bfloat16 or float16, got {io_dtype}"
+    if state_dtype is not None and state_dtype not in STATE_DTYPES:
+        return False, f"state must be float32 or bfloat16, got {state_dtype}"
+    if torch.device(device).type == "cpu":
+        if not tlaunch.interpreter_on():
+            return False, "CPU tensors need the Triton interpreter (set TRITON_INTERPRET=1)"
+        if tokens * HV > CPU_MAX_TOKEN_HEADS:
+            return False, (f"on CPU the Triton interpreter is limited to T*HV <= "
+                           f"{CPU_MAX_TOKEN_HEADS}, got {tokens * HV}")
+    return True, ""
+
+
+def _state_strides(x, k_first: bool) -> tuple:
+    """(slot, head, V row, K column) strides of a state or pool, k-last or K-first."""
+    s = x.stride()
+    return (s[0], s[1], s[3], s[2]) if k_first else tuple(s)
+
+
+def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state,
+           use_qk_l2norm, *, g=None, beta=None, state_indices=None, new_state_indices=None,
+           null_slot=-1, has_initial_state=None, k_first=False, config=None, workspace=None):
+    """Run the prefill on validated inputs: q, k [T, H, K]; v, out [T, HV, V]; a, b (or g,
+    beta) [T, HV]; cu_seqlens [N+1] int32/int64 on the device; state [N or P, HV, V, K] (K-first
+    ``[.., HV, K, V]`` with ``k_first``) or None (zeros); ``new_state`` always given (``state``
+    itself for in place).  Writes every element of ``out`` and the written state rows.
+    ``scale`` None or 0: 1/sqrt(K).  ``config``: a :class:`Config` (dict or tuple accepted).
+    ``workspace``: see :func:`workspace_for`.  Returns the resolved Config."""
+    from gdnzoo.backends._triton_chunk_kernel import chunk_prep_kernel, chunk_state_kernel
+    T, H, K = q.shape
+    HV, V = v.shape[1], v.shape[2]
+    N = cu_seqlens.shape[0] - 1
+    c = resolve(config, N, HV, V, q.device)
+    C = c.chunk
+    scale = float(scale) if scale else 1.0 / math.sqrt(K)
+    gates = 0 if g is None else 1
+    ga, gb = (a, b) if g is None else (g, beta)
+    # With precomputed gates A_log and dt_bias are never read: any valid pointer will do.
+    A_log = ga if A_log is None or gates else A_log
+    dt_bias = ga if dt_bias is None or gates else dt_bias
+    if N < 1:
+        return c
+    n_slots = T // C + N
+    grid = N * HV * (V // c.block_v)
+    if max(n_slots * HV, grid) > GRID_LIMIT:
+        raise ValueError(f"q: (T // {C} + N) * HV and N * HV * V / block_v must be <= "
+                         f"{GRID_LIMIT}, got {n_slots * HV} and {grid}")
+    # at least one token: an empty workspace could be a null pointer, which Triton may refuse
+    mats, vecs = _workspace(workspace, max(T, 1), HV, c, q.device)
+    l2 = bool(use_qk_l2norm)
+    if T > 0:
+        chunk_prep_kernel[(n_slots * HV,)](
+            q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, N, T,
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1),
+            gb.stride(0), gb.stride(1), A_log.stride(0), dt_bias.stride(0),
+            H, HV, K, C, c.base, l2, gates,
+            c.precision, num_warps=c.prep_warps, num_stages=1)
+    pool = 0 if state_indices is None else (
+        1 if new_state_indices is None or new_state_indices is state_indices else 2)
+    src = new_state if state is None else state
+    ss = _state_strides(src, k_first) if state is not None else (0, 0, 0, 0)
+    sn = _state_strides(new_state, k_first)
+    n_read = src.shape[0]
+    idx = state_indices if pool else cu_seqlens
+    new_idx = new_state_indices if pool == 2 else idx
+    init = has_initial_state if has_initial_state is not None else cu_seqlens
+    chunk_state_kernel[(grid,)](
+        q, k, v, cu_seqlens, mats, vecs, out, src, new_state, idx, new_idx, init, T,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        out.stride(0), out.stride(1), *ss, *sn, n_read, new_state.shape[0], null_slot,
+        H, HV, K, V, C, c.block_v, c.precision, pool, int(state is not None),
+        int(has_initial_state is not None), c.stages, num_warps=c.warps, num_stages=c.stages)
+    return c

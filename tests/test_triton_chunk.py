@@ -1,0 +1,311 @@
+"""triton-chunk (backends/triton_chunk.py): the chunked prefill against a float64 per-token
+oracle written here, output and final state, under the project gate (gdnzoo.gate: the contest's
+elementwise rule and the relative-error bounds).
+
+Every call runs with ``out`` (and a dense destination state) filled with NaN first, so an
+unwritten element fails, and checks that q, k, v, the gates, cu_seqlens and (destination
+passing) the source state are unchanged.  On CPU the kernels run in the Triton interpreter
+(tests/conftest.py), at K = V = 64 mostly and a few heads, to keep this file near two minutes.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gdnzoo import gate
+from gdnzoo.backends import triton_chunk as tc
+
+F64 = torch.float64
+pytestmark = pytest.mark.skipif(not tc.available()[0], reason=tc.available()[1])
+
+
+# ------------------------------------------------------------------ oracle and inputs
+
+def oracle(q, k, v, init, decay, beta, cu, scale, l2):
+    """The recurrence token by token in float64: outputs [T, HV, V] and each sequence's final
+    state [N, HV, V, K] (k-last).  ``init`` [N, HV, V, K] (None: zeros); ``decay``, ``beta``
+    [T, HV] (the multiplicative decay g and the post-sigmoid beta)."""
+    T, H, K = q.shape
+    HV, V = v.shape[1:]
+    qx = q.to(F64).repeat_interleave(HV // H, dim=1)          # GVA as repeat_interleave gives
+    kx = k.to(F64).repeat_interleave(HV // H, dim=1)
+    if l2:
+        qx = qx * torch.rsqrt((qx * qx).sum(-1, keepdim=True) + 1e-6)
+        kx = kx * torch.rsqrt((kx * kx).sum(-1, keepdim=True) + 1e-6)
+    vx, g, bt = v.to(F64), decay.to(F64), beta.to(F64)
+    N = cu.numel() - 1
+    out = torch.zeros(T, HV, V, dtype=F64)
+    final = torch.zeros(N, HV, V, K, dtype=F64)
+    bounds = cu.tolist()
+    for n in range(N):
+        S = torch.zeros(HV, V, K, dtype=F64) if init is None else init[n].to(F64).clone()
+        for t in range(bounds[n], bounds[n + 1]):
+            S = S * g[t, :, None, None]                              # decay first
+            u = bt[t, :, None] * (vx[t] - torch.einsum("hvk,hk->hv", S, kx[t]))
+            S = S + u[:, :, None] * kx[t, :, None, :]
+            out[t] = scale * torch.einsum("hvk,hk->hv", S, qx[t])    # the updated state
+        final[n] = S
+    return out, final
+
+
+def raw_gates(A_log, a, dt_bias, b):
+    """(decay g, beta) in float64 from the raw gates, softplus with beta 1, threshold 20."""
+    sp = F.softplus(a.to(F64) + dt_bias.to(F64), beta=1.0, threshold=20.0)
+    return torch.exp(-torch.exp(A_log.to(F64)) * sp), torch.sigmoid(b.to(F64))
+
+
+def make(lens, H=1, HV=1, K=64, V=64, io=torch.bfloat16, seed=0, cu_dtype=torch.int32):
+    """Packed inputs with the decode tests' magnitudes (gdnzoo.inputs.make_inputs)."""
+    gen = torch.Generator().manual_seed(seed)
+    T = sum(lens)
+
+    def randn(*shape, std=1.0):
+        return torch.randn(*shape, generator=gen) * std
+
+    A_log = torch.log(1.0 + 15.0 * torch.rand(HV, generator=gen))
+    dt = torch.exp(math.log(1e-3) + math.log(100.0) * torch.rand(HV, generator=gen))
+    return dict(
+        q=randn(T, H, K, std=K ** -0.5).to(io), k=randn(T, H, K, std=K ** -0.5).to(io),
+        v=randn(T, HV, V, std=0.5).to(io), A_log=A_log, dt_bias=dt + torch.log(-torch.expm1(-dt)),
+        a=randn(T, HV).to(io), b=randn(T, HV, std=1.5).to(io),
+        cu_seqlens=torch.tensor([0, *torch.tensor(lens, dtype=torch.int64).cumsum(0).tolist()],
+                                dtype=cu_dtype),
+        states=randn(len(lens), HV, V, K, std=0.05))
+
+
+def to_device(x, device):
+    return {n: t.to(device) for n, t in x.items()}
+
+
+def judge(out, new_state, ref_out, ref_state, what):
+    """The project gate on outputs and states; returns the relative errors."""
+    j = gate.judge(out.cpu(), new_state.cpu(), ref_out, ref_state, state_dtype=new_state.dtype)
+    assert j.ok, f"{what}: {j.reason}"
+    return j.rel_err_out, j.rel_err_state
+
+
+def launch(x, state, out, new_state, l2, scale=None, **kw):
+    """tc.launch on the dict ``x``, checking that it changed none of its inputs."""
+    names = ("q", "k", "v", "A_log", "a", "dt_bias", "b", "cu_seqlens")
+    before = {n: x[n].clone() for n in names}
+    src = None if state is None or state is new_state else state.clone()
+    tc.launch(x["q"], x["k"], x["v"], state, x["A_log"], x["a"], x["dt_bias"], x["b"],
+              x["cu_seqlens"], scale, out, new_state, l2, **kw)
+    for n in names:
+        assert torch.equal(x[n], before[n]), f"{n} modified by the call"
+    if src is not None:
+        assert torch.equal(state, src), "state modified by a destination-passing call"
+
+
+def nan_like(shape, dtype, device):
+    return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+
+def k_last(stored, k_first):
+    """A state or pool as its k-last view ([.., V, K])."""
+    return stored.transpose(-1, -2) if k_first else stored
+
+
+# ------------------------------------------------------------------ dense batches
+
+LENGTHS = [0, 1, 63, 64, 65, 130, 200]           # empty, 1, C-1, C, C+1, 2C+2, a longer one
+
+DENSE = [
+    # lens, H, HV, K, state dtype (None: zeros), l2, io dtype, seed, config
+    pytest.param(LENGTHS, 1, 1, 64, torch.float32, True, torch.bfloat16, 0, None, id="lengths-l2"),
+    pytest.param(LENGTHS, 1, 1, 64, torch.float32, False, torch.bfloat16, 1, None, id="lengths"),
+    pytest.param([1, 64, 70], 1, 2, 64, torch.bfloat16, True, torch.bfloat16, 2, None,
+                 id="gva2-bf16state"),
+    pytest.param([5, 65], 1, 3, 64, torch.float32, False, torch.bfloat16, 3, None, id="gva3"),
+    pytest.param([30, 40], 2, 4, 64, None, True, torch.bfloat16, 4, None, id="zeros-state"),
+    pytest.param([100], 1, 1, 64, torch.float32, True, torch.float16, 5, dict(base=64),
+                 id="fp16-base64"),
+    pytest.param([130], 1, 1, 128, torch.float32, True, torch.bfloat16, 6, dict(base=32),
+                 id="d128-base32"),
+    pytest.param([70, 33], 1, 2, 64, torch.float32, True, torch.bfloat16, 7,
+                 dict(chunk=32, precision="ieee", block_v=32), id="c32-ieee-bv32"),
+    pytest.param([0, 0], 1, 2, 64, torch.float32, True, torch.bfloat16, 8, None, id="no-tokens"),
+]
+
+
+def check(device, lens, H=1, HV=1, K=64, *, l2=True, io=torch.bfloat16,
+          state_dtype=torch.float32, seed=0, cu_dtype=torch.int32, scale=None, inplace=False,
+          k_first=False, **kw):
+    """One packed batch (K = V) against the oracle: ``state_dtype`` None is no initial state;
+    in place or into a NaN-filled new state, k-last or K-first (stored [N, HV, K, V]); ``kw``
+    goes to the launch."""
+    x = make(lens, H, HV, K, K, io, seed, cu_dtype)
+    init = None if state_dtype is None else x["states"].to(state_dtype)
+    ref_out, ref_state = oracle(x["q"], x["k"], x["v"], init, *raw_gates(
+        x["A_log"], x["a"], x["dt_bias"], x["b"]), x["cu_seqlens"], scale or K ** -0.5, l2)
+    x = to_device(x, device)
+    state = None if init is None else k_last(init.to(device), k_first).contiguous()
+    out = nan_like((sum(lens), HV, K), io, device)
+    new_state = state if inplace else \
+        nan_like((len(lens), HV, K, K), state_dtype or torch.float32, device)
+    launch(x, state, out, new_state, l2, scale=scale, k_first=k_first, **kw)
+    return judge(out, k_last(new_state, k_first), ref_out, ref_state,
+                 f"lens={lens} H={H} HV={HV}")
+
+
+@pytest.mark.parametrize("lens,H,HV,K,state_dtype,l2,io,seed,config", DENSE)
+def test_dense_destination_passing(device, lens, H, HV, K, state_dtype, l2, io, seed, config):
+    """Outputs and final states of a packed batch, new states in a distinct tensor."""
+    check(device, lens, H, HV, K, l2=l2, io=io, state_dtype=state_dtype, seed=seed,
+          config=config)
+
+
+def test_many_sequences(device):
+    """260 sequences, most empty, the non-empty ones on both sides of the prep kernel's
+    256-sequence count block (K = V = 32 to keep it short)."""
+    lens = [0] * 260
+    lens[3], lens[257], lens[259] = 5, 70, 2
+    check(device, lens, K=32, seed=13, cu_dtype=torch.int64)
+
+
+def test_in_place_and_scale(device):
+    """In place (``new_state is state``), an explicit scale, int64 cu_seqlens."""
+    check(device, [10, 64, 3], 1, 2, seed=11, cu_dtype=torch.int64, scale=0.3, inplace=True)
+
+
+def test_k_first_in_place(device):
+    """A dense K-first state ([N, HV, K, V], V contiguous) updated in place."""
+    check(device, [66, 5], 1, 2, seed=14, inplace=True, k_first=True)
+
+
+def test_precomputed_gates(device):
+    """FLA's gates: g as fp32 log-decay, beta post-sigmoid (bf16 here)."""
+    lens = [65, 7]
+    x = make(lens, 1, 2, seed=12)
+    decay, beta = raw_gates(x["A_log"], x["a"], x["dt_bias"], x["b"])
+    g, beta = torch.log(decay).float(), beta.to(torch.bfloat16)
+    ref_out, ref_state = oracle(x["q"], x["k"], x["v"], x["states"], torch.exp(g.to(F64)),
+                                beta, x["cu_seqlens"], 64 ** -0.5, True)
+    x = to_device(x, device)
+    g, beta = g.to(device), beta.to(device)
+    out = nan_like((sum(lens), 2, 64), torch.bfloat16, device)
+    new_state = nan_like(x["states"].shape, torch.float32, device)
+    launch(x, x["states"], out, new_state, True, g=g, beta=beta)
+    judge(out, new_state, ref_out, ref_state, "precomputed gates")
+
+
+# ------------------------------------------------------------------ pools
+
+def stored_pool(values, k_first, device, extra=32):
+    """``values`` [P, HV, V, K] as a pool on ``device`` whose slots lie HV*V*K + ``extra``
+    elements apart: k-last, or K-first ([P, HV, K, V], V contiguous)."""
+    P, HV, V, K = values.shape
+    base = torch.zeros(P, HV * V * K + extra, dtype=values.dtype, device=device)
+    if k_first:
+        stored = base[:, :HV * V * K].view(P, HV, K, V)
+        stored.copy_(values.transpose(-1, -2))
+    else:
+        stored = base[:, :HV * V * K].view(P, HV, V, K)
+        stored.copy_(values)
+    return stored
+
+
+@pytest.mark.parametrize("separate,k_first", [(False, False), (True, True)],
+                         ids=["in-place", "write-pool-k-first"])
+def test_pool(device, separate, k_first):
+    """Six sequences on a pool of P = 6 slots: read slots [3, -1, 5 (= null_slot), 9 (>= P),
+    0, 1], has_initial_state [T, T, F, T, F, T]; written in place, or to a pool of 7 slots at
+    [6, 2, 1, -1, 4, -1] (the last a real read with a padding write: outputs, no write).  Padded
+    sequences' outputs are zero; every slot not written is bit-identical."""
+    lens = [3, 5, 20, 2, 66, 10]
+    HV, K, P, null = 2, 64, 6, 5
+    x = make(lens, 1, HV, seed=21 + separate)
+    gen = torch.Generator().manual_seed(22 + separate)
+    values = torch.randn(P, HV, K, K, generator=gen) * 0.05
+    read = torch.tensor([3, -1, null, 9, 0, 1], dtype=torch.int64)
+    has_init = torch.tensor([True, True, False, True, False, True])
+    write = torch.tensor([6, 2, 1, -1, 4, -1], dtype=torch.int32) if separate else read
+    PN = 7 if separate else P
+    real = ((read >= 0) & (read < P) & (read != null)).tolist()
+    init = torch.stack([values[int(r)] if ok and h else torch.zeros(HV, K, K)
+                        for r, ok, h in zip(read, real, has_init.tolist())])
+    ref_out, ref_state = oracle(x["q"], x["k"], x["v"], init, *raw_gates(
+        x["A_log"], x["a"], x["dt_bias"], x["b"]), x["cu_seqlens"], K ** -0.5, True)
+    cu = x["cu_seqlens"].tolist()
+    for n, ok in enumerate(real):
+        if not ok:
+            ref_out[cu[n]:cu[n + 1]] = 0.0
+    written = {int(w): n for n, (w, ok) in enumerate(zip(write.tolist(), real))
+               if ok and 0 <= w < PN and w != null}
+
+    x = to_device(x, device)
+    pool = stored_pool(values, k_first, device)
+    new = stored_pool(torch.randn(PN, HV, K, K, generator=gen) * 0.05, k_first, device) \
+        if separate else pool
+    pool_before, new_before = pool.clone(), new.clone()
+    out = nan_like((sum(lens), HV, K), torch.bfloat16, device)
+    launch(x, pool, out, new, True, state_indices=read.to(device),
+           new_state_indices=write.to(device) if separate else None, null_slot=null,
+           has_initial_state=has_init.to(device), k_first=k_first)
+    got = torch.stack([k_last(new, k_first)[w] for w in written])
+    judge(out, got, ref_out, ref_state[list(written.values())], "pool")
+    for s in range(PN):
+        if s not in written:
+            assert torch.equal(new[s], new_before[s]), f"slot {s} not written but changed"
+    if separate:
+        assert torch.equal(pool, pool_before), "the read pool changed"
+
+
+# ------------------------------------------------------------------ the plain functions
+
+def test_config_checked():
+    with pytest.raises(ValueError, match="config: block_v"):
+        tc.resolve(dict(block_v=24), 1, 8, 128, torch.device("cpu"))
+    with pytest.raises(ValueError, match="config: precision"):
+        tc.resolve(dict(precision="fp8"), 1, 8, 128, torch.device("cpu"))
+    with pytest.raises(ValueError, match="config: chunk"):
+        tc.resolve((16, 8, 2, 4, 48), 1, 8, 128, torch.device("cpu"))
+    with pytest.raises(ValueError, match="config: base"):
+        tc.resolve(dict(chunk=32, base=64), 1, 8, 128, torch.device("cpu"))
+    with pytest.raises(ValueError, match="config:"):
+        tc.normalize(dict(bogus=1))
+    c = tc.resolve(None, 1, 8, 128, torch.device("cpu"))
+    assert c.block_v == 128 and c.chunk == 64 and c.precision == "bf16x3"
+
+
+def test_block_v_fills_one_wave():
+    assert tc.pick_block_v(8, 128, 132) == 16          # 1 x 8 heads: 64 programs
+    assert tc.pick_block_v(32, 128, 132) == 32         # 16/32 at one sequence: 128
+    assert tc.pick_block_v(64, 128, 132) == 64
+    assert tc.pick_block_v(1024, 128, 132) == 64
+
+
+def test_supports_reasons():
+    ok = dict(H=4, HV=8, K=128, V=128, io_dtype=torch.bfloat16, device="cuda")
+    assert tc.serves(**ok) == (True, "")
+    for bad, word in ((dict(HV=6), "GVA"), (dict(K=96), "K and V"),
+                      (dict(io_dtype=torch.float32), "bfloat16"),
+                      (dict(state_dtype=torch.float16), "state")):
+        res, why = tc.serves(**{**ok, **bad})
+        assert not res and word in why
+
+
+def test_workspace(device):
+    """An explicit workspace is used as given; a short one is refused before any launch."""
+    lens = [64, 9]
+    x = make(lens, 1, 1, seed=31)
+    ref_out, ref_state = oracle(x["q"], x["k"], x["v"], x["states"], *raw_gates(
+        x["A_log"], x["a"], x["dt_bias"], x["b"]), x["cu_seqlens"], 64 ** -0.5, False)
+    x = to_device(x, device)
+    ws = tc.workspace_for(sum(lens), 1, device=device)
+    assert ws.numel() == sum(lens) * (2 * 64 + tc.VECTORS)
+    out = nan_like((sum(lens), 1, 64), torch.bfloat16, device)
+    new_state = nan_like(x["states"].shape, torch.float32, device)
+    with pytest.raises(ValueError, match="workspace"):
+        launch(x, x["states"], out, new_state, False, workspace=ws[:-1])
+    launch(x, x["states"], out, new_state, False, workspace=ws)
+    judge(out, new_state, ref_out, ref_state, "explicit workspace")
+
+
+@pytest.mark.slow
+def test_long_sequence_d128(device):
+    """One 700-token sequence and a short one at K = V = 128, GVA 2."""
+    check(device, [700, 20], 1, 2, 128, seed=41)
