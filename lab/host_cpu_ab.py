@@ -20,37 +20,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab.sass_identity import REPO, _import_tree, tree_of
+from lab.sass_identity import REPO, _import_tree, call_record, takes_record, tree_of
 
 PATHS = ("with_pointers", "dense", "pool", "verify", "verify-tc")
 
 
 def bound_calls(cuda_v4):
     """``bound(args, pool=None, verify=None, config=None)`` -> (the bound launcher, a call of it
-    as gdnzoo.decode makes it) on either backend protocol: the decode call record
-    (gdnzoo.contract.Call), or the positional form before it."""
-    import inspect
-    if next(iter(inspect.signature(cuda_v4.run).parameters)) != "call":
+    as gdnzoo.decode makes it) on either backend protocol: the decode call record, or the
+    positional form before it."""
+    if not takes_record(cuda_v4):
         def bound(args, pool=None, verify=None, config=None):
             b = cuda_v4.bind(*args, pool, verify, config)
             more = () if pool is None and verify is None else (pool,) if verify is None else \
                 (pool, verify)
             return b, lambda: b(*args, *more)
         return bound
-    from gdnzoo.contract import Call
-    from gdnzoo.operation import DECODE
 
     def bound(args, pool=None, verify=None, config=None):
-        named = dict({a.name: a.default for a in DECODE.args}, **dict(zip(DECODE.names, args)),
-                     algo="cuda-v4",
-                     state_indices=None if pool is None else pool.read,
-                     new_state_indices=None if pool is None else pool.write,
-                     null_slot=-1 if pool is None else pool.null_slot,
-                     intermediate_states=None if verify is None else verify.states,
-                     intermediate_indices=None if verify is None else verify.indices,
-                     update_state=True if verify is None else verify.update,
-                     num_accepted_tokens=None if verify is None else verify.accepted, pdl=0)
-        c = Call(**named, problem=None, pool=pool, verify=verify)
+        c = call_record("cuda-v4", args, pool, verify)
         b = cuda_v4.bind(c, config=config)
         return b, lambda: b(c)
     return bound

@@ -198,30 +198,39 @@ def _tensors(c):
     return args, misaligned, pool, ver
 
 
-def backend_run(mod):
-    """``mod.run`` as ``run(*positional, pool=, verify=, pdl=)`` on either protocol: a tree whose
-    backends take the decode call record (gdnzoo.contract.Call), or one from before it."""
+def call_record(name, args, pool=None, verify=None, pdl=0):
+    """The decode call record (gdnzoo.contract.Call) of backend ``name`` for the positional
+    form ``args`` (q .. use_qk_l2norm), ``pool``, ``verify`` and ``pdl``: the other fields at the
+    operation's defaults, no Problem (a backend's bind and launch do not read it)."""
+    from gdnzoo.contract import Call
+    from gdnzoo.operation import DECODE
+    named = dict({a.name: a.default for a in DECODE.args}, **dict(zip(DECODE.names, args)),
+                 algo=name, state_indices=None if pool is None else pool.read,
+                 new_state_indices=None if pool is None else pool.write,
+                 null_slot=-1 if pool is None else pool.null_slot,
+                 intermediate_states=None if verify is None else verify.states,
+                 intermediate_indices=None if verify is None else verify.indices,
+                 update_state=True if verify is None else verify.update,
+                 num_accepted_tokens=None if verify is None else verify.accepted, pdl=pdl)
+    return Call(**named, problem=None, pool=pool, verify=verify)
+
+
+def takes_record(mod) -> bool:
+    """Whether backend module ``mod``'s run takes the call record (else the positional form
+    of the trees before it)."""
     import inspect
+    return next(iter(inspect.signature(mod.run).parameters)) == "call"
+
+
+def backend_run(mod):
+    """``mod.run`` as ``run(*positional, pool=, verify=, pdl=)`` on either protocol."""
     name = mod.__name__.rsplit(".", 1)[1].replace("_", "-")
-    if next(iter(inspect.signature(mod.run).parameters)) != "call":
+    if not takes_record(mod):
         return lambda *args, pool=None, verify=None, pdl=0: (
             mod.run(*args) if name == "cuda-v1" else
             mod.run(*args, pool=pool, verify=verify, pdl=pdl))
-    from gdnzoo.contract import Call
-    from gdnzoo.operation import DECODE
-
-    def run(*args, pool=None, verify=None, pdl=0):
-        named = dict({a.name: a.default for a in DECODE.args}, **dict(zip(DECODE.names, args)),
-                     algo=name,
-                     state_indices=None if pool is None else pool.read,
-                     new_state_indices=None if pool is None else pool.write,
-                     null_slot=-1 if pool is None else pool.null_slot,
-                     intermediate_states=None if verify is None else verify.states,
-                     intermediate_indices=None if verify is None else verify.indices,
-                     update_state=True if verify is None else verify.update,
-                     num_accepted_tokens=None if verify is None else verify.accepted, pdl=pdl)
-        mod.run(Call(**named, problem=None, pool=pool, verify=verify))
-    return run
+    return lambda *args, pool=None, verify=None, pdl=0: mod.run(
+        call_record(name, args, pool, verify, pdl))
 
 
 def worker(tree: Path):
