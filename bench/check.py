@@ -32,16 +32,9 @@ def add_check_args(p):
 
 
 def _names(algo):
-    import gdnzoo
-    every = [b.name for b in gdnzoo.list_backends()]
-    if algo is None or str(algo).strip() in ("", "all"):
-        return every
-    names = [n.strip() for n in str(algo).split(",") if n.strip()]
-    unknown = [n for n in names if n not in every]
-    if unknown:
-        raise ValueError(f"--algo: unknown backend(s) {', '.join(unknown)}; "
-                         f"valid names: {', '.join(every)}")
-    return names
+    from gdnzoo.bench import entries
+    return entries.named(None if algo is None or str(algo).strip() == "" else algo,
+                         entries.backends, command="gdnzoo check")
 
 
 def _reference(x, device):
@@ -63,17 +56,18 @@ def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2):
     import dataclasses
 
     import gdnzoo
-    from gdnzoo import gate, registry
+    from gdnzoo import gate
+    from gdnzoo.bench import entries
     from gdnzoo.contract import validate
 
-    ok, why = registry.availability(name, device)
+    ok, why = entries.available(name, device)
     if not ok:
         return "SKIP", why, []
-    call = gate.via_public(gdnzoo.get(name))
+    call = gdnzoo.get(name)
     rows, skipped = [], []
     for i, B, x, ref_out, ref_state in workloads:
         p = dataclasses.replace(validate(*x.args())[0], inplace=False)
-        ok, why = registry.can_serve(name, p)
+        ok, why = entries.can_serve(name, p)
         if not ok:
             skipped.append((B, why))
             continue
@@ -120,9 +114,8 @@ def cmd_check(args) -> int:
         return 2
     try:
         names = _names(getattr(args, "algo", None))
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except SystemExit as e:                 # an unknown name (said on stderr): exit status 2
+        return e.code
     atol, rtol = getattr(args, "atol", 1e-2), getattr(args, "rtol", 1e-2)
     sd = getattr(args, "state_dtype", "fp32") or "fp32"
     seed = getattr(args, "seed", 0) or 0

@@ -79,6 +79,95 @@ class Rotation:
     def working_set_bytes(self) -> int:
         return self.n * self.set_bytes * (1 if self.dests is None else 2)
 
+    # The cold-source protocol the bench's clocks take (shared with :class:`IndexBank`):
+    # ``kernel(call)`` and ``graph(call)`` give launch(i) of ``call`` on the next cold set.
+    prepare = None                           # nothing to refresh outside the timed window
+
+    def kernel(self, call):
+        return lambda i: call(*self.next())
+
+    graph = kernel
+
+
+ROW_ALIGN = 64          # index rows start every 64 int32 (256 bytes)
+
+
+class IndexBank:
+    """The index rows of one cell's calls on a state pool, made on the device before timing:
+    ``parts`` maps a name to (values [R, ..., n] int, view shape of the n or None); row r's
+    tensor of each part is an int32 view starting on a 256-byte boundary (every leading index
+    its own).  With ``check``, the last row is the check row (:attr:`check`), the others the
+    timed rows (:attr:`rows`).  Rows are named tuples of the parts and ``block`` (the row's
+    number).  Kernel clock: every call passes the persistent tensors :attr:`index`, the next
+    row copied into them before each call outside the timed window (:meth:`advance`: they were
+    just written, so in L2, as an engine's freshly uploaded slot mapping is; the slots they
+    name are cold and new); graph clock: the graph's N calls pass N rows, read cold.  One
+    counter per bank: no session starts on rows another just touched."""
+
+    def __init__(self, parts: dict, device, check: bool = True):
+        import collections
+        self.names = tuple(parts)
+        self.Row = collections.namedtuple("Row", self.names + ("block",))
+        self.bank, views = {}, {}
+        for name, (values, view) in parts.items():
+            n = values.shape[-1]
+            b = torch.full(values.shape[:-1] + (-(-n // ROW_ALIGN) * ROW_ALIGN,), -1,
+                           dtype=torch.int32)
+            b[..., :n] = values.to(torch.int32)
+            self.bank[name], views[name] = b.to(device), (n, view)
+        self._views = views
+        R = len(self.bank[self.names[0]])
+        every = [self._row({k: v[r] for k, v in self.bank.items()}, r) for r in range(R)]
+        self.rows, self.check = (every[:-1], every[-1]) if check else (every, None)
+        self._index = {k: v[R - 1 if check else 0].clone() for k, v in self.bank.items()}
+        self.block, self._turn = R - 1 if check else 0, 0
+
+    def _row(self, full: dict, block: int):
+        out = {}
+        for k, t in full.items():
+            n, view = self._views[k]
+            out[k] = t[..., :n] if view is None else t[..., :n].view(view)
+        return self.Row(**out, block=block)
+
+    @property
+    def index(self):
+        """The persistent index tensors the kernel clock's calls pass (valid slots always)."""
+        return self._row(self._index, self.block)
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+    def next(self):
+        row = self.rows[self._turn % len(self.rows)]
+        self._turn += 1
+        return row
+
+    def row(self, i):
+        return self.rows[i % len(self.rows)]
+
+    def advance(self, i=None):
+        """Copy the next row into :attr:`index` (device copies; ``i`` is unused)."""
+        row = self.next()
+        for k in self.names:
+            self._index[k].copy_(self.bank[k][row.block])
+        self.block = row.block
+
+    def first(self):
+        """Row 0 into :attr:`index` (the counter unchanged)."""
+        for k in self.names:
+            self._index[k].copy_(self.bank[k][0])
+        self.block = 0
+
+    def prepare(self, i=None):
+        self.advance()
+
+    def kernel(self, call):
+        return lambda i: call(self.index)
+
+    def graph(self, call):
+        return lambda i: call(self.row(i))
+
 
 def summarize(xs) -> dict:
     """median, p20, p80, n of a list of microsecond samples."""
@@ -352,6 +441,24 @@ class GraphUnsupported(RuntimeError):
     """The call cannot be captured into a CUDA graph (the reason is the message)."""
 
 
+def capture(issue):
+    """A CUDA graph of what ``issue()`` launches (each kernel of it run before: compiled,
+    loaded, memoized; every tensor allocated); GraphUnsupported where it cannot be captured."""
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g):
+            issue()
+    except Exception as e:
+        try:
+            torch.cuda.synchronize()
+        except Exception:
+            pass
+        raise GraphUnsupported(f"capture failed: {type(e).__name__}: "
+                               f"{str(e).splitlines()[0][:160] if str(e) else ''}") from None
+    return g
+
+
 def graph_times(launch, n_calls: int, replays: int, warmup: int = 3) -> list:
     """Per-call time (us) of ``n_calls`` calls captured in one CUDA graph, one sample per replay."""
     if not torch.cuda.is_available():
@@ -362,18 +469,7 @@ def graph_times(launch, n_calls: int, replays: int, warmup: int = 3) -> list:
         for i in range(warmup):
             launch(i)
     torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(g):
-            for i in range(n_calls):
-                launch(i)
-    except Exception as e:
-        try:
-            torch.cuda.synchronize()
-        except Exception:
-            pass
-        raise GraphUnsupported(f"capture failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}") from None
+    g = capture(lambda: [launch(i) for i in range(n_calls)])
     g.replay()
     torch.cuda.synchronize()
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(replays + 1)]

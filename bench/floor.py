@@ -7,13 +7,13 @@ flight per thread, exact or persistent grid) is searched per size, timed with th
 and the same cold-L2 rotation as the backends.  Also here: device-to-device copy bandwidth and an
 empty-kernel time, measured in the same run.  Without CuPy, a torch ``mul_`` stands in (no search).
 
-The pool floor (:func:`pool_floor_times`) is the same streaming kernel for a state pool: each
+The pool floor (:func:`indexed_floor_times` of a :class:`PoolTarget`) is the same streaming kernel for a state pool: each
 sequence's slot index is loaded first, then that slot's [HV, V, K] block is read and written
 back, through the index tensor of the measured calls (same pool, same slots); its launch shape
 (float4s per thread, threads, blocks per slot) is searched the same way.  Without CuPy it is
 not measured.
 
-The verify floor (:func:`verify_floor_times`, :class:`VerifyTarget`) shares the streaming loop:
+The verify floor (:func:`indexed_floor_times` of a :class:`VerifyTarget`) shares the streaming loop:
 each sequence's indices are loaded first, its state block is read once and stored wherever the
 speculative-verify form stores states (T intermediate states, the final state, one slot per
 token, or a commit's one copy), through the measured calls' own index tensors.
@@ -497,62 +497,6 @@ def _pool_launcher(target: PoolTarget, cfg, alpha=1.0, beta=0.0):
     return launch
 
 
-def _best_indexed(target, search_reps, check, make, what) -> dict:
-    """The launch shape of an indexed floor (pool or verify) for ``target``, searched on the
-    kernel clock over the target's slots (``check``, ``make``: see :func:`search_configs`), and
-    its launcher: ``dict(launch, config, shape, dropped, searched)`` (``shape``: the winning
-    (vpt, block, blocks per sequence)), ``launch`` and ``shape`` None (and ``config`` saying why)
-    without CuPy."""
-    ok, why = cupy_available()
-    if not ok:
-        return dict(launch=None, config=f"not measured: {why}", shape=None, dropped=[],
-                    searched=0)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cfgs, dropped = search_configs(target.n4, sms, probe=target, seqs=target.B, check=check,
-                                   make=make)
-    if not cfgs:
-        raise RuntimeError(f"{what}: no launch shape could be launched: " + "; ".join(dropped[:4]))
-    vpt, blk, grid = best = pick_fastest(cfgs, lambda c: make(target, c), search_reps,
-                                         prepare=target.prepare)
-    config = f"float4 x{vpt}/thread, {blk} threads, {grid} blocks per slot x B={target.B}"
-    if dropped:
-        config += f" ({len(dropped)} shapes not launchable, skipped)"
-    return dict(launch=make(target, best), config=config, shape=best, dropped=dropped,
-                searched=len(cfgs))
-
-
-def _indexed_times(target, best, iters, reduce) -> dict:
-    """``best`` (:func:`_best_indexed`) timed in a session of its own, ``target.prepare``
-    refreshing the indices before each call."""
-    if best["launch"] is None:
-        return dict(samples=None, config=best["config"], shape=None, method="", searched=0,
-                    dropped=[])
-    samples, method = clocks.kernel_times(best["launch"], iters, reduce=reduce,
-                                          prepare=target.prepare)
-    return dict(samples=samples, config=best["config"], shape=best["shape"], method=method,
-                searched=best["searched"], dropped=best["dropped"])
-
-
-def best_pool_launcher(target: PoolTarget, search_reps: int = 8) -> dict:
-    """The pool floor's launch shape for ``target``, searched on the kernel clock over the
-    target's slots, and its launcher: ``dict(launch, config, shape, dropped, searched)``,
-    ``launch`` and ``shape`` None (and ``config`` saying why) without CuPy."""
-    return _best_indexed(target, search_reps, lambda v, b: launchable(v, b, pool=True),
-                         _pool_launcher, "pool floor")
-
-
-def pool_floor_times(target: PoolTarget, iters: int = 100, search_reps: int = 8,
-                     reduce=clocks.span_us) -> dict:
-    """The pool floor: a streaming read-modify-write of exactly the bytes of the slots each call
-    names (every slot's [HV, V, K] block read and written back in place), reached through the
-    index tensor the measured calls use (refreshed before each call as theirs is), with its best
-    launch shape; timed after the search in a
-    session of its own (``reduce``: see :func:`clocks.kernel_times`).  Returns dict(samples,
-    config, shape, method, searched, dropped) (``shape``: the launch shape, (vpt, block, blocks
-    per slot)), or ``samples`` and ``shape`` None and ``config`` saying why not."""
-    return _indexed_times(target, best_pool_launcher(target, search_reps), iters, reduce)
-
-
 def chained_launcher(target: PoolTarget, shape, level: int, mixed, alpha: float = 1.0,
                      beta: float = 0.0, gamma: float = 0.0):
     """launch(i=None): the chained floor, the pool floor of launch shape ``shape`` (vpt, block,
@@ -690,22 +634,57 @@ def _verify_launcher(target: VerifyTarget, cfg, alpha=1.0, beta=0.0):
     return launch
 
 
-def verify_floor_times(target: VerifyTarget, iters: int = 100, search_reps: int = 8,
-                       reduce=clocks.span_us) -> dict:
-    """The verify floor of ``target.form``: each sequence's indices loaded first, one state
-    block read and stored wherever the form stores states (:class:`VerifyTarget`), through the
-    measured calls' index tensors, with its best launch shape searched as the pool floor's is;
-    timed after the search in a session of its own.  Returns dict(samples, config, method,
-    searched, dropped), or ``samples`` None and ``config`` saying why not."""
-    return _indexed_times(target, best_verify_launcher(target, search_reps), iters, reduce)
+def best_indexed_launcher(target, search_reps: int = 8) -> dict:
+    """The launch shape of the pool floor (a :class:`PoolTarget`) or the verify floor of a form
+    (a :class:`VerifyTarget`) for ``target``, searched on the kernel clock over the target's
+    slots (:func:`search_configs`, :func:`pick_fastest`), and its launcher: ``dict(launch,
+    config, shape, dropped, searched)`` (``shape``: the winning (vpt, block, blocks per
+    sequence)), ``launch`` and ``shape`` None (and ``config`` saying why) without CuPy."""
+    ok, why = cupy_available()
+    if not ok:
+        return dict(launch=None, config=f"not measured: {why}", shape=None, dropped=[],
+                    searched=0)
+    if isinstance(target, VerifyTarget):
+        what, make = f"verify floor ({target.form})", _verify_launcher
+
+        def check(v, b):
+            return launchable(v, b, form=target.form)
+    else:
+        what, make = "pool floor", _pool_launcher
+
+        def check(v, b):
+            return launchable(v, b, pool=True)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    cfgs, dropped = search_configs(target.n4, sms, probe=target, seqs=target.B, check=check,
+                                   make=make)
+    if not cfgs:
+        raise RuntimeError(f"{what}: no launch shape could be launched: " + "; ".join(dropped[:4]))
+    vpt, blk, grid = best = pick_fastest(cfgs, lambda c: make(target, c), search_reps,
+                                         prepare=target.prepare)
+    config = f"float4 x{vpt}/thread, {blk} threads, {grid} blocks per slot x B={target.B}"
+    if dropped:
+        config += f" ({len(dropped)} shapes not launchable, skipped)"
+    return dict(launch=make(target, best), config=config, shape=best, dropped=dropped,
+                searched=len(cfgs))
 
 
-def best_verify_launcher(target: VerifyTarget, search_reps: int = 8) -> dict:
-    """The verify floor's launch shape for ``target`` (its form), searched as
-    :func:`best_pool_launcher`'s, and its launcher (the same dict)."""
-    return _best_indexed(target, search_reps,
-                         lambda v, b: launchable(v, b, form=target.form), _verify_launcher,
-                         f"verify floor ({target.form})")
+def indexed_floor_times(target, iters: int = 100, search_reps: int = 8,
+                        reduce=clocks.span_us) -> dict:
+    """The pool floor (a :class:`PoolTarget`: a streaming read-modify-write of exactly the
+    slots each call names) or the verify floor (a :class:`VerifyTarget`: each sequence's block
+    read once and stored wherever the form stores states), through the measured calls' own
+    index tensors (``target.prepare`` refreshes them before each call as theirs are), with its
+    best launch shape (:func:`best_indexed_launcher`), timed after the search in a session of
+    its own (``reduce``: see :func:`clocks.kernel_times`).  Returns dict(samples, config, shape,
+    method, searched, dropped), or ``samples`` and ``shape`` None and ``config`` saying why."""
+    best = best_indexed_launcher(target, search_reps)
+    if best["launch"] is None:
+        return dict(samples=None, config=best["config"], shape=None, method="", searched=0,
+                    dropped=[])
+    samples, method = clocks.kernel_times(best["launch"], iters, reduce=reduce,
+                                          prepare=target.prepare)
+    return dict(samples=samples, config=best["config"], shape=best["shape"], method=method,
+                searched=best["searched"], dropped=best["dropped"])
 
 
 def copy_bandwidth(nbytes: int | None = None, iters: int = 20) -> dict:

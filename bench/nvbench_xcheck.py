@@ -21,7 +21,7 @@ def _name(c):
     return f"{c['backend']}|B={c['B']}|{c['state_dtype']}|{c['mode']}"
 
 
-def available():
+def installed():
     if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bench") is None:
         return False, "cuda-bench (NVBench Python) not installed"
     return True, ""
@@ -30,7 +30,7 @@ def available():
 def cross_check(rows, args, timeout_per_cell=4.0):
     """Extra rows (clock 'nvbench') for every cell that passed on the kernel clock, and a note."""
     import torch
-    ok, why = available()
+    ok, why = installed()
     if not ok:
         return [], f"nvbench cross-check skipped: {why}"
     if not torch.cuda.is_available():
@@ -91,22 +91,21 @@ def parse(doc):
 
 def _bench(c, seed):
     import torch
-    from gdnzoo import registry
-    from gdnzoo.bench import clocks
-    from gdnzoo.bench.sweep import Cell, bytes_moved
+    from gdnzoo.bench import clocks, entries
+    from gdnzoo.bench.pipeline import Cell, get_mode
     from gdnzoo.contract import validate
     from gdnzoo.inputs import make_inputs
-    cell = Cell(**c)
+    cell = Cell(**dict(c, keys=tuple(map(tuple, c.get("keys", ())))))
 
     def fn(state):
         inp = make_inputs(B=cell.B, T=cell.T, H=cell.H, HV=cell.HV, K=cell.K, V=cell.V,
                           state_dtype=cell.state_dtype, device="cuda", seed=seed)
         out = torch.empty(cell.B, cell.T, cell.HV, cell.V, dtype=inp.v.dtype, device="cuda")
-        _, scale = validate(*inp.args(), out=out, use_qk_l2norm=cell.l2norm)
+        validate(*inp.args(), out=out, use_qk_l2norm=cell.l2norm)
         rot = clocks.Rotation(inp.state, dest=cell.mode != "inplace")
-        raw = registry.runner(cell.backend)
+        raw = entries.raw(cell.backend)
         torch.cuda.synchronize()
-        total = bytes_moved(cell)
+        total = get_mode("dense").bytes_moved(cell)
         state.add_global_memory_reads(total // 2)
         state.add_global_memory_writes(total - total // 2)
 
@@ -114,13 +113,12 @@ def _bench(c, seed):
             stream = torch.cuda.ExternalStream(lc.get_stream().addressof())
             st, ns = rot.next()
             with torch.cuda.stream(stream):
-                raw(inp.q, inp.k, inp.v, st, inp.A_log, inp.a, inp.dt_bias, inp.b, scale, out,
-                    ns, cell.l2norm)
+                entries.launch(raw, inp, st, out, ns, cell.l2norm)
         state.exec(launch)
     return fn
 
 
-def main(argv):
+def run_benchmarks(argv):
     import cuda.bench as nb
     spec = json.loads(Path(argv[1]).read_text())
     for c in spec["cells"]:
@@ -130,4 +128,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    run_benchmarks(sys.argv)

@@ -45,7 +45,8 @@ _ENTRY = '''"""gdnzoo backend {name!r} packed as a flashinfer-bench Solution for
 
 Vendored sources under {vendor}/; entry point run() is destination-passing.
 """
-from .{vendor}.contract import validate
+from .{vendor}.contract import record, validate
+from .{vendor}.operation import DECODE
 from .{vendor}.{impl_rel} import {func} as _backend_run
 from .{vendor}.{impl_rel} import available as _available, supports as _supports
 
@@ -79,16 +80,20 @@ def _check(p):
 def run(q, k, v, state, A_log, a, dt_bias, b, scale, output, new_state):
     p, s = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=output, new_state=new_state)
     _check(p)
-    _backend_run(q, k, v, state, A_log, a, dt_bias, b, s, output, new_state, False)
+    named = {{arg.name: arg.default for arg in DECODE.args}}      # decode's defaults, by name
+    named.update(q=q, k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias, b=b, scale=s,
+                 out=output, new_state=new_state, use_qk_l2norm=False, algo=ALGO)
+    _backend_run(record(tuple(named[n] for n in DECODE.names), p, s, ALGO))
 '''
 
 
 def _spec(name: str):
-    from gdnzoo.registry import load_registry
-    reg = load_registry()
-    if name not in reg.backends:
-        raise ValueError(f"--algo: unknown backend {name!r}; valid names: {', '.join(reg.names)}")
-    return reg.backends[name]
+    from gdnzoo import registry
+    from gdnzoo.bench import entries
+    if name not in entries.backends():
+        raise ValueError(f"--algo: unknown backend {name!r}; valid names: "
+                         f"{', '.join(entries.backends())}")
+    return registry.spec(name)
 
 
 def build_solution(name: str, author: str = "gdnzoo", definition: str = DEFINITION) -> dict:

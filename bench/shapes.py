@@ -15,7 +15,7 @@ Per (state dtype, B) at the launch tables' geometry (H=4, HV=8, K=V=128):
    changes only where the winner reads at least ``--margin`` (1%) faster there.
 
 A candidate that fails the gate, or fails to compile or launch, is reported and never timed.
-``--mode pool`` measures in the serving convention of ``gdnzoo bench --mode pool`` (a page-strided
+``--mode pool`` measures the cells of ``gdnzoo bench --mode pool`` (a page-strided
 pool of at least 2 GiB, fresh random distinct slots every call through per-call index rows,
 q/k/v views of a packed mixed_qkv, use_qk_l2norm=True, T=1), beside the pool floor, and writes
 rows with ``mode: pool`` (what a pool call prefers).  ``--mode verify`` (``--tokens`` T >= 2)
@@ -34,37 +34,35 @@ tokens measured in place serve either mode.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import datetime
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 import yaml
 
-from gdnzoo import gate, registry, tables
-from gdnzoo.bench import clocks, floor
-from gdnzoo.contract import validate
-from gdnzoo.inputs import DTYPES, make_inputs
-from gdnzoo.reference import reference_outputs
+from gdnzoo import registry, tables
+from gdnzoo.bench import clocks, entries, floor
+from gdnzoo.bench.args import usage_error
+from gdnzoo.inputs import DTYPES
 
 GEOMETRY = dict(H=4, HV=8, K=128, V=128)
 BATCHES = (1, 4, 8, 16, 32, 48, 64, 128, 256, 512)
-VERIFY_FORM = "states"          # the verify form a verify search measures (bench/verify.py)
+COMMAND = "gdnzoo tune --shapes"
 
 
 def add_shapes_args(p):
     g = p.add_argument_group("--shapes (the launch-shape search; a CUDA device)")
     g.add_argument("--state-dtype", default="fp32,bf16", help="comma list (default fp32,bf16)")
-    g.add_argument("--mode", default="inplace", choices=("inplace", "dest", "pool", "verify"),
-                   help="in place, destination passing (a distinct new_state, rotated cold), "
-                        "a state pool in the serving convention (gdnzoo bench --mode pool; T=1), "
-                        "or a speculative verify in the serving convention of gdnzoo bench "
-                        "--mode verify, states form (--tokens T >= 2)")
+    g.add_argument("--mode", default="inplace", type=lambda s: {"dense": "inplace"}.get(s, s),
+                   choices=("inplace", "dest", "pool", "verify"),
+                   help="the bench mode whose cells are searched: inplace (dense), dest "
+                        "(destination passing, a distinct new_state rotated cold), pool (the "
+                        "serving convention of gdnzoo bench --mode pool; T=1) or verify (the "
+                        "serving convention of gdnzoo bench --mode verify, states form, --tokens "
+                        "T >= 2)")
     g.add_argument("--tokens", type=int, default=1, help="T tokens per call (default 1)")
     g.add_argument("--rows-from-tokens", type=int, default=None,
                    help="the least T the written rows serve (default: --tokens)")
@@ -78,152 +76,36 @@ def add_shapes_args(p):
     return p
 
 
-class Cell:
-    """One (state dtype, B) of the search: inputs, their reference, a cold rotation."""
-
-    def __init__(self, sd, B, dest, T, seed=3):
-        self.sd, self.B, self.dest, self.T = sd, B, dest, T
-        self.x = make_inputs(B=B, T=T, **GEOMETRY, state_dtype=DTYPES[sd], device="cuda", seed=seed)
-        self.problem = dataclasses.replace(validate(*self.x.args())[0], inplace=not dest)
-        self.rot = clocks.Rotation(self.x.state, dest=dest)
-        self.out = torch.empty(B, T, GEOMETRY["HV"], GEOMETRY["V"], dtype=self.x.v.dtype,
-                               device="cuda")
-        self.ref = reference_outputs(self.x)
-        self.prepare = None
-
-    def floor_launcher(self):
-        return floor.best_launcher(self.rot.set_bytes)
-
-    def checked(self, run, config):
-        """launch(i) of one candidate, after the gate passed it; raises if it cannot be built,
-        launched, or is wrong."""
-        def fn(*a):
-            run(*a, config=config)
-        j, _, _ = gate.gated_call(fn, self.x, dest=self.dest, ref=self.ref)
-        if not j.ok:
-            raise AssertionError(j.reason)
-        x = self.x
-
-        def launch(i):
-            st, ns = self.rot.next()
-            fn(x.q, x.k, x.v, st, x.A_log, x.a, x.dt_bias, x.b, x.scale, self.out, ns, False)
-        return launch
-
-
-class PoolCell:
-    """One (state dtype, B) of a pool search: the serving convention's inputs (bench/pool.py)
-    over a shared state pool ``sp`` (a :class:`gdnzoo.bench.pool.StatePool`), its index rows."""
-
-    def __init__(self, sd, sp, B, seed=3):
-        from gdnzoo.bench import pool
-        self.sd, self.B, self.sp = sd, B, sp
-        x = pool.ServingInputs(B, **GEOMETRY, state_dtype=sd, device="cuda", seed=seed)
-        slot_bytes = sp.slot * sp.buf.element_size()
-        slots = pool.Slots(sp.P, B, pool.rows_for(B, slot_bytes, clocks.l2_bytes()), "cuda",
-                           seed + B)
-        self.ctx = pool.CellCtx(B, sd, sp, x, slots)
-        self.problem = pool.problem(self.ctx)
-        self.prepare = slots.advance            # the next row into the index, before each call
-
-    def floor_launcher(self):
-        s = self.ctx.slots
-        return floor.best_pool_launcher(floor.PoolTarget(self.sp.buf, self.sp.page, self.sp.slot,
-                                                         self.B, s.index, s.advance))
-
-    def checked(self, run, config):
-        """launch(i) of one candidate after the gate passed it (bench/pool.py's check: out and
-        the written slots vs the float64 reference); raises if it is wrong or cannot run."""
-        from gdnzoo.bench import pool
-        from gdnzoo.pool import Pool
-        x, st, slots = self.ctx.x, self.sp.state, self.ctx.slots
-
-        def call(idx):
-            run(*x.args(st), x.out, st, True, pool=Pool(idx, idx, pool.NULL_SLOT), config=config)
-        chk = pool.check_entry(call, self.ctx)
-        if not chk["ok"]:
-            raise AssertionError(chk["reason"])
-        return lambda i: call(slots.index)
-
-
-class VerifyCell:
-    """One (state dtype, B) of a verify search at T tokens: a cell of ``gdnzoo bench --mode
-    verify`` (bench/verify.py: its inputs, index rows and intermediate store over a shared state
-    pool ``sp``, on the pool's device) in the :data:`VERIFY_FORM` form."""
-
-    def __init__(self, sd, sp, B, T, seed=3):
-        from gdnzoo.bench import verify
-        self.sd, self.B, self.T = sd, B, T
-        device = sp.buf.device
-        l2 = clocks.l2_bytes(device) if device.type == "cuda" else 0
-        # make_ctx reads only the geometry of the bench's plan
-        self.ctx = verify.make_ctx(B, T, sd, sp, SimpleNamespace(**GEOMETRY), l2, device, seed)
-        self.problem = verify.problem(self.ctx, VERIFY_FORM)
-        self.prepare = self.ctx.ix.advance      # the next row into the indices, before each call
-
-    def floor_launcher(self):
-        from gdnzoo.bench import verify
-        return floor.best_verify_launcher(verify.floor_target(self.ctx, VERIFY_FORM))
-
-    def call(self, run, config):
-        """call(ix): ``run`` with ``config`` on the indices ``ix`` (a bench/verify.py ``Ix``),
-        with the pool and verify arguments gdnzoo.decode passes a backend for this form."""
-        from gdnzoo.bench import verify
-        from gdnzoo.pool import Pool
-        from gdnzoo.verify import Verify
-        ctx = self.ctx
-        x, st = ctx.x, ctx.pool.state
-
-        def call(ix):                           # update_state=False: the states form
-            run(*x.args(st), x.out, st, True, pool=Pool(ix.slots, ix.slots, verify.NULL_SLOT),
-                verify=Verify(ctx.inter, ix.rows, False, False, None), config=config)
-            return x.out
-        return call
-
-    def checked(self, run, config):
-        """launch(i) of one candidate after bench/verify.py's check passed it (out and every
-        intermediate state vs the float64 reference, nothing else of the pool, the intermediate
-        store or the activations changed); raises if it is wrong or cannot run."""
-        from gdnzoo.bench import verify
-        call, ix = self.call(run, config), self.ctx.ix
-        chk = verify.check_entry(verify.Entry(call, ""), self.ctx, VERIFY_FORM)
-        if not chk["ok"]:
-            raise AssertionError(chk["reason"])
-        return lambda i: call(ix.index)
-
-
 def check_args(args):
     """The mode and token arguments of a shape search (before any device is looked at): a bad
     one is a usage error (exit status 2)."""
     if args.mode == "pool" and args.tokens != 1:
-        usage_error(f"--tokens: a pool search measures the decode step, T=1; got {args.tokens}")
+        usage_error(f"--tokens: a pool search measures the decode step, T=1; got {args.tokens}",
+                    COMMAND)
     if args.mode == "verify" and not 2 <= args.tokens <= floor.MAX_TOKENS:
         usage_error(f"--tokens: a verify search (--mode verify) needs T draft tokens in "
-                    f"2..{floor.MAX_TOKENS}; got {args.tokens}")
-
-
-def usage_error(msg):
-    print(f"gdnzoo tune --shapes: error: {msg}", file=sys.stderr)
-    raise SystemExit(2)
+                    f"2..{floor.MAX_TOKENS}; got {args.tokens}", COMMAND)
 
 
 def make_cells(args, sd, pools):
-    """The cells of one state dtype, one per ``--batch`` (a pool or verify search shares one
-    pool)."""
+    """The cells of one state dtype, one per ``--batch``: the TuneCell of the bench mode
+    searched (bench/mode_dense.py, mode_pool.py, mode_verify.py); a pool or verify search
+    shares one pool."""
+    from gdnzoo.bench import mode_dense, mode_pool, mode_verify
     if args.mode not in ("pool", "verify"):
-        return (Cell(sd, B, args.mode == "dest", args.tokens) for B in args.batch)
-    from gdnzoo.bench import pool, verify
+        return (mode_dense.DenseCell(sd, B, args.mode == "dest", args.tokens, GEOMETRY)
+                for B in args.batch)
     if sd not in pools:
         elem, HV, V, K = DTYPES[sd].itemsize, GEOMETRY["HV"], GEOMETRY["V"], GEOMETRY["K"]
-        if args.mode == "pool":
-            P = pool.pool_slots(args.batch, HV, V, K, elem, clocks.l2_bytes())
-        else:
-            P = verify.pool_slots([(B, args.tokens) for B in args.batch], HV, V, K, elem,
-                                  clocks.l2_bytes())
+        T = args.tokens if args.mode == "verify" else 1
+        P = mode_pool.pool_slots([(B, T) for B in args.batch], HV, V, K, elem, clocks.l2_bytes(),
+                                 width=(lambda B, T: B * (T + 1)) if args.mode == "verify"
+                                 else (lambda B, T: B))
         pools.clear()                                 # one pool at a time
-        pools[sd] = pool.StatePool(P, HV, V, K, DTYPES[sd], "cuda")
+        pools[sd] = mode_pool.state_pool(P, HV, V, K, sd, "cuda")
     if args.mode == "pool":
-        return (PoolCell(sd, pools[sd], B) for B in args.batch)
-    return (VerifyCell(sd, pools[sd], B, args.tokens) for B in args.batch)
+        return (mode_pool.PoolCell(sd, pools[sd], B, GEOMETRY) for B in args.batch)
+    return (mode_verify.VerifyCell(sd, pools[sd], B, args.tokens, GEOMETRY) for B in args.batch)
 
 
 def time_candidates(cands, reps, rounds=1, prepare=None):
@@ -244,7 +126,7 @@ def stage(cell, todo, reps, log, rounds=1):
     cands = []
     for b, c in todo:
         try:
-            cands.append((b, c, cell.checked(registry.runner(b), c)))
+            cands.append((b, c, cell.checked(entries.raw(b), c)))
         except Exception as e:
             log(f"  skip {b} {c}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
             torch.cuda.synchronize()
@@ -288,7 +170,7 @@ def search_cell(cell, names, args, log, rows):
         committed[b] = mods[b].CONFIG.normalize(mods[b].launch_config(cell.problem, gpu))
         if committed[b] != wins[b]:
             try:
-                picks.append((b, committed[b], cell.checked(registry.runner(b), committed[b])))
+                picks.append((b, committed[b], cell.checked(entries.raw(b), committed[b])))
             except Exception as e:
                 log(f"  committed row {b} {committed[b]}: {type(e).__name__}: {str(e)[:120]}")
                 del committed[b]
@@ -405,16 +287,14 @@ def cmd_shapes(args) -> int:
     check_args(args)
     if not torch.cuda.is_available():
         raise SystemExit("gdnzoo tune --shapes: needs a CUDA device (the rows are per GPU)")
-    tunable = registry.tunables()
-    if args.mode == "verify":               # verify rows only for the backends serving verify
-        specs = registry.load_registry().backends
-        tunable = [n for n in tunable if specs[n].verify is True]
+    # verify rows only for the backends serving verify
+    tunable = entries.backends(tunable=True, verify=True if args.mode == "verify" else None)
     names = [n.strip() for n in (args.algo or ",".join(tunable)).split(",") if n.strip()]
     bad = [n for n in names if n not in tunable]
     if bad:
         raise SystemExit(f"--algo: not tunable{' in verify mode' * (args.mode == 'verify')}: "
                          f"{', '.join(bad)}; tunable: {', '.join(tunable)}")
-    names = [n for n in names if registry.availability(n, "cuda")[0]]
+    names = [n for n in names if entries.available(n, "cuda")[0]]
     gpu = torch.cuda.get_device_name()
     out = Path(args.out or Path(report.default_out_dir()) / "shapes")
     out.mkdir(parents=True, exist_ok=True)
@@ -443,10 +323,10 @@ def cmd_shapes(args) -> int:
                           tables.launch_tables().file_for(gpu).sources)
     conv = {"pool": " in the serving convention of gdnzoo bench --mode pool (page-strided pool, "
                     "fresh random slots every call, packed mixed_qkv, use_qk_l2norm=True)",
-            "verify": f" in the verify serving convention of gdnzoo bench --mode verify, "
-                      f"{VERIFY_FORM} form (intermediate_states by intermediate_indices, "
-                      f"update_state=False, page-strided pool, fresh random slots and "
-                      f"intermediate rows every call, packed mixed_qkv, use_qk_l2norm=True)"
+            "verify": " in the verify serving convention of gdnzoo bench --mode verify, "
+                      "states form (intermediate_states by intermediate_indices, "
+                      "update_state=False, page-strided pool, fresh random slots and "
+                      "intermediate rows every call, packed mixed_qkv, use_qk_l2norm=True)"
             }.get(args.mode, "")
     src = {sid: dict(how=f"gdnzoo tune --shapes --algo {','.join(names)} --mode {args.mode} "
                          f"--tokens {args.tokens} on {gpu}{conv}: winners beside the committed "

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from gdnzoo.bench import shapes, sweep
-from gdnzoo.tables import TABLE_KEYS
+from gdnzoo.bench import args as bench_args, entries, shapes
+from gdnzoo.operation import DECODE
 
 EXCLUDE_FLAGS = ("warm write target",)     # flattered measurements never win a table slot
 
@@ -38,7 +38,8 @@ def add_tune_args(p):
                    help="write the result (this GPU's row of registry.yaml; with --shapes its "
                         "launch rows) instead of printing it")
     p.add_argument("--registry", default=None, help="registry.yaml to update (default: the loaded one)")
-    p.add_argument("--batch", type=sweep._ints, default=list(sweep.DEFAULT_BATCHES))
+    p.add_argument("--batch", type=bench_args.positive_ints,
+                   default=list(bench_args.DEFAULT_BATCHES))
     p.add_argument("--algo", default=None, help="comma list of candidate backends (default all; "
                                                 "with --shapes every tunable one)")
     p.add_argument("--iters", type=int, default=200)
@@ -55,12 +56,14 @@ def add_tune_args(p):
     return p
 
 
-def fastest(rows, state_dtype, mode="inplace", clock="kernel", top=3, T=1):
-    """{B: [(backend, median_us), ...]} fastest first, over correct, honestly timed rows."""
+def fastest(rows, state_dtype, mode="inplace", clock="kernel", top=3, T=1, bench=None):
+    """{B: [(backend, median_us), ...]} fastest first, over correct, honestly timed rows (of
+    the bench mode ``bench`` when given)."""
     by_b = {}
     for r in rows:
         m = r.get("median_us")
         if (r["state_dtype"] != state_dtype or r["mode"] != mode or r["clock"] != clock
+                or (bench is not None and r.get("bench") != bench)
                 or int(r.get("T") or 1) != T
                 or r["status"] != "PASS" or r["backend"] == "floor"
                 or not isinstance(m, (int, float)) or not math.isfinite(m)
@@ -140,7 +143,7 @@ def load_runs(paths, base=None):
 
 
 def make_row(gpu, results, *, results_file=None, commit=None, versions=None, date=None):
-    """The ``defaults:`` entry for this GPU from sweep rows (kernel clock): ``table`` from the
+    """The ``defaults:`` entry for this GPU from dense-mode rows (kernel clock): ``table`` from the
     in-place rows at T=1 and, where the rows include them, ``table_dest`` from destination
     passing at T=1 and ``table_tokens`` from in-place rows at one T > 1."""
     tables, values = {}, {}
@@ -148,12 +151,9 @@ def make_row(gpu, results, *, results_file=None, commit=None, versions=None, dat
     if len(Ts) > 1:
         raise ValueError(f"tune: results at several T > 1 ({Ts}): give one for table_tokens")
     for mode, T in (("inplace", 1), ("dest", 1), *(("tokens", t) for t in Ts)):
-        for sd in ("fp32", "bf16"):
-            f = fastest(results, sd, "inplace" if mode == "tokens" else mode, T=T)
-            if f:
-                tables.setdefault(mode, {})[sd] = merge_ranges({B: v[0][0] for B, v in f.items()})
-                values.setdefault(mode, {})[sd] = {B: {n: round(us, 2) for n, us in v}
-                                                   for B, v in f.items()}
+        t, v = winners(results, "inplace" if mode == "tokens" else mode, T=T)
+        if t:
+            tables[mode], values[mode] = t, v
     if "inplace" not in tables:
         raise ValueError("tune: no correct in-place kernel-clock results to choose from")
     how = ("gdnzoo tune: CUPTI kernel-clock medians, cold L2 (rotated state sets), contest "
@@ -181,29 +181,36 @@ POOL_HOW = ("gdnzoo bench --mode pool: CUPTI kernel-clock medians (per call the 
             "place; fastest correct registered pool backend per measured batch size")
 
 
-def pool_table(results):
-    """({state dtype: [(lo, hi, backend)]}, {state dtype: {B: {backend: us}}}) from the rows
-    of a ``gdnzoo bench --mode pool`` run: its registered backends that serve pools (the bench's
-    ``auto``, peers and adapters are no candidates)."""
-    from gdnzoo.registry import load_registry
-    able = {n for n, s in load_registry().backends.items() if s.pools is True}
+def winners(rows, mode, **kw) -> tuple:
+    """({state dtype: [(lo, hi, backend)]}, {state dtype: {B: {backend: us}}}): per state dtype
+    the fastest backends of ``rows`` in ``mode`` (:func:`fastest`), as table ranges and the
+    measured values behind them."""
     table, values = {}, {}
     for sd in ("fp32", "bf16"):
-        f = fastest([r for r in results if r["backend"] in able], sd, "pool")
+        f = fastest(rows, sd, mode, **kw)
         if f:
             table[sd] = merge_ranges({B: v[0][0] for B, v in f.items()})
             values[sd] = {B: {n: round(us, 2) for n, us in v} for B, v in f.items()}
     return table, values
 
 
+def pool_winners(results):
+    """:func:`winners` of the rows of a ``gdnzoo bench --mode pool`` run: its registered
+    backends that serve pools (the bench's ``auto``, peers and adapters are no candidates)."""
+    able = set(entries.backends(pools=True))
+    return winners([r for r in results if r["backend"] in able], "pool", bench="pool")
+
+
 def existing_row(path, gpu):
     """This GPU's ``defaults:`` item of the registry file at ``path`` as :func:`make_row`
     builds one (tables as (lo, hi, backend)), or None."""
     data = yaml.safe_load(Path(path).read_text()) or {}
-    for d in data.get("defaults") or []:
+    for key in PATH:
+        data = data.get(key) or {} if isinstance(data, dict) else {}
+    for d in data or []:
         if str(d.get("gpu")) == gpu:
             row = dict(gpu=gpu, provenance=dict(d["provenance"]))
-            for key in TABLE_KEYS:
+            for key in DECODE.tables:
                 if d.get(key):
                     row[key] = {sd: [(r["batch"][0], r["batch"][1], r["backend"]) for r in rs]
                                 for sd, rs in d[key].items()}
@@ -214,7 +221,7 @@ def existing_row(path, gpu):
 def with_pool(row, old, results, prov):
     """``row`` with its ``table_pool``: from the pool rows among ``results`` (provenance under
     ``provenance.pool``), else the one ``old`` (this GPU's row before) had."""
-    table, values = pool_table(results)
+    table, values = pool_winners(results)
     if table:
         row["table_pool"] = table
         row["provenance"]["pool"] = dict(how=POOL_HOW, measured=prov["date"],
@@ -235,7 +242,7 @@ def render_row(row, indent=2):
     lines = [f"{pad}- gpu: {yaml.safe_dump(row['gpu'], default_style=None).splitlines()[0]}",
              f"{pad}  provenance:"]
     lines += [f"{pad}    {ln}" for ln in prov.rstrip("\n").splitlines()]
-    for key in TABLE_KEYS:
+    for key in DECODE.tables:
         if key not in row:
             continue
         lines.append(f"{pad}  {key}:")
@@ -246,25 +253,46 @@ def render_row(row, indent=2):
     return "\n".join(lines) + "\n"
 
 
-_TOP = re.compile(r"^[A-Za-z_][\w-]*\s*:")
 _ITEM = re.compile(r"^(\s*)- gpu:\s*(.*?)\s*$")
+PATH = ("operations", "decode", "defaults")      # where registry.yaml keeps the decode rows
+
+
+def _key_block(lines, lo, hi, key, indent):
+    """(line of ``key:`` at ``indent`` spaces within lines[lo:hi], line its block ends at), or
+    None."""
+    at = next((i for i in range(lo, hi) if re.match(rf"^ {{{indent}}}{re.escape(key)}\s*:",
+                                                    lines[i])), None)
+    if at is None:
+        return None
+    end = next((i for i in range(at + 1, hi) if lines[i].strip()
+                and not lines[i].lstrip().startswith("#")
+                and len(lines[i]) - len(lines[i].lstrip()) <= indent), hi)
+    while end > at + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
+        end -= 1                                       # comments above the next key stay there
+    return at, end
 
 
 def replace_row(text, row):
-    """registry.yaml text with this GPU's ``defaults:`` item replaced (or appended); rest untouched."""
+    """registry.yaml text with this GPU's item of the decode operation's ``defaults:`` list
+    replaced (or appended); the rest untouched."""
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
-    d = next((i for i, ln in enumerate(lines) if re.match(r"^defaults\s*:", ln)), None)
-    if d is None:
-        return "".join(lines) + "\ndefaults:\n" + render_row(row)
-    if re.match(r"^defaults\s*:\s*\[\s*\]", lines[d]):
-        lines[d] = "defaults:\n"
-    end = next((i for i in range(d + 1, len(lines)) if _TOP.match(lines[i])), len(lines))
-    while end > d + 1 and (not lines[end - 1].strip() or lines[end - 1].lstrip().startswith("#")):
-        end -= 1                                       # comments above the next key stay there
+    lo, hi = 0, len(lines)
+    for depth, key in enumerate(PATH[:-1]):
+        block = _key_block(lines, lo, hi, key, 2 * depth)
+        if block is None:
+            raise ValueError(f"registry: no {'.'.join(PATH[:depth + 1])} to hold the row")
+        lo, hi = block[0] + 1, block[1]
+    block = _key_block(lines, lo, hi, PATH[-1], 2 * (len(PATH) - 1))
+    if block is None:
+        return "".join(lines[:hi] + [f"{'  ' * (len(PATH) - 1)}{PATH[-1]}:\n",
+                                     render_row(row, 2 * len(PATH))] + lines[hi:])
+    d, end = block
+    if re.match(r"^\s*defaults\s*:\s*\[\s*\]", lines[d]):
+        lines[d] = f"{'  ' * (len(PATH) - 1)}{PATH[-1]}:\n"
     items = [i for i in range(d + 1, end) if _ITEM.match(lines[i])]
-    indent = len(_ITEM.match(lines[items[0]]).group(1)) if items else 2
+    indent = len(_ITEM.match(lines[items[0]]).group(1)) if items else 2 * len(PATH)
     new = render_row(row, indent).splitlines(keepends=True)
     for n, i in enumerate(items):
         if str(yaml.safe_load(_ITEM.match(lines[i]).group(2))) != row["gpu"]:
@@ -308,7 +336,7 @@ def cmd_tune(args) -> int:
         path = args.registry or registry_path()
         gpu, rows, prov = load_runs(args.from_files, Path(path).resolve().parent)
         old = existing_row(path, gpu)
-        dense = [r for r in rows if r.get("mode") != "pool"]
+        dense = [r for r in rows if r.get("bench") in ("dense", "dest")]
         if dense:
             row = make_row(gpu, dense, results_file=prov["results_file"], commit=prov["commit"],
                            versions=prov["versions"], date=prov["date"])
@@ -317,8 +345,8 @@ def cmd_tune(args) -> int:
                              f"to add table_pool to (tune the in-place table first)")
         else:
             row = old
-        pool_rows = [r for r in rows if r.get("mode") == "pool"]
-        if not dense and not pool_table(pool_rows)[0]:
+        pool_rows = [r for r in rows if r.get("bench") == "pool"]
+        if not dense and not pool_winners(pool_rows)[0]:
             raise SystemExit("tune --from: no correct pool kernel-clock results of a registered "
                              "pool backend to choose from")
         row = with_pool(row, old, pool_rows, prov)
@@ -326,27 +354,26 @@ def cmd_tune(args) -> int:
             row.setdefault("table_verify", old["table_verify"])
             if "verify" in old["provenance"]:
                 row["provenance"].setdefault("verify", old["provenance"]["verify"])
-        for key, mode in zip(TABLE_KEYS, ("in place", "destination passing", "T >= 2 tokens",
+        for key, mode in zip(DECODE.tables, ("in place", "destination passing", "T >= 2 tokens",
                                           "state pool", "speculative verify")):
             for sd, ranges in row.get(key, {}).items():
                 print(f"{gpu} {sd} {mode}: "
                       + ", ".join(f"B {lo}..{hi or ''} {be}" for lo, hi, be in ranges))
         return _emit(args, row, gpu)
-    ns = argparse.Namespace(algo=args.algo, batch=args.batch, heads="4,8", dim=128, tokens=1,
-                            state_dtype=["fp32", "bf16"], timing=["kernel"],
-                            mode=["inplace", "dest"] if args.dest else ["inplace"],
-                            l2norm=False, iters=args.iters, nvbench=False, out=None,
-                            time_budget=args.time_budget, seed=0, device="cuda",
-                            no_plots=False, quiet=args.quiet)
     import torch
     if not torch.cuda.is_available():
         raise SystemExit("gdnzoo tune: needs a CUDA device (the table is per GPU)")
-    raw, ref, notes = sweep.run_sweep(ns)
-    rows = report.build_rows(raw, ref)
-    env = report.environment(sweep.METHOD, ref, notes)
+    from gdnzoo.bench import pipeline
+    argv = ["--mode", "dense,dest" if args.dest else "dense", "--timing", "kernel",
+            "--state-dtype", "fp32,bf16", "--batch", ",".join(map(str, args.batch)),
+            "--iters", str(args.iters), "--time-budget", str(args.time_budget or 0),
+            "--device", "cuda"] + ["--algo", args.algo] * bool(args.algo) + ["--quiet"] * bool(
+            args.quiet)
+    plan = pipeline.make_plan(bench_args.add_bench_args(argparse.ArgumentParser()).parse_args(
+        argv))
+    raw, ref = pipeline.measure(plan)
     out = Path(args.out or Path(report.default_out_dir()) / "tune")
-    files = report.write_all(rows, env, out)
-    print(report.console(rows, env, notes, files))
+    rows, env = pipeline.results(plan, raw, ref, bench_args.check_out(out))
     res = (out / "results.json").resolve()
     try:
         res = res.relative_to(Path(registry_path()).resolve().parent)

@@ -10,11 +10,7 @@ import sys
 import time
 
 from gdnzoo import __version__
-from gdnzoo.bench import sweep
-from gdnzoo.bench.sweep import positive_int
-
-BENCH_BATCHES = (1, 4, 8, 16, 32, 48, 64, 128, 256, 512)
-TIMINGS = sweep.CLOCKS + ("chained",)
+from gdnzoo.bench.args import DEFAULT_BATCHES as BENCH_BATCHES, positive_int
 
 
 def _table(rows, headers):
@@ -151,12 +147,11 @@ def _pair(s):
     return h, hv
 
 
-def _lazy_sub(sub, name, help_, module, add_fn, cmd_fn, build, **parser_kw):
-    """A subcommand implemented in gdnzoo.bench.<module>, imported only when ``build``; returns
-    its parser when built (None when not, or when the module is unavailable)."""
-    p = sub.add_parser(name, help=help_, description=help_, **parser_kw)
+def _lazy_sub(sub, name, help_, module, add_fn, cmd_fn, build):
+    """A subcommand implemented in gdnzoo.bench.<module>, imported only when ``build``."""
+    p = sub.add_parser(name, help=help_, description=help_)
     if not build:
-        return None
+        return
     try:
         mod = __import__(f"gdnzoo.bench.{module}", fromlist=[add_fn])
         getattr(mod, add_fn)(p)
@@ -164,38 +159,6 @@ def _lazy_sub(sub, name, help_, module, add_fn, cmd_fn, build, **parser_kw):
     except (ImportError, AttributeError) as e:
         err = f"{name}: unavailable in this install ({type(e).__name__}: {e})"
         p.set_defaults(func=lambda a: (print(f"error: {err}", file=sys.stderr), 2)[1])
-        return None
-    return p
-
-
-def _timings(s):
-    """``gdnzoo bench --timing``: a comma list of the clocks, or chained alone."""
-    words = sweep.one_of(TIMINGS, "clocks")(s)
-    if "chained" in words and len(words) > 1:
-        raise argparse.ArgumentTypeError(f"chained (the chained clock) runs alone; got {s!r}")
-    return words
-
-
-def _chained_args(p):
-    """``gdnzoo bench``'s chained clock (bench/chained.py): --timing chained and --layers."""
-    p.add_argument("--timing", type=_timings, default=list(sweep.CLOCKS),
-                   help="comma list of kernel,graph,host (default all three); chained, alone: "
-                        "the decode's added latency per layer in a CUDA graph of layers "
-                        "[producer kernel, decode] at each PDL level (bench/chained.py)")
-    p.add_argument("--layers", type=positive_int, default=None,
-                   help="--timing chained: layers in the graph (default 64)")
-    p.set_defaults(func=cmd_bench)
-
-
-def cmd_bench(args) -> int:
-    """``gdnzoo bench``: the chained clock (bench/chained.py) or the sweep and its modes."""
-    if "chained" in args.timing:
-        from gdnzoo.bench import chained
-        return chained.cmd_bench_chained(args)
-    if args.layers is not None:
-        print("gdnzoo bench: error: --layers: only with --timing chained", file=sys.stderr)
-        return 2
-    return sweep.cmd_bench(args)
 
 
 def build_parser(command=None):
@@ -225,19 +188,15 @@ def build_parser(command=None):
     p.set_defaults(func=cmd_run)
 
     for name, help_, module, add_fn, cmd_fn in (
-            ("bench", "side-by-side benchmark of every backend (three clocks)", "sweep",
-             "add_bench_args", "cmd_bench"),
+            ("bench", "side-by-side benchmark of every backend, one mode at a time (dense, dest, "
+             "pool, verify, chained)", "pipeline", "add_bench_args", "cmd_bench"),
             ("tune", "measure and write this GPU's row of the default table", "tune",
              "add_tune_args", "cmd_tune"),
             ("check", "every backend on the 54-workload contest mix, PASS/FAIL", "check",
              "add_check_args", "cmd_check"),
             ("pack", "export a backend as a flashinfer-bench Solution", "pack",
              "add_pack_args", "cmd_pack")):
-        # bench redefines --timing (_chained_args): a later definition replaces the first.
-        kw = dict(conflict_handler="resolve") if name == "bench" else {}
-        p = _lazy_sub(sub, name, help_, module, add_fn, cmd_fn, command == name, **kw)
-        if p is not None and name == "bench":
-            _chained_args(p)
+        _lazy_sub(sub, name, help_, module, add_fn, cmd_fn, command == name)
     return ap
 
 

@@ -46,8 +46,9 @@ class Operation:
     name: str
     summary: str                   # one line, for `gdnzoo list`
     args: tuple                    # Arg, in the public function's order
-    contract: str                  # module with validate(**args) -> Call, and its docstring
-    reference: str                 # module:function of the reference math, run(call)
+    contract: str                  # module (of this package) with the contract: validate,
+    #                                verdict, record, Call, Problem and the public docstring
+    reference: str                 # module:function (of this package) of the reference math
     features: tuple                # (registry field, Problem attribute, "cannot <what>" when
     #                                the problem has it and the backend's field is not true;
     #                                {!r} takes the attribute's value)
@@ -67,8 +68,9 @@ class Operation:
         return self.names.index(name)
 
     def module(self, what: str = "contract"):
-        """The implementing module of ``contract`` (validation) or ``reference``."""
-        return importlib.import_module(getattr(self, what).split(":")[0])
+        """The implementing module of ``contract`` (validation) or ``reference``: a module of
+        this package, named relative to it (so a vendored copy finds its own)."""
+        return importlib.import_module(f"{__package__}.{getattr(self, what).split(':')[0]}")
 
     def validate(self, *args):
         """The contract's verdict on a call given positionally (this op's order): a
@@ -106,8 +108,8 @@ DECODE = Operation(
           _kw("update_state", True, "bool", tensor=False),
           _kw("num_accepted_tokens"),
           _kw("pdl", None, "str?", tensor=False), *_GATE_AND_LAYOUT),
-    contract="gdnzoo.contract",
-    reference="gdnzoo.reference:run",
+    contract="contract",
+    reference="reference:run",
     tables=("table", "table_dest", "table_tokens", "table_pool", "table_verify"),
     features=(("pools", "pool", "serve state pools (state_indices)"),
               ("verify", "verify", "serve speculative verify (intermediate_states, "
@@ -129,8 +131,8 @@ PREFILL = Operation(
           _kw("state_indices"), _kw("new_state_indices"), _kw("has_initial_state"),
           _kw("null_slot", None, "int?", tensor=False),
           _kw("algo", None, "str?", tensor=False), *_GATE_AND_LAYOUT),
-    contract="gdnzoo.prefill_contract",
-    reference="gdnzoo.prefill_reference:run",
+    contract="prefill_contract",
+    reference="prefill_reference:run",
     tables=("table", "table_pool"),
     features=(("pools", "pool", "serve state pools (state_indices)"), *_FORM_FEATURES),
 )
@@ -142,8 +144,8 @@ COMMIT = Operation(
           _pos("accepted_steps"), _pos("state", "Tensor(a!)", written=True),
           _pos("state_indices", "Tensor?"), Arg("null_slot", None, False, False, False, "int?"),
           _kw("algo", None, "str?", tensor=False)),
-    contract="gdnzoo.commit_state",
-    reference="gdnzoo.reference:reference_commit",
+    contract="commit_state",
+    reference="reference:reference_commit",
     features=(("pools", "pool", "serve state pools (state_indices)"),),
     inplace=None,
     result=("state",),

@@ -30,30 +30,49 @@ def run_cli(argv, capsys):
     return code, cap.out, cap.err
 
 
+def bench_args(*argv):
+    """``gdnzoo bench``'s options from ``argv`` (nothing run)."""
+    import argparse
+    from gdnzoo.bench import args
+    return args.add_bench_args(argparse.ArgumentParser()).parse_args([str(a) for a in argv])
+
+
+def bench_plan(*argv):
+    """The plan of ``gdnzoo bench ARGV`` (defaults: --device cpu)."""
+    from gdnzoo.bench import pipeline
+    return pipeline.make_plan(bench_args(*(() if "--device" in argv else ("--device", "cpu")),
+                                         *argv))
+
+
+def bench_run(args):
+    """(plan, measured rows, device reference) of a ``gdnzoo bench`` run; nothing written."""
+    from gdnzoo.bench import pipeline
+    plan = pipeline.make_plan(args)
+    rows, ref = pipeline.measure(plan, args)
+    return plan, rows, ref
+
+
+def bench_files(raw, plan, out, ref=None):
+    """The table of measured rows ``raw`` written under ``out`` with a made-up H100 environment
+    and read back: (table, environment, files, rows read, columns)."""
+    from gdnzoo.bench import report
+    table = report.build_table(raw, ref, plan)
+    env = dict(gpu="NVIDIA H100 80GB HBM3", driver="d", cuda="13.0", commit="c",
+               method=plan.mode.method, versions={"torch": "2.11"},
+               kernel_clock="cupti-python activity records")
+    cols = report.columns(plan.mode)
+    files = report.write_results(table, env, out, cols)
+    back, _ = report.read_results(files[1])
+    return table, env, files, back, cols
 def record(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
            pool=None, verify=None, pdl=0, algo="test"):
     """The decode call record a backend receives (``gdnzoo.dispatch.record``: validated) for
     arguments in the positional launch form (``pool``: a :class:`gdnzoo.pool.Pool`, ``verify``:
     a :class:`gdnzoo.verify.Verify`, ``pdl``: 0, 1 or 2), for tests that launch a backend
-    directly."""
-    from gdnzoo import dispatch
-    from gdnzoo.operation import DECODE
-    kw = dict(state_indices=None, new_state_indices=None, null_slot=None,
-              intermediate_states=None, intermediate_indices=None, update_state=True,
-              num_accepted_tokens=None)
-    if pool is not None:
-        kw.update(state_indices=pool.read,
-                  new_state_indices=None if pool.write is pool.read else pool.write,
-                  null_slot=None if pool.null_slot < 0 else pool.null_slot)
-    if verify is not None:
-        kw.update(intermediate_states=verify.states, intermediate_indices=verify.indices,
-                  update_state=verify.update or verify.per_token,
-                  num_accepted_tokens=verify.accepted)
-    level = {0: None, 1: "wait", 2: "early"}.get(pdl, pdl)
-    args = (q, k, v, state, A_log, a, dt_bias, b, scale, out,
-            None if new_state is state else new_state, use_qk_l2norm, None, *kw.values(),
-            level, None, None, False, "k-last")
-    return dispatch.record(DECODE, args, algo)
+    directly: the bench's own record (gdnzoo.bench.entries.record)."""
+    from gdnzoo.bench import entries
+    return entries.record(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state,
+                          use_qk_l2norm, pool, verify, pdl, algo)
 
 
 def run(mod, *args, config=None, **kw):

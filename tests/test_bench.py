@@ -1,4 +1,5 @@
-"""The benchmark on CPU: sweep output files, table formatting, tune's table logic, rotation counts."""
+"""The benchmark on CPU: the dense mode's files, the one table and console, tune's table logic,
+rotation counts, the options every mode shares (refused before anything is measured)."""
 import argparse
 import csv
 import difflib
@@ -11,17 +12,20 @@ import pytest
 import torch
 import yaml
 
-from gdnzoo.bench import clocks, report, sweep, tune
-from gdnzoo.bench.sweep import Cell
+from gdnzoo.bench import clocks, console, mode_dense, pipeline, plots, report, tune
+from helpers import bench_args, bench_plan, bench_run, run_cli
 
 MIB = 1 << 20
 
 
 def _args(tmp_path, *extra):
-    p = sweep.add_bench_args(argparse.ArgumentParser())
-    return p.parse_args(["--algo", "pt-reference", "--batch", "1,2", "--heads", "1,2", "--dim", "16",
-                         "--iters", "10", "--device", "cpu", "--no-plots", "--quiet",
-                         "--out", str(tmp_path / "out"), *extra])
+    return bench_args("--algo", "pt-reference", "--batch", "1,2", "--heads", "1,2", "--dim", "16",
+                      "--iters", "10", "--device", "cpu", "--no-plots", "--quiet",
+                      "--out", str(tmp_path / "out"), *extra)
+
+
+def _rows(args):
+    return bench_run(args)[1]
 
 
 # ------------------------------------------------------------------------------ rotation
@@ -266,7 +270,7 @@ def test_ns_per_tick():
 
 def test_sweep_cpu_writes_files(tmp_path, capsys):
     args = _args(tmp_path, "--state-dtype", "fp32,bf16", "--mode", "inplace,dest")
-    assert sweep.cmd_bench(args) == 0
+    assert pipeline.cmd_bench(args) == 0
     out = tmp_path / "out"
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
@@ -285,21 +289,23 @@ def test_sweep_cpu_writes_files(tmp_path, capsys):
     assert "torch" in env["versions"] and "cold" in env["method"].lower()
     text = capsys.readouterr().out
     assert "| Algorithm" in text and "host clock" in text and "skipped" in text
+    assert {r["bench"] for r in rows} == {"dense", "dest"}
+    assert all(r["auto"] == "pt-reference" and float(r["auto_vs_best"]) == 1.0 for r in host)
 
 
 def test_sweep_fails_a_wrong_backend_and_times_nothing(tmp_path, monkeypatch):
     from gdnzoo import dispatch, registry
     from gdnzoo.backends import pt_reference as ref
 
-    def broken(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
-        out.fill_(1.0)                                        # garbage, far beyond the tolerance
-        new_state.copy_(state)
+    def broken(call, *, config=None):
+        call.out.fill_(1.0)                                   # garbage, far beyond the tolerance
+        call.new_state.copy_(call.state)
 
     registry.runner.cache_clear()
     monkeypatch.setattr(dispatch, "_MEMO", {})                # decode's memo of resolved runners
     monkeypatch.setattr(ref, "run", broken)
     try:
-        rows, _, _ = sweep.run_sweep(_args(tmp_path), progress=False)
+        rows = _rows(_args(tmp_path))
     finally:
         registry.runner.cache_clear()
     assert rows and all(r["status"] == "FAIL" for r in rows)
@@ -312,9 +318,10 @@ def _corrupt(kind):
     from gdnzoo.backends import pt_reference as ref
     orig = ref.run
 
-    def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
-        old = state.clone()
-        orig(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2)
+    def run(call, *, config=None):
+        out, new_state = call.out, call.new_state
+        old = call.state.clone()
+        orig(call, config=config)
         if kind == "zero-out":
             out.zero_()
         elif kind == "skip-state":
@@ -336,7 +343,7 @@ def test_sweep_gate_needs_relative_error_too(tmp_path, monkeypatch, kind, mode):
     monkeypatch.setattr(dispatch, "_MEMO", {})
     monkeypatch.setattr(ref, "run", _corrupt(kind))
     try:
-        rows, _, _ = sweep.run_sweep(_args(tmp_path, "--mode", mode), progress=False)
+        rows = _rows(_args(tmp_path, "--mode", mode))
     finally:
         registry.runner.cache_clear()
     assert rows and all(r["status"] == "FAIL" for r in rows)
@@ -351,12 +358,12 @@ def test_sweep_gate_needs_relative_error_too(tmp_path, monkeypatch, kind, mode):
 
 
 def test_sweep_reports_relative_errors(tmp_path):
-    rows, _, _ = sweep.run_sweep(_args(tmp_path, "--state-dtype", "fp32,bf16"), progress=False)
+    plan, rows, _ = bench_run(_args(tmp_path, "--state-dtype", "fp32,bf16"))
     for r in rows:
         assert r["status"] == "PASS", r["note"]
         assert 0 <= r["rel_err_out"] < 1e-2
         assert 0 <= r["rel_err_state"] < (1e-4 if r["cell"].state_dtype == "fp32" else 8e-3)
-    table = report.build_rows(rows)
+    table = report.build_table(rows, None, plan)
     assert all(math.isfinite(t["rel_err_out"]) and math.isfinite(t["rel_err_state"]) for t in table)
 
 
@@ -375,21 +382,40 @@ def test_relative_error_and_strict_tol():
         strict_tol("state", torch.float16)
 
 
-def test_unknown_algo_lists_names(tmp_path):
-    with pytest.raises(SystemExit, match="pt-reference"):
-        sweep.run_sweep(_args(tmp_path, "--algo", "nope"), progress=False)
+@pytest.mark.parametrize("algo", ["nope", "all,nope", "pt-reference,nope"])
+def test_unknown_algo_lists_names(tmp_path, capsys, algo):
+    with pytest.raises(SystemExit) as e:
+        bench_run(_args(tmp_path, "--algo", algo))
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert "--algo: unknown backend(s) nope; valid: " in err and "pt-reference" in err
 
 
 def test_bytes_moved_contest_b1():
-    c = Cell("x", 1, 4, 8, 128, 128, 1, "fp32", "inplace")
-    assert sweep.bytes_moved(c) == 2 * 8 * 128 * 128 * 4 + 2 * 4 * 128 * 2 + 2 * 8 * 128 * 2 + 2 * 8 * 2 + 2 * 8 * 4
+    c = bench_plan("--algo", "pt-reference").cell("x", "inplace", 1, "fp32")
+    assert pipeline.get_mode("dense").bytes_moved(c) == (
+        2 * 8 * 128 * 128 * 4 + 2 * 4 * 128 * 2 + 2 * 8 * 128 * 2 + 2 * 8 * 2 + 2 * 8 * 4)
 
 
 # ------------------------------------------------------------------------------ report
 
-def _raw(backend, B, us, clock="kernel", status="PASS", sd="fp32", flags="", mode="inplace", T=1):
-    return dict(cell=Cell(backend, B, 4, 8, 128, 128, T, sd, mode), clock=clock,
-                status=status, note="", flags=flags, samples=[us] * 5 if us else [])
+PLAN = None
+
+
+def _plan():
+    global PLAN
+    PLAN = PLAN or bench_plan("--algo", "pt-reference", "--state-dtype", "fp32,bf16")
+    return PLAN
+
+
+def _raw(backend, B, us, clock="kernel", status="PASS", sd="fp32", flags="", mode="inplace", T=1,
+         auto=""):
+    return dict(cell=_plan().cell(backend, mode, B, sd, T=T), clock=clock, status=status, note="",
+                flags=flags, samples=[us] * 5 if us else [], auto=auto)
+
+
+def _table(raw, ref=None):
+    return report.build_table(raw, ref, _plan())
 
 
 def _synthetic():
@@ -398,7 +424,7 @@ def _synthetic():
            _raw("fi-baseline", 1, 4.0), _raw("fi-baseline", 64, 26.0),
            _raw("fla-recurrent", 1, 2.5), _raw("fla-recurrent", 64, 24.0),
            _raw("cuda-v1", 1, None, status="FAIL"), _raw("cuda-v1", 64, None, status="FAIL")]
-    return report.build_rows(raw, {"copy": {"gbps": 3000.0}})
+    return _table(raw, {"copy": {"gbps": 3000.0}})
 
 
 def test_derived_columns():
@@ -412,23 +438,49 @@ def test_derived_columns():
     assert rows[("floor", 1)]["bytes_moved"] == 2 * 8 * 128 * 128 * 4
 
 
-def test_published_table_and_pivot():
+def test_published_table_and_grid():
     rows = _synthetic()
-    t = report.published_table(rows, 1, "fp32", "inplace")
+    t = mode_dense.published(rows, 1, "fp32", "inplace", "kernel")
     assert t[0].split("|")[1:5] == [" Algorithm     ", " Median (us) ", " Speedup ", " vs FlashInfer "]
     body = [ln.split("|")[1].strip() for ln in t[2:]]
     assert body == ["fla-recurrent", "fi-baseline", "pt-reference", "cuda-v1"]   # fastest first
     assert "40.00x" in t[2] and "1.60x" in t[2] and "FAIL" in t[5]
-    p = report.pivot(rows, "fp32", "inplace")
-    assert p[0].split() == ["backend", "B=1", "B=64"]
-    assert p[1].split() == ["floor", "2.00", "20.00"]
-    assert "2.50/1.2x" in p[[ln.split()[0] for ln in p].index("fla-recurrent")]
-    assert "FAIL" in p[-1]
+    g = console.grid([r for r in rows if r["state_dtype"] == "fp32"])
+    assert g[0].split() == ["B", "floor", "pt-reference", "fi-baseline", "fla-recurrent",
+                            "cuda-v1", "auto", "auto/best"]
+    assert g[1].split()[:5] == ["1", "2.00", "100/50.00x", "4.00/2.00x", "2.50/1.25x"]
+    assert g[1].split()[5] == "FAIL" and g[2].split()[0] == "64"
     env = dict(gpu="G", driver="d", cuda="c", versions={"torch": "t"}, commit=None,
                device_reference={"copy": {"gbps": 3000.0}, "empty_kernel": {"us": 0.9}},
                kernel_clock="cupti")
-    text = report.console(rows, env)
-    assert len(text.splitlines()) < 60 and "3.00 TB/s" in text
+    text = console.render(rows, env, _plan())
+    assert len(text.splitlines()) < 60 and "3.00 TB/s" in text and "FAIL cuda-v1" in text
+
+
+def test_auto_against_the_best_entry_of_each_cell():
+    """Per cell (B, state dtype, form, clock): the automatic choice's time over the fastest
+    entry's of the same run; the choice is the ``auto`` entry where a mode has one, else the
+    backend it names; the floor is no entry."""
+    raw = [_raw("floor", 1, 1.0, auto=""), _raw("cuda-v4", 1, 3.0, auto="cuda-v4"),
+           _raw("fla-recurrent", 1, 2.4, auto="cuda-v4"),
+           _raw("cuda-v4", 4, 3.0, auto="cuda-v4"), _raw("fla-recurrent", 4, 3.3, auto="cuda-v4"),
+           _raw("cuda-v4", 16, None, status="FAIL", auto="cuda-v4"),
+           _raw("fla-recurrent", 16, 5.0, auto="cuda-v4")]
+    t = {(r["backend"], r["B"]): r for r in _table(raw)}
+    assert t[("cuda-v4", 1)]["auto_vs_best"] == pytest.approx(1.25)
+    assert t[("fla-recurrent", 1)]["auto_vs_best"] == pytest.approx(1.25)     # one per cell
+    assert t[("cuda-v4", 4)]["auto_vs_best"] == pytest.approx(1.0)
+    assert math.isnan(t[("fla-recurrent", 16)]["auto_vs_best"])               # choice failed
+    assert math.isnan(t[("floor", 1)]["auto_vs_best"])
+    g = console.grid(list(t.values()))
+    assert g[1].split()[-2:] == ["cuda-v4", "1.25x"] and g[3].split()[-2:] == ["cuda-v4", "-"]
+    pool = pipeline.get_mode("pool")
+    plan = bench_plan("--mode", "pool", "--algo", "cuda-v4")
+    cells = [plan.cell(n, "pool", 1, "fp32") for n in ("floor", "auto", "cuda-v4", "adapter-vllm")]
+    raw = [dict(cell=c, clock="kernel", status="PASS", samples=[us], auto="cuda-v4")
+           for c, us in zip(cells, (1.0, 2.2, 2.0, 2.1))]
+    t = report.build_table(raw, None, plan)
+    assert pool.name == "pool" and {round(r["auto_vs_best"], 3) for r in t[1:]} == {1.1}
 
 
 def test_gpu_slug():
@@ -447,7 +499,7 @@ def test_merge_ranges():
 
 def test_fastest_skips_failed_and_flattered():
     rows = _synthetic()
-    rows += report.build_rows([_raw("fla-upstream", 1, 1.0, flags="warm write target")])
+    rows += _table([_raw("fla-upstream", 1, 1.0, flags="warm write target")])
     f = tune.fastest(rows, "fp32")
     assert f[1][0] == ("fla-recurrent", 2.5)
     assert all(n not in ("floor", "cuda-v1", "fla-upstream") for v in f.values() for n, _ in v)
@@ -468,7 +520,7 @@ def test_registry_row_written_text_preserving(tmp_path):
     tune.write_registry(reg, row)
     once = reg.read_text()
     r = parse_registry(yaml.safe_load(once))
-    h100 = [d for d in r.defaults if d.gpu == "NVIDIA TEST-GPU 1GB"]
+    h100 = [d for d in r.op("decode").defaults if d.gpu == "NVIDIA TEST-GPU 1GB"]
     assert len(h100) == 1 and h100[0].table["fp32"] == [(1, 7, "cuda-v4"), (8, None, "fla-recurrent")]
     ops = difflib.SequenceMatcher(a=before.splitlines(), b=once.splitlines()).get_opcodes()
     assert {op[0] for op in ops} == {"equal", "insert"}                      # only added lines
@@ -476,9 +528,9 @@ def test_registry_row_written_text_preserving(tmp_path):
     tune.write_registry(reg, row)                                            # replace, not append
     twice = reg.read_text()
     r = parse_registry(yaml.safe_load(twice))
-    assert [d.table for d in r.defaults if d.gpu == row["gpu"]] == [{"fp32": [(1, None, "cuda-v1")]}]
+    assert [d.table for d in r.op("decode").defaults if d.gpu == row["gpu"]] == [{"fp32": [(1, None, "cuda-v1")]}]
     assert twice == tune.replace_row(before, row)                            # replaced in place
-    assert len(r.defaults) == len(parse_registry(yaml.safe_load(before)).defaults) + 1
+    assert len(r.op("decode").defaults) == len(parse_registry(yaml.safe_load(before)).op("decode").defaults) + 1
     bad = dict(row, table={"fp32": [(1, None, "no-such-backend")]})
     with pytest.raises(ValueError):
         tune.write_registry(reg, bad)
@@ -486,17 +538,17 @@ def test_registry_row_written_text_preserving(tmp_path):
 
 
 def _write_run(d, raw, commit, date="2026-01-02T03:04:05+00:00", torch_v="2.11"):
-    rows = report.build_rows(raw, {"copy": {"gbps": 3000.0}})
+    rows = _table(raw, {"copy": {"gbps": 3000.0}})
     env = dict(gpu="NVIDIA H100 80GB HBM3", driver="d", cuda="13.0", date=date, commit=commit,
                method="m", notes=[], versions={"torch": torch_v, "triton": None})
-    report.write_all(rows, env, d, plots=False)
+    report.write_results(rows, env, d)
     return d / "results.json"
 
 
 def test_results_json_round_trip(tmp_path):
     rows = _synthetic()
     env = dict(gpu="G", date="2026-01-01", commit="c", versions={})
-    report.write_all(rows, env, tmp_path, plots=False)
+    report.write_results(rows, env, tmp_path)
     back, env2 = report.read_results(tmp_path / "results.json")
     assert env2["gpu"] == "G" and len(back) == len(rows)
     for a, b in zip(rows, back):
@@ -523,7 +575,7 @@ def test_tune_from_results_files_writes_registry(tmp_path, capsys):
                          "--registry", str(reg)])
     assert tune.cmd_tune(args) == 0
     r = parse_registry(yaml.safe_load(reg.read_text()))
-    row = [d for d in r.defaults if d.gpu == "NVIDIA H100 80GB HBM3"][0]
+    row = [d for d in r.op("decode").defaults if d.gpu == "NVIDIA H100 80GB HBM3"][0]
     assert row.table["fp32"] == [(1, 63, "cuda-v4"), (64, None, "fla-recurrent")]
     assert row.table["bf16"] == [(1, None, "fi-baseline")]
     prov = row.provenance
@@ -539,6 +591,7 @@ def test_tune_from_results_files_writes_registry(tmp_path, capsys):
 
 def test_tune_from_dest_results_writes_table_dest(tmp_path, capsys):
     from gdnzoo.registry import parse_registry, registry_path
+    from gdnzoo.inputs import make_problem
     from gdnzoo.tables import table_choice
     inp = _write_run(tmp_path / "inplace", [_raw("cuda-v4", 1, 3.0), _raw("fla-recurrent", 1, 2.5)],
                      "abc123")
@@ -552,12 +605,12 @@ def test_tune_from_dest_results_writes_table_dest(tmp_path, capsys):
     assert tune.cmd_tune(p.parse_args(["--from", f"{inp},{dst}", "--write-registry",
                                        "--registry", str(reg)])) == 0
     assert "fp32 destination passing: B 1..63 cuda-v4, B 64.. fla-recurrent" in capsys.readouterr().out
-    row = [d for d in parse_registry(yaml.safe_load(reg.read_text())).defaults
+    row = [d for d in parse_registry(yaml.safe_load(reg.read_text())).op("decode").defaults
            if d.gpu == "NVIDIA H100 80GB HBM3"][0]
     assert row.table == {"fp32": [(1, None, "fla-recurrent")]}
     assert row.table_dest == {"fp32": [(1, 63, "cuda-v4"), (64, None, "fla-recurrent")]}
-    assert table_choice(row, "fp32", 1, inplace=False) == "cuda-v4"
-    assert table_choice(row, "fp32", 1) == "fla-recurrent"
+    assert table_choice(row, make_problem(inplace=False)) == "cuda-v4"
+    assert table_choice(row, make_problem()) == "fla-recurrent"
     assert row.provenance["values_us_dest"]["fp32"][1] == {"cuda-v4": 3.0, "fla-recurrent": 3.2}
     assert "table_dest" in row.provenance["how"]
     # rows at one T > 1: table_tokens (the T=1 tables ignore them); at two: refused
@@ -589,7 +642,7 @@ def test_tune_from_refuses_overlapping_or_mixed_runs(tmp_path):
 
 
 def test_bench_defaults_fit_the_final_run():
-    args = sweep.add_bench_args(argparse.ArgumentParser()).parse_args([])
+    args = bench_args()
     assert 0 < args.time_budget <= 300
     assert args.out is None and report.default_out_dir().endswith(report.gpu_slug())
 
@@ -599,8 +652,182 @@ def test_plot_series_of_a_dest_run_keeps_the_backends():
     # show the backends (it once picked the floor's mode and drew the floor alone).
     from gdnzoo.bench import plots
     row = dict(state_dtype="fp32", clock="kernel", status="PASS", median_us=2.0, pct_copy_bw=50.0,
-               bytes_moved=1)
+               bytes_moved=1, T=1)
     rows = [dict(row, backend="floor", mode="inplace", B=1), dict(row, backend="cuda-v4", mode="dest", B=1),
             dict(row, backend="cuda-v4", mode="dest", B=4)]
     series = plots._series(rows, "fp32")
     assert set(series) == {"floor", "cuda-v4"} and len(series["cuda-v4"]) == 2
+
+
+# ------------------------------------------------------------------------------ every mode's options
+
+MODES = ["dense", "dest", "pool", "verify", "chained"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("where", ["a file", "below a file"])
+def test_out_that_cannot_take_results_fails_before_measuring(tmp_path, capsys, monkeypatch, mode,
+                                                             where):
+    """--out an existing file, or a folder that cannot be made: exit 2 at once, naming --out,
+    before any cell is measured (it once measured every cell, then crashed writing)."""
+    f = tmp_path / "taken"
+    f.write_text("not a folder")
+    out = f if where == "a file" else f / "results"
+    monkeypatch.setattr(pipeline, "measure", lambda *a, **k: pytest.fail("measured"))
+    code, _, err = run_cli(["bench", "--mode", mode, "--algo", "pt-reference", "--device", "cpu",
+                            "--out", str(out), "--quiet"], capsys)
+    assert code == 2 and "--out" in err and str(f) in err and "Traceback" not in err
+    assert f.read_text() == "not a folder"
+
+
+def test_a_time_budget_skip_says_why_on_the_console(tmp_path, capsys):
+    code, out, _ = run_cli(["bench", "--algo", "pt-reference", "--batch", "1,2", "--heads", "1,2",
+                            "--dim", "16", "--device", "cpu", "--time-budget", "1e-9",
+                            "--no-plots", "--quiet", "--out", str(tmp_path)], capsys)
+    assert code == 0
+    assert "SKIP pt-reference: time budget (1e-09 s) exhausted" in out
+    rows, _ = report.read_results(tmp_path / "results.json")
+    assert {r["status"] for r in rows if r["B"] == 2} == {"SKIP"}
+
+
+def test_duplicate_values_count_once(tmp_path):
+    plan = bench_plan("--algo", "pt-reference,pt-reference", "--batch", "1,1,4,1",
+                      "--state-dtype", "fp32,fp32", "--timing", "host,host")
+    assert plan.batches == (1, 4) and plan.states == ("fp32",) and plan.clocks == ("host",)
+    assert [g.label for g in plan.groups] == ["pt-reference B=1 fp32 inplace",
+                                              "pt-reference B=4 fp32 inplace"]
+
+
+def test_modes_and_aliases():
+    assert bench_plan("--mode", "inplace").words == ["dense"]
+    assert bench_plan("--mode", "inplace,dest", "--algo", "pt-reference").words == ["dense", "dest"]
+    plan = bench_plan("--timing", "chained")
+    assert plan.mode.name == "chained" and "--timing chained: read as --mode chained" in plan.notes
+
+
+@pytest.mark.parametrize("argv,heads", [
+    (("--model", "qwen3-next"), (16, 32)), (("--model", "qwen3-next", "--tp", "4"), (4, 8)),
+    (("--model", "Qwen3.5-35B-A3B", "--tp", "8"), (2, 4)), (("--model", "qwen3.5-397b", "--tp", "2"),
+                                                           (8, 32)),
+    (("--model", "qwen3.5-122b-a10b", "--tp", "8"), (2, 8)),
+    (("--model", "qwen3.5-27b", "--tp", "8"), (2, 6)), (("--model", "qwen3.5-2b", "--tp", "2"),
+                                                        (8, 8))])
+def test_model_presets(argv, heads):
+    plan = bench_plan("--algo", "pt-reference", *argv)
+    assert (plan.H, plan.HV) == heads and plan.K == plan.V == 128
+    assert any(n.startswith(f"--model {argv[1].lower()}") or "--model" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize("argv,frag", [
+    (("--model", "qwen3-next", "--heads", "4,8"), "--model and --heads"),
+    (("--model", "qwen3-next", "--tp", "3"), "--tp"), (("--model", "qwen3-next", "--tp", "16"),
+                                                       "--tp"),
+    (("--tp", "2",), "--tp: only with --model"), (("--model", "llama",), "--model"),
+    (("--model", "qwen3-next", "--dim", "64"), "--dim"),
+    (("--layers", "4",), "--layers: only with --mode chained"),
+    (("--mode", "chained", "--timing", "kernel"), "--timing"),
+    (("--device", "cuda",), "--device cuda") if not torch.cuda.is_available() else
+    (("--mode", "dense,pool"), "runs alone")])
+def test_bad_presets_and_options_exit_2(argv, frag, capsys, tmp_path):
+    code, _, err = run_cli(["bench", "--algo", "pt-reference", *argv, "--out", str(tmp_path)],
+                           capsys)
+    assert code == 2 and frag in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_plots_say_they_need_matplotlib(tmp_path, monkeypatch):
+    import builtins
+    real = builtins.__import__
+
+    def no_matplotlib(name, *a, **k):
+        if name.startswith("matplotlib"):
+            raise ImportError("No module named 'matplotlib'")
+        return real(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    said = plots.plot_all(_synthetic(), {"gpu": "G"}, tmp_path)
+    assert said == plots.NEEDS and "matplotlib" in said and "gdnzoo[bench]" in said
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_documented_run_draws_its_plots(tmp_path, capsys):
+    """``gdnzoo bench`` without --no-plots draws latency.png where matplotlib is present (here
+    from the host clock: no GPU), and the console names the files."""
+    pytest.importorskip("matplotlib")
+    code, out, _ = run_cli(["bench", "--algo", "pt-reference", "--batch", "1,2", "--heads", "1,2",
+                            "--dim", "16", "--iters", "10", "--device", "cpu", "--quiet",
+                            "--out", str(tmp_path)], capsys)
+    assert code == 0 and f"plots: {tmp_path / 'latency.png'}" in out
+    assert (tmp_path / "latency.png").stat().st_size > 1000
+
+
+def test_the_reader_takes_every_committed_results_file():
+    """The one reader loads every results.json committed under bench/results/ as it is (written
+    before the ``bench`` and automatic-choice columns existed): the mode follows from ``mode``."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1] / "bench" / "results"
+    files = [p for p in root.rglob("*.json") if '"columns"' in p.read_text()[:200000]]
+    assert len(files) >= 15
+    seen = set()
+    for p in files:
+        rows, env = report.read_results(p)
+        assert rows and env.get("gpu"), p
+        for r in rows:
+            assert r["bench"] == report.LEGACY_BENCH[r["mode"]], (p, r["mode"])
+            assert set(report.COLUMNS) <= set(r) and r["auto"] is None
+            seen.add(r["bench"])
+    assert seen == {"dense", "dest", "pool", "verify", "chained"}
+
+
+def test_a_new_mode_plugs_in_with_its_own_keys_columns_floor_and_bars(tmp_path, monkeypatch,
+                                                                      capsys):
+    """A mode is one module registered by name: its own cell key (a sequence mix instead of B),
+    its own column, its floor and its bars go through the one pipeline, table, writer, reader
+    and console untouched (what a prefill mode needs)."""
+    import sys
+    import types
+    from gdnzoo.bench import args as bench_args_mod
+
+    class Toy(pipeline.Mode):
+        name, keys, clocks = "toy", ("seqs",), ("kernel",)
+        columns = {"tflops": float("nan"), "bar": ""}
+        times = {"floor": 1.0, "a": 2.0, "b": 1.5}
+
+        def plan(self, plan, args):
+            for mix in ("1x64", "4x16"):
+                plan.groups.append(pipeline.Group(mix, [
+                    (plan.cell(n, "dense", 1, "fp32", seqs=mix), ("kernel",))
+                    for n in self.times], key=(mix,)))
+
+        def measure(self, group, plan):
+            return [dict(cell=c, clock="kernel", status="PASS", samples=[self.times[c.backend]],
+                         tflops=4.0 / self.times[c.backend]) for c, _ in group.cells]
+
+        def floor_of(self, row):
+            return {}
+
+        def problem(self, c, plan, **kw):
+            return None
+
+        def derive(self, table, plan):
+            for r in table:
+                r["bar"] = "PASS" if r["x_floor"] <= 1.6 else "MISS" if r["x_floor"] > 0 else ""
+
+        def sections(self, plan, table):
+            return [("toy, us / x floor:", lambda r: True, True, "seqs")]
+
+        def extra_lines(self, table, plan):
+            return [f"bar {r['backend']} {r['seqs']}: {r['bar']}" for r in table if r["bar"]]
+
+    monkeypatch.setitem(sys.modules, "gdnzoo.bench.mode_toy", types.SimpleNamespace(
+        MODES={"toy": Toy()}))
+    monkeypatch.setitem(bench_args_mod.MODES, "toy", "mode_toy")
+    args = bench_args("--mode", "toy", "--device", "cpu", "--quiet", "--out", tmp_path)
+    assert pipeline.cmd_bench(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = out.index("toy, us / x floor:")
+    assert out[at + 1].split() == ["seqs", "floor", "a", "b", "auto", "auto/best"]
+    assert out[at + 2].split()[:4] == ["1x64", "1.00", "2.00/2.00x", "1.50/1.50x"]
+    assert "bar a 1x64: MISS" in out and "bar b 4x16: PASS" in out
+    rows, _ = report.read_results(tmp_path / "results.json")
+    assert {r["seqs"] for r in rows} == {"1x64", "4x16"} and {r["bench"] for r in rows} == {"toy"}
+    assert {round(r["tflops"], 3) for r in rows if r["backend"] == "b"} == {2.667}

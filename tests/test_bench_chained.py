@@ -1,4 +1,4 @@
-"""The chained clock (``gdnzoo bench --timing chained``): its arguments, the layers' slots and
+"""The chained mode (``gdnzoo bench --mode chained``, alias ``--timing chained``): its arguments, the layers' slots and
 views, the producer, the correctness check, the table and bars on synthetic numbers, and the run
 without a GPU (CPU); on a GPU, the chained floor's values at each PDL level, a chain's decode
 results against the same calls made eagerly, and a tiny run of the whole mode."""
@@ -10,15 +10,22 @@ import torch
 
 from conftest import DEVICE
 from gdnzoo import cli
-from gdnzoo.bench import chained, clocks, floor, pool, report, sweep
-from helpers import run_cli
+from gdnzoo.bench import clocks, console, entries, floor, pipeline, report
+from gdnzoo.bench import mode_chained as chained
+from gdnzoo.bench import mode_pool as pool
+from gdnzoo.inputs import page_elems
+from helpers import bench_args, run_cli
 
 MIB = 1 << 20
 GEOM = dict(H=1, HV=2, K=16, V=16)
 
 
 def _args(*extra):
-    return cli.build_parser("bench").parse_args(["bench", "--timing", "chained", *extra])
+    return bench_args("--mode", "chained", "--device", "cpu", *extra)
+
+
+def _plan(*extra):
+    return pipeline.make_plan(_args(*extra))
 
 
 _main = run_cli                  # (exit status, stdout, stderr) of gdnzoo ARGV
@@ -27,10 +34,12 @@ _main = run_cli                  # (exit status, stdout, stderr) of gdnzoo ARGV
 # ------------------------------------------------------------------------------ arguments
 
 def test_parser_takes_chained_alone_and_layers():
-    a = _args("--layers", "4")
-    assert a.timing == ["chained"] and a.layers == 4 and a.func is cli.cmd_bench
+    a = cli.build_parser("bench").parse_args(["bench", "--timing", "chained", "--layers", "4"])
+    assert a.timing == ["chained"] and a.layers == 4
+    plan = pipeline.make_plan(a)
+    assert plan.mode.name == "chained" and plan.layers == 4 and plan.clocks == chained.CLOCKS
     a = cli.build_parser("bench").parse_args(["bench"])
-    assert a.timing == list(sweep.CLOCKS) and a.layers is None       # the sweep's default
+    assert a.mode == ["dense"] and a.layers is None                  # the dense default
 
 
 @pytest.mark.parametrize("argv,frag", [
@@ -40,7 +49,8 @@ def test_parser_takes_chained_alone_and_layers():
     (["--timing", "chained", "--tokens", "2"], "--tokens"),
     (["--timing", "chained", "--mode", "dest"], "--mode"),
     (["--timing", "chained", "--algo", "no-such"], "--algo"),
-    (["--timing", "host", "--layers", "4"], "--layers: only with --timing chained"),
+    (["--mode", "chained", "--timing", "host"], "--timing"),
+    (["--timing", "host", "--layers", "4"], "--layers: only with --mode chained"),
 ])
 def test_bad_arguments_exit_2_naming_them(argv, frag, capsys, tmp_path):
     code, _, err = _main(["bench", *argv, "--device", "cpu", "--out", str(tmp_path)], capsys)
@@ -48,17 +58,17 @@ def test_bad_arguments_exit_2_naming_them(argv, frag, capsys, tmp_path):
 
 
 def test_plan_defaults_and_overrides():
-    plan = chained.make_plan(_args())
+    plan = _plan()
     assert plan.batches == chained.BATCHES and plan.states == ("fp32", "bf16")
     assert plan.layers == chained.LAYERS == 64
     assert (plan.H, plan.HV, plan.K, plan.V) == (4, 8, 128, 128)
-    assert set(plan.backends) == set(chained.pdl_backends()) >= {"fla-recurrent", "cuda-v4"}
+    assert set(plan.backends) == set(entries.backends(pdl=True)) >= {"fla-recurrent", "cuda-v4"}
     assert plan.entries[:3] == tuple(("floor", lv) for lv in chained.LEVELS)
     assert plan.entries[-2:] == (("vllm-packed", "off"), ("flashinfer-pool", "off"))
     assert all((n, lv) in plan.entries for n in plan.backends for lv in chained.LEVELS)
     assert plan.budget == chained.BUDGET_S
-    plan = chained.make_plan(_args("--batch", "2,3", "--state-dtype", "bf16", "--layers", "8",
-                                   "--algo", "cuda-v4,vllm-packed", "--time-budget", "0"))
+    plan = _plan("--batch", "2,3", "--state-dtype", "bf16", "--layers", "8",
+                 "--algo", "cuda-v4,vllm-packed", "--time-budget", "0")
     assert plan.batches == (2, 3) and plan.states == ("bf16",) and plan.layers == 8
     assert plan.backends == ("cuda-v4",) and plan.budget == 0    # a peer is a peer, once
     assert plan.entries.count(("vllm-packed", "off")) == 1
@@ -69,7 +79,7 @@ def test_plan_defaults_and_overrides():
 def test_layer_slots_are_cold_and_hold_the_standalone_rotation():
     HV, V, K, l2 = 8, 128, 128, 50 * MIB
     for elem in (4, 2):
-        slot, page = HV * V * K * elem, pool.page_elems(HV, V, K) * elem
+        slot, page = HV * V * K * elem, page_elems(HV, V, K) * elem
         for B in chained.BATCHES:
             P, rows = chained.layer_slots(B, 64, HV, V, K, elem, l2)
             assert rows * 64 * B * slot >= 4 * l2 and rows * B <= P - 1
@@ -80,20 +90,24 @@ def test_layer_slots_are_cold_and_hold_the_standalone_rotation():
 
 
 def test_chain_slots_are_distinct_per_layer_and_rotate():
-    s = chained.ChainSlots(P=40, L=3, B=5, rows=4, device="cpu", seed=1)
+    s = chained.chain_bank(P=40, L=3, B=5, rows=4, device="cpu", seed=1)
+    bank = s.bank["slots"]
     for layer in range(3):
-        every = s.bank[:, layer, :5].flatten().tolist()
+        every = bank[:, layer, :5].flatten().tolist()
         assert len(set(every)) == 20 and min(every) >= 1 and max(every) < 40
-    assert all(s.of(i).shape == (5,) and s.of(i).is_contiguous() and s.of(i).dtype == torch.int32
-               and (s.of(i).data_ptr() - s.index.data_ptr()) % 256 == 0 for i in range(3))
-    ptr = s.of(1).data_ptr()
+    index = s.index.slots
+    assert all(index[i].shape == (5,) and index[i].is_contiguous()
+               and index[i].dtype == torch.int32
+               and (index[i].data_ptr() - index.data_ptr()) % 256 == 0 for i in range(3))
+    ptr = index[1].data_ptr()
     for turn in range(6):
         s.advance()
-        assert torch.equal(s.index, s.bank[turn % 4]) and s.of(1).data_ptr() == ptr
+        assert torch.equal(s.index.slots, bank[turn % 4, :, :5])
+        assert s.index.slots[1].data_ptr() == ptr
     s.first()
-    assert torch.equal(s.of(2), s.check_rows(2)) and torch.equal(s.index, s.bank[0])
+    assert torch.equal(s.index.slots[2], s.rows[0].slots[2])
     with pytest.raises(ValueError, match="chain slots"):
-        chained.ChainSlots(P=20, L=2, B=5, rows=4, device="cpu")
+        chained.chain_bank(P=20, L=2, B=5, rows=4, device="cpu")
 
 
 def _chain(B=2, L=3, sd="fp32", seed=0, device="cpu"):
@@ -118,7 +132,7 @@ def test_chain_views_pools_and_storage():
         assert p.shape == (ch.P, HV, V, K) and p.stride(0) == s.page
         assert p.data_ptr() == ch.bufs[i].data_ptr() == s.buf.data_ptr() + i * ch.P * s.page * 4
         assert ch.bufs[i].numel() == ch.P * s.page
-    assert s.P == 2 * ch.P and ch.alone.bank.max() < s.P
+    assert s.P == 2 * ch.P and ch.alone.bank["slots"].max() < s.P
 
 
 def test_producer_is_silu():
@@ -136,7 +150,7 @@ def test_producer_is_silu():
 def test_check_passes_the_reference_and_catches_early_reads():
     ch = _chain(device=DEVICE)
     run = chained.runner("pt-reference", "off", ch, None)
-    chk = chained.check(ch, run, chained.chain_call(ch, run))
+    chk = chained.check_chain(ch, run, chained.chain_call(ch, run))
     assert chk["ok"], chk["reason"]
     assert chk["rel_err_out"] < 1e-2 and chk["n_bad"] == 0
 
@@ -144,7 +158,7 @@ def test_check_passes_the_reference_and_catches_early_reads():
         for i in range(ch.L):
             run.layer[i]()
             ch.produce(i)
-    chk = chained.check(ch, run, early)
+    chk = chained.check_chain(ch, run, early)
     assert not chk["ok"] and chk["reason"].startswith("layer 0:") and "layer 2:" in chk["reason"]
 
     def last_layer_skipped():
@@ -152,7 +166,7 @@ def test_check_passes_the_reference_and_catches_early_reads():
             ch.produce(i)
             if i < ch.L - 1:
                 run.layer[i]()
-    chk = chained.check(ch, run, last_layer_skipped)
+    chk = chained.check_chain(ch, run, last_layer_skipped)
     assert not chk["ok"] and "layer 0" not in chk["reason"] and "layer 2:" in chk["reason"]
 
 
@@ -160,28 +174,27 @@ def test_check_of_a_floor_wants_its_slots_unchanged():
     ch = _chain(device=DEVICE)
     keep = chained.Runner([lambda: None] * ch.L, None, None, "")
     produce = chained.Runner([lambda: None] * ch.L, None, None, "")
-    assert chained.check(ch, keep, chained.chain_call(ch, produce))["ok"]
+    assert chained.check_chain(ch, keep, chained.chain_call(ch, produce))["ok"]
 
     def touch():
-        ch.pools[ch.L - 1].index_fill_(0, ch.slots.check_rows(ch.L - 1).long(), 1.0)
-    chk = chained.check(ch, keep, touch)
+        ch.pools[ch.L - 1].index_fill_(0, ch.check_rows(ch.L - 1).long(), 1.0)
+    chk = chained.check_chain(ch, keep, touch)
     assert not chk["ok"] and "the floor changed" in chk["reason"]
 
 
 def test_a_refused_pdl_level_is_a_skip_with_the_reason():
     ch = _chain()
-    with pytest.raises(chained.Skip, match="pdl"):
+    with pytest.raises(entries.Skip, match="pdl"):
         chained.runner("pt-reference", "wait", ch, None)
-    with pytest.raises(chained.Skip, match="not measured"):
+    with pytest.raises(entries.Skip, match="not measured"):
         chained.runner("floor", "off", ch, None)
 
 
 # ------------------------------------------------------------------------------ the table
 
 def _raw(name, level, clock, B, us, sd="fp32", status="PASS"):
-    plan = chained.make_plan(_args())
-    return dict(cell=chained._cell(name, level, B, sd, plan), clock=clock, status=status,
-                note="", flags="", layers=64, samples=[us * 0.99, us, us * 1.01])
+    return dict(cell=_plan().cell(name, level, B, sd), clock=clock, status=status,
+                note="", flags="", layers=64, samples=[us * 0.99, us, us * 1.01], auto="cuda-v4")
 
 
 SYNTH = [("floor", "off", "chained", 1, 3.0), ("floor", "wait", "chained", 1, 1.7),
@@ -197,7 +210,7 @@ SYNTH = [("floor", "off", "chained", 1, 3.0), ("floor", "wait", "chained", 1, 1.
 def _table():
     raw = [_raw(*r) for r in SYNTH] + [_raw("cuda-v4", "early", "chained", 64, 0.0,
                                             status="FAIL")]
-    return raw, chained.build_table(raw, None, ("cuda-v4",))
+    return raw, report.build_table(raw, None, _plan("--algo", "cuda-v4"))
 
 
 def test_bars_and_ratios_on_synthetic_numbers():
@@ -225,22 +238,29 @@ def test_bars_and_ratios_on_synthetic_numbers():
 
 def test_console_and_files(tmp_path):
     raw, table = _table()
-    plan = chained.make_plan(_args("--batch", "1,64", "--state-dtype", "fp32",
-                                   "--algo", "cuda-v4"))
+    plan = _plan("--batch", "1,64", "--state-dtype", "fp32", "--algo", "cuda-v4")
+    plan.notes.append("a note")
     env = dict(gpu="GPU", driver="1", cuda="13", commit="abc", versions={"torch": "2"})
-    text = chained.console(table, env, ["a note"], ["f.csv"], plan)
+    text = console.render(table, env, plan, ["f.csv"])
     lines = text.splitlines()
-    head = lines.index("PDL off, chained:")
-    assert lines[head + 1].split() == ["B", "floor", "cuda-v4", "vllm-packed"]
-    assert lines[head + 2].split() == ["1", "3.00", "3.20/1.07x", "5.50/1.83x"]
-    assert lines[lines.index("PDL wait, chained:") + 3].split() == ["64", "25.20", "27.60/1.10x"]
-    assert lines[lines.index("PDL off, standalone:") + 1].split() == ["B", "floor", "cuda-v4"]
-    assert "FAIL" in lines[lines.index("PDL early, chained:") + 3]
+
+    def at(level, clock):
+        what = ("us per layer / x the chained floor at this level" if clock == "chained"
+                else "us per call (kernel clock) / x the pool floor")
+        return lines.index(f"fp32 state, PDL {level}, {clock}: {what}")
+    head = at("off", "chained")
+    assert lines[head + 1].split()[:4] == ["B", "floor", "cuda-v4", "vllm-packed"]
+    assert lines[head + 2].split()[:4] == ["1", "3.00", "3.20/1.07x", "5.50/1.83x"]
+    assert lines[head + 2].split()[-1] == "1.00x"                   # auto: cuda-v4, the best
+    assert lines[at("wait", "chained") + 3].split()[:3] == ["64", "25.20", "27.60/1.10x"]
+    assert lines[at("off", "standalone") + 1].split()[:3] == ["B", "floor", "cuda-v4"]
+    assert "FAIL" in lines[at("early", "chained") + 3]
     bar = [line.split() for line in lines if line.strip().startswith("64  cuda-v4[wait]")]
     assert bar == [["64", "cuda-v4[wait]", "27.60", "25.20", "27.50", "26.50", "PASS", "MISS",
                     "PASS"]]
     assert "note: a note" in lines and lines[-1] == "wrote: f.csv"
-    files = chained.write_results(table, dict(env, method=chained.METHOD), tmp_path)
+    files = report.write_results(table, dict(env, method=plan.mode.method), tmp_path,
+                                 report.columns(plan.mode))
     rows, env2 = report.read_results(files[1])
     assert len(rows) == len(table) and env2["gpu"] == "GPU"
     got = {(r["backend"], r["mode"], r["clock"], r["B"]): r for r in rows}
@@ -259,7 +279,7 @@ def test_without_a_gpu_everything_is_skipped_with_the_reason(capsys, tmp_path):
     doc = json.loads((tmp_path / "results.json").read_text())
     status = doc["columns"].index("status")
     assert doc["rows"] and {r[status] for r in doc["rows"]} == {"SKIP"}
-    plan = chained.make_plan(_args("--batch", "1,4"))
+    plan = _plan("--batch", "1,4")
     per_cell = 1 + sum(len(chained.clocks_of(n)) for n, _ in plan.entries)
     assert len(doc["rows"]) == per_cell * 2 * 2                      # B x state dtypes
 
@@ -294,7 +314,7 @@ def test_chained_floor_reads_and_writes_what_it_claims(B, shape):
     for level in _levels():
         for graphed in (False, True):
             launches = [floor.chained_launcher(
-                floor.PoolTarget(ch.bufs[i], s.page, s.slot, B, ch.slots.of(i), None), shape,
+                floor.PoolTarget(ch.bufs[i], s.page, s.slot, B, ch.index[i], None), shape,
                 level, ch.mixed[i], alpha, beta, gamma) for i in range(ch.L)]
 
             def issue():
@@ -303,7 +323,7 @@ def test_chained_floor_reads_and_writes_what_it_claims(B, shape):
                     launches[i]()
             ch.slots.first()
             issue()                                       # warm (and loaded) before a capture
-            g = chained.capture(issue) if graphed else None
+            g = clocks.capture(issue) if graphed else None
             before = s.buf.clone()
             ch.ys.fill_(float("nan"))
             g.replay() if graphed else issue()
@@ -311,7 +331,7 @@ def test_chained_floor_reads_and_writes_what_it_claims(B, shape):
             want = before.clone()
             for i in range(ch.L):
                 m = ch.mixed[i][:, 0].double()            # what the producer wrote
-                for n, slot in enumerate(ch.slots.check_rows(i).tolist()):
+                for n, slot in enumerate(ch.check_rows(i).tolist()):
                     at = (i * ch.P + slot) * s.page
                     old = before[at:at + s.slot].double()
                     want[at:at + s.slot] = (old * alpha + (beta + gamma * m[n])).float()
@@ -331,12 +351,12 @@ def test_chain_decode_equals_eager_decode(sd):
         for level in (chained.LEVELS if name != "vllm-packed" else ("off",)):
             try:
                 run = chained.runner(name, level, ch, None)
-            except chained.Skip:
+            except entries.Skip:
                 continue
             issue = chained.chain_call(ch, run)
             ch.slots.first()
             issue()
-            g = chained.capture(issue)
+            g = clocks.capture(issue)
             start = s.buf.clone()
             issue()
             torch.cuda.synchronize()
@@ -348,7 +368,7 @@ def test_chain_decode_equals_eager_decode(sd):
             assert torch.equal(ch.outs, eager_out), f"{name}[{level}] out"
             assert torch.equal(s.buf, eager_buf), f"{name}[{level}] state"
             assert not torch.equal(eager_buf, start)
-            chk = chained.check(ch, run, g.replay)
+            chk = chained.check_chain(ch, run, g.replay)
             assert chk["ok"], f"{name}[{level}]: {chk['reason']}"
             ran += 1
             del g

@@ -9,55 +9,67 @@ import pytest
 import torch
 import yaml
 
-from gdnzoo.bench import clocks, floor, pool, report, shapes, sweep, tune
+from gdnzoo.bench import args as bench_args, clocks, console, entries, floor, pipeline, report
+from gdnzoo.bench import mode_pool as pool
+from gdnzoo.bench import shapes, tune
+from gdnzoo.inputs import page_elems
+from helpers import bench_args as _bench_args, bench_files, bench_plan, run_cli
 
 MIB = 1 << 20
 
 
 def _args(*extra):
-    return sweep.add_bench_args(argparse.ArgumentParser()).parse_args(["--mode", "pool", *extra])
+    return _bench_args("--mode", "pool", "--device", "cpu", *extra)
+
+
+def _plan(*extra):
+    return pipeline.make_plan(_args(*extra))
 
 
 # ------------------------------------------------------------------------------ the plan
 
 def test_plan_defaults_and_overrides():
-    plan = pool.make_plan(_args())
+    plan = _plan()
     assert plan.batches == pool.POOL_BATCHES and plan.states == ("fp32", "bf16")
     assert plan.entries[:2] == ("floor", "auto") and plan.entries[-3:] == pool.PEERS
-    assert set(plan.backends) == set(pool.pool_backends())
+    assert set(plan.backends) == set(entries.backends(pools=True, native=True))
     assert {"fla-recurrent", "cuda-v4"} <= set(plan.backends)
     assert not {"pt-reference", "pt-compiled", "cuda-v1"} & set(plan.backends)
     assert plan.clocks == ("kernel", "graph") and (plan.H, plan.HV, plan.K) == (4, 8, 128)
     assert plan.budget == pool.BUDGET_S
-    plan = pool.make_plan(_args("--batch", "2,3", "--state-dtype", "bf16", "--algo",
-                                "cuda-v4,pt-reference", "--timing", "kernel", "--time-budget", "0"))
+    plan = _plan("--batch", "2,3", "--state-dtype", "bf16", "--algo", "cuda-v4,pt-reference",
+                 "--timing", "kernel", "--time-budget", "0")
     assert plan.batches == (2, 3) and plan.states == ("bf16",) and plan.clocks == ("kernel",)
     assert plan.budget == 0
     assert plan.backends == ("cuda-v4", "pt-reference")
     # a value equal to the dense bench's default is still a value given: fp32 alone, those
     # batches, that budget
-    plan = pool.make_plan(_args("--state-dtype", "fp32", "--batch", ",".join(
-        map(str, sweep.DEFAULT_BATCHES)), "--time-budget", str(sweep.DEFAULT_BUDGET_S)))
-    assert plan.states == ("fp32",) and plan.batches == tuple(sweep.DEFAULT_BATCHES)
-    assert plan.budget == sweep.DEFAULT_BUDGET_S != pool.BUDGET_S
+    plan = _plan("--state-dtype", "fp32", "--batch", ",".join(
+        map(str, bench_args.DEFAULT_BATCHES)), "--time-budget", str(bench_args.DEFAULT_BUDGET_S))
+    assert plan.states == ("fp32",) and plan.batches == tuple(bench_args.DEFAULT_BATCHES)
+    assert plan.budget == bench_args.DEFAULT_BUDGET_S != pool.BUDGET_S
+    assert [g.label for g in plan.groups][:3] == ["fp32 B=1", "fp32 B=4", "fp32 B=8"]
+    c, clocks_ = plan.groups[0].cells[1]
+    assert (c.backend, c.mode, c.bench, c.l2norm, clocks_) == ("auto", "pool", "pool", True,
+                                                                 ("kernel", "graph"))
 
 
 @pytest.mark.parametrize("extra", [("--mode", "pool,inplace"), ("--tokens", "2"),
                                    ("--algo", "no-such"), ("--timing", "host"),
                                    ("--state-dtype", "fp16"), ("--batch", "0")])
 def test_plan_refuses_bad_arguments(extra, capsys):
-    with pytest.raises(SystemExit):               # argparse (status 2) or the plan, naming it
-        pool.make_plan(_args(*extra))
-    e = capsys.readouterr().err
-    assert not e or extra[0] in e
+    with pytest.raises(SystemExit) as e:          # argparse or the plan: status 2, naming it
+        _plan(*extra)
+    assert e.value.code == 2 and extra[0] in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("extra,match", [(("--tokens", "2"), "--tokens"),
+@pytest.mark.parametrize("extra,match", [(("--tokens", "2"), "--tokens: the serving benchmark"),
                                          (("--algo", "no-such"), "--algo: unknown"),
-                                         (("--timing", "host"), "--timing")])
-def test_plan_says_which_argument(extra, match):
-    with pytest.raises(SystemExit, match=match):
-        pool.make_plan(_args(*extra))
+                                         (("--timing", "host"), "--timing: --mode pool times")])
+def test_plan_says_which_argument(extra, match, capsys):
+    with pytest.raises(SystemExit):
+        _plan(*extra)
+    assert match in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------ the inputs
@@ -65,22 +77,22 @@ def test_plan_says_which_argument(extra, match):
 def test_pool_size_and_page_stride():
     HV, V, K = 8, 128, 128
     slot = HV * V * K
-    assert pool.page_elems(HV, V, K) == slot + slot // 32 == 135168       # vLLM's page at HV=8
+    assert page_elems(HV, V, K) == slot + slot // 32 == 135168            # vLLM's page at HV=8
     l2 = 50 * MIB
-    P = pool.pool_slots(pool.POOL_BATCHES, HV, V, K, 4, l2)
-    page_bytes = pool.page_elems(HV, V, K) * 4
+    P = pool.pool_slots([(B, 1) for B in pool.POOL_BATCHES], HV, V, K, 4, l2)
+    page_bytes = page_elems(HV, V, K) * 4
     assert P * page_bytes >= 2 << 30 and (P - 1) * page_bytes < 2 << 30  # 2 GiB, no more
     for B in pool.POOL_BATCHES:
         rows = pool.rows_for(B, slot * 4, l2)
         assert rows * B * slot * 4 >= 4 * l2 and rows * B + B <= P - 1
     assert pool.rows_for(1, slot * 4, l2) == 400
-    big = pool.pool_slots([4096], HV, V, K, 4, l2)                        # grows to fit the rows
+    big = pool.pool_slots([(4096, 1)], HV, V, K, 4, l2)                   # grows to fit the rows
     assert big >= 2 * 4096 + 4096 + 1 > P
-    assert pool.pool_slots([1], HV, V, K, 2, 1 << 30) * pool.page_elems(HV, V, K) * 2 >= 4 << 30
+    assert pool.pool_slots([(1, 1)], HV, V, K, 2, 1 << 30) * page_elems(HV, V, K) * 2 >= 4 << 30
 
 
 def test_state_pool_layout():
-    sp = pool.StatePool(7, 2, 16, 16, torch.bfloat16, "cpu", seed=1)
+    sp = pool.state_pool(7, 2, 16, 16, "bf16", "cpu", seed=1)
     assert sp.page == 512 + 16 and sp.slot == 512
     assert sp.state.shape == (7, 2, 16, 16) and sp.state.stride() == (528, 256, 16, 1)
     assert sp.state.data_ptr() == sp.buf.data_ptr() and sp.buf.numel() == 7 * 528
@@ -88,25 +100,27 @@ def test_state_pool_layout():
 
 
 def test_slots_are_fresh_distinct_and_aligned():
-    s = pool.Slots(P=60, B=5, rows=8, device="cpu", seed=2)
-    rows = [s.next() for _ in range(8)]
-    every = torch.cat(rows + [s.check]).tolist()
+    s = pool.slot_bank(P=60, B=5, rows=8, device="cpu", seed=2)
+    rows = [s.next().slots for _ in range(8)]
+    every = torch.cat(rows + [s.check.slots]).tolist()
     assert len(set(every)) == len(every) == 45                  # no slot twice, check row apart
     assert min(every) >= 1 and max(every) < 60                  # slot 0 is the null slot
     assert all(r.dtype == torch.int32 and r.shape == (5,) and r.is_contiguous() for r in rows)
-    assert all((r.data_ptr() - s.bank.data_ptr()) % 256 == 0 for r in rows + [s.check])
-    assert s.next() is rows[0] and s.row(9) is rows[1]          # round robin, one counter
+    base = s.bank["slots"].data_ptr()
+    assert all((r.data_ptr() - base) % 256 == 0 for r in rows + [s.check.slots])
+    assert s.next() is s.rows[0] and s.row(9) is s.rows[1]      # round robin, one counter
     s.advance()                                                 # the calls' own index tensor
-    assert s.index.tolist() == rows[1].tolist() and s.index.is_contiguous()
-    assert s.next() is rows[2]
-    assert pool.Slots(P=60, B=5, rows=8, device="cpu", seed=2).bank.tolist() == s.bank.tolist()
+    assert s.index.slots.tolist() == rows[1].tolist() and s.index.slots.is_contiguous()
+    assert s.next() is s.rows[2]
+    again = pool.slot_bank(P=60, B=5, rows=8, device="cpu", seed=2)
+    assert again.bank["slots"].tolist() == s.bank["slots"].tolist()
     with pytest.raises(ValueError, match="slots"):
-        pool.Slots(P=40, B=5, rows=8, device="cpu")
+        pool.slot_bank(P=40, B=5, rows=8, device="cpu")
 
 
 def test_serving_inputs_are_views_of_packed_tensors():
     B, H, HV, K, V = 3, 2, 4, 16, 8
-    x = pool.ServingInputs(B, H, HV, K, V, "fp32", "cpu", seed=0)
+    x, out = pool.cell_inputs(B, 1, "fp32", dict(H=H, HV=HV, K=K, V=V), "cpu", seed=0)
     D = 2 * H * K + HV * V
     assert x.mixed.shape == (B, D) and x.mixed.dtype == torch.bfloat16 and x.mixed.is_contiguous()
     e = x.mixed.element_size()
@@ -119,52 +133,51 @@ def test_serving_inputs_are_views_of_packed_tensors():
     assert x.a2.shape == x.b2.shape == (B, HV) and x.a2.stride() == x.b2.stride() == (2 * HV, 1)
     assert x.b2.data_ptr() - x.ab.data_ptr() == HV * x.ab.element_size()
     assert x.a.shape == x.b.shape == (B, 1, HV) and x.a.data_ptr() == x.ab.data_ptr()
-    assert x.out.shape == (B, 1, HV, V)
+    assert out.shape == (B, 1, HV, V)
 
 
 # ------------------------------------------------------------------------------ checking
 
 def _ctx(B=2, sd="fp32", seed=0):
-    H, HV, K, V = 1, 2, 16, 16
-    sp = pool.StatePool(3 * B + 4, HV, V, K, torch.float32 if sd == "fp32" else torch.bfloat16,
-                        "cpu", seed=seed)
-    return pool.CellCtx(B, sd, sp, pool.ServingInputs(B, H, HV, K, V, sd, "cpu", seed),
-                        pool.Slots(sp.P, B, 2, "cpu", seed))
+    g = dict(H=1, HV=2, K=16, V=16)
+    sp = pool.state_pool(3 * B + 4, g["HV"], g["V"], g["K"], sd, "cpu", seed=seed)
+    x, out = pool.cell_inputs(B, 1, sd, g, "cpu", seed)
+    return pool.PoolCtx(B, sd, sp, x, pool.slot_bank(sp.P, B, 2, "cpu", seed), out)
 
 
 @pytest.mark.parametrize("sd", ["fp32", "bf16"])
 def test_check_passes_the_reference_and_fails_wrong_calls(sd):
     ctx = _ctx(sd=sd)
     storage = ctx.pool.buf.clone()
-    call, note = pool.entry_call("pt-reference", ctx)
-    chk = pool.check_entry(call, ctx)
+    call, note = pool.pool_call("pt-reference", ctx)
+    chk = pool.check_slots(call, ctx)
     assert chk["ok"], chk["reason"]
     assert chk["rel_err_out"] < 1e-2 and chk["max_abs_err_state"] < 1e-2
     assert torch.equal(ctx.pool.buf, storage)              # the check slots restored
-    assert pool.check_entry(call, ctx)["ok"]                # so a second check agrees
+    assert pool.check_slots(call, ctx)["ok"]                # so a second check agrees
 
-    def stray(idx):                                         # right answer, one page gap written
-        call(idx)
+    def stray(ix):                                          # right answer, one page gap written
+        call(ix)
         ctx.pool.buf[ctx.pool.slot] += 1
-    chk = pool.check_entry(stray, ctx)
+    chk = pool.check_slots(stray, ctx)
     assert not chk["ok"] and "outside the slots" in chk["reason"]
     ctx.pool.buf.copy_(storage)
 
-    def zeros(idx):
-        ctx.x.out.zero_()
-    assert not pool.check_entry(zeros, ctx)["ok"]
+    def zeros(ix):
+        ctx.out.zero_()
+    assert not pool.check_slots(zeros, ctx)["ok"]
 
-    def no_state_update(idx):                                     # right out, state untouched
-        saved = ctx.pool.state.index_select(0, idx.long())
-        call(idx)
-        ctx.pool.state.index_copy_(0, idx.long(), saved)
-    chk = pool.check_entry(no_state_update, ctx)
+    def no_state_update(ix):                                      # right out, state untouched
+        saved = ctx.pool.state.index_select(0, ix.slots.long())
+        call(ix)
+        ctx.pool.state.index_copy_(0, ix.slots.long(), saved)
+    chk = pool.check_slots(no_state_update, ctx)
     assert not chk["ok"] and "new_state" in chk["reason"]
 
-    def scribbles(idx):
-        call(idx)
+    def scribbles(ix):
+        call(ix)
         ctx.x.mixed[0, 0] += 1
-    chk = pool.check_entry(scribbles, ctx)
+    chk = pool.check_slots(scribbles, ctx)
     assert not chk["ok"] and "mixed_qkv" in chk["reason"]
 
 
@@ -172,29 +185,29 @@ def test_entries_say_why_they_cannot_run_here():
     ctx = _ctx()
     for name, match in (("cuda-v1", "no CUDA device"), ("fla-tma", "head dims|state pools"),
                         ("not-a-backend", "not registered")):
-        with pytest.raises(pool.Skip, match=match):
-            pool.entry_call(name, ctx)
-    call, note = pool.entry_call("auto", ctx)
+        with pytest.raises(entries.Skip, match=match):
+            pool.pool_call(name, ctx)
+    call, note = pool.pool_call("auto", ctx)
     assert note.startswith("auto -> pt-reference")
-    assert pool.check_entry(call, ctx)["ok"]
+    assert pool.check_slots(call, ctx)["ok"]
 
 
 @pytest.mark.parametrize("name", ["adapter-vllm", "adapter-sglang"])
 def test_adapters_pass_the_check(name):
     try:
-        call, note = pool.entry_call(name, _ctx())
-    except pool.Skip as e:
+        call, note = pool.pool_call(name, _ctx())
+    except entries.Skip as e:
         pytest.skip(str(e))
     ctx = _ctx()
-    call, _ = pool.entry_call(name, ctx)
-    chk = pool.check_entry(call, ctx)
+    call, _ = pool.pool_call(name, ctx)
+    chk = pool.check_slots(call, ctx)
     assert chk["ok"], chk["reason"]
 
 
 # ------------------------------------------------------------------------------ results
 
 def _raw(plan, name, B, sd, us, clock="kernel", status="PASS", n=1, note=""):
-    return dict(cell=pool._cell(name, B, sd, plan), clock=clock, status=status, note=note,
+    return dict(cell=plan.cell(name, "pool", B, sd), clock=clock, status=status, note=note,
                 flags="", samples=[us * f for f in (0.98, 1.0, 1.03)] if us else [],
                 kernels_per_call=n if us else "")
 
@@ -214,25 +227,26 @@ def _synthetic(plan):
 
 
 def test_results_files_round_trip_and_console(tmp_path):
-    plan = pool.make_plan(_args("--batch", "1,16"))
+    plan = _plan("--batch", "1,16")
     raw = _synthetic(plan)
-    pool._flag_adapters(raw)
-    table = pool.build_table(raw, {"copy": {"gbps": 3000.0}})
-    env = dict(gpu="NVIDIA H100 80GB HBM3", driver="d", cuda="13.0", commit="c", method=pool.METHOD,
-               versions={"torch": "2.11"}, kernel_clock="cupti-python activity records")
-    files = pool.write_results(table, env, tmp_path)
-    back, env2 = report.read_results(tmp_path / "results.json")
-    assert env2["gpu"] == env["gpu"] and len(back) == len(table)
-    assert json.loads((tmp_path / "results.json").read_text())["columns"] == pool.columns()
+    pool.flag_adapters(raw)
+    table, env, files, back, cols = bench_files(raw, plan, tmp_path, {"copy": {"gbps": 3000.0}})
+    assert len(back) == len(table)
+    assert json.loads((tmp_path / "results.json").read_text())["columns"] == cols
+    assert cols == report.COLUMNS + ["kernels_per_call"]
     auto = [r for r in back if r["backend"] == "auto" and r["clock"] == "kernel"]
     assert all(r["mode"] == "pool" and r["l2norm"] is True and r["T"] == 1 for r in auto)
     assert [round(r["x_floor"], 3) for r in auto] == [1.2, 1.2, 1.2, 1.2]
     assert (tmp_path / "results.csv").read_text().splitlines()[0].endswith("kernels_per_call")
     flagged = [r for r in back if r["flags"]]
     assert [(r["backend"], r["B"]) for r in flagged] == [("adapter-vllm", 16)] * 2
-    text = pool.console(table, env, ["fp32 pool: 3971 slots"], files, plan)
+    plan.notes.append("fp32 pool: 3971 slots")
+    text = console.render(table, env, plan, files)
     assert "fp32 state, kernel clock, us / x the same-run pool floor" in text
-    assert "2.40/1.2x" in text and "2.20/1.1x" in text                     # auto, cuda-v4 at B=1
+    assert "2.40/1.20x" in text and "2.20/1.10x" in text                   # auto, cuda-v4 at B=1
+    line = next(x for x in text.splitlines() if x.split()[:2] == ["1", "2.00"])
+    assert line.split()[-1] == "1.09x"                                      # auto / cuda-v4
+    assert "fp32 records per call: floor 1, auto 1, cuda-v4 1, adapter-vllm 1/2" in text
     assert "graph clock" in text and "3.00" in text
     assert "flag adapter-vllm fp32 B=16: records 2 != decode's 1" in text
     assert "FAIL fla-recurrent (fp32 B=1): out: 3 bad" in text
@@ -242,13 +256,13 @@ def test_results_files_round_trip_and_console(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the run without a GPU")
 def test_cpu_run_skips_everything_and_says_why(tmp_path, capsys):
-    args = _args("--out", str(tmp_path), "--quiet", "--batch", "1,4")
-    assert sweep.cmd_bench(args) == 0
-    text = capsys.readouterr().out
+    code, text, _ = run_cli(["bench", "--mode", "pool", "--out", str(tmp_path), "--quiet",
+                             "--batch", "1,4"], capsys)
+    assert code == 0
     assert "SKIP floor, auto," in text and "no CUDA device" in text
     assert "nothing was measured" in text
     rows, env = report.read_results(tmp_path / "results.json")
-    plan = pool.make_plan(args)
+    plan = _plan("--batch", "1,4")
     assert len(rows) == 2 * 2 * (len(plan.entries) + 2)    # B x dtype x entries, 2 graph rows
     assert all(r["status"] == "SKIP" and "no CUDA device" in r["note"] for r in rows)
     assert "no CUDA device" in env["notes"][0]
@@ -310,19 +324,19 @@ def test_pool_floor_skips_without_cupy(monkeypatch):
     monkeypatch.setattr(floor, "cupy_available", lambda: (False, "cupy not importable (test)"))
     t = floor.PoolTarget(torch.zeros(4 * 528), 528, 512, 3, torch.zeros(3, dtype=torch.int32),
                          None)
-    f = floor.pool_floor_times(t)
+    f = floor.indexed_floor_times(t)
     assert f["samples"] is None and "cupy not importable (test)" in f["config"]
 
 
 # ------------------------------------------------------------------------------ tune
 
-def _pool_run(d, entries, commit="p0015"):
-    plan = pool.make_plan(_args())
-    raw = [_raw(plan, name, B, sd, us) for name, B, sd, us in entries]
-    table = pool.build_table(raw, {})
+def _pool_run(d, cells, commit="p0015"):
+    plan = _plan()
+    raw = [_raw(plan, name, B, sd, us) for name, B, sd, us in cells]
+    table = report.build_table(raw, {}, plan)
     env = dict(gpu="NVIDIA H100 80GB HBM3", driver="d", cuda="13.0", commit=commit,
                date="2026-02-03T00:00:00+00:00", method="m", versions={"torch": "2.11"})
-    pool.write_results(table, env, d)
+    report.write_results(table, env, d, report.columns(plan.mode))
     return d / "results.json"
 
 
@@ -341,18 +355,18 @@ def test_flashinfer_peers_skip_without_the_cute_dsl(monkeypatch):
             raise ModuleNotFoundError(f"No module named {name.split('.')[0]!r}")
         return mods[name]
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    monkeypatch.setattr(pool.importlib, "import_module", import_module)
-    with pytest.raises(pool.Skip, match=r"need the CuTe DSL \(nvidia-cutlass-dsl\), which does "
+    monkeypatch.setattr(entries.importlib, "import_module", import_module)
+    with pytest.raises(entries.Skip, match=r"need the CuTe DSL \(nvidia-cutlass-dsl\), which does "
                                         r"not import \(ModuleNotFoundError: No module named 'cutl"):
-        pool.flashinfer_gdn("gated_delta_rule_mtp")
+        entries.flashinfer_gdn("gated_delta_rule_mtp")
     mods["cutlass.cute"] = types.SimpleNamespace()
-    assert pool.flashinfer_gdn("gated_delta_rule_mtp") is len
+    assert entries.flashinfer_gdn("gated_delta_rule_mtp") is len
     del mods["flashinfer.gdn_decode"]
-    with pytest.raises(pool.Skip, match="gated_delta_rule_mtp not importable .ModuleNotFound"):
-        pool.flashinfer_gdn("gated_delta_rule_mtp")
+    with pytest.raises(entries.Skip, match="gated_delta_rule_mtp not importable .ModuleNotFound"):
+        entries.flashinfer_gdn("gated_delta_rule_mtp")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (8, 0))
-    with pytest.raises(pool.Skip, match="SM90"):
-        pool.flashinfer_gdn("gated_delta_rule_mtp")
+    with pytest.raises(entries.Skip, match="SM90"):
+        entries.flashinfer_gdn("gated_delta_rule_mtp")
 
 
 def test_tune_from_pool_results_adds_table_pool(tmp_path, capsys):
@@ -369,8 +383,8 @@ def test_tune_from_pool_results_adds_table_pool(tmp_path, capsys):
     p = tune.add_tune_args(argparse.ArgumentParser())
     assert tune.cmd_tune(p.parse_args(["--from", str(f), "--write", "--registry", str(reg)])) == 0
     after = parse_registry(yaml.safe_load(reg.read_text()))
-    row = [d for d in after.defaults if d.gpu == "NVIDIA H100 80GB HBM3"][0]
-    old = [d for d in before.defaults if d.gpu == "NVIDIA H100 80GB HBM3"][0]
+    row = [d for d in after.op("decode").defaults if d.gpu == "NVIDIA H100 80GB HBM3"][0]
+    old = [d for d in before.op("decode").defaults if d.gpu == "NVIDIA H100 80GB HBM3"][0]
     assert row.table_pool == {"fp32": [(1, 63, "cuda-v4"), (64, None, "fla-recurrent")],
                               "bf16": [(1, None, "cuda-v4")]}    # peers, adapters, auto: no say
     assert (row.table, row.table_dest, row.table_tokens) == (old.table, old.table_dest,
@@ -381,18 +395,20 @@ def test_tune_from_pool_results_adds_table_pool(tmp_path, capsys):
                                                     "fla-recurrent": 2.4}
     assert ({k: v for k, v in prov.items() if k != "pool"}
             == {k: v for k, v in old.provenance.items() if k != "pool"})
-    assert [d.gpu for d in after.defaults] == [d.gpu for d in before.defaults]
+    assert ([d.gpu for d in after.op("decode").defaults]
+            == [d.gpu for d in before.op("decode").defaults])
     assert "state pool" in capsys.readouterr().out
     # a later in-place re-tune keeps the row's table_pool
     dense = tmp_path / "dense"
-    rows = report.build_rows([dict(cell=sweep.Cell("cuda-v4", 1, 4, 8, 128, 128, 1, "fp32",
-                                                   "inplace"), clock="kernel", status="PASS",
-                                   note="", samples=[2.0, 2.1])], {})
-    report.write_all(rows, dict(gpu="NVIDIA H100 80GB HBM3", commit="d1", date="2026-02-04",
-                                versions={}), dense, plots=False)
+    dplan = bench_plan("--algo", "cuda-v4")
+    rows = report.build_table([dict(cell=dplan.cell("cuda-v4", "inplace", 1, "fp32"),
+                                    clock="kernel", status="PASS", note="",
+                                    samples=[2.0, 2.1])], {}, dplan)
+    report.write_results(rows, dict(gpu="NVIDIA H100 80GB HBM3", commit="d1", date="2026-02-04",
+                                    versions={}), dense)
     assert tune.cmd_tune(p.parse_args(["--from", str(dense / "results.json"), "--write",
                                        "--registry", str(reg)])) == 0
-    row2 = [d for d in parse_registry(yaml.safe_load(reg.read_text())).defaults
+    row2 = [d for d in parse_registry(yaml.safe_load(reg.read_text())).op("decode").defaults
             if d.gpu == "NVIDIA H100 80GB HBM3"][0]
     assert row2.table == {"fp32": [(1, None, "cuda-v4")]} and row2.table_pool == row.table_pool
     assert row2.provenance["pool"] == prov["pool"]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import gdnzoo
-from gdnzoo.bench import report, sweep
-from helpers import run_cli
+from gdnzoo.bench import console, mode_dense, report
+from helpers import bench_plan, run_cli
 
 _main = run_cli                  # (exit status, stdout, stderr) of gdnzoo ARGV
 
@@ -60,7 +60,7 @@ BENCH_BAD = [
     (["--batch", "1,-4"], "--batch", "positive integer"),
     (["--heads", "4,6"], "--heads", "multiple of H"),
     (["--heads", "x"], "--heads", "H,HV"),
-    (["--mode", "bogus"], "--mode", "inplace, dest, pool"),
+    (["--mode", "bogus"], "--mode", "dense, dest, pool, verify, chained"),
     (["--mode", "pool,dest"], "--mode", "alone"),
     (["--timing", "wall"], "--timing", "kernel, graph, host"),
     (["--iters", "0"], "--iters", "positive integer"),
@@ -69,6 +69,8 @@ BENCH_BAD = [
     (["--time-budget", "-1"], "--time-budget", ">= 0"),
     (["--time-budget", "nan"], "--time-budget", ">= 0"),
     (["--algo", ","], "--algo", "backend names"),
+    (["--algo", "nope"], "--algo", "unknown backend(s) nope"),
+    (["--algo", "all,nope"], "--algo", "unknown backend(s) nope;"),
 ]
 
 
@@ -113,7 +115,9 @@ def test_bench_writes_into_the_working_directory(tmp_path, monkeypatch, capsys):
 def test_console_prints_every_note():
     env = dict(gpu="cpu", driver=None, cuda=None, commit=None, versions={"torch": "x"})
     notes = [f"backend-{i}: skipped (reason {i} " + "x" * 200 + ")" for i in range(12)]
-    text = report.console([], env, notes)
+    plan = bench_plan("--algo", "pt-reference")
+    plan.notes[:] = notes
+    text = console.render([], env, plan)
     assert all(f"note: {n}" in text for n in notes)
 
 
@@ -121,7 +125,7 @@ def test_bench_exit_status_counts_errors(tmp_path, monkeypatch, capsys):
     """A cell that errors makes the run fail (status 1), as a failing cell does."""
     def boom(*a, **k):
         raise RuntimeError("broken on purpose")
-    monkeypatch.setattr(sweep, "measure_cell", boom)
+    monkeypatch.setattr(mode_dense, "dense_entry", boom)
     code, out, _ = _main(["bench", "--algo", "pt-reference", "--batch", "1", "--heads", "1,2",
                           "--dim", "16", "--no-plots", "--quiet", "--out", str(tmp_path)], capsys)
     assert code == 1 and "ERROR" in out and "broken on purpose" in out

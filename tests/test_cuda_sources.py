@@ -22,8 +22,8 @@ from gdnzoo.backends import _cuda_build as cuda_build
 from gdnzoo.backends import _cuda_v4_tc as tc_verify
 from gdnzoo.backends import cuda_v1, cuda_v4
 from gdnzoo import tables
-from gdnzoo.contract import Problem, validate
-from gdnzoo.inputs import make_inputs
+from gdnzoo.contract import validate
+from gdnzoo.inputs import make_inputs, make_problem, paged_pool
 from gdnzoo.pool import Pool
 from v4_runs import params_at
 from helpers import record, run
@@ -333,11 +333,7 @@ def test_cache_key_tracks_source_options_and_compiler(tmp_path, monkeypatch):
     assert key != cuda_build.cache_key("src", ["-DGDN_K=128"], (13, 0), "cubin")
 
 
-def _problem(**kw):
-    p = dict(B=1, T=1, H=4, HV=8, K=128, V=128, state_dtype=F32, io_dtype=BF16, device="cuda",
-             cc=(9, 0))
-    p.update(kw)
-    return Problem(**p)
+_problem = make_problem         # the contest geometry on an sm_90 GPU
 
 
 def test_supports_reasons():
@@ -644,7 +640,7 @@ def test_v4_head_scalars_serve_the_token_loop(fake_gpu):
 
 def _page_pool(P, HV=8, V=128, K=128, dtype=F32, gap=32):
     """A pool [P, HV, V, K] whose slots are a page apart (a gap after each slot's block)."""
-    return torch.zeros(P, HV * V * K + gap, dtype=dtype)[:, :HV * V * K].view(P, HV, V, K)
+    return paged_pool(P, HV, V, K, dtype=dtype, gap=gap, fill="zeros").state
 
 
 def _pool_call(x, pool_t, new_t, read, write=None, null_slot=None, l2=False, **kw):

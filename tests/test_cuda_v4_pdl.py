@@ -33,11 +33,10 @@ import gdnzoo
 from gdnzoo import gate
 from gdnzoo.backends import _cuda_build as cuda_build
 from gdnzoo.backends import cuda_v4
-from gdnzoo.contract import PDL_LEVELS, Problem
-from gdnzoo.inputs import make_inputs
+from gdnzoo.contract import PDL_LEVELS
+from gdnzoo.inputs import make_inputs, make_pool_case as make_case, make_problem
 from gdnzoo.reference import reference_outputs
-from pool_cases import make_case
-from verify_cases import make_verify_case
+from gdnzoo.inputs import make_verify_case
 from helpers import record, run
 from v4_defines import v4_defines
 
@@ -380,9 +379,7 @@ def test_bad_level_raises(fake_gpu):
 
 
 def _problem(**kw):
-    base = dict(B=4, T=1, H=4, HV=8, K=128, V=128, state_dtype=F32, io_dtype=BF16,
-                device="cuda", cc=(9, 0))
-    return Problem(**{**base, **kw})
+    return make_problem(**{"B": 4, **kw})
 
 
 def test_supports_refuses_pdl_below_sm90():

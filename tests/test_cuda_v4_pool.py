@@ -22,7 +22,8 @@ import gdnzoo
 from gdnzoo import gate
 from gdnzoo.backends import cuda_v4
 from gdnzoo.contract import validate
-from gdnzoo.inputs import make_inputs
+from gdnzoo import inputs
+from gdnzoo.inputs import make_inputs, paged_pool
 from gdnzoo.pool import Pool, live
 from gdnzoo.reference import reference_outputs
 from helpers import record, run
@@ -50,19 +51,15 @@ def page_pool(P, HV, dtype, seed, V=V, offset=0):
     random buffer with one more page on either side, so that a write to slot -1 or P lands in
     the buffer and shows; ``offset`` elements come first (1 of bf16: the pool is not 16-byte
     aligned)."""
-    slot = HV * V * K
-    page = slot + slot // 32
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    buf = (torch.randn(offset + (P + 2) * page, generator=gen, device="cuda") * 0.05).to(dtype)
-    return buf, buf.as_strided((P, HV, V, K), (page, V * K, K, 1), offset + page)
+    p = paged_pool(P, HV, V, K, dtype=dtype, device="cuda", guard=1, offset=offset,
+                   gen=torch.Generator(device="cuda").manual_seed(seed))
+    return p.buf, p.state
 
 
 def distinct_slots(n, lo, hi, seed, exclude=()):
     """n distinct random slots in [lo, hi), none of ``exclude``."""
-    gen = torch.Generator().manual_seed(seed)
-    pick = [s for s in (lo + torch.randperm(hi - lo, generator=gen)).tolist() if s not in exclude]
-    assert len(pick) >= n
-    return pick[:n]
+    return inputs.distinct_slots(hi, n, torch.Generator().manual_seed(seed), low=lo,
+                                 exclude=exclude).tolist()
 
 
 def expect(x, pool_t, buf, p, new_pool=None, new_buf=None, l2=False):
@@ -244,8 +241,9 @@ def test_slot_offset_past_2_31_elements():
     if free < need + (2 << 30):
         pytest.skip(f"needs {need / 2**30:.1f} GiB for a {P}-slot fp32 pool plus 2 GiB, "
                     f"{free / 2**30:.1f} GiB free on the GPU")
-    buf = torch.zeros(P * page, device="cuda")
-    pool_t = buf.as_strided((P, HV, V, K), (page, V * K, K, 1))
+    big = paged_pool(P, HV, V, K, device="cuda", fill="zeros")
+    buf, pool_t = big.buf, big.state
+    assert pool_t.stride(0) == page
     slots = [4_000, 4_099, 17, 4_051]
     x = make_inputs(B=len(slots), T=1, H=H, HV=HV, K=K, V=V, state_dtype=F32, device="cuda",
                     seed=11)

@@ -31,7 +31,7 @@ from conftest import DEVICE
 from v4_defines import v4_defines
 from v4_runs import (H100, NVCC, check_run, compile_failures, needs_nvcc, params_at,
                      run_case)
-from verify_cases import make_verify_case
+from gdnzoo.inputs import make_verify_case
 from helpers import record, run
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16

@@ -31,8 +31,9 @@ from gdnzoo.backends import cuda_v4
 from gdnzoo.contract import validate
 from gdnzoo.reference import reference_verify_outputs
 from conftest import DEVICE
+from gdnzoo.inputs import make_verify_case
 from helpers import record
-from verify_cases import check_verify_call, make_verify_case
+from verify_cases import check_verify_call
 from v4_runs import (H100, NVCC, check_run, compile_failures, needs_nvcc, params_at,
                      run_case)
 from v4_defines import v4_defines

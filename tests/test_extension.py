@@ -39,7 +39,8 @@ def supports(problem):
     return True, ""
 
 
-def run(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm):
+def run(call, *, config=None):
+    q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm = call[:12]
     B, T, H, K = q.shape
     rep = v.shape[2] // H
     S = state.float()
@@ -67,7 +68,7 @@ def extra_backend(tmp_path, monkeypatch):
     mod_dir.mkdir()
     (mod_dir / "gdnzoo_extra_backend.py").write_text(textwrap.dedent(EXTRA))
     reg = yaml.safe_load(registry.registry_path().read_text())
-    reg["backends"].append(dict(name="pt-onepass", entry="gdnzoo_extra_backend:run",
+    reg["operations"]["decode"]["backends"].append(dict(name="pt-onepass", entry="gdnzoo_extra_backend:run",
                                 language="python", devices=["cpu", "cuda"],
                                 state_dtypes=["fp32", "bf16"],
                                 notes="one-pass torch form, registered by a test"))
@@ -94,12 +95,12 @@ def test_an_added_backend_is_listed_run_by_the_matrix_and_benched(extra_backend,
                             capture_output=True, text=True, env=extra_backend, cwd=ROOT)
     assert matrix.returncode == 0, matrix.stdout[-2000:]
     assert " passed" in matrix.stdout.splitlines()[-1] and " failed" not in matrix.stdout
-    from gdnzoo.bench import sweep
-    args = sweep.add_bench_args(argparse.ArgumentParser()).parse_args(
-        ["--algo", "pt-onepass,pt-reference", "--batch", "1,2", "--heads", "2,4", "--dim", "32",
-         "--tokens", "2", "--iters", "10", "--device", "cpu", "--no-plots", "--quiet",
-         "--mode", "inplace,dest", "--out", str(tmp_path / "bench")])
-    rows, _, _ = sweep.run_sweep(args, progress=False)
+    from helpers import bench_args, bench_run
+    args = bench_args("--algo", "pt-onepass,pt-reference", "--batch", "1,2", "--heads", "2,4",
+                      "--dim", "32", "--tokens", "2", "--iters", "10", "--device", "cpu",
+                      "--no-plots", "--quiet", "--mode", "inplace,dest",
+                      "--out", str(tmp_path / "bench"))
+    _, rows, _ = bench_run(args)
     mine = [r for r in rows if r["cell"].backend == "pt-onepass" and r["clock"] == "host"]
     assert len(mine) == 4 and all(r["status"] == "PASS" and r["samples"] for r in mine)
 
@@ -159,21 +160,22 @@ def test_the_tuner_writes_a_new_gpus_rows(table_copy):
 
 def test_the_tuner_writes_a_new_gpus_default_row(tmp_path, capsys):
     from gdnzoo.bench import report, tune
-    from gdnzoo.bench.sweep import Cell
+    from helpers import bench_plan
     gpu = "NVIDIA FAKE-GPU 96GB"
-    raw = [dict(cell=Cell(be, B, 4, 8, 128, 128, 1, "fp32", "inplace"), clock="kernel",
+    plan = bench_plan("--algo", "pt-reference")
+    raw = [dict(cell=plan.cell(be, "inplace", B, "fp32"), clock="kernel",
                 status="PASS", note="", flags="", samples=[us] * 5)
            for be, B, us in (("cuda-v4", 1, 1.9), ("fla-recurrent", 1, 2.0),
                              ("cuda-v4", 64, 21.0), ("fla-recurrent", 64, 20.5))]
     env = dict(gpu=gpu, driver="d", cuda="13.0", date="2026-11-23T00:00:00+00:00",
                commit="abc", method="m", notes=[], versions={"torch": "2.11"})
-    report.write_all(report.build_rows(raw), env, tmp_path / "run", plots=False)
+    report.write_results(report.build_table(raw, None, plan), env, tmp_path / "run")
     reg = tmp_path / "registry.yaml"
     shutil.copy(registry.registry_path(), reg)
     p = tune.add_tune_args(argparse.ArgumentParser())
     assert tune.cmd_tune(p.parse_args(["--from", str(tmp_path / "run" / "results.json"),
                                        "--write", "--registry", str(reg)])) == 0
-    rows = registry.parse_registry(yaml.safe_load(reg.read_text())).defaults
+    rows = registry.parse_registry(yaml.safe_load(reg.read_text())).op("decode").defaults
     row = tables.default_row(rows, gpu)
     assert row.gpu == gpu and row.table["fp32"] == [(1, 63, "cuda-v4"), (64, None, "fla-recurrent")]
     assert tables.default_row(rows, "NVIDIA H100 80GB HBM3").gpu == "NVIDIA H100 80GB HBM3"

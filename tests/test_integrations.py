@@ -18,8 +18,7 @@ import torch
 
 import gdnzoo
 from gdnzoo import gate, integrations, registry
-from gdnzoo.contract import Problem
-from gdnzoo.inputs import Inputs, make_inputs
+from gdnzoo.inputs import Inputs, distinct_slots, make_inputs, make_problem, packed, paged_pool
 from gdnzoo.integrations import sglang as sglang_adapter, vllm as vllm_adapter
 from gdnzoo.pool import Pool
 from gdnzoo.reference import reference_outputs
@@ -68,32 +67,18 @@ def make_packed(engine, B=3, H=2, HV=4, K=32, V=64, state_dtype=torch.float32, s
     is the other convention's case (vLLM: -1, padding; SGLang: slot 0, a real slot)."""
     x0 = make_inputs(B=B, T=1, H=H, HV=HV, K=K, V=V, state_dtype=state_dtype, seed=seed)
     gen = torch.Generator().manual_seed(seed + 1000)
-    HK, W = H * K, 2 * H * K + HV * V
-    rows = torch.randn(B, W + 24, generator=gen).to(x0.q.dtype)
-    mixed = rows[:, 8:8 + W]
-    mixed[:, :HK] = x0.q.reshape(B, HK)
-    mixed[:, HK:2 * HK] = x0.k.reshape(B, HK)
-    mixed[:, 2 * HK:] = x0.v.reshape(B, HV * V)
-    ab = torch.cat([x0.a[:, 0], x0.b[:, 0]], dim=1)
-    slot = HV * V * K
-    page = slot + slot // 32
+    pk = packed(x0, lead=8, trail=16, gen=gen)          # a row of 24 elements more than q|k|v
     P = 2 * B + 3
-    buf = (torch.randn(P * page, generator=gen) * 0.05).to(state_dtype)
-    idx = torch.randperm(P - 1, generator=gen)[:B] + 1
+    pool = paged_pool(P, HV, V, K, dtype=state_dtype, device=device, gen=gen)
+    idx = distinct_slots(P, B, gen)
     if B > 1:
         idx[1] = 0 if engine == "vllm" else -1
     if B > 2 and zero_slot:
         idx[2] = -1 if engine == "vllm" else 0
-    rows, ab, buf = rows.to(device), ab.to(device), buf.to(device)
-    mixed = rows[:, 8:8 + W]
-    pool = buf.as_strided((P, HV, V, K), (page, V * K, K, 1))
-    a, b = ab[:, :HV], ab[:, HV:]
-    A_log, dt_bias = x0.A_log.to(device), x0.dt_bias.to(device)
-    x = Inputs(q=mixed[:, :HK].view(B, 1, H, K), k=mixed[:, HK:2 * HK].view(B, 1, H, K),
-               v=mixed[:, 2 * HK:].view(B, 1, HV, V), state=pool, A_log=A_log, a=a[:, None],
-               dt_bias=dt_bias, b=b[:, None], scale=x0.scale)
-    return Packed(mixed, a, b, A_log, dt_bias, x0.scale, pool, buf, rows, ab,
-                  idx.to(torch.int32).to(device), engine, x)
+    pk = pk.to(device)
+    x = Inputs(*pk.args(pool.state))
+    return Packed(pk.mixed, pk.a2, pk.b2, pk.A_log, pk.dt_bias, pk.scale, pool.state, pool.buf,
+                  pk.rows, pk.ab, idx.to(torch.int32).to(device), engine, x)
 
 
 def nan_out(c):
@@ -254,10 +239,7 @@ def test_adapter_padding_rules(engine):
 # ------------------------------------------------------------------ the vllm-packed peer
 
 def _problem(**kw):
-    base = dict(B=4, T=1, H=4, HV=8, K=128, V=128, state_dtype=torch.float32,
-                io_dtype=torch.bfloat16, device="cuda", cc=(9, 0), pool=True)
-    base.update(kw)
-    return Problem(**base)
+    return make_problem(**{"B": 4, "pool": True, **kw})
 
 
 @pytest.mark.parametrize("kw,frag", [(dict(pool=False), "state_indices"),

@@ -21,14 +21,14 @@ import torch
 
 import gdnzoo
 from gdnzoo import gate, registry
-from gdnzoo.inputs import Inputs, make_inputs
+from gdnzoo.inputs import Inputs, make_inputs, packed, paged_pool
 from gdnzoo.integrations import sglang as sg, vllm as vl
 from gdnzoo.pool import Pool
 from gdnzoo.reference import reference_verify_outputs
 from gdnzoo.verify import Verify
 from conftest import DEVICE
-from pool_cases import paged
-from verify_cases import check_verify_call, make_verify_case
+from gdnzoo.inputs import make_verify_case
+from verify_cases import check_verify_call
 
 CPU_ALGOS = ["pt-reference", "fla-recurrent"]
 
@@ -55,28 +55,18 @@ class Call:
 def make_call(N=3, T=3, H=2, HV=4, K=32, V=64, sd=torch.float32, seed=0, device=DEVICE):
     x0 = make_inputs(B=N, T=T, H=H, HV=HV, K=K, V=V, state_dtype=sd, seed=seed)
     gen = torch.Generator().manual_seed(seed + 500)
-    HK, W, NT = H * K, 2 * H * K + HV * V, N * T
-    rows = torch.randn(NT, W + 24, generator=gen).to(x0.q.dtype)
-    rows[:, 8:8 + HK] = x0.q.reshape(NT, HK)
-    rows[:, 8 + HK:8 + 2 * HK] = x0.k.reshape(NT, HK)
-    rows[:, 8 + 2 * HK:8 + W] = x0.v.reshape(NT, HV * V)
-    ab = torch.cat([x0.a.reshape(NT, HV), x0.b.reshape(NT, HV)], dim=1)
-    P = N * (T + 1) + 4
-    buf, pool = paged(P, HV, V, K, sd, device, gen)
-    rows, ab = rows.to(device), ab.to(device)
-    s = rows.stride(0)
-    at = rows.storage_offset() + 8
+    HK, NT = H * K, N * T
+    pk = packed(x0, lead=8, trail=16, gen=gen)          # token rows of 24 elements more
+    pool = paged_pool(N * (T + 1) + 4, HV, V, K, dtype=sd, device=device, gen=gen)
+    pk = pk.to(device)
+    rows, s = pk.rows, pk.rows.stride(0)
 
-    def packed(off, heads, dim):
-        return rows.as_strided((1, NT, heads, dim), (NT * s, s, dim, 1), at + off)
-    q, k, v = packed(0, H, K), packed(HK, H, K), packed(2 * HK, HV, V)
-    a, b = ab[:, :HV], ab[:, HV:]
-    x = Inputs(q=q[0].reshape(N, T, H, K), k=k[0].reshape(N, T, H, K),
-               v=v[0].reshape(N, T, HV, V), state=pool, A_log=x0.A_log.to(device),
-               a=a.reshape(N, T, HV), dt_bias=x0.dt_bias.to(device), b=b.reshape(N, T, HV),
-               scale=x0.scale)
+    def varlen(off, heads, dim):                        # [1, N*T, heads, dim]: one "sequence"
+        return rows.as_strided((1, NT, heads, dim), (NT * s, s, dim, 1), 8 + off)
+    q, k, v = varlen(0, H, K), varlen(HK, H, K), varlen(2 * HK, HV, V)
     cu = torch.arange(N + 1, dtype=torch.int32, device=device) * T
-    return Call(q, k, v, a, b, cu, pool, buf, rows, ab, x, N, T)
+    return Call(q, k, v, pk.a2, pk.b2, cu, pool.state, pool.buf, rows, pk.ab,
+                Inputs(*pk.args(pool.state)), N, T)
 
 
 def slots(c, seed, dim, low=1):

@@ -23,8 +23,8 @@ from gdnzoo import gate, registry
 from gdnzoo.inputs import make_inputs
 from gdnzoo.layer import GatedDeltaNetDecode
 from gdnzoo.reference import reference_outputs, reference_verify_outputs
-from pool_cases import make_case, paged
-from verify_cases import make_verify_case
+from gdnzoo.inputs import make_pool_case as make_case, paged_pool
+from gdnzoo.inputs import make_verify_case
 
 CUDA = pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
 DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
@@ -338,7 +338,7 @@ def test_pdl_bit_identical_under_graph_replay(algo, level):
     B, H, HV, K, P = 4, 2, 4, 128, 16
     W = 2 * H * K + HV * K
     gen = torch.Generator().manual_seed(7)
-    buf0, _ = paged(P, HV, K, K, torch.float32, "cuda", gen)
+    buf0 = paged_pool(P, HV, K, K, device="cuda", gen=gen).buf
     A_log = make_inputs(H=H, HV=HV, K=K, V=K, device="cuda").A_log
     dt_bias = torch.zeros(HV, device="cuda")
     src = torch.empty(2, B, W, device="cuda")      # fp32: the producer below is a kernel
@@ -354,7 +354,8 @@ def test_pdl_bit_identical_under_graph_replay(algo, level):
         idx.copy_(slots)
 
     def run(pdl):
-        buf, pool = paged(P, HV, K, K, torch.float32, "cuda", gen)
+        p = paged_pool(P, HV, K, K, device="cuda", gen=gen)
+        buf, pool = p.buf, p.state
         buf.copy_(buf0)
         qkv = torch.empty(B, W, dtype=torch.bfloat16, device="cuda")
         q = qkv[:, :H * K].view(B, 1, H, K)

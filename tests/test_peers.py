@@ -11,16 +11,11 @@ import torch
 import gdnzoo
 from gdnzoo import registry
 from gdnzoo.gate import compare
-from gdnzoo.contract import Problem
-from gdnzoo.inputs import make_inputs
+from gdnzoo.inputs import make_inputs, make_problem
 from gdnzoo.reference import reference_decode
 
 
-def _problem(**kw):
-    base = dict(B=1, T=1, H=4, HV=8, K=128, V=128, state_dtype=torch.float32,
-                io_dtype=torch.bfloat16, device="cuda", cc=(9, 0))
-    base.update(kw)
-    return Problem(**base)
+_problem = make_problem         # the contest geometry on an sm_90 GPU
 
 
 # ------------------------------------------------------------------ availability and limits
@@ -151,13 +146,14 @@ def test_check_backend_catches_a_broken_backend(monkeypatch, defect, word):
                use_qk_l2norm=False):
         if defect == "raise":
             raise RuntimeError("kernel exploded")
-        good(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state)
+        got = good(q, k, v, state, A_log, a, dt_bias, b, scale, out=out, new_state=new_state)
         if defect == "scale":
             out.mul_(3.0)
         elif defect == "state":
             new_state[0, 0, 0, :4] += 1.0
         elif defect == "mutate":
             state[0, 0, 0, 0] += 1.0
+        return got
     monkeypatch.setattr(gdnzoo, "get", lambda name: broken)
     status, reason, rows = check_backend("pt-reference", _workloads(2), "cpu")
     assert status == "FAIL" and word in reason

@@ -12,7 +12,6 @@ import gdnzoo
 from gdnzoo import gate, registry
 from gdnzoo.reference import reference_outputs
 from conftest import DEVICE
-from pool_cases import make_case
 
 # vllm-packed (the peer) serves only vLLM's packed layout and padding: tests/test_integrations.py.
 CLAIMING = [n for n, s in registry.load_registry().op().backends.items()
@@ -102,51 +101,50 @@ def check_pool_call(name, case, l2, what):
 
 @pytest.mark.parametrize("name", CLAIMING)
 @pytest.mark.parametrize("c", CASES, ids=_id)
-def test_pool_matrix(name, c):
+def test_pool_matrix(name, c, pool_case):
     if name in SLOW and c["seed"] % 6:
         pytest.skip(f"{name}: every sixth case only (compiles per signature or runs in the "
                     f"Triton interpreter here)")
-    case = make_case(B=c["B"], T=c["T"], H=c["H"], HV=c["HV"], state_dtype=c["sd"],
-                     device=DEVICE, seed=c["seed"], pad=c["pad"],
-                     separate_write=c["write"] == "separate", other_pool=c["write"] == "other",
-                     index_dtype=c["idx"])
+    case = pool_case(B=c["B"], T=c["T"], H=c["H"], HV=c["HV"], state_dtype=c["sd"],
+                     seed=c["seed"], pad=c["pad"], separate_write=c["write"] == "separate",
+                     other_pool=c["write"] == "other", index_dtype=c["idx"])
     _usable(name, case)
     check_pool_call(name, case, c["l2"], f"{name} {_id(c)}")
 
 
 @pytest.mark.parametrize("name", CLAIMING)
-def test_index_past_pool_is_padding(name):
-    case = make_case(B=3, device=DEVICE, seed=7, out_of_range=True)
+def test_index_past_pool_is_padding(name, pool_case):
+    case = pool_case(B=3, seed=7, out_of_range=True)
     _usable(name, case)
     check_pool_call(name, case, False, f"{name} index >= P")
 
 
 @pytest.mark.parametrize("name", REFUSING)
-def test_refusing_backends_say_why(name):
-    case = make_case(B=2, device=DEVICE, seed=3)
+def test_refusing_backends_say_why(name, pool_case):
+    case = pool_case(B=2, seed=3)
     before = case.buf.clone()
     with pytest.raises(ValueError, match="cannot serve"):
         gdnzoo.decode(*case.x.args(), algo=name, **case.kwargs())
     assert torch.equal(case.buf, before)
 
 
-def test_automatic_choice_serves_pools():
-    case = make_case(B=2, device=DEVICE, seed=5, pad="neg")
+def test_automatic_choice_serves_pools(pool_case):
+    case = pool_case(B=2, seed=5, pad="neg")
     sel = gdnzoo.select(*case.x.args(), **case.kwargs())
     assert registry.load_registry().op().backends[sel.name].pools is True
     check_pool_call(sel.name, case, True, f"automatic ({sel.name})")
 
 
-def test_host_index_check(monkeypatch):
+def test_host_index_check(monkeypatch, pool_case):
     """GDNZOO_CHECK_INDICES=1: an index >= P and a shared write slot raise, naming them; off,
     the same calls run (>= P is padding)."""
-    case = make_case(B=3, device=DEVICE, seed=11, out_of_range=True)
+    case = pool_case(B=3, seed=11, out_of_range=True)
     monkeypatch.setenv("GDNZOO_CHECK_INDICES", "1")
     before = case.buf.clone()
     with pytest.raises(ValueError, match=r"state_indices\[2\]"):
         gdnzoo.decode(*case.x.args(), algo="pt-reference", **case.kwargs())
     assert torch.equal(case.buf, before)
-    dup = make_case(B=3, device=DEVICE, seed=12, separate_write=True)
+    dup = pool_case(B=3, seed=12, separate_write=True)
     dup.new_idx[2] = dup.new_idx[0]
     with pytest.raises(ValueError, match=r"new_state_indices\[2\].*sequence 0"):
         gdnzoo.decode(*dup.x.args(), algo="pt-reference", **dup.kwargs())

@@ -132,7 +132,8 @@ def test_tune_line_rebuilds_the_committed_row(env, scratch):
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         printed.append(yaml.safe_load(textwrap.dedent(r.stdout[r.stdout.index("  - gpu:"):]))[0])
-    committed = next(row for row in reg["defaults"] if row["gpu"] == printed[0]["gpu"])
+    committed = next(row for row in reg["operations"]["decode"]["defaults"]
+                     if row["gpu"] == printed[0]["gpu"])
     tables = [k for k in committed if k.startswith("table") and k != "table_pool"]
     assert tables and {k: printed[0].get(k) for k in tables} == {k: committed[k] for k in tables}
     assert printed[1]["table_pool"] == committed["table_pool"]

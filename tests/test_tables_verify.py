@@ -10,10 +10,10 @@ import torch
 import yaml
 
 from gdnzoo import registry, tables
-from gdnzoo.bench import pool as serving
-from gdnzoo.bench import shapes, verify
-from gdnzoo.contract import Problem
-from gdnzoo.inputs import DTYPES
+from gdnzoo.bench import mode_pool as serving
+from gdnzoo.bench import mode_verify as verify
+from gdnzoo.bench import shapes
+from gdnzoo.inputs import DTYPES, make_problem
 from helpers import record, run_cli
 from test_tables import FIELDS, GEOM, H100, _file, _row, _tables
 
@@ -112,9 +112,7 @@ def test_render_round_trip_with_verify_rows(tmp_path):
 # ------------------------------------------------------------------------ the backends' lookup
 
 def _problem(sd, T, verify_form, pool=True):
-    return Problem(B=2, T=T, H=4, HV=8, K=128, V=128, state_dtype=DTYPES[sd],
-                   io_dtype=torch.bfloat16, device="cuda", cc=(9, 0), pool=pool,
-                   verify=verify_form)
+    return make_problem(B=2, T=T, state_dtype=DTYPES[sd], pool=pool, verify=verify_form)
 
 
 @pytest.mark.parametrize("name", ["cuda-v4", "fla-recurrent"])
@@ -253,16 +251,17 @@ def test_a_second_tune_of_a_day_gets_its_own_source():
 
 def _cpu_cell(sd, B=1, T=2):
     elem = DTYPES[sd].itemsize
-    P = verify.pool_slots([(B, T)], 8, 128, 128, elem, 0, min_bytes=0)
-    sp = serving.StatePool(P, 8, 128, 128, DTYPES[sd], "cpu", seed=1)
-    return shapes.VerifyCell(sd, sp, B, T)
+    P = serving.pool_slots([(B, T)], 8, 128, 128, elem, 0, min_bytes=0,
+                           width=lambda B, T: B * (T + 1))
+    sp = serving.state_pool(P, 8, 128, 128, sd, "cpu", seed=1)
+    return verify.VerifyCell(sd, sp, B, T, shapes.GEOMETRY)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="the CPU form of the cell (the GPU test times it)")
 @pytest.mark.parametrize("sd", ["fp32", "bf16"])
 def test_verify_cell_checks_candidates_on_the_cpu(sd):
     """The cell's Problem is the states form on a pool; a correct candidate passes
-    bench/verify.py's check and then runs on fresh rows; wrong ones are refused."""
+    bench/mode_verify.py's check and then runs on fresh rows; wrong ones are refused."""
     cell = _cpu_cell(sd)
     p = cell.problem
     assert (p.verify, p.pool, p.T, p.B, p.inplace, p.use_qk_l2norm) == ("states", True, 2, 1,
@@ -277,16 +276,16 @@ def test_verify_cell_checks_candidates_on_the_cpu(sd):
     cell.prepare()
     launch(0)
     assert torch.equal(ctx.pool.buf, storage)                       # update_state=False
-    ix = ctx.ix.index
-    assert not torch.equal(ix.slots, ctx.ix.check.slots)           # a fresh row, not the check's
+    ix = ctx.bank.index
+    assert not torch.equal(ix.slots, ctx.bank.check.slots)         # a fresh row, not the check's
     assert torch.isfinite(ctx.inter.index_select(0, ix.rows.long())).all()
 
-    def wrong_out(*a, **kw):
-        run(*a, **kw)
-        a[9].mul_(2)
+    def wrong_out(call, *, config=None):
+        run(call, config=config)
+        call.out.mul_(2)
 
-    def updates(*a, pool=None, verify=None, config=None):
-        run(*a, pool=pool, verify=verify._replace(update=True), config=config)
+    def updates(call, *, config=None):
+        run(call._replace(verify=call.verify._replace(update=True)), config=config)
 
     with pytest.raises(AssertionError, match="out"):
         cell.checked(wrong_out, config)

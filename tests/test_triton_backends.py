@@ -16,7 +16,7 @@ import torch
 
 from conftest import DEVICE, HAS_CUDA
 from gdnzoo.contract import Problem
-from gdnzoo.inputs import make_inputs
+from gdnzoo.inputs import make_inputs, paged_pool
 from helpers import assert_matches, record, run
 from gdnzoo.reference import reference_outputs
 
@@ -295,12 +295,9 @@ def _pool_id(c):
 def _page_pool(P, x, gen):
     """A pool [P, HV, V, K] of x's geometry with stride(0) = HV*V*K + GAP, random slots and NaN
     in the page gaps; returns (pool, its whole buffer)."""
-    _, HV, V, K = x.state.shape
-    page = HV * V * K + GAP
-    buf = torch.full((P * page,), float("nan"), dtype=x.state.dtype, device=DEVICE)
-    pool = buf.as_strided((P, HV, V, K), (page, V * K, K, 1))
-    pool.copy_(torch.randn(P, HV, V, K, generator=gen) * 0.05)
-    return pool, buf
+    p = paged_pool(P, *x.state.shape[1:], dtype=x.state.dtype, device=DEVICE, gap=GAP,
+                   fill="slots", gen=gen)
+    return p.state, p.buf
 
 
 def _bits(buf):
@@ -461,8 +458,9 @@ def test_pool_slot_past_int32_offsets(name):
                     f"{free / 2**30:.1f}")
     x = make_inputs(B=B, T=1, H=H, HV=HV, K=K, V=V, device="cuda", seed=31)
     ref_out, ref_state = reference_outputs(x, True)
-    buf = torch.zeros(P * page, dtype=torch.float32, device="cuda")
-    pool = buf.as_strided((P, HV, V, K), (page, V * K, K, 1))
+    big = paged_pool(P, HV, V, K, device="cuda", fill="zeros")
+    buf, pool = big.buf, big.state
+    assert pool.stride(0) == page
     read = torch.tensor([4099, 0, 4000, 3972], dtype=torch.int32, device="cuda")
     assert 3972 * page > 2**31
     for n in (0, 2, 3):

@@ -34,11 +34,10 @@ from conftest import HAS_CUDA
 from gdnzoo import contract
 from gdnzoo.backends import _triton_launch as tlaunch
 from gdnzoo.backends import fla_recurrent
-from gdnzoo.inputs import make_inputs
+from gdnzoo.inputs import make_inputs, make_pool_case as make_case, make_problem
 from gdnzoo.reference import reference_outputs
 from helpers import assert_matches, record, run
-from pool_cases import make_case
-from verify_cases import make_verify_case
+from gdnzoo.inputs import make_verify_case
 
 NAME = "fla-recurrent"
 ROOT = Path(__file__).resolve().parents[1]
@@ -278,9 +277,7 @@ def test_pdl_state_early(compiled, name):
 
 
 def _problem(**kw):
-    base = dict(B=2, T=1, H=2, HV=4, K=128, V=128, state_dtype=torch.float32,
-                io_dtype=torch.bfloat16, device="cuda", cc=(9, 0), pdl="wait")
-    return contract.Problem(**{**base, **kw})
+    return make_problem(**{"B": 2, "H": 2, "HV": 4, "pdl": "wait", **kw})
 
 
 def test_supports_refuses_pdl_without_a_gpu(monkeypatch):

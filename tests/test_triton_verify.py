@@ -26,7 +26,8 @@ from gdnzoo.pool import Pool
 from gdnzoo.reference import reference_verify_outputs
 from gdnzoo.verify import Verify
 from helpers import assert_matches, record, run
-from verify_cases import expected_writes, make_verify_case
+from gdnzoo.inputs import make_verify_case
+from verify_cases import expected_writes
 
 NAME = "fla-recurrent"
 TOKENS = (2, 3, 4, 8) if HAS_CUDA else (2, 3, 8)

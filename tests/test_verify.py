@@ -12,7 +12,8 @@ from gdnzoo.contract import Problem
 from gdnzoo import registry
 from gdnzoo.reference import reference_commit
 from conftest import DEVICE
-from verify_cases import check_verify_call, make_verify_case
+from gdnzoo.inputs import make_verify_case
+from verify_cases import check_verify_call
 
 SPECS = registry.load_registry().op().backends
 CLAIMING = [n for n, s in SPECS.items() if s.verify is True]

@@ -1,0 +1,101 @@
+"""The one console renderer of ``gdnzoo bench``: the run's line, then per section of the mode
+(``Mode.sections``) a grid of B rows x entries with the automatic choice and its time over the
+best entry of each cell, the mode's own lines (its bars), what was not timed and why, the
+notes, the plots and the files."""
+from __future__ import annotations
+
+from gdnzoo.bench.report import FLOOR, finite
+
+
+def us(x) -> str:
+    return "-" if not finite(x) else (f"{x:.2f}" if x < 100 else f"{x:.0f}" if x < 1e5
+                                      else f"{x:.3g}")
+
+
+def ratio(x) -> str:
+    return "-" if not finite(x) else f"{x:.2f}x"
+
+
+def text(r, with_floor=True) -> str:
+    """One cell of a grid: the status, or the median (and / x the floor)."""
+    if r is None:
+        return ""
+    if r["status"] != "PASS":
+        return r["status"]
+    if not finite(r["median_us"]):
+        return "n/a"
+    x = r.get("x_floor")
+    return us(r["median_us"]) + (f"/{x:.2f}x" if with_floor and finite(x) else "")
+
+
+def grid(rows, with_floor=True, by="B") -> list:
+    """Rows by the cell key ``by`` (B; a mode may key its cells otherwise) x entries (the floor
+    first): us (and / x the floor); then ``auto``, the backend the automatic choice picks in
+    that cell, and ``auto/best``, its time over the fastest entry's in the same cell."""
+    keys = list(dict.fromkeys(r[by] for r in rows))
+    if all(isinstance(k, int) for k in keys):
+        keys.sort()
+    names = list(dict.fromkeys(r["backend"] for r in rows))
+    names = [n for n in names if n == FLOOR] + [n for n in names if n != FLOOR]
+    cell = {(r["backend"], r[by]): r for r in rows}
+    pick = {}
+    for r in rows:
+        if r["backend"] != FLOOR and (r[by] not in pick or finite(r.get("auto_vs_best"))):
+            pick[r[by]] = (r.get("auto") or "-", r.get("auto_vs_best"))
+    w = [max(len(n), 11) for n in names]
+    kw = max([len(str(k)) for k in keys] + [5])
+    aw = max([len(a) for a, _ in pick.values()] + [4])
+    lines = [f"{by:>{kw}}" + "".join(f"  {n:>{x}}" for n, x in zip(names, w))
+             + f"  {'auto':>{aw}}  {'auto/best':>9}"]
+    for k in keys:
+        a, x = pick.get(k, ("-", None))
+        lines.append(f"{str(k):>{kw}}" + "".join(f"  {text(cell.get((n, k)), with_floor):>{x}}"
+                                                 for n, x in zip(names, w))
+                     + f"  {a:>{aw}}  {ratio(x):>9}")
+    return lines
+
+
+def not_timed(table) -> list:
+    """One line per FAIL or ERROR (entry, reason), one per SKIP reason naming its entries."""
+    lines, seen, skips = [], set(), {}
+    for r in table:
+        if r["status"] in ("FAIL", "ERROR") and (r["backend"], r["note"]) not in seen:
+            seen.add((r["backend"], r["note"]))
+            lines.append(f"{r['status']} {r['backend']} ({r['state_dtype']} B={r['B']}): "
+                         f"{r['note'][:200]}")
+        elif r["status"] == "SKIP":
+            names = skips.setdefault(r["note"], [])
+            if r["backend"] not in names:
+                names.append(r["backend"])
+    return lines + [f"SKIP {', '.join(names)}: {note[:200]}" for note, names in skips.items()]
+
+
+def run_line(env, command="gdnzoo bench") -> str:
+    """A console's first line: the command, GPU, driver, CUDA, torch and commit of the run."""
+    return (f"{command} on {env.get('gpu')} (driver {env.get('driver')}, CUDA {env.get('cuda')}, "
+            f"torch {(env.get('versions') or {}).get('torch')}), commit {env.get('commit')}")
+
+
+def render(table, env, plan, files=(), drawn="") -> str:
+    mode = plan.mode
+    lines = [run_line(env, f"gdnzoo bench --mode {','.join(plan.words)}")]
+    lines.append(f"H={plan.H} HV={plan.HV} K={plan.K} V={plan.V}, {mode.headline(plan, env)}")
+    ref = env.get("device_reference") or {}
+    copy, empty = ref.get("copy") or {}, ref.get("empty_kernel") or {}
+    if finite(copy.get("gbps")):
+        lines.append(f"D2D copy {copy['gbps'] / 1e3:.2f} TB/s (read+write); empty kernel "
+                     f"{us(empty.get('us'))} us; kernel clock: {env.get('kernel_clock')}")
+    for title, keep, with_floor, *by in mode.sections(plan, table):
+        rows = [r for r in table if keep(r)]
+        if any(r["status"] == "PASS" and finite(r["median_us"]) for r in rows):
+            lines += [title] if isinstance(title, str) else title
+            lines += grid(rows, with_floor, *by)
+    lines += mode.extra_lines(table, plan)
+    lines += not_timed(table)
+    shown = {r["note"] for r in table if r["status"] == "SKIP"}
+    lines += [f"note: {n}" for n in plan.notes if n not in shown]
+    if drawn:
+        lines.append(f"plots: {drawn}")
+    if files:
+        lines.append("wrote: " + ", ".join(files))
+    return "\n".join(lines)

@@ -1,0 +1,428 @@
+"""``gdnzoo bench --mode pool``: the serving benchmark, and the serving convention that
+``--mode verify`` and ``--mode chained`` build on (:class:`Serving`, :class:`PoolCell`).
+
+The call a serving engine makes, per (B, state dtype): a page-strided pool of at least 2 GiB
+(:func:`gdnzoo.inputs.paged_pool`, slot 0 the null slot), q, k, v views of a packed
+``mixed_qkv`` and a, b of one [B, 2*HV] tensor (:func:`gdnzoo.inputs.packed`), T = 1, in place,
+fresh random distinct slots every call (clocks.IndexBank).  Entries: the pool floor, ``auto``
+(``gdnzoo.decode``'s own choice), each pool-capable gdnzoo backend, ``flashinfer-pool`` (bf16
+state), the engine adapters ``adapter-vllm`` and ``adapter-sglang`` (flagged when their CUPTI
+records per call differ from ``auto``'s).  How: :data:`METHOD`.  ``gdnzoo tune --from`` reads the
+rows for the default table's ``table_pool``.  Without a CUDA device every row is SKIP.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass
+
+from gdnzoo.bench import entries
+from gdnzoo.bench.pipeline import Entry, Group, Mode, gated, guarded, judged, records
+
+POOL_BATCHES = (1, 4, 8, 16, 32, 64, 128, 256, 512)
+STATES = ("fp32", "bf16")
+MIN_POOL_BYTES = 2 << 30
+NULL_SLOT = 0
+FI_STATES = ("bf16",)
+BUDGET_S = 480.0                    # default --time-budget: a full H100 run, compiles included
+GRAPH_ENTRIES = ("auto", "vllm-packed")
+ADAPTERS = {"adapter-vllm": "gdnzoo.integrations.vllm",
+            "adapter-sglang": "gdnzoo.integrations.sglang"}
+PEERS = ("flashinfer-pool",) + tuple(ADAPTERS)
+
+METHOD = (
+    "Serving convention: state pool >= max(2 GiB, 4x L2), page stride HV*V*K*(1+1/32), slot 0 "
+    "the null slot; q/k/v views of one packed mixed_qkv, a/b strided views of one [B, 2*HV] "
+    "tensor; use_qk_l2norm=True; T=1, in place. Cold: fresh slots every call from a bank of index "
+    "rows (B distinct random slots each, no slot in two rows, rows*B*slot bytes >= 4x L2) made "
+    "on the device before timing; kernel clock: one persistent index tensor, the next row copied "
+    "into it before each call outside the timed window (index in L2, slots cold); graph clock: "
+    "N calls on N per-call rows (index read cold). Correctness first: one call per entry and "
+    "cell vs the float64 reference (gdnzoo.gate on out and the written slots, nothing else of "
+    "the pool changed); a failing entry gets no time. "
+    "kernel: CUPTI records per call, the sum of every kernel/memcpy/memset the call launched, "
+    "and their number (kernels_per_call). graph: per-call wall time of a CUDA graph of N calls. "
+    "floor: streaming read-modify-write of exactly each call's slots through the same index "
+    "rows, best launch shape searched. Medians with p20/p80.")
+
+
+# ----------------------------------------------------------------------------- the convention
+
+def rows_for(B, slot_bytes, l2, T=1) -> int:
+    """Index rows of a cell: rows * B*T * slot bytes >= 4x L2 (at least 2)."""
+    from gdnzoo.bench import clocks
+    return clocks.rotation_count(B * T * slot_bytes, l2)
+
+
+def pool_slots(cells, HV, V, K, elem, l2, min_bytes=MIN_POOL_BYTES, width=lambda B, T: B) -> int:
+    """Slots of the pool of one state dtype: at least ``min_bytes`` and 4x L2 of pages, and
+    room for every (B, T) cell's rows and its check row, ``width(B, T)`` slots a row, slot 0
+    aside."""
+    from gdnzoo.inputs import page_elems
+    page = page_elems(HV, V, K) * elem
+    need = max((rows_for(B, HV * V * K * elem, l2, T) + 1) * width(B, T) for B, T in cells) + 1
+    return max(math.ceil(max(min_bytes, 4 * l2) / page), need)
+
+
+def state_pool(P, HV, V, K, sd, device, seed=0):
+    """The bench's pool (:class:`gdnzoo.inputs.PagedPool`): drawn in place on the device."""
+    import torch
+    from gdnzoo.inputs import paged_pool
+    return paged_pool(P, HV, V, K, dtype=sd, device=device, fill="normal",
+                      gen=torch.Generator(device=device).manual_seed(seed))
+
+
+def pool_note(sd, sp) -> str:
+    return (f"{sd} pool: {sp.P} slots, {sp.nbytes / 2**30:.2f} GiB, page {sp.page} elements "
+            f"(slot {sp.slot})")
+
+
+def slot_bank(P, B, rows, device, seed=0):
+    """``rows`` rows of B distinct slots in [1, P), no slot in two rows, and a check row of B
+    other slots (clocks.IndexBank, part ``slots``)."""
+    import torch
+    from gdnzoo.bench import clocks
+    from gdnzoo.inputs import distinct_slots
+    if rows * B + B > P - 1:
+        raise ValueError(f"slots: {rows} rows and a check row of B={B} need {rows * B + B} "
+                         f"slots; the pool has {P - 1} besides the null slot")
+    perm = distinct_slots(P, (rows + 1) * B, torch.Generator().manual_seed(seed))
+    return clocks.IndexBank({"slots": (perm.view(rows + 1, B), None)}, device)
+
+
+@dataclass
+class PoolCtx:
+    """One cell of the serving convention: the pool, the packed inputs, the index bank."""
+    B: int
+    sd: str
+    pool: object             # gdnzoo.inputs.PagedPool
+    x: object                # gdnzoo.inputs.Packed
+    bank: object             # clocks.IndexBank
+    out: object
+    ref: tuple = None        # float64 (out, state of the check slots), made by the first check
+
+    def kw(self, ix) -> dict:
+        return dict(state_indices=ix.slots, null_slot=NULL_SLOT)
+
+
+def cell_inputs(B, T, sd, geometry, device, seed) -> tuple:
+    """(packed inputs of :func:`gdnzoo.inputs.make_inputs`, out [B, T, HV, V])."""
+    import torch
+    from gdnzoo.inputs import make_inputs, packed
+    x = packed(make_inputs(B=B, T=T, **geometry, state_dtype=sd, device=device, seed=seed))
+    return x, torch.empty(B, T, geometry["HV"], geometry["V"], dtype=x.v.dtype, device=device)
+
+
+def make_ctx(B, sd, sp, H, HV, K, V, device, seed, l2) -> PoolCtx:
+    x, out = cell_inputs(B, 1, sd, dict(H=H, HV=HV, K=K, V=V), device, seed)
+    bank = slot_bank(sp.P, B, rows_for(B, sp.slot * sp.buf.element_size(), l2), device,
+                     seed + B)
+    bank.working_set_bytes = bank.n * B * sp.slot * sp.buf.element_size()
+    return PoolCtx(B, sd, sp, x, bank, out)
+
+
+def pool_problem(ctx, **kw):
+    from gdnzoo.contract import validate
+    return validate(*ctx.x.args(ctx.pool.state), out=ctx.out, use_qk_l2norm=True,
+                    **(kw or ctx.kw(ctx.bank.check)))[0]
+
+
+def snapshot(ctx) -> tuple:
+    inter = getattr(ctx, "inter", None)
+    return (ctx.pool.buf.clone(), ctx.x.rows.clone(), ctx.x.ab.clone(),
+            None if inter is None else inter.clone())
+
+
+def unchanged(ctx, snap, pool_reason) -> list:
+    """Reasons a call changed what it must not: the pool's storage (``pool_reason``), the
+    intermediate store, the packed activations; each restored."""
+    buf, rows, ab, inter = snap
+    reasons = []
+    if not ctx.pool.buf.equal(buf):
+        reasons.append(pool_reason)
+        ctx.pool.buf.copy_(buf)
+    if inter is not None and not ctx.inter.equal(inter):
+        reasons.append("intermediate_states: changed outside the call's rows")
+        ctx.inter.copy_(inter)
+    if not ctx.x.rows.equal(rows) or not ctx.x.ab.equal(ab):
+        reasons.append("mixed_qkv or a/b: modified by the call")
+    return reasons
+
+
+def check_slots(call, ctx) -> dict:
+    """One call on the check row, judged by the gate against the float64 reference (out and
+    the written slots); then the check slots are restored, and nothing else of the pool's
+    storage (other slots, page gaps) nor the packed activations may have changed."""
+    from gdnzoo import gate
+    from gdnzoo.inputs import Inputs
+    from gdnzoo.reference import reference_outputs
+    st, ix = ctx.pool.state, ctx.bank.check
+    rows = ix.slots.long()
+    before = st.index_select(0, rows)
+    if ctx.ref is None:
+        ctx.ref = reference_outputs(Inputs(*ctx.x.args(before)), use_qk_l2norm=True)
+    snap = snapshot(ctx)
+    ctx.out.fill_(float("nan"))
+    call(ix)
+    j = gate.judge(ctx.out, st.index_select(0, rows), *ctx.ref, out_dtype=ctx.out.dtype,
+                   state_dtype=st.dtype)
+    st.index_copy_(0, rows, before)
+    j.reasons += unchanged(ctx, snap, "pool: changed outside the slots of the call (other "
+                                      "slots or page gaps)")
+    return judged(j)
+
+
+# ----------------------------------------------------------------------------- the entries
+
+def pool_call(name, ctx) -> tuple:
+    """(call(ix), note) of entry ``name`` in this cell; raises Skip with the reason."""
+    x, st = ctx.x, ctx.pool.state
+    if name == "auto":
+        return (entries.public(None, x, ctx.out, st, ctx.kw),
+                entries.auto_note(x, ctx.out, st, **ctx.kw(ctx.bank.check)))
+    if name == "flashinfer-pool":
+        if ctx.sd not in FI_STATES:
+            raise entries.Skip("FlashInfer's pool API is timed with bf16 state only")
+        fi = entries.flashinfer_gdn("gated_delta_rule_decode_pretranspose")
+        q, k, v, a, b = x.dense()
+
+        def call(ix):
+            fi(q, k, v, None, x.A_log, a, x.dt_bias, b, scale=x.scale, output=ctx.out,
+               use_qk_l2norm=True, initial_state=st, initial_state_indices=ix.slots,
+               backend="flashinfer")
+        return call, "FlashInfer pool API, q/k/v/a/b made contiguous outside the timed calls"
+    if name in ADAPTERS:
+        try:
+            mod = importlib.import_module(ADAPTERS[name])
+        except ImportError as e:
+            raise entries.Skip(f"{ADAPTERS[name]} not importable ({type(e).__name__}: {e})") \
+                from None
+
+        def call(ix):
+            mod.packed_decode(x.mixed, x.a2, x.b2, x.A_log, x.dt_bias, x.scale, st, ctx.out,
+                              ix.slots, use_qk_l2norm_in_kernel=True)
+        return call, f"{ADAPTERS[name]}.packed_decode"
+    entries.serve(name, pool_problem(ctx))
+    return entries.public(name, x, ctx.out, st, ctx.kw), ""
+
+
+def pool_target(ctx):
+    """The pool floor's target: this cell's slots, through its persistent index tensor."""
+    from gdnzoo.bench import floor
+    sp, bank = ctx.pool, ctx.bank
+    return floor.PoolTarget(sp.buf, sp.page, sp.slot, ctx.B, bank.index.slots, bank.advance)
+
+
+def indexed_floor(c, f, bank) -> list:
+    """The row of a floor timed over an index bank (``f``: floor.indexed_floor_times' or
+    (the verify floor's), busy samples), SKIP where it was not measured."""
+    row = dict(cell=c, clock="kernel", flags="", n_sets=bank.n, note=f["config"],
+               method=f["method"])
+    if f["samples"] is None:
+        return [dict(row, status="SKIP")]
+    return [dict(row, status="PASS", samples=[s for s, _ in f["samples"]],
+                 kernels_per_call=records([n for _, n in f["samples"]])[0])]
+
+
+def flag_adapters(rows):
+    """An adapter whose CUPTI records per call differ from ``auto``'s in its cell is flagged."""
+    auto = {(r["cell"].B, r["cell"].state_dtype): r.get("kernels_per_call") for r in rows
+            if r["cell"].backend == "auto" and r["clock"] == "kernel" and r["status"] == "PASS"}
+    for r in rows:
+        n = r.get("kernels_per_call")
+        ref = auto.get((r["cell"].B, r["cell"].state_dtype))
+        if r["cell"].backend in ADAPTERS and r["clock"] == "kernel" and n and ref and n != ref:
+            r["flags"] = f"records {n:g} != decode's {ref:g}"
+
+
+def summary_line(rows, clock="kernel", forms=False) -> str:
+    """One progress line: each timed median on ``clock`` and its multiple of the floor of its
+    form, then the entries checked but not timed or not passed."""
+    import statistics
+    med = {(r["cell"].backend, r["cell"].mode): statistics.median(r["samples"]) for r in rows
+           if r["clock"] == clock and r["status"] == "PASS" and r.get("samples")}
+
+    def label(c):
+        return f"{c.backend}[{c.mode}]" if forms else c.backend
+    parts = []
+    for (name, form), us in med.items():
+        fl = med.get(("floor", form))
+        parts.append(f"{name}[{form}] {us:.2f}" if forms else f"{name} {us:.2f}")
+        parts[-1] += f" {us / fl:.2f}x" if fl and name != "floor" else ""
+    other = [f"{label(r['cell'])} {'checked' if r['status'] == 'PASS' else r['status']}"
+             for r in rows if r["clock"] == clock and r["status"] != "SKIP"
+             and not r.get("samples")]
+    return " | ".join(parts + other) or "nothing ran"
+
+
+# ----------------------------------------------------------------------------- the mode
+
+class Serving(Mode):
+    """What the modes in the serving convention share: the kernel clock (the sum of a call's
+    records, and their number) and the graph clock (``graph_entries`` only), a pool per state
+    dtype sized for the run's cells (``cells``, ``width`` slots a row), a context per cell
+    (``context``), each entry gated then timed over the cell's index bank, its floor."""
+    columns = {"kernels_per_call": ""}
+    clocks = ("kernel", "graph")
+    busy = True
+    graph_entries = ()
+    keep_pools = True        # False: one state dtype's pool at a time
+
+    def clocks_of(self, name, plan) -> tuple:
+        return tuple(k for k in plan.clocks if k == "kernel" or name in self.graph_entries)
+
+    def cells(self, plan) -> list:
+        return [(B, 1) for B in plan.batches]
+
+    @staticmethod
+    def width(B, T) -> int:
+        return B
+
+    def pool(self, sd, plan):
+        """The run's pool of state dtype ``sd`` (made once, sized for every cell)."""
+        from gdnzoo.inputs import DTYPES
+        if sd not in plan.cache:
+            if not self.keep_pools:
+                plan.cache.clear()
+            P = pool_slots(self.cells(plan), plan.HV, plan.V, plan.K, DTYPES[sd].itemsize,
+                           plan.l2, MIN_POOL_BYTES if plan.gpu else 0, width=self.width)
+            plan.cache[sd] = state_pool(P, plan.HV, plan.V, plan.K, sd, plan.device, plan.seed)
+            plan.notes.append(pool_note(sd, plan.cache[sd]))
+        return plan.cache[sd]
+
+    def measure(self, group, plan):
+        ctx = self.context(group.key, plan)
+        rows = []
+        for c, clocks in group.cells:
+            if c.backend == "floor":
+                rows += guarded(lambda: self.floor_rows(c, ctx, plan), [(c, clocks)], plan)
+            else:
+                rows += guarded(lambda: gated(c, clocks, lambda: self.setup(c, ctx), plan),
+                                [(c, clocks)], plan)
+        return rows
+
+    def pool_problem(self, c, plan, **kw):
+        return super().problem(c, plan, pool=True, **kw)
+
+
+class Pool(Serving):
+    name = "pool"
+    method = METHOD
+    defaults = dict(batch=POOL_BATCHES, state_dtype=STATES, time_budget=BUDGET_S)
+    cpu = "skip"
+    graph_entries = GRAPH_ENTRIES
+    subdir = "pool"
+
+    def cpu_reason(self, plan):
+        return (f"{plan.why_not_gpu}: the serving benchmark times GPU kernels (CUPTI kernel "
+                f"clock, CUDA graphs, the pool floor); nothing was measured")
+
+    def plan(self, plan, args):
+        from gdnzoo.bench.args import usage_error
+        if plan.tokens != (1,):
+            usage_error(f"--tokens: the serving benchmark is a decode step, T=1; got "
+                        f"{plan.tokens[0]}")
+        plan.l2norm = True
+        plan.backends = tuple(entries.named(args.algo, lambda: entries.backends(
+            pools=True, native=True)))
+        plan.entries = ("floor", "auto", *plan.backends, *PEERS)
+        for B in plan.batches:
+            for sd in plan.states:
+                plan.groups.append(Group(f"{sd} B={B}", [
+                    (plan.cell(n, "pool", B, sd), self.clocks_of(n, plan)) for n in plan.entries],
+                    key=(B, sd)))
+
+    def context(self, key, plan):
+        B, sd = key
+        return make_ctx(B, sd, self.pool(sd, plan), plan.H, plan.HV, plan.K, plan.V,
+                        plan.device, plan.seed, plan.l2)
+
+    def setup(self, c, ctx):
+        call, note = pool_call(c.backend, ctx)
+        return Entry(call, lambda: check_slots(call, ctx), ctx.bank, note)
+
+    def floor_rows(self, c, ctx, plan):
+        from gdnzoo.bench import clocks, floor
+        return indexed_floor(c, floor.indexed_floor_times(pool_target(ctx), iters=min(plan.iters, 100),
+                                                       reduce=clocks.busy_and_count), ctx.bank)
+
+    def finish(self, rows, plan, args):
+        flag_adapters(rows)
+
+    def summary(self, rows):
+        return summary_line(rows)
+
+    def headline(self, plan, env):
+        return (f"T=1, use_qk_l2norm=True, in place; kernel clock: "
+                f"{env.get('kernel_clock', 'n/a')} (sum of a call's records)")
+
+    def sections(self, plan, table):
+        out = []
+        for sd in plan.states:
+            out += [(f"\n{sd} state, kernel clock, us / x the same-run pool floor:",
+                     lambda r, sd=sd: r["state_dtype"] == sd and r["clock"] == "kernel", True),
+                    (f"{sd} state, graph clock (CUDA graph of N calls), us per call:",
+                     lambda r, sd=sd: r["state_dtype"] == sd and r["clock"] == "graph", False)]
+        return out
+
+    def extra_lines(self, table, plan):
+        lines = []
+        for sd in plan.states:
+            k = {}
+            for r in table:
+                if (r["state_dtype"] == sd and r["clock"] == "kernel" and r["status"] == "PASS"
+                        and r.get("kernels_per_call") not in ("", None)):
+                    k.setdefault(r["backend"], set()).add(r["kernels_per_call"])
+            if k:
+                lines.append(f"{sd} records per call: " + ", ".join(
+                    f"{n} {'/'.join(f'{c:g}' for c in sorted(v))}" for n, v in k.items()))
+        return lines + [f"flag {r['backend']} {r['state_dtype']} B={r['B']}: {r['flags']}"
+                        for r in table if r["flags"]]
+
+
+class PoolCell:
+    """One (state dtype, B) of a pool shape search (``gdnzoo tune --shapes --mode pool``): a
+    cell of this mode over a shared pool ``sp``, each candidate checked by :func:`check_slots`
+    (subclassed by the verify search's)."""
+
+    def __init__(self, sd, sp, B, geometry, seed=3):
+        from gdnzoo.bench import clocks
+        self.sd, self.B, self.sp = sd, B, sp
+        self.ctx = make_ctx(B, sd, sp, **geometry, device="cuda", seed=seed,
+                            l2=clocks.l2_bytes())
+        self.problem = pool_problem(self.ctx)
+        self.prepare = self.ctx.bank.advance    # the next row into the index, before each call
+
+    def floor_launcher(self):
+        from gdnzoo.bench import floor
+        return floor.best_indexed_launcher(pool_target(self.ctx))
+
+    def call(self, run, config, **kw):
+        """call(ix): ``run`` with ``config`` on index row ``ix``, the pool keywords
+        gdnzoo.decode passes a backend (and ``kw``, e.g. verify's)."""
+        from gdnzoo.pool import Pool as Slots
+        ctx = self.ctx
+        st = ctx.pool.state
+
+        def call(ix):
+            entries.launch(run, ctx.x, st, ctx.out, st, True, config=config,
+                           pool=Slots(ix.slots, ix.slots, NULL_SLOT),
+                           **{k: f(ix) for k, f in kw.items()})
+            return ctx.out
+        return call
+
+    def check(self, call) -> dict:
+        return check_slots(call, self.ctx)
+
+    def checked(self, run, config):
+        """launch(i) of one candidate after the check passed it; raises if it is wrong or
+        cannot run."""
+        call = self.call(run, config)
+        chk = self.check(call)
+        if not chk["ok"]:
+            raise AssertionError(chk["reason"])
+        return self.ctx.bank.kernel(call)
+
+
+MODES = {"pool": Pool()}
