@@ -139,8 +139,11 @@ def cache_dir() -> Path:
 
 
 def cache_key(source: str, options, nvrtc_version, kind) -> str:
+    """The disk cache's name of a variant: its source, every header beside gdn_common.cuh (what
+    a source may include), its options, the compiler and the output kind."""
     h = hashlib.sha256()
-    for part in (HEADER.read_text(), source, "\0".join(options), repr(nvrtc_version), kind):
+    headers = [p.read_text() for p in sorted(HEADER.parent.glob("*.cuh"))]
+    for part in (*headers, source, "\0".join(options), repr(nvrtc_version), kind):
         h.update(part.encode())
         h.update(b"\1")
     return h.hexdigest()[:40]

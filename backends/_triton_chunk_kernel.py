@@ -68,7 +68,7 @@ import os
 import triton
 import triton.language as tl
 
-from gdnzoo.backends._triton_kernel import pool_slots
+from gdnzoo.backends._triton_decode_kernel import pool_slots
 
 MAX_MERGE_LEVELS = tl.constexpr(3)       # base blocks of 16 merged up to C = 128
 SEQ_BLOCK = tl.constexpr(256)            # sequences counted per load by chunk_of_slot

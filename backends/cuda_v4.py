@@ -1,15 +1,14 @@
-"""cuda-v4: the latency-optimized CUDA C++ kernel (``cuda_v4.cu``), launched through CuPy.
+"""cuda-v4: the latency-optimized CUDA C++ decode kernel (``cuda_v4.cu``), launched through CuPy.
 
-Each head's V rows are split over several blocks of several warps; the launch shape (warps per
-block W, row groups per warp RW, lanes per row LPR, cache hints, gate precision, dot-product
-chains, shared-memory staging, q and k shared per block or split over a lane pair) comes from
-this GPU's launch rows (``backends/tables/<gpu>.yaml``: by state dtype, in place or destination
-passing, tokens per call and batch size; measured by ``gdnzoo tune --shapes``).  Shapes, GVA
-ratio and launch shape are compile-time constants of the kernel (one NVRTC variant per
-signature, cached on disk), and so are the strides: those of the dense layout when every tensor
-is contiguous, else the call's own (the engines' q, k, v, a, b views of one fused projection,
-a pool or intermediate buffer with its own slot stride), so a strided call gets the same
-constant index math as a dense one, at one more variant per distinct layout.
+Each head's V rows are split over several blocks of several warps.  The launch shape and the
+kernel's options come from this GPU's launch rows (``backends/tables/<gpu>.yaml``: by state
+dtype, in place or destination passing, tokens per call and batch size; measured by ``gdnzoo
+tune --shapes``), whose fields :data:`CONFIG` explains.  Shapes, GVA ratio and launch shape are
+compile-time constants of the kernel (one NVRTC variant per signature, cached on disk), and so
+are the strides: those of the dense layout when every tensor is contiguous, else the call's own
+(the engines' q, k, v, a, b views of one fused projection, a pool or intermediate buffer with
+its own slot stride), so a strided call gets the same constant index math as a dense one, at
+one more variant per distinct layout.
 
 State pools (:mod:`gdnzoo.pool`) are served natively: the kernel loads each sequence's slot
 indices itself (its first load) and addresses the pool's slots with 64-bit offsets; padded
@@ -21,23 +20,8 @@ the table's ``verify`` rows where it has them (``gdnzoo tune --shapes --mode ver
 row the call would get anyway: one pass over the tokens with the state in registers, the state
 after each token stored from them to its intermediate row and step, or to its per-token slot;
 ``update_state=False`` compiles the final store out.  Every thread stores the rows it holds, so
-every launch shape serves every form.  A row with ``chunk`` set takes every token at once (the
-Gram form: one butterfly for the 2T dot products with the initial state, then a scalar
-recurrence and T plain updates; ``cuda_v4.cu`` explains it), for any call with 1 < T <= 16;
-``chunk`` 2 does it with each lane's own q/k slices and no shared memory (T <= 4).  ``chunk`` 3
-is a second kernel, ``cuda_v4_tc.cu`` (the tensor-core verify): the same algebra with the 2T
-dot products and the head's Gram entries on the tensor cores, 8 rows a block, and a loader warp
-that alone waits for the slot and the state while the other warps solve the tokens' system; it
-serves the forms that store every token's state (intermediate states on a dense state or a
-pool, per-token slots) with K = V = 128, T <= 8, bf16 q/k/v and 16-byte-aligned tensors,
-without PDL.  Any other call of a ``chunk`` 3 row runs the token loop with the row's other
-fields, which is why such a row keeps its token-loop shape.
-A row with ``ahead`` set keeps the token loop but takes every load that does not depend on the
-state out of a token's own step (1: v, gates and slots before the loop, q and k one token ahead,
-the loop unrolled; 2: all one token ahead, the loop rolled; 3: as 1 with q and k of every token
-before the loop too), so a token waits on its arithmetic only.  A row with ``head_scalars`` set
-computes the per-token values every row of a head shares (the gates, q's and k's norms, k.q)
-once per block instead of in every warp, and the token loop reads them from shared memory.
+every launch shape serves every form.  A row may name a second kernel for the verify calls it
+can serve, the tensor-core verify (``kernel: tc-verify``, :mod:`gdnzoo.backends._cuda_v4_tc`).
 
 Programmatic dependent launch (``pdl=``, compute capability >= 9.0): the kernel is launched with
 ``cuLaunchKernelEx`` so that it may start while the kernel before it is still running, and
@@ -55,86 +39,94 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import types
 from pathlib import Path
 
 import torch
 
 from gdnzoo import tables
 from gdnzoo.backends import _cuda_build as cuda_build
+from gdnzoo.backends import _cuda_v4_tc as tc_verify
 
 NAME = "cuda-v4"                 # its public name: the key of its rows in backends/tables/
 SOURCE = Path(__file__).with_name("cuda_v4.cu")
 KERNEL = "gdn_decode_v4"
-TC_SOURCE = Path(__file__).with_name("cuda_v4_tc.cu")   # chunk 3: the tensor-core verify
-TC_KERNEL = "gdn_verify_tc"
-TC_ROWS, TC_MAX_T = 8, 8        # rows a block; the MMA's N
-
-
-def tc_threads(state_dtype, T: int) -> int:
-    """Threads a block of cuda_v4_tc.cu (its NT): 8 compute warps and the loader, and a flags
-    warp where the loader makes the Gram entries (every case but an fp32 state up to T = 4)."""
-    return 288 if state_dtype == torch.float32 and T <= 4 else 320
-
-
 HEAD_DIMS = (32, 64, 128, 256)   # K: whole 16-byte vectors per lane, lane groups dividing 32
 MAX_GRID_X = 2**31 - 1
 MAX_WARPS = 8
-CHUNK = (0, 1, 2, 3)             # the chunk values (CONFIG); 2 holds every Gram entry in
-CHUNK_MAX_T = 16                 # each lane's registers, so it serves T <= CHUNK_REG_MAX_T (above,
-CHUNK_REG_MAX_T = 4              # 1: the Gram entries from the block); 1 serves T <= CHUNK_MAX_T
-AHEAD = (0, 1, 2, 3)             # the ahead values (CONFIG); 3 holds every token's q and k, so
-QK_AHEAD_MAX_T = 8               # it serves T <= 8 (above, 1: the same loop, q/k a token ahead)
-HEAD_SCALARS = (0, 1)            # the head_scalars values (CONFIG)
-FASTGATE = 1                     # gates of an explicit 4-field config: 1 fast intrinsics, 0 precise
 STATE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+SMEM_STATIC_MAX = 48 * 1024      # bytes of static shared memory a kernel may declare
 
-# The launch fields (a row of backends/tables/<gpu>.yaml names them; an explicit ``config=`` gives
-# them in this order, trailing ones defaulted).  A row group is 32/LPR rows (one 16-byte load per
-# lane per LPR*16 bytes of row); rows per block = W*RW*32/LPR; blocks per head = ceil(V / rows
-# per block).
-#   warps (W)          warps per block
-#   row_groups (RW)    row groups per warp
-#   lanes_per_row (LPR)
-#   hint               bit 0: state loads ld.global.nc.L1::no_allocate (safe in place too: each
-#                      state element is read once, by the thread that later writes it; with
-#                      pdl "early" ld.global.L1::no_allocate, which ptxas keeps before the
-#                      wait); bit 1: state stores st.global.cs
-#   fast_gates         1: gates with fast intrinsics (relative error of g ~1e-5,
-#                      lab/gate_accuracy.py measures it), 0: precise
-#   chain              c > 0: dot-product slices as chains of c fused multiply-adds; 0: balanced trees
-#   smem               1: the state staged through shared memory (cp.async) and updated one row
-#                      group at a time (T = 1 only)
-#   qk_mode            1: q and k read once per block into shared memory (one 16-byte load per
-#                      thread instead of K/(LPR*VEC) small loads per lane: what makes 4 lanes per
-#                      row pay); 2: the two rows of a lane pair split the q and k loads (one reads
-#                      q, the other k) and swap them with shuffles (LPR <= 16)
-#   chunk              1 (T = 2..CHUNK_MAX_T, 16-byte vectors): every token at once: the q and k rows of
-#                      all tokens staged in shared memory, one butterfly for the 2T dot products
-#                      with the initial state, the per-token corrections from their Gram entries
-#                      (no shuffle between tokens), then T plain updates; q/k modes and staging
-#                      do not apply; 2 (T <= CHUNK_REG_MAX_T, above it 1 serves): the same with
-#                      each lane's own q/k slices of every token in registers and the Gram
-#                      entries summed in the butterfly of the state's dot products: no shared
-#                      memory, no barrier; 3 (verify with intermediate states or per-token
-#                      slots, K = V = 128, T <= 8, bf16 q/k/v, aligned, no PDL; other calls: the
-#                      token loop with the row's other fields): the tensor-core verify kernel,
-#                      cuda_v4_tc.cu, whose launch shape is fixed (the row's warps, row groups,
-#                      lanes, hint, chain, q/k mode, ahead and head_scalars are its fallback's)
-#   ahead              T > 1, the token loop with the state in registers, q/k mode not 1: the
-#                      loads that do not depend on the state leave a token's own step, so it
-#                      waits on its arithmetic, not on a load; 1: every token's v, gates and slots
-#                      before the loop, q and k one token ahead, the loop unrolled; 2: all of them
-#                      one token ahead, the loop rolled (less code for the instruction cache);
-#                      3: as 1, with every token's q and k before the loop too (T times their
-#                      registers, so T <= QK_AHEAD_MAX_T; above it 1 serves)
-#   head_scalars       1 (T > 1, the token loop, any ahead): the per-token scalars that every row
-#                      of a head shares (decay and beta gates, q's and k's inverse norms, k.q)
-#                      computed once per block, each warp its share of the tokens, and read from
-#                      shared memory behind one barrier; 0: every warp computes all of them
+# The launch fields, the one place their meanings are written: a row of
+# backends/tables/<gpu>.yaml names them; an explicit ``config=`` gives them by name or in this
+# order (a tuple of the first 4 to 12, the others defaulted).  cuda_v4.cu's switch of each is
+# named in brackets.  A field that cannot serve a call (the conditions below) is left out of
+# its variant, which is then the one built without it.
+#   warps (W)          [GDN_W] warps per block
+#   row_groups (RW)    [GDN_RW] row groups per warp; a row group is 32/LPR rows, one 16-byte load
+#                      per lane per LPR*16 bytes of row; rows per block = W*RW*32/LPR, blocks per
+#                      head = ceil(V / rows per block)
+#   lanes_per_row (LPR) [GDN_LPR] the lanes that share a row, each reading 16-byte vectors of it
+#   hint               [GDN_HINT] bit 0: state loads ld.global.nc.L1::no_allocate (safe in place
+#                      too: each state element is read once, by the thread that later writes
+#                      it; with pdl "early" ld.global.L1::no_allocate, which ptxas keeps before
+#                      the wait); bit 1: state stores st.global.cs
+#   fast_gates         [GDN_FASTGATE] 1: gates with fast intrinsics (relative error of g ~1e-5,
+#                      lab/cuda_report.py measures it), 0: precise
+#   chain              [GDN_CHAIN] c > 0: dot-product slices as chains of c fused multiply-adds
+#                      (about half the instructions of a tree: it wins where one warp per
+#                      scheduler issues everything itself); 0: balanced trees, the shortest path
+#   smem               [GDN_SMEM] 1 (T = 1, 16-byte vectors, within static shared memory): the
+#                      state staged through shared memory (cp.async) and updated one row group
+#                      at a time, so a warp holds one group in registers and more blocks fit on
+#                      an SM (what pays where one wave of register-bound blocks cannot hold the
+#                      state: B*HV 257-384 on the H100)
+#   qk_mode            [GDN_QKS] 1 (16-byte vectors): q and k read once per block into shared
+#                      memory behind one barrier (one 16-byte load per thread instead of
+#                      K/(LPR*VEC) small loads per lane: what makes 4 lanes per row pay); 2
+#                      (16-byte vectors, LPR <= 16): the two rows of a lane pair split the q and
+#                      k loads (one reads q, the other k) and swap them with one shuffle a word:
+#                      half the load instructions and no barrier; 0: every lane its own slices
+#   chunk              [GDN_CHUNK] every token at once instead of the token loop (T > 1, 16-byte
+#                      vectors; its own q/k staging, so the q/k modes, staging, ahead and
+#                      head_scalars do not apply): one butterfly for the 2T dot products with
+#                      the initial state, the per-token corrections from the tokens' Gram
+#                      entries (a scalar recurrence, no shuffle between tokens), then T plain
+#                      updates.  1 (T <= CHUNK_MAX_T): q and k of every token staged in shared
+#                      memory, the Gram entries from the block; 2 (T <= CHUNK_REG_MAX_T, above
+#                      it 1 serves): each lane's own q/k slices of every token in registers, the
+#                      Gram entries summed in the butterfly of the state's dot products: no
+#                      shared memory, no barrier
+#   ahead              [GDN_AHEAD] the token loop with the state in registers (T > 1, q/k mode
+#                      not 1): the loads that do not depend on the state leave a token's own
+#                      step, so it waits on its arithmetic, not on a load.  1: every token's v,
+#                      gates and slots before the loop, q and k one token ahead, the loop
+#                      unrolled; 2: all of them one token ahead, the loop rolled (T times less
+#                      code: unrolled, a warp alone on its scheduler stalls on instruction-cache
+#                      misses); 3: as 1, with every token's q and k before the loop too (T times
+#                      their registers, so T <= QK_AHEAD_MAX_T; above it 1 serves)
+#   head_scalars       [GDN_HSC] 1 (T > 1, the token loop, any ahead): the per-token scalars that
+#                      every row of a head shares (decay and beta gates, q's and k's inverse
+#                      norms, k.q) computed once per block, each warp its share of the tokens,
+#                      and read from shared memory behind one barrier; 0: every warp computes
+#                      all of them (T times per row: a quarter of a B = 1 warp's instructions at
+#                      T = 8)
+#   kernel             which kernel the row runs: "decode", cuda_v4.cu for every call; "tc-verify",
+#                      the tensor-core verify (cuda_v4_tc.cu, :mod:`_cuda_v4_tc`: its own fixed
+#                      launch shape) for the verify calls it serves, cuda_v4.cu with the row's
+#                      other fields for every other call (so such a row keeps a shape of its own)
 CONFIG = tables.ConfigFields(warps=tables.REQUIRED, row_groups=tables.REQUIRED,
-                             lanes_per_row=tables.REQUIRED, hint=tables.REQUIRED,
-                             fast_gates=FASTGATE, chain=0, smem=0, qk_mode=0, chunk=0, ahead=0,
-                             head_scalars=0)
+                             lanes_per_row=tables.REQUIRED, hint=tables.REQUIRED, fast_gates=1,
+                             chain=0, smem=0, qk_mode=0, chunk=0, ahead=0, head_scalars=0,
+                             kernel="decode")
+# The values of the fields that take a few, and the largest T each serves (see above).
+KERNELS = ("decode", "tc-verify")
+CHUNK = (0, 1, 2)
+CHUNK_MAX_T = 16                 # chunk 1
+CHUNK_REG_MAX_T = 4              # chunk 2
+AHEAD = (0, 1, 2, 3)
+QK_AHEAD_MAX_T = 8               # ahead 3
+HEAD_SCALARS = (0, 1)
 
 _binds: dict = {}                # signature -> Bound
 
@@ -162,13 +154,9 @@ def valid_config(K, V, state_dtype, w, rw, lpr, vec16=True):
 
 
 def full_config(cfg):
-    """(W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS, CHUNK, AHEAD, HSC) from a table row or an
-    explicit config (a :data:`CONFIG` dict, or a tuple of its first 4 to 11 fields, the others
-    defaulted)."""
+    """(W, RW, LPR, HINT, FAST, CHAIN, SMEM, QKS, CHUNK, AHEAD, HSC, KERNEL) from a table row or
+    an explicit config (:data:`CONFIG`)."""
     return CONFIG.normalize(cfg)
-
-
-SMEM_STATIC_MAX = 48 * 1024      # bytes of static shared memory a kernel may declare
 
 
 def smem_bytes(K, state_dtype, w, rw, lpr):
@@ -238,25 +226,6 @@ def chunk_values(T):
     return [c for c in (1, 2) if 1 < T <= (CHUNK_MAX_T if c == 1 else CHUNK_REG_MAX_T)]
 
 
-def tc_refusal(K, V, T, io_dtype, switches, vec16, pdl, grid):
-    """Why the tensor-core verify (``chunk`` 3, cuda_v4_tc.cu) cannot serve a call ("" when
-    it can): ``switches`` are the call's GDN_POOL / GDN_INTER values (:func:`verify_mode`)."""
-    if switches.get("inter", 0) not in (1, 2) and switches.get("pool", 0) not in (3, 4):
-        return "not a verify call that stores every token's state (intermediate states or " \
-               "per-token slots)"
-    if (K, V) != (128, 128) or not 1 <= T <= TC_MAX_T:
-        return f"K = V = 128 and T <= {TC_MAX_T} only (K={K}, V={V}, T={T})"
-    if io_dtype != torch.bfloat16:
-        return f"bf16 q, k, v only (got {io_dtype})"
-    if not vec16:
-        return "tensors not 16-byte aligned"
-    if pdl:
-        return "no programmatic dependent launch"
-    if grid > MAX_GRID_X:
-        return f"grid of {grid} blocks"
-    return ""
-
-
 def verify_candidates(K, V, vec, chunks, T):
     """The first stage for a verify call, whose registers also hold per-token values: every
     register shape with at most 32 state elements a lane, as one chunk where T allows (each of
@@ -265,12 +234,13 @@ def verify_candidates(K, V, vec, chunks, T):
     ``ahead`` 1, 2 and, T <= 8, 3; split q/k, or each lane's own where the split cannot
     serve); every token-loop candidate also with the head's scalars from the block
     (``head_scalars`` 1); hint 3, fast gates (the second stage varies both); at K = V = 128
-    and T <= 8 also the tensor-core verify (``chunk`` 3; its fallback the token loop of 8
-    warps, q/k a token ahead, the head's scalars from the block)."""
+    and T <= 8 also the tensor-core verify (``kernel`` tc-verify; its fields for the calls it
+    does not serve: the token loop of 8 warps, q/k a token ahead, the head's scalars from the
+    block)."""
     out, ahead = [], [a for a in AHEAD[1:] if a != 3 or T <= QK_AHEAD_MAX_T]
-    if (K, V) == (128, 128) and T <= TC_MAX_T:   # the tensor-core verify (its fallback: a loop)
+    if (K, V) == (128, 128) and T <= tc_verify.MAX_T:
         lpr = 32 if vec == 4 else 16
-        out.append((8, 1, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 0, 3, 3, 1))
+        out.append((8, 1, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 0, 0, 3, 1, "tc-verify"))
     for w, rw, lpr in register_shapes(K, V, vec, 32):
         for hs in HEAD_SCALARS:
             out.append((w, rw, lpr, 3, 1, 0, 0, 2 if lpr <= 16 else 1, 0, 0, hs))
@@ -298,11 +268,11 @@ def _qk_modes(lpr):
 
 def refine(ranked):
     """The shape search's second stage (tunable protocol): the four best shapes (W, RW, LPR,
-    SMEM, QKS, CHUNK, AHEAD, HSC) of the first, each with every cache hint and both gate
+    SMEM, QKS, CHUNK, AHEAD, HSC, KERNEL) of the first, each with every cache hint and both gate
     precisions."""
     shapes = list(dict.fromkeys(c[:3] + c[6:] for c in map(full_config, ranked)))[:4]
-    return [(w, rw, lpr, h, f, 0, smem, qks, chunk, ahead, hsc)
-            for w, rw, lpr, smem, qks, chunk, ahead, hsc in shapes
+    return [(w, rw, lpr, h, f, 0, smem, qks, chunk, ahead, hsc, kernel)
+            for w, rw, lpr, smem, qks, chunk, ahead, hsc, kernel in shapes
             for h in ((0, 2) if smem else (0, 2, 3)) for f in (0, 1)]
 
 
@@ -389,7 +359,9 @@ class Bound:
     """cuda-v4 for one signature: a Launch for 16-byte-aligned pointers and one (built on first
     need) for the element-load variant; per call only the pointers are looked at.  Each call
     path launches with cuLaunchKernel, or cuLaunchKernelEx where the Launch has PDL (the branch
-    is written out in each: no extra call on the host path)."""
+    is written out in each: no extra call on the host path).  Where the row's tensor-core
+    verify serves the signature, its own call (:func:`gdnzoo.backends._cuda_v4_tc.bind`) takes
+    the place of :meth:`launch` on the instance."""
 
     def __init__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, config,
                  pool=None, verify=None, pdl=0):
@@ -423,36 +395,40 @@ class Bound:
         if pool is not None or verify is not None:
             self.with_pointers = None             # dense calls only: these pass index tensors
         self.launches = {}
-        self.tc = None                            # the launch of cuda_v4_tc.cu, if one
-        self.tc_slots = self.switches.get("pool", 0) >= 3     # its per-token-slots form
         if self.strides_aligned:
             self.vec16 = self.make(True)
 
     def make(self, vec16):
+        """The Launch for 16-byte vectors (``vec16``) or element loads: the row's (or the
+        explicit config's) fields, each fitted to what this signature can serve."""
         B, T, H, K, HV, V = self.shape
         sd, io, ad, bd, dd = self.dtypes
         config = self.config
         if config is None:
-            w, rw, lpr, hint, fast, chain, smem, qks, chunk, ahead, hsc = table_config(
+            w, rw, lpr, hint, fast, chain, smem, qks, chunk, ahead, hsc, kernel = table_config(
                 torch.cuda.get_device_name(self.dev), sd, B, H, HV, K, V, not self.dest, T,
                 self.switches["pool"] > 0, "inter" in self.switches)
             if self.pdl:
                 w = pdl_warps(sd, B * HV, K, V, w, rw, lpr)
         else:
-            w, rw, lpr, hint, fast, chain, smem, qks, chunk, ahead, hsc = full_config(config)
+            w, rw, lpr, hint, fast, chain, smem, qks, chunk, ahead, hsc, kernel = \
+                full_config(config)
         if not vec16:
             lpr, hint = min(32, K), 0                  # element loads: one element per lane
         why = valid_config(K, V, sd, w, rw, lpr, vec16) or (
             f"ahead={ahead!r} is not 0, 1, 2 or 3" if ahead not in AHEAD else
-            f"chunk={chunk!r} is not 0, 1, 2 or 3" if chunk not in CHUNK else
-            f"head_scalars={hsc!r} is not 0 or 1" if hsc not in HEAD_SCALARS else "")
+            f"chunk={chunk!r} is not 0, 1 or 2" if chunk not in CHUNK else
+            f"head_scalars={hsc!r} is not 0 or 1" if hsc not in HEAD_SCALARS else
+            f"kernel={kernel!r} is not one of {', '.join(KERNELS)}" if kernel not in KERNELS
+            else "")
         if why:
             raise ValueError(f"cuda-v4: launch config invalid: {why}")
-        if chunk == 3:          # the tensor-core verify where it serves, else the token loop
-            grid = B * HV * V // TC_ROWS
-            if not tc_refusal(K, V, T, io, self.switches, vec16, self.pdl, grid):
-                return self.make_tc(vec16, fast, grid)
-            chunk = 0
+        if kernel == "tc-verify":        # where it serves; else cuda_v4.cu with the other fields
+            tc = tc_verify.bind(self, vec16, fast, types.MethodType(Bound.launch, self))
+            if tc is not None:
+                launch, self.launch = tc          # its own call in place of Bound.launch
+                self.launches[vec16] = launch
+                return launch
         # every token at once: 16-byte vectors, the values that serve T (2 above its limit: 1)
         serve = chunk_values(T) if vec16 else []
         chunk = chunk if chunk in serve else 1 if chunk and 1 in serve else 0
@@ -480,25 +456,6 @@ class Bound:
                                    template=cuda_build.params_template(self.values),
                                    pdl=self.pdl > 0)
         self.launches[vec16] = launch
-        return launch
-
-    def make_tc(self, vec16, fast, grid):
-        """The launch of cuda_v4_tc.cu (``chunk`` 3) for this signature, ``grid`` blocks of its
-        fixed shape: the same parameter block, defines and compiled-in strides as cuda_v4.cu's."""
-        _, T, H, K, HV, V = self.shape
-        sd, io, ad, bd, dd = self.dtypes
-        defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
-                                  fastgate=fast, dense=1 if self.dense else 2, **self.switches)
-        kern = cuda_build.get_kernel(TC_SOURCE, TC_KERNEL, tuple(sorted(defs + self.stride_defs)),
-                                     self.dev)
-        threads = tc_threads(sd, T)
-        # The kernel's __launch_bounds__ (its NT); the CPU tests' recorded kernels carry none.
-        if getattr(kern, "max_threads", threads) != threads:
-            raise RuntimeError(f"cuda-v4: {TC_SOURCE.name} is built for {kern.max_threads} "
-                               f"threads a block, this module launches {threads}")
-        launch = cuda_build.Launch(kern, grid, threads, self.dev,
-                                   template=cuda_build.params_template(self.values))
-        self.launches[vec16] = self.tc = launch
         return launch
 
     def with_pointers(self, p, scale):
@@ -532,11 +489,6 @@ class Bound:
             launch = self.vec16
         else:
             launch = self.launches.get(False) or self.make(False)
-        if launch is self.tc:       # cuda_v4_tc.cu reads dt_bias from a field its form leaves
-            if self.tc_slots:       # unused: per-token slots' new_state (new_state then in inter)
-                np_, inter = dt_bias.data_ptr(), np_
-            else:                   # the intermediate-states forms' accepted
-                accepted = dt_bias.data_ptr()
         try:
             buf, _, argv = launch._tls.b
         except AttributeError:
@@ -599,6 +551,6 @@ def bind(call, *, config=None):
 
 
 def run(call, *, config=None):
-    """Backend entry point for a decode call record; ``config`` overrides the table: a dict of
-    :data:`CONFIG`'s fields or a tuple of them in order (trailing ones defaulted)."""
+    """Backend entry point for a decode call record; ``config``: launch fields in place of the
+    table's (:data:`CONFIG`, by name or in its order, trailing ones defaulted)."""
     bind(call, config=config)(call)

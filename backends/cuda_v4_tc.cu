@@ -1,8 +1,8 @@
-// cuda-v4's tensor-core verify (launch rows with chunk 3; cuda_v4.py decides where it serves):
-// the speculative-verify forms that store every token's state (intermediate_states, with or
-// without the final state, on a dense state or a pool; vLLM's per-token slots with or without
-// num_accepted_tokens), K = V = 128, T <= 8, bf16 q/k/v.
-// Measured on the H100 at B = 1 (bench/results/h100-80gb-hbm3/verify/ab-wy/), where the token
+// cuda-v4's tensor-core verify (launch rows with kernel tc-verify; _cuda_v4_tc.py decides where
+// it serves): the speculative-verify forms that store every token's state (intermediate_states,
+// with or without the final state, on a dense state or a pool; vLLM's per-token slots with or
+// without num_accepted_tokens), K = V = 128, T <= 8, bf16 q/k/v.
+// Measured on the H100 at B = 1 (lab/notebook/h100-80gb-hbm3/verify/ab-wy/), where the token
 // loop of cuda_v4.cu waits on T dependent dot products a token.
 //
 // The algebra (every token at once).  For one row s of a head, with k^_t = rk_t k_t and
@@ -31,19 +31,19 @@
 // barrier the state arrives: warp w holds a 16-wide K slice of the 8 rows as an MMA A fragment
 // (K permuted within the slice so a lane's 4 elements are contiguous) for two MMAs (an fp32
 // state is split into three bf16 parts: four, none chained), the sums over the warps behind
-// one barrier, then warp w takes row w: y, then
-// token by token u_t (forward substitution by columns), the state after token t and its store
-// (lane l: K [4l, 4l + 4)), a scheduling fence (sched_fence) so that the stores stream out from
-// token 0 on (the final state's store beside token T - 1's); the outputs last, their terms
-// N[t][j] u_j summed in the loop as each u_j is made (with the MMAs).
-// The loader's Gram, measured on the H100 at B = 1 (bench/results/h100-80gb-hbm3/verify/ab-tc-lg/,
+// one barrier, then warp w takes row w: y, then token by token u_t (forward substitution by
+// columns), the state after token t and its store (lane l: K [4l, 4l + 4)), a scheduling fence
+// (sched_fence) so that the stores stream out from token 0 on (the final state's store beside
+// token T - 1's); the outputs last, their terms N[t][j] u_j summed in the loop as each u_j is
+// made (with the MMAs).
+// The loader's Gram, measured on the H100 at B = 1 (lab/notebook/h100-80gb-hbm3/verify/ab-tc-lg/,
 // one A/B of 7 interleaved rounds against the compute warps' Gram): bf16 T = 4 states 0.16 us
 // faster, bf16 T = 8 states and states+update and fp32 T = 8 states+update one or two CUPTI
 // ticks faster, the per-token slots at T = 8 two (fp32) or three (bf16) ticks slower.
 // An fp32 state up to T = 4 (WARP_DOTS) skips the MMAs and their barrier: warp w makes its own
 // row's T products s_0.k_t from the update layout and sums them within the warp (warp_sums:
 // P - 1 + 5 - log2 P shuffles for P sums), and the T with q after the stores.  Measured on the
-// H100 at B = 1 (bench/results/h100-80gb-hbm3/verify/ab-tc-warp/): at fp32 T = 4, states and
+// H100 at B = 1 (lab/notebook/h100-80gb-hbm3/verify/ab-tc-warp/): at fp32 T = 4, states and
 // states+update 0.1 to 0.19 µs faster in six A/B runs; at bf16 T = 4 and at T = 8 slower or
 // the same (the warp's 9 shuffles at T = 8 take about twice as long as the MMAs and their
 // barrier), so the MMAs stay there.
@@ -56,26 +56,20 @@
 // update waited for the previous store (long-scoreboard stalls on those FMAs in Nsight
 // Compute); the block's outputs are also gathered in shared memory and stored 16 bytes a token,
 // where each warp stored 8 scattered bf16 values.  Measured on the H100 at B = 1
-// (bench/results/h100-80gb-hbm3/verify/ab-tc-ld/): fp32 T = 8 0.06 to 0.1 µs faster in every
+// (lab/notebook/h100-80gb-hbm3/verify/ab-tc-ld/): fp32 T = 8 0.06 to 0.1 µs faster in every
 // form; with bf16, or at T = 4, the same or slower, so only there.  Those outputs go out before
 // the sink that keeps St4's registers (ptxas put its chain of folds ahead of them), with the
 // output's terms summed in the token loop: one CUPTI tick (32 ns) faster at fp32 T = 8 states
 // and slots and at bf16 T = 8, nowhere slower, in three A/B runs (ab-tc-out/).
 //
-// Compile-time (-D, backends/_cuda_build.py, the names of cuda_v4.cu): GDN_K = GDN_V = 128,
-// GDN_T (1..8), GDN_HV, GDN_GVA, GDN_STATE_DT, GDN_IO_DT (bf16), GDN_A_DT, GDN_B_DT,
-// GDN_DTB_DT, GDN_L2NORM, GDN_FASTGATE, GDN_DENSE (1: dense strides, a pool's slot strides at
-// run time; 2: the call's strides, -DGDN_SC_<field>), GDN_POOL (0 dense state, 1, 2), GDN_IDX64,
-// GDN_INTER (1: row n, 2: row inter_idx[n]), GDN_UPDATE (0: no final store), or GDN_POOL 3, 4
-// (per-token slots, gdn_token_read_slot_from; GDN_INTER 0, GDN_UPDATE 1).  Other cuda-v4
-// defines are ignored; strides and state offsets come from gdn_common.cuh (GDN_STRIDE,
-// GDN_SLOT_STRIDE, GDN_READ_OFFSET, GDN_WRITE_OFFSET), as in cuda_v4.cu.  Runtime: the
-// GdnParams block (gdn_common.cuh), whose first line holds what the loader reads first and
-// whose second the compute warps' inputs; dt_bias, which the compute warps read at once too,
-// comes in a field of the first two lines that the form does not use, not from its own field
-// on the third line: ``accepted`` (the intermediate-states forms have no counts) or, with
-// per-token slots (whose loader needs ``accepted`` first), ``new_state``, whose pointer then
-// comes in the third line's ``inter`` (cuda_v4.py writes them there; TC_DT_BIAS, TC_NEW_STATE).
+// Compile-time: cuda_v4.cu's switches (its block lists them), of which this kernel takes the
+// shapes (K = V = 128, T <= 8) and dtypes (bf16 q/k/v), GDN_L2NORM, GDN_FASTGATE, GDN_DENSE (1
+// or 2), GDN_POOL, GDN_IDX64, GDN_INTER and GDN_UPDATE (intermediate states, or per-token slots,
+// GDN_POOL 3 and 4), and no other; strides and state offsets as in cuda_v4.cu (gdn_common.cuh).
+// Runtime: the GdnParams block (gdn_common.cuh), whose first line holds what the loader reads
+// first and whose second the compute warps' inputs; dt_bias and new_state come in fields their
+// form leaves unused (TC_DT_BIAS, TC_NEW_STATE; _cuda_v4_tc.py's note says which and why).
+// Its instruction-level pieces (the MMA, predicated stores, the fence): cuda_v4_tc_parts.cuh.
 #include "gdn_common.cuh"
 
 #if !defined(GDN_K) || !defined(GDN_V) || !defined(GDN_T) || !defined(GDN_HV) || \
@@ -113,7 +107,7 @@ constexpr bool WARP_DOTS = SD == GDN_F32 && T <= 4;
 // its K slice, summed) and the loader reads the third line (see the head comment).
 constexpr bool LOADER_GRAM = !WARP_DOTS;
 constexpr int NL = 32 * (NW + 1);                  // the compute warps and the loader
-constexpr int NT = NL + (LOADER_GRAM ? 32 : 0);    // the block (cuda_v4.py reads it back)
+constexpr int NT = NL + (LOADER_GRAM ? 32 : 0);    // the block (_cuda_v4_tc.threads mirrors it)
 constexpr int NSUM = T > 2 ? 4 : T;                // WARP_DOTS: sums a lane reduces
 // WARP_DOTS: lane l ends with sum l >> SUM_SH.
 constexpr int SUM_SH = NSUM == 4 ? 3 : NSUM == 2 ? 4 : 5;
@@ -121,7 +115,7 @@ constexpr int SUM_SH = NSUM == 4 ? 3 : NSUM == 2 ? 4 : 5;
 // outputs are stored 16 bytes a token (see the head comment).
 constexpr bool OWN_STORES = SD == GDN_F32 && T > 4;
 }
-// Where this kernel finds dt_bias and new_state (see the head comment).
+// Where this kernel finds dt_bias and new_state (_cuda_v4_tc.py's note on the parameter block).
 #if GDN_POOL >= 3
 #define TC_DT_BIAS p.new_state
 #define TC_NEW_STATE p.inter
@@ -130,141 +124,7 @@ constexpr bool OWN_STORES = SD == GDN_F32 && T > 4;
 #define TC_NEW_STATE p.new_state
 #endif
 
-__device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
-                                         unsigned a3, unsigned b0, unsigned b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint2 ld8(const unsigned short* p) {
-    return *reinterpret_cast<const uint2*>(p);
-}
-
-// x = hi + mid + lo exactly, each a bf16 pair (x0 in the low half): hi keeps the top 16 bits
-// of x (truncation, one PRMT a pair), mid the top 16 of the rest, lo what is left (at most 8
-// significant bits, so its top 16 bits hold it exactly).
-__device__ __forceinline__ unsigned hi2(float a, float b) {
-    return __byte_perm(__float_as_uint(a), __float_as_uint(b), 0x7632);
-}
-__device__ __forceinline__ float rest(float a) {
-    return a - __uint_as_float(__float_as_uint(a) & 0xffff0000u);
-}
-__device__ __forceinline__ void split3(float x0, float x1, unsigned& h, unsigned& m, unsigned& l) {
-    h = hi2(x0, x1);
-    const float r0 = rest(x0), r1 = rest(x1);
-    m = hi2(r0, r1);
-    l = hi2(rest(r0), rest(r1));
-}
-
-// A lane's 4 state elements to global memory at byte address ``to`` where ``ok``: predicated,
-// not branched around, so no branch splits the token loop.  The addresses come from the
-// loader through shared memory, so the compiler cannot tell they are global: written as
-// st.global, not as generic stores.
-template <typename ST>
-__device__ __forceinline__ void st4_global(unsigned long long to, bool ok, const float (&s)[4]) {
-    if constexpr (sizeof(ST) == 2) {
-        asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %3, 0;\n\t"
-                     "@q st.global.v2.b32 [%0], {%1, %2};\n\t}" :: "l"(to),
-                     "r"(gdn_pack2<GDN_BF16>(s[0], s[1])), "r"(gdn_pack2<GDN_BF16>(s[2], s[3])),
-                     "r"((unsigned)ok) : "memory");
-    } else {
-        asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %5, 0;\n\t"
-                     "@q st.global.v4.f32 [%0], {%1, %2, %3, %4};\n\t}" :: "l"(to), "f"(s[0]),
-                     "f"(s[1]), "f"(s[2]), "f"(s[3]), "r"((unsigned)ok) : "memory");
-    }
-}
-
-// OWN_STORES (an fp32 state): one token's store, its 4 values and its address as registers of
-// their own.
-struct St4 {
-    float x[4];
-    unsigned long long to;                             // the address, read by the store too
-    __device__ __forceinline__ void store(bool ok) const { st4_global<float>(to, ok, x); }
-    // Keeps the registers live to here (folded into ``acc``, which goes to sched_fence's sink):
-    // a store reads its registers after it issues, so a later token's state written into the
-    // same registers would wait for the store.
-    __device__ __forceinline__ void keep(unsigned& acc) const {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc ^= __float_as_uint(x[e]);
-        acc ^= (unsigned)to ^ (unsigned)(to >> 32);
-    }
-};
-
-// One bf16 output where ``ok``, likewise predicated.
-__device__ __forceinline__ void st_bf16_global(unsigned short* to, bool ok, float x) {
-    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q st.global.b16 [%0], %1;\n\t}"
-                 :: "l"(to), "h"(gdn_f32_to_bf16(x)), "r"((unsigned)ok) : "memory");
-}
-
-// One bf16 into shared memory where ``ok``, predicated (no branch).
-__device__ __forceinline__ void st_shared_b16(void* to, bool ok, unsigned short x) {
-    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %2, 0;\n\t@q st.shared.b16 [%0], %1;\n\t}"
-                 :: "r"((unsigned)__cvta_generic_to_shared(to)), "h"(x), "r"((unsigned)ok)
-                 : "memory");
-}
-
-// A scheduling fence: ptxas moves no instruction across a clock read, so a read after each
-// token's store keeps the next tokens' arithmetic behind it.  Without it ptxas makes every
-// token's state first and issues the T stores last, about 400 cycles after token 0's state is
-// ready (bf16, T = 8), and the stores' drain, the longest part of the kernel, starts that much
-// later.  A clock read whose value goes nowhere is dropped, so the values are folded into
-// ``acc``, which the kernel stores where it is never read again (the end of the kernel).
-__device__ __forceinline__ void sched_fence(unsigned& acc) {
-    unsigned c;
-    asm volatile("mov.u32 %0, %%clock;" : "=r"(c) :: "memory");
-    acc ^= c;
-}
-
-// 1 / sqrt(x + 1e-6): the L2 norm's inverse (1 without it).  rsqrt.approx.ftz is the MUFU
-// instruction alone; x + 1e-6 is never subnormal, so it equals rsqrtf, which adds a
-// subnormal-input rescale around it.
-__device__ __forceinline__ float rnorm(float x) {
-    float y = 1.f;
-    if (GDN_L2NORM) asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x + 1e-6f));
-    return y;
-}
-
-// a where c, else b: a select the compiler keeps (written as ?: over an array, it became a
-// dynamic index into local memory).
-__device__ __forceinline__ float selp(bool c, float a, float b) {
-    float r;
-    asm("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %3, 0;\n\tselp.f32 %0, %1, %2, q;\n\t}"
-        : "=f"(r) : "f"(a), "f"(b), "r"((unsigned)c));
-    return r;
-}
-
-// (a0 b0 + a1 b1) + (a2 b2 + a3 b3): a lane's share of a row's dot product (WARP_DOTS).
-__device__ __forceinline__ float dot4(const float (&a)[4], const float (&b)[4]) {
-    return (a[0] * b[0] + a[1] * b[1]) + (a[2] * b[2] + a[3] * b[3]);
-}
-
-// One level of warp_sums: N values to N / 2, the partner across lane bit M keeping the other half.
-template <int N, int M>
-__device__ __forceinline__ void warp_halve(float (&d)[16], int lane) {
-    const bool hi = (lane & M) != 0;
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) {
-        const float keep = selp(hi, d[i + N / 2], d[i]), send = selp(hi, d[i], d[i + N / 2]);
-        d[i] = keep + __shfl_xor_sync(FULL, send, M);
-    }
-    if constexpr (N > 2) warp_halve<N / 2, M / 2>(d, lane);
-}
-
-template <int P>
-__device__ __forceinline__ float warp_sums(float (&d)[16], int lane) {
-    static_assert(P == 1 || P == 2 || P == 4 || P == 8 || P == 16, "warp_sums: P = 2^n <= 16");
-    constexpr int LG = P >= 16 ? 4 : P >= 8 ? 3 : P >= 4 ? 2 : P >= 2 ? 1 : 0;
-    if constexpr (P > 1) warp_halve<P, 16>(d, lane);
-#pragma unroll
-    for (int lv = LG; lv < 5; ++lv) d[0] += __shfl_xor_sync(FULL, d[0], 16 >> lv);
-    return d[0];
-}
-
-__device__ __forceinline__ void bar_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory");
-}
+#include "cuda_v4_tc_parts.cuh"
 
 extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParams p) {
     using ST = typename GdnStorage<SD>::type;
@@ -391,7 +251,7 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
         if constexpr (LOADER_GRAM) {
             // A clock read after the copies: ptxas had hoisted register moves of the Gram's MMA
             // fragments above them, each waiting for its k or q load, so the copies waited too.
-            // Measured on the H100 at B = 1 (bench/results/h100-80gb-hbm3/verify/ab-tc-lf/, two
+            // Measured on the H100 at B = 1 (lab/notebook/h100-80gb-hbm3/verify/ab-tc-lf/, two
             // A/Bs): bf16 T = 4 states+update 0.1 us faster, bf16 T = 4 and 8 states and fp32
             // T = 8 states a tick faster in one of them, bf16 T = 4 slots a tick slower in one,
             // the rest the same.

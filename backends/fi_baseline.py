@@ -49,7 +49,7 @@ import time
 
 import torch
 
-from gdnzoo.backends import _peer
+from gdnzoo.backends import _peer_checks
 
 #: variant description -> wall seconds of its first call in this process (JIT compile + launch)
 compile_seconds: dict = {}
@@ -59,18 +59,18 @@ _indices: dict = {}
 
 
 def available():
-    return _peer.available(("flashinfer", "cutlass"),
-                           "flashinfer-python 0.7.2.post1 and nvidia-cutlass-dsl",
-                           "FlashInfer's GDN kernels are GPU-only",
-                           "FlashInfer CuTe-DSL gated_delta_rule_decode_pretranspose "
-                           "(JIT-compiled on first call)")
+    return _peer_checks.available(("flashinfer", "cutlass"),
+                                  "flashinfer-python 0.7.2.post1 and nvidia-cutlass-dsl",
+                                  "FlashInfer's GDN kernels are GPU-only",
+                                  "FlashInfer CuTe-DSL gated_delta_rule_decode_pretranspose "
+                                  "(JIT-compiled on first call)")
 
 
 def supports(problem):
     p = problem
     if p.op == "prefill":
         return _prefill_supports(p)
-    ok, why = _peer.on_cuda(p, "FlashInfer's GDN decode runs only on CUDA devices")
+    ok, why = _peer_checks.on_cuda(p, "FlashInfer's GDN decode runs only on CUDA devices")
     if not ok:
         return ok, why
     if p.cc is not None and p.cc < (9, 0):
@@ -99,7 +99,7 @@ def supports(problem):
 
 
 def _prefill_supports(p):
-    ok, why = _peer.on_cuda(p, "FlashInfer's GDN prefill runs only on CUDA devices")
+    ok, why = _peer_checks.on_cuda(p, "FlashInfer's GDN prefill runs only on CUDA devices")
     if not ok:
         return ok, why
     if p.cc is not None and p.cc < (9, 0):

@@ -154,7 +154,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
     and ``new_state`` then pools [P, HV, V, K].  ``verify``: a :class:`gdnzoo.verify.Verify`
     (its ``verify`` launch row, else the one of the same call without it).  ``pdl``: the level of
     programmatic dependent launch (:data:`PDL_LEVELS`; a CUDA GPU only)."""
-    from gdnzoo.backends._triton_kernel import gdn_decode_kernel
+    from gdnzoo.backends._triton_decode_kernel import gdn_decode_kernel
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     dev = q.get_device()

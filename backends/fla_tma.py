@@ -115,7 +115,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
     num_stages, ws)), or the table's.  ``pool``: a :class:`gdnzoo.pool.Pool`, ``state`` and
     ``new_state`` then pools [P, HV, V, K].  ``verify`` must be None (served by
     fla-recurrent)."""
-    from gdnzoo.backends._triton_kernel import gdn_decode_kernel
+    from gdnzoo.backends._triton_decode_kernel import gdn_decode_kernel
     if verify is not None:
         raise ValueError("fla-tma: speculative verify is not served here (its TMA tiling walks "
                          "V tiles outermost); use fla-recurrent")

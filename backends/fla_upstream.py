@@ -43,20 +43,21 @@ import os
 
 import torch
 
-from gdnzoo.backends import _peer
+from gdnzoo.backends import _peer_checks
 
 PATH_ENV = "GDNZOO_FLA_PATH"
 
 
 def available():
-    return _peer.available(("fla", "triton"), "flash-linear-attention (fla-core 0.6.0) and triton",
-                           "fla-upstream is launched on CUDA only",
-                           "flash-linear-attention fused_recurrent_gated_delta_rule, "
-                           "state_v_first=True")
+    return _peer_checks.available(("fla", "triton"),
+                                  "flash-linear-attention (fla-core 0.6.0) and triton",
+                                  "fla-upstream is launched on CUDA only",
+                                  "flash-linear-attention fused_recurrent_gated_delta_rule, "
+                                  "state_v_first=True")
 
 
 def supports(problem):
-    ok, why = _peer.on_cuda(problem, "fla-upstream runs only on CUDA devices")
+    ok, why = _peer_checks.on_cuda(problem, "fla-upstream runs only on CUDA devices")
     if ok and problem.op == "prefill" and problem.initial == "mixed":
         return False, ("FLA's chunk_gated_delta_rule takes one initial state per sequence and no "
                        "has_initial_state: zero the rows first")

@@ -142,7 +142,7 @@ __device__ __forceinline__ float gdn_sigmoid(float x) { return 1.0f / (1.0f + ex
 
 // Fast-intrinsic gates (cuda-v4 with GDN_FASTGATE=1).  exp via ex2.approx; softplus keeps its
 // relative accuracy for very negative x (log1p(e) ~ e - e^2/2 + e^3/3 when e = exp(x) < 2^-6)
-// and uses lg2.approx above that, where log1p(e) >= 0.015.  bench/gpu_cuda.py measures the
+// and uses lg2.approx above that, where log1p(e) >= 0.015.  lab/cuda_report.py measures the
 // error on g against the float64 reference.
 __device__ __forceinline__ float gdn_decay_fast(float A_log, float x) {
     const float e = __expf(x);

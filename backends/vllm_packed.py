@@ -31,7 +31,7 @@ import importlib
 
 import torch
 
-from gdnzoo.backends import _peer
+from gdnzoo.backends import _peer_checks
 
 MODULE = "vllm.third_party.flash_linear_attention.ops.fused_recurrent"
 FUNCTION = "fused_recurrent_gated_delta_rule_packed_decode"
@@ -42,9 +42,10 @@ def _kernel():
 
 
 def available():
-    ok, why = _peer.available(("vllm", "triton"), "vLLM 0.33.0 (its GDN Triton kernels) and triton",
-                              "vLLM's packed decode kernel is launched on CUDA only",
-                              f"vLLM 0.33.0 {FUNCTION}, in place on a pool")
+    ok, why = _peer_checks.available(("vllm", "triton"),
+                                     "vLLM 0.33.0 (its GDN Triton kernels) and triton",
+                                     "vLLM's packed decode kernel is launched on CUDA only",
+                                     f"vLLM 0.33.0 {FUNCTION}, in place on a pool")
     if not ok:
         return ok, why
     try:

@@ -31,10 +31,10 @@ G = types.SimpleNamespace(H=4, HV=8, K=128, V=128)     # the contest geometry
 
 def label(c) -> str:
     """A shape's short name: W RW LPR, then chunk or ahead and q/k mode, hint, ``s`` per
-    head_scalars level."""
+    head_scalars level, ``-tc`` with the tensor-core verify."""
     c = cuda_v4.full_config(c)
     return ("".join(map(str, c[:3])) + (f"c{c[8]}" if c[8] else f"a{c[9]}q{c[7]}")
-            + f"h{c[3]}" + "s" * c[10])
+            + f"h{c[3]}" + "s" * c[10] + "-tc" * (c[11] == "tc-verify"))
 
 
 def _use(cfg):

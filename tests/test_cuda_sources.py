@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from gdnzoo.backends import _cuda_build as cuda_build
+from gdnzoo.backends import _cuda_v4_tc as tc_verify
 from gdnzoo.backends import cuda_v1, cuda_v4
 from gdnzoo import tables
 from gdnzoo.contract import validate
@@ -315,12 +316,21 @@ def test_dense_is_torch_contiguity_of_every_tensor():
     assert cuda_build.dense(q1, *args[1:])
 
 
-def test_cache_key_tracks_source_options_and_compiler():
+def test_cache_key_tracks_source_options_and_compiler(tmp_path, monkeypatch):
     base = cuda_build.cache_key("src", ["-DGDN_K=128"], (13, 0), "cubin")
     assert base == cuda_build.cache_key("src", ["-DGDN_K=128"], (13, 0), "cubin")
     assert base != cuda_build.cache_key("src2", ["-DGDN_K=128"], (13, 0), "cubin")
     assert base != cuda_build.cache_key("src", ["-DGDN_K=64"], (13, 0), "cubin")
     assert base != cuda_build.cache_key("src", ["-DGDN_K=128"], (13, 1), "cubin")
+    # every header a source may include (cuda_v4.cu's own besides gdn_common.cuh)
+    assert {"gdn_common.cuh", "cuda_v4_lane.cuh", "cuda_v4_tokens.cuh"} <= {
+        p.name for p in cuda_build.HEADER.parent.glob("*.cuh")}
+    for name in ("gdn_common.cuh", "cuda_v4_lane.cuh"):
+        (tmp_path / name).write_text((cuda_build.HEADER.parent / name).read_text())
+    monkeypatch.setattr(cuda_build, "HEADER", tmp_path / "gdn_common.cuh")
+    key = cuda_build.cache_key("src", ["-DGDN_K=128"], (13, 0), "cubin")
+    (tmp_path / "cuda_v4_lane.cuh").write_text("// changed\n")
+    assert key != cuda_build.cache_key("src", ["-DGDN_K=128"], (13, 0), "cubin")
 
 
 _problem = make_problem         # the contest geometry on an sm_90 GPU
@@ -549,9 +559,10 @@ def test_v4_qks_modes_fall_back_where_they_cannot_serve(fake_gpu):
 def test_v4_chunk_serves_t_above_1_with_16_byte_vectors(fake_gpu):
     # GDN_CHUNK stages q/k itself (q/k mode 0) and needs T > 1 and 16-byte vectors; elsewhere
     # the variant is the one without it (no GDN_CHUNK define: the same cache entry as before).
-    # Chunk 2 (the Gram entries in registers) up to T = 4, chunk 1 above; chunk 3 (the
-    # tensor-core verify, tests/test_cuda_v4_tc.py) serves verify calls only, a plain decode
-    # gets the token loop; a value outside 0..3 is refused before anything compiles.
+    # Chunk 2 (the Gram entries in registers) up to T = 4, chunk 1 above; a value outside
+    # 0..2 is refused before anything compiles.  The tensor-core verify (kernel tc-verify,
+    # tests/test_cuda_v4_tc.py) serves verify calls only: a plain decode of such a row gets
+    # cuda_v4.cu with the row's other fields; an unknown kernel is refused too.
     compiled, _ = fake_gpu
     cfg = (2, 2, 16, 0, 1, 0, 0, 2, 1)
     for T, c, want in ((1, 1, None), (3, 1, 1), (cuda_v4.CHUNK_MAX_T + 1, 1, None), (1, 2, None),
@@ -563,11 +574,13 @@ def test_v4_chunk_serves_t_above_1_with_16_byte_vectors(fake_gpu):
         assert d.get("GDN_CHUNK") == want, (T, c, d)
         assert d["GDN_QKS"] == (0 if want else 2)
     x = make_inputs(B=2, T=3, H=2, HV=4, K=128, V=32, state_dtype=F32)
-    _call(cuda_v4, x, config=cfg[:8] + (3,))
-    assert "GDN_CHUNK" not in compiled[-1][2] and compiled[-1][1] == cuda_v4.KERNEL
+    _call(cuda_v4, x, config=cfg + (0, 0, "tc-verify"))
+    assert compiled[-1][2]["GDN_CHUNK"] == 1 and compiled[-1][1] == cuda_v4.KERNEL
     n = len(compiled)
-    with pytest.raises(ValueError, match="chunk=4 is not 0, 1, 2 or 3"):
-        _call(cuda_v4, x, config=cfg[:8] + (4,))
+    with pytest.raises(ValueError, match="chunk=3 is not 0, 1 or 2"):
+        _call(cuda_v4, x, config=cfg[:8] + (3,))
+    with pytest.raises(ValueError, match="kernel='tc' is not one of decode, tc-verify"):
+        _call(cuda_v4, x, config=cfg + (0, 0, "tc"))
     assert len(compiled) == n
     x = make_inputs(B=2, T=3, H=2, HV=4, K=128, V=32, state_dtype=F32)
     shifted = x.q.new_zeros(x.q.numel() + 1)[1:].view_as(x.q).copy_(x.q)     # 2 bytes off
@@ -870,10 +883,11 @@ def test_v4_verify_candidates_hold_every_tokens_qk_up_to_8_tokens():
 
 def test_v4_verify_candidates_take_the_head_scalars_in_every_token_loop():
     # head_scalars 1 beside 0 for every token-loop candidate (each ahead), never with a chunk
-    # of cuda_v4.cu (chunk 3's fields other than its own are its token-loop fallback's).
+    # (the tensor-core verify's fields are those of cuda_v4.cu for the calls it does not serve).
     p = types.SimpleNamespace(K=128, V=128, state_dtype=F32, T=4, verify="states")
     cands = [cuda_v4.full_config(c) for c in cuda_v4.candidates(p)]
-    loop = lambda hs: {c[:10] for c in cands if not c[8] and c[10] == hs}    # noqa: E731
+    loop = lambda hs: {c[:10] for c in cands                                   # noqa: E731
+                       if not c[8] and c[10] == hs and c[11] == "decode"}
     assert loop(1) == loop(0) and {c[9] for c in loop(1)} == {0, 1, 2, 3}
     assert all(c[10] == 0 for c in cands if c[8] in (1, 2))
 
@@ -881,12 +895,13 @@ def test_v4_verify_candidates_take_the_head_scalars_in_every_token_loop():
 def test_v4_verify_candidates_take_the_register_gram_up_to_4_tokens():
     # chunk 2 holds every Gram entry in each lane's registers: a first-stage candidate at
     # T = 2..4, chunk 1 up to CHUNK_MAX_T, for every register shape either; a verify search
-    # also has the tensor-core verify (chunk 3) up to T = 8.
+    # also has the tensor-core verify (kernel tc-verify) up to T = 8.
     def chunks(T, verify="states"):
         p = types.SimpleNamespace(K=128, V=128, state_dtype=F32, T=T, verify=verify)
-        return {cuda_v4.full_config(c)[8] for c in cuda_v4.candidates(p)}
-    assert chunks(2) == chunks(4) == {0, 1, 2, 3} and chunks(3, "") == {0, 1, 2}
-    assert chunks(5) == chunks(cuda_v4.TC_MAX_T) == {0, 1, 3}
+        cs = [cuda_v4.full_config(c) for c in cuda_v4.candidates(p)]
+        return {c[8] for c in cs} | {c[11] for c in cs if c[11] != "decode"}
+    assert chunks(2) == chunks(4) == {0, 1, 2, "tc-verify"} and chunks(3, "") == {0, 1, 2}
+    assert chunks(5) == chunks(tc_verify.MAX_T) == {0, 1, "tc-verify"}
     assert chunks(cuda_v4.CHUNK_MAX_T) == {0, 1}
     assert chunks(cuda_v4.CHUNK_MAX_T + 1) == chunks(1, "") == {0}
     shapes = lambda T, c: {cuda_v4.full_config(x)[:3] for x in cuda_v4.candidates(      # noqa: E731

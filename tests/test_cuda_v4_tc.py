@@ -1,10 +1,11 @@
-"""cuda-v4's tensor-core verify (launch rows with ``chunk`` 3, backends/cuda_v4_tc.cu).
+"""cuda-v4's tensor-core verify (launch rows with ``kernel: tc-verify``, backends/cuda_v4_tc.cu,
+its host side backends/_cuda_v4_tc.py).
 
 Without a GPU: its variants compile with nvcc (sm_90a, sm_100a), what it cannot serve fails to
 compile with its reason, and the launcher binds it where it serves (its kernel, grid and block,
 cuda-v4's parameter block) and the token loop of the row's other fields everywhere else.
 
-On a GPU, through ``cuda_v4.run`` with a ``chunk`` 3 shape, against the float64 reference:
+On a GPU, through ``cuda_v4.run`` with a tc-verify shape, against the float64 reference:
 out, every intermediate and final state, padded rows zero, everything else bit-identical;
 T 1 to 8, fp32/bf16 state, GVA 1/2/4, the L2 norm and not, precise and fast gates, int32/int64
 indices, every padding case, a dense state, intermediate rows by index and by sequence, the
@@ -22,6 +23,7 @@ import torch
 
 from gdnzoo import gate
 from gdnzoo.backends import _cuda_build as cuda_build
+from gdnzoo.backends import _cuda_v4_tc as tc_verify
 from gdnzoo.backends import cuda_v4
 from gdnzoo.contract import validate
 from gdnzoo.reference import reference_verify_outputs
@@ -34,10 +36,11 @@ from helpers import record, run
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 I32, I64 = torch.int32, torch.int64
-# A chunk 3 row: the tensor-core verify, its fallback the token loop of 8 warps (16 lanes a
-# row, split q/k, q/k ahead, the head's scalars from the block); fast and precise gates.
-TC = (8, 1, 16, 3, 1, 0, 0, 2, 3, 3, 1)
-TC_PRECISE = (8, 1, 16, 3, 0, 0, 0, 2, 3, 3, 1)
+# A tensor-core verify row, cuda_v4.cu's fields for the calls it does not serve the token loop
+# of 8 warps (16 lanes a row, split q/k, q/k ahead, the head's scalars from the block); fast
+# and precise gates.
+TC = (8, 1, 16, 3, 1, 0, 0, 2, 0, 3, 1, "tc-verify")
+TC_PRECISE = (8, 1, 16, 3, 0, 0, 0, 2, 0, 3, 1, "tc-verify")
 _SC = tuple((f"GDN_SC_{n}", 4096 + 16 * i)                 # some compiled-in strides
             for i, n in enumerate(cuda_build.STRIDE_FIELDS + ("i_n", "i_t")))
 _defs = v4_defines
@@ -59,7 +62,7 @@ TC_VARIANTS = [
 
 def _nvcc(defs, cc=(9, 0)):
     cmd = [NVCC, *cuda_build.nvcc_args(defs, cc), "--cubin", "-o", "/dev/null",
-           str(cuda_v4.TC_SOURCE)]
+           str(tc_verify.SOURCE)]
     return cmd, subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
@@ -112,11 +115,11 @@ def test_tc_binds_where_it_serves(recorded):
     case = make_verify_case("states", B=3, T=4, H=2, HV=4, seed=1, update=True, index_dtype=I64)
     run_case(case, l2=True, config=TC)
     src, name, d = kernels[-1]
-    assert (src, name) == (cuda_v4.TC_SOURCE.name, cuda_v4.TC_KERNEL)
+    assert (src, name) == (tc_verify.SOURCE.name, tc_verify.KERNEL)
     assert (d["GDN_POOL"], d["GDN_INTER"], d["GDN_UPDATE"], d["GDN_IDX64"]) == (1, 2, 1, 7)
     assert (d["GDN_T"], d["GDN_L2NORM"], d["GDN_FASTGATE"]) == (4, 1, 1)
     # fp32 up to T = 4: the compute warps' Gram, 8 warps and the loader
-    assert launches[-1][:2] == (3 * 4 * 128 // cuda_v4.TC_ROWS, 288)
+    assert launches[-1][:2] == (3 * 4 * 128 // tc_verify.ROWS, 288)
     # dt_bias's pointer in the first line's ``accepted`` field (the kernel reads it there)
     f = launches[-1][2]
     assert f["accepted"] == f["dt_bias"] == case.x.dt_bias.data_ptr() and f["S"] == 5
@@ -125,7 +128,7 @@ def test_tc_binds_where_it_serves(recorded):
                             state_dtype=BF16)
     run_case(case, config=TC_PRECISE)
     src, _, d = kernels[-1]
-    assert src == cuda_v4.TC_SOURCE.name and (d["GDN_POOL"], d["GDN_INTER"]) == (0, 1)
+    assert src == tc_verify.SOURCE.name and (d["GDN_POOL"], d["GDN_INTER"]) == (0, 1)
     assert d["GDN_FASTGATE"] == 0 and d["GDN_STATE_DT"] == cuda_build.DTYPE_CODE[BF16]
     # bf16, intermediate states: the loader makes the Gram, a flags warp reads the third line
     assert launches[-1][1] == 320
@@ -134,10 +137,10 @@ def test_tc_binds_where_it_serves(recorded):
     case = make_verify_case("slots", B=2, T=8, seed=4, index_dtype=I64)
     run_case(case, config=TC)
     src, _, d = kernels[-1]
-    assert src == cuda_v4.TC_SOURCE.name
+    assert src == tc_verify.SOURCE.name
     assert (d["GDN_POOL"], d["GDN_INTER"], d["GDN_UPDATE"], d["GDN_IDX64"]) == (4, 0, 1, 9)
     f = launches[-1][2]
-    assert launches[-1][:2] == (2 * 4 * 128 // cuda_v4.TC_ROWS, 320)   # + the flags warp
+    assert launches[-1][:2] == (2 * 4 * 128 // tc_verify.ROWS, 320)   # + the flags warp
     assert f["accepted"] == case.accepted.data_ptr() and f["idx"] == case.idx.data_ptr()
     assert f["new_state"] == f["dt_bias"] == case.x.dt_bias.data_ptr()
     assert f["inter"] == case.x.state.data_ptr()
@@ -162,11 +165,33 @@ def test_tc_falls_back_to_the_token_loop(recorded, why):
     assert f["accepted"] == want and f["new_state"] == case.x.state.data_ptr()   # its fields
 
 
+def test_tc_misaligned_call_takes_the_element_loads(recorded):
+    # A signature the tensor-core kernel serves, called once with q 2 bytes off 16: that call
+    # runs cuda_v4.cu's element-load variant with GdnParams' own fields; the aligned calls
+    # before and after it the tensor-core kernel with its moved fields.
+    kernels, launches = recorded
+    case = make_verify_case("states", B=2, T=4, seed=5, update=True)
+    x = case.x
+    run_case(case, config=TC)
+    assert kernels[-1][:2] == (tc_verify.SOURCE.name, tc_verify.KERNEL)
+    aligned_q = x.q
+    x.q = x.q.new_zeros(x.q.numel() + 1)[1:].view_as(x.q).copy_(x.q)         # 2 bytes off
+    run_case(case, config=TC)
+    src, name, d = kernels[-1]
+    assert (src, name) == (cuda_v4.SOURCE.name, cuda_v4.KERNEL) and d["GDN_VEC16"] == 0
+    f = launches[-1][2]
+    assert launches[-1][1] == 32 * d["GDN_W"] and f["q"] == x.q.data_ptr()
+    assert f["accepted"] == 0 and f["new_state"] == x.state.data_ptr() != f["dt_bias"]
+    x.q = aligned_q
+    run_case(case, config=TC)
+    assert len(kernels) == 2 and launches[-1][2]["accepted"] == x.dt_bias.data_ptr()
+
+
 def test_tc_refusal_names_each_reason():
     def serve(**kw):
         call = dict(K=128, V=128, T=4, io_dtype=BF16, switches=dict(pool=1, inter=2, update=1),
                     vec16=True, pdl=0, grid=128)
-        return cuda_v4.tc_refusal(**{**call, **kw})
+        return tc_verify.refusal(**{**call, **kw})
 
     assert serve() == ""
     assert serve(switches=dict(pool=4, inter=0, update=1)) == ""          # per-token slots
@@ -180,8 +205,8 @@ def test_tc_refusal_names_each_reason():
 def test_tc_is_a_verify_candidate():
     assert TC[:2] + TC[3:] == cuda_v4.verify_candidates(128, 128, 8, [1], 8)[0][:2] + \
         cuda_v4.verify_candidates(128, 128, 8, [1], 8)[0][3:]
-    assert all(c[8] != 3 for c in cuda_v4.verify_candidates(64, 64, 8, [1], 4))
-    assert all(c[8] != 3 for c in cuda_v4.verify_candidates(128, 128, 8, [1], 9))
+    assert all(c[11:] != ("tc-verify",) for c in cuda_v4.verify_candidates(64, 64, 8, [1], 4))
+    assert all(c[11:] != ("tc-verify",) for c in cuda_v4.verify_candidates(128, 128, 8, [1], 9))
 
 
 # ------------------------------------------------------------------------------- on a GPU
@@ -268,7 +293,7 @@ def test_tc_matches_reference(c, monkeypatch):
     write = _write_slots(case, pad is not None) if layout == "write" else None
     used = _tc_used(monkeypatch)
     check_run(case, l2, _tid(c), TC_PRECISE if j % 5 == 2 else TC, write)
-    assert used == [cuda_v4.TC_KERNEL], f"{_tid(c)}: ran {used}, not the tensor-core verify"
+    assert used == [tc_verify.KERNEL], f"{_tid(c)}: ran {used}, not the tensor-core verify"
 
 
 def _slots_matrix():
@@ -311,7 +336,7 @@ def test_tc_slots_match_reference(c, monkeypatch):
         _slots_into_new_pool(case, l2, _sid(c))
     else:
         check_run(case, l2, _sid(c), TC_PRECISE if j % 5 == 2 else TC)
-    assert used == [cuda_v4.TC_KERNEL], f"{_sid(c)}: ran {used}, not the tensor-core verify"
+    assert used == [tc_verify.KERNEL], f"{_sid(c)}: ran {used}, not the tensor-core verify"
 
 
 def _slots_into_new_pool(case, l2, what):
@@ -351,7 +376,7 @@ def _run_dense_update(sd, T, seed, make_out, monkeypatch, what):
     used = _tc_used(monkeypatch)
     run(cuda_v4, *x.args(), out, new, True, None, ver, config=TC)
     torch.cuda.synchronize()
-    assert used == [cuda_v4.TC_KERNEL]
+    assert used == [tc_verify.KERNEL]
     j = gate.judge(out, new, ref_out, ref_new, state_dtype=sd)
     assert j.ok, f"{what}: {j.reason}"
     assert torch.equal(x.state, before), f"{what} wrote the state"

@@ -86,10 +86,9 @@ def test_every_shipped_row_is_a_shape_the_search_measures():
             for c, tokens, mode in rows:
                 if mode == "verify" and name == "cuda-v4":
                     # a verify search's winner, or a row it kept from the set it started from;
-                    # a chunk 3 row (the tensor-core verify, one fixed shape) is the same as
-                    # its token-loop fallback, whose shape must be one of those
-                    if c[8] == 3:
-                        c = c[:8] + (0,) + c[9:]
+                    # a tensor-core verify row (one fixed shape) names cuda_v4.cu's fields for
+                    # the calls that kernel does not serve, whose shape must be one of those
+                    c = c[:11] + ("decode",)
                     vp = dataclasses.replace(p, T=tokens, verify="states")
                     searched = {x[:3] + x[6:] for x in map(mod.CONFIG.normalize,
                                                             mod.candidates(vp))}
@@ -109,8 +108,12 @@ def test_refine_keeps_the_best_shapes():
               (4, 1, 8, 2, 1, 0, 0, 0, 1), (8, 1, 8, 2, 1, 0, 0, 2, 0, 1, 1),
               (1, 1, 4, 0, 1, 0, 0, 0)]
     got = cuda_v4.refine(ranked)
-    assert {c[:3] + c[6:] for c in got} == {(1, 2, 16, 0, 0, 0, 0, 0), (2, 2, 16, 1, 0, 0, 0, 0),
-                                            (4, 1, 8, 0, 0, 1, 0, 0), (8, 1, 8, 0, 2, 0, 1, 1)}
+    assert {c[:3] + c[6:11] for c in got} == {(1, 2, 16, 0, 0, 0, 0, 0), (2, 2, 16, 1, 0, 0, 0, 0),
+                                              (4, 1, 8, 0, 0, 1, 0, 0), (8, 1, 8, 0, 2, 0, 1, 1)}
+    assert {c[11] for c in got} == {"decode"}
+    tc = cuda_v4.refine([(8, 1, 16, 3, 1, 0, 0, 2, 0, 3, 1, "tc-verify")] + ranked)
+    assert {c[:3] + c[6:] for c in tc if c[11] == "tc-verify"} == {
+        (8, 1, 16, 0, 2, 0, 3, 1, "tc-verify")}
     assert {c[3] for c in got if c[6]} == {0, 2} and {c[4] for c in got} == {0, 1}
     assert fla_recurrent.refine([(4, 1, 1, 8, 1), (8, 1, 1), (2, 1, 1, 8), (1, 1, 1)]) == \
         [(4, 1, 1, 8, 1), (8, 1, 1, None, 0), (2, 1, 1, 8, 0)]

@@ -41,7 +41,7 @@ from gdnzoo.inputs import make_verify_case
 
 NAME = "fla-recurrent"
 ROOT = Path(__file__).resolve().parents[1]
-KERNEL = ROOT / "backends" / "_triton_kernel.py"
+KERNEL = ROOT / "backends" / "_triton_decode_kernel.py"
 # The last commit whose kernel had no PDL: PDL 0 must compile to its code.
 BEFORE_PDL = "b39e856dd9855cfcb87660a225490775c8f46cd8"
 
@@ -71,7 +71,7 @@ class _Recorder:
 def launch_args(call, pdl, config):
     """(args, kwargs) that fla_recurrent.launch passes the kernel for ``call`` (launch's args
     and kwargs) at this PDL level and launch config (JIT mode: T is passed as an int)."""
-    import gdnzoo.backends._triton_kernel as tk
+    import gdnzoo.backends._triton_decode_kernel as tk
     rec, kernel = _Recorder(), tk.gdn_decode_kernel
     args, kw = call
     tk.gdn_decode_kernel = rec
@@ -213,13 +213,14 @@ def compiled(tmp_path_factory):
         pytest.skip(f"the kernel before PDL (commit {BEFORE_PDL[:7]}) is not in this checkout "
                     f"(git show: {e})")
     tmp = tmp_path_factory.mktemp("pdl_compile")
-    (tmp / "_triton_kernel.py").write_text(src)
+    (tmp / "_triton_decode_kernel.py").write_text(src)
     out = tmp / "ptx.json"
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import test_triton_pdl as t; "
             "t.compile_all(sys.argv[2], sys.argv[3])")
-    env = dict(os.environ, TRITON_INTERPRET="0")
+    # A cache of its own: a cached PTX names the file it was first compiled from.
+    env = dict(os.environ, TRITON_INTERPRET="0", TRITON_CACHE_DIR=str(tmp / "cache"))
     run = subprocess.run([sys.executable, "-c", code, str(Path(__file__).parent),
-                          str(tmp / "_triton_kernel.py"), str(out)], env=env, cwd=ROOT,
+                          str(tmp / "_triton_decode_kernel.py"), str(out)], env=env, cwd=ROOT,
                          capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, f"the sm_90 compiles failed:\n{run.stderr[-4000:]}"
     return json.loads(out.read_text())

@@ -1,5 +1,6 @@
-"""What the two peer backends (fi-baseline, fla-upstream) share: availability of a GPU-only
-library.  Not a backend itself."""
+"""The checks the peer backends (fi-baseline, fla-upstream, vllm-packed) share: whether their
+GPU-only library is installed and a CUDA device present, and whether a problem is on CUDA.  Not
+a backend itself."""
 from __future__ import annotations
 
 import importlib.util
