@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 import torch
 
-import gdnzoo
-from gdnzoo import dispatch, guards, registry
+from gdnzoo import dispatch, registry
 from gdnzoo.integrations import sglang as sg, vllm as vl
+from test_bad_inputs import memo  # noqa: F401  (decode's memo emptied, both layers)
 from test_integrations import make_packed, nan_out
 from test_integrations_verify import _sglang_buffer, make_call, slots
 
@@ -102,17 +102,6 @@ def test_pt_compiled_is_available_here_with_a_compiler():
 
 
 # ------------------------------------------------------------------ adapters: type errors
-
-@pytest.fixture(params=["guards", "signature"])
-def memo(request, monkeypatch):
-    """decode's memo, emptied; "signature": as in a process without dynamo's guards."""
-    monkeypatch.setattr(dispatch, "_MEMO", {})
-    if request.param == "signature":
-        monkeypatch.setitem(guards._state, "ok", False)
-    elif not guards.available():
-        pytest.skip(f"torch {torch.__version__}: dynamo TensorGuards failed the self-test")
-    return request.param
-
 
 def _bits(xs):
     return [x.detach().contiguous().view(torch.uint8).clone() for x in xs]
