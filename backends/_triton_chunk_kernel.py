@@ -362,7 +362,7 @@ def chunk_state_kernel(
     if POOL == 0:
         slot_r = i_n
         slot_w = i_n
-        rd = i_n >= 0
+        rd = tl.where(i_n >= 0, True, False)    # a boolean mask: see as_mask (decode kernel)
         wr = rd
     else:
         slot_r, slot_w, rd, wr = pool_slots(slot_idx, new_slot_idx, i_n, P, PN, null_slot, POOL)

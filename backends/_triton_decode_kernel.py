@@ -132,6 +132,15 @@ def next_token(p_q, p_k, p_v, p_o, p_a, p_b, sq_t, sk_t, sv_t, so_t, sa_t, sb_t)
 
 
 @triton.jit
+def as_mask(c):
+    """A scalar condition as a load/store mask.  Triton's interpreter keeps a scalar comparison
+    in its operands' integer type, which Triton 3.9's interpreter refuses as a mask once a load
+    or store splats it to the pointer's shape; a select between true and false is a boolean
+    there, and the compiler folds it to ``c`` (no instruction)."""
+    return tl.where(c, True, False)
+
+
+@triton.jit
 def pool_slots(slot_idx, new_slot_idx, i_n, P, PN, null_slot, POOL: tl.constexpr):
     """Sequence i_n's (read slot, write slot, reads a real slot, and writes one), the slots as
     int64 (slot x stride(0) may pass 2^31 elements) and 0 where padding.  Padding: a negative
@@ -141,7 +150,7 @@ def pool_slots(slot_idx, new_slot_idx, i_n, P, PN, null_slot, POOL: tl.constexpr
     w = r
     if POOL == 2:
         w = tl.load(new_slot_idx + i_n).to(tl.int64)
-    rd = (r >= 0) & (r < P) & (r != null_slot)
+    rd = as_mask((r >= 0) & (r < P) & (r != null_slot))
     wr = rd & (w >= 0) & (w < PN) & (w != null_slot)
     return tl.where(rd, r, 0), tl.where(wr, w, 0), rd, wr
 
@@ -160,7 +169,7 @@ def accepted_slot(slot_idx, accepted, i_n, T, P, null_slot, ACC: tl.constexpr):
     else:
         r = tl.load(row).to(tl.int64)
         rd = (r >= 0) & (r < P) & (r != null_slot)
-    return tl.where(rd, r, 0), rd
+    return tl.where(rd, r, 0), as_mask(rd)
 
 
 @triton.jit
@@ -317,7 +326,7 @@ def gdn_decode_kernel(
             row = i_n
             if INTER == 2:
                 row = tl.load(inter_idx + i_n).to(tl.int64)
-            keep = (row >= 0) & (row < S)
+            keep = as_mask((row >= 0) & (row < S))
             if POOL > 0:
                 keep = keep & rd
             if KFIRST:

@@ -2,14 +2,23 @@
 
 Compiled once per input signature (shapes, strides, dtypes, device, scale, l2norm, in place or not)
 and reused; the prefill compiles the chunked (WY) form's one chunk (64 tokens, every head) and
-runs each sequence's chunks through it (the lengths read on the host: a sync).  Each signature gets its own copy of the step's code object, so dynamo's per-code
-recompile limit never trips however many shapes a process sees, and no global dynamo setting
+runs each sequence's chunks through it (the lengths read on the host: a sync).  Each signature
+gets its own copy of the step's code object, so dynamo's per-code recompile limit never trips however many shapes a process sees, and no global dynamo setting
 is changed.  A state pool is gathered and scattered in eager torch around the compiled dense
 step (one host sync per call for the scatter's rows); speculative verify runs the compiled
 step once per token around eager stores of each token's state.
+
+On the CPU inductor builds C++: without a working C++ compiler (inductor's own lookup, $CXX or
+g++, run with ``--version`` once and remembered) pt-compiled is unavailable there, with the
+reason.  A compile that still fails when a call runs raises RuntimeError naming pt-compiled
+and the cause.
 """
 from __future__ import annotations
 
+import functools
+import os
+import subprocess
+import sys
 import types
 
 import torch
@@ -45,10 +54,47 @@ def _chunk_step(S, q, k, v, lg, beta, scale):
     fn = _compiled.get(key)
     if fn is None:
         fn = _compiled[key] = _compile_for(key, prefill_reference.chunk)
-    return fn(S, q, k, v, lg, beta, float(scale))
+    try:
+        return fn(S, q, k, v, lg, beta, float(scale))
+    except torch._dynamo.exc.BackendCompilerFailed as e:
+        raise _compile_error(key, e) from None
+
+
+@functools.lru_cache(maxsize=None)
+def cpp_compiler():
+    """(the C++ compiler inductor would build CPU code with, or None; why not): the first of
+    inductor's candidates that runs with ``--version``, as inductor looks it up; nothing is
+    compiled."""
+    tried = []
+    for cxx in _cxx_candidates():
+        try:
+            ok = subprocess.run([cxx, "--version"], capture_output=True,
+                                timeout=30).returncode == 0
+            why = "" if ok else "--version failed"
+        except (OSError, subprocess.SubprocessError) as e:
+            ok, why = False, type(e).__name__
+        if ok:
+            return cxx, ""
+        tried.append(f"{cxx}: {why}")
+    return None, (f"no working C++ compiler for inductor's CPU code (tried "
+                  f"{'; '.join(tried) or 'none'}); install g++ or set CXX")
+
+
+def _cxx_candidates():
+    """``torch._inductor.config.cpp.cxx`` where inductor is loaded; else its default ($CXX,
+    else g++), read without importing inductor (seconds).  Its None (fetch g++ with conda,
+    only when TORCH_INDUCTOR_INSTALL_GXX is set) is not probed."""
+    config = sys.modules.get("torch._inductor.config")
+    if config is None:
+        return [os.environ.get("CXX", "clang++" if sys.platform == "darwin" else "g++")]
+    cxx = config.cpp.cxx
+    return [c for c in (cxx if isinstance(cxx, (list, tuple)) else (cxx,)) if c is not None]
 
 
 def available():
+    cxx, why = cpp_compiler()
+    if cxx is None and not torch.cuda.is_available():
+        return False, why
     return True, "torch.compile (inductor); CPU needs a C++ compiler, GPU needs Triton"
 
 
@@ -57,7 +103,21 @@ def supports(problem):
         import importlib.util
         if importlib.util.find_spec("triton") is None:
             return False, "inductor on CUDA needs the triton package, which is not installed"
+    elif cpp_compiler()[0] is None:
+        return False, cpp_compiler()[1]
     return True, ""
+
+
+def _compile_error(key, e):
+    """A compile that failed (no working C++ compiler, a toolchain error): forgotten, and
+    raised as a RuntimeError naming pt-compiled and the cause, without dynamo's traceback."""
+    _compiled.pop(key, None)
+    # The message's paragraphs but the compiler's command line and dynamo's advice.
+    cause = " ".join(" ".join(p.split()) for p in str(e).split("\n\n")
+                     if p.strip() and not p.strip().startswith(("Command:", "Set TORCHDYNAMO")))
+    if len(cause) > 2000:
+        cause = cause[:2000] + " [...]"
+    return RuntimeError(f"pt-compiled: torch.compile could not compile this call's step: {cause}")
 
 
 def _dense(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, g=None,
@@ -70,8 +130,11 @@ def _dense(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l
     fn = _compiled.get(key)
     if fn is None:
         fn = _compiled[key] = _compile_for(key)
-    fn(q, k, v, state, A_log, a, dt_bias, b, float(scale), out, new_state, bool(use_qk_l2norm),
-       g, beta, neg, k_first)
+    try:
+        fn(q, k, v, state, A_log, a, dt_bias, b, float(scale), out, new_state,
+           bool(use_qk_l2norm), g, beta, neg, k_first)
+    except torch._dynamo.exc.BackendCompilerFailed as e:
+        raise _compile_error(key, e) from None
 
 
 def run(call, *, config=None):

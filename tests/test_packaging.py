@@ -1,6 +1,7 @@
 """A package that installs anywhere: the source archive carries everything the package reads
-(registry.yaml, launch tables, CUDA sources, py.typed), installs without the checkout, and its
-`gdnzoo` runs from another directory, writing results there and nothing into the install."""
+(registry.yaml, launch tables, CUDA sources, py.typed) and the whole test suite, installs
+without the checkout, and its `gdnzoo` runs from another directory, writing results there and
+nothing into the install."""
 import os
 import shutil
 import subprocess
@@ -51,6 +52,19 @@ def test_sdist_carries_the_data_files(sdist):
               "backends/tables/default.yaml", "backends/cuda_v4.cu", "backends/gdn_common.cuh",
               "gdnzoo/integrations/vllm.py", "MANIFEST.in", "README.md"):
         assert f in names, f"{f} is not in {sdist.name}"
+
+
+def test_sdist_ships_the_whole_test_suite(sdist):
+    """All of tests/ or none: the archive's tests are the checkout's, conftest.py, helpers and
+    case modules included (the suite runs from it), and no bytecode."""
+    with tarfile.open(sdist) as tar:
+        names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
+    shipped = {n for n in names if n.startswith("tests/") and not n.endswith("/")}
+    checkout = {f for f in _source_files() if f.startswith("tests/")}
+    assert {"tests/conftest.py", "tests/helpers.py"} <= checkout
+    assert shipped == checkout, (f"missing: {sorted(checkout - shipped)}; "
+                                 f"extra: {sorted(shipped - checkout)}")
+    assert not [n for n in names if n.endswith((".pyc", ".pyo")) or "__pycache__" in n]
 
 
 @pytest.fixture(scope="module")

@@ -187,16 +187,18 @@ def compile_all(before_path, out_path):
     writes {name: {"before": ptx, "0"/"1"/"2": {"ptx", "launch_pdl", "level", "option"}}} as
     JSON to ``out_path``."""
     now, before = _load_kernel(KERNEL, "kernel_now"), _load_kernel(before_path, "kernel_before")
+    at = now.arg_names.index("PDL")        # PDL, then the model forms (GATES, NEG, KFIRST)
     result = {}
     for name, make, config in COMPILED:
         entry = {}
         for level in (0, 1, 2):
             args, kw = launch_args(make(), level, config)
+            assert not any(args[at + 1:]), f"{name}: a model form is on: {args[at + 1:]}"
             k = compile_sm90(now, args, kw)
             entry[str(level)] = dict(ptx=k.asm["ptx"], launch_pdl=bool(k.metadata.launch_pdl),
-                                     level=args[-1], option=kw.get("launch_pdl"))
-            if level == 0:
-                entry["before"] = compile_sm90(before, args[:-1], kw).asm["ptx"]  # no PDL arg
+                                     level=args[at], option=kw.get("launch_pdl"))
+            if level == 0:      # the arguments before PDL: all the kernel before PDL took
+                entry["before"] = compile_sm90(before, args[:at], kw).asm["ptx"]
         result[name] = entry
     Path(out_path).write_text(json.dumps(result))
 
@@ -251,6 +253,11 @@ def test_pdl_wait_first(compiled, name):
 def test_pdl_state_early(compiled, name):
     """Level 2: the state's loads (its indices, A_log, dt_bias) before the wait; q, k, v, a, b
     and every store after it; the trigger right after the wait."""
+    import triton
+    if not triton.__version__.startswith("3.6."):
+        pytest.skip(f"the PTX's source lines are read as Triton 3.6 (the GPU machines') writes "
+                    f"them; Triton {triton.__version__} places them otherwise (one line lower, "
+                    f"the state tile's load at a later statement)")
     c = compiled[name]["2"]
     assert c["level"] == 2 and c["option"] is True and c["launch_pdl"]
     ops = ptx_memory_ops(c["ptx"], KERNEL)
@@ -260,7 +267,6 @@ def test_pdl_state_early(compiled, name):
     assert names[w + 1] == "griddepcontrol.launch_dependents"
     state = source_lines(KERNEL, STATE_LOADS)
     tile = source_lines(KERNEL, STATE_LOADS[:1])
-    producer = source_lines(KERNEL, PRODUCER_LOADS)
     before, after = ops[:w], ops[w + 2:]
     assert before and all(op == "ld.global" and line in state for op, line in before), \
         f"{name}: before the wait: {before}"
@@ -268,8 +274,10 @@ def test_pdl_state_early(compiled, name):
         f"{name}: the state tile is not loaded before the wait"
     assert not any(op == "ld.global" and line in state for op, line in after), \
         f"{name}: a state load after the wait"
-    assert {line for op, line in after if op == "ld.global"} >= producer, \
-        f"{name}: q, k, v, a, b are not all loaded after the wait"
+    loaded_after = {line for op, line in after if op == "ld.global"}
+    for load in PRODUCER_LOADS:      # each at one of its lines (GATES picks the gates' lines)
+        assert source_lines(KERNEL, (load,)) & loaded_after, \
+            f"{name}: {load} is not loaded after the wait"
     assert any(op == "st.global" for op, _ in after)
 
 

@@ -24,6 +24,8 @@ tokens per sequence, flattened [1, N*T, ...] with ``cu_seqlens``).  The adapters
 name in :mod:`gdnzoo.integrations.vllm` and :mod:`gdnzoo.integrations.sglang` serve the uniform
 case, every sequence of one length T, as views [N, T, ...] of the engines' tensors (no copy) and
 one :func:`gdnzoo.decode` call; what they do not serve raises ValueError naming the argument.
+Every adapter names arguments as its engine does: a non-tensor where a tensor goes raises
+TypeError naming it, before anything is read or written.
 ``cu_seqlens`` must then be ``[0, T, 2T, ..., N*T]``: its values are read on the host only when
 it lives on the CPU or ``GDNZOO_CHECK_INDICES=1`` is set (reading a device tensor would sync).
 
@@ -45,8 +47,50 @@ def packed_views(mixed_qkv, a, b, A_log, initial_state, out):
     """(q, k, v, a, b) as views for :func:`gdnzoo.decode`: q, k [B, 1, H, K] and v [B, 1, HV, V]
     of ``mixed_qkv``'s rows, a and b [B, 1, HV].  HV comes from ``A_log``, V and K from the pool
     ``initial_state`` [P, HV, V, K], then H = (mixed_qkv.shape[1] - HV*V) // (2*K).  Raises
-    ValueError naming the argument whose shape does not fit."""
-    return _views(mixed_qkv, a, b, A_log, initial_state, out, False)
+    ValueError naming the argument whose shape does not fit, TypeError naming one that is not a
+    tensor."""
+    try:
+        return _views(mixed_qkv, a, b, A_log, initial_state, out, False)
+    except (AttributeError, TypeError, ValueError) as e:
+        raise engine_error(e, locals(), PACKED_TENSORS) from None
+
+
+# ------------------------------------------------------------------ errors in the engine's terms
+
+PACKED_TENSORS = ("mixed_qkv", "a", "b", "A_log", "dt_bias", "initial_state", "out",
+                  "ssm_state_indices")
+# gdnzoo.decode's argument names for the packed call's (q, k and v are views of mixed_qkv).
+PACKED_NAMES = {"q": "mixed_qkv: its q columns", "k": "mixed_qkv: its k columns",
+                "v": "mixed_qkv: its v columns", "state": "initial_state",
+                "state_indices": "ssm_state_indices",
+                "use_qk_l2norm": "use_qk_l2norm_in_kernel"}
+
+
+def engine_error(e, args, tensors, optional=(), names=None):
+    """The error ``e`` of an engine call, in the engine's terms.  Only a failed call comes here
+    (the adapters read shapes and gdnzoo validates; the valid path pays nothing for this).
+    Returns a TypeError naming the first of ``tensors`` (argument names; those in ``args``, the
+    call's locals) that is not a tensor (None allowed for those in ``optional``), or naming
+    ``scale`` if it is not a number or None; else ``e``, with a leading gdnzoo argument name
+    that the engine calls otherwise (``names``) replaced."""
+    import numbers
+
+    import torch
+
+    from gdnzoo.checks import type_name
+    for name in tensors:
+        x = args.get(name)
+        if name in args and not (isinstance(x, torch.Tensor) or (x is None and name in optional)):
+            what = "a torch.Tensor or None" if name in optional else "a torch.Tensor"
+            return TypeError(f"{name}: expected {what}, got {type_name(x)}")
+    scale = args.get("scale")
+    if isinstance(scale, bool) or not (scale is None or isinstance(scale, numbers.Real)
+                                       or isinstance(scale, torch.Tensor)):
+        return TypeError(f"scale: expected a float or None, got {type_name(scale)}")
+    head, sep, rest = str(e).partition(": ")
+    if sep and names and head in names and type(e) in (TypeError, ValueError):
+        return type(e)(f"{names[head]}: {rest}")
+    return e
 
 
 def _views(mixed_qkv, a, b, A_log, initial_state, out, traced):
@@ -106,9 +150,12 @@ def packed_decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ss
     """The engines' packed decode through :func:`gdnzoo.decode`, in place on the pool, with
     ``null_slot`` (0 or None) as the padding rule; returns ``(out, initial_state)``."""
     q, k, v, a1, b1 = packed_views(mixed_qkv, a, b, A_log, initial_state, out)
-    gdnzoo.decode(q, k, v, initial_state, A_log, a1, dt_bias, b1, scale, out=out,
-                  use_qk_l2norm=use_qk_l2norm_in_kernel, algo=algo,
-                  state_indices=ssm_state_indices, null_slot=null_slot)
+    try:
+        gdnzoo.decode(q, k, v, initial_state, A_log, a1, dt_bias, b1, scale, out=out,
+                      use_qk_l2norm=use_qk_l2norm_in_kernel, algo=algo,
+                      state_indices=ssm_state_indices, null_slot=null_slot)
+    except (TypeError, ValueError) as e:
+        raise engine_error(e, locals(), PACKED_TENSORS, names=PACKED_NAMES) from None
     return out, initial_state
 
 
@@ -119,10 +166,11 @@ def refuse(name, why):
     return ValueError(f"{name}: {why}")
 
 
-def sequences(cu_seqlens, q, T=None):
+def sequences(cu_seqlens, q, T=None, T_from=None):
     """(N, T) of an engine's verify call: with ``cu_seqlens`` [N+1], N sequences of T tokens
-    (T given, or q's token count over N); without it, q [N, T, H, K].  Checks ``cu_seqlens``
-    values (see the package docstring) and raises ValueError naming what does not fit."""
+    back to back (T given, ``T_from`` saying where from; or q's token count over N); without
+    it, q [N, T, H, K].  Checks ``cu_seqlens`` values (see the package docstring) and raises
+    ValueError naming what does not fit."""
     if cu_seqlens is None:
         if q.dim() != 4:
             raise _shape_error("q", q, "[N, T, H, K] (no cu_seqlens)")
@@ -134,9 +182,10 @@ def sequences(cu_seqlens, q, T=None):
     N = cu_seqlens.shape[0] - 1
     if T is None:
         if q.shape[1] % N:
-            raise refuse("cu_seqlens", f"{q.shape[1]} tokens do not split into N={N} sequences "
-                                       f"of one length; gdnzoo serves only uniform T")
-        T = q.shape[1] // N
+            raise refuse("cu_seqlens", f"N={N} sequences, and q's {q.shape[1]} tokens are not "
+                                       f"N of one length: gdnzoo serves only sequences of one "
+                                       f"length T (q's tokens over N)")
+        T, T_from = q.shape[1] // N, f"q's {q.shape[1]} tokens over N={N}"
     from gdnzoo import pool as pools
     if cu_seqlens.device.type == "cpu" or pools.checking():
         got = cu_seqlens.tolist()
@@ -144,8 +193,8 @@ def sequences(cu_seqlens, q, T=None):
             if (got[n], got[n + 1]) != (n * T, n * T + T):
                 raise refuse("cu_seqlens", f"sequence {n} spans tokens [{got[n]}, {got[n + 1]}), "
                                            f"expected [{n * T}, {n * T + T}): gdnzoo serves only "
-                                           f"sequences of one length T={T} (ragged batches are "
-                                           f"not served)")
+                                           f"N sequences of one length T back to back, and here "
+                                           f"T={T} ({T_from})")
     return N, T
 
 

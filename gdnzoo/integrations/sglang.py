@@ -87,6 +87,22 @@ def _buffer(x, HV, V, K):
                      f"{V * K}, {K}, 1), got {tuple(x.stride())}")
 
 
+# The tensor arguments of the verify and commit calls (engine_error), and gdnzoo's names for them.
+VERIFY_TENSORS = ("A_log", "a", "dt_bias", "q", "k", "v", "b", "initial_state_source",
+                  "initial_state_indices", "cu_seqlens", "intermediate_states_buffer",
+                  "intermediate_state_indices", "retrieve_parent_token", "replayssm_rawv",
+                  "replayssm_rawk", "replayssm_g", "replayssm_beta")
+VERIFY_TENSORS_OPTIONAL = VERIFY_TENSORS[7:]
+VERIFY_NAMES = {"state": "initial_state_source", "state_indices": "initial_state_indices",
+                "intermediate_states": "intermediate_states_buffer",
+                "intermediate_indices": "intermediate_state_indices",
+                "use_qk_l2norm": "use_qk_l2norm_in_kernel"}
+COMMIT_TENSORS = ("dst", "src", "dst_indices_raw", "step_indices_raw", "src_indices_raw")
+COMMIT_NAMES = {"intermediate_states": "src", "intermediate_indices": "src_indices_raw",
+                "accepted_steps": "step_indices_raw", "state": "dst",
+                "state_indices": "dst_indices_raw"}
+
+
 def fused_sigmoid_gating_delta_rule_update(
         A_log, a, dt_bias, softplus_beta, softplus_threshold, q, k, v, b, initial_state_source,
         initial_state_indices, scale=None, use_qk_l2norm_in_kernel=False, cu_seqlens=None,
@@ -111,38 +127,44 @@ def fused_sigmoid_gating_delta_rule_update(
     in ``o`` and no intermediate state (SGLang runs it from a zero state and stores its steps
     when its row is >= 0).
 
-    Not served (ValueError naming the argument): ragged ``cu_seqlens``;
+    Not served (ValueError naming the argument): ``cu_seqlens`` other than [0, T, ..., N*T]
+    with T q's tokens over N (sequences of different lengths);
     ``retrieve_parent_token`` (draft trees); softplus_beta != 1 or softplus_threshold != 20;
     ``is_kda``, ``lower_bound``, ``match_cutedsl_decode``; the ReplaySSM ring; a buffer whose
     steps are not contiguous state blocks; index tensors that are not contiguous.
     """
-    ring = "cache_ring" if cache_ring else next(
-        (n for n, x in (("replayssm_rawv", replayssm_rawv), ("replayssm_rawk", replayssm_rawk),
-                        ("replayssm_g", replayssm_g), ("replayssm_beta", replayssm_beta))
-         if x is not None), None)
-    _unserved(softplus_beta, softplus_threshold, scale, initial_state_source,
-              initial_state_indices, is_kda, lower_bound, retrieve_parent_token, ring,
-              match_cutedsl_decode)
-    varlen = cu_seqlens is not None
-    N, T = sequences(cu_seqlens, q)
-    qs, ks, vs = (tokens(n, x, N, T, varlen) for n, x in (("q", q), ("k", k), ("v", v)))
-    HV, V, K = vs.shape[2], vs.shape[3], qs.shape[3]
-    kw = {}
-    if intermediate_states_buffer is not None:
-        _buffer(intermediate_states_buffer, HV, V, K)
-        kw["intermediate_states"] = intermediate_states_buffer
-        if intermediate_state_indices is not None:
-            kw["intermediate_indices"] = first_rows("intermediate_state_indices",
-                                                    intermediate_state_indices, N, 1)
-    if disable_state_update:
-        kw["update_state"] = False
-    o = q.new_empty(v.shape)
-    gdnzoo.decode(qs, ks, vs, initial_state_source, A_log, gates("a", a, N, T, HV), dt_bias,
-                  gates("b", b, N, T, HV), scale, out=tokens("o", o, N, T, varlen),
-                  use_qk_l2norm=use_qk_l2norm_in_kernel, algo=algo,
-                  state_indices=first_rows("initial_state_indices", initial_state_indices, N, 1),
-                  **kw)
-    return o
+    try:
+        ring = "cache_ring" if cache_ring else next(
+            (n for n, x in (("replayssm_rawv", replayssm_rawv), ("replayssm_rawk", replayssm_rawk),
+                            ("replayssm_g", replayssm_g), ("replayssm_beta", replayssm_beta))
+             if x is not None), None)
+        _unserved(softplus_beta, softplus_threshold, scale, initial_state_source,
+                  initial_state_indices, is_kda, lower_bound, retrieve_parent_token, ring,
+                  match_cutedsl_decode)
+        varlen = cu_seqlens is not None
+        N, T = sequences(cu_seqlens, q)
+        qs, ks, vs = (tokens(n, x, N, T, varlen) for n, x in (("q", q), ("k", k), ("v", v)))
+        HV, V, K = vs.shape[2], vs.shape[3], qs.shape[3]
+        kw = {}
+        if intermediate_states_buffer is not None:
+            _buffer(intermediate_states_buffer, HV, V, K)
+            kw["intermediate_states"] = intermediate_states_buffer
+            if intermediate_state_indices is not None:
+                kw["intermediate_indices"] = first_rows("intermediate_state_indices",
+                                                        intermediate_state_indices, N, 1)
+        if disable_state_update:
+            kw["update_state"] = False
+        o = q.new_empty(v.shape)
+        gdnzoo.decode(qs, ks, vs, initial_state_source, A_log, gates("a", a, N, T, HV), dt_bias,
+                      gates("b", b, N, T, HV), scale, out=tokens("o", o, N, T, varlen),
+                      use_qk_l2norm=use_qk_l2norm_in_kernel, algo=algo,
+                      state_indices=first_rows("initial_state_indices", initial_state_indices,
+                                               N, 1),
+                      **kw)
+        return o
+    except (AttributeError, TypeError, ValueError) as e:
+        raise integrations.engine_error(e, locals(), VERIFY_TENSORS, VERIFY_TENSORS_OPTIONAL,
+                                        VERIFY_NAMES) from None
 
 
 def fused_mamba_state_scatter_with_mask(dst, src, dst_indices_raw, step_indices_raw,
@@ -156,10 +178,16 @@ def fused_mamba_state_scatter_with_mask(dst, src, dst_indices_raw, step_indices_
     SGLang, a negative step or one >= T_max, a destination outside [0, P) and a source row
     outside [0, S) copy nothing.  SGLang's function also commits conv-state windows (other
     trailing shapes): those are not Gated Delta Net states and raise ValueError."""
-    if dst.dim() != 5:
-        raise integrations._shape_error("dst", dst, "[L, P, HV, V, K] (Gated Delta Net states)")
-    if src.dim() != 6 or src.shape[0] != dst.shape[0] or src.shape[3:] != dst.shape[2:]:
-        raise integrations._shape_error("src", src, f"[L={dst.shape[0]}, S, T_max, "
-                                                    f"{', '.join(map(str, dst.shape[2:]))}]")
-    for layer in range(dst.shape[0]):
-        gdnzoo.commit(src[layer], src_indices_raw, step_indices_raw, dst[layer], dst_indices_raw)
+    try:
+        if dst.dim() != 5:
+            raise integrations._shape_error("dst", dst,
+                                            "[L, P, HV, V, K] (Gated Delta Net states)")
+        if src.dim() != 6 or src.shape[0] != dst.shape[0] or src.shape[3:] != dst.shape[2:]:
+            raise integrations._shape_error("src", src, f"[L={dst.shape[0]}, S, T_max, "
+                                                        f"{', '.join(map(str, dst.shape[2:]))}]")
+        for layer in range(dst.shape[0]):
+            gdnzoo.commit(src[layer], src_indices_raw, step_indices_raw, dst[layer],
+                          dst_indices_raw)
+    except (AttributeError, TypeError, ValueError) as e:
+        raise integrations.engine_error(e, locals(), COMMIT_TENSORS, ("src_indices_raw",),
+                                        COMMIT_NAMES) from None

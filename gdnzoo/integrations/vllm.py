@@ -64,6 +64,15 @@ def _unserved(beta, threshold, scale, initial_state, ssm_state_indices, is_kda):
                                           "row n*T, which gdnzoo does not reproduce)")
 
 
+# The verify call's tensor arguments (engine_error), and gdnzoo's names for them.
+VERIFY_TENSORS = ("A_log", "a", "b", "dt_bias", "q", "k", "v", "initial_state", "cu_seqlens",
+                  "ssm_state_indices", "num_accepted_tokens")
+VERIFY_TENSORS_OPTIONAL = ("initial_state", "cu_seqlens", "ssm_state_indices",
+                           "num_accepted_tokens")
+VERIFY_NAMES = {"state": "initial_state", "state_indices": "ssm_state_indices",
+                "use_qk_l2norm": "use_qk_l2norm_in_kernel"}
+
+
 def fused_sigmoid_gating_delta_rule_update(A_log, a, b, dt_bias, q, k, v, beta=1.0,
                                            threshold=20.0, scale=None, initial_state=None,
                                            inplace_final_state=True, cu_seqlens=None,
@@ -87,56 +96,64 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, b, dt_bias, q, k, v, beta=1
     and count tensors (graph-padded buffers) are cut to their first N rows, views.  Index <= 0:
     padding; a padded sequence gets zeros in ``o`` (vLLM leaves its rows unwritten).
 
-    Not served (ValueError naming the argument): ragged ``cu_seqlens``; beta != 1 or
+    Not served (ValueError naming the argument): ``cu_seqlens`` other than [0, T, ..., N*T]
+    (sequences of different lengths, or of a length other than T); beta != 1 or
     threshold != 20; ``is_kda``; no ``initial_state`` or ``ssm_state_indices``; a [N] index
     with T > 1 in place (vLLM would take the next rows' entries as slots); with
     ``inplace_final_state=False``, ``num_accepted_tokens`` or a [N, T > 1] index (the read
     slots would need a gather) and N > 1 without cu_seqlens (vLLM sizes final_state for one
     sequence); index tensors that are not contiguous.
     """
-    _unserved(beta, threshold, scale, initial_state, ssm_state_indices, is_kda)
-    varlen = cu_seqlens is not None
-    per_token = ssm_state_indices.dim() == 2
-    width = ssm_state_indices.shape[-1] if per_token else 1
-    N, T = sequences(cu_seqlens, q, width if varlen else None)
-    qs, ks, vs = (tokens(n, x, N, T, varlen) for n, x in (("q", q), ("k", k), ("v", v)))
-    HV, V, K = vs.shape[2], vs.shape[3], qs.shape[3]
-    a_, b_ = gates("a", a, N, T, HV), gates("b", b, N, T, HV)
-    idx = first_rows("ssm_state_indices", ssm_state_indices, N, 2 if per_token else 1)
-    if per_token and idx.shape[1] != T:
-        raise refuse("ssm_state_indices", f"expected [N, T={T}] (one slot per token of q), got "
-                                          f"shape {tuple(ssm_state_indices.shape)}")
-    acc = None if num_accepted_tokens is None else \
-        first_rows("num_accepted_tokens", num_accepted_tokens, N, 1)
-    o = q.new_empty(v.shape)
-    args = (qs, ks, vs, initial_state, A_log, a_, dt_bias, b_, scale)
-    kw = dict(out=tokens("o", o, N, T, varlen), use_qk_l2norm=use_qk_l2norm_in_kernel, algo=algo,
-              null_slot=NULL_SLOT)
-    if inplace_final_state:
-        if not per_token and T > 1:
-            raise refuse("ssm_state_indices", f"a [N] index with T={T} tokens a sequence: vLLM's "
-                                              f"kernel would take the next rows' entries as "
-                                              f"token slots; pass [N, T]")
-        if acc is not None and not per_token:
-            idx = idx.view(N, 1)
-        if idx.dim() == 2:
-            kw["num_accepted_tokens"] = acc
-        gdnzoo.decode(*args, state_indices=idx, **kw)
-        return o, initial_state
-    if acc is not None:
-        raise refuse("num_accepted_tokens", "not with inplace_final_state=False: the read slot "
-                                            "would be column num_accepted_tokens[n]-1, a gather "
-                                            "gdnzoo does not make")
-    if per_token:
-        if T > 1:
-            raise refuse("ssm_state_indices", "[N, T > 1] with inplace_final_state=False: the "
-                                              "read slots are its column 0, a strided view, and "
-                                              "gdnzoo reads index tensors densely")
-        idx = idx.view(N)
-    if not varlen and N > 1:
-        raise refuse("inplace_final_state", f"False without cu_seqlens and N={N} > 1: vLLM's "
-                                            f"kernel sizes final_state [T, ...] for one sequence")
-    final = q.new_empty(k.shape[1], HV, V, K, dtype=initial_state.dtype)
-    gdnzoo.decode(*args, state_indices=idx, update_state=False,
-                  intermediate_states=final[:N * T].view(N, T, HV, V, K), **kw)
-    return o, final
+    try:
+        _unserved(beta, threshold, scale, initial_state, ssm_state_indices, is_kda)
+        varlen = cu_seqlens is not None
+        per_token = ssm_state_indices.dim() == 2
+        width = ssm_state_indices.shape[-1] if per_token else 1
+        N, T = sequences(cu_seqlens, q, width if varlen else None,
+                         "the width of ssm_state_indices [N, T]" if per_token
+                         else "a [N] ssm_state_indices: one token a sequence")
+        qs, ks, vs = (tokens(n, x, N, T, varlen) for n, x in (("q", q), ("k", k), ("v", v)))
+        HV, V, K = vs.shape[2], vs.shape[3], qs.shape[3]
+        a_, b_ = gates("a", a, N, T, HV), gates("b", b, N, T, HV)
+        idx = first_rows("ssm_state_indices", ssm_state_indices, N, 2 if per_token else 1)
+        if per_token and idx.shape[1] != T:
+            raise refuse("ssm_state_indices", f"expected [N, T={T}] (one slot per token of q), "
+                                              f"got shape {tuple(ssm_state_indices.shape)}")
+        acc = None if num_accepted_tokens is None else \
+            first_rows("num_accepted_tokens", num_accepted_tokens, N, 1)
+        o = q.new_empty(v.shape)
+        args = (qs, ks, vs, initial_state, A_log, a_, dt_bias, b_, scale)
+        kw = dict(out=tokens("o", o, N, T, varlen), use_qk_l2norm=use_qk_l2norm_in_kernel,
+                  algo=algo, null_slot=NULL_SLOT)
+        if inplace_final_state:
+            if not per_token and T > 1:
+                raise refuse("ssm_state_indices", f"a [N] index with T={T} tokens a sequence: "
+                                                  f"vLLM's kernel would take the next rows' "
+                                                  f"entries as token slots; pass [N, T]")
+            if acc is not None and not per_token:
+                idx = idx.view(N, 1)
+            if idx.dim() == 2:
+                kw["num_accepted_tokens"] = acc
+            gdnzoo.decode(*args, state_indices=idx, **kw)
+            return o, initial_state
+        if acc is not None:
+            raise refuse("num_accepted_tokens", "not with inplace_final_state=False: the read "
+                                                "slot would be column num_accepted_tokens[n]-1, "
+                                                "a gather gdnzoo does not make")
+        if per_token:
+            if T > 1:
+                raise refuse("ssm_state_indices", "[N, T > 1] with inplace_final_state=False: "
+                                                  "the read slots are its column 0, a strided "
+                                                  "view, and gdnzoo reads index tensors densely")
+            idx = idx.view(N)
+        if not varlen and N > 1:
+            raise refuse("inplace_final_state", f"False without cu_seqlens and N={N} > 1: "
+                                                f"vLLM's kernel sizes final_state [T, ...] for "
+                                                f"one sequence")
+        final = q.new_empty(k.shape[1], HV, V, K, dtype=initial_state.dtype)
+        gdnzoo.decode(*args, state_indices=idx, update_state=False,
+                      intermediate_states=final[:N * T].view(N, T, HV, V, K), **kw)
+        return o, final
+    except (AttributeError, TypeError, ValueError) as e:
+        raise integrations.engine_error(e, locals(), VERIFY_TENSORS, VERIFY_TENSORS_OPTIONAL,
+                                        VERIFY_NAMES) from None

@@ -1,0 +1,251 @@
+"""Trust: what the package says about itself holds.
+
+* pt-compiled is available only where inductor has a working C++ compiler (CPU), decided
+  without compiling or importing inductor; a compile that still fails raises an error naming
+  pt-compiled and the cause, and ``gdnzoo run`` says so without a traceback.
+* The engine adapters raise TypeError naming the engine's own argument when a tensor argument
+  is not a tensor, and name every argument as the engine does; cold (nothing memoized) and
+  right after a valid call, with every argument bit-identical.
+* The vLLM verify adapter says what it refuses in a cu_seqlens of one length but another T.
+* The README's backend table lists every decode backend the registry has.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gdnzoo import dispatch, registry
+from gdnzoo.integrations import sglang as sg, vllm as vl
+from test_bad_inputs import memo  # noqa: F401  (decode's memo emptied, both layers)
+from test_integrations import make_packed, nan_out
+from test_integrations_verify import _sglang_buffer, make_call, slots
+
+ROOT = Path(__file__).resolve().parent.parent
+ENGINES = {"vllm": vl, "sglang": sg}
+
+
+def _gdnzoo(argv, env=None, cwd=None):
+    """The installed ``gdnzoo`` command (this Python's), in a fresh process."""
+    e = dict(os.environ, **(env or {}))
+    exe = Path(sys.executable).with_name("gdnzoo")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "gdnzoo"]
+    return subprocess.run(cmd + argv, capture_output=True, text=True, env=e, cwd=cwd,
+                          timeout=600)
+
+
+# ------------------------------------------------------------------ pt-compiled: availability
+
+RUN = ["run", "--algo", "pt-compiled", "--batch", "1", "--heads", "1,2", "--dim", "16",
+       "--device", "cpu", "--iters", "1"]
+
+
+def test_pt_compiled_without_a_cpp_compiler_is_unavailable_with_the_reason(tmp_path):
+    """$CXX names no compiler: `gdnzoo list` says pt-compiled is unavailable and why (both
+    operations), and `gdnzoo run --algo pt-compiled` refuses with that reason (exit 2)."""
+    env = {"CXX": str(tmp_path / "no-such-g++")}
+    r = _gdnzoo(["list"], env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [line for line in r.stdout.splitlines() if line.startswith("pt-compiled ")]
+    assert len(rows) == 2, r.stdout
+    for row in rows:
+        assert row.split()[1] == "no", row
+        assert "no working C++ compiler" in row and "no-such-g++" in row, row
+    r = _gdnzoo(RUN, env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "no working C++ compiler" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_pt_compiled_availability_compiles_nothing():
+    """Deciding availability runs the compiler's --version only: inductor is not imported (it
+    costs seconds), and the answer is remembered."""
+    code = ("import sys\n"
+            "from gdnzoo import registry\n"
+            "from gdnzoo.backends import pt_compiled\n"
+            "print(registry.availability('pt-compiled', 'cpu')[0])\n"
+            "print('torch._inductor' in sys.modules)\n"
+            "pt_compiled.cpp_compiler()\n"
+            "print(pt_compiled.cpp_compiler.cache_info().misses)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["True", "False", "1"], r.stdout
+
+
+def test_pt_compiled_compile_failure_names_pt_compiled_and_the_cause(tmp_path):
+    """A compiler that answers --version but cannot compile: pt-compiled is available, and its
+    first call raises RuntimeError naming pt-compiled and the compiler's message; `gdnzoo run`
+    prints it as an error (exit 1), no traceback."""
+    cxx = tmp_path / "cxx"
+    cxx.write_text('#!/bin/sh\n[ "$1" = "--version" ] && { echo "cxx 1.0"; exit 0; }\n'
+                   'echo "cxx: this compiler compiles nothing" >&2\nexit 1\n')
+    cxx.chmod(0o755)
+    env = {"CXX": str(cxx), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    r = _gdnzoo(RUN, env)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "error: pt-compiled: torch.compile could not compile" in r.stderr, r.stderr
+    assert "this compiler compiles nothing" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_pt_compiled_is_available_here_with_a_compiler():
+    """This machine has g++: pt-compiled serves CPU problems (the suite compiles with it)."""
+    from gdnzoo.backends import pt_compiled
+    cxx, why = pt_compiled.cpp_compiler()
+    if cxx is None:
+        pytest.skip(why)
+    assert registry.availability("pt-compiled", "cpu")[0]
+
+
+# ------------------------------------------------------------------ adapters: type errors
+
+def _bits(xs):
+    return [x.detach().contiguous().view(torch.uint8).clone() for x in xs]
+
+
+def _refused(call, storages, exc):
+    """(type, message) of ``call()``'s refusal; every storage bit-identical after it."""
+    before = _bits(storages)
+    with pytest.raises(exc) as ei:
+        call()
+    assert all(torch.equal(a, b) for a, b in zip(before, _bits(storages))), \
+        "a refused call changed an argument"
+    return type(ei.value), str(ei.value)
+
+
+def _cold_and_warm(bad, good, storages, exc, name):
+    """``bad()`` refused naming ``name`` cold, then the same right after ``good()``."""
+    cold = _refused(bad, storages, exc)
+    assert cold[0] is exc and cold[1].startswith(f"{name}: "), cold
+    good()
+    assert dispatch._MEMO, "the valid call was not memoized"
+    assert _refused(bad, storages, exc) == cold
+
+
+NOT_TENSORS = ("list", "None", "numpy")
+PACKED_ARGS = ("mixed_qkv", "a", "b", "A_log", "dt_bias", "scale", "initial_state", "out",
+               "ssm_state_indices", "use_qk_l2norm_in_kernel")
+
+
+def _not_tensor(x, what):
+    if what == "numpy":
+        return np.zeros(tuple(x.shape), dtype=np.float32)
+    return None if what == "None" else [1, 2]
+
+
+def _packed(engine, name, mutate):
+    c = make_packed(engine, device="cpu")
+    out = nan_out(c)
+    good = list(c.args(out, False))
+    bad = list(good)
+    i = PACKED_ARGS.index(name)
+    bad[i] = mutate(good[i])
+    fn = ENGINES[engine].packed_decode
+    return (lambda: fn(*bad, algo="pt-reference"), lambda: fn(*good, algo="pt-reference"),
+            [c.buf, c.rows, c.ab, c.A_log, c.dt_bias, c.idx, out])
+
+
+@pytest.mark.parametrize("what", NOT_TENSORS)
+@pytest.mark.parametrize("name", ["mixed_qkv", "a", "b", "A_log", "dt_bias", "initial_state",
+                                  "out", "ssm_state_indices"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_packed_decode_non_tensor_names_the_argument(engine, name, what, memo):
+    """The issue's reproduction, packed_decode([1, 2], ...), for every tensor argument."""
+    bad, good, storages = _packed(engine, name, lambda x: _not_tensor(x, what))
+    _cold_and_warm(bad, good, storages, TypeError, name)
+
+
+@pytest.mark.parametrize("name,mutate", [
+    ("scale", lambda x: "0.1"), ("use_qk_l2norm_in_kernel", lambda x: "yes"),
+    ("ssm_state_indices", lambda x: x.float()), ("initial_state", lambda x: x.half()),
+    ("mixed_qkv", lambda x: x.float())],
+    ids=["scale", "use_qk_l2norm_in_kernel", "ssm_state_indices", "initial_state",
+         "mixed_qkv"])
+@pytest.mark.parametrize("engine", ENGINES)
+def test_packed_decode_names_arguments_as_the_engine(engine, name, mutate, memo):
+    """gdnzoo's own checks, reported under the engine's names (not state_indices,
+    use_qk_l2norm, state or q)."""
+    bad, good, storages = _packed(engine, name, mutate)
+    _cold_and_warm(bad, good, storages, TypeError, name)
+
+
+VLLM_VERIFY = ("A_log", "a", "b", "dt_bias", "q", "k", "v", "initial_state", "cu_seqlens",
+               "ssm_state_indices", "num_accepted_tokens")
+
+
+@pytest.mark.parametrize("name", VLLM_VERIFY + ("scale",))
+def test_vllm_verify_non_tensor_names_the_argument(name, memo):
+    c = make_call(seed=80, device="cpu")
+    idx, acc = slots(c, 6, 2), torch.ones(c.N, dtype=torch.int32)
+    good = dict(A_log=c.x.A_log, a=c.a, b=c.b, dt_bias=c.x.dt_bias, q=c.q, k=c.k, v=c.v,
+                initial_state=c.pool, cu_seqlens=c.cu, ssm_state_indices=idx,
+                num_accepted_tokens=acc, algo="pt-reference")
+    bad = dict(good, **{name: "0.1" if name == "scale" else [0, 1]})
+    fn = vl.fused_sigmoid_gating_delta_rule_update
+    _cold_and_warm(lambda: fn(**bad), lambda: fn(**good), [c.buf, c.rows, c.ab, idx, acc],
+                   TypeError, name)
+
+
+SGLANG_VERIFY = ("A_log", "a", "dt_bias", "q", "k", "v", "b", "initial_state_source",
+                 "initial_state_indices", "cu_seqlens", "intermediate_states_buffer",
+                 "intermediate_state_indices", "retrieve_parent_token", "replayssm_g")
+
+
+@pytest.mark.parametrize("name", SGLANG_VERIFY + ("scale",))
+def test_sglang_verify_non_tensor_names_the_argument(name, memo):
+    c = make_call(seed=81, device="cpu")
+    idx = slots(c, 13, 1)
+    ibuf, inter = _sglang_buffer(c, c.N)
+    rows = torch.arange(c.N, dtype=torch.int32)
+    good = dict(A_log=c.x.A_log, a=c.a, dt_bias=c.x.dt_bias, softplus_beta=1.0,
+                softplus_threshold=20.0, q=c.q, k=c.k, v=c.v, b=c.b,
+                initial_state_source=c.pool, initial_state_indices=idx, cu_seqlens=c.cu,
+                intermediate_states_buffer=inter, intermediate_state_indices=rows,
+                disable_state_update=True, algo="pt-reference")
+    bad = dict(good, **{name: "0.1" if name == "scale" else [0, 1]})
+    fn = sg.fused_sigmoid_gating_delta_rule_update
+    _cold_and_warm(lambda: fn(**bad), lambda: fn(**good), [c.buf, c.rows, c.ab, idx, ibuf],
+                   TypeError, name)
+
+
+@pytest.mark.parametrize("name,value", [
+    ("dst", [0]), ("src", None), ("dst_indices_raw", [0, 1]), ("step_indices_raw", [1, 0]),
+    ("src_indices_raw", [0, 1]), ("dst_indices_raw", "float")])
+def test_sglang_commit_names_the_argument(name, value):
+    gen = torch.Generator().manual_seed(82)
+    dst, src = torch.randn(2, 5, 2, 8, 16, generator=gen), torch.randn(2, 3, 2, 2, 8, 16,
+                                                                      generator=gen)
+    args = dict(dst=dst, src=src, dst_indices_raw=torch.tensor([3, 1]),
+                step_indices_raw=torch.tensor([1, 0]), src_indices_raw=torch.tensor([2, 0]))
+    good = dict(args)
+    bad = dict(args, **{name: args[name].float() if value == "float" else value})
+    fn = sg.fused_mamba_state_scatter_with_mask
+    for _ in range(2):                         # cold, then right after a valid call
+        assert _refused(lambda: fn(**bad), [dst, src], TypeError)[1].startswith(f"{name}: ")
+        fn(**good)
+
+
+def test_vllm_verify_says_what_it_refuses_in_a_uniform_batch():
+    """cu_seqlens of one length (3) while ssm_state_indices [N, 4] says T = 4: refused for
+    that, not called ragged."""
+    c = make_call(N=3, T=3, seed=83, device="cpu")
+    idx = torch.arange(1, 13, dtype=torch.int32).view(3, 4)
+    with pytest.raises(ValueError, match=r"^cu_seqlens: ") as ei:
+        vl.fused_sigmoid_gating_delta_rule_update(
+            A_log=c.x.A_log, a=c.a, b=c.b, dt_bias=c.x.dt_bias, q=c.q, k=c.k, v=c.v,
+            initial_state=c.pool, cu_seqlens=c.cu, ssm_state_indices=idx, algo="pt-reference")
+    msg = str(ei.value)
+    assert "ragged" not in msg and "T=4 (the width of ssm_state_indices" in msg, msg
+
+
+# ------------------------------------------------------------------ README
+
+def test_readme_backend_table_lists_every_decode_backend():
+    text = (ROOT / "README.md").read_text()
+    table = text.split("## Backends", 1)[1].split("\n\n", 2)[1]
+    listed = re.findall(r"^\| `([a-z0-9-]+)` \|", table, re.M)
+    assert listed == registry.names("decode"), listed
