@@ -52,9 +52,11 @@ kernel runs.
 """
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 from functools import lru_cache
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -68,8 +70,9 @@ __all__ = ["fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "DECODE
 # no more work and launches once.
 DECODE_MAX_T = 64
 
-_RAW = (torch.bfloat16, torch.float16)     # the dtypes gdnzoo takes raw gates (a, b) in
-_BETA = (torch.float32, torch.bfloat16, torch.float16)   # ... and a precomputed beta in
+_RAW = (torch.bfloat16, torch.float16)     # the dtypes gdnzoo takes raw gates (a, b) in,
+_BETA = (torch.float32, torch.bfloat16, torch.float16)   # a precomputed beta in,
+_DT_BIAS = (torch.float32, torch.bfloat16)               # and dt_bias in
 # gdnzoo names some tensors otherwise: its message is re-worded with FLA's name
 _FLA_NAME = {"state": "initial_state", "a": "g", "b": "beta"}
 
@@ -111,13 +114,92 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
                allow_neg_eigval, state_v_first, cu_seqlens, algo)
 
 
+class _Plan(NamedTuple):
+    """What the checks of one call signature decided (see :func:`run`)."""
+    B: int
+    T: int
+    HV: int
+    V: int
+    state: tuple        # the final state's shape: (N, HV, K, V), or (N, HV, V, K) V-first
+    decode: bool        # one gdnzoo.decode step; else a gdnzoo.prefill
+    raw: bool           # the gates go to gdnzoo raw (A_log, a, dt_bias, b); else precomputed
+    scale: float        # gdnzoo's scale (> 0) ...
+    sign: int           # ... and the output's sign: FLA's 0 and negative scales
+
+
+_PLANS = {}             # call signature -> _Plan
+_PLANS_MAX = 1024
+
+
 def run(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
         use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval,
         state_v_first, cu_seqlens, algo=None, inplace=False):
     """Both entry points' work, FLA's arguments in order.  ``inplace`` (not FLA's): a fp32
     ``initial_state`` with its last axis contiguous is updated in place and returned as the
     final state, saving a fresh tensor and the caller's copy (for a caller that overwrites the
-    initial state with the final one anyway, as transformers' cache does)."""
+    initial state with the final one anyway, as transformers' cache does).
+
+    The checks run once per call signature (shapes, dtypes, flags, scale: what they decide
+    from); devices, strides, grad and aliasing are gdnzoo's to check, on every call."""
+    try:
+        key = (q.shape, k.shape, v.shape, q.dtype, _sig(g), _sig(beta), _sig(initial_state),
+               _sig(A_log), _sig(dt_bias), None if cu_seqlens is None else cu_seqlens.shape,
+               scale, type(scale), id(output_final_state), id(use_qk_l2norm_in_kernel),
+               id(use_gate_in_kernel), id(use_beta_sigmoid_in_kernel), id(allow_neg_eigval),
+               id(state_v_first))     # ids: the flags are the bools True/False, not 1/0
+        plan = _PLANS.get(key)
+    except (AttributeError, TypeError):    # not a tensor, or unhashable: the checks say which
+        key = plan = None
+    if plan is None:
+        plan = _plan(q, k, v, g, beta, scale, initial_state, output_final_state,
+                     use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log, dt_bias,
+                     use_beta_sigmoid_in_kernel, allow_neg_eigval, state_v_first, cu_seqlens)
+        if key is not None and len(_PLANS) < _PLANS_MAX:
+            _PLANS[key] = plan
+    B, T, HV, V = plan.B, plan.T, plan.HV, plan.V
+    dev = q.device
+    if plan.raw:
+        A = A_log if A_log.dtype == torch.float32 else A_log.float()
+        bias = _zeros(HV, dev) if dt_bias is None else \
+            dt_bias if dt_bias.dtype in _DT_BIAS else dt_bias.float()
+        a, b, lg, bt, neg = g, beta, None, None, allow_neg_eigval
+    else:
+        A = a = bias = b = None
+        neg = False
+        lg, bt = _precomputed(g, beta, A_log, dt_bias, use_gate_in_kernel,
+                              use_beta_sigmoid_in_kernel, allow_neg_eigval, (B, T, HV), dev)
+    state, new_state = _states(initial_state, plan.state, dev, plan.decode, inplace)
+    layout = "k-last" if state_v_first else "k-first"
+    out = torch.empty((B, T, HV, V), dtype=v.dtype, device=v.device)
+    try:
+        if plan.decode:
+            gdnzoo.decode(_last(q), _last(k), _last(v), state, A, a, bias, b, plan.scale,
+                          out=out, new_state=new_state, use_qk_l2norm=use_qk_l2norm_in_kernel,
+                          algo=algo, g=lg, beta=bt, allow_neg_eigval=neg, state_layout=layout)
+        else:               # tokens packed on one axis: views of dense q, k, v and gates
+            if cu_seqlens is None:
+                cu_seqlens = _uniform_cu_seqlens(B, T, dev)
+            a, b, lg, bt = (None if x is None else x.reshape(B * T, HV) for x in (a, b, lg, bt))
+            gdnzoo.prefill(*(_last(x.reshape(B * T, *x.shape[2:])) for x in (q, k, v)), state,
+                           A, a, bias, b, cu_seqlens, plan.scale, out=out.view(B * T, HV, V),
+                           new_state=new_state, use_qk_l2norm=use_qk_l2norm_in_kernel,
+                           algo=algo, g=lg, beta=bt, allow_neg_eigval=neg, state_layout=layout)
+    except (TypeError, ValueError) as e:
+        raise _in_fla_names(e) from None
+    if plan.sign <= 0:         # o is linear in scale: FLA's 0 and negative scales, exactly
+        out.zero_() if plan.sign == 0 else out.neg_()
+    final = state if new_state is None else new_state
+    return out, final if output_final_state else None
+
+
+def _sig(x):
+    return None if x is None else (x.shape, x.dtype)
+
+
+def _plan(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+          use_gate_in_kernel, A_log, dt_bias, use_beta_sigmoid_in_kernel, allow_neg_eigval,
+          state_v_first, cu_seqlens) -> _Plan:
+    """Every check of FLA's arguments (raising naming the argument), and the call's plan."""
     for name, flag in (("output_final_state", output_final_state),
                        ("use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel),
                        ("use_gate_in_kernel", use_gate_in_kernel),
@@ -136,11 +218,11 @@ def run(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2nor
         N = cu_seqlens.shape[0] - 1
     else:
         N = B
-    block = (HV, V, K) if state_v_first else (HV, K, V)
+    state = (N, HV, V, K) if state_v_first else (N, HV, K, V)
     if initial_state is not None:
         _need_tensor("initial_state", initial_state)
-        if tuple(initial_state.shape) != (N, *block):
-            raise ValueError(f"initial_state: expected shape {(N, *block)} "
+        if tuple(initial_state.shape) != state:
+            raise ValueError(f"initial_state: expected shape {state} "
                              f"[N, {'HV, V, K' if state_v_first else 'HV, K, V'}] (N = "
                              f"{'len(cu_seqlens) - 1' if cu_seqlens is not None else 'B'}), "
                              f"got {tuple(initial_state.shape)}")
@@ -149,33 +231,10 @@ def run(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2nor
         raise ValueError("allow_neg_eigval: requires use_beta_sigmoid_in_kernel=True (beta is "
                          "then 2 * sigmoid of the logits)")
     scale, sign = _scale(scale, K)
-
-    A, a, bias, b, lg, bt, neg = _gates(g, beta, A_log, dt_bias, use_gate_in_kernel,
-                                        use_beta_sigmoid_in_kernel, allow_neg_eigval,
-                                        (B, T, HV), q.device)
-    decode = cu_seqlens is None and 0 < T <= DECODE_MAX_T
-    state, new_state = _states(initial_state, (N, *block), q.device, decode, inplace)
-    layout = "k-last" if state_v_first else "k-first"
-    out = torch.empty((B, T, HV, V), dtype=v.dtype, device=v.device)
-    try:
-        if decode:
-            gdnzoo.decode(_last(q), _last(k), _last(v), state, A, a, bias, b, scale, out=out,
-                          new_state=new_state, use_qk_l2norm=use_qk_l2norm_in_kernel,
-                          algo=algo, g=lg, beta=bt, allow_neg_eigval=neg, state_layout=layout)
-        else:               # tokens packed on one axis: views of dense q, k, v and gates
-            if cu_seqlens is None:
-                cu_seqlens = _uniform_cu_seqlens(B, T, q.device)
-            a, b, lg, bt = (None if x is None else x.reshape(B * T, HV) for x in (a, b, lg, bt))
-            gdnzoo.prefill(*(_last(x.reshape(B * T, *x.shape[2:])) for x in (q, k, v)), state,
-                           A, a, bias, b, cu_seqlens, scale, out=out.view(B * T, HV, V),
-                           new_state=new_state, use_qk_l2norm=use_qk_l2norm_in_kernel,
-                           algo=algo, g=lg, beta=bt, allow_neg_eigval=neg, state_layout=layout)
-    except (TypeError, ValueError) as e:
-        raise _in_fla_names(e) from None
-    if sign <= 0:              # o is linear in scale: FLA's 0 and negative scales, exactly
-        out.zero_() if sign == 0 else out.neg_()
-    final = state if new_state is None else new_state
-    return out, final if output_final_state else None
+    raw = _check_gates(g, beta, A_log, dt_bias, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
+                       (B, T, HV))
+    return _Plan(B, T, HV, V, state, cu_seqlens is None and 0 < T <= DECODE_MAX_T, raw, scale,
+                 sign)
 
 
 # ------------------------------------------------------------------ the parts
@@ -247,10 +306,9 @@ def _scale(scale, K):
     return (abs(s) if s else 1.0), (s > 0) - (s < 0)
 
 
-def _gates(g, beta, A_log, dt_bias, gate_in, beta_in, neg, shape, device):
-    """gdnzoo's gate arguments (A_log, a, dt_bias, b, g, beta, allow_neg_eigval) for FLA's:
-    the raw form when both flags are set and g and beta are bf16/fp16, else the precomputed
-    one (what FLA's kernels would compute from the raw tensors, in fp32, made here)."""
+def _check_gates(g, beta, A_log, dt_bias, gate_in, beta_in, shape) -> bool:
+    """Check the gate arguments; True when they go to gdnzoo raw: both flags set, g and beta
+    bf16/fp16 (gdnzoo's raw a and b), else they go precomputed (:func:`_precomputed`)."""
     layout = "[B, T, HV]"
     if g is not None:
         _need_shape("g", g, shape, layout)
@@ -264,25 +322,29 @@ def _gates(g, beta, A_log, dt_bias, gate_in, beta_in, neg, shape, device):
                              "(one beta per head and token, [B, T, HV]); use FLA")
         _need_shape("beta", beta, shape, layout)
         _need_float("beta", beta)
-    HV = shape[-1]
     if gate_in:
         if A_log is None:
             raise ValueError("A_log: required with use_gate_in_kernel=True")
-        _need_shape("A_log", A_log, (HV,), "[HV]")
+        _need_shape("A_log", A_log, shape[-1:], "[HV]")
+        _need_float("A_log", A_log)
         if dt_bias is not None:
-            _need_shape("dt_bias", dt_bias, (HV,), "[HV]")
-        A = A_log if A_log.dtype == torch.float32 else A_log.float()
-        bias = (_zeros(HV, device) if dt_bias is None else
-                dt_bias if dt_bias.dtype in (torch.float32, torch.bfloat16) else dt_bias.float())
-        if beta_in and g.dtype in _RAW and beta is not None and beta.dtype in _RAW:
-            return A, g, bias, beta, None, None, neg
-        lg = -torch.exp(A) * F.softplus(g.float() + bias.float())
+            _need_shape("dt_bias", dt_bias, shape[-1:], "[HV]")
+            _need_float("dt_bias", dt_bias)
+    return gate_in and beta_in and g.dtype in _RAW and beta is not None and beta.dtype in _RAW
+
+
+def _precomputed(g, beta, A_log, dt_bias, gate_in, beta_in, neg, shape, device):
+    """(log decay fp32, beta) for gdnzoo's precomputed form: FLA's own where given so, else
+    what FLA's kernels compute from the raw tensors, in fp32, made here."""
+    if gate_in:
+        bias = 0.0 if dt_bias is None else dt_bias.float()
+        lg = -torch.exp(A_log.float()) * F.softplus(g.float() + bias)
     elif g is None:
         lg = torch.zeros(shape, dtype=torch.float32, device=device)
     else:
         lg = g if g.dtype == torch.float32 else g.float()
     if beta is None:
-        fill = (2.0 if neg else 1.0) / (1.0 + torch.e ** -1.0) if beta_in else 1.0
+        fill = (2.0 if neg else 1.0) / (1.0 + math.exp(-1.0)) if beta_in else 1.0
         bt = torch.full(shape, fill, dtype=torch.float32, device=device)
     elif beta_in:
         bt = torch.sigmoid(beta.float())
@@ -290,7 +352,7 @@ def _gates(g, beta, A_log, dt_bias, gate_in, beta_in, neg, shape, device):
             bt.mul_(2.0)
     else:
         bt = beta if beta.dtype in _BETA else beta.float()
-    return None, None, None, None, lg, bt, False
+    return lg, bt
 
 
 def _states(initial_state, shape, device, decode, inplace):
