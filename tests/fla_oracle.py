@@ -13,8 +13,10 @@ def fla_oracle(q, k, v, g=None, beta=None, scale=None, initial_state=None,
                use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, A_log=None,
                dt_bias=None, use_beta_sigmoid_in_kernel=False, allow_neg_eigval=False,
                state_v_first=False, cu_seqlens=None):
-    """(o [B, T, HV, V], final states [N, HV, K, V] or [N, HV, V, K]) in float64."""
+    """(o [B, T, HV, V], final states [N, HV, K, V] or [N, HV, V, K]) in float64, on q's
+    device."""
     B, T, H, K = q.shape
+    dev = q.device
     HV, V = v.shape[2], v.shape[3]
     qx, kx = (x.to(F64).repeat_interleave(HV // H, dim=2) for x in (q, k))
     if use_qk_l2norm_in_kernel:
@@ -22,13 +24,13 @@ def fla_oracle(q, k, v, g=None, beta=None, scale=None, initial_state=None,
     vx = v.to(F64)
     scale = K ** -0.5 if scale is None else scale
     if g is None:
-        lg = torch.zeros(B, T, HV, dtype=F64)
+        lg = torch.zeros(B, T, HV, dtype=F64, device=dev)
     elif use_gate_in_kernel:
         bias = 0.0 if dt_bias is None else dt_bias.to(F64)
         lg = -torch.exp(A_log.to(F64)) * F.softplus(g.to(F64) + bias)
     else:
         lg = g.to(F64)
-    bt = torch.ones(B, T, HV, dtype=F64) if beta is None else beta.to(F64)
+    bt = torch.ones(B, T, HV, dtype=F64, device=dev) if beta is None else beta.to(F64)
     if use_beta_sigmoid_in_kernel:
         bt = torch.sigmoid(bt) * (2.0 if allow_neg_eigval else 1.0)
     if cu_seqlens is None:
@@ -36,11 +38,11 @@ def fla_oracle(q, k, v, g=None, beta=None, scale=None, initial_state=None,
     else:
         cu = cu_seqlens.tolist()
         spans = [(0, cu[i], cu[i + 1]) for i in range(len(cu) - 1)]
-    o = torch.zeros(B, T, HV, V, dtype=F64)
+    o = torch.zeros(B, T, HV, V, dtype=F64, device=dev)
     finals = []
     for i, (n, start, end) in enumerate(spans):
         if initial_state is None:
-            S = torch.zeros(HV, K, V, dtype=F64)
+            S = torch.zeros(HV, K, V, dtype=F64, device=dev)
         else:
             S = initial_state[i].to(F64)
             S = S.transpose(-1, -2) if state_v_first else S
@@ -51,7 +53,7 @@ def fla_oracle(q, k, v, g=None, beta=None, scale=None, initial_state=None,
             S = S + kt[:, :, None] * u[:, None, :]
             o[n, t] = scale * torch.einsum("hk,hkv->hv", qx[n, t], S)
         finals.append(S.transpose(-1, -2) if state_v_first else S)
-    return o, torch.stack(finals) if finals else torch.zeros(0, HV, K, V, dtype=F64)
+    return o, torch.stack(finals) if finals else torch.zeros(0, HV, K, V, dtype=F64, device=dev)
 
 
 def state_error(state, ref) -> float:

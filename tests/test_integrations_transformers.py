@@ -8,6 +8,7 @@ the very same objects; unsupported versions and layouts are refused, changing no
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from contextlib import contextmanager
 
@@ -131,12 +132,14 @@ def teacher_forced(model, family, ids, prompt):
     cache: (per-step last logits, the cache's final GDN states, the recorded calls)."""
     calls = {"steps": [], "l2norm": 0}
     logits = []
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else \
+        "past_key_values"                          # renamed in transformers 5.24
     with recording(family, calls), torch.no_grad():
         out = model(ids[:, :prompt], use_cache=True)
-        cache = out.past_key_values
+        cache = getattr(out, name)
         logits.append(out.logits[:, -1].float())
         for t in range(prompt, ids.shape[1]):
-            out = model(ids[:, t:t + 1], past_key_values=cache, use_cache=True)
+            out = model(ids[:, t:t + 1], use_cache=True, **{name: cache})
             logits.append(out.logits[:, -1].float())
     states = [cache.layers[i].recurrent_states[0].clone()
               for i, layer in enumerate(model.model.layers) if hasattr(layer, "linear_attn")]

@@ -6,10 +6,11 @@
     gdn_transformers.disable()    # transformers exactly as it was
 
 transformers' GDN layer projects and convolves its inputs, computes the log decay ``g`` in fp32
-and ``beta = sigmoid(b)`` in the model's dtype, repeats q and k to the value heads, and calls
-a module-level function of its modeling file: ``torch_recurrent_gated_delta_rule`` for a
-one-token step with a cache, ``torch_chunk_gated_delta_rule`` otherwise (prefill, or several
-tokens).  Those names hold FLA's kernels when FLA is importable, else transformers' torch loops.
+and ``beta = sigmoid(b)`` in the model's dtype (up to 5.22 it also repeats q and k to the value
+heads), and calls a module-level function of its modeling file:
+``torch_recurrent_gated_delta_rule`` for a one-token step with a cache,
+``torch_chunk_gated_delta_rule`` otherwise (prefill, or several tokens).  Those names hold
+FLA's kernels when FLA is importable, else transformers' torch loops.
 
 :func:`enable` replaces, in each of the three modeling modules, both names with
 :mod:`gdnzoo.integrations.fla`'s entry points (so no call reaches FLA or the torch loops), and
@@ -29,9 +30,9 @@ fp32 model's first GDN call raises TypeError naming q.  Forward only: under ``to
 or ``torch.inference_mode()``, as ``generate()`` runs.
 
 :func:`disable` puts back every attribute it replaced (the same objects) and removes the hooks.
-Both are idempotent.  Supported: transformers 5.17 through 5.24 (:data:`SUPPORTED`, tested with
-5.17.0 and 5.24.0); :func:`enable` refuses any other version, or a modeling file not laid out as
-described, with RuntimeError, before changing anything.
+Both are idempotent.  Supported: transformers 5.17 through 5.24 (:data:`SUPPORTED`; tested with
+5.17.0, 5.20.2, 5.23.0 and 5.24.0); :func:`enable` refuses any other version, or a modeling file
+not laid out as described, with RuntimeError, before changing anything.
 """
 from __future__ import annotations
 
@@ -212,8 +213,9 @@ def _keep_b(module, args, output):
 
 
 def _cache_state(layer, args, kwargs):
-    """The cache's recurrent-state buffer of ``layer`` for this forward, or None."""
-    cache = kwargs.get("cache_params", args[1] if len(args) > 1 else None)
+    """The cache's recurrent-state buffer of ``layer`` for this forward, or None.  The cache
+    is the forward's second argument: ``cache_params`` up to 5.23, ``cache`` from 5.24."""
+    cache = kwargs.get("cache", kwargs.get("cache_params", args[1] if len(args) > 1 else None))
     if cache is None:
         return None
     try:
