@@ -278,16 +278,30 @@ def _bad_cases():
 
 @pytest.mark.parametrize("case", _bad_cases(), ids=lambda c: c[0])
 def test_bad_inputs_named_nothing_touched(case):
+    """Refused cold and after the good call of the same shapes ran (the checks are memoized
+    per call signature), naming FLA's argument; no input changed."""
     _, changes, exc, pattern = case
-    kw, _ = make(0, 2, 3, 2, 4)
-    kw.update(changes)
+    good, _ = make(0, 2, 3, 2, 4)
+    kw = dict(good, **changes)
     before = {n: x.clone() for n, x in kw.items()
               if isinstance(x, torch.Tensor) and x.device.type != "meta"}
     for fn in FNS.values():
-        with pytest.raises(exc, match=pattern):
-            fn(**kw)
-        for n, x in before.items():
-            assert torch.equal(kw[n], x), n
+        for warm in (False, True):
+            if warm:
+                fn(**good)
+            with pytest.raises(exc, match=pattern):
+                fn(**kw)
+            for n, x in before.items():
+                assert torch.equal(kw[n], x), n
+
+
+def test_non_tensor_refused_after_a_good_call():
+    good, _ = make(0, 2, 3, 2, 4)
+    for fn in FNS.values():
+        fn(**good)
+        for name in ("q", "k", "v"):
+            with pytest.raises(TypeError, match=rf"^{name}: expected a torch.Tensor"):
+                fn(**dict(good, **{name: good[name].cpu().float().numpy()}))
 
 
 def test_chunk_only_refusals():

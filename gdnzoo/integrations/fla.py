@@ -142,7 +142,7 @@ def run(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2nor
     The checks run once per call signature (shapes, dtypes, flags, scale: what they decide
     from); devices, strides, grad and aliasing are gdnzoo's to check, on every call."""
     try:
-        key = (q.shape, k.shape, v.shape, q.dtype, _sig(g), _sig(beta), _sig(initial_state),
+        key = (q.shape, k.shape, v.shape, q.dtype, k.dtype, v.dtype, _sig(g), _sig(beta), _sig(initial_state),
                _sig(A_log), _sig(dt_bias), None if cu_seqlens is None else cu_seqlens.shape,
                scale, type(scale), id(output_final_state), id(use_qk_l2norm_in_kernel),
                id(use_gate_in_kernel), id(use_beta_sigmoid_in_kernel), id(allow_neg_eigval),
