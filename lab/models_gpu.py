@@ -18,6 +18,9 @@ fresh fp32 tensor on both sides), B = 1 ... 256 at H/HV = 16/32 (--geoms), K = V
 sets rotated so that the states read are cold (>= 4x L2).  Clocks: kernel (CUPTI: first start
 to last end of one call's GPU work, both sides timed side by side in one session) and host
 (wall per eager call, back to back, no sync: max(dispatch, GPU)).
+(b') crossover: a dense fused_recurrent call of T = 2 ... 512 tokens per sequence through
+both of gdnzoo's routes (a decode step of T tokens, the chunked prefill), whichever
+DECODE_MAX_T would pick: which is faster, to place the constant.
 (c) generate: a random-init Qwen3.5-shaped model (bf16; 3 GDN layers with 16/32 heads,
 K = V = 128, and one attention layer; hidden 2048), greedy generate() of --new tokens after a
 --prompt token prompt at batch 1 and 32: transformers as imported (FLA's kernels when FLA is
@@ -190,6 +193,42 @@ def decode_timing(lab, args):
     return rows
 
 
+def crossover(lab, args):
+    """A dense fused_recurrent call of T tokens per sequence through each of gdnzoo's two
+    routes (decode step, chunked prefill), whichever DECODE_MAX_T would pick: per-call ms
+    (CUDA events, input sets rotated), to place the constant."""
+    K = args.head_dim
+    H, HV = map(int, args.geoms.split(",")[0].split("/"))
+    limit = ours.DECODE_MAX_T
+    rows = []
+    try:
+        for B in map(int, args.cross_batches.split(",")):
+            for T in map(int, args.cross_tokens.split(",")):
+                sets = [dict(kw, q=kw["q"].expand(B, T, H, K).contiguous(),
+                             k=kw["k"].expand(B, T, H, K).contiguous(),
+                             v=kw["v"].expand(B, T, HV, K).contiguous(),
+                             g=kw["g"].expand(B, T, HV).contiguous(),
+                             beta=kw["beta"].expand(B, T, HV).contiguous())
+                        for kw in decode_sets(B, H, HV, K, 3, seed=T)]
+                row = dict(B=B, T=T)
+                for route, cap in (("decode", T), ("prefill", 0)):
+                    ours.DECODE_MAX_T = cap
+                    ours._PLANS.clear()
+                    row[route] = served_by(ours.fused_recurrent_gated_delta_rule, sets[0])
+                    row[f"{route}_ms"] = clocks.event_time_us(
+                        lambda i: ours.fused_recurrent_gated_delta_rule(**sets[i % 3]),
+                        args.reps) / 1e3
+                row["faster"] = min(("decode", "prefill"), key=lambda r: row[f"{r}_ms"])
+                rows.append(row)
+                lab.log(f"  B={B} T={T}: decode {row['decode_ms']:.3f} ms ({row['decode']}), "
+                        f"prefill {row['prefill_ms']:.3f} ms ({row['prefill']}): "
+                        f"{row['faster']} faster")
+    finally:
+        ours.DECODE_MAX_T = limit
+        ours._PLANS.clear()
+    lab.results["crossover"] = rows
+
+
 # ------------------------------------------------------------------ (c) generate()
 
 def qwen35_shaped(args):
@@ -293,7 +332,7 @@ def main(lab, args):
             f"{transformers.__version__}, FLA: {upstream()[1] or 'importable'}")
     parts = args.parts.split(",")
     for name, fn in (("correctness", correctness), ("decode", decode_timing),
-                     ("generate", generate_speed)):
+                     ("crossover", crossover), ("generate", generate_speed)):
         if name in parts:
             lab.part(name, fn, lab, args)
     table(lab)
@@ -302,11 +341,13 @@ def main(lab, args):
 
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--parts", default="correctness,decode,generate")
+    p.add_argument("--parts", default="correctness,decode,crossover,generate")
     p.add_argument("--geoms", default="16/32", help="H/HV list of the decode timing")
     p.add_argument("--batches", default="1,2,4,8,16,32,64,128,256")
     p.add_argument("--reps", type=int, default=50, help="kernel-clock samples per side")
     p.add_argument("--per-batch", type=int, default=100, help="calls per host-clock sample")
+    p.add_argument("--cross-batches", default="1,32", help="crossover: batch sizes")
+    p.add_argument("--cross-tokens", default="2,8,32,64,128,512", help="crossover: T list")
     p.add_argument("--gen-batches", default="1,32")
     p.add_argument("--prompt", type=int, default=2048)
     p.add_argument("--new", type=int, default=64)
@@ -318,6 +359,7 @@ def parse(argv=None):
     args = p.parse_args(argv)
     if args.smoke:
         args.head_dim, args.batches, args.reps, args.per_batch = 16, "1,4", 3, 3
+        args.cross_batches, args.cross_tokens = "2", "2,70"
         args.gen_batches, args.prompt, args.new, args.gen_reps = "1,2", 70, 3, 1
         args.hidden, args.vocab = 64, 128
     return args

@@ -65,9 +65,9 @@ import gdnzoo
 
 __all__ = ["fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "DECODE_MAX_T"]
 
-# Dense calls up to this many tokens per sequence are decode steps: below one 64-token chunk of
-# the chunked (WY) prefill, a step applying the tokens in turn with the state kept on chip does
-# no more work and launches once.
+# Dense calls of up to this many tokens per sequence are decode steps (the tokens applied in
+# turn, the state kept on chip, one launch); longer ones take the chunked prefill.  64 is the
+# prefill's chunk: a guess at the crossover, not measured yet.
 DECODE_MAX_T = 64
 
 _RAW = (torch.bfloat16, torch.float16)     # the dtypes gdnzoo takes raw gates (a, b) in,
