@@ -74,7 +74,7 @@ def bind(bound, vec16, fast_gates, element_loads):
         return None
     defs = cuda_build.defines(sd, io, ad, bd, dd, K, bound.l2, v=V, t=T, hv=HV, gva=HV // H,
                               fastgate=fast_gates, dense=1 if bound.dense else 2,
-                              **bound.switches)
+                              **bound.switches, **bound.form)
     kern = cuda_build.get_kernel(SOURCE, KERNEL, tuple(sorted(defs + bound.stride_defs)),
                                  bound.dev)
     block = threads(sd, T)

@@ -661,8 +661,8 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4(const GdnPara
         const float4 hs0 = hsc[t][0], hs1 = hsc[t][1];        // see head_scalars
         const float gd = hs0.x, beta = hs0.y;
 #elif !GDN_AHEAD_ALL
-        const float gd = GDN_FASTGATE ? gdn_decay_fast(A_log, xa) : gdn_decay(A_log, xa);
-        const float beta = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
+        const float gd = gdn_gate_decay<GDN_FASTGATE>(A_log, xa);
+        const float beta = gdn_gate_beta<GDN_FASTGATE>(xb);
 #endif
 #if GDN_SMEM
         constexpr int NE = NV * VEC;

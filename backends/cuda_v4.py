@@ -364,7 +364,7 @@ class Bound:
     the place of :meth:`launch` on the instance."""
 
     def __init__(self, q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2, config,
-                 pool=None, verify=None, pdl=0):
+                 pool=None, verify=None, pdl=0, form=None):
         # Only plain values are kept: a bound launcher must not keep the first call's tensors alive.
         self.values = cuda_build.param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out,
                                               new_state, pool, verify)
@@ -372,6 +372,7 @@ class Bound:
         self.shape = (*q.shape, v.shape[2], v.shape[3])         # B, T, H, K, HV, V
         self.l2, self.config, self.dev = bool(l2), config, q.get_device()
         self.pdl = int(pdl)                       # the kernel's GDN_PDL, 0: a plain launch
+        self.form = dict(form or {})              # GDN_GATES, GDN_NEG where on (gate_form)
         self.dest = new_state is not state        # which table: bind() keys on it
         self.verify = verify is not None
         f = dict(zip(cuda_build.PARAM_FIELDS, self.values))
@@ -392,8 +393,8 @@ class Bound:
                                                   new_state[0])
         # Not dense: the call's strides compiled in (GDN_DENSE=2).
         self.stride_defs = () if self.dense else stride_defines(self.values, self.verify)
-        if pool is not None or verify is not None:
-            self.with_pointers = None             # dense calls only: these pass index tensors
+        if pool is not None or verify is not None or self.form:
+            self.with_pointers = None             # dense raw-gate calls only
         self.launches = {}
         if self.strides_aligned:
             self.vec16 = self.make(True)
@@ -445,6 +446,7 @@ class Bound:
         # their options and cache entries.
         opt = {n: v for n, v in (("pdl", self.pdl), ("chunk", chunk), ("ahead", ahead),
                                  ("hsc", hsc)) if v}
+        opt.update(self.form)
         defs = cuda_build.defines(sd, io, ad, bd, dd, K, self.l2, v=V, t=T, hv=HV, gva=HV // H,
                                   w=w, rw=rw, lpr=lpr, vec16=int(vec16), hint=hint,
                                   fastgate=fast, dense=1 if self.dense else 2, chain=chain,
@@ -508,15 +510,15 @@ class Bound:
         between calls) written into the parameter block with the data pointers.  A
         16-byte-aligned launch needs the intermediate states aligned too."""
         pool, ver = c.pool, c.verify
+        A_log, a, dt_bias, b = c[4:8] if c.g is None else gate_tensors(c)
         if ver is None:
             if pool is None:
-                self.launch(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.out,
-                            c.new_state)
+                self.launch(c.q, c.k, c.v, c.state, A_log, a, dt_bias, b, c.out, c.new_state)
             else:
-                self.launch(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.out,
-                            c.new_state, pool.read.data_ptr(), pool.write.data_ptr())
+                self.launch(c.q, c.k, c.v, c.state, A_log, a, dt_bias, b, c.out, c.new_state,
+                            pool.read.data_ptr(), pool.write.data_ptr())
             return
-        self.launch(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.out, c.new_state,
+        self.launch(c.q, c.k, c.v, c.state, A_log, a, dt_bias, b, c.out, c.new_state,
                     0 if pool is None else pool.read.data_ptr(),
                     0 if pool is None else pool.write.data_ptr(),
                     0 if ver.states is None else ver.states.data_ptr(),
@@ -540,14 +542,34 @@ def bind(call, *, config=None):
     c = call
     if c.pdl not in (0, 1, 2):
         raise ValueError(f"cuda-v4: pdl must be 0 (off), 1 (wait) or 2 (early), got {c.pdl!r}")
-    key = (cuda_build.signature_key(*c.positional()), config,
-           pool_key(c.state, c.new_state, c.pool), verify_key(c.verify), c.pdl)
+    args = c.positional() if c.g is None else c[:4] + gate_tensors(c) + c[8:12]
+    form = gate_form(c)
+    key = (cuda_build.signature_key(*args), config, pool_key(c.state, c.new_state, c.pool),
+           verify_key(c.verify), c.pdl) + tuple(sorted(form.items()))
     bound = _binds.get(key)
     if bound is None:
         if len(_binds) >= 4096:
             _binds.clear()
-        bound = _binds[key] = Bound(*c.positional(), config, c.pool, c.verify, c.pdl)
+        bound = _binds[key] = Bound(*args, config, c.pool, c.verify, c.pdl, form)
     return bound
+
+
+_ZEROS: dict = {}                # (device, HV) -> fp32 zeros: A_log and dt_bias with g, beta
+
+
+def gate_tensors(c) -> tuple:
+    """(A_log, a, dt_bias, b) as the kernel reads them for a record with the precomputed
+    gates: zeros for A_log and dt_bias (so a + dt_bias is g), g and beta where a and b go."""
+    key = (c.g.device, c.problem.HV)
+    z = _ZEROS.get(key)
+    if z is None:
+        z = _ZEROS[key] = torch.zeros(c.problem.HV, dtype=torch.float32, device=c.g.device)
+    return z, c.g, z, c.beta
+
+
+def gate_form(c) -> dict:
+    """The kernel's GDN_GATES and GDN_NEG defines of a record, only those that are on."""
+    return {n: 1 for n, on in (("gates", c.g is not None), ("neg", c.allow_neg_eigval)) if on}
 
 
 def run(call, *, config=None):

@@ -311,8 +311,8 @@ extern "C" __global__ void __launch_bounds__(NT, 1) gdn_verify_tc(const GdnParam
     const float A_log = p.A_log[h * GDN_STRIDE(A_log_h, 1)];
 
     // ---- the gates (lane t: token t), E_t and this lane's D(t, i) -------------------------
-    const float gl = GDN_FASTGATE ? gdn_decay_fast(A_log, xa) : gdn_decay(A_log, xa);
-    const float bl = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
+    const float gl = gdn_gate_decay<GDN_FASTGATE>(A_log, xa);
+    const float bl = gdn_gate_beta<GDN_FASTGATE>(xb);
     // D(t, i) for this lane's pairs (t, i) = (e / T, e % T), e = lane + 32 r; E_t for lane t:
     // products of the shuffled gates, no division.
     constexpr int NP = (T * T + 31) / 32;              // pairs a lane

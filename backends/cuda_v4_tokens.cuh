@@ -84,8 +84,8 @@ __device__ __forceinline__ void token_inputs(const Params& p, long long v0, long
 __device__ __forceinline__ void token_gates(float A_log, float (&gd)[T], float (&beta)[T]) {
 #pragma unroll
     for (int t = 0; t < T; ++t) {
-        gd[t] = GDN_FASTGATE ? gdn_decay_fast(A_log, gd[t]) : gdn_decay(A_log, gd[t]);
-        beta[t] = GDN_FASTGATE ? gdn_sigmoid_fast(beta[t]) : gdn_sigmoid(beta[t]);
+        gd[t] = gdn_gate_decay<GDN_FASTGATE>(A_log, gd[t]);
+        beta[t] = gdn_gate_beta<GDN_FASTGATE>(beta[t]);
     }
 }
 
@@ -161,8 +161,8 @@ __device__ __forceinline__ void head_scalars(const Params& p, long long q0, long
             }
 #pragma unroll
         for (int off = HS_GS / 2; off > 0; off >>= 1) qk_shfl(kq[0], qq[0], kk[0], off);
-        const float g = GDN_FASTGATE ? gdn_decay_fast(A_log, xa) : gdn_decay(A_log, xa);
-        const float beta = GDN_FASTGATE ? gdn_sigmoid_fast(xb) : gdn_sigmoid(xb);
+        const float g = gdn_gate_decay<GDN_FASTGATE>(A_log, xa);
+        const float beta = gdn_gate_beta<GDN_FASTGATE>(xb);
         const float rq = GDN_L2NORM ? rsqrtf(qq[0] + 1e-6f) : 1.0f;
         const float rk = GDN_L2NORM ? rsqrtf(kk[0] + 1e-6f) : 1.0f;
         if (gl == 0 && t0 < T) {

@@ -154,6 +154,28 @@ __device__ __forceinline__ float gdn_sigmoid_fast(float x) {
     return __fdividef(1.0f, 1.0f + __expf(-x));
 }
 
+// The gate form.  GDN_GATES 1: the a pointer holds the precomputed log decay g and b the
+// post-sigmoid beta (FLA's form; the host passes zeros for A_log and dt_bias, so x = g + 0);
+// GDN_NEG 1: beta = 2 sigmoid(b) (allow_neg_eigval).  At 0 each is the code of before.
+#ifndef GDN_GATES
+#define GDN_GATES 0
+#endif
+#ifndef GDN_NEG
+#define GDN_NEG 0
+#endif
+// A token's decay from x = a + dt_bias (or g) and its beta from b, FAST the fast intrinsics.
+template <int FAST>
+__device__ __forceinline__ float gdn_gate_decay(float A_log, float x) {
+    if (GDN_GATES) return FAST ? __expf(x) : expf(x);
+    return FAST ? gdn_decay_fast(A_log, x) : gdn_decay(A_log, x);
+}
+template <int FAST>
+__device__ __forceinline__ float gdn_gate_beta(float b) {
+    if (GDN_GATES) return b;
+    const float s = FAST ? gdn_sigmoid_fast(b) : gdn_sigmoid(b);
+    return GDN_NEG ? 2.0f * s : s;
+}
+
 // ---- state addressing -----------------------------------------------------------------------
 // THE place a sequence's state rows are located: head h of entry `slot` of the state (the
 // sequence n of a dense batch, or its slot in a state pool, see gdn_pool_slots) starts at element

@@ -908,3 +908,38 @@ def test_v4_verify_candidates_take_the_register_gram_up_to_4_tokens():
         types.SimpleNamespace(K=128, V=128, state_dtype=F32, T=T, verify="states"))
         if cuda_v4.full_config(x)[8] == c}
     assert shapes(4, 2) == shapes(4, 1) and len(shapes(4, 2)) > 10
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")
+def test_gate_form_variants_compile_with_nvcc():
+    """The precomputed gates (g fp32 where a goes, beta in any float dtype) and
+    allow_neg_eigval, in cuda_v4.cu and the tensor-core verify."""
+    _compile_all([
+        (cuda_v4.SOURCE, F32, BF16, F32, BF16, F32, 128, True, dict(_v4(), gates=1)),
+        (cuda_v4.SOURCE, BF16, BF16, F32, F32, F32, 128, False, dict(_v4(T=4, LPR=16), gates=1)),
+        (cuda_v4.SOURCE, F32, BF16, BF16, BF16, F32, 128, True, dict(_v4(FAST=1), neg=1)),
+    ])
+
+
+def test_gate_forms_marshal_g_beta_and_zeros(fake_gpu):
+    """A record with the precomputed gates launches the GDN_GATES variant with g and beta in
+    a's and b's fields and zeros (fp32, one per head) in A_log's and dt_bias'; allow_neg_eigval
+    the GDN_NEG variant; the raw call's variant has neither define."""
+    from gdnzoo.reference import gates
+    compiled, launches = fake_gpu
+    x = make_inputs(B=2, H=4, HV=8)
+    out = torch.empty(2, 1, 8, 128, dtype=x.v.dtype)
+    g, beta = gates(x.A_log, x.a, x.dt_bias, x.b)
+    lg = torch.log(g)
+    rec = record(*x.args(), out, x.state, False)
+    cuda_v4.run(rec._replace(A_log=None, a=None, dt_bias=None, b=None, g=lg, beta=beta))
+    cuda_v4.run(rec._replace(allow_neg_eigval=True))
+    cuda_v4.run(rec)
+    defs = [c[2] for c in compiled]
+    assert defs[0].get("GDN_GATES") == 1 and defs[0]["GDN_A_DT"] == 0 and "GDN_NEG" not in defs[0]
+    assert defs[1].get("GDN_NEG") == 1 and "GDN_GATES" not in defs[1]
+    assert "GDN_GATES" not in defs[2] and "GDN_NEG" not in defs[2]
+    f = launches[0][-1]
+    assert f["a"] == lg.data_ptr() and f["b"] == beta.data_ptr()
+    zeros = cuda_v4._ZEROS[(lg.device, 8)]
+    assert f["A_log"] == f["dt_bias"] == zeros.data_ptr() and not zeros.any()
