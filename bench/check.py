@@ -1,4 +1,10 @@
-"""``gdnzoo check``: every backend on the contest's 54-workload batch mix, PASS/FAIL per backend.
+"""``gdnzoo check``: every backend on the contest's workloads, PASS/FAIL per backend.
+
+``--op decode`` (default): the 54-workload batch mix of ``gdn_decode_qk4_v8_d128_k_last``.
+``--op prefill``: the prefill mix of ``gdn_prefill_qk4_v8_d128_k_last`` (q/k ``[T, 4, 128]``,
+v ``[T, 8, 128]`` bf16, an fp32 k-last state per sequence, int64 ``cu_seqlens``, no l2norm,
+scale 1/sqrt(128)): :data:`gdnzoo.inputs.CONTEST_PREFILL_MIX`, each workload with its state,
+and the first ones again with ``state=None`` (the definition's state is optional).
 
 Each backend is called destination-passing, as the contest's evaluator calls a solution: ``out``
 and ``new_state`` preallocated (filled with NaN here, so an unwritten element fails), ``state``
@@ -19,8 +25,12 @@ WORKLOAD_SETS = ("contest",)
 
 
 def add_check_args(p):
+    p.add_argument("--op", choices=("decode", "prefill"), default="decode",
+                   help="the operation (default decode)")
     p.add_argument("--workloads", choices=WORKLOAD_SETS, default="contest",
-                   help="workload set (contest: 54 workloads, B = 1x10 4x8 8x7 16x7 32x7 48x7 64x8)")
+                   help="workload set (contest: decode 54 workloads, B = 1x10 4x8 8x7 16x7 32x7 "
+                        "48x7 64x8; prefill the sequence mixes of gdnzoo.inputs."
+                        "CONTEST_PREFILL_MIX)")
     p.add_argument("--algo", default=None,
                    help="comma-separated backend names, or 'all' (default: all)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None,
@@ -31,10 +41,10 @@ def add_check_args(p):
     p.add_argument("--rtol", type=float, default=1e-2)
 
 
-def _names(algo):
+def _names(algo, op="decode"):
     from gdnzoo.bench import entries
     return entries.named(None if algo is None or str(algo).strip() == "" else algo,
-                         entries.backends, command="gdnzoo check")
+                         lambda: entries.backends(op), op, command="gdnzoo check")
 
 
 def _reference(x, device):
@@ -47,31 +57,39 @@ def _reference(x, device):
     return ref_out, ref_state
 
 
-def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2):
-    """Run one backend over ``workloads`` [(i, B, inputs, ref_out, ref_state)], each call judged
-    by the gate (gdnzoo.gate: both rules, NaN-prefilled outputs, state untouched).
+def _problem(x):
+    """The destination-passing problem of inputs ``x`` (decode or prefill)."""
+    import dataclasses
+    if x.op == "prefill":
+        from gdnzoo.prefill_contract import validate
+    else:
+        from gdnzoo.contract import validate
+    return dataclasses.replace(validate(*x.args())[0], inplace=False)
+
+
+def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2, op="decode"):
+    """Run one backend of ``op`` over ``workloads`` [(i, label, inputs, ref_out, ref_state)],
+    each call judged by the gate (gdnzoo.gate: both rules, NaN-prefilled outputs, state
+    untouched).  ``label``: the batch size B of a decode workload, the sequence mix of a
+    prefill one.
 
     Returns ``(status, reason, rows)``: status PASS | FAIL | SKIP, rows one dict per workload run.
     """
-    import dataclasses
-
     import gdnzoo
     from gdnzoo import gate
     from gdnzoo.bench import entries
-    from gdnzoo.contract import validate
 
-    ok, why = entries.available(name, device)
+    ok, why = entries.available(name, device, op)
     if not ok:
         return "SKIP", why, []
-    call = gdnzoo.get(name)
+    call = gdnzoo.get(name, op)
     rows, skipped = [], []
-    for i, B, x, ref_out, ref_state in workloads:
-        p = dataclasses.replace(validate(*x.args())[0], inplace=False)
-        ok, why = entries.can_serve(name, p)
+    for i, label, x, ref_out, ref_state in workloads:
+        ok, why = entries.can_serve(name, _problem(x))
         if not ok:
-            skipped.append((B, why))
+            skipped.append((label, why))
             continue
-        row = dict(workload=i, B=B, ok=False, out_abs=float("nan"), out_rel=float("nan"),
+        row = dict(workload=i, B=label, ok=False, out_abs=float("nan"), out_rel=float("nan"),
                    state_abs=float("nan"), state_rel=float("nan"), reason="")
         try:
             j, _, _ = gate.gated_call(call, x, dest=True, ref=(ref_out, ref_state), atol=atol,
@@ -87,17 +105,43 @@ def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2):
     if not rows:
         return "SKIP", skipped[0][1] if skipped else "no workloads", rows
     status = "PASS" if all(r["ok"] for r in rows) else "FAIL"
-    reason = next((f"B={r['B']} workload {r['workload']}: {r['reason']}" for r in rows if not r["ok"]), "")
+    what = "B=" if op == "decode" else "mix "
+    reason = next((f"{what}{r['B']} workload {r['workload']}: {r['reason']}" for r in rows
+                   if not r["ok"]), "")
     if skipped:
         reason = (reason + "; " if reason else "") + f"{len(skipped)} workloads skipped: {skipped[0][1]}"
     return status, reason, rows
+
+
+def _mix_label(lengths, state) -> str:
+    """``8x1024``, ``1x17``, ``7 ragged``; ``, no state`` for state=None."""
+    tag = (f"{len(lengths)}x{lengths[0]}" if len(set(lengths)) == 1 else
+           f"{len(lengths)} ragged")
+    return tag + ("" if state else ", no state")
+
+
+def prefill_workloads(seed, device, no_state=3):
+    """The contest prefill mix with its states, then its first ``no_state`` workloads with
+    ``state=None``: [(i, label, inputs, fp32 out, fp32 final states)]."""
+    from gdnzoo.inputs import CONTEST_PREFILL_MIX, contest_prefill_workloads
+    n = len(CONTEST_PREFILL_MIX)
+    runs = [(True, contest_prefill_workloads(seed=seed, device=device, state=True)),
+            (False, contest_prefill_workloads(seed=seed, device=device, state=False))]
+    out = []
+    for state, gen in runs:
+        for i, lengths, x in gen:
+            if not state and i >= no_state:
+                break
+            out.append((i + (0 if state else n), _mix_label(lengths, state), x)
+                       + tuple(x.reference(compute_dtype=torch.float32)))
+    return out
 
 
 def _per_batch(rows):
     by = defaultdict(list)
     for r in rows:
         by[r["B"]].append(r)
-    for B in sorted(by):
+    for B in (sorted(by) if all(isinstance(b, int) for b in by) else by):
         rs = by[B]
         yield (B, sum(r["ok"] for r in rs), len(rs), max(r["out_abs"] for r in rs),
                max(r["state_abs"] for r in rs))
@@ -112,29 +156,46 @@ def cmd_check(args) -> int:
     if getattr(args, "workloads", "contest") != "contest":
         print(f"error: --workloads: unknown set {args.workloads!r} (known: contest)", file=sys.stderr)
         return 2
+    op = getattr(args, "op", "decode") or "decode"
     try:
-        names = _names(getattr(args, "algo", None))
+        names = _names(getattr(args, "algo", None), op)
     except SystemExit as e:                 # an unknown name (said on stderr): exit status 2
         return e.code
     atol, rtol = getattr(args, "atol", 1e-2), getattr(args, "rtol", 1e-2)
     sd = getattr(args, "state_dtype", "fp32") or "fp32"
     seed = getattr(args, "seed", 0) or 0
-    wl = []
-    for i, B, x in contest_workloads(seed=seed, device=device, state_dtype=DTYPES[sd]):
-        wl.append((i, B, x) + _reference(x, device))
-    print(f"gdnzoo check: {len(wl)} contest workloads (B mix {sorted(set(w[1] for w in wl))}), "
-          f"{sd} state, device {device}, seed {seed}, destination-passing, "
-          f"gate: fail where abs>{atol:g} and rel>{rtol:g}, or a relative error past gdnzoo.gate's "
-          f"bounds, vs fp32 reference")
+    if op == "prefill":
+        if sd != "fp32":
+            print("error: --state-dtype: the contest's prefill state is fp32", file=sys.stderr)
+            return 2
+        wl = prefill_workloads(seed, device)
+        tokens = sum(w[2].q.shape[0] for w in wl)
+        print(f"gdnzoo check --op prefill: {len(wl)} contest prefill workloads (H=4, HV=8, "
+              f"K=V=128, bf16 q/k/v, int64 cu_seqlens, no l2norm; {tokens} tokens in all;"
+              f" the first ones also with state=None), fp32 state, "
+              f"device {device}, seed {seed}, destination-passing, gate: fail where abs>{atol:g} "
+              f"and rel>{rtol:g}, or a relative error past gdnzoo.gate's bounds, vs the fp32 "
+              f"per-token reference", flush=True)
+        key = "mix"
+    else:
+        wl = []
+        for i, B, x in contest_workloads(seed=seed, device=device, state_dtype=DTYPES[sd]):
+            wl.append((i, B, x) + _reference(x, device))
+        print(f"gdnzoo check: {len(wl)} contest workloads (B mix {sorted(set(w[1] for w in wl))}), "
+              f"{sd} state, device {device}, seed {seed}, destination-passing, "
+              f"gate: fail where abs>{atol:g} and rel>{rtol:g}, or a relative error past "
+              f"gdnzoo.gate's bounds, vs fp32 reference")
+        key = "B"
     results = {}
     for name in names:
-        status, reason, rows = check_backend(name, wl, device, atol, rtol)
+        status, reason, rows = check_backend(name, wl, device, atol, rtol, op)
         results[name] = (status, reason, rows)
         print(f"  {name:<14} {status}" + (f"  ({reason})" if reason else ""), flush=True)
-    print(f"\n{'backend':<14} {'B':>4} {'pass':>7} {'max|d| out':>11} {'max|d| state':>13}")
+    w = 18 if op == "prefill" else 4
+    print(f"\n{'backend':<14} {key:>{w}} {'pass':>7} {'max|d| out':>11} {'max|d| state':>13}")
     for name, (status, reason, rows) in results.items():
-        for B, n_ok, n, oa, sa in _per_batch(rows):
-            print(f"{name:<14} {B:>4} {n_ok:>3}/{n:<3} {oa:>11.2e} {sa:>13.2e}")
+        for label, n_ok, n, oa, sa in _per_batch(rows):
+            print(f"{name:<14} {label!s:>{w}} {n_ok:>3}/{n:<3} {oa:>11.2e} {sa:>13.2e}")
     print()
     for name, (status, reason, rows) in results.items():
         n_ok = sum(r["ok"] for r in rows)

@@ -196,9 +196,11 @@ def build_parser(command=None):
              "pool, verify, chained)", "pipeline", "add_bench_args", "cmd_bench"),
             ("tune", "measure and write this GPU's row of the default table", "tune",
              "add_tune_args", "cmd_tune"),
-            ("check", "every backend on the 54-workload contest mix, PASS/FAIL", "check",
+            ("check", "every backend on the contest's workloads, PASS/FAIL (decode: the "
+             "54-workload batch mix; --op prefill: the prefill mix)", "check",
              "add_check_args", "cmd_check"),
-            ("pack", "export a backend as a flashinfer-bench Solution", "pack",
+            ("pack", "export a backend as a flashinfer-bench Solution (--op decode or prefill)",
+             "pack",
              "add_pack_args", "cmd_pack")):
         _lazy_sub(sub, name, help_, module, add_fn, cmd_fn, command == name)
     return ap

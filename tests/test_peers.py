@@ -154,7 +154,7 @@ def test_check_backend_catches_a_broken_backend(monkeypatch, defect, word):
         elif defect == "mutate":
             state[0, 0, 0, 0] += 1.0
         return got
-    monkeypatch.setattr(gdnzoo, "get", lambda name: broken)
+    monkeypatch.setattr(gdnzoo, "get", lambda name, op="decode": broken)
     status, reason, rows = check_backend("pt-reference", _workloads(2), "cpu")
     assert status == "FAIL" and word in reason
 
