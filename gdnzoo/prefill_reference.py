@@ -17,13 +17,13 @@ CHUNK = 64          # tokens per chunk of the chunked form
 
 
 def initial_states(state, N, HV, V, K, pool=None, has_initial_state=None,
-                   compute_dtype=torch.float32, k_first=False):
+                   compute_dtype=torch.float32, k_first=False, device=None):
     """([N, HV, V, K] initial states in ``compute_dtype`` (K-first: [N, HV, K, V]), [N] bool:
     the sequence is real).
     Padded sequences (a pool's padding slots) and those whose ``has_initial_state`` is False
-    start from zeros; every read happens here, before any write."""
-    dev = state.device if state is not None else (
-        has_initial_state.device if has_initial_state is not None else "cpu")
+    start from zeros; every read happens here, before any write.  ``device``: the inputs'
+    (where the zeros of ``state=None`` go)."""
+    dev = state.device if state is not None else device
     real = torch.ones(N, dtype=torch.bool, device=dev)
     if state is None:
         blk = (HV, K, V) if k_first else (HV, V, K)
@@ -64,7 +64,7 @@ def reference_prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale: f
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
     init, real = initial_states(state, N, HV, V, K, pool, has_initial_state, compute_dtype,
-                                k_first)
+                                k_first, q.device)
 
     def tok(x, s, e, batch=False):
         return None if x is None else (x[None, s:e] if batch else x[s:e])
