@@ -93,7 +93,7 @@ def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2, op="decode"):
                    state_abs=float("nan"), state_rel=float("nan"), reason="")
         try:
             j, _, _ = gate.gated_call(call, x, dest=True, ref=(ref_out, ref_state), atol=atol,
-                                      rtol=rtol)
+                                      rtol=rtol, state_tol=gate.state_tol_of(name, op))
         except Exception as e:  # a crash is a FAIL of this backend, not of the check
             row["reason"] = f"raised {type(e).__name__}: {e}"
             traceback.print_exc(file=sys.stderr)

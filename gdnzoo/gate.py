@@ -82,6 +82,20 @@ def compare(out: torch.Tensor, ref: torch.Tensor, *, atol: float = 1e-2, rtol: f
 #: fp32 math lands near 1e-6; bf16 state: one rounding to bf16 (2^-9 relative) per element.
 STRICT_TOL = {"out": 1e-2, "state": {torch.float32: 1e-4, torch.bfloat16: 8e-3}}
 
+#: The state bound of the peers' chunked prefill (FLA's and FlashInfer's): they round their
+#: intermediate states to bf16 whatever the state's dtype, so an fp32 state of theirs carries
+#: bf16-level error (measured 3e-3 to 4e-3 relative at 8k tokens on an H200).  They are judged
+#: with the bf16 state's bound, and their errors are reported as measured, never hidden.
+PEER_STATE_TOL = STRICT_TOL["state"][torch.bfloat16]
+ROUNDING_PEERS = {"prefill": ("fi-baseline", "fla-upstream")}
+
+
+def state_tol_of(name: str, op: str) -> float | None:
+    """The state bound that backend ``name`` of ``op`` is judged with: :data:`PEER_STATE_TOL`
+    for the peers that round their states (:data:`ROUNDING_PEERS`), else None (the strict
+    bound of the state's dtype)."""
+    return PEER_STATE_TOL if name in ROUNDING_PEERS.get(op, ()) else None
+
 
 def strict_tol(what: str, state_dtype: torch.dtype | None = None) -> float:
     """The :data:`STRICT_TOL` bound for ``"out"``, or for ``"state"`` of ``state_dtype``."""
@@ -133,15 +147,17 @@ class Judgement:
 
 
 def judge(out, new_state, ref_out, ref_state, *, out_dtype=None, state_dtype=None,
-          atol: float = 1e-2, rtol: float = 1e-2) -> Judgement:
+          atol: float = 1e-2, rtol: float = 1e-2, state_tol: float | None = None) -> Judgement:
     """The contest rule and the strict rule on ``out`` and ``new_state`` against references of
     any float dtype; ``out_dtype`` / ``state_dtype``: the dtypes they must have (default:
-    their own).  The strict state bound is that of ``state_dtype``."""
+    their own).  The strict state bound is that of ``state_dtype``, or ``state_tol`` (the
+    peers' :data:`PEER_STATE_TOL`)."""
     state_dtype = state_dtype or new_state.dtype
     vo = compare(out, ref_out, atol=atol, rtol=rtol, dtype=out_dtype)
     vs = compare(new_state, ref_state, atol=atol, rtol=rtol, dtype=state_dtype)
     eo, es = relative_error(out, ref_out), relative_error(new_state, ref_state)
-    to, ts = strict_tol("out"), strict_tol("state", state_dtype)
+    to = strict_tol("out")
+    ts = strict_tol("state", state_dtype) if state_tol is None else state_tol
     reasons = [f"out: {vo.reason}"] * (not vo.ok) + [f"new_state: {vs.reason}"] * (not vs.ok)
     if vo.ok and not eo < to:
         reasons.append(f"out: relative error {eo:.3g} >= {to:g}")
@@ -151,7 +167,8 @@ def judge(out, new_state, ref_out, ref_state, *, out_dtype=None, state_dtype=Non
 
 
 def gated_call(fn, x, *, dest: bool, use_qk_l2norm: bool = False, ref=None,
-               atol: float = 1e-2, rtol: float = 1e-2, **kwargs) -> tuple:
+               atol: float = 1e-2, rtol: float = 1e-2, state_tol: float | None = None,
+               **kwargs) -> tuple:
     """Run ``fn`` (a function with an operation's public signature, such as
     ``gdnzoo.get(name)`` or ``gdnzoo.get(name, op="prefill")``) once on the inputs ``x``
     (:class:`gdnzoo.inputs.Inputs` or :class:`gdnzoo.inputs.PrefillInputs`) and judge it.
@@ -176,7 +193,7 @@ def gated_call(fn, x, *, dest: bool, use_qk_l2norm: bool = False, ref=None,
     out, new_state = fn(*args[:3], state, *args[4:], out=out, new_state=new_state,
                         use_qk_l2norm=use_qk_l2norm, **kwargs)
     j = judge(out, new_state, ref_out, ref_state, out_dtype=x.v.dtype,
-              state_dtype=new_state.dtype, atol=atol, rtol=rtol)
+              state_dtype=new_state.dtype, atol=atol, rtol=rtol, state_tol=state_tol)
     if dest and state is not None and not torch.equal(state, x.state):
         j.reasons.append("state: modified by a destination-passing call")
     j.reasons += [f"{n}: modified by the call" for n in names

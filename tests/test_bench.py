@@ -831,3 +831,24 @@ def test_a_new_mode_plugs_in_with_its_own_keys_columns_floor_and_bars(tmp_path, 
     rows, _ = report.read_results(tmp_path / "results.json")
     assert {r["seqs"] for r in rows} == {"1x64", "4x16"} and {r["bench"] for r in rows} == {"toy"}
     assert {round(r["tflops"], 3) for r in rows if r["backend"] == "b"} == {2.667}
+
+
+def test_peer_state_bound_only_for_the_rounding_peers():
+    """The peers that round their states (FLA's and FlashInfer's chunked prefill) are judged
+    with the bf16 state's bound on any state; every other backend and operation keeps the
+    strict bound, and an error past the peers' bound still fails."""
+    from gdnzoo import gate
+    assert gate.state_tol_of("fla-upstream", "prefill") == gate.PEER_STATE_TOL == 8e-3
+    assert gate.state_tol_of("fi-baseline", "prefill") == 8e-3
+    assert gate.state_tol_of("fi-baseline", "decode") is None
+    assert gate.state_tol_of("triton-chunk", "prefill") is None
+    ref = torch.randn(4, 64, dtype=torch.float64)
+    out = ref.clone()
+    state = ref * (1 + 3e-3)                         # a bf16-rounding-sized error
+    strict = gate.judge(out, state.float(), ref, ref, state_dtype=torch.float32)
+    peer = gate.judge(out, state.float(), ref, ref, state_dtype=torch.float32,
+                      state_tol=gate.state_tol_of("fla-upstream", "prefill"))
+    assert not strict.ok and "relative error" in strict.reason and peer.ok
+    worse = gate.judge(out, (ref * 1.02).float(), ref, ref, state_dtype=torch.float32,
+                       state_tol=gate.PEER_STATE_TOL)
+    assert not worse.ok
