@@ -485,8 +485,13 @@ def graph_times(launch, n_calls: int, replays: int, warmup: int = 3) -> list:
 
 # --------------------------------------------------------------------------------- host clock
 
-def host_times(call, batches: int, per_batch: int, warmup: int = 5, warm_s: float = 0.0) -> list:
+def host_times(call, batches: int, per_batch: int, warmup: int = 5, warm_s: float = 0.0,
+               sync: bool = False) -> list:
     """Wall time per eager call (us): one sample per batch of ``per_batch`` back-to-back calls.
+
+    ``sync``: each batch starts and ends synchronized, the final wait inside its time, so a
+    sample is (dispatch + GPU time) of the batch whatever the depth of the launch queue: the
+    clock for calls of hundreds of microseconds (a prefill), whose queue a batch never fills.
 
     Nothing synchronizes between or inside batches, nor between the warm-up and the batches:
     once the launch queue is full a call waits for a free slot, so a kernel slower than its
@@ -504,11 +509,16 @@ def host_times(call, batches: int, per_batch: int, warmup: int = 5, warm_s: floa
         call(i)
         i += 1
     out = []
+    sync = sync and torch.cuda.is_available()
     for _ in range(batches):
+        if sync:
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(per_batch):
             call(i)
             i += 1
+        if sync:
+            torch.cuda.synchronize()
         out.append((time.perf_counter() - t0) * 1e6 / per_batch)
     if torch.cuda.is_available():
         torch.cuda.synchronize()               # after the last sample, outside every batch

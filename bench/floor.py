@@ -411,7 +411,8 @@ def best_launcher(set_bytes: int, search_reps: int = 8, l2: int | None = None) -
     ``launch`` None (and ``config`` saying why) when CuPy is missing (no search possible)."""
     if set_bytes % 16:
         raise ValueError(f"floor: set_bytes must be a multiple of 16, got {set_bytes}")
-    rot = clocks.Rotation(torch.randn(set_bytes // 4, device="cuda"), l2=l2)
+    # drawn on the host: a failed graph capture elsewhere can leave the GPU's generator unusable
+    rot = clocks.Rotation(torch.randn(set_bytes // 4).to("cuda"), l2=l2)
     ok, why = cupy_available()
     if not ok:
         return dict(launch=None, config=why, n_sets=rot.n, dropped=[], searched=0, rot=rot)

@@ -130,6 +130,7 @@ class Mode:
     defaults = {}            # option -> value when not given: batch, state_dtype, tokens, ...
     cpu = "host"             # no CUDA device: "host" (CPU clocks), "check" (gate only), "skip"
     busy = False             # kernel clock: the sum of a call's records (and their number)
+    host_sync = False        # host clock: each batch synchronized at its end (clocks.host_times)
     subdir = ""              # its folder under the default results folder
     nvbench = False
 
@@ -307,7 +308,8 @@ def timed(cell, clock_names, e: Entry, plan, busy=False, base=None) -> list:
                 per = 10
                 nb = int(min(max(CELL_SECONDS * 1e6 / (per * max(host_est, 1.0)), 3),
                              max(plan.iters // per, 3)))
-                row["samples"] = clocks.host_times(e.host, nb, per, warm_s=HOST_WARM_S)
+                row["samples"] = clocks.host_times(e.host, nb, per, warm_s=HOST_WARM_S,
+                                                   sync=plan.mode.host_sync)
                 row["method"] = "perf_counter"
             elif not plan.gpu:
                 row["note"] = joined(e.note, "n/a (no CUDA device)")
