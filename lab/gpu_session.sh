@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# One GPU session in parts that each fit one 10-minute call (the GPU bundle of FlashInfer, CuTe
+# DSL, FLA and vLLM's kernels unpacked at /tmp/gd first; see the developers' notes):
+#
+#   bash lab/gpu_session.sh tests   OUT  # the decode suite in 3 parallel shards + the decode check
+#   bash lab/gpu_session.sh prefill OUT  # the prefill and models tests + check --op prefill
+#   bash lab/gpu_session.sh timing  OUT  # gdnzoo bench --mode prefill (BUDGET s, default 420)
+#   bash lab/gpu_session.sh models OUT   # lab.models_gpu (FLA entry points, transformers)
+#
+# Each part writes its logs into OUT/logs_PART.tgz and prints a short summary last.  Correctness shards run
+# side by side (no clock is read in them); the timing part runs alone.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PART=${1:?usage: gpu_session.sh tests|timing|models OUT}
+OUT=${2:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONPATH=/tmp/gd:/tmp/gd/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
+python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.log" 2>&1 ||
+  { echo "pip install failed"; tail -5 "$OUT/pip.log"; exit 1; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv > "$OUT/gpu.txt"
+python3 - > "$OUT/env.txt" 2>&1 <<'EOF'
+import importlib, torch, triton
+print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__)
+print("gpu", torch.cuda.get_device_name(), torch.cuda.get_device_capability())
+for m in ("flashinfer", "fla", "cupy", "cutlass", "vllm", "transformers"):
+    try:
+        print(m, getattr(importlib.import_module(m), "__version__", "?"))
+    except Exception as e:
+        print(m, "not importable:", type(e).__name__, e)
+EOF
+cat "$OUT/env.txt"
+
+shard() {                   # shard NAME SECONDS ARGS...: pytest in the background, log in OUT
+  local name=$1 secs=$2; shift 2
+  ( t0=$SECONDS; timeout "$secs" python3 -m pytest -q -rfE -p no:cacheprovider "$@" \
+      > "$OUT/pytest_$name.log" 2>&1; rc=$?
+    echo "$name: exit $rc in $((SECONDS - t0)) s: $(tail -1 "$OUT/pytest_$name.log")" \
+      > "$OUT/pytest_$name.summary" ) &
+}
+
+pack_logs() {                # everything in one archive (a call returns few files)
+  local t; t=$(mktemp -d)/logs_$PART.tgz
+  tar czf "$t" -C "$OUT" . && rm -rf "${OUT:?}"/* && mv "$t" "$OUT/"
+}
+trap pack_logs EXIT
+
+case "$PART" in
+tests)                      # the suite, in shards side by side (about 10 min each on an H200)
+  shard matrix_ours 520 tests/test_matrix.py -k "cuda-v4 or fla-recurrent or every_available"
+  shard matrix_rest 520 tests/test_matrix.py -k "not cuda-v4 and not fla-recurrent"
+  shard rest 520 tests --ignore=tests/test_matrix.py --ignore=tests/test_prefill.py \
+    --ignore=tests/test_triton_chunk.py --ignore=tests/test_check_prefill.py \
+    --ignore=tests/test_integrations_fla.py --ignore=tests/test_integrations_transformers.py \
+    --ignore=tests/test_op.py --ignore=tests/test_clocks_gpu.py
+  ( timeout 200 gdnzoo check --algo cuda-v4,fla-recurrent,fi-baseline > "$OUT/check_decode.log" 2>&1
+    echo "check (decode): exit $?" > "$OUT/check_decode.summary" ) &
+  wait
+  timeout 60 python3 -m pytest -q -rfE -p no:cacheprovider tests/test_clocks_gpu.py \
+    > "$OUT/pytest_clocks.log" 2>&1
+  echo "clocks: exit $?: $(tail -1 "$OUT/pytest_clocks.log")" > "$OUT/pytest_clocks.summary"
+  echo "== failures"; grep -h "^FAILED\|^ERROR" "$OUT"/pytest_*.log | cut -c1-300 | head -40
+  echo "== summary"; cat "$OUT"/*.summary
+  ;;
+prefill)                    # prefill and the models' entry points (about 6 min on an H200)
+  shard prefill 330 --tb=short tests/test_prefill.py tests/test_triton_chunk.py \
+    tests/test_check_prefill.py
+  shard models 330 --tb=short tests/test_integrations_fla.py \
+    tests/test_integrations_transformers.py tests/test_op.py
+  ( timeout 330 gdnzoo check --op prefill --algo all > "$OUT/check_prefill.log" 2>&1
+    echo "check --op prefill: exit $?" > "$OUT/check_prefill.summary" ) &
+  wait
+  echo "== failures"; grep -h "^FAILED\|^ERROR" "$OUT"/pytest_*.log | cut -c1-300 | head -40
+  echo "== check --op prefill"; grep -v "^ " "$OUT/check_prefill.log" | tail -30
+  echo "== summary"; cat "$OUT"/*.summary
+  ;;
+timing)                     # gdnzoo bench --mode prefill alone (about 9 min on an H200)
+  t0=$SECONDS
+  timeout 560 gdnzoo bench --mode prefill --state-dtype fp32 --time-budget ${BUDGET:-420} \
+    --no-plots --out "$OUT/bench_prefill" > "$OUT/bench_prefill.log" 2>&1
+  echo "gdnzoo bench --mode prefill: exit $? in $((SECONDS - t0)) s"
+  tail -70 "$OUT/bench_prefill.log"
+  ;;
+models)
+  timeout 540 python3 -m lab.models_gpu > "$OUT/models_gpu.log" 2>&1
+  echo "lab.models_gpu: exit $?"; tail -50 "$OUT/models_gpu.log"
+  ;;
+*) echo "unknown part $PART"; exit 2 ;;
+esac
