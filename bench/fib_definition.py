@@ -38,9 +38,14 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale):
 '''
 
 
+def _tensor(shape, dtype, desc=None) -> dict:
+    """A TensorSpec of the definition JSON (shape None: a scalar)."""
+    return dict(shape=shape, dtype=dtype, **({"description": desc} if desc else {}))
+
+
 def definition_dict() -> dict:
     """The contest definition (facts from the published JSON; reference in our own words)."""
-    t = lambda shape, dtype, desc=None: dict(shape=shape, dtype=dtype, **({"description": desc} if desc else {}))
+    t = _tensor
     return dict(
         name=DEF_NAME, op_type="gdn",
         description="Gated delta rule decode, Qwen3-Next linear attention at TP=4, k-last state "
@@ -116,7 +121,7 @@ def prefill_definition_dict() -> dict:
     """The contest's prefill definition (facts from the published JSON; reference in our own
     words).  Its ``state`` may be None (zeros); flashinfer-bench 0.1.2 has no field for that
     and always passes a tensor."""
-    t = lambda shape, dtype, desc=None: dict(shape=shape, dtype=dtype, **({"description": desc} if desc else {}))
+    t = _tensor
     return dict(
         name=PREFILL_DEF_NAME, op_type="gdn",
         description="Gated delta rule prefill of variable-length sequences (cu_seqlens), Qwen3-Next "
@@ -138,7 +143,8 @@ def prefill_definition_dict() -> dict:
             a=t(["total_seq_len", "num_v_heads"], "bfloat16"),
             dt_bias=t(["num_v_heads"], "float32"),
             b=t(["total_seq_len", "num_v_heads"], "bfloat16"),
-            cu_seqlens=t(["len_cu_seqlens"], "int64", "sequence n is tokens cu_seqlens[n]:cu_seqlens[n+1]"),
+            cu_seqlens=t(["len_cu_seqlens"], "int64",
+                         "sequence n is tokens cu_seqlens[n]:cu_seqlens[n+1]"),
             scale=t(None, "float32", "default 1/sqrt(head_size)")),
         outputs=dict(
             output=t(["total_seq_len", "num_v_heads", "head_size"], "bfloat16"),
@@ -148,4 +154,5 @@ def prefill_definition_dict() -> dict:
 
 
 #: Each operation's definition: (name, the function returning its dict).
-DEFINITIONS = {"decode": (DEF_NAME, definition_dict), "prefill": (PREFILL_DEF_NAME, prefill_definition_dict)}
+DEFINITIONS = {"decode": (DEF_NAME, definition_dict),
+               "prefill": (PREFILL_DEF_NAME, prefill_definition_dict)}

@@ -251,7 +251,8 @@ def cmd_pack(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     checked = validate_with_fib(sol)
-    path = write_solution(sol, args.out or f"gdnzoo-pack-{'' if op == 'decode' else op + '-'}{args.algo}")
+    default_out = f"gdnzoo-pack-{args.algo}" if op == "decode" else f"gdnzoo-pack-{op}-{args.algo}"
+    path = write_solution(sol, args.out or default_out)
     print(f"wrote {path}: Solution {sol['name']!r} for {sol['definition']}, "
           f"{len(sol['sources'])} source files, entry {sol['spec']['entry_point']} "
           f"(language {sol['spec']['language']}, destination-passing)")

@@ -52,10 +52,19 @@ NAMES = {"decode": ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b"),
          "prefill": ("q", "k", "v", "state", "A_log", "a", "dt_bias", "b", "cu_seqlens")}
 
 
+def _stored(root: Path, path: Path, x, names) -> dict:
+    """The workload inputs of ``x``'s tensors ``names``, saved to ``path`` (under ``root``),
+    and its scale."""
+    import safetensors.torch as st
+    st.save_file({n: getattr(x, n).contiguous() for n in names}, str(path))
+    rel = str(path.relative_to(root))
+    inputs = {n: dict(type="safetensors", path=rel, tensor_key=n) for n in names}
+    inputs["scale"] = dict(type="scalar", value=float(x.scale))
+    return inputs
+
+
 def _decode_workloads(root: Path, blob: Path, def_name: str, seed: int):
     """(axes, inputs, uuid) of the decode workloads; writes their safetensors under ``blob``."""
-    import safetensors.torch as st
-
     from gdnzoo.inputs import make_inputs
     names = NAMES["decode"]
     for B in BATCHES:
@@ -64,28 +73,18 @@ def _decode_workloads(root: Path, blob: Path, def_name: str, seed: int):
         yield dict(batch_size=B), inputs, f"random-b{B}"
         uid = f"seeded-b{B}"
         x = make_inputs(B=B, seed=seed * 100 + B)
-        path = blob / f"{def_name}_{uid}.safetensors"
-        st.save_file({n: getattr(x, n).contiguous() for n in names}, str(path))
-        rel = str(path.relative_to(root))
-        inputs = {n: dict(type="safetensors", path=rel, tensor_key=n) for n in names}
-        inputs["scale"] = dict(type="scalar", value=float(x.scale))
+        inputs = _stored(root, blob / f"{def_name}_{uid}.safetensors", x, names)
         yield dict(batch_size=B), inputs, uid
 
 
 def _prefill_workloads(root: Path, blob: Path, def_name: str, seed: int):
     """(axes, inputs, uuid) of the prefill workloads; writes their safetensors under ``blob``."""
-    import safetensors.torch as st
-
     from gdnzoo.inputs import contest_prefill_workloads
     names = NAMES["prefill"]
     for i, lengths, x in contest_prefill_workloads(seed=seed):
         N, T = len(lengths), int(sum(lengths))
         uid = f"seeded-n{N}-t{T}-{i}"
-        path = blob / f"{def_name}_{uid}.safetensors"
-        st.save_file({n: getattr(x, n).contiguous() for n in names}, str(path))
-        rel = str(path.relative_to(root))
-        inputs = {n: dict(type="safetensors", path=rel, tensor_key=n) for n in names}
-        inputs["scale"] = dict(type="scalar", value=float(x.scale))
+        inputs = _stored(root, blob / f"{def_name}_{uid}.safetensors", x, names)
         yield dict(total_seq_len=T, num_seqs=N, len_cu_seqlens=N + 1), inputs, uid
 
 
@@ -144,7 +143,8 @@ def main(lab, op="decode"):
     if not torch.cuda.is_available():
         lab.log("no CUDA device: flashinfer-bench's runner needs one; nothing to do.")
         return
-    algos = [a.strip() for a in os.environ.get("GDNZOO_FIB_ALGOS", ",".join(DEFAULT_ALGOS[op])).split(",") if a.strip()]
+    chosen = os.environ.get("GDNZOO_FIB_ALGOS", ",".join(DEFAULT_ALGOS[op]))
+    algos = [a.strip() for a in chosen.split(",") if a.strip()]
     root = Path(tempfile.mkdtemp(prefix=f"fib_traceset_{op}_",
                                  dir=out if op == "decode" else None))
     os.environ.setdefault("FIB_CACHE_PATH", str(Path(tempfile.gettempdir()) / "gdnzoo_fib_cache"))

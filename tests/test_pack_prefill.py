@@ -51,7 +51,8 @@ def _inputs(state=True, seed=5):
 def _oracle(x, scale=None, compute_dtype=torch.float32):
     """(output bf16, new_state fp32) under the definition's rule, by gdnzoo's reference math."""
     T, N = x.q.shape[0], x.cu_seqlens.numel() - 1
-    out = torch.empty(T, 8, 128, dtype=torch.bfloat16 if compute_dtype == torch.float32 else compute_dtype)
+    io = torch.bfloat16 if compute_dtype == torch.float32 else compute_dtype
+    out = torch.empty(T, 8, 128, dtype=io)
     ns = torch.empty(N, 8, 128, 128, dtype=compute_dtype)
     nonempty = x.cu_seqlens[1:] != x.cu_seqlens[:-1]
     scale = x.scale if scale is None else (scale or 128 ** -0.5)      # 0: the default
