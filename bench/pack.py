@@ -1,4 +1,6 @@
-"""``gdnzoo pack``: export a backend as a flashinfer-bench Solution for the contest definition.
+"""``gdnzoo pack``: export a backend as a flashinfer-bench Solution for a contest definition:
+``--op decode`` (default) for ``gdn_decode_qk4_v8_d128_k_last``, ``--op prefill`` for
+``gdn_prefill_qk4_v8_d128_k_last``.
 
 The Solution is self-contained: the backend's module and every ``gdnzoo`` module it imports
 (transitively), plus the data files they name (e.g. ``.cu`` sources, and what those
@@ -11,10 +13,18 @@ because a Solution is judged by its sources.
 flashinfer-bench loads a python/triton Solution by writing ``sources`` into a package directory
 and importing the entry file as a module of that package (``PythonBuilder``), then calls
 ``run(q, k, v, state, A_log, a, dt_bias, b, scale, output, new_state)`` with outputs from
-``torch.empty`` (destination-passing style).  The entry ``kernel.py`` validates the inputs with
-the vendored ``contract.validate``, checks once per problem what the registry would check
-(devices, min compute capability, state dtypes, max T, head dims, then the backend's
-``supports``), and calls the backend with ``use_qk_l2norm=False`` (the contest has no l2norm).
+``torch.empty`` (destination-passing style); for prefill ``run(q, k, v, state, A_log, a,
+dt_bias, b, cu_seqlens, scale, output, new_state)``, ``state`` possibly None (zeros).  The entry
+``kernel.py`` validates the inputs with the vendored contract's ``validate`` (``contract`` or
+``prefill_contract``), checks once per problem what the registry would check (devices, min
+compute capability, state dtypes, max T, head dims, then the backend's ``supports``), and calls
+the backend with ``use_qk_l2norm=False`` (the contest has no l2norm).
+
+One rule of the prefill definition differs from :func:`gdnzoo.prefill`: its reference leaves
+the new state of a zero-length sequence at zero, where gdnzoo carries the initial state over.
+The prefill entry follows the definition: with a state given, it passes ``has_initial_state =
+(length > 0)`` (computed on the device, no sync) when the backend serves that, else it zeroes
+those rows of ``new_state`` after the call.
 A CUDA-via-CuPy or CuTe-DSL backend is declared ``language: python`` (flashinfer-bench's
 ``cuda`` language means sources it compiles itself).
 """
@@ -29,35 +39,42 @@ from pathlib import Path
 from gdnzoo.bench.vendor import VENDOR, PackError, vendor
 
 DEFINITION = "gdn_decode_qk4_v8_d128_k_last"
+DEFINITIONS = {"decode": DEFINITION, "prefill": "gdn_prefill_qk4_v8_d128_k_last"}
 ENTRY_FILE = "kernel.py"
 _FIB_LANGUAGE = {"python": "python", "triton": "triton", "cuda": "python", "cute-dsl": "python"}
 
 
 def add_pack_args(p):
     p.add_argument("--algo", required=True, help="backend name to export")
-    p.add_argument("--out", default=None, help="output directory (default ./gdnzoo-pack-<algo>)")
+    p.add_argument("--op", default="decode", metavar="{decode,prefill}",
+                   help="the operation whose backend is exported: decode (default; definition "
+                        f"{DEFINITIONS['decode']}) or prefill ({DEFINITIONS['prefill']})")
+    p.add_argument("--out", default=None, help="output directory (default ./gdnzoo-pack-<algo>; "
+                                               "prefill: ./gdnzoo-pack-prefill-<algo>)")
     p.add_argument("--author", default="gdnzoo")
 
 
 # ------------------------------------------------------------------ solution
 
-_ENTRY = '''"""gdnzoo backend {name!r} packed as a flashinfer-bench Solution for {definition}.
+_HEAD = '''"""gdnzoo backend {name!r} packed as a flashinfer-bench Solution for {definition}.
 
 Vendored sources under {vendor}/; entry point run() is destination-passing.
 """
-from .{vendor}.contract import record, validate
-from .{vendor}.operation import DECODE
+from .{vendor}.{contract} import record, validate
+from .{vendor}.operation import {OP}
 from .{vendor}.{impl_rel} import {func} as _backend_run
 from .{vendor}.{impl_rel} import available as _available, supports as _supports
+'''
 
+_CHECK = '''
 ALGO = {name!r}
 LIMITS = {limits!r}
-_served = set()
+_served = {served}
 
 
 def _check(p):
     if p in _served:
-        return
+        return{early}
     ok, why = _available()
     if not ok:
         raise RuntimeError(f"{{ALGO}} is not available here: {{why}}")
@@ -74,53 +91,121 @@ def _check(p):
     ok, why = _supports(p)
     if not ok:
         raise ValueError(f"{{ALGO}} cannot serve {{p.describe()}}: {{why}}")
-    _served.add(p)
+'''
+
+_RUN = dict(decode='''    _served.add(p)
 
 
 def run(q, k, v, state, A_log, a, dt_bias, b, scale, output, new_state):
     p, s = validate(q, k, v, state, A_log, a, dt_bias, b, scale, out=output, new_state=new_state)
     _check(p)
-    named = {{arg.name: arg.default for arg in DECODE.args}}      # decode's defaults, by name
+    named = {arg.name: arg.default for arg in DECODE.args}      # decode's defaults, by name
     named.update(q=q, k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias, b=b, scale=s,
                  out=output, new_state=new_state, use_qk_l2norm=False, algo=ALGO)
     _backend_run(record(tuple(named[n] for n in DECODE.names), p, s, ALGO))
-'''
+''', prefill='''    _served[p] = _route(p)
+    return _served[p]
 
 
-def _spec(name: str):
+def _route(p):
+    # The definition leaves a zero-length sequence's new state at zero (gdnzoo's prefill would
+    # carry its initial state over).  ("zeros", p): no state given, every sequence starts from
+    # zeros; ("initial", p with has_initial_state): the backend serves has_initial_state =
+    # (length > 0); else ("mask", p): those rows of new_state are zeroed after the call.
+    if p.initial == "zeros":
+        return "zeros", p
+    mixed = replace(p, initial="mixed")
+    if _supports(mixed)[0]:
+        return "initial", mixed
+    return "mask", p
+
+
+def run(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, output, new_state):
+    p, s = validate(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out=output,
+                    new_state=new_state)
+    how, p = _served.get(p) or _check(p)
+    named = {arg.name: arg.default for arg in PREFILL.args}     # prefill's defaults, by name
+    named.update(q=q, k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias, b=b,
+                 cu_seqlens=cu_seqlens, scale=s, out=output, new_state=new_state,
+                 use_qk_l2norm=False, algo=ALGO)
+    if how == "initial":
+        named["has_initial_state"] = cu_seqlens[1:] != cu_seqlens[:-1]
+    rec = record(tuple(named[n] for n in PREFILL.names), p, s, ALGO)
+    _backend_run(rec)
+    if how == "mask":
+        empty = cu_seqlens[1:] == cu_seqlens[:-1]
+        rec.new_state.masked_fill_(empty[:, None, None, None], 0.0)
+''')
+
+_OPS = ("decode", "prefill")       # the operations with a contest definition
+
+
+def check_op(op: str) -> str:
+    """``op`` if it has a contest definition to pack for; ValueError saying why not."""
+    if op in _OPS:
+        return op
+    from gdnzoo import operation
+    if op in operation.OPERATIONS:
+        raise ValueError(f"--op {op}: the {op} operation has no flashinfer-bench contest "
+                         f"definition to pack for; --op takes {' or '.join(_OPS)}")
+    raise ValueError(f"--op: unknown operation {op!r}; --op takes {' or '.join(_OPS)}")
+
+
+def _spec(name: str, op: str = "decode"):
     from gdnzoo import registry
     from gdnzoo.bench import entries
-    if name not in entries.backends():
-        raise ValueError(f"--algo: unknown backend {name!r}; valid names: "
-                         f"{', '.join(entries.backends())}")
-    return registry.spec(name)
+    valid = entries.backends(op)
+    if name not in valid:
+        others = [o for o in _OPS if o != op and name in entries.backends(o)]
+        what = (f"{name!r} is a {others[0]} backend, not a {op} one" if others else
+                f"unknown {op} backend {name!r}")
+        raise ValueError(f"--algo: {what}; valid names for --op {op}: {', '.join(valid)}")
+    return registry.spec(name, op)
 
 
-def build_solution(name: str, author: str = "gdnzoo", definition: str = DEFINITION) -> dict:
-    """The Solution for backend ``name`` as a JSON-ready dict (flashinfer-bench 0.1.2 schema)."""
-    spec = _spec(name)
-    modname, func = spec.module_name, spec.func_name
-    if not modname.startswith("gdnzoo."):
-        raise PackError(f"{name}: entry module {modname} is outside gdnzoo; cannot vendor it")
-    files = vendor(modname)
-    files.update(vendor("gdnzoo.contract"))
+def entry_source(name: str, op: str, spec, definition: str) -> str:
+    """The text of the packed entry file ``kernel.py`` for backend ``name`` of ``op``."""
+    from gdnzoo import operation
     limits = dict(devices=list(spec.devices), min_cc=list(spec.min_cc) if spec.min_cc else None,
                   state_dtypes=list(spec.state_dtypes), max_T=spec.max_T,
                   head_dims=list(spec.head_dims) if spec.head_dims else None)
-    impl_rel = modname[len("gdnzoo."):]
-    files[ENTRY_FILE] = _ENTRY.format(name=name, definition=definition, vendor=VENDOR,
-                                      impl_rel=impl_rel, func=func, limits=limits)
+    head = _HEAD.format(name=name, definition=definition, vendor=VENDOR,
+                        contract=operation.get(op).contract, OP=op.upper(),
+                        impl_rel=spec.module_name[len("gdnzoo."):], func=spec.func_name)
+    if op == "prefill":
+        head = head.replace("\nfrom .", "\nfrom dataclasses import replace\n\nfrom .", 1)
+    return (head + _CHECK.format(name=name, limits=limits,
+                                 served="set()" if op == "decode" else "{}",
+                                 early="" if op == "decode" else " _served[p]") + _RUN[op])
+
+
+def build_solution(name: str, author: str = "gdnzoo", definition: str | None = None,
+                   op: str = "decode") -> dict:
+    """The Solution for backend ``name`` of operation ``op`` (decode, prefill) as a JSON-ready
+    dict (flashinfer-bench 0.1.2 schema), for ``definition`` (default: the op's contest one)."""
+    from gdnzoo import operation
+    op = check_op(op)
+    definition = definition or DEFINITIONS[op]
+    spec = _spec(name, op)
+    modname = spec.module_name
+    if not modname.startswith("gdnzoo."):
+        raise PackError(f"{name}: entry module {modname} is outside gdnzoo; cannot vendor it")
+    files = vendor(modname)
+    files.update(vendor(f"gdnzoo.{operation.get(op).contract}"))
+    files[ENTRY_FILE] = entry_source(name, op, spec, definition)
     sources = [dict(path=p, content=files[p]) for p in sorted(files, key=lambda p: (p != ENTRY_FILE, p))]
     digest = hashlib.sha1("".join(s["path"] + s["content"] for s in sources).encode()).hexdigest()[:8]
+    tag = "" if op == "decode" else f"{op}_"
     return dict(
-        name=f"gdnzoo_{name.replace('-', '_')}_{digest}",
+        name=f"gdnzoo_{tag}{name.replace('-', '_')}_{digest}",
         definition=definition,
         author=author,
         spec=dict(language=_FIB_LANGUAGE[spec.language], target_hardware=list(spec.devices),
                   entry_point=f"{ENTRY_FILE}::run", dependencies=list(spec.requires),
                   destination_passing_style=True),
         sources=sources,
-        description=f"gdnzoo backend {name}: {spec.notes}. Vendored sources, packed by `gdnzoo pack`.",
+        description=f"gdnzoo {tag.replace('_', ' ')}backend {name}: {spec.notes}. Vendored "
+                    f"sources, packed by `gdnzoo pack`.",
     )
 
 
@@ -159,12 +244,15 @@ def write_solution(sol: dict, out_dir) -> Path:
 
 def cmd_pack(args) -> int:
     try:
-        sol = build_solution(args.algo, author=getattr(args, "author", "gdnzoo") or "gdnzoo")
+        op = check_op(getattr(args, "op", None) or "decode")
+        sol = build_solution(args.algo, author=getattr(args, "author", "gdnzoo") or "gdnzoo",
+                             op=op)
     except (ValueError, PackError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     checked = validate_with_fib(sol)
-    path = write_solution(sol, args.out or f"gdnzoo-pack-{args.algo}")
+    default_out = f"gdnzoo-pack-{args.algo}" if op == "decode" else f"gdnzoo-pack-{op}-{args.algo}"
+    path = write_solution(sol, args.out or default_out)
     print(f"wrote {path}: Solution {sol['name']!r} for {sol['definition']}, "
           f"{len(sol['sources'])} source files, entry {sol['spec']['entry_point']} "
           f"(language {sol['spec']['language']}, destination-passing)")
