@@ -77,7 +77,7 @@ def flops(c: Cell) -> float:
     return 4.0 * c.T * c.HV * c.K * c.V
 
 
-def io_bytes(c: Cell) -> int:
+def prefill_bytes(c: Cell) -> int:
     """q, k, v, a, b read and out written (bf16), the state read and written once."""
     state = 2 * c.B * c.HV * c.V * c.K * (4 if c.state_dtype == "fp32" else 2)
     return 2 * c.T * (2 * c.H * c.K + 2 * c.HV * c.V + 2 * c.HV) + state
@@ -202,7 +202,7 @@ def floor_row(c: Cell, plan) -> list:
     rates = plan.cache.get("rates")
     if rates is None:
         rates = plan.cache["rates"] = measured_rates()
-    mem = io_bytes(c) / (rates["copy_gbps"] * 1e3)          # us
+    mem = prefill_bytes(c) / (rates["copy_gbps"] * 1e3)      # us
     comp = flops(c) / (rates["tflops"] * 1e6)               # us
     which = "memory" if mem >= comp else "compute"
     return [dict(cell=c, clock="kernel", status="PASS", flags="", samples=[max(mem, comp)],
@@ -287,7 +287,7 @@ class Prefill(Mode):
         return {"mode": "dense", "clock": "kernel"} if row["clock"] == "kernel" else None
 
     def bytes_moved(self, c):
-        return io_bytes(c)
+        return prefill_bytes(c)
 
     def problem(self, c, plan, **kw):
         """The prefill Problem of cell ``c`` (the automatic choice's, shown beside the timed
