@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 
-from gdnzoo import operation as _operation
+from gdnzoo import compiling as _compiling, operation as _operation
 
 __all__ = ["decode", "prefill", "commit", "get", "list_backends", "select", "Problem",
            "BackendInfo", "Selection"]
@@ -26,9 +26,9 @@ __version__ = "0.2.0"
 
 _NAMES = {"Problem": "gdnzoo.contract", "BackendInfo": "gdnzoo.registry",
           "Selection": "gdnzoo.registry", "list_backends": "gdnzoo.registry"}
-_SUBMODULES = {"backends", "bench", "checks", "cli", "commit_state", "contract", "dispatch",
-               "gate", "guards", "inputs", "integrations", "layer", "op", "operation", "pool",
-               "prefill_contract", "prefill_reference", "reference", "registry", "tables",
+_SUBMODULES = {"backends", "bench", "checks", "cli", "commit_state", "compiling", "contract",
+               "dispatch", "gate", "guards", "inputs", "integrations", "layer", "op", "operation",
+               "pool", "prefill_contract", "prefill_reference", "reference", "registry", "tables",
                "verify"}
 _OPERATIONS = {"decode": "gdnzoo.dispatch:decode", "prefill": "gdnzoo.dispatch:prefill",
                "commit": "gdnzoo.dispatch:commit"}
@@ -39,6 +39,7 @@ def __getattr__(name: str):
     records and the submodules, imported when first asked for."""
     if name in _OPERATIONS:
         value = _operation.public(_operation.get(name), _OPERATIONS[name])
+        _compiling.compiled_as_operator(value, name)
     elif name in _NAMES:
         value = getattr(importlib.import_module(_NAMES[name]), name)
     elif name in _SUBMODULES:
@@ -77,5 +78,5 @@ def get(name: str, op: str = "decode"):
                                doc=f"gdnzoo.{op} with algo={name!r}.",
                                scope={"_hot": hot, "algo": name})
     call.__name__ = f"{op}[{name}]"
-    _operation.compiled_as_operator(call, op, name)
+    _compiling.compiled_as_operator(call, op, name)
     return call

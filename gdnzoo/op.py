@@ -31,7 +31,7 @@ Python wrapper layers cost some 30 times more per eager call (``docs/model.md``)
 function dynamo traces in its place: one call of the operator, with ``out`` (and a prefill's
 ``new_state`` without a state) allocated first.  Eager calls never see it (no cost on the hot
 path).  gdnzoo registers it for every public function it makes as soon as ``torch._dynamo`` is
-imported (:func:`gdnzoo.operation.compiled_as_operator`), so ``torch.compile(fullgraph=True)``
+imported (:func:`gdnzoo.compiling.compiled_as_operator`), so ``torch.compile(fullgraph=True)``
 takes models that call the public functions, or the engine adapters, as they are.
 
 :func:`decode_` is the keyword form of decode's operator.

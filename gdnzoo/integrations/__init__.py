@@ -34,7 +34,7 @@ Importing this package imports gdnzoo and nothing else.
 from __future__ import annotations
 
 import gdnzoo
-from gdnzoo.operation import when_compiled
+from gdnzoo.compiling import when_compiled
 
 __all__ = ["packed_views", "packed_decode"]
 
