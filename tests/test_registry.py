@@ -255,3 +255,19 @@ def test_nothing_below_the_face_imports_it():
                 if isinstance(node, ast.ImportFrom) and node.module == "gdnzoo" and node.level == 0:
                     public = {"decode", "get", "select", "list_backends"}
                     assert not public & {a.name for a in node.names}, f"{f}: {ast.dump(node)}"
+
+
+def test_prefill_has_its_own_default_table():
+    """The prefill operation's default table is its own (keyed by the number of sequences),
+    apart from decode's: the H200's measured row picks triton-chunk for fp32 states, and has
+    no bf16 range (not measured), which leaves bf16 to the fallback order."""
+    import dataclasses
+
+    from gdnzoo import prefill_contract
+    from gdnzoo.inputs import make_prefill_inputs
+    row = registry.default_row("NVIDIA H200", "prefill")
+    assert row is not None and row.provenance["results"].startswith("bench/results/h200/prefill")
+    p = prefill_contract.validate(*make_prefill_inputs([3, 5], H=2, HV=4, K=16, V=16).args())[0]
+    assert tables.table_choice(row, p) == "triton-chunk"
+    assert tables.table_choice(row, dataclasses.replace(p, state_dtype=torch.bfloat16)) is None
+    assert registry.default_row("NVIDIA H200", "decode") is not row
