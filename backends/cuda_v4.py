@@ -510,15 +510,15 @@ class Bound:
         between calls) written into the parameter block with the data pointers.  A
         16-byte-aligned launch needs the intermediate states aligned too."""
         pool, ver = c.pool, c.verify
-        A_log, a, dt_bias, b = c[4:8] if c.g is None else gate_tensors(c)
         if ver is None:
             if pool is None:
-                self.launch(c.q, c.k, c.v, c.state, A_log, a, dt_bias, b, c.out, c.new_state)
+                self.launch(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.out,
+                            c.new_state)
             else:
-                self.launch(c.q, c.k, c.v, c.state, A_log, a, dt_bias, b, c.out, c.new_state,
-                            pool.read.data_ptr(), pool.write.data_ptr())
+                self.launch(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.out,
+                            c.new_state, pool.read.data_ptr(), pool.write.data_ptr())
             return
-        self.launch(c.q, c.k, c.v, c.state, A_log, a, dt_bias, b, c.out, c.new_state,
+        self.launch(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.out, c.new_state,
                     0 if pool is None else pool.read.data_ptr(),
                     0 if pool is None else pool.write.data_ptr(),
                     0 if ver.states is None else ver.states.data_ptr(),
@@ -551,7 +551,17 @@ def bind(call, *, config=None):
         if len(_binds) >= 4096:
             _binds.clear()
         bound = _binds[key] = Bound(*args, config, c.pool, c.verify, c.pdl, form)
-    return bound
+    return bound if c.g is None else with_gates(bound)
+
+
+def with_gates(bound):
+    """The launcher of a precomputed-gates record: ``bound`` (built for the GDN_GATES form)
+    called with g and beta where a and b go and zeros for A_log and dt_bias, so that the
+    raw-gate launcher stays as it was."""
+    def launch(c):
+        z, g, _, beta = gate_tensors(c)
+        bound(c._replace(A_log=z, a=g, dt_bias=z, b=beta))
+    return launch
 
 
 _ZEROS: dict = {}                # (device, HV) -> fp32 zeros: A_log and dt_bias with g, beta
