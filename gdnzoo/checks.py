@@ -24,6 +24,31 @@ def dtype_name(dt) -> str:
     return DTYPE_NAMES.get(dt, str(dt).replace("torch.", ""))
 
 
+class BatchProblem:
+    """What the problems of the batched operations (decode, commit) share: B sequences, a
+    state dtype; the default table is read at B."""
+    batch_name = "B"
+
+    @property
+    def state_name(self) -> str:
+        return dtype_name(self.state_dtype)
+
+    @property
+    def batch(self) -> int:
+        """What the default table's ranges are read at: the batch size."""
+        return self.B
+
+    @property
+    def empty(self) -> bool:
+        """No sequence: the call computes nothing (engines issue empty batches)."""
+        return self.B == 0
+
+    def default_tables(self) -> tuple:
+        """(key, how it reads) of the default-table row's tables that may serve this call, in
+        the order consulted (then ``table``)."""
+        return ()
+
+
 def type_name(x) -> str:
     """``x``'s type for a message: ``numpy.bool`` where the bare name (``bool``) would mislead."""
     t = type(x)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from gdnzoo import pool as pools
-from gdnzoo.checks import dtype_name, need_tensor, overlaps
+from gdnzoo.checks import BatchProblem, dtype_name, need_tensor, overlaps
 from gdnzoo.operation import COMMIT
 
 PUBLIC_DOC = """Keep the accepted step of a verify call (``update_state=False``): copy
@@ -30,7 +30,7 @@ commit backend (``gdnzoo.list_backends(op="commit")``).  Returns ``state``.
 
 
 @dataclass(frozen=True)
-class Problem:
+class Problem(BatchProblem):
     """What a backend needs to know to decide whether it can serve a commit call."""
     B: int
     S: int
@@ -44,22 +44,6 @@ class Problem:
     pool: bool = False
     inplace = True
     op = "commit"
-    batch_name = "B"
-
-    @property
-    def state_name(self) -> str:
-        return dtype_name(self.state_dtype)
-
-    @property
-    def batch(self) -> int:
-        return self.B
-
-    @property
-    def empty(self) -> bool:
-        return self.B == 0
-
-    def default_tables(self) -> tuple:
-        return ()
 
     def describe(self) -> str:
         return (f"B={self.B} S={self.S} T_max={self.T} HV={self.HV} K={self.K} V={self.V} "

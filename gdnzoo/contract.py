@@ -31,8 +31,8 @@ import torch
 
 from gdnzoo import pool as pools
 from gdnzoo import verify as verifies
-from gdnzoo.checks import (DT_BIAS_DTYPES, IO_DTYPES, STATE_DTYPES, block, check_aliasing,
-                           dtype_name, gate_form, k_first, need_device, need_dtype,
+from gdnzoo.checks import (DT_BIAS_DTYPES, IO_DTYPES, STATE_DTYPES, BatchProblem, block,
+                           check_aliasing, dtype_name, gate_form, k_first, need_device, need_dtype,
                            need_last_contiguous, need_own_memory, need_rank, need_shape,
                            need_tensor, resolve_scale, type_name)
 from gdnzoo.operation import DECODE
@@ -103,7 +103,7 @@ valid names and the reason.
 
 
 @dataclass(frozen=True)
-class Problem:
+class Problem(BatchProblem):
     """What a backend needs to know to decide whether it can serve a decode call."""
     B: int
     T: int
@@ -126,22 +126,6 @@ class Problem:
     neg_eigval: bool = False    # allow_neg_eigval: beta = 2 sigmoid(b), in [0, 2)
     k_first: bool = False       # the state is K-first [.., HV, K, V] (V contiguous)
     op = "decode"
-
-    @property
-    def state_name(self) -> str:
-        return dtype_name(self.state_dtype)
-
-    batch_name = "B"
-
-    @property
-    def batch(self) -> int:
-        """What the default table's ranges are read at: the batch size."""
-        return self.B
-
-    @property
-    def empty(self) -> bool:
-        """No sequence: the call computes nothing (engines issue empty batches)."""
-        return self.B == 0
 
     def default_tables(self) -> tuple:
         """(key, how it reads) of the default-table row's tables that may serve this call, in
