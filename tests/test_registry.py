@@ -258,7 +258,7 @@ def test_nothing_below_the_face_imports_it():
 
 
 def test_prefill_has_its_own_default_table():
-    """The prefill operation's default table is its own (keyed by the number of sequences),
+    """The prefill operation's default table is its own (read at tokens per sequence, T/N),
     apart from decode's: the H200's measured row picks triton-chunk for fp32 states, and has
     no bf16 range (not measured), which leaves bf16 to the fallback order."""
     import dataclasses
