@@ -230,7 +230,7 @@ def test_vllm_chunked_prefill_equals_vllms_sequence(algo, state_dtype):
     padding, zero-length sequences."""
     _available(algo)
     c = make_case("vllm", state_dtype, seed=1)
-    for n, (_, s, i) in enumerate(LAYOUT):
+    for _, s, i in LAYOUT:
         if s is not None and not i:
             c.pool[s] = float("nan")
     check_against_engine(c, algo)
