@@ -213,8 +213,9 @@ def extend(q, k, v, g, beta, *, ssm_states, cache_indices, query_start_loc,
     place on the pool.  Takes what ``GDNAttnBackend.forward_extend`` passes to its kernel
     dispatcher's ``extend`` and returns what the kernels return,
     ``(core_attn_out, None, None)``: no final state to copy back and no per-chunk states
-    ``h`` (SGLang's FlashInfer kernel returns the same; its gather of
-    ``ssm_states[cache_indices]`` and its ``index_copy_`` back are what this call saves).
+    ``h``, so ``forward_extend`` skips ``_track_mamba_state_extend`` (SGLang's FlashInfer
+    kernel returns the same; its gather of ``ssm_states[cache_indices]`` and its
+    ``index_copy_`` back are what this call saves).
 
     q, k [1, T, H, K] and v [1, T, HV, V] as split from the conv output (any token stride, last
     dim contiguous), not normalized: both of SGLang's kernels L2-normalize q and k, and so
