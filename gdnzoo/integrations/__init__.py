@@ -29,6 +29,13 @@ TypeError naming it, before anything is read or written.
 ``cu_seqlens`` must then be ``[0, T, 2T, ..., N*T]``: its values are read on the host only when
 it lives on the CPU or ``GDNZOO_CHECK_INDICES=1`` is set (reading a device tensor would sync).
 
+Both engines prefill (Hopper, FlashInfer's chunk kernel) by gathering the sequences' states out
+of the pool, running the chunk kernel on the copies and scattering the final states back.
+:func:`gdnzoo.integrations.vllm.chunked_prefill` and :func:`gdnzoo.integrations.sglang.extend`
+take the engines' tensors at that call site (q, k, v [1, T, ...], the precomputed gates g and
+beta [1, T, HV], the pool and its indices) and make one :func:`gdnzoo.prefill` call that reads
+and writes the pool in place (:func:`prefill_pool`), with the engine's padding rule.
+
 Importing this package imports gdnzoo and nothing else.
 """
 from __future__ import annotations
@@ -36,7 +43,7 @@ from __future__ import annotations
 import gdnzoo
 from gdnzoo.compiling import when_compiled
 
-__all__ = ["packed_views", "packed_decode"]
+__all__ = ["packed_views", "packed_decode", "prefill_pool"]
 
 
 def _shape_error(name, x, expected):
@@ -229,6 +236,46 @@ def first_rows(name, x, N, dim):
         raise refuse(name, f"expected a contiguous tensor (gdnzoo reads index tensors densely, "
                            f"and a copy would cost a kernel), got strides {tuple(x.stride())}")
     return x[:N]
+
+
+
+# ------------------------------------------------------------------ prefill: the pool in place
+
+def _one_batch(name, x, rank, layout, shape=None):
+    """An engine's [1, T, ...] tensor (rank ``rank``; with ``shape``, [1, *shape]) as the view
+    [T, ...]."""
+    if x.dim() != rank or x.shape[0] != 1 or (shape is not None and x.shape[1:] != shape):
+        raise _shape_error(name, x, layout)
+    return x[0]
+
+
+def prefill_pool(q, k, v, g, beta, state, state_indices, cu_seqlens, has_initial_state,
+                 use_qk_l2norm, scale, out, null_slot, algo):
+    """The engines' chunked prefill as one :func:`gdnzoo.prefill` call on the pool ``state``
+    [P, HV, V, K], read and written in place at ``state_indices`` [N] (``null_slot`` 0 or None
+    with negative indices as the padding rule; ``has_initial_state`` [N] bool or None).
+    q, k [1, T, H, K] and v [1, T, HV, V] (last dim contiguous, any token stride), g (log decay,
+    fp32) and beta [1, T, HV]; ``out`` None or a buffer [>= T, HV, V] whose first T rows are
+    written.  Returns the output as [1, T, HV, V] (a view of ``out`` when given).  Errors name
+    gdnzoo's arguments (``state``, ``out``, ...): the engine's adapter renames them."""
+    qs = _one_batch("q", q, 4, "[1, T, H, K]")
+    T, H, K = qs.shape
+    ks = _one_batch("k", k, 4, f"[1, T={T}, H={H}, K={K}] (as q)", qs.shape)
+    vs = _one_batch("v", v, 4, f"[1, T={T}, HV, V]")
+    if vs.shape[0] != T:
+        raise _shape_error("v", v, f"[1, T={T}, HV, V] (T as q)")
+    HV = vs.shape[1]
+    gs = _one_batch("g", g, 3, f"[1, T={T}, HV={HV}] (log decay)", (T, HV))
+    bs = _one_batch("beta", beta, 3, f"[1, T={T}, HV={HV}]", (T, HV))
+    if out is not None:
+        if out.dim() != 3 or out.shape[0] < T:
+            raise _shape_error("out", out, f"[>= T={T}, HV, V] (its first T rows are written)")
+        out = out[:T]
+    o, _ = gdnzoo.prefill(qs, ks, vs, state, None, None, None, None, cu_seqlens, scale,
+                          out=out, g=gs, beta=bs, use_qk_l2norm=use_qk_l2norm,
+                          state_indices=state_indices, has_initial_state=has_initial_state,
+                          null_slot=null_slot, algo=algo)
+    return o.unsqueeze(0)
 
 
 when_compiled(packed_views, _traced_views)

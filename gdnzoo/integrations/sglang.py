@@ -26,6 +26,11 @@ SGLang's padding: an index < 0 is padding; slot 0 is a real slot (SGLang reserve
 but the kernels read and write it like any other), so these adapters pass no ``null_slot``.
 A padded sequence gets zeros in ``out``; no slot is read or written for it.  ``algo=`` names a
 gdnzoo backend (default: gdnzoo's automatic choice).  The adapters add views only, no kernel.
+
+SGLang prefills (``forward_extend``) through its kernel dispatcher's ``extend``; its FlashInfer
+kernel gathers ``ssm_states[cache_indices]``, runs FlashInfer's chunk kernel and copies the
+final states back.  :func:`extend` takes the same arguments and returns the same tuple, with
+one :func:`gdnzoo.prefill` call on the pool in place.
 """
 from __future__ import annotations
 
@@ -191,3 +196,49 @@ def fused_mamba_state_scatter_with_mask(dst, src, dst_indices_raw, step_indices_
     except (AttributeError, TypeError, ValueError) as e:
         raise integrations.engine_error(e, locals(), COMMIT_TENSORS, ("src_indices_raw",),
                                         COMMIT_NAMES) from None
+
+
+# ------------------------------------------------------------------ prefill (extend)
+
+# The extend call's tensor arguments (engine_error), and gdnzoo's names for them.
+EXTEND_TENSORS = ("q", "k", "v", "g", "beta", "ssm_states", "cache_indices", "query_start_loc",
+                  "has_initial_state")
+EXTEND_NAMES = {"state": "ssm_states", "state_indices": "cache_indices",
+                "cu_seqlens": "query_start_loc"}
+
+
+def extend(q, k, v, g, beta, *, ssm_states, cache_indices, query_start_loc,
+           has_initial_state=None, inplace_update=True, algo=None):
+    """SGLang's GDN ``extend`` (prefill) kernel call as one :func:`gdnzoo.prefill` call, in
+    place on the pool.  Takes what ``GDNAttnBackend.forward_extend`` passes to its kernel
+    dispatcher's ``extend`` and returns what the kernels return,
+    ``(core_attn_out, None, None)``: no final state to copy back and no per-chunk states
+    ``h``, so ``forward_extend`` skips ``_track_mamba_state_extend`` (SGLang's FlashInfer
+    kernel returns the same; its gather of ``ssm_states[cache_indices]`` and its
+    ``index_copy_`` back are what this call saves).
+
+    q, k [1, T, H, K] and v [1, T, HV, V] as split from the conv output (any token stride, last
+    dim contiguous), not normalized: both of SGLang's kernels L2-normalize q and k, and so
+    does this call; g (log decay, fp32) and beta [1, T, HV] from ``fused_gdn_gating``;
+    ``ssm_states`` the pool [P, HV, V, K]; ``cache_indices`` [N]; ``query_start_loc`` [N+1].
+    SGLang zeroes a slot when it allocates it, so by default every sequence reads its slot;
+    ``has_initial_state`` ([N] bool, e.g. ``forward_batch.extend_prefix_lens > 0``) lets a
+    sequence start from zeros without reading it.  Returns ``core_attn_out`` [1, T, HV, V]
+    in q's dtype.
+
+    Index < 0 is padding (slot 0 is a real slot): the sequence's rows are zeros and no slot is
+    read or written (SGLang's FlashInfer path reads the pool's last slot for it and writes
+    nothing).  ``inplace_update=False`` (multi-item scoring: the pool only read) is not
+    served: ValueError.  Bad inputs raise TypeError or ValueError naming SGLang's argument,
+    before anything is read or written."""
+    try:
+        if inplace_update is not True:
+            raise refuse("inplace_update", f"only True is served (the final states written to "
+                                           f"the pool), got {inplace_update!r}")
+        out = integrations.prefill_pool(q, k, v, g, beta, ssm_states, cache_indices,
+                                        query_start_loc, has_initial_state, True, None, None,
+                                        NULL_SLOT, algo)
+        return out, None, None
+    except (AttributeError, TypeError, ValueError) as e:
+        raise integrations.engine_error(e, locals(), EXTEND_TENSORS, ("has_initial_state",),
+                                        EXTEND_NAMES) from None

@@ -23,6 +23,11 @@ vLLM's padding: an index <= 0 is padding (block 0 is vLLM's null block), so thes
 ``null_slot=0``.  A padded sequence gets zeros in ``out``; its slot is neither read nor written.
 ``algo=`` names a gdnzoo backend (default: gdnzoo's automatic choice; ``"vllm-packed"`` runs
 vLLM's own packed kernel through gdnzoo, the peer).  The adapters add views only, no kernel.
+
+vLLM prefills (``_forward_core``'s prefill branch) by gathering ``ssm_state`` at
+``prefill_state_indices``, zeroing the rows whose ``prefill_has_initial_state`` is False,
+running its chunk kernel (FlashInfer's on Hopper) and scattering the final states back;
+:func:`chunked_prefill` does those four steps as one :func:`gdnzoo.prefill` call on the pool.
 """
 from __future__ import annotations
 
@@ -157,3 +162,53 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, b, dt_bias, q, k, v, beta=1
     except (AttributeError, TypeError, ValueError) as e:
         raise integrations.engine_error(e, locals(), VERIFY_TENSORS, VERIFY_TENSORS_OPTIONAL,
                                         VERIFY_NAMES) from None
+
+
+# ------------------------------------------------------------------ prefill
+
+# The prefill call's tensor arguments (engine_error), and gdnzoo's names for them.
+PREFILL_TENSORS = ("q", "k", "v", "g", "beta", "ssm_state", "prefill_state_indices",
+                   "prefill_has_initial_state", "cu_seqlens", "core_attn_out")
+PREFILL_OPTIONAL = ("prefill_has_initial_state", "core_attn_out")
+PREFILL_NAMES = {"state": "ssm_state", "state_indices": "prefill_state_indices",
+                 "has_initial_state": "prefill_has_initial_state", "out": "core_attn_out",
+                 "use_qk_l2norm": "use_qk_l2norm_in_kernel"}
+
+
+def chunked_prefill(q, k, v, g, beta, ssm_state, prefill_state_indices,
+                    prefill_has_initial_state, cu_seqlens, use_qk_l2norm_in_kernel=False,
+                    scale=None, *, core_attn_out=None, algo=None):
+    """vLLM's prefill of a Gated Delta Net layer's state pool as one :func:`gdnzoo.prefill`
+    call, in place on the pool.  Replaces, in the prefill branch of the layer's
+    ``_forward_core``, the four steps around ``self.chunk_gated_delta_rule``::
+
+        initial_state = ssm_state[prefill_state_indices]              # gather (a copy)
+        initial_state[~prefill_has_initial_state, ...] = 0
+        o, final_state = self.chunk_gated_delta_rule(q=..., initial_state=initial_state,
+            output_final_state=True, cu_seqlens=..., use_qk_l2norm_in_kernel=False, ...)
+        ssm_state[prefill_state_indices] = final_state.to(ssm_state.dtype)   # scatter
+
+    with ``o = chunked_prefill(q, k, v, g, beta, ssm_state, prefill_state_indices,
+    prefill_has_initial_state, attn_metadata.prefill_query_start_loc)``.
+
+    q, k [1, T, H, K] and v [1, T, HV, V] as ``fused_post_conv_prep`` leaves them (q and k
+    already L2-normalized, hence ``use_qk_l2norm_in_kernel=False``); g (log decay, fp32) and
+    beta (fp32) [1, T, HV]; ``ssm_state`` the pool [P, HV, V, K] (fp32 or bf16, any slot
+    stride); ``prefill_state_indices`` [N] int32/int64; ``prefill_has_initial_state`` [N]
+    bool (False: the sequence starts from zeros, its slot is not read; None: every slot is
+    read); ``cu_seqlens`` [N+1].  ``scale`` None: 1/sqrt(K), as vLLM's call.
+
+    Returns ``o`` [1, T, HV, V] in q's dtype.  With ``core_attn_out`` (a buffer [>= T, HV, V]
+    of q's dtype, V contiguous) its first T rows are written and ``o`` is a view of them.
+    Index <= 0 is padding (slot 0 is vLLM's null block): the sequence's rows of ``o`` are
+    zeros and no slot is read or written for it (vLLM's gather would read, and its scatter
+    write, the null block, or with -1 the pool's last slot).  Bad inputs raise TypeError or
+    ValueError naming vLLM's argument, before anything is read or written."""
+    try:
+        return integrations.prefill_pool(q, k, v, g, beta, ssm_state, prefill_state_indices,
+                                         cu_seqlens, prefill_has_initial_state,
+                                         use_qk_l2norm_in_kernel, scale, core_attn_out,
+                                         NULL_SLOT, algo)
+    except (AttributeError, TypeError, ValueError) as e:
+        raise integrations.engine_error(e, locals(), PREFILL_TENSORS, PREFILL_OPTIONAL,
+                                        PREFILL_NAMES) from None
