@@ -300,3 +300,18 @@ def test_the_operator_takes_the_checkpoints():
     got = torch.compile(fill, fullgraph=True)(x.clone(), b)
     assert all(torch.equal(u, w) for u, w in zip(want, got)) and torch.equal(a, b)
     assert a.abs().sum() > 0
+
+
+def test_triton_chunk_needs_a_chunk_that_divides_the_interval():
+    """Checkpoints are stored at chunk ends: a config chunk of 128 cannot store every 64
+    tokens (refused before any kernel, naming the config)."""
+    from gdnzoo.backends import triton_chunk as tc
+    if not tc.available()[0]:
+        pytest.skip(tc.available()[1])
+    x = make_prefill_inputs([130], H=1, HV=1, K=64, V=64, device=DEVICE)
+    ck = torch.full((2, 1, 64, 64), float("nan"), device=DEVICE)
+    out = torch.full(tuple(x.v.shape), float("nan"), dtype=x.v.dtype, device=DEVICE)
+    with pytest.raises(ValueError, match="config: chunk=128 must divide checkpoint_every=64"):
+        tc.launch(*x.args(), out, x.state, False, checkpoints=ck, checkpoint_every=64,
+                  config=dict(chunk=128))
+    assert torch.isnan(ck).all() and torch.isnan(out.float()).all()
