@@ -34,7 +34,8 @@ or written (a real read slot with a padding write slot: outputs, no write).
 ``has_initial_state`` [N] bool: False starts from zeros without reading the slot (it is still
 written).  ``checkpoints``: the state tile is also stored after every ``checkpoint_every``
 tokens (at the ends of chunks; each program counts its sequence's first row over cu_seqlens on
-the device), for real sequences only; a compile-time flag, off without checkpoints.  Gates: raw (A_log, a, dt_bias, b), or FLA's precomputed ``g`` (log-space decay, fp32)
+the device), for real sequences only; a compile-time flag, off without checkpoints.  Gates: raw
+(A_log, a, dt_bias, b), or FLA's precomputed ``g`` (log-space decay, fp32)
 and ``beta`` (post-sigmoid).
 
 The launch shape is a :class:`Config`; nothing is autotuned inside a call.  Its defaults, for

@@ -60,7 +60,8 @@ def reference_prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale: f
     through it (:func:`chunked_sequence`) instead of token by token.  ``g``/``beta``: the
     precomputed gates instead of the raw ones, ``neg``: allow_neg_eigval, ``k_first``: the
     states are [.., HV, K, V].  ``checkpoints``: the state after every ``checkpoint_every``
-    tokens of each real sequence, at its rows (:func:`gdnzoo.prefill_contract.checkpoint_offsets`)."""
+    tokens of each real sequence, at its rows
+    (:func:`gdnzoo.prefill_contract.checkpoint_offsets`)."""
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1

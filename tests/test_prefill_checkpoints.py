@@ -28,7 +28,12 @@ CASES = [
     ([200, 64, 0, 130, 70], 1, 2, 64, torch.bfloat16, "pool", False),
     ([128, 0, 131], 2, 4, 64, torch.float32, "inplace", True),
     ([70, 256, 128], 1, 2, 128, torch.float32, "pool", True),
+    # the contest geometry (K = V = 128, which fi-baseline needs), longer sequences: GPU only
+    # (the float64 per-token oracle of them takes minutes on 2 CPU cores)
+    ([0, 63, 64, 128, 130, 200, 1000], 4, 8, 64, torch.float32, "inplace", False),
+    ([1000, 0, 130, 256], 4, 8, 128, torch.bfloat16, "dest", False),
 ]
+DIM = {6: 128, 7: 128}                     # K = V of a case (default 64)
 SERVERS = [n for n in registry.names("prefill")
            if registry.spec(n, "prefill").features["checkpoints"] is True]
 # pt-compiled compiles per signature, triton-chunk runs in the interpreter: on CPU a few cases.
@@ -49,7 +54,8 @@ def _layout(t, k_first):
 def _case(i):
     """(inputs, call keywords, the pool or None, the Pool record, the checkpoints tensor)."""
     lengths, H, HV, every, sd, form, kf = CASES[i]
-    x = make_prefill_inputs(lengths, H=H, HV=HV, K=64, V=64, state_dtype=sd, device=DEVICE,
+    D = DIM.get(i, 64)
+    x = make_prefill_inputs(lengths, H=H, HV=HV, K=D, V=D, state_dtype=sd, device=DEVICE,
                             seed=40 + i, state=form != "zeros")
     kw = dict(checkpoint_every=every, use_qk_l2norm=True)
     if kf:
@@ -58,15 +64,15 @@ def _case(i):
     if form == "pool":
         N, P = len(lengths), len(lengths) + 3
         gen = torch.Generator().manual_seed(i)
-        pool = (torch.randn(P, HV, 64, 64, generator=gen) * 0.05).to(sd).to(DEVICE)
+        pool = (torch.randn(P, HV, D, D, generator=gen) * 0.05).to(sd).to(DEVICE)
         idx = torch.tensor([4, -1, 1, 6, 0][:N], dtype=torch.int32, device=DEVICE)
         kw.update(state_indices=idx, null_slot=0)           # seq 1 and the one at slot 0 pad
         p = Pool(idx, idx, 0)
     elif form == "dest":
-        kw["new_state"] = torch.full((len(lengths), HV, 64, 64), float("nan"), dtype=sd,
+        kw["new_state"] = torch.full((len(lengths), HV, D, D), float("nan"), dtype=sd,
                                      device=DEVICE)
     rows = sum(lengths) // every + 1                         # one more than the bound
-    kw["checkpoints"] = torch.full((rows, HV, 64, 64), float("nan"), dtype=sd, device=DEVICE)
+    kw["checkpoints"] = torch.full((rows, HV, D, D), float("nan"), dtype=sd, device=DEVICE)
     return x, kw, pool, p
 
 
@@ -96,6 +102,8 @@ def test_checkpoints_match_the_per_token_oracle(backend, i):
     ok, why = registry.availability(backend, DEVICE, "prefill")
     if not ok:
         pytest.skip(f"{backend} unavailable here: {why}")
+    if not HAS_CUDA and i in DIM:
+        pytest.skip("K = V = 128 cases run on a GPU (minutes on the CPU)")
     if not HAS_CUDA and backend in SLOW_ON_CPU and i not in SLOW_ON_CPU[backend]:
         pytest.skip(f"{backend}: a few cases on CPU (compiles per signature / interpreter)")
     lengths, H, HV, every, sd, form, kf = CASES[i]
