@@ -33,8 +33,9 @@ Two launches:
   S0 k^T, R T^T and the update on the state's chain, S0 q^T and R M^T beside it, the chunk's
   outputs stored, so no per-chunk state is ever written.  A chunk's operands do not depend on
   the state, so Triton's pipeliner (``num_stages``) loads chunk j+1's (q, k, v, T^T, M^T,
-  factors) into shared memory while chunk j computes.  A state checkpoint every E tokens (E a
-  multiple of C) would be one masked store of the tile at the bottom of the chunk loop.
+  factors) into shared memory while chunk j computes.  With ``CKPT`` (off by default: the
+  default kernel compiles without it) the tile is also stored as a state checkpoint after
+  every E tokens (E a multiple of C): one masked store at the bottom of the chunk loop.
 
 Where the chunks are.  No host sync: sequence n's chunks get the slots
 ``cu[n] // C + n + j`` (j < ceil(len_n / C)); these ranges never overlap and all lie below
@@ -342,13 +343,42 @@ def chunk_step(h, t0, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv, rows_v, r
 
 
 @triton.jit
+def checkpoint_row0(cu_seqlens, i_n, every):
+    """The first checkpoint row of sequence ``i_n``: the sum of L_i // every over i < i_n
+    (counted SEQ_BLOCK sequences a load, as :func:`chunk_of_slot` counts)."""
+    idx = tl.arange(0, SEQ_BLOCK)
+    row = i_n * 0
+    n0 = i_n * 0
+    while n0 < i_n:
+        i = n0 + idx
+        m = i < i_n
+        bos = tl.load(cu_seqlens + i, mask=m, other=0).to(tl.int64)
+        eos = tl.load(cu_seqlens + i + 1, mask=m, other=0).to(tl.int64)
+        row += tl.sum((eos - bos) // every, 0)
+        n0 += SEQ_BLOCK
+    return row
+
+
+@triton.jit
+def store_checkpoint(ckpt, h, j, row0, n_tok, every, ok, i_hv, rows_v, cols,
+                     sc_n, sc_h, sc_v, sc_k, C: tl.constexpr):
+    """The tile ``h`` (the state after chunk j) as a checkpoint when chunk j ends on a
+    multiple of ``every`` inside the sequence (``n_tok`` tokens) and ``ok``."""
+    end = (j + 1) * C
+    row = row0 + end // every - 1
+    tl.store(ckpt + row * sc_n + i_hv * sc_h + rows_v[:, None] * sc_v + cols[None, :] * sc_k,
+             h.to(ckpt.dtype.element_ty), mask=ok & (end % every == 0) & (end <= n_tok))
+
+
+@triton.jit
 def chunk_state_kernel(
         q, k, v, cu_seqlens, mats, vecs, out, state, new_state, slot_idx, new_slot_idx,
         has_init, T_all, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h,
         ss_n, ss_h, ss_v, ss_k, sn_n, sn_h, sn_v, sn_k, P, PN, null_slot,
+        ckpt, sc_n, sc_h, sc_v, sc_k, every,
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, C: tl.constexpr,
         BV: tl.constexpr, PREC: tl.constexpr, POOL: tl.constexpr, STATE0: tl.constexpr,
-        HAS_INIT: tl.constexpr, STAGES: tl.constexpr):
+        HAS_INIT: tl.constexpr, STAGES: tl.constexpr, CKPT: tl.constexpr = 0):
     # Neighbouring programs take the V-tiles of one head: they read the same q, k, T^T rows.
     NV: tl.constexpr = V // BV
     pid = tl.program_id(0).to(tl.int64)
@@ -377,8 +407,10 @@ def chunk_state_kernel(
     else:
         h = tl.zeros([BV, K], tl.float32)
     n_chunks = tl.cdiv(eos - bos, C)
-    # A state checkpoint every E tokens (E a multiple of C) would be stored at the bottom of
-    # this loop, where h is the state after chunk j: when (j + 1) % (E // C) == 0.
+    row0 = 0
+    if CKPT:
+        row0 = checkpoint_row0(cu_seqlens, i_n, every)
+    # A padded sequence (rd False) writes no checkpoint.
     if INTERPRETED:
         # The interpreter's scalars are 1-element arrays, which range() refuses.
         j = 0
@@ -386,12 +418,18 @@ def chunk_state_kernel(
             h = chunk_step(h, bos + j * C, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv,
                            rows_v, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h,
                            HV, K, C, PREC)
+            if CKPT:
+                store_checkpoint(ckpt, h, j, row0, eos - bos, every, rd, i_hv, rows_v, cols,
+                                 sc_n, sc_h, sc_v, sc_k, C)
             j += 1
     else:
         for j in tl.range(0, n_chunks, num_stages=STAGES):
             h = chunk_step(h, bos + j * C, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv,
                            rows_v, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h,
                            HV, K, C, PREC)
+            if CKPT:
+                store_checkpoint(ckpt, h, j, row0, eos - bos, every, rd, i_hv, rows_v, cols,
+                                 sc_n, sc_h, sc_v, sc_k, C)
     tl.store(new_state + slot_w * sn_n + i_hv * sn_h + rows_v[:, None] * sn_v
              + cols[None, :] * sn_k, h.to(new_state.dtype.element_ty), mask=wr)
 

@@ -6,7 +6,11 @@ gates are computed first in torch (three small elementwise kernels, counted in i
 k-last state [N, HV, V, K] and ``out`` are passed as its ``initial_state``, ``output_state`` and
 ``output`` (in place through its pool form, ``state_indices`` = arange(N) cached here, with
 ``output_state is initial_state``; destination passing and a zero state in its packed form).  It has no per-sequence ``has_initial_state`` and its pool
-form has no padding rule: those calls are refused.
+form has no padding rule: those calls are refused.  State checkpoints are FlashInfer's own
+(``state_checkpoints``, ``checkpoint_every_n_tokens``): gdnzoo's packing is its convention, and
+its ``checkpoint_cu_starts`` is computed on the device from cu_seqlens (two small kernels, no
+sync); its kernel addresses the checkpoints as contiguous rows, so a strided ``checkpoints``
+goes through a contiguous copy.
 
 Decode:
 
@@ -50,6 +54,7 @@ import time
 import torch
 
 from gdnzoo.backends import _peer_checks
+from gdnzoo.prefill_contract import checkpoint_offsets
 
 #: variant description -> wall seconds of its first call in this process (JIT compile + launch)
 compile_seconds: dict = {}
@@ -124,11 +129,19 @@ def prefill(c):
         alpha = torch.exp(-torch.exp(c.A_log) * torch.nn.functional.softplus(x))
         beta = torch.sigmoid(c.b.float()) * (2.0 if c.allow_neg_eigval else 1.0)
     inplace = c.new_state is c.state
+    ck, every = c.checkpoints, c.checkpoint_every
+    fi_ck = {}
+    if ck is not None:
+        fi_ck = dict(state_checkpoints=ck if ck.is_contiguous() else ck.contiguous(),
+                     checkpoint_cu_starts=checkpoint_offsets(c.cu_seqlens, every),
+                     checkpoint_every_n_tokens=every)
     chunk_gated_delta_rule(
         c.q, c.k, c.v, g=alpha, beta=beta, scale=c.scale, initial_state=c.state,
         output_final_state=True, cu_seqlens=c.cu_seqlens,
         use_qk_l2norm_in_kernel=c.use_qk_l2norm, output=c.out, output_state=c.new_state,
-        state_indices=_pool_indices(c.problem.N, c.q.device) if inplace else None)
+        state_indices=_pool_indices(c.problem.N, c.q.device) if inplace else None, **fi_ck)
+    if ck is not None and fi_ck["state_checkpoints"] is not ck:
+        ck.copy_(fi_ck["state_checkpoints"])
 
 
 def _pool_indices(B: int, device) -> torch.Tensor:

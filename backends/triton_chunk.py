@@ -32,7 +32,10 @@ States: k-last ``[.., HV, V, K]`` or, with ``k_first``, ``[.., HV, K, V]``; fp32
 place); a negative index, ``null_slot`` or one past the pool pads: zero outputs, no state read
 or written (a real read slot with a padding write slot: outputs, no write).
 ``has_initial_state`` [N] bool: False starts from zeros without reading the slot (it is still
-written).  Gates: raw (A_log, a, dt_bias, b), or FLA's precomputed ``g`` (log-space decay, fp32)
+written).  ``checkpoints``: the state tile is also stored after every ``checkpoint_every``
+tokens (at the ends of chunks; each program counts its sequence's first row over cu_seqlens on
+the device), for real sequences only; a compile-time flag, off without checkpoints.  Gates: raw
+(A_log, a, dt_bias, b), or FLA's precomputed ``g`` (log-space decay, fp32)
 and ``beta`` (post-sigmoid).
 
 The launch shape is a :class:`Config`; nothing is autotuned inside a call.  Its defaults, for
@@ -207,7 +210,8 @@ def run(call, *, config=None):
            state_indices=None if pool is None else pool.read,
            new_state_indices=None if pool is None or pool.same_indices else pool.write,
            null_slot=c.null_slot, has_initial_state=c.has_initial_state,
-           k_first=c.problem.k_first, config=config)
+           k_first=c.problem.k_first, checkpoints=c.checkpoints,
+           checkpoint_every=c.checkpoint_every, config=config)
 
 
 def serves(*, H: int, HV: int, K: int, V: int, io_dtype, state_dtype=torch.float32,
@@ -239,13 +243,17 @@ def _state_strides(x, k_first: bool) -> tuple:
 
 def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state,
            use_qk_l2norm, *, g=None, beta=None, state_indices=None, new_state_indices=None,
-           null_slot=-1, has_initial_state=None, k_first=False, config=None, workspace=None):
+           null_slot=-1, has_initial_state=None, k_first=False, checkpoints=None,
+           checkpoint_every=None, config=None, workspace=None):
     """Run the prefill on validated inputs: q, k [T, H, K]; v, out [T, HV, V]; a, b (or g,
     beta) [T, HV]; cu_seqlens [N+1] int32/int64 on the device; state [N or P, HV, V, K] (K-first
     ``[.., HV, K, V]`` with ``k_first``) or None (zeros); ``new_state`` always given (``state``
     itself for in place).  Writes every element of ``out`` and the written state rows.
     ``scale`` None or 0: 1/sqrt(K).  ``config``: a :class:`Config` (dict or tuple accepted).
-    ``workspace``: see :func:`workspace_for`.  Returns the resolved Config."""
+    ``workspace``: see :func:`workspace_for`.  ``checkpoints`` [R, HV, V, K] (K-first
+    ``[R, HV, K, V]``): the state after every ``checkpoint_every`` tokens (a multiple of the
+    config's chunk) of each real sequence, packed as :func:`gdnzoo.prefill` says; the row
+    offsets are counted on the device.  Returns the resolved Config."""
     from gdnzoo.backends._triton_chunk_kernel import chunk_prep_kernel, chunk_state_kernel
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
@@ -253,6 +261,9 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     c = resolve(config, N, HV, V, q.device)
     C = c.chunk
     scale = float(scale) if scale else 1.0 / math.sqrt(K)
+    if checkpoints is not None and checkpoint_every % C:
+        raise ValueError(f"config: chunk={C} must divide checkpoint_every={checkpoint_every} "
+                         f"(checkpoints are stored at chunk ends)")
     gates = 0 if g is None else 1
     ga, gb = (a, b) if g is None else (g, beta)
     # With precomputed gates A_log and dt_bias are never read: any valid pointer will do.
@@ -284,10 +295,15 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     idx = state_indices if pool else cu_seqlens
     new_idx = new_state_indices if pool == 2 else idx
     init = has_initial_state if has_initial_state is not None else cu_seqlens
+    # Without checkpoints CKPT is left at its default: the kernel compiles as it did before.
+    ck = {} if checkpoints is None else dict(CKPT=1)
+    ckpt = new_state if checkpoints is None else checkpoints
     chunk_state_kernel[(grid,)](
         q, k, v, cu_seqlens, mats, vecs, out, src, new_state, idx, new_idx, init, T,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), *ss, *sn, n_read, new_state.shape[0], null_slot,
+        ckpt, *_state_strides(ckpt, k_first), checkpoint_every or 0,
         H, HV, K, V, C, c.block_v, c.precision, pool, int(state is not None),
-        int(has_initial_state is not None), c.stages, num_warps=c.warps, num_stages=c.stages)
+        int(has_initial_state is not None), c.stages, num_warps=c.warps, num_stages=c.stages,
+        **ck)
     return c

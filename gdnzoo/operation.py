@@ -128,11 +128,15 @@ PREFILL = Operation(
           _kw("use_qk_l2norm", False, "bool", tensor=False),
           _kw("state_indices"), _kw("new_state_indices"), _kw("has_initial_state"),
           _kw("null_slot", None, "int?", tensor=False),
-          _kw("algo", None, "str?", tensor=False), *_GATE_AND_LAYOUT),
+          _kw("algo", None, "str?", tensor=False), *_GATE_AND_LAYOUT,
+          _kw("checkpoints", schema="Tensor(d!)?", written=True),
+          _kw("checkpoint_every", None, "int?", tensor=False)),
     contract="prefill_contract",
     reference="prefill_reference:run",
     tables=("table", "table_pool"),
-    features=(("pools", "pool", "serve state pools (state_indices)"), *_FORM_FEATURES),
+    features=(("pools", "pool", "serve state pools (state_indices)"), *_FORM_FEATURES,
+              ("checkpoints", "checkpoint_every",
+               "write state checkpoints (checkpoints, checkpoint_every={!r})")),
 )
 
 COMMIT = Operation(

@@ -15,6 +15,8 @@ Shapes (T tokens of N sequences packed on one axis; sequence i is tokens
     out         [T, HV, V]   dtype of q
     new_state   [N, HV, V, K] dtype of state (fp32 when state is None); None or ``state``:
                 in place (a pool: [P', HV, V, K], written at new_state_indices)
+    checkpoints [R, HV, V, K] dtype of the state written, R >= T // checkpoint_every; sequence
+                n's rows from checkpoint_offsets(cu_seqlens, checkpoint_every)[n]
 """
 from __future__ import annotations
 
@@ -65,6 +67,21 @@ same) of ``new_state`` (default: the same pool).  A negative index, ``null_slot`
 ``has_initial_state`` ([N] bool, with or without a pool): False starts sequence n from
 zeros without reading its state (vLLM's convention); its final state is still written.
 
+State checkpoints (prefix caching): ``checkpoints`` [R, HV, V, K] (K-first: [R, HV, K, V];
+the dtype of the state written: ``state``'s, else ``new_state``'s, else fp32; its contiguous
+axis as the state's) receives each sequence's state after every ``checkpoint_every`` tokens
+(an int, a positive multiple of 64; required with ``checkpoints``).  Sequence n of length L_n
+has ``L_n // checkpoint_every`` checkpoints (a length that is a multiple ends on one, equal to
+its final state; a shorter tail gets none), packed in sequence order: its m-th (the state
+after its first m * checkpoint_every tokens, m >= 1) is row ``off[n] + m - 1``, ``off[n]`` the
+sum of ``L_i // checkpoint_every`` over i < n (FlashInfer's convention;
+``gdnzoo.prefill_contract.checkpoint_offsets`` computes ``off`` on the device, and backends
+derive it there: no host sync).  R >= T // checkpoint_every rows are required (what any split
+of T tokens can need, checkable without reading the lengths); rows past the last checkpoint
+are not written.  A padded sequence of a pool (its read slot is padding) writes no checkpoint:
+its rows keep what they held.  Backends that cannot write checkpoints say why
+(``gdnzoo list``).
+
 The values of ``cu_seqlens`` (starting at 0, non-decreasing, ending at T) and of the indices
 are checked on the host with ``GDNZOO_CHECK_INDICES=1`` (a device sync), and by backends
 that read them on the host anyway; the default path never syncs (CUDA-graph capturable).
@@ -95,6 +112,7 @@ class Problem:
     precomputed: bool = False   # the gates come precomputed (g, beta), not raw (A_log, a, ...)
     neg_eigval: bool = False    # allow_neg_eigval: beta = 2 sigmoid(b), in [0, 2)
     k_first: bool = False       # the states are K-first [.., HV, K, V] (V contiguous)
+    checkpoint_every: int = 0   # tokens between state checkpoints (0: no checkpoints)
     op = "prefill"
     batch_name = "T/N"
 
@@ -122,7 +140,8 @@ class Problem:
                 f"l2norm={self.use_qk_l2norm} {'in-place' if self.inplace else 'dest-passing'}"
                 f"{' pool' if self.pool else ''} initial={self.initial}"
                 f"{' g/beta' if self.precomputed else ''}{' neg-eigval' if self.neg_eigval else ''}"
-                f"{' k-first' if self.k_first else ''}")
+                f"{' k-first' if self.k_first else ''}"
+                f"{f' checkpoints/{self.checkpoint_every}' if self.checkpoint_every else ''}")
 
 
 def _index(name, x, N, device):
@@ -133,14 +152,16 @@ def _index(name, x, N, device):
 def validate(q, k, v, state, A_log=None, a=None, dt_bias=None, b=None, cu_seqlens=None,
              scale=None, *, out=None, new_state=None, use_qk_l2norm=False, state_indices=None,
              new_state_indices=None, has_initial_state=None, null_slot=None, g=None, beta=None,
-             allow_neg_eigval=False, state_layout="k-last") -> tuple[Problem, float]:
+             allow_neg_eigval=False, state_layout="k-last", checkpoints=None,
+             checkpoint_every=None) -> tuple[Problem, float]:
     """Check every argument of :func:`gdnzoo.prefill`; return the problem and the resolved
     scale.  Raises ``TypeError`` or ``ValueError`` naming the argument."""
     if cu_seqlens is None:
         raise TypeError("cu_seqlens: expected a tensor [N + 1] of sequence boundaries, got None")
     for n, x in (("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)):
         need_tensor(n, x)
-    for n, x in (("state", state), ("out", out), ("new_state", new_state)):
+    for n, x in (("state", state), ("out", out), ("new_state", new_state),
+                 ("checkpoints", checkpoints)):
         if x is not None:
             need_tensor(n, x, n != "state" or new_state is None or new_state is state)
     need_rank("q", q, 3, "[T, H, K]")
@@ -189,7 +210,7 @@ def validate(q, k, v, state, A_log=None, a=None, dt_bias=None, b=None, cu_seqlen
     inplace = new_state is None or new_state is state
     need_device(dict(k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias, b=b, g=g,
                      beta=beta, cu_seqlens=cu_seqlens, out=out,
-                     new_state=None if inplace else new_state), dev)
+                     new_state=None if inplace else new_state, checkpoints=checkpoints), dev)
     if state is None:
         if pooled or new_state_indices is not None or null_slot is not None:
             name = next(n for n, x in (("state_indices", state_indices),
@@ -240,22 +261,67 @@ def validate(q, k, v, state, A_log=None, a=None, dt_bias=None, b=None, cu_seqlen
     written = state if inplace else new_state
     if written is not None and not pooled:
         need_own_memory("state" if inplace else "new_state", written)
+    sd = state.dtype if state is not None else (
+        new_state.dtype if new_state is not None else torch.float32)
+    every = _checkpoints(checkpoints, checkpoint_every, T, blk, names, axis, sd)
     check_aliasing(PREFILL, dict(q=q, k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias,
                                  b=b, g=g, beta=beta, cu_seqlens=cu_seqlens, out=out,
                                  new_state=None if inplace else new_state,
                                  state_indices=state_indices,
                                  new_state_indices=new_state_indices,
-                                 has_initial_state=has_initial_state), inplace)
+                                 has_initial_state=has_initial_state,
+                                 checkpoints=checkpoints), inplace)
     s = resolve_scale(scale, K)
     need_bool("use_qk_l2norm", use_qk_l2norm)
     cc = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
-    sd = state.dtype if state is not None else (
-        new_state.dtype if new_state is not None else torch.float32)
     initial = "zeros" if state is None else "mixed" if has_initial_state is not None else "state"
     return Problem(N=N, T=T, H=H, HV=HV, K=K, V=V, state_dtype=sd, io_dtype=q.dtype,
                    device=dev.type, use_qk_l2norm=use_qk_l2norm, inplace=inplace, cc=cc,
                    pool=pooled, initial=initial, precomputed=precomputed,
-                   neg_eigval=allow_neg_eigval, k_first=kf), s
+                   neg_eigval=allow_neg_eigval, k_first=kf, checkpoint_every=every), s
+
+
+CHECKPOINT_MULTIPLE = 64       # checkpoint_every is a multiple of the chunk size
+
+
+def _checkpoints(checkpoints, every, T, blk, names, axis, state_dtype) -> int:
+    """Check ``checkpoints`` and ``checkpoint_every`` (the state's block ``blk``, its shape's
+    ``names`` and contiguous ``axis``, the dtype of the state written); return the interval
+    (0: no checkpoints)."""
+    if checkpoints is None:
+        if every is not None:
+            raise ValueError(f"checkpoint_every: only with checkpoints (the tensor receiving "
+                             f"them), got checkpoint_every={every!r} and checkpoints=None")
+        return 0
+    if every is None:
+        raise TypeError("checkpoint_every: expected an int (tokens between checkpoints, a "
+                        "positive multiple of 64) with checkpoints, got None")
+    if not isinstance(every, int) or isinstance(every, bool):
+        raise TypeError(f"checkpoint_every: expected an int, got {type(every).__name__}")
+    if every <= 0 or every % CHECKPOINT_MULTIPLE:
+        raise ValueError(f"checkpoint_every: expected a positive multiple of "
+                         f"{CHECKPOINT_MULTIPLE} (the chunk size), got {every}")
+    need_rank("checkpoints", checkpoints, 4, f"[R, {names}]")
+    rows = T // every
+    if tuple(checkpoints.shape[1:]) != blk or checkpoints.shape[0] < rows:
+        raise ValueError(f"checkpoints: expected shape [R, {names}] = [R, "
+                         f"{', '.join(map(str, blk))}] with R >= T // checkpoint_every = "
+                         f"{T} // {every} = {rows}, got {tuple(checkpoints.shape)}")
+    if checkpoints.dtype != state_dtype:
+        raise TypeError(f"checkpoints: expected dtype {dtype_name(state_dtype)} (the dtype of "
+                        f"the state written), got {dtype_name(checkpoints.dtype)}")
+    need_last_contiguous("checkpoints", checkpoints, axis)
+    need_own_memory("checkpoints", checkpoints)
+    return every
+
+
+def checkpoint_offsets(cu_seqlens: torch.Tensor, checkpoint_every: int) -> torch.Tensor:
+    """[N + 1] int64 on cu_seqlens' device: sequence n's checkpoints are rows
+    ``off[n]:off[n + 1]`` of ``checkpoints`` (``off[n + 1] - off[n] = L_n // checkpoint_every``).
+    Device operations only, no host sync."""
+    counts = torch.div(cu_seqlens[1:] - cu_seqlens[:-1], checkpoint_every,
+                       rounding_mode="floor").long()
+    return torch.cat([counts.new_zeros(1), counts.cumsum(0)])
 
 
 def verdict(args, env_pdl=None) -> tuple[Problem, float]:
@@ -269,7 +335,8 @@ def verdict(args, env_pdl=None) -> tuple[Problem, float]:
 
 #: What a prefill backend receives: prefill's arguments by name, validated and resolved
 #: (``scale`` a float, ``out`` and ``new_state`` tensors: ``new_state is state`` in place,
-#: ``state`` None for zeros, ``algo`` the serving backend, ``null_slot`` an int, -1 for none),
+#: ``state`` None for zeros, ``algo`` the serving backend, ``null_slot`` an int, -1 for none,
+#: ``checkpoints`` None or a tensor with ``checkpoint_every`` its int interval),
 #: then the :class:`Problem` and the :class:`gdnzoo.pool.Pool` (None: one state per sequence).
 class Call(namedtuple("PrefillCall", PREFILL.names + ("problem", "pool"))):
     __slots__ = ()
@@ -280,7 +347,7 @@ def record(args, problem, scale, algo) -> Call:
     """The call record of prefill's positional ``args`` (validated as ``problem``): ``out``
     allocated like v when None, ``new_state`` allocated (fp32) when no state is given."""
     (q, k, v, state, A_log, a, dt_bias, b, cu, _, out, new_state, l2, si, nsi, init, null,
-     _, g, beta, neg, layout) = args
+     _, g, beta, neg, layout, ckpt, every) = args
     if out is None:
         out = torch.empty_like(v)
     if new_state is None:
@@ -294,7 +361,7 @@ def record(args, problem, scale, algo) -> Call:
         if pool is not None:
             pools.check_on_host(pool, state.shape[0], new_state.shape[0], new_state is state)
     return Call(q, k, v, state, A_log, a, dt_bias, b, cu, scale, out, new_state, l2, si, nsi,
-                init, null, algo, g, beta, neg, layout, problem, pool)
+                init, null, algo, g, beta, neg, layout, ckpt, every, problem, pool)
 
 
 def check_on_host(cu_seqlens, T: int) -> list:

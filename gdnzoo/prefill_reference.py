@@ -54,12 +54,14 @@ def write_states(new_state, finals, real, pool=None):
 def reference_prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale: float, out,
                       new_state, use_qk_l2norm=False, pool=None, has_initial_state=None,
                       compute_dtype=torch.float32, chunk_step=None, *, g=None, beta=None,
-                      neg=False, k_first=False):
+                      neg=False, k_first=False, checkpoints=None, checkpoint_every=None):
     """Write ``out`` [T, HV, V] and the final states into ``new_state`` (which may be
     ``state`` itself, or a pool).  ``chunk_step``: run each sequence in the chunked form
     through it (:func:`chunked_sequence`) instead of token by token.  ``g``/``beta``: the
     precomputed gates instead of the raw ones, ``neg``: allow_neg_eigval, ``k_first``: the
-    states are [.., HV, K, V]."""
+    states are [.., HV, K, V].  ``checkpoints``: the state after every ``checkpoint_every``
+    tokens of each real sequence, at its rows
+    (:func:`gdnzoo.prefill_contract.checkpoint_offsets`)."""
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
@@ -70,7 +72,15 @@ def reference_prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale: f
         return None if x is None else (x[None, s:e] if batch else x[s:e])
     finals = init.clone()
     bounds = cu_seqlens.tolist()
+    every = checkpoint_every if checkpoints is not None else 0
+    row = 0                   # sequence n's first checkpoint row
+
+    def save(m, S):
+        """Sequence n's m-th checkpoint (m >= 1), S in the state's layout."""
+        checkpoints[row + m - 1] = S.to(checkpoints.dtype)
     for n in range(N):
+        if n:
+            row += (bounds[n] - bounds[n - 1]) // every if every else 0
         s, e = bounds[n], bounds[n + 1]
         if e == s:
             continue
@@ -79,18 +89,25 @@ def reference_prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale: f
             continue
         if chunk_step is not None:
             S0 = init[n].transpose(-1, -2) if k_first else init[n]
-            o, S = chunked_sequence(q[s:e], k[s:e], v[s:e], S0, A_log, tok(a, s, e), dt_bias,
-                                    tok(b, s, e), scale, use_qk_l2norm, chunk_step,
-                                    g=tok(g, s, e), beta=tok(beta, s, e), neg=neg)
+            o, S = chunked_sequence(
+                q[s:e], k[s:e], v[s:e], S0, A_log, tok(a, s, e), dt_bias, tok(b, s, e), scale,
+                use_qk_l2norm, chunk_step, g=tok(g, s, e), beta=tok(beta, s, e), neg=neg,
+                every=every, save=lambda m, S: save(m, S.transpose(-1, -2) if k_first else S))
             finals[n] = S.transpose(-1, -2) if k_first else S
             out[s:e].copy_(o)
             continue
-        S = torch.empty_like(init[n:n + 1])
-        reference_decode(q[None, s:e], k[None, s:e], v[None, s:e], init[n:n + 1], A_log,
-                         tok(a, s, e, True), dt_bias, tok(b, s, e, True), scale,
-                         out[None, s:e], S, use_qk_l2norm, compute_dtype,
-                         g=tok(g, s, e, True), beta=tok(beta, s, e, True), neg=neg,
-                         k_first=k_first)
+        # Token by token, in segments that end at the checkpoints.
+        S = init[n:n + 1]
+        edges = list(range(s, e, every)) + [e] if every else [s, e]
+        for p, r in zip(edges, edges[1:]):
+            S, S_in = torch.empty_like(S), S
+            reference_decode(q[None, p:r], k[None, p:r], v[None, p:r], S_in, A_log,
+                             tok(a, p, r, True), dt_bias, tok(b, p, r, True), scale,
+                             out[None, p:r], S, use_qk_l2norm, compute_dtype,
+                             g=tok(g, p, r, True), beta=tok(beta, p, r, True), neg=neg,
+                             k_first=k_first)
+            if every and (r - s) % every == 0:
+                save((r - s) // every, S[0])
         finals[n] = S[0]
     write_states(new_state, finals, real, pool)
     return out, new_state
@@ -102,16 +119,19 @@ def run(call, compute_dtype=torch.float32, chunk_step=None):
     reference_prefill(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.cu_seqlens,
                       c.scale, c.out, c.new_state, c.use_qk_l2norm, c.pool,
                       c.has_initial_state, compute_dtype, chunk_step, g=c.g, beta=c.beta,
-                      neg=c.allow_neg_eigval, k_first=c.problem.k_first)
+                      neg=c.allow_neg_eigval, k_first=c.problem.k_first,
+                      checkpoints=c.checkpoints, checkpoint_every=c.checkpoint_every)
 
 
 def reference_outputs(x, use_qk_l2norm=False, compute_dtype=torch.float64, pool=None,
-                      new_pool=None, has_initial_state=None):
+                      new_pool=None, has_initial_state=None, checkpoints=None,
+                      checkpoint_every=None):
     """Fresh (out [T, HV, V], final states) in ``compute_dtype`` for prefill inputs ``x``
     (:class:`gdnzoo.inputs.PrefillInputs`): float64 by default, the oracle of tests and the
     bench.  With ``pool``, ``x.state`` is a pool and the states returned are the whole pool
     after the call: a copy of ``new_pool`` (default ``x.state``) with the written slots
-    replaced."""
+    replaced.  ``checkpoints`` (a tensor in ``compute_dtype``) receives the state after every
+    ``checkpoint_every`` tokens of each sequence (see :func:`gdnzoo.prefill`)."""
     T, HV, V = x.v.shape
     N, K = x.cu_seqlens.shape[0] - 1, x.q.shape[2]
     out = torch.empty(T, HV, V, dtype=compute_dtype, device=x.q.device)
@@ -121,7 +141,7 @@ def reference_outputs(x, use_qk_l2norm=False, compute_dtype=torch.float64, pool=
         target = torch.empty(N, HV, V, K, dtype=compute_dtype, device=x.q.device)
     reference_prefill(x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.cu_seqlens,
                       x.scale, out, target, use_qk_l2norm, pool, has_initial_state,
-                      compute_dtype)
+                      compute_dtype, checkpoints=checkpoints, checkpoint_every=checkpoint_every)
     return out, target
 
 
@@ -171,10 +191,12 @@ def chunk(S, q, k, v, lg, beta, scale):
 
 
 def chunked_sequence(q, k, v, S, A_log, a, dt_bias, b, scale, use_qk_l2norm=False,
-                     chunk_step=chunk, C=CHUNK, *, g=None, beta=None, neg=False):
+                     chunk_step=chunk, C=CHUNK, *, g=None, beta=None, neg=False, every=0,
+                     save=None):
     """One sequence of L tokens in the chunked form, in ``S``'s dtype: (out [L, HV, V], final
     state [HV, V, K]).  The last chunk is padded with tokens of beta 0 and decay 1 (which
-    leave the state as it is), so every ``chunk_step`` call sees C tokens."""
+    leave the state as it is), so every ``chunk_step`` call sees C tokens.  ``every`` (a
+    multiple of C): ``save(m, state)`` gets the state after each m * every tokens <= L."""
     L, H, _ = q.shape
     HV = v.shape[1]
     dt = S.dtype
@@ -194,4 +216,6 @@ def chunked_sequence(q, k, v, S, A_log, a, dt_bias, b, scale, use_qk_l2norm=Fals
         o, S = chunk_step(S, qx[s:s + C], kx[s:s + C], vx[s:s + C], lg[s:s + C],
                           beta[s:s + C], scale)
         outs.append(o)
+        if every and (s + C) % every == 0 and s + C <= L:
+            save((s + C) // every, S)
     return torch.cat(outs)[:L], S
