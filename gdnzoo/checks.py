@@ -24,9 +24,10 @@ def dtype_name(dt) -> str:
     return DTYPE_NAMES.get(dt, str(dt).replace("torch.", ""))
 
 
-class BatchProblem:
-    """What the problems of the batched operations (decode, commit) share: B sequences, a
-    state dtype; the default table is read at B."""
+class ProblemBase:
+    """What every operation's problem shares: its state dtype's name, and (for the batched
+    operations, decode and commit; prefill overrides them) B sequences, the default table
+    read at B, no sequence an empty call."""
     batch_name = "B"
 
     @property

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from gdnzoo import pool as pools
-from gdnzoo.checks import BatchProblem, dtype_name, need_tensor, overlaps
+from gdnzoo.checks import ProblemBase, dtype_name, need_tensor, overlaps
 from gdnzoo.operation import COMMIT
 
 PUBLIC_DOC = """Keep the accepted step of a verify call (``update_state=False``): copy
@@ -30,7 +30,7 @@ commit backend (``gdnzoo.list_backends(op="commit")``).  Returns ``state``.
 
 
 @dataclass(frozen=True)
-class Problem(BatchProblem):
+class Problem(ProblemBase):
     """What a backend needs to know to decide whether it can serve a commit call."""
     B: int
     S: int

@@ -31,7 +31,7 @@ import torch
 
 from gdnzoo import pool as pools
 from gdnzoo import verify as verifies
-from gdnzoo.checks import (DT_BIAS_DTYPES, IO_DTYPES, STATE_DTYPES, BatchProblem, block,
+from gdnzoo.checks import (DT_BIAS_DTYPES, IO_DTYPES, STATE_DTYPES, ProblemBase, block,
                            check_aliasing, dtype_name, gate_form, k_first, need_device, need_dtype,
                            need_last_contiguous, need_own_memory, need_rank, need_shape,
                            need_tensor, resolve_scale, type_name)
@@ -103,7 +103,7 @@ valid names and the reason.
 
 
 @dataclass(frozen=True)
-class Problem(BatchProblem):
+class Problem(ProblemBase):
     """What a backend needs to know to decide whether it can serve a decode call."""
     B: int
     T: int

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from gdnzoo import pool as pools
-from gdnzoo.checks import (DT_BIAS_DTYPES, INDEX_DTYPES, IO_DTYPES, STATE_DTYPES, block,
-                           check_aliasing, dtype_name, gate_form, k_first, need_bool,
+from gdnzoo.checks import (DT_BIAS_DTYPES, INDEX_DTYPES, IO_DTYPES, STATE_DTYPES, ProblemBase,
+                           block, check_aliasing, dtype_name, gate_form, k_first, need_bool,
                            need_device, need_dtype, need_last_contiguous, need_own_memory,
                            need_rank, need_same_dtype, need_shape, need_tensor, resolve_scale)
 from gdnzoo.operation import PREFILL
@@ -92,7 +92,7 @@ so every argument is untouched.
 
 
 @dataclass(frozen=True)
-class Problem:
+class Problem(ProblemBase):
     """What a backend needs to know to decide whether it can serve a prefill call."""
     N: int                      # sequences
     T: int                      # tokens, all sequences together
@@ -115,10 +115,6 @@ class Problem:
     checkpoint_every: int = 0   # tokens between state checkpoints (0: no checkpoints)
     op = "prefill"
     batch_name = "T/N"
-
-    @property
-    def state_name(self) -> str:
-        return dtype_name(self.state_dtype)
 
     @property
     def batch(self) -> int:
