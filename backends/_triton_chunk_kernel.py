@@ -371,6 +371,21 @@ def store_checkpoint(ckpt, h, j, row0, n_tok, every, ok, i_hv, rows_v, cols,
 
 
 @triton.jit
+def advance(h, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all, i_h, i_hv,
+            rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, sc_n, sc_h, sc_v,
+            sc_k, HV: tl.constexpr, K: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
+            CKPT: tl.constexpr):
+    """Chunk j of the sequence [bos, eos) applied to the tile ``h`` (its outputs written),
+    and with ``CKPT`` the state after it stored as a checkpoint where one falls."""
+    h = chunk_step(h, bos + j * C, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv, rows_v, rd,
+                   sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, HV, K, C, PREC)
+    if CKPT:
+        store_checkpoint(ckpt, h, j, row0, eos - bos, every, rd, i_hv, rows_v, cols,
+                         sc_n, sc_h, sc_v, sc_k, C)
+    return h
+
+
+@triton.jit
 def chunk_state_kernel(
         q, k, v, cu_seqlens, mats, vecs, out, state, new_state, slot_idx, new_slot_idx,
         has_init, T_all, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h,
@@ -415,21 +430,15 @@ def chunk_state_kernel(
         # The interpreter's scalars are 1-element arrays, which range() refuses.
         j = 0
         while j < n_chunks:
-            h = chunk_step(h, bos + j * C, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv,
-                           rows_v, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h,
-                           HV, K, C, PREC)
-            if CKPT:
-                store_checkpoint(ckpt, h, j, row0, eos - bos, every, rd, i_hv, rows_v, cols,
-                                 sc_n, sc_h, sc_v, sc_k, C)
+            h = advance(h, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all,
+                        i_h, i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t,
+                        so_h, sc_n, sc_h, sc_v, sc_k, HV, K, C, PREC, CKPT)
             j += 1
     else:
         for j in tl.range(0, n_chunks, num_stages=STAGES):
-            h = chunk_step(h, bos + j * C, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv,
-                           rows_v, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h,
-                           HV, K, C, PREC)
-            if CKPT:
-                store_checkpoint(ckpt, h, j, row0, eos - bos, every, rd, i_hv, rows_v, cols,
-                                 sc_n, sc_h, sc_v, sc_k, C)
+            h = advance(h, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all,
+                        i_h, i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t,
+                        so_h, sc_n, sc_h, sc_v, sc_k, HV, K, C, PREC, CKPT)
     tl.store(new_state + slot_w * sn_n + i_hv * sn_h + rows_v[:, None] * sn_v
              + cols[None, :] * sn_k, h.to(new_state.dtype.element_ty), mask=wr)
 
