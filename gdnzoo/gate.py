@@ -82,19 +82,20 @@ def compare(out: torch.Tensor, ref: torch.Tensor, *, atol: float = 1e-2, rtol: f
 #: fp32 math lands near 1e-6; bf16 state: one rounding to bf16 (2^-9 relative) per element.
 STRICT_TOL = {"out": 1e-2, "state": {torch.float32: 1e-4, torch.bfloat16: 8e-3}}
 
-#: The state bound of the peers' chunked prefill (FLA's and FlashInfer's): they round their
-#: intermediate states to bf16 whatever the state's dtype, so an fp32 state of theirs carries
-#: bf16-level error (measured 3e-3 to 4e-3 relative at 8k tokens on an H200).  They are judged
-#: with the bf16 state's bound, and their errors are reported as measured, never hidden.
+#: The state bound of a backend whose registry entry says it rounds its states (``rounds_state``:
+#: FLA's and FlashInfer's chunked prefill hold their intermediate states in bf16 whatever the
+#: state's dtype, measured 3e-3 to 4e-3 relative at 8k tokens on an H200): the bf16 state's
+#: bound on any state; their errors are reported as measured, never hidden.
 PEER_STATE_TOL = STRICT_TOL["state"][torch.bfloat16]
-ROUNDING_PEERS = {"prefill": ("fi-baseline", "fla-upstream")}
 
 
 def state_tol_of(name: str, op: str) -> float | None:
     """The state bound that backend ``name`` of ``op`` is judged with: :data:`PEER_STATE_TOL`
-    for the peers that round their states (:data:`ROUNDING_PEERS`), else None (the strict
-    bound of the state's dtype)."""
-    return PEER_STATE_TOL if name in ROUNDING_PEERS.get(op, ()) else None
+    where its registry entry has ``rounds_state``, else None (the strict bound of the state's
+    dtype; also for names that are not backends, such as the bench's ``auto``)."""
+    from gdnzoo import registry
+    spec = registry.load_registry().op(op).backends.get(name)
+    return PEER_STATE_TOL if spec is not None and spec.rounds_state else None
 
 
 def strict_tol(what: str, state_dtype: torch.dtype | None = None) -> float:

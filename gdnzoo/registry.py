@@ -28,7 +28,7 @@ _BACKEND_KEYS = {"name": (str, REQ), "entry": ((str, type(None)), None),
                  "language": (str, REQ), "requires": (list, []), "devices": (list, REQ),
                  "min_cc": ((str, type(None)), None), "state_dtypes": (list, REQ),
                  "max_T": ((int, type(None)), None), "head_dims": ((list, type(None)), None),
-                 "notes": (str, REQ)}
+                 "notes": (str, REQ), "rounds_state": ((str, type(None)), None)}
 _FEATURE_KEY = ((bool, str), False)
 _LANGUAGES = {"python", "triton", "cuda", "cute-dsl"}
 _DEVICES = {"cpu", "cuda"}
@@ -58,6 +58,7 @@ class BackendSpec:
     head_dims: tuple | None
     notes: str
     features: dict = field(default_factory=dict)   # feature field -> True, or why not
+    rounds_state: str | None = None     # why its states carry bf16 rounding on any state dtype
 
     @property
     def module_name(self) -> str:
@@ -184,7 +185,8 @@ def _parse_backend(i, ent, op) -> BackendSpec:
         requires=tuple(e["requires"]), devices=tuple(e["devices"]),
         min_cc=_parse_cc(e["min_cc"], where), state_dtypes=tuple(e["state_dtypes"]),
         max_T=e["max_T"], head_dims=None if e["head_dims"] is None else tuple(e["head_dims"]),
-        notes=e["notes"], features={f: e[f] for f, _, _ in op.features})
+        notes=e["notes"], features={f: e[f] for f, _, _ in op.features},
+        rounds_state=e["rounds_state"])
 
 
 def _parse_op(name, data) -> OpRegistry:
