@@ -3,7 +3,9 @@
 # DSL, FLA and vLLM's kernels unpacked at /tmp/gd first; see the developers' notes):
 #
 #   bash lab/gpu_session.sh tests   OUT  # the decode suite in 3 parallel shards + the decode check
-#   bash lab/gpu_session.sh prefill OUT  # the prefill and models tests + check --op prefill
+#   bash lab/gpu_session.sh prefill OUT  # the prefill tests alone + lab.engine_prefill_gpu
+#   bash lab/gpu_session.sh models-tests OUT  # the models' tests + check --op prefill
+#   bash lab/gpu_session.sh sweep OUT    # lab.prefill_gpu $SWEEP_ARGS (configs and peers)
 #   bash lab/gpu_session.sh timing  OUT  # gdnzoo bench --mode prefill (BUDGET s, default 420)
 #   bash lab/gpu_session.sh models OUT   # lab.models_gpu (FLA entry points, transformers)
 #
@@ -61,17 +63,32 @@ tests)                      # the suite, in shards side by side (about 10 min ea
   echo "== failures"; grep -h "^FAILED\|^ERROR" "$OUT"/pytest_*.log | cut -c1-300 | head -40
   echo "== summary"; cat "$OUT"/*.summary
   ;;
-prefill)                    # prefill and the models' entry points (about 6 min on an H200)
-  shard prefill 330 --tb=short tests/test_prefill.py tests/test_triton_chunk.py \
-    tests/test_check_prefill.py
+prefill)                    # the prefill tests alone, then the engines' prefill (about 8 min)
+  t0=$SECONDS
+  timeout 360 python3 -m pytest -q -rfE -p no:cacheprovider --tb=short tests/test_prefill.py \
+    tests/test_triton_chunk.py tests/test_prefill_checkpoints.py \
+    tests/test_integrations_prefill.py > "$OUT/pytest_prefill.log" 2>&1
+  echo "prefill tests: exit $? in $((SECONDS - t0)) s: $(tail -1 "$OUT/pytest_prefill.log")" \
+    > "$OUT/pytest_prefill.summary"
+  timeout 150 python3 -m lab.engine_prefill_gpu > "$OUT/engine_prefill.log" 2>&1
+  echo "lab.engine_prefill_gpu: exit $?" > "$OUT/engine_prefill.summary"
+  echo "== failures"; grep -h "^FAILED\|^ERROR" "$OUT"/pytest_*.log | cut -c1-300 | head -40
+  echo "== engine prefill"; tail -25 "$OUT/engine_prefill.log"
+  echo "== summary"; cat "$OUT"/*.summary
+  ;;
+models-tests)               # the models' entry points and check --op prefill (about 6 min)
   shard models 330 --tb=short tests/test_integrations_fla.py \
-    tests/test_integrations_transformers.py tests/test_op.py
+    tests/test_integrations_transformers.py tests/test_op.py tests/test_check_prefill.py
   ( timeout 330 gdnzoo check --op prefill --algo all > "$OUT/check_prefill.log" 2>&1
     echo "check --op prefill: exit $?" > "$OUT/check_prefill.summary" ) &
   wait
   echo "== failures"; grep -h "^FAILED\|^ERROR" "$OUT"/pytest_*.log | cut -c1-300 | head -40
   echo "== check --op prefill"; grep -v "^ " "$OUT/check_prefill.log" | tail -30
   echo "== summary"; cat "$OUT"/*.summary
+  ;;
+sweep)                      # lab.prefill_gpu: triton-chunk's configs and the peers (SWEEP_ARGS)
+  timeout 560 python3 -m lab.prefill_gpu ${SWEEP_ARGS:-} > "$OUT/sweep.log" 2>&1
+  echo "lab.prefill_gpu: exit $?"; tail -45 "$OUT/sweep.log"
   ;;
 timing)                     # gdnzoo bench --mode prefill alone (about 9 min on an H200)
   t0=$SECONDS

@@ -370,6 +370,11 @@ def three_clocks(calls, reps, graph=True):
     try:
         s, method = clocks.kernel_times(launch, reps, warmup=2)
         res["kernel_ms"], res["kernel_method"] = statistics.median(s) / 1e3, method
+        # Each launch's own duration (records in start order): where a call's time goes.
+        parts, _ = clocks.kernel_times(
+            launch, reps, warmup=0,
+            reduce=lambda recs: tuple((e - b) / 1e3 for b, e in sorted(recs)))
+        res["kernels_us"] = [round(statistics.median(p), 2) for p in zip(*parts)]
     except Exception as e:
         res["kernel_ms"], res["kernel_error"] = None, f"{type(e).__name__}: {e}"
     if graph is not True:
@@ -407,7 +412,8 @@ def cell(lab, args, H, HV, N, L, deadline):
         lab.log(f"  {name} {backend}: {row['ms']:.3f} ms, out {row['rel_out']:.2e}, state "
                 f"{row['rel_state']:.2e}" + "".join(
                     f", {c} {row[c + '_ms']:.3f}" for c in ("kernel", "graph", "host")
-                    if row.get(c + "_ms") is not None))
+                    if row.get(c + "_ms") is not None)
+                + (f", launches {row['kernels_us']} us" if row.get("kernels_us") else ""))
         return row
 
     sweep = f"{H}/{HV}" in args.sweep_geoms.split(",")
