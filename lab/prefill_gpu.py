@@ -398,8 +398,11 @@ def cell(lab, args, H, HV, N, L, deadline):
     def measure(backend, calls, result, full, graph=True):
         res = result(calls[0]())
         sync()
+        # The peers round their intermediate states to bf16: the bench's bound for them.
+        peer = backend in ("FLA", "FlashInfer")
         j = gate.judge(res[0], res[1], ref_out, ref_state, out_dtype=res[0].dtype,
-                       state_dtype=res[1].dtype)
+                       state_dtype=res[1].dtype,
+                       state_tol=gate.PEER_STATE_TOL if peer else None)
         row = dict(cell=name, backend=backend, rel_out=j.rel_err_out, rel_state=j.rel_err_state)
         rows.append(row)
         if not j.ok:                               # the gate comes before any speed figure
