@@ -142,6 +142,19 @@ def prefill(c):
         state_indices=_pool_indices(c.problem.N, c.q.device) if inplace else None, **fi_ck)
     if ck is not None and fi_ck["state_checkpoints"] is not ck:
         ck.copy_(fi_ck["state_checkpoints"])
+    if not inplace:
+        _empty_sequences_keep_their_state(c)
+
+
+def _empty_sequences_keep_their_state(c):
+    """FlashInfer 0.7.2 writes no final state for a zero-length sequence (seen on an H200: the
+    destination's rows stay as they were, NaN in a NaN-filled buffer); the contract says its
+    final state is its initial state.  One elementwise launch, no host sync; calls in place
+    need none (the state is left as it is)."""
+    cu = c.cu_seqlens
+    empty = (cu[1:] == cu[:-1]).view(-1, 1, 1, 1)
+    init = c.state if c.state is not None else torch.zeros((), device=c.new_state.device)
+    torch.where(empty, init.to(c.new_state.dtype), c.new_state, out=c.new_state)
 
 
 def _pool_indices(B: int, device) -> torch.Tensor:

@@ -1,9 +1,8 @@
 """The engines' prefill around FlashInfer's chunk kernel against gdnzoo's prefill adapters
 (gdnzoo.integrations.vllm.chunked_prefill, gdnzoo.integrations.sglang.extend), on a Hopper GPU.
 
-NOT YET RUN ON A GPU: written on a machine without one.  Its logic has run on CPU only with
---smoke, where gdnzoo's dense prefill (pt-reference) stands in for FlashInfer.  No number from
-it exists yet.
+First run on a lent H200 on 2026-11-28 (lab/notebook/h200/engine_prefill_2026-11-28.log); on CPU
+its logic runs with --smoke, where gdnzoo's dense prefill (pt-reference) stands in for FlashInfer.
 
     python -m lab.engine_prefill_gpu                        # H100/H200, flashinfer importable
     python -m lab.engine_prefill_gpu --state-dtype bf16 --algo triton-chunk
@@ -66,9 +65,12 @@ DEV = "cuda" if torch.cuda.is_available() else "cpu"
 # rounds its states; SGLang also rounds the normalized q, k to bf16 before the kernel).
 ENGINE_STATE_TOL = gate.state_tol_of("fi-baseline", "prefill")
 H, HV = 4, 8
-# (name, lengths, padded entries appended): long, medium, many short, ragged with a zero.
+# (name, lengths, padded entries appended): long, medium, many short, ragged.  No zero-length
+# sequence: the engines never schedule one, and FlashInfer 0.7.2 writes no final state for one
+# (on an H200, 2026-11-28, the "ragged" mix with a 0 failed on the engines' side: vLLM's
+# scatter wrote zeros, SGLang's the NaN of its uninitialized buffer; gdnzoo's adapters passed).
 MIXES = [("1x4096", [4096], 0), ("4x1024", [1024] * 4, 0), ("32x64", [64] * 32, 0),
-         ("ragged", [2048, 1, 700, 0, 63, 65, 1500], 0), ("8x256+2pad", [256] * 8, 2)]
+         ("ragged", [2048, 1, 700, 2, 63, 65, 1500], 0), ("8x256+2pad", [256] * 8, 2)]
 SMOKE_MIXES = [("ragged", [17, 1, 0, 40], 0), ("3x9+2pad", [9] * 3, 2)]
 
 

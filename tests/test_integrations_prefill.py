@@ -339,9 +339,10 @@ def _vllm_bad(c):
             ("cu_seqlens", {"cu_seqlens": c.cu.float()}, TypeError),
             ("use_qk_l2norm_in_kernel", {"use_qk_l2norm_in_kernel": "yes"}, TypeError),
             ("scale", {"scale": "0.1"}, TypeError),
-            ("core_attn_out", {"core_attn_out": torch.empty(T - 1, HV, V, dtype=c.q.dtype)},
-             ValueError),
-            ("core_attn_out", {"core_attn_out": torch.empty(T, HV, V)}, TypeError),
+            ("core_attn_out", {"core_attn_out": torch.empty(T - 1, HV, V, dtype=c.q.dtype,
+                                                            device=DEVICE)}, ValueError),
+            ("core_attn_out", {"core_attn_out": torch.empty(T, HV, V, device=DEVICE)},
+             TypeError),
             ("q", {"q": c.q[0]}, ValueError),
             ("g", {"g": c.g.double()}, TypeError),
             ("beta", {"beta": c.beta[:, :-1]}, ValueError)]

@@ -89,10 +89,12 @@ def _oracle(x, kw, pool, p):
     return out, st, ck
 
 
-def _judge(what, got, ref, dtype):
+def _judge(what, got, ref, dtype, backend):
+    """A checkpoint under the bound its backend's final state is judged with (the peers that
+    round their intermediate states to bf16: the peers' bound)."""
     v = gate.compare(got, ref, dtype=dtype)
     e = gate.relative_error(got, ref)
-    tol = gate.strict_tol("state", dtype)
+    tol = gate.state_tol_of(backend, "prefill") or gate.strict_tol("state", dtype)
     assert v.ok and e < tol, f"{what}: {v.reason} relative error {e:.3g} (bound {tol:g})"
 
 
@@ -132,7 +134,7 @@ def test_checkpoints_match_the_per_token_oracle(backend, i):
             continue
         for m in range(off[n + 1] - off[n]):
             _judge(f"{backend} {_id(CASES[i])} seq {n} checkpoint {m + 1}",
-                   ck_k_last[off[n] + m], ref_ck[off[n] + m], sd)
+                   ck_k_last[off[n] + m], ref_ck[off[n] + m], sd, backend)
         if L and L % every == 0:                               # the last one is the final state
             assert torch.equal(ck_k_last[off[n + 1] - 1],
                                ns_k_last[n if p is None else p.write[n].item()])
