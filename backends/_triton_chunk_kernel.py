@@ -71,7 +71,7 @@ import triton.language as tl
 
 from gdnzoo.backends._triton_decode_kernel import pool_slots
 
-MAX_MERGE_LEVELS = tl.constexpr(3)       # base blocks of 16 merged up to C = 128
+MAX_MERGE_LEVELS = tl.constexpr(4)       # base blocks of 8 merged up to C = 128
 SEQ_BLOCK = tl.constexpr(256)            # sequences counted per load by chunk_of_slot
 # Read when this module is imported, as triton.jit itself reads it when it decorates.
 INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
@@ -99,21 +99,25 @@ def split_bf16(x):
 @triton.jit
 def mm(a, b, PREC: tl.constexpr):
     """a @ b with fp32 accumulation, each operand fp32 or a raw 16-bit input.  "bf16x3": the
-    small products first, so the large one is added last."""
+    large product and the small ones accumulate apart (two independent chains of MMAs, so
+    their latencies overlap) and the small sum is added last.  "bf16": each fp32 operand
+    rounded to bf16, one product."""
     if PREC == "bf16x3":
         if a.dtype == tl.bfloat16:
             if b.dtype == tl.bfloat16:
                 c = dot(a, b)
             else:
                 b_hi, b_lo = split_bf16(b.to(tl.float32))
-                c = dot(a, b_hi, dot(a, b_lo))
+                c = dot(a, b_hi) + dot(a, b_lo)
         else:
             a_hi, a_lo = split_bf16(a.to(tl.float32))
             if b.dtype == tl.bfloat16:
-                c = dot(a_hi, b, dot(a_lo, b))
+                c = dot(a_hi, b) + dot(a_lo, b)
             else:
                 b_hi, b_lo = split_bf16(b.to(tl.float32))
-                c = dot(a_hi, b_hi, dot(a_hi, b_lo, dot(a_lo, b_hi)))
+                c = dot(a_hi, b_hi) + dot(a_hi, b_lo, dot(a_lo, b_hi))
+    elif PREC == "bf16":
+        c = dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
     else:
         c = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision=PREC)
     return c
@@ -121,10 +125,13 @@ def mm(a, b, PREC: tl.constexpr):
 
 @triton.jit
 def mm_split(a, b_hi, b_lo, PREC: tl.constexpr):
-    """a @ b for a b stored as bf16 hi and lo parts ("bf16x3"), else as fp32 ``b_hi``."""
+    """a @ b for a b stored as bf16 hi and lo parts ("bf16x3"), as bf16 ("bf16"), else as
+    fp32 ``b_hi``."""
     if PREC == "bf16x3":
         a_hi, a_lo = split_bf16(a)
-        c = dot(a_hi, b_hi, dot(a_hi, b_lo, dot(a_lo, b_hi)))
+        c = dot(a_hi, b_hi) + dot(a_hi, b_lo, dot(a_lo, b_hi))
+    elif PREC == "bf16":
+        c = dot(a.to(tl.bfloat16), b_hi)
     else:
         c = tl.dot(a, b_hi, input_precision=PREC)
     return c
@@ -250,7 +257,7 @@ def store_cc(p, x, m, C: tl.constexpr, PREC: tl.constexpr):
         tl.store(p, hi, mask=m)
         tl.store(p + C, lo, mask=m)
     else:
-        tl.store(p, x, mask=m)
+        tl.store(p, x.to(p.dtype.element_ty), mask=m)
 
 
 @triton.jit
@@ -270,7 +277,7 @@ def chunk_prep_kernel(
         N, T_all, sq_t, sq_h, sk_t, sk_h, sa_t, sa_h, sb_t, sb_h, s_alog, s_dtb,
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, C: tl.constexpr,
         BS: tl.constexpr, L2NORM: tl.constexpr, GATES: tl.constexpr,
-        PREC: tl.constexpr):
+        PREC: tl.constexpr, STORE: tl.constexpr):
     # Neighbouring programs take the value heads of one chunk: they share its q, k rows in L2.
     pid = tl.program_id(0)
     i_hv = pid % HV
@@ -298,10 +305,10 @@ def chunk_prep_kernel(
     # Row j of a token's matrix rows holds column j of T (and of M = P T): the sequential
     # kernel's right operands are then row-major.  Rows past the sequence belong to the next
     # sequence's chunk: not stored.
-    NP: tl.constexpr = 2 if PREC == "bf16x3" else 1
+    NP: tl.constexpr = 2 if STORE == "bf16x3" else 1
     pm = mats + t[:, None] * (HV * 2 * NP * C) + i_hv * (2 * NP * C) + rows[None, :]
-    store_cc(pm, tl.trans(Tm), m[:, None], C, PREC)
-    store_cc(pm + NP * C, tl.trans(mm(P, Tm, PREC)), m[:, None], C, PREC)
+    store_cc(pm, tl.trans(Tm), m[:, None], C, STORE)
+    store_cc(pm + NP * C, tl.trans(mm(P, Tm, PREC)), m[:, None], C, STORE)
     eG = tl.exp(G)
     pv = vecs + i_hv * (5 * T_all) + t
     tl.store(pv, beta, mask=m)

@@ -68,9 +68,12 @@ NAME = "triton-chunk"
 HEAD_DIMS = (64, 128)                 # tested; any power of two >= 16 compiles
 IO_DTYPES = (torch.bfloat16, torch.float16)
 STATE_DTYPES = (torch.float32, torch.bfloat16)
-PRECISIONS = ("bf16x3", "tf32x3", "ieee", "tf32")
+PRECISIONS = ("bf16x3", "bf16", "tf32x3", "ieee", "tf32")
+# The prep kernel's products (T, M = P T) where the sequential kernel's differ: with "bf16"
+# only the state's chain is rounded; T and M are formed as with "bf16x3", stored as bf16.
+PREP_PRECISION = {"bf16": "bf16x3"}
 CHUNKS = (32, 64, 128)
-BASES = (16, 32, 64)
+BASES = (8, 16, 32, 64)
 # On CPU the interpreter takes ~0.1-0.3 s per chunk program: cap the tokens x value heads.
 CPU_MAX_TOKEN_HEADS = 8192
 GRID_LIMIT = 2**31 - 1
@@ -186,7 +189,7 @@ def _workspace(workspace, T: int, HV: int, c: Config, device) -> tuple:
     flat = workspace.reshape(-1)
     n_mats = T * HV * 2 * c.chunk
     mats = flat[:n_mats]
-    if c.precision == "bf16x3":
+    if c.precision in ("bf16x3", "bf16"):
         mats = mats.view(torch.bfloat16)
     return mats, flat[n_mats:need]
 
@@ -284,7 +287,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
             q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, N, T,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1),
             gb.stride(0), gb.stride(1), A_log.stride(0), dt_bias.stride(0),
-            H, HV, K, C, c.base, l2, gates,
+            H, HV, K, C, c.base, l2, gates, PREP_PRECISION.get(c.precision, c.precision),
             c.precision, num_warps=c.prep_warps, num_stages=1)
     pool = 0 if state_indices is None else (
         1 if new_state_indices is None or new_state_indices is state_indices else 2)

@@ -86,9 +86,20 @@ models-tests)               # the models' entry points and check --op prefill (a
   echo "== check --op prefill"; grep -v "^ " "$OUT/check_prefill.log" | tail -30
   echo "== summary"; cat "$OUT"/*.summary
   ;;
-sweep)                      # lab.prefill_gpu: triton-chunk's configs and the peers (SWEEP_ARGS)
-  timeout 560 python3 -m lab.prefill_gpu ${SWEEP_ARGS:-} > "$OUT/sweep.log" 2>&1
-  echo "lab.prefill_gpu: exit $?"; tail -45 "$OUT/sweep.log"
+sweep)                      # lab.prefill_gpu: triton-chunk's configs and the peers (SWEEP_ARGS),
+                            # then triton-chunk's GPU tests when CHUNK_TESTS is set
+  timeout ${SWEEP_S:-560} python3 -m lab.prefill_gpu ${SWEEP_ARGS:-} > "$OUT/sweep.log" 2>&1
+  echo "lab.prefill_gpu: exit $?"
+  if [ -n "${CHUNK_TESTS:-}" ]; then
+    t0=$SECONDS
+    timeout "$CHUNK_TESTS" python3 -m pytest -q -rfE -p no:cacheprovider --tb=short \
+      tests/test_triton_chunk.py tests/test_prefill.py tests/test_prefill_checkpoints.py \
+      -k "triton-chunk or test_triton_chunk" > "$OUT/pytest_chunk.log" 2>&1
+    echo "triton-chunk tests: exit $? in $((SECONDS - t0)) s: $(tail -1 "$OUT/pytest_chunk.log")"
+    grep -h "^FAILED\|^ERROR" "$OUT/pytest_chunk.log" | cut -c1-300 | head -20
+  fi
+  grep -E "ms, out|FAILS|ERROR" "$OUT/sweep.log" | sed -e 's/triton-chunk default/tc dflt/' \
+    -e 's/ prep_warps=4 chunk=64//' -e 's/, host [0-9.]*//' | cut -c1-210 | tail -60
   ;;
 timing)                     # gdnzoo bench --mode prefill alone (about 9 min on an H200)
   t0=$SECONDS

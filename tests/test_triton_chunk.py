@@ -128,6 +128,13 @@ DENSE = [
     pytest.param([70, 33], 1, 2, 64, torch.float32, True, torch.bfloat16, 7,
                  dict(chunk=32, precision="ieee", block_v=32), id="c32-ieee-bv32"),
     pytest.param([0, 0], 1, 2, 64, torch.float32, True, torch.bfloat16, 8, None, id="no-tokens"),
+    pytest.param([130, 7], 1, 1, 64, torch.float32, True, torch.bfloat16, 9, dict(base=8),
+                 id="base8"),
+    # products of the state's chain rounded to bf16: judged as a bf16 state is
+    pytest.param([1, 64, 70], 1, 2, 64, torch.bfloat16, True, torch.bfloat16, 10,
+                 dict(precision="bf16"), id="bf16state-bf16prec", marks=pytest.mark.skipif(
+                     not torch.cuda.is_available(), reason="Triton 3.6's interpreter truncates "
+                     "fp32 -> bf16 (the GPU rounds to nearest): its error is not the kernel's")),
 ]
 
 
