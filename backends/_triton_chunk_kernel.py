@@ -52,9 +52,12 @@ bf16 hi + lo (16 significant bits), hi*hi + hi*lo + lo*hi, a raw bf16 operand no
 products instead of three).  Emulated in float64 over 700 tokens at K = V = 128 this is ~4e-6
 relative error on the state, against ~3e-4 for plain tf32 products (over the 1e-4 bound of an
 fp32 state) and ~2.5e-3 with intermediates rounded to bf16.  ``PREC`` may instead name one of
-Triton's ``input_precision`` values ("tf32x3", "ieee", "tf32"), applied to every fp32 product.
-With "bf16x3" T^T and M^T are stored as bf16 hi and lo parts, so the pipelined loads feed the
-products without a conversion; otherwise as fp32.  Either is 8 * C bytes a token and head.
+Triton's ``input_precision`` values ("tf32x3", "ieee", "tf32"), applied to every fp32 product,
+or "bf16": every product of the sequential kernel takes its fp32 operands rounded to bf16 (one
+product each; T and M still formed as with "bf16x3" by the prep kernel, ``STORE`` "bf16": stored
+rounded), ~2.5e-3 relative error on the state at 8k tokens on an H200, as the peers' kernels
+round.  With "bf16x3" T^T and M^T are stored as bf16 hi and lo parts, so the pipelined loads
+feed the products without a conversion; with "bf16" as bf16; otherwise as fp32.
 
 The state tile's addressing takes strides for its V rows and K columns, so a k-last
 ``[.., V, K]`` and a K-first ``[.., K, V]`` state are read and written where they lie.
@@ -99,8 +102,9 @@ def split_bf16(x):
 @triton.jit
 def mm(a, b, PREC: tl.constexpr):
     """a @ b with fp32 accumulation, each operand fp32 or a raw 16-bit input.  "bf16x3": the
-    large product and the small ones accumulate apart (two independent chains of MMAs, so
-    their latencies overlap) and the small sum is added last.  "bf16": each fp32 operand
+    small products first, so the large one is added last (one accumulator: two accumulators,
+    so that the products' MMA chains overlap, measured 8% slower on an H200 at block_v 64,
+    where the extra registers spill, and 2% faster at 16).  "bf16": each fp32 operand
     rounded to bf16, one product."""
     if PREC == "bf16x3":
         if a.dtype == tl.bfloat16:
@@ -108,14 +112,14 @@ def mm(a, b, PREC: tl.constexpr):
                 c = dot(a, b)
             else:
                 b_hi, b_lo = split_bf16(b.to(tl.float32))
-                c = dot(a, b_hi) + dot(a, b_lo)
+                c = dot(a, b_hi, dot(a, b_lo))
         else:
             a_hi, a_lo = split_bf16(a.to(tl.float32))
             if b.dtype == tl.bfloat16:
-                c = dot(a_hi, b) + dot(a_lo, b)
+                c = dot(a_hi, b, dot(a_lo, b))
             else:
                 b_hi, b_lo = split_bf16(b.to(tl.float32))
-                c = dot(a_hi, b_hi) + dot(a_hi, b_lo, dot(a_lo, b_hi))
+                c = dot(a_hi, b_hi, dot(a_hi, b_lo, dot(a_lo, b_hi)))
     elif PREC == "bf16":
         c = dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
     else:
@@ -129,7 +133,7 @@ def mm_split(a, b_hi, b_lo, PREC: tl.constexpr):
     fp32 ``b_hi``."""
     if PREC == "bf16x3":
         a_hi, a_lo = split_bf16(a)
-        c = dot(a_hi, b_hi) + dot(a_hi, b_lo, dot(a_lo, b_hi))
+        c = dot(a_hi, b_hi, dot(a_hi, b_lo, dot(a_lo, b_hi)))
     elif PREC == "bf16":
         c = dot(a.to(tl.bfloat16), b_hi)
     else:

@@ -39,21 +39,27 @@ the device), for real sequences only; a compile-time flag, off without checkpoin
 and ``beta`` (post-sigmoid).
 
 The launch shape is a :class:`Config`; nothing is autotuned inside a call.  Its defaults, for
-K = V = 128 on Hopper (reasoned and checked by compiling for sm_90 here, not yet timed):
+K = V = 128 on Hopper, timed side by side on an H200 (lab/notebook/h200/prefill_configs_*.log):
 
 * ``block_v`` from :func:`pick_block_v`: a single long sequence is a chain of chunk updates
   with only N*HV independent recurrences (8 at the contest shape), so the tile is as small as
   the tensor-core products allow (16 rows) while the programs fit in one wave of SMs (1 x 8
-  heads: 64 programs), larger (32, 64) as N*HV grows, so that q, k, T^T and M^T, loaded once
-  per program and chunk, serve more rows.
-* ``warps`` 8: at 16 rows the products split their columns over the warps; 8 warps halve each
-  warp's share of the chain's products against 4 and fit without spills (170 registers at
-  block_v 16, 254 at 32; 64 spills 160 bytes, 4 warps spill at 32 and 64).
+  heads: 64 programs); past one wave, 32 rows (64 rows spill: 17-28% slower at 16/64).
+* ``warps`` 8 at 16 rows (the products split their columns over the warps; 168 registers, no
+  spills), 4 at 32 (255 registers, 136 bytes spilled, yet faster than 8 warps once the SMs
+  hold several programs).
 * ``stages`` 2: chunk j+1's q, k, v, T^T, M^T and factors (~40 KB) stream into shared memory
-  while chunk j computes (75 KB in all at block_v 16).
+  while chunk j computes (75 KB in all at block_v 16); 1 and 3 were slower.
 * ``prep_warps`` 4: the prep kernel holds several C x C fp32 tiles; 247 registers, no spills,
-  two programs an SM by registers and shared memory.
-* ``chunk`` 64, ``base`` 16: 15 serial substitution steps and two merge levels.
+  two programs an SM by registers and shared memory (2 warps spill; 8 were slower).
+* ``chunk`` 64, ``base`` 16: 15 serial substitution steps and two merge levels (base 32 and
+  64 slower; base 8 mixed).
+* ``precision`` "bf16x3": ~4e-6 relative error on an fp32 state.  "bf16" was 17-42% faster
+  and ~2.5e-3 (FlashInfer's and FLA's chunk kernels: 3.5e-3 to 3.9e-3, same run); opt-in.
+
+Where the time goes (H200, 4/8 heads, 1 x 8192 tokens, fp32 state): the prep kernel 80 us, the
+sequential one 316 us, 2.5 us per chunk on 64 programs; FlashInfer's chunk kernel takes 122 us
+of kernel time there (it splits a sequence's chunks over CTAs and combines them).
 """
 from __future__ import annotations
 
@@ -81,13 +87,15 @@ GRID_LIMIT = 2**31 - 1
 
 class Config(NamedTuple):
     """The launch shape.  ``block_v``: state rows per sequential program (0: picked from the
-    grid, :func:`pick_block_v`); ``warps``/``stages``: the sequential kernel's num_warps and
-    pipeline depth of its chunk loop; ``prep_warps``: the prep kernel's num_warps; ``chunk``:
-    tokens per chunk C; ``precision``: of every product with an fp32 operand (see the kernels'
-    module); ``base``: the diagonal blocks the prep kernel inverts by forward substitution
-    (base - 1 serial steps) before log2(C / base) merge levels of two C x C products each."""
+    grid, :func:`pick_block_v`); ``warps``/``stages``: the sequential kernel's num_warps (0:
+    8 at block_v 16, else 4) and pipeline depth of its chunk loop; ``prep_warps``: the prep
+    kernel's num_warps; ``chunk``: tokens per chunk C; ``precision``: of every product with an
+    fp32 operand (see the kernels' module; "bf16" rounds the state's chain to bf16: faster,
+    ~2.5e-3 relative error on the state instead of ~4e-6); ``base``: the diagonal blocks the
+    prep kernel inverts by forward substitution (base - 1 serial steps) before log2(C / base)
+    merge levels of two C x C products each."""
     block_v: int = 0
-    warps: int = 8
+    warps: int = 0
     stages: int = 2
     prep_warps: int = 4
     chunk: int = 64
@@ -109,15 +117,14 @@ def normalize(config) -> Config:
 
 
 def pick_block_v(recurrences: int, V: int, n_sm: int) -> int:
-    """The smallest tile (16, 32, 64 rows) with which the N*HV recurrences fill at most one
-    wave of programs: a long sequence is bound by its chain of chunk updates, so small tiles
-    (more programs, less work each per chunk) help until the SMs are full; past that, larger
-    tiles read each chunk's q, k and T^T once for more rows.  At least 64 when the recurrences
-    alone overfill the GPU."""
-    for bv in (16, 32, 64):
-        if V % bv == 0 and recurrences * (V // bv) <= n_sm:
-            return bv
-    return min(64, V)
+    """16 rows when the N*HV recurrences at 16 rows a program fill at most one wave of SMs (a
+    long sequence is bound by its chain of chunk updates: small tiles shorten each step),
+    else 32.  Measured on an H200 (lab/notebook/h200/prefill_configs_2026-11-28.log, one run,
+    events): 32 rows with 4 warps beat 64 with 8 by 17-28% at 64 and more recurrences (the
+    64-row kernel spills) and matched 64 at 8 x 1024 tokens of 4/8."""
+    if V % 16 == 0 and recurrences * (V // 16) <= n_sm:
+        return 16
+    return 32 if V % 32 == 0 else min(16, V)
 
 
 def resolve(config, N: int, HV: int, V: int, device: torch.device) -> Config:
@@ -130,7 +137,7 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device) -> Config:
         else:
             n_sm = torch.cuda.get_device_properties(device).multi_processor_count
             bv = pick_block_v(N * HV, V, n_sm)
-    c = c._replace(block_v=bv)
+    c = c._replace(block_v=bv, warps=c.warps or (8 if bv == 16 else 4))
     if bv < 16 or V % bv or bv & (bv - 1):
         raise ValueError(f"config: block_v must be a power of two >= 16 dividing V={V}, got {bv}")
     if c.chunk not in CHUNKS:

@@ -275,14 +275,17 @@ def test_config_checked():
     with pytest.raises(ValueError, match="config:"):
         tc.normalize(dict(bogus=1))
     c = tc.resolve(None, 1, 8, 128, torch.device("cpu"))
-    assert c.block_v == 128 and c.chunk == 64 and c.precision == "bf16x3"
+    assert c.block_v == 128 and c.chunk == 64 and c.precision == "bf16x3" and c.warps == 4
+    assert tc.resolve(dict(block_v=16), 1, 8, 128, torch.device("cpu")).warps == 8
+    assert tc.resolve(dict(block_v=16, warps=2), 1, 8, 128, torch.device("cpu")).warps == 2
 
 
-def test_block_v_fills_one_wave():
+def test_block_v_is_16_while_one_wave_holds_them_else_32():
     assert tc.pick_block_v(8, 128, 132) == 16          # 1 x 8 heads: 64 programs
     assert tc.pick_block_v(32, 128, 132) == 32         # 16/32 at one sequence: 128
-    assert tc.pick_block_v(64, 128, 132) == 64
-    assert tc.pick_block_v(1024, 128, 132) == 64
+    assert tc.pick_block_v(64, 128, 132) == 32
+    assert tc.pick_block_v(1024, 128, 132) == 32
+    assert tc.pick_block_v(1024, 16, 132) == 16
 
 
 def test_supports_reasons():
