@@ -18,7 +18,7 @@ import tempfile
 
 import torch
 
-from lab.ckpt_ptx_identity import _Recorder
+from lab.ckpt_ptx_identity import _Recorder, compile_sm90
 
 OPS = ("HMMA", "HGMMA", "WARPSYNC", "SHFL", "LDS", "STS", "LDSM", "LDG", "STG", "LDGSTS", "BAR", "F2F", "FFMA",
        "MUFU")
@@ -36,21 +36,6 @@ def launch_args(kw):
     finally:
         tk.chunk_prep_kernel, tk.chunk_state_kernel = saved
     return {n: (r.args, r.kwargs) for n, r in rec.items()}
-
-
-def compile_sm90(kernel, args, kwargs):
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
-    from triton.runtime.jit import create_function_from_signature
-    target = GPUTarget("cuda", 90, 32)
-    backend = make_backend(target)
-    kwargs = dict(kwargs, debug=False, instrumentation_mode="")
-    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
-    bound, spec, opts = binder(*args, **kwargs)
-    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, spec, opts)
-    return triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
-                          options=options.__dict__)
 
 
 def census(ck):

@@ -69,7 +69,7 @@ def compile_sm90(kernel, args, kwargs):
     bound, spec, opts = binder(*args, **kwargs)
     options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, spec, opts)
     return triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
-                          options=options.__dict__).asm["ptx"]
+                          options=options.__dict__)
 
 
 def body(ptx):
@@ -107,14 +107,14 @@ def main():
     for name, kw in cases:
         args, kwargs = _state_args(kw)
         assert "CKPT" not in kwargs, "a call without checkpoints passed CKPT"
-        b_now, p_now = body(compile_sm90(now.chunk_state_kernel, args, kwargs))
+        b_now, p_now = body(compile_sm90(now.chunk_state_kernel, args, kwargs).asm["ptx"])
         b_old, p_old = body(compile_sm90(before.chunk_state_kernel, args[:at] + args[at + 6:],
-                                         kwargs))
+                                         kwargs).asm["ptx"])
         ok = b_now == b_old
         same += ok
         ck = torch.empty(kw["q"].shape[0] // 64, *kw["state"].shape[1:], dtype=kw["state"].dtype)
         args_ck, kwargs_ck = _state_args(dict(kw, checkpoints=ck, checkpoint_every=64))
-        b_ck, _ = body(compile_sm90(now.chunk_state_kernel, args_ck, kwargs_ck))
+        b_ck, _ = body(compile_sm90(now.chunk_state_kernel, args_ck, kwargs_ck).asm["ptx"])
         stores = sum(s.startswith(("st.global", "@")) and "st.global" in s for s in b_ck) - \
             sum(s.startswith(("st.global", "@")) and "st.global" in s for s in b_now)
         print(f"{name:18s} instructions {len(b_now):6d} / {len(b_old):6d}  ld.param "
