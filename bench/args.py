@@ -13,7 +13,8 @@ from pathlib import Path
 
 # --mode NAME -> the module under gdnzoo.bench that defines it (its MODES dict)
 MODES = {"dense": "mode_dense", "dest": "mode_dense", "pool": "mode_pool",
-         "verify": "mode_verify", "chained": "mode_chained", "prefill": "mode_prefill"}
+         "verify": "mode_verify", "chained": "mode_chained", "prefill": "mode_prefill",
+         "engine-prefill": "mode_engine_prefill"}
 ALIASES = {"inplace": "dense"}
 TOGETHER = ("dense", "dest")             # modes that share one run; the others run alone
 CLOCKS = ("kernel", "graph", "host")
@@ -193,8 +194,8 @@ def add_bench_args(p):
                    help="comma list of kernel,graph,host (default: every clock the mode has); "
                         "'chained' is --mode chained")
     p.add_argument("--mix", type=_mix, default=None,
-                   help="--mode prefill: comma list of sequence mixes, NxL (N sequences of L "
-                        "tokens) or ragged (default 1x8192,1x32768,8x1024,16x256,64x64,ragged)")
+                   help="--mode prefill or engine-prefill: comma list of sequence mixes, NxL "
+                        "(N sequences of L tokens) or ragged (default: the mode's mixes)")
     p.add_argument("--layers", type=positive_int, default=None,
                    help="--mode chained: layers in the graph (default 64)")
     p.add_argument("--l2norm", action="store_true", help="use_qk_l2norm=True")
@@ -234,8 +235,9 @@ def resolve(args) -> list:
         notes.append("--timing chained: read as --mode chained")
     if args.layers is not None and args.mode != ["chained"]:
         usage_error("--layers: only with --mode chained")
-    if getattr(args, "mix", None) is not None and args.mode != ["prefill"]:
-        usage_error("--mix: only with --mode prefill")
+    if getattr(args, "mix", None) is not None and args.mode not in (["prefill"],
+                                                                     ["engine-prefill"]):
+        usage_error("--mix: only with --mode prefill or engine-prefill")
     if args.model is None:
         if args.tp is not None:
             usage_error("--tp: only with --model")

@@ -46,25 +46,21 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 if not torch.cuda.is_available():          # --smoke on CPU: Triton kernels interpreted
     os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gdnzoo import gate                                    # noqa: E402
-import gdnzoo                                              # noqa: E402
-from gdnzoo.inputs import make_prefill_inputs, paged_pool  # noqa: E402
-from gdnzoo.integrations import sglang as sg, vllm as vl   # noqa: E402
-from gdnzoo.pool import Pool                               # noqa: E402
-from gdnzoo.prefill_reference import reference_prefill     # noqa: E402
+from gdnzoo.bench.engine_prefill import (                  # noqa: E402
+    adapter_call, engine_call, flashinfer_chunk, make_case, oracle, pad_rows_zero, pool_copy,
+    rest_untouched, stand_in)
 from lab import harness                                    # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 # The engines' side is a peer: judged with the peers' state bound (FlashInfer's chunk kernel
 # rounds its states; SGLang also rounds the normalized q, k to bf16 before the kernel).
 ENGINE_STATE_TOL = gate.state_tol_of("fi-baseline", "prefill")
-H, HV = 4, 8
 # (name, lengths, padded entries appended): long, medium, many short, ragged.  No zero-length
 # sequence: the engines never schedule one, and FlashInfer 0.7.2 writes no final state for one
 # (on an H200, 2026-11-28, the "ragged" mix with a 0 failed on the engines' side: vLLM's
@@ -72,128 +68,6 @@ H, HV = 4, 8
 MIXES = [("1x4096", [4096], 0), ("4x1024", [1024] * 4, 0), ("32x64", [64] * 32, 0),
          ("ragged", [2048, 1, 700, 2, 63, 65, 1500], 0), ("8x256+2pad", [256] * 8, 2)]
 SMOKE_MIXES = [("ragged", [17, 1, 0, 40], 0), ("3x9+2pad", [9] * 3, 2)]
-
-
-def flashinfer_chunk():
-    """FlashInfer's chunk_gated_delta_rule, as the engines import it."""
-    from flashinfer.gdn_prefill import chunk_gated_delta_rule
-    return chunk_gated_delta_rule
-
-
-def stand_in_chunk(algo):
-    """--smoke: FlashInfer's call (linear gate alpha, fp32 states) served by gdnzoo's dense
-    prefill on ``algo``."""
-    def run(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
-            use_qk_l2norm_in_kernel):
-        return gdnzoo.prefill(q, k, v, initial_state, None, None, None, None, cu_seqlens, scale,
-                              g=torch.log(g), beta=beta, use_qk_l2norm=use_qk_l2norm_in_kernel,
-                              algo=algo)
-    return run
-
-
-# ------------------------------------------------------------------ the engines' sequences
-
-def vllm_sequence(fi, q, k, v, g, beta, ssm_state, idx, has_init, cu):
-    initial_state = ssm_state[idx]
-    initial_state[~has_init, ...] = 0
-    o, final = fi(q=q.squeeze(0).contiguous(), k=k.squeeze(0).contiguous(),
-                  v=v.squeeze(0).contiguous(), g=torch.exp(g.squeeze(0).float()),
-                  beta=beta.squeeze(0).float(), scale=None,
-                  initial_state=initial_state.to(torch.float32), output_final_state=True,
-                  cu_seqlens=cu, use_qk_l2norm_in_kernel=False)
-    ssm_state[idx] = final.to(ssm_state.dtype)
-    return o.unsqueeze(0)
-
-
-def sglang_sequence(fi, q, k, v, g, beta, ssm_states, cache_indices, query_start_loc):
-    T = q.shape[1]
-    q_fi = F.normalize(q[0].contiguous().float(), dim=-1, eps=1e-6).to(q.dtype)
-    k_fi = F.normalize(k[0].contiguous().float(), dim=-1, eps=1e-6).to(k.dtype)
-    safe = torch.where(cache_indices >= 0, cache_indices,
-                       ssm_states.shape[0] - 1).to(torch.int64)
-    o, final = fi(q=q_fi, k=k_fi, v=v[0].contiguous(), g=torch.exp(g[0].to(torch.float32)),
-                  beta=beta[0].to(torch.float32), scale=None,
-                  initial_state=ssm_states[safe].to(torch.float32), output_final_state=True,
-                  cu_seqlens=query_start_loc.to(torch.int64), use_qk_l2norm_in_kernel=False)
-    valid = cache_indices >= 0
-    if valid.any():
-        ssm_states.index_copy_(0, safe[valid], final[valid].to(ssm_states.dtype))
-    return o.view(1, T, v.shape[2], v.shape[3])
-
-
-# ------------------------------------------------------------------ inputs
-
-def make_case(engine, lengths, pads, K, state_dtype, seed):
-    lengths = list(lengths) + [0] * pads
-    N = len(lengths)
-    x = make_prefill_inputs(lengths, H=H, HV=HV, K=K, V=K, seed=seed, device=DEV)
-    T = x.q.shape[0]
-    g = (-x.A_log.float().exp() * F.softplus(x.a.float() + x.dt_bias.float()))[None]
-    beta = x.b.float().sigmoid()[None]
-    gen = torch.Generator().manual_seed(seed + 7)
-    if engine == "vllm":
-        q, k = (F.normalize(t.float(), dim=-1, eps=1e-6).to(t.dtype)[None] for t in (x.q, x.k))
-        v = x.v[None].contiguous()
-    else:
-        W = 2 * H * K + HV * K
-        rows = torch.empty(T, W + 64, dtype=x.q.dtype, device=DEV)
-        rows[:, :H * K], rows[:, H * K:2 * H * K] = x.q.flatten(1), x.k.flatten(1)
-        rows[:, 2 * H * K:W] = x.v.flatten(1)
-        q = rows[None, :, :H * K].unflatten(2, (H, K))
-        k = rows[None, :, H * K:2 * H * K].unflatten(2, (H, K))
-        v = rows[None, :, 2 * H * K:W].unflatten(2, (HV, K))
-    P = 2 * N + 8
-    pp = paged_pool(P, HV, K, K, dtype=state_dtype, device=DEV, gen=gen)
-    slots = (torch.randperm(P - 2, generator=gen)[:N] + 1).tolist()    # never 0 or P-1
-    for n in range(N - pads, N):
-        slots[n] = 0 if engine == "vllm" else -1
-    idx = torch.tensor(slots, dtype=torch.int32, device=DEV)
-    has_init = torch.tensor([n % 4 != 1 for n in range(N)], device=DEV)
-    if engine == "sglang":                    # SGLang zeroes a fresh sequence's slot
-        for n in range(N - pads):
-            if not has_init[n]:
-                pp.state[slots[n]] = 0
-    named = [s for n, s in enumerate(slots) if n < N - pads]
-    return dict(q=q, k=k, v=v, g=g, beta=beta, buf=pp.buf, pool=pp.state, idx=idx,
-                has_init=has_init, cu=x.cu_seqlens, named=named, pads=pads, lengths=lengths)
-
-
-def pool_copy(c):
-    buf = c["buf"].clone()
-    pool = buf.as_strided(c["pool"].shape, c["pool"].stride(),
-                          c["pool"].storage_offset() - c["buf"].storage_offset())
-    return buf, pool
-
-
-def engine_call(engine, fi, c, pool):
-    if engine == "vllm":
-        return lambda: vllm_sequence(fi, c["q"], c["k"], c["v"], c["g"], c["beta"], pool,
-                                     c["idx"].long(), c["has_init"], c["cu"])
-    return lambda: sglang_sequence(fi, c["q"], c["k"], c["v"], c["g"], c["beta"], pool,
-                                   c["idx"], c["cu"])
-
-
-def adapter_call(engine, c, pool, algo):
-    if engine == "vllm":
-        return lambda: vl.chunked_prefill(c["q"], c["k"], c["v"], c["g"], c["beta"], pool,
-                                          c["idx"], c["has_init"], c["cu"], algo=algo)
-    return lambda: sg.extend(c["q"], c["k"], c["v"], c["g"], c["beta"], ssm_states=pool,
-                             cache_indices=c["idx"], query_start_loc=c["cu"], algo=algo)[0]
-
-
-def oracle(engine, c):
-    """float64 output [T, HV, V] and pool after the prefill (per-token loop)."""
-    null = 0 if engine == "vllm" else -1
-    T, K = c["q"].shape[1], c["q"].shape[3]
-    ref_pool = c["pool"].double()
-    ref_out = torch.empty(T, HV, K, dtype=torch.float64, device=DEV)
-    reference_prefill(c["q"][0], c["k"][0], c["v"][0], ref_pool.clone(), None, None, None, None,
-                      c["cu"], K ** -0.5, ref_out, ref_pool, engine == "sglang",
-                      Pool(c["idx"], c["idx"], null),
-                      c["has_init"] if engine == "vllm" else None,
-                      compute_dtype=torch.float64, g=c["g"][0].double(),
-                      beta=c["beta"][0].double())
-    return ref_out, ref_pool
 
 
 def median_ms(fn, reps):
@@ -215,7 +89,7 @@ def median_ms(fn, reps):
 # ------------------------------------------------------------------ one cell
 
 def cell(lab, engine, name, lengths, pads, args, fi, seed):
-    c = make_case(engine, lengths, pads, args.head_dim, args.state_dtype, seed)
+    c = make_case(engine, lengths, pads, args.head_dim, args.state_dtype, seed, DEV)
     ref_out, ref_pool = oracle(engine, c)
     named = c["named"]
     row = dict(engine=engine, mix=name, N=len(c["lengths"]), T=c["q"].shape[1],
@@ -237,16 +111,8 @@ def cell(lab, engine, name, lengths, pads, args, fi, seed):
         if not j.ok:
             row[f"{side}_why"] = j.reason
         if side == "adapter":
-            keep = torch.ones_like(buf, dtype=torch.bool)
-            page, block = pool.stride(0), pool[0].numel()
-            base = pool.storage_offset() - buf.storage_offset()
-            for s in named:
-                keep[base + s * page:base + s * page + block] = False
-            row["adapter_rest_untouched"] = bool(torch.equal(buf[keep], before[keep]))
-            cu = c["cu"].tolist()
-            n_real = len(c["lengths"]) - c["pads"]
-            row["adapter_pad_rows_zero"] = bool(
-                torch.count_nonzero(o[0, cu[n_real]:cu[-1]]) == 0)
+            row["adapter_rest_untouched"] = rest_untouched(c, buf, before, pool)
+            row["adapter_pad_rows_zero"] = pad_rows_zero(c, o)
         results[side] = (o, pool[named].clone())
         # the timed calls run on this side's own pool copy, updated in place each time
         row[f"{side}_ms"] = median_ms(call, args.reps) if j.ok else None
@@ -264,7 +130,7 @@ def cell(lab, engine, name, lengths, pads, args, fi, seed):
 
 def main(lab, args):
     if args.smoke:
-        fi, mixes = stand_in_chunk("pt-reference"), SMOKE_MIXES
+        fi, mixes = stand_in("pt-reference"), SMOKE_MIXES
         lab.log("SMOKE: gdnzoo's dense pt-reference prefill stands in for FlashInfer; "
                 "no timing, no FlashInfer figure")
     else:

@@ -319,3 +319,24 @@ def test_workspace(device):
 def test_long_sequence_d128(device):
     """One 700-token sequence and a short one at K = V = 128, GVA 2."""
     check(device, [700, 20], 1, 2, 128, seed=41)
+
+
+def test_bf16_entry_is_triton_chunk_with_precision_bf16(monkeypatch):
+    """``triton-chunk-bf16`` runs this module's launch with precision "bf16" (the rest of the
+    config as given), is judged with the peers' state bound, and runs on CUDA only (the
+    interpreter's truncating bf16 casts are not the GPU's rounding)."""
+    from types import SimpleNamespace
+
+    from gdnzoo import gate, registry
+    from gdnzoo.backends import triton_chunk_bf16
+    seen = {}
+    monkeypatch.setattr(tc, "launch", lambda *a, **kw: seen.update(kw))
+    fields = ("q k v state A_log a dt_bias b cu_seqlens scale out new_state use_qk_l2norm g beta "
+              "null_slot has_initial_state checkpoints checkpoint_every").split()
+    call = SimpleNamespace(**dict.fromkeys(fields), pool=None,
+                           problem=SimpleNamespace(k_first=False))
+    triton_chunk_bf16.run(call, config=dict(block_v=16))
+    assert seen["config"].precision == "bf16" and seen["config"].block_v == 16
+    assert gate.state_tol_of("triton-chunk-bf16", "prefill") == gate.PEER_STATE_TOL
+    assert registry.spec("triton-chunk-bf16", "prefill").devices == ("cuda",)
+    assert gate.state_tol_of("triton-chunk", "prefill") is None
