@@ -65,3 +65,17 @@ def test_every_entry_passes_the_gate_with_a_stand_in_kernel(mix, tmp_path, capsy
     code, out, _ = run_cli(argv, capsys)
     rows, _ = read_results(tmp_path / "results.json")
     assert {r["status"] for r in rows if r["backend"] == "engine"} == {"FAIL"}
+
+
+def test_a_backend_without_pools_is_skipped_with_its_reason(tmp_path, capsys, monkeypatch):
+    from gdnzoo import registry
+    monkeypatch.setattr(mode, "engine_kernel", lambda device: ep.stand_in("pt-reference"))
+    spec = registry.spec("pt-reference", "prefill")
+    monkeypatch.setitem(spec.features, "pools", "no slot indices here")
+    code, out, _ = run_cli(["bench", "--mode", "engine-prefill", "--device", "cpu", "--algo",
+                            "pt-reference", "--mix", "2x9", "--heads", "2,4", "--dim", "32",
+                            "--quiet", "--out", str(tmp_path)], capsys)
+    rows, _ = read_results(tmp_path / "results.json")
+    ref = [r for r in rows if r["backend"] == "pt-reference"]
+    assert ref and all(r["status"] == "SKIP" and "no slot indices here" in r["note"]
+                       for r in ref)
