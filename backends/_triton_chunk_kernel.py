@@ -61,6 +61,10 @@ feed the products without a conversion; with "bf16" as bf16; otherwise as fp32.
 
 The state tile's addressing takes strides for its V rows and K columns, so a k-last
 ``[.., V, K]`` and a K-first ``[.., K, V]`` state are read and written where they lie.
+``PDL`` (off by default: the kernels compile as without it) is for a launch with programmatic
+dependent launch: each kernel waits (``gdc_wait``) before any global load or store for the
+kernel before it, then lets the next one launch (``gdc_launch_dependents``).
+
 ``POOL`` (0 dense, 1 the read slots written, 2 separate write slots) serves state pools with
 the decode kernel's slot rules (:func:`pool_slots`).  ``GATES`` 0: raw gates (a, b with A_log,
 dt_bias); 1: FLA's precomputed gates in the a, b slots: g log-space fp32, beta post-sigmoid.
@@ -71,6 +75,7 @@ import os
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from gdnzoo.backends._triton_decode_kernel import pool_slots
 
@@ -281,7 +286,10 @@ def chunk_prep_kernel(
         N, T_all, sq_t, sq_h, sk_t, sk_h, sa_t, sa_h, sb_t, sb_h, s_alog, s_dtb,
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, C: tl.constexpr,
         BS: tl.constexpr, L2NORM: tl.constexpr, GATES: tl.constexpr,
-        PREC: tl.constexpr, STORE: tl.constexpr):
+        PREC: tl.constexpr, STORE: tl.constexpr, PDL: tl.constexpr = 0):
+    if PDL:
+        gdc_wait()                  # before any load: every input may be the producer's output
+        gdc_launch_dependents()     # the sequential kernel waits for this whole grid
     # Neighbouring programs take the value heads of one chunk: they share its q, k rows in L2.
     pid = tl.program_id(0)
     i_hv = pid % HV
@@ -404,7 +412,11 @@ def chunk_state_kernel(
         ckpt, sc_n, sc_h, sc_v, sc_k, every,
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, C: tl.constexpr,
         BV: tl.constexpr, PREC: tl.constexpr, POOL: tl.constexpr, STATE0: tl.constexpr,
-        HAS_INIT: tl.constexpr, STAGES: tl.constexpr, CKPT: tl.constexpr = 0):
+        HAS_INIT: tl.constexpr, STAGES: tl.constexpr, CKPT: tl.constexpr = 0,
+        PDL: tl.constexpr = 0):
+    if PDL:
+        gdc_wait()                  # before any load: the prep kernel's workspace (or, with
+        gdc_launch_dependents()     # no tokens, the producer's state) must be complete
     # Neighbouring programs take the V-tiles of one head: they read the same q, k, T^T rows.
     NV: tl.constexpr = V // BV
     pid = tl.program_id(0).to(tl.int64)

@@ -208,8 +208,11 @@ def available():
 def supports(problem):
     """The registry's question for a prefill problem."""
     p = problem
-    return serves(H=p.H, HV=p.HV, K=p.K, V=p.V, io_dtype=p.io_dtype,
-                  state_dtype=p.state_dtype, device=p.device, tokens=p.T)
+    ok, why = serves(H=p.H, HV=p.HV, K=p.K, V=p.V, io_dtype=p.io_dtype,
+                     state_dtype=p.state_dtype, device=p.device, tokens=p.T)
+    if ok and getattr(p, "pdl", ""):
+        return tlaunch.pdl_supports(p)
+    return ok, why
 
 
 def run(call, *, config=None):
@@ -221,7 +224,7 @@ def run(call, *, config=None):
            new_state_indices=None if pool is None or pool.same_indices else pool.write,
            null_slot=c.null_slot, has_initial_state=c.has_initial_state,
            k_first=c.problem.k_first, checkpoints=c.checkpoints,
-           checkpoint_every=c.checkpoint_every, config=config)
+           checkpoint_every=c.checkpoint_every, config=config, pdl=bool(c.problem.pdl))
 
 
 def serves(*, H: int, HV: int, K: int, V: int, io_dtype, state_dtype=torch.float32,
@@ -254,7 +257,7 @@ def _state_strides(x, k_first: bool) -> tuple:
 def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state,
            use_qk_l2norm, *, g=None, beta=None, state_indices=None, new_state_indices=None,
            null_slot=-1, has_initial_state=None, k_first=False, checkpoints=None,
-           checkpoint_every=None, config=None, workspace=None):
+           checkpoint_every=None, config=None, workspace=None, pdl=False):
     """Run the prefill on validated inputs: q, k [T, H, K]; v, out [T, HV, V]; a, b (or g,
     beta) [T, HV]; cu_seqlens [N+1] int32/int64 on the device; state [N or P, HV, V, K] (K-first
     ``[.., HV, K, V]`` with ``k_first``) or None (zeros); ``new_state`` always given (``state``
@@ -263,7 +266,9 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     ``workspace``: see :func:`workspace_for`.  ``checkpoints`` [R, HV, V, K] (K-first
     ``[R, HV, K, V]``): the state after every ``checkpoint_every`` tokens (a multiple of the
     config's chunk) of each real sequence, packed as :func:`gdnzoo.prefill` says; the row
-    offsets are counted on the device.  Returns the resolved Config."""
+    offsets are counted on the device.  ``pdl``: both kernels launched with programmatic
+    dependent launch, each waiting for the kernel before it before any load (compute
+    capability >= 9.0).  Returns the resolved Config."""
     from gdnzoo.backends._triton_chunk_kernel import chunk_prep_kernel, chunk_state_kernel
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
@@ -289,13 +294,16 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     # at least one token: an empty workspace could be a null pointer, which Triton may refuse
     mats, vecs = _workspace(workspace, max(T, 1), HV, c, q.device)
     l2 = bool(use_qk_l2norm)
+    # PDL left at its default without it (the kernels compile as they did before PDL);
+    # launch_pdl: Triton's launcher launches with programmatic dependent launch
+    pdl_kw = dict(PDL=1, launch_pdl=True) if pdl else {}
     if T > 0:
         chunk_prep_kernel[(n_slots * HV,)](
             q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, N, T,
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1),
             gb.stride(0), gb.stride(1), A_log.stride(0), dt_bias.stride(0),
             H, HV, K, C, c.base, l2, gates, PREP_PRECISION.get(c.precision, c.precision),
-            c.precision, num_warps=c.prep_warps, num_stages=1)
+            c.precision, num_warps=c.prep_warps, num_stages=1, **pdl_kw)
     pool = 0 if state_indices is None else (
         1 if new_state_indices is None or new_state_indices is state_indices else 2)
     src = new_state if state is None else state
@@ -315,5 +323,5 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
         ckpt, *_state_strides(ckpt, k_first), checkpoint_every or 0,
         H, HV, K, V, C, c.block_v, c.precision, pool, int(state is not None),
         int(has_initial_state is not None), c.stages, num_warps=c.warps, num_stages=c.stages,
-        **ck)
+        **ck, **pdl_kw)
     return c

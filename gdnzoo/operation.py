@@ -130,13 +130,15 @@ PREFILL = Operation(
           _kw("null_slot", None, "int?", tensor=False),
           _kw("algo", None, "str?", tensor=False), *_GATE_AND_LAYOUT,
           _kw("checkpoints", schema="Tensor(d!)?", written=True),
-          _kw("checkpoint_every", None, "int?", tensor=False)),
+          _kw("checkpoint_every", None, "int?", tensor=False),
+          _kw("pdl", None, "str?", tensor=False)),
     contract="prefill_contract",
     reference="prefill_reference:run",
     tables=("table", "table_pool"),
     features=(("pools", "pool", "serve state pools (state_indices)"), *_FORM_FEATURES,
               ("checkpoints", "checkpoint_every",
-               "write state checkpoints (checkpoints, checkpoint_every={!r})")),
+               "write state checkpoints (checkpoints, checkpoint_every={!r})"),
+              ("pdl", "pdl", "launch with programmatic dependent launch (pdl={!r})")),
 )
 
 COMMIT = Operation(

@@ -30,6 +30,7 @@ from gdnzoo.checks import (DT_BIAS_DTYPES, INDEX_DTYPES, IO_DTYPES, STATE_DTYPES
                            block, check_aliasing, dtype_name, gate_form, k_first, need_bool,
                            need_device, need_dtype, need_last_contiguous, need_own_memory,
                            need_rank, need_same_dtype, need_shape, need_tensor, resolve_scale)
+from gdnzoo.contract import resolve_pdl
 from gdnzoo.operation import PREFILL
 
 PUBLIC_DOC = """The Gated Delta Net prefill of N sequences packed on one token axis; returns
@@ -82,6 +83,14 @@ are not written.  A padded sequence of a pool (its read slot is padding) writes 
 its rows keep what they held.  Backends that cannot write checkpoints say why
 (``gdnzoo list``).
 
+Programmatic dependent launch (``pdl``, as decode's; None: the ``GDNZOO_PDL`` environment
+variable, unset means "off"): the kernels may start while the kernel before them in the
+stream still runs, hiding their launches.  For prefill "wait" and "early" are the same: the
+first kernel waits for the one before it before any load (its inputs, cu_seqlens included,
+may all be that kernel's outputs), and the kernels after it wait for it.  Served by
+triton-chunk and triton-chunk-bf16 on compute capability >= 9.0; results are bit-identical
+to "off".
+
 The values of ``cu_seqlens`` (starting at 0, non-decreasing, ending at T) and of the indices
 are checked on the host with ``GDNZOO_CHECK_INDICES=1`` (a device sync), and by backends
 that read them on the host anyway; the default path never syncs (CUDA-graph capturable).
@@ -113,6 +122,8 @@ class Problem(ProblemBase):
     neg_eigval: bool = False    # allow_neg_eigval: beta = 2 sigmoid(b), in [0, 2)
     k_first: bool = False       # the states are K-first [.., HV, K, V] (V contiguous)
     checkpoint_every: int = 0   # tokens between state checkpoints (0: no checkpoints)
+    pdl: str = ""               # programmatic dependent launch: "wait", "early" (the same
+    #                             here), "" off
     op = "prefill"
     batch_name = "T/N"
 
@@ -137,7 +148,8 @@ class Problem(ProblemBase):
                 f"{' pool' if self.pool else ''} initial={self.initial}"
                 f"{' g/beta' if self.precomputed else ''}{' neg-eigval' if self.neg_eigval else ''}"
                 f"{' k-first' if self.k_first else ''}"
-                f"{f' checkpoints/{self.checkpoint_every}' if self.checkpoint_every else ''}")
+                f"{f' checkpoints/{self.checkpoint_every}' if self.checkpoint_every else ''}"
+                f"{' pdl-' + self.pdl if self.pdl else ''}")
 
 
 def _index(name, x, N, device):
@@ -149,9 +161,10 @@ def validate(q, k, v, state, A_log=None, a=None, dt_bias=None, b=None, cu_seqlen
              scale=None, *, out=None, new_state=None, use_qk_l2norm=False, state_indices=None,
              new_state_indices=None, has_initial_state=None, null_slot=None, g=None, beta=None,
              allow_neg_eigval=False, state_layout="k-last", checkpoints=None,
-             checkpoint_every=None) -> tuple[Problem, float]:
+             checkpoint_every=None, pdl=None, pdl_env=None) -> tuple[Problem, float]:
     """Check every argument of :func:`gdnzoo.prefill`; return the problem and the resolved
-    scale.  Raises ``TypeError`` or ``ValueError`` naming the argument."""
+    scale.  ``pdl_env``: the GDNZOO_PDL variable's value, which a ``pdl`` of None means.
+    Raises ``TypeError`` or ``ValueError`` naming the argument."""
     if cu_seqlens is None:
         raise TypeError("cu_seqlens: expected a tensor [N + 1] of sequence boundaries, got None")
     for n, x in (("q", q), ("k", k), ("v", v), ("cu_seqlens", cu_seqlens)):
@@ -269,12 +282,14 @@ def validate(q, k, v, state, A_log=None, a=None, dt_bias=None, b=None, cu_seqlen
                                  checkpoints=checkpoints), inplace)
     s = resolve_scale(scale, K)
     need_bool("use_qk_l2norm", use_qk_l2norm)
+    level = resolve_pdl(pdl, pdl_env)
     cc = torch.cuda.get_device_capability(dev) if dev.type == "cuda" else None
     initial = "zeros" if state is None else "mixed" if has_initial_state is not None else "state"
     return Problem(N=N, T=T, H=H, HV=HV, K=K, V=V, state_dtype=sd, io_dtype=q.dtype,
                    device=dev.type, use_qk_l2norm=use_qk_l2norm, inplace=inplace, cc=cc,
                    pool=pooled, initial=initial, precomputed=precomputed,
-                   neg_eigval=allow_neg_eigval, k_first=kf, checkpoint_every=every), s
+                   neg_eigval=allow_neg_eigval, k_first=kf, checkpoint_every=every,
+                   pdl=level), s
 
 
 CHECKPOINT_MULTIPLE = 64       # checkpoint_every is a multiple of the chunk size
@@ -321,10 +336,12 @@ def checkpoint_offsets(cu_seqlens: torch.Tensor, checkpoint_every: int) -> torch
 
 
 def verdict(args, env_pdl=None) -> tuple[Problem, float]:
-    """:func:`validate` of prefill's positional ``args``."""
+    """:func:`validate` of prefill's positional ``args`` (``env_pdl``: reads the GDNZOO_PDL
+    variable, asked only when ``pdl`` is None)."""
     named = dict(zip(PREFILL.names, args))
     del named["algo"]
-    return validate(**named)
+    return validate(**named, pdl_env=env_pdl() if env_pdl is not None and named["pdl"] is None
+                    else None)
 
 
 # ------------------------------------------------------------------ the call record
@@ -332,7 +349,8 @@ def verdict(args, env_pdl=None) -> tuple[Problem, float]:
 #: What a prefill backend receives: prefill's arguments by name, validated and resolved
 #: (``scale`` a float, ``out`` and ``new_state`` tensors: ``new_state is state`` in place,
 #: ``state`` None for zeros, ``algo`` the serving backend, ``null_slot`` an int, -1 for none,
-#: ``checkpoints`` None or a tensor with ``checkpoint_every`` its int interval),
+#: ``checkpoints`` None or a tensor with ``checkpoint_every`` its int interval, ``pdl`` the
+#: resolved level: "", "wait" or "early"),
 #: then the :class:`Problem` and the :class:`gdnzoo.pool.Pool` (None: one state per sequence).
 class Call(namedtuple("PrefillCall", PREFILL.names + ("problem", "pool"))):
     __slots__ = ()
@@ -343,7 +361,7 @@ def record(args, problem, scale, algo) -> Call:
     """The call record of prefill's positional ``args`` (validated as ``problem``): ``out``
     allocated like v when None, ``new_state`` allocated (fp32) when no state is given."""
     (q, k, v, state, A_log, a, dt_bias, b, cu, _, out, new_state, l2, si, nsi, init, null,
-     _, g, beta, neg, layout, ckpt, every) = args
+     _, g, beta, neg, layout, ckpt, every, _) = args
     if out is None:
         out = torch.empty_like(v)
     if new_state is None:
@@ -357,7 +375,7 @@ def record(args, problem, scale, algo) -> Call:
         if pool is not None:
             pools.check_on_host(pool, state.shape[0], new_state.shape[0], new_state is state)
     return Call(q, k, v, state, A_log, a, dt_bias, b, cu, scale, out, new_state, l2, si, nsi,
-                init, null, algo, g, beta, neg, layout, ckpt, every, problem, pool)
+                init, null, algo, g, beta, neg, layout, ckpt, every, problem.pdl, problem, pool)
 
 
 def check_on_host(cu_seqlens, T: int) -> list:
