@@ -20,6 +20,25 @@ import torch
 from gdnzoo.backends import _cuda_build as cuda_build
 
 
+def compile_offline(kernel, args, kwargs, arch: int = 90):
+    """``kernel`` compiled for sm_``arch`` as ``kernel[grid](*args, **kwargs)`` would compile
+    it on such a GPU, without one (Triton's JIT mode only: TRITON_INTERPRET unset or 0); the
+    CompiledKernel (``.asm["ptx"]``, ``.asm["cubin"]``, ``.metadata``).  For the checks that
+    read the generated code (tests, lab)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    kwargs = dict(kwargs, debug=False, instrumentation_mode="")   # what JITFunction.run adds
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound, spec, opts = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, spec, opts)
+    return triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
+                          options=options.__dict__)
+
+
 def interpreter_on() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 

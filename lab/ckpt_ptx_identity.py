@@ -20,6 +20,8 @@ import tempfile
 
 import torch
 
+from gdnzoo.backends._triton_launch import compile_offline as compile_sm90
+
 
 class _Recorder:
     def __getitem__(self, grid):
@@ -55,21 +57,6 @@ def _calls():
                     kw["state_indices"] = torch.tensor([2, -1, 0], dtype=torch.int32)
                 yield f"{'fp32' if sd == torch.float32 else 'bf16'}-bv{bv}-" \
                       f"{'pool' if pool else 'dense'}", kw
-
-
-def compile_sm90(kernel, args, kwargs):
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
-    from triton.runtime.jit import create_function_from_signature
-    target = GPUTarget("cuda", 90, 32)
-    backend = make_backend(target)
-    kwargs = dict(kwargs, debug=False, instrumentation_mode="")
-    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
-    bound, spec, opts = binder(*args, **kwargs)
-    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, spec, opts)
-    return triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
-                          options=options.__dict__)
 
 
 def body(ptx):

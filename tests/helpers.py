@@ -79,3 +79,14 @@ def run(mod, *args, config=None, **kw):
     """``mod.run`` (a backend module) on the record of the positional launch form ``args``
     (:func:`record`'s, with its ``pool``, ``verify``, ``pdl`` keywords)."""
     mod.run(record(*args, **kw), config=config)
+
+
+def ptx_code(ptx):
+    """The PTX's instructions and declarations, without debug info (line directives, labels
+    that only mark lines, the debug sections, comments)."""
+    out = []
+    for line in ptx.split("\t.section\t.debug")[0].splitlines():
+        s = line.split("//")[0].strip()
+        if s and not s.startswith((".loc", ".file", "$L__tmp", "$L__func")):
+            out.append(s)
+    return out

@@ -22,7 +22,9 @@ import torch
 
 import gdnzoo
 from conftest import HAS_CUDA
+from helpers import ptx_code
 from gdnzoo import registry
+from gdnzoo.backends._triton_launch import compile_offline
 from gdnzoo.inputs import make_prefill_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,21 +68,6 @@ def _calls():
         yield "pool" if pool else "dense", kw
 
 
-def _compile(kernel, args, kwargs):
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
-    from triton.runtime.jit import create_function_from_signature
-    target = GPUTarget("cuda", 90, 32)
-    backend = make_backend(target)
-    kwargs = dict(kwargs, debug=False, instrumentation_mode="")
-    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
-    bound, spec, opts = binder(*args, **kwargs)
-    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, spec, opts)
-    return triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
-                          options=options.__dict__)
-
-
 def _module(path, name):
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
@@ -99,24 +86,13 @@ def compile_all(before_path, out_path):
             args, kwargs = plain[kern]
             assert "PDL" not in kwargs and "launch_pdl" not in kwargs
             pargs, pkwargs = with_pdl[kern]
-            k1 = _compile(getattr(now, kern), pargs, pkwargs)
+            k1 = compile_offline(getattr(now, kern), pargs, pkwargs)
             result[f"{name}/{kern}"] = dict(
-                now0=_compile(getattr(now, kern), args, kwargs).asm["ptx"],
-                before=_compile(getattr(before, kern), args, kwargs).asm["ptx"],
+                now0=compile_offline(getattr(now, kern), args, kwargs).asm["ptx"],
+                before=compile_offline(getattr(before, kern), args, kwargs).asm["ptx"],
                 now1=k1.asm["ptx"], launch_pdl=bool(k1.metadata.launch_pdl),
                 options=sorted(k for k in pkwargs if k in ("PDL", "launch_pdl")))
     Path(out_path).write_text(json.dumps(result))
-
-
-def _code(ptx):
-    """The PTX's instructions without debug info (line directives, debug sections,
-    comments, labels that only mark lines)."""
-    out = []
-    for line in ptx.split("\t.section\t.debug")[0].splitlines():
-        s = line.split("//")[0].strip()
-        if s and not s.startswith((".loc", ".file", "$L__tmp", "$L__func")):
-            out.append(s)
-    return out
 
 
 def _memory_ops(ptx):
@@ -147,7 +123,7 @@ def compiled(tmp_path_factory):
 @pytest.mark.parametrize("case", [f"{c}/{k}" for c in ("dense", "pool") for k in KERNELS])
 def test_without_pdl_the_kernels_are_as_before(compiled, case):
     got = compiled[case]
-    assert _code(got["now0"]) == _code(got["before"])
+    assert ptx_code(got["now0"]) == ptx_code(got["before"])
     assert not [op for op in _memory_ops(got["now0"]) if op.startswith("griddepcontrol")]
 
 

@@ -33,10 +33,11 @@ import gdnzoo
 from conftest import HAS_CUDA
 from gdnzoo import contract
 from gdnzoo.backends import _triton_launch as tlaunch
+from gdnzoo.backends._triton_launch import compile_offline as compile_sm90
 from gdnzoo.backends import fla_recurrent
 from gdnzoo.inputs import make_inputs, make_pool_case as make_case, make_problem
 from gdnzoo.reference import reference_outputs
-from helpers import assert_matches, record, run
+from helpers import assert_matches, ptx_code, record, run
 from gdnzoo.inputs import make_verify_case
 
 NAME = "fla-recurrent"
@@ -80,34 +81,6 @@ def launch_args(call, pdl, config):
     finally:
         tk.gdn_decode_kernel = kernel
     return rec.args, rec.kwargs
-
-
-def compile_sm90(kernel, args, kwargs):
-    """Compile ``kernel`` for sm_90 as ``kernel[grid](*args, **kwargs)`` would on an H100
-    (JIT mode only)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
-    from triton.runtime.jit import create_function_from_signature
-    target = GPUTarget("cuda", 90, 32)
-    backend = make_backend(target)
-    kwargs = dict(kwargs, debug=False, instrumentation_mode="")   # what JITFunction.run adds
-    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
-    bound, spec, opts = binder(*args, **kwargs)
-    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, spec, opts)
-    return triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
-                          options=options.__dict__)
-
-
-def ptx_code(ptx):
-    """The PTX's instructions and declarations, without debug info (line directives, labels
-    that only mark lines, the debug sections, comments)."""
-    out = []
-    for line in ptx.split("\t.section\t.debug")[0].splitlines():
-        s = line.split("//")[0].strip()
-        if s and not s.startswith((".loc", ".file", "$L__tmp", "$L__func")):
-            out.append(s)
-    return out
 
 
 def ptx_memory_ops(ptx, path):
