@@ -8,6 +8,7 @@
 #   bash lab/gpu_session.sh sweep OUT    # lab.prefill_gpu $SWEEP_ARGS (configs and peers)
 #   bash lab/gpu_session.sh timing  OUT  # gdnzoo bench --mode prefill (BUDGET s, default 420)
 #   bash lab/gpu_session.sh models OUT   # lab.models_gpu (FLA entry points, transformers)
+#   bash lab/gpu_session.sh engine OUT   # gdnzoo bench --mode engine-prefill + prefill PDL tests
 #
 # Each part writes its logs into OUT/logs_PART.tgz and prints a short summary last.  Correctness shards run
 # side by side (no clock is read in them); the timing part runs alone.
@@ -107,6 +108,16 @@ timing)                     # gdnzoo bench --mode prefill alone (about 9 min on 
     --no-plots --out "$OUT/bench_prefill" > "$OUT/bench_prefill.log" 2>&1
   echo "gdnzoo bench --mode prefill: exit $? in $((SECONDS - t0)) s"
   tail -70 "$OUT/bench_prefill.log"
+  ;;
+engine)                     # gdnzoo bench --mode engine-prefill, then the prefill PDL tests
+  t0=$SECONDS
+  timeout 420 gdnzoo bench --mode engine-prefill --state-dtype fp32,bf16 --no-plots \
+    --out "$OUT/bench_engine" > "$OUT/bench_engine.log" 2>&1
+  echo "gdnzoo bench --mode engine-prefill: exit $? in $((SECONDS - t0)) s"
+  timeout 120 python3 -m pytest -q -rfE -p no:cacheprovider tests/test_triton_chunk_pdl.py \
+    > "$OUT/pytest_pdl.log" 2>&1
+  echo "prefill PDL tests: exit $?: $(tail -1 "$OUT/pytest_pdl.log")"
+  tail -60 "$OUT/bench_engine.log"
   ;;
 models)
   timeout 540 python3 -m lab.models_gpu > "$OUT/models_gpu.log" 2>&1
