@@ -170,8 +170,9 @@ def add_bench_args(p):
     p.add_argument("--mode", type=modes, default=_UnsetList(["dense"]),
                    help="dense (in place; 'inplace' too), dest (destination passing; dense,dest "
                         "in one run), pool (the serving convention), verify (speculative verify), "
-                        "chained (the decode in a graph of layers) or prefill (the chunked "
-                        "prefill of sequence mixes); default dense")
+                        "chained (the decode in a graph of layers), prefill (the chunked "
+                        "prefill of sequence mixes) or engine-prefill (the engines' prefill "
+                        "call around FlashInfer beside gdnzoo's adapters); default dense")
     p.add_argument("--algo", type=names, default=None,
                    help="comma list of backends or 'all' (default: ALGO env, else the mode's)")
     p.add_argument("--batch", type=positive_ints, default=_UnsetList(DEFAULT_BATCHES),
