@@ -334,7 +334,7 @@ def test_bf16_entry_is_triton_chunk_with_precision_bf16(monkeypatch):
     fields = ("q k v state A_log a dt_bias b cu_seqlens scale out new_state use_qk_l2norm g beta "
               "null_slot has_initial_state checkpoints checkpoint_every").split()
     call = SimpleNamespace(**dict.fromkeys(fields), pool=None,
-                           problem=SimpleNamespace(k_first=False))
+                           problem=SimpleNamespace(k_first=False, pdl=""))
     triton_chunk_bf16.run(call, config=dict(block_v=16))
     assert seen["config"].precision == "bf16" and seen["config"].block_v == 16
     assert gate.state_tol_of("triton-chunk-bf16", "prefill") == gate.PEER_STATE_TOL
