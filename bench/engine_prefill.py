@@ -151,6 +151,20 @@ def adapter_call(engine, c, pool, algo):
                              cache_indices=c["idx"], query_start_loc=c["cu"], algo=algo)[0]
 
 
+def adapter_problem(engine, c):
+    """The prefill Problem the case's adapter call poses (what the registry decides who
+    serves): the arguments ``adapter_call`` hands gdnzoo.prefill through the adapter."""
+    from gdnzoo import prefill_contract
+    from gdnzoo.integrations import sglang as sg, vllm as vl
+    vllm = engine == "vllm"
+    problem, _ = prefill_contract.validate(
+        c["q"][0], c["k"][0], c["v"][0], c["pool"], cu_seqlens=c["cu"], g=c["g"][0],
+        beta=c["beta"][0], use_qk_l2norm=not vllm, state_indices=c["idx"],
+        has_initial_state=c["has_init"] if vllm else None,
+        null_slot=vl.NULL_SLOT if vllm else sg.NULL_SLOT)
+    return problem
+
+
 def oracle(engine, c):
     """Float64 output [T, HV, V] and pool after the case's prefill (per-token loop)."""
     import torch

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from gdnzoo.bench import engine_prefill as ep
 from gdnzoo.bench import entries
+from gdnzoo.bench.mode_prefill import lengths, no_graph
 from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, judged
 
 ENGINES = ("vllm", "sglang")
@@ -44,11 +45,8 @@ METHOD = (
 
 
 def mix_lengths(mix: str) -> tuple:
-    """(lengths, padded entries) of a mix name: one of :data:`MIXES`, or NxL."""
-    if mix in MIXES:
-        return MIXES[mix]
-    n, L = mix.split("x")
-    return [int(L)] * int(n), 0
+    """(lengths, padded entries) of a mix name: one of :data:`MIXES`, else --mode prefill's."""
+    return MIXES[mix] if mix in MIXES else (lengths(mix), 0)
 
 
 class OneSet:
@@ -56,17 +54,10 @@ class OneSet:
     n = 1
     prepare = None
 
-    def __init__(self, graph_why=""):
-        self.why = graph_why
-
     def kernel(self, call):
         return lambda i: call()
 
-    def graph(self, call):
-        if self.why:
-            from gdnzoo.bench.clocks import GraphUnsupported
-            raise GraphUnsupported(self.why)
-        return self.kernel(call)
+    graph = kernel
 
 
 def engine_kernel(device):
@@ -95,22 +86,21 @@ def case_of(c: Cell, plan):
 def engine_entry(c: Cell, plan) -> Entry:
     """Entry ``c.backend`` (``engine``, or a prefill backend / ``auto`` under the adapter) of
     cell ``c``; Skip with the reason where it cannot run."""
-    from gdnzoo import gate, registry
+    from gdnzoo import gate
     engine = c.mode
     case, (ref_out, ref_pool) = case_of(c, plan)
     buf, pool = ep.pool_copy(case)
     named = case["named"]
     if c.backend == "engine":
         fn = ep.engine_call(engine, engine_kernel(plan.device), case, pool)
-        tol, cold = gate.PEER_STATE_TOL, OneSet(NO_GRAPH)
+        tol, cold = gate.state_tol_of("fi-baseline", "prefill"), OneSet()
+        cold.graph = no_graph(NO_GRAPH)
     else:
         if c.backend != "auto":
             ok, why = entries.available(c.backend, plan.device, "prefill")
             if not ok:
                 raise entries.Skip(why)
-            pools = registry.spec(c.backend, "prefill").features.get("pools")
-            if pools is not True:
-                raise entries.Skip(f"the adapters run one prefill on the pool in place: {pools}")
+            entries.serve(c.backend, ep.adapter_problem(engine, case))
         fn = ep.adapter_call(engine, case, pool, None if c.backend == "auto" else c.backend)
         tol, cold = gate.state_tol_of(c.backend, "prefill"), OneSet()
 
@@ -147,8 +137,9 @@ class EnginePrefill(Mode):
         from gdnzoo.bench.args import given, words
         algo = args.algo or registry.env_algo()
         picked = [w for w in words(algo) if w not in ("auto", "engine")] if algo else []
-        ours = entries.named(",".join(picked), list, "prefill") if picked else [
-            n for n in OURS if n != "auto" and n in entries.backends("prefill")]
+        def default():
+            return [n for n in OURS if n != "auto" and n in entries.backends("prefill")]
+        ours = entries.named(",".join(picked), default, "prefill") if picked else default()
         names = ["engine", "auto"] + [n for n in ours if n not in ("engine", "auto")]
         if not given(args.heads) and not args.model:
             plan.H, plan.HV = ep.H, ep.HV

@@ -14,6 +14,7 @@ def test_plan_cells_and_entries():
     assert plan.entries[:2] == ("engine", "auto") and (plan.H, plan.HV, plan.K) == (4, 8, 128)
     assert {g.label.split()[0] for g in plan.groups} == set(mode.ENGINES)
     assert len(plan.groups) == 2 * len(mode.MIXES) and plan.states == ("fp32",)
+    assert bench_plan("--mode", "engine-prefill", "--algo", "all").entries == plan.entries
     plan = bench_plan("--mode", "engine-prefill", "--algo", "pt-reference", "--mix", "2x9",
                       "--heads", "2,4", "--dim", "32", "--state-dtype", "fp32,bf16")
     assert plan.entries == ("engine", "auto", "pt-reference") and plan.K == 32
