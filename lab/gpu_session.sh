@@ -9,6 +9,8 @@
 #   bash lab/gpu_session.sh timing  OUT  # gdnzoo bench --mode prefill (BUDGET s, default 420)
 #   bash lab/gpu_session.sh models OUT   # lab.models_gpu (FLA entry points, transformers)
 #   bash lab/gpu_session.sh engine OUT   # gdnzoo bench --mode engine-prefill + prefill PDL tests
+#   bash lab/gpu_session.sh profile OUT  # ncu on triton-chunk's launches ($PROFILE_CASES), then
+#                                        # its GPU tests and the prefill PDL tests (no bundle needed)
 #
 # Each part writes its logs into OUT/logs_PART.tgz and prints a short summary last.  Correctness shards run
 # side by side (no clock is read in them); the timing part runs alone.
@@ -122,6 +124,24 @@ engine)                     # gdnzoo bench --mode engine-prefill, then the prefi
 models)
   timeout 540 python3 -m lab.models_gpu > "$OUT/models_gpu.log" 2>&1
   echo "lab.models_gpu: exit $?"; tail -50 "$OUT/models_gpu.log"
+  ;;
+profile)                    # ncu (counters, stall reasons) on triton-chunk, then its GPU tests
+  i=0
+  for c in ${PROFILE_CASES:-4/8:1x8192:{} 16/64:8x1024:{}}; do
+    IFS=: read -r geom seqs cfg <<< "$c"; i=$((i + 1))
+    timeout 150 ncu --clock-control none -k regex:chunk_ --launch-skip 4 --launch-count 2 \
+      --set full --import-source yes python3 -m lab.chunk_profile --geom "$geom" --seqs "$seqs" \
+      --config "$cfg" > "$OUT/ncu_$i.log" 2>&1
+    echo "ncu $geom $seqs $cfg: exit $?"
+    grep -E "chunk_(prep|state)_kernel|^    (Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|Memory Throughput|Executed Ipc A|Issue Slots Busy|Warp Cycles Per Issued|No Eligible)" "$OUT/ncu_$i.log" | cut -c1-120
+  done
+  t0=$SECONDS
+  timeout ${CHUNK_TESTS:-300} python3 -m pytest -q -rfE -p no:cacheprovider --tb=short \
+    tests/test_triton_chunk.py tests/test_triton_chunk_pdl.py tests/test_prefill.py \
+    tests/test_prefill_checkpoints.py -k "triton-chunk or test_triton_chunk or pdl" \
+    > "$OUT/pytest_chunk.log" 2>&1
+  echo "triton-chunk + PDL tests: exit $? in $((SECONDS - t0)) s: $(tail -1 "$OUT/pytest_chunk.log")"
+  grep -h "^FAILED\|^ERROR" "$OUT/pytest_chunk.log" | cut -c1-300 | head -20
   ;;
 *) echo "unknown part $PART"; exit 2 ;;
 esac
