@@ -23,3 +23,14 @@ def available(packages, needs: str, gpu_only: str, ok: str) -> tuple[bool, str]:
 def on_cuda(problem, why: str) -> tuple[bool, str]:
     """(True, "") for a problem on a CUDA device, else (False, ``why``)."""
     return (True, "") if problem.device == "cuda" else (False, why)
+
+
+def on_sm90(problem, what: str) -> tuple[bool, str]:
+    """(True, "") for a problem on a CUDA device of compute capability 9.0 or newer (or one whose
+    capability is unknown), else (False, why), ``what`` naming the kernel that needs it."""
+    if problem.device != "cuda":
+        return False, f"{what} runs only on CUDA devices"
+    if problem.cc is not None and problem.cc < (9, 0):
+        return False, (f"{what} needs SM90+ (Hopper or newer), device is "
+                       f"sm_{problem.cc[0]}{problem.cc[1]}")
+    return True, ""

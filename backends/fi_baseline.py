@@ -75,11 +75,9 @@ def supports(problem):
     p = problem
     if p.op == "prefill":
         return _prefill_supports(p)
-    ok, why = _peer_checks.on_cuda(p, "FlashInfer's GDN decode runs only on CUDA devices")
+    ok, why = _peer_checks.on_sm90(p, "FlashInfer's GDN CuTe-DSL decode")
     if not ok:
         return ok, why
-    if p.cc is not None and p.cc < (9, 0):
-        return False, f"FlashInfer's GDN CuTe-DSL kernels need SM90+ (Hopper or newer), device is sm_{p.cc[0]}{p.cc[1]}"
     if p.io_dtype != torch.bfloat16:
         return False, ("FlashInfer's GDN kernels read q/k/v as bf16; fp16 inputs would be rounded "
                        "to bf16 by an extra conversion on every call")
@@ -104,11 +102,9 @@ def supports(problem):
 
 
 def _prefill_supports(p):
-    ok, why = _peer_checks.on_cuda(p, "FlashInfer's GDN prefill runs only on CUDA devices")
+    ok, why = _peer_checks.on_sm90(p, "FlashInfer's GDN prefill")
     if not ok:
         return ok, why
-    if p.cc is not None and p.cc < (9, 0):
-        return False, f"FlashInfer's GDN prefill needs SM90+, device is sm_{p.cc[0]}{p.cc[1]}"
     if p.io_dtype != torch.bfloat16:
         return False, "FlashInfer's GDN prefill is called with bf16 q/k/v here"
     if p.K != 128 or p.V != 128:

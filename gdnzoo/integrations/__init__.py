@@ -173,6 +173,17 @@ def refuse(name, why):
     return ValueError(f"{name}: {why}")
 
 
+def check_gate(beta_name, beta, threshold_name, threshold, scale, engine):
+    """Refuse an engine's softplus other than beta=1, threshold=20 (gdnzoo's gate; what the
+    engines pass) and a scale that is not > 0 or None, naming the engine's arguments."""
+    if beta != 1.0 or threshold != 20.0:
+        raise refuse(beta_name if beta != 1.0 else threshold_name,
+                     f"gdnzoo's gate is softplus with beta=1 and threshold=20 (what {engine} "
+                     f"passes), got {beta_name}={beta}, {threshold_name}={threshold}")
+    if scale is not None and not scale > 0:
+        raise refuse("scale", f"expected a value > 0 or None ({engine} asserts it), got {scale}")
+
+
 def sequences(cu_seqlens, q, T=None, T_from=None):
     """(N, T) of an engine's verify call: with ``cu_seqlens`` [N+1], N sequences of T tokens
     back to back (T given, ``T_from`` saying where from; or q's token count over N); without

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import gdnzoo
 from gdnzoo import integrations
-from gdnzoo.integrations import first_rows, gates, refuse, sequences, tokens
+from gdnzoo.integrations import check_gate, first_rows, gates, refuse, sequences, tokens
 
 NULL_SLOT = None    # only negative indices pad
 
@@ -61,12 +61,8 @@ def _unserved(softplus_beta, softplus_threshold, scale, initial_state_source,
                                         else "match_cutedsl_decode")
         raise refuse(name, "Kimi Delta Attention's gates are not served: gdnzoo computes Gated "
                            "Delta Net's per-head softplus gate and sigmoid beta")
-    if softplus_beta != 1.0 or softplus_threshold != 20.0:
-        raise refuse("softplus_beta" if softplus_beta != 1.0 else "softplus_threshold",
-                     f"gdnzoo's gate is softplus with beta=1 and threshold=20 (what SGLang's GDN "
-                     f"backend passes), got {softplus_beta}, {softplus_threshold}")
-    if scale is not None and not scale > 0:
-        raise refuse("scale", f"expected a value > 0 or None (SGLang asserts it), got {scale}")
+    check_gate("softplus_beta", softplus_beta, "softplus_threshold", softplus_threshold, scale,
+               "SGLang's GDN backend")
     if retrieve_parent_token is not None:
         raise refuse("retrieve_parent_token", "draft trees (EAGLE tree verify, each token "
                                               "starting from its parent's state) are not served: "

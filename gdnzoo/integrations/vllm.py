@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import gdnzoo
 from gdnzoo import integrations
-from gdnzoo.integrations import first_rows, gates, refuse, sequences, tokens
+from gdnzoo.integrations import check_gate, first_rows, gates, refuse, sequences, tokens
 
 NULL_SLOT = 0       # vLLM's null block: padding, never read or written
 
@@ -54,12 +54,7 @@ def _unserved(beta, threshold, scale, initial_state, ssm_state_indices, is_kda):
     if is_kda:
         raise refuse("is_kda", "Kimi Delta Attention (per-channel gates) is not served: gdnzoo "
                                "computes Gated Delta Net's per-head gate")
-    if beta != 1.0 or threshold != 20.0:
-        raise refuse("beta" if beta != 1.0 else "threshold",
-                     f"gdnzoo's gate is softplus with beta=1 and threshold=20 (vLLM's defaults), "
-                     f"got beta={beta}, threshold={threshold}")
-    if scale is not None and not scale > 0:
-        raise refuse("scale", f"expected a value > 0 or None (vLLM asserts it), got {scale}")
+    check_gate("beta", beta, "threshold", threshold, scale, "vLLM")
     if initial_state is None:
         raise refuse("initial_state", "required: gdnzoo serves vLLM's state pool "
                                       "[P, HV, V, K] (vLLM's layer always passes it)")
