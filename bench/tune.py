@@ -6,9 +6,10 @@
   ``defaults:`` list; only the lines of this GPU's entry change, every other line, comment
   included, is kept.  Provenance names the files and the date, versions and commit each run
   recorded.  Rows of ``gdnzoo bench --mode pool`` give the row's ``table_pool`` (the fastest
-  registered backend that serves pools, per batch size, in the serving convention): with no
-  in-place rows beside them, ``table_pool`` is added to this GPU's existing row, every other
-  table of it kept; a re-tune without pool rows keeps the row's ``table_pool``.
+  registered backend that serves pools, per batch size, in the serving convention), rows of
+  ``--mode verify`` its ``table_verify`` (:func:`verify_winners`): with no in-place rows beside
+  them, these are added to this GPU's existing row, every other table of it kept; a re-tune
+  without pool or verify rows keeps the row's tables of that mode.
 * ``gdnzoo tune --shapes [--write]``: the launch rows of the tunable backends on this GPU
   (:mod:`gdnzoo.bench.shapes`), into ``backends/tables/<gpu>.yaml``.
 """
@@ -179,6 +180,9 @@ POOL_HOW = ("gdnzoo bench --mode pool: CUPTI kernel-clock medians (per call the 
             "kernel it launched), a page-strided state pool of >= 2 GiB, fresh random distinct "
             "slots every call, q/k/v views of a packed mixed_qkv, use_qk_l2norm=True, T=1, in "
             "place; fastest correct registered pool backend per measured batch size")
+VERIFY_HOW = ("gdnzoo bench --mode verify: CUPTI kernel-clock medians per (T, form) cell; per batch "
+              "size the registered verify backend with the lowest mean multiple of each cell's "
+              "fastest (mean_multiple: those means)")
 
 
 def winners(rows, mode, **kw) -> tuple:
@@ -201,6 +205,47 @@ def pool_winners(results):
     return winners([r for r in results if r["backend"] in able], "pool", bench="pool")
 
 
+def verify_winners(results, top=3):
+    """({state dtype: [(lo, hi, backend)]}, {state dtype: {B: {backend: mean multiple}}}) of the
+    rows of a ``gdnzoo bench --mode verify`` run.  A verify table is keyed by batch size alone,
+    so per (state dtype, B) each registered verify backend's kernel-clock median in every (T,
+    form) cell of the run (``commit`` excluded: no backend choice) is divided by the cell's
+    fastest, and the backend with the lowest mean multiple wins; a backend missing a cell the
+    others have is no candidate there."""
+    able = set(entries.backends(verify=True))
+    cells = {}
+    for r in results:
+        m = r.get("median_us")
+        if (r.get("bench") == "verify" and r["backend"] in able and r["mode"] != "commit"
+                and r["clock"] == "kernel" and r["status"] == "PASS"
+                and isinstance(m, (int, float)) and math.isfinite(m)):
+            cells.setdefault((r["state_dtype"], r["B"]), {}).setdefault(
+                (r["T"], r["mode"]), {})[r["backend"]] = float(m)
+    table, values = {}, {}
+    for sd in ("fp32", "bf16"):
+        choice = {}
+        for (d, B), by_cell in sorted(cells.items()):
+            if d != sd:
+                continue
+            ratios = {}
+            for times in by_cell.values():
+                for be, us in times.items():
+                    ratios.setdefault(be, []).append(us / min(times.values()))
+            full = {be: sum(x) / len(x) for be, x in ratios.items() if len(x) == len(by_cell)}
+            if full:
+                ranked = sorted(full.items(), key=lambda t: t[1])[:top]
+                choice[B] = ranked[0][0]
+                values.setdefault(sd, {})[B] = {be: round(x, 3) for be, x in ranked}
+        if choice:
+            table[sd] = merge_ranges(choice)
+    return table, values
+
+
+# table key -> (provenance how, chooser over a run's rows, key of the values behind the choice)
+MODE_TABLES = {"table_pool": (POOL_HOW, pool_winners, "values_us"),
+               "table_verify": (VERIFY_HOW, verify_winners, "mean_multiple")}
+
+
 def existing_row(path, gpu):
     """This GPU's ``defaults:`` item of the registry file at ``path`` as :func:`make_row`
     builds one (tables as (lo, hi, backend)), or None."""
@@ -218,20 +263,23 @@ def existing_row(path, gpu):
     return None
 
 
-def with_pool(row, old, results, prov):
-    """``row`` with its ``table_pool``: from the pool rows among ``results`` (provenance under
-    ``provenance.pool``), else the one ``old`` (this GPU's row before) had."""
-    table, values = pool_winners(results)
+def with_mode_table(row, old, results, prov, key):
+    """``row`` with its ``table_pool`` or ``table_verify`` (``key``): from the pool or verify
+    rows among ``results`` (provenance under ``provenance.pool`` / ``.verify``), else the one
+    ``old`` (this GPU's row before) had."""
+    name = key.removeprefix("table_")
+    how, choose, values_key = MODE_TABLES[key]
+    table, values = choose(results)
     if table:
-        row["table_pool"] = table
-        row["provenance"]["pool"] = dict(how=POOL_HOW, measured=prov["date"],
-                                         versions={k: v for k, v in prov["versions"].items() if v},
-                                         commit=prov["commit"], results=prov["results_file"],
-                                         values_us=values)
-    elif old and old.get("table_pool"):
-        row["table_pool"] = old["table_pool"]
-        if "pool" in old["provenance"]:
-            row["provenance"]["pool"] = old["provenance"]["pool"]
+        row[key] = table
+        row["provenance"][name] = {
+            "how": how, "measured": prov["date"],
+            "versions": {k: v for k, v in prov["versions"].items() if v},
+            "commit": prov["commit"], "results": prov["results_file"], values_key: values}
+    elif old and old.get(key):
+        row[key] = old[key]
+        if name in old["provenance"]:
+            row["provenance"][name] = old["provenance"][name]
     return row
 
 
@@ -341,19 +389,15 @@ def cmd_tune(args) -> int:
             row = make_row(gpu, dense, results_file=prov["results_file"], commit=prov["commit"],
                            versions=prov["versions"], date=prov["date"])
         elif old is None:
-            raise SystemExit(f"tune --from: pool results only, and {path} has no row for {gpu} "
-                             f"to add table_pool to (tune the in-place table first)")
+            raise SystemExit(f"tune --from: pool or verify results only, and {path} has no row for "
+                             f"{gpu} to add their tables to (tune the in-place table first)")
         else:
             row = old
-        pool_rows = [r for r in rows if r.get("bench") == "pool"]
-        if not dense and not pool_winners(pool_rows)[0]:
-            raise SystemExit("tune --from: no correct pool kernel-clock results of a registered "
-                             "pool backend to choose from")
-        row = with_pool(row, old, pool_rows, prov)
-        if old and old.get("table_verify"):      # chosen from gdnzoo bench --mode verify
-            row.setdefault("table_verify", old["table_verify"])
-            if "verify" in old["provenance"]:
-                row["provenance"].setdefault("verify", old["provenance"]["verify"])
+        if not dense and not any(MODE_TABLES[k][1](rows)[0] for k in MODE_TABLES):
+            raise SystemExit("tune --from: no correct kernel-clock results of a registered pool "
+                             "or verify backend to choose from")
+        for key in MODE_TABLES:
+            row = with_mode_table(row, old, rows, prov, key)
         for key, mode in zip(DECODE.tables, ("in place", "destination passing", "T >= 2 tokens",
                                           "state pool", "speculative verify")):
             for sd, ranges in row.get(key, {}).items():

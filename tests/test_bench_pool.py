@@ -420,7 +420,7 @@ def test_tune_from_pool_results_needs_a_row_and_a_candidate(tmp_path):
     shutil.copy(registry_path(), reg)
     p = tune.add_tune_args(argparse.ArgumentParser())
     only_peers = _pool_run(tmp_path / "a", [("floor", 1, "fp32", 1.9), ("auto", 1, "fp32", 2.0)])
-    with pytest.raises(SystemExit, match="no correct pool"):
+    with pytest.raises(SystemExit, match="no correct kernel-clock results"):
         tune.cmd_tune(p.parse_args(["--from", str(only_peers), "--registry", str(reg)]))
     other = tmp_path / "b" / "results.json"
     f = _pool_run(tmp_path / "b", [("cuda-v4", 1, "fp32", 2.0)])

@@ -431,3 +431,46 @@ def test_cpu_run_checks_what_it_can_and_says_why_not(tmp_path, capsys):
     assert all(r["median_us"] != r["median_us"] for r in rows)          # nothing timed: NaN
     assert "no CUDA device" in env["notes"][0]
     assert {r["mode"] for r in rows} == {"states", "states+update", "slots", "commit"}
+
+
+def _verify_run(d, cells, gpu="NVIDIA H100 80GB HBM3"):
+    """A verify results.json of (backend, B, T, form, state dtype, median us) cells."""
+    rows = [dict(backend=be, B=B, T=T, H=4, HV=8, K=128, V=128, state_dtype=sd, mode=form,
+                 l2norm=True, clock="kernel", status="PASS", median_us=us, bench="verify")
+            for be, B, T, form, sd, us in cells]
+    env = dict(gpu=gpu, commit="v0001", date="2026-02-05T00:00:00+00:00", versions={"torch": "2.11"})
+    report.write_results(rows, env, d)
+    return d / "results.json"
+
+
+def test_tune_from_verify_results_adds_table_verify(tmp_path):
+    # Per B, the registered verify backend with the lowest mean multiple of each (T, form)
+    # cell's fastest wins: at B=1 fla-recurrent is 10% faster at T=8 but 20% slower at T=2
+    # (cuda-v4's mean is lower); at B=64 it wins both.  Peers, auto, commit and a backend
+    # missing a cell have no say; the other tables of the row are kept.
+    from gdnzoo.bench import tune
+    from gdnzoo.registry import parse_registry, registry_path
+    import yaml
+    reg = tmp_path / "registry.yaml"
+    shutil.copy(registry_path(), reg)
+    f = _verify_run(tmp_path / "v", [
+        ("cuda-v4", 1, 2, "states", "fp32", 2.0), ("fla-recurrent", 1, 2, "states", "fp32", 2.4),
+        ("cuda-v4", 1, 8, "states", "fp32", 3.3), ("fla-recurrent", 1, 8, "states", "fp32", 3.0),
+        ("flashinfer-mtp", 1, 2, "states", "fp32", 1.0), ("auto", 1, 8, "states", "fp32", 1.0),
+        ("commit", 1, 8, "commit", "fp32", 0.5),
+        ("cuda-v4", 64, 2, "slots", "fp32", 30.0), ("fla-recurrent", 64, 2, "slots", "fp32", 29.0),
+        ("cuda-v4", 64, 8, "slots", "fp32", 90.0), ("fla-recurrent", 64, 8, "slots", "fp32", 80.0),
+        ("cuda-v1", 64, 8, "slots", "fp32", 10.0),
+        ("cuda-v4", 4, 4, "states", "bf16", 3.0)])
+    p = tune.add_tune_args(argparse.ArgumentParser())
+    before = parse_registry(yaml.safe_load(reg.read_text()))
+    assert tune.cmd_tune(p.parse_args(["--from", str(f), "--write", "--registry", str(reg)])) == 0
+    after = parse_registry(yaml.safe_load(reg.read_text()))
+    pick = {d.gpu: d for d in after.op("decode").defaults}["NVIDIA H100 80GB HBM3"]
+    old = {d.gpu: d for d in before.op("decode").defaults}["NVIDIA H100 80GB HBM3"]
+    assert pick.table_verify == {"fp32": [(1, 63, "cuda-v4"), (64, None, "fla-recurrent")],
+                                 "bf16": [(1, None, "cuda-v4")]}
+    assert (pick.table, pick.table_pool) == (old.table, old.table_pool)
+    v = pick.provenance["verify"]
+    assert v["commit"] == "v0001" and v["mean_multiple"]["fp32"][1] == {"cuda-v4": 1.05,
+                                                                        "fla-recurrent": 1.1}
