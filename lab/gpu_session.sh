@@ -8,7 +8,8 @@
 #   bash lab/gpu_session.sh sweep OUT    # lab.prefill_gpu $SWEEP_ARGS (configs and peers)
 #   bash lab/gpu_session.sh timing  OUT  # gdnzoo bench --mode prefill (BUDGET s, default 420)
 #   bash lab/gpu_session.sh models OUT   # lab.models_gpu (FLA entry points, transformers)
-#   bash lab/gpu_session.sh engine OUT   # gdnzoo bench --mode engine-prefill + prefill PDL tests
+#   bash lab/gpu_session.sh engine OUT   # gdnzoo bench --mode engine-prefill
+#   bash lab/gpu_session.sh pool OUT     # gdnzoo bench --mode pool, both state dtypes (BUDGET s)
 #   bash lab/gpu_session.sh profile OUT  # ncu on triton-chunk's launches ($PROFILE_CASES), then
 #                                        # its GPU tests and the prefill PDL tests (no bundle needed)
 #
@@ -111,15 +112,19 @@ timing)                     # gdnzoo bench --mode prefill alone (about 9 min on 
   echo "gdnzoo bench --mode prefill: exit $? in $((SECONDS - t0)) s"
   tail -70 "$OUT/bench_prefill.log"
   ;;
-engine)                     # gdnzoo bench --mode engine-prefill, then the prefill PDL tests
+engine)                     # gdnzoo bench --mode engine-prefill alone (the PDL tests: profile)
   t0=$SECONDS
-  timeout 420 gdnzoo bench --mode engine-prefill --state-dtype fp32,bf16 --no-plots \
+  timeout 480 gdnzoo bench --mode engine-prefill --state-dtype fp32,bf16 --no-plots \
     --out "$OUT/bench_engine" > "$OUT/bench_engine.log" 2>&1
   echo "gdnzoo bench --mode engine-prefill: exit $? in $((SECONDS - t0)) s"
-  timeout 120 python3 -m pytest -q -rfE -p no:cacheprovider tests/test_triton_chunk_pdl.py \
-    > "$OUT/pytest_pdl.log" 2>&1
-  echo "prefill PDL tests: exit $?: $(tail -1 "$OUT/pytest_pdl.log")"
   tail -60 "$OUT/bench_engine.log"
+  ;;
+pool)                       # gdnzoo bench --mode pool alone: the rows of this GPU's table_pool
+  t0=$SECONDS
+  timeout 560 gdnzoo bench --mode pool --state-dtype fp32,bf16 --time-budget ${BUDGET:-420} \
+    --no-plots --out "$OUT/bench_pool" > "$OUT/bench_pool.log" 2>&1
+  echo "gdnzoo bench --mode pool: exit $? in $((SECONDS - t0)) s"
+  tail -60 "$OUT/bench_pool.log"
   ;;
 models)
   timeout 540 python3 -m lab.models_gpu > "$OUT/models_gpu.log" 2>&1
