@@ -127,7 +127,7 @@ pool)                       # gdnzoo bench --mode pool alone: the rows of this G
   tail -60 "$OUT/bench_pool.log"
   ;;
 models)
-  timeout 540 python3 -m lab.models_gpu > "$OUT/models_gpu.log" 2>&1
+  timeout ${MODELS_S:-540} python3 -m lab.models_gpu ${MODELS_ARGS:-} > "$OUT/models_gpu.log" 2>&1
   echo "lab.models_gpu: exit $?"; tail -50 "$OUT/models_gpu.log"
   ;;
 profile)                    # ncu (counters, stall reasons) on triton-chunk, then its GPU tests
