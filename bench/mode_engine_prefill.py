@@ -123,6 +123,8 @@ def engine_entry(c: Cell, plan) -> Entry:
 
 class EnginePrefill(Mode):
     name = "engine-prefill"
+    op = "prefill"
+    not_rivals = ("engine",)
     method = METHOD
     keys = ("mix",)
     columns = {"kernels_per_call": "", "engine_over": float("nan")}
@@ -171,7 +173,9 @@ class EnginePrefill(Mode):
         return None
 
     def problem(self, c, plan, **kw):
-        return None
+        """The Problem the cell's adapter call poses (the automatic choice's, shown beside the
+        timed ``auto`` entry)."""
+        return ep.adapter_problem(c.mode, case_of(c, plan)[0])
 
     def derive(self, table, plan):
         """engine_over: the engine's median over this entry's, per cell and clock (> 1: the

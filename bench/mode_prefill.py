@@ -237,6 +237,7 @@ def measured_rates() -> dict:
 
 class Prefill(Mode):
     name = "prefill"
+    op = "prefill"
     method = METHOD
     keys = ("mix",)
     columns = {"tflops": float("nan"), "kernels_per_call": ""}

@@ -123,6 +123,8 @@ class Plan:
 class Mode:
     """What a mode supplies; the defaults are the dense decode bench's."""
     name = ""
+    op = "decode"            # the operation whose backends it times
+    not_rivals = ()          # entries that auto/best never counts (an engine's own sequence)
     method = ""              # results.json's environment.method
     columns = {}             # its own result columns: name -> value when a row has none
     keys = ()                # its own cell keys (result columns too)

@@ -76,8 +76,19 @@ def build_table(raw, ref, plan) -> list:
 def derive(rows, mode):
     """x_floor (``mode.floor_of``: which floor divides a row), the speedups over pt-reference
     and fi-baseline, and per cell the automatic choice's time over the best entry's
-    (``auto_vs_best``: the ``auto`` entry, else the backend the choice names)."""
+    (``auto_vs_best``: the ``auto`` entry, else the backend the choice names).  The best is
+    taken over the entries held to the automatic choice's own state bound: not the mode's
+    ``not_rivals``, nor a backend judged with the peers' bound because it rounds the state
+    (``rounds_state``), which the automatic choice never picks."""
+    from gdnzoo import gate
     keys = KEYS + tuple(mode.keys)
+    rivals = {}
+
+    def rival(name):
+        if name not in rivals:
+            rivals[name] = (name not in mode.not_rivals
+                            and gate.state_tol_of(name, mode.op) is None)
+        return rivals[name]
 
     def key(r, **over):
         return tuple({**r, **over}.get(k) for k in keys)
@@ -99,7 +110,7 @@ def derive(rows, mode):
             if by.get(key(r, backend=name)):
                 r[col] = by[key(r, backend=name)] / m
     for rs in cells.values():
-        ms = {r["backend"]: r["median_us"] for r in rs if id(r) in ok}
+        ms = {r["backend"]: r["median_us"] for r in rs if id(r) in ok and rival(r["backend"])}
         pick = "auto" if "auto" in ms else rs[0].get("auto")
         if ms and pick in ms:
             for r in rs:

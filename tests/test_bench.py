@@ -483,6 +483,24 @@ def test_auto_against_the_best_entry_of_each_cell():
     assert pool.name == "pool" and {round(r["auto_vs_best"], 3) for r in t[1:]} == {1.1}
 
 
+def test_auto_against_the_best_entry_held_to_its_bound():
+    """A prefill cell: entries judged with the peers' state bound (``rounds_state``: FlashInfer,
+    FLA, triton-chunk-bf16) and an engine's own sequence (``not_rivals``) are no rivals of the
+    automatic choice, however fast; the entries held to its bound are."""
+    mode = pipeline.get_mode("engine-prefill")
+    assert mode.op == "prefill" and "engine" in mode.not_rivals
+
+    def row(name, us):
+        return dict(backend=name, B=1, T=64, H=4, HV=8, K=128, V=128, state_dtype="fp32",
+                    mode="vllm", l2norm=False, clock="kernel", status="PASS", median_us=us,
+                    mix="1x64", auto="triton-chunk")
+    rows = [row(n, us) for n, us in (("engine", 1.0), ("fi-baseline", 1.5), ("fla-upstream", 1.8),
+                                     ("triton-chunk-bf16", 2.0), ("auto", 3.3),
+                                     ("triton-chunk", 3.0), ("pt-reference", 90.0))]
+    report.derive(rows, mode)
+    assert {round(r["auto_vs_best"], 3) for r in rows} == {1.1}
+
+
 def test_gpu_slug():
     assert report.gpu_slug("NVIDIA H100 80GB HBM3") == "h100-80gb-hbm3"
     assert report.gpu_slug("cpu") == "cpu"

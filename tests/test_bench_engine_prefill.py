@@ -51,6 +51,7 @@ def test_every_entry_passes_the_gate_with_a_stand_in_kernel(mix, tmp_path, capsy
     rows, _ = read_results(tmp_path / "results.json")
     assert {r["backend"] for r in rows} == {"engine", "auto", "pt-reference"}
     assert {r["mode"] for r in rows} == {"vllm", "sglang"}
+    assert {r["auto"] for r in rows} == {"pt-reference"}     # who serves the adapters' calls
     bad = [r for r in rows if r["status"] != "PASS"]
     assert not bad, bad
     assert all(r["rel_err_state"] < 1e-2 for r in rows)
