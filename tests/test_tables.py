@@ -236,3 +236,23 @@ def test_for_gpu_matches_the_longest_contained_name():
 def test_the_tables_are_found_beside_the_backends():
     assert (tables.tables_dir() / "h100.yaml").is_file()
     assert tables.tables_dir().parent == Path(registry.backend_module("cuda-v4").__file__).parent
+
+
+def test_fla_recurrent_fits_its_rows_to_a_k_first_state():
+    """A K-first state's tile reads BV consecutive V elements per K row: at least one 32-byte
+    sector (8 fp32, 16 bf16 elements); the rows (measured k-last) are raised to that, never
+    lowered, and the table's own rows are kept for a k-last state."""
+    from gdnzoo.backends import fla_recurrent as fr
+    from gdnzoo.inputs import make_problem
+    assert fr.kfirst_config("fp32", 128, 128, 128, (4, 1, 1, 16, 1))[0] == 8
+    assert fr.kfirst_config("bf16", 128, 128, 128, (4, 1, 1, 16, 1))[0] == 16
+    assert fr.kfirst_config("fp32", 128, 128, 128, (32, 2, 1, 16, 1)) == (32, 2, 1, 16, 1)
+    assert fr.kfirst_config("bf16", 8, 64, 8, (4, 1, 1, None, 0))[0] == 8       # V < a sector
+    h200 = "NVIDIA H200"
+    # FLA's entry point returns a fresh state: destination passing, whose H200 row at 128
+    # (sequence, head) pairs takes 4 rows a program
+    p = make_problem(B=4, H=16, HV=32, inplace=False)
+    row = fr.launch_config(p, h200)
+    assert row[0] == 4
+    kf = fr.launch_config(dataclasses.replace(p, k_first=True), h200)
+    assert kf[0] == 8 and kf[1:] == row[1:]

@@ -1,0 +1,77 @@
+"""fla-recurrent's decode step on a K-first state against a k-last one, per launch tile (block_v),
+on a GPU: destination passing (as FLA's entry point), CUDA events around rounds of calls over
+rotated input sets (the states read cold: the new states too: >= 4x L2 in all); "table": the launch table's row
+(for K-first through kfirst_config).  Which tile a K-first state wants (backends/fla_recurrent.kfirst_config).
+
+    python -m lab.kfirst_rows --geom 16/32 --batches 1,4,16 --block-v 4,8,16
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+import gdnzoo
+from gdnzoo.backends import fla_recurrent as fr
+from gdnzoo.inputs import make_inputs
+
+
+def sets_for(B, H, HV, sd, n, kfirst):
+    out = []
+    for i in range(n):
+        x = make_inputs(B=B, T=1, H=H, HV=HV, state_dtype=sd, device="cuda", seed=i)
+        st = x.state.transpose(-1, -2).contiguous() if kfirst else x.state
+        out.append((x, st, torch.empty_like(x.v), torch.empty_like(st)))
+    return out
+
+
+def time_us(fn, sets, rounds=20):
+    for s in sets[:2]:
+        fn(*s)
+    torch.cuda.synchronize()
+    per = []
+    for _ in range(rounds):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for s in sets:
+            fn(*s)
+        b.record()
+        b.synchronize()
+        per.append(a.elapsed_time(b) * 1e3 / len(sets))
+    return statistics.median(per)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--geom", default="16/32")
+    p.add_argument("--batches", default="1,4,16")
+    p.add_argument("--block-v", default="4,8,16")
+    p.add_argument("--state-dtype", default="fp32")
+    a = p.parse_args(argv)
+    H, HV = (int(v) for v in a.geom.split("/"))
+    sd = a.state_dtype
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    for B in (int(b) for b in a.batches.split(",")):
+        size = B * HV * 128 * 128 * (4 if sd == "fp32" else 2)
+        n = max(2, min(64, -(-2 * l2 // size)))
+        row = [f"{a.geom} B={B} {sd} ({n} sets)"]
+        for kfirst in (False, True):
+            sets = sets_for(B, H, HV, sd, n, kfirst)
+            form = (0, 0, 1 if kfirst else 0)
+            for bv in [None] + [int(v) for v in a.block_v.split(",")]:
+                def call(x, st, o, ns, bv=bv):
+                    cfg = None if bv is None else fr.kfirst_config(sd, B * HV, 128, 128, (bv, 1, 1))
+                    fr.launch(x.q, x.k, x.v, st, x.A_log, x.a, x.dt_bias, x.b, x.scale, o, ns,
+                              True, config=cfg, form=form)
+                if bv is not None and bv < (8 if sd == "fp32" else 16) and kfirst:
+                    def call(x, st, o, ns, bv=bv):       # noqa: F811 - the raw tile, unfitted
+                        fr.launch(x.q, x.k, x.v, st, x.A_log, x.a, x.dt_bias, x.b, x.scale,
+                                  o, ns, True, config=(bv, 1, 1), form=form)
+                us = time_us(call, sets)
+                row.append(f"{'kfirst' if kfirst else 'klast'} bv={bv or 'table'}: {us:.2f}")
+        print("  " + " | ".join(row), flush=True)
+
+
+if __name__ == "__main__":
+    main()
