@@ -1,6 +1,6 @@
 """fla-recurrent's decode step on a K-first state against a k-last one, per launch tile (block_v),
-on a GPU: destination passing (as FLA's entry point), CUDA events around rounds of calls over
-rotated input sets (the states read cold: the new states too: >= 4x L2 in all); "table": the launch table's row
+on a GPU: destination passing (as FLA's entry point), CUDA events around replays of a CUDA graph
+of one call on each of rotated input sets (the states read cold: the new states too: >= 4x L2 in all); "table": the launch table's row
 (for K-first through kfirst_config).  Which tile a K-first state wants (backends/fla_recurrent.kfirst_config).
 
     python -m lab.kfirst_rows --geom 16/32 --batches 1,4,16 --block-v 4,8,16
@@ -27,15 +27,21 @@ def sets_for(B, H, HV, sd, n, kfirst):
 
 
 def time_us(fn, sets, rounds=20):
+    """Per call: one CUDA graph of a call on every set, replayed (no host launch cost)."""
     for s in sets[:2]:
         fn(*s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for s in sets:
+            fn(*s)
+    g.replay()
     torch.cuda.synchronize()
     per = []
     for _ in range(rounds):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        for s in sets:
-            fn(*s)
+        g.replay()
         b.record()
         b.synchronize()
         per.append(a.elapsed_time(b) * 1e3 / len(sets))
