@@ -112,8 +112,9 @@ def kfirst_config(state_dtype: str, BHV: int, K: int, V: int, config) -> tuple:
     """A table row fitted to a K-first state ([K, V] a head, V contiguous): a program's tile
     then reads, for each K row, its BV consecutive V elements, so BV takes at least one 32-byte
     sector (8 fp32, 16 bf16 elements).  The rows are measured on a k-last state, where BV 4
-    reads whole rows: on an H200 the 4-row row at 16/32 heads, B=4, read a K-first state in
-    12.3 us against FLA's 7.6, the 8-row row at B=16 as fast as FLA."""
+    reads whole rows.  On an H200 (lab/notebook/h200/kfirst_rows_2026-11-28.log, fp32, 16/32
+    heads, destination passing, graph replays) 4 rows read a K-first state in 12.98 us at B=4
+    and 52.6 at B=16, 8 rows in 9.05 and 28.0 (a k-last state: 6.7 and 20.1)."""
     BV, nw, ns, lpr, dense = CONFIG.normalize(config)
     need = min(V, 32 // (4 if state_dtype == "fp32" else 2))
     if BV >= need:
