@@ -7,7 +7,9 @@
 #   bash lab/gpu_session.sh models-tests OUT  # the models' tests + check --op prefill
 #   bash lab/gpu_session.sh sweep OUT    # lab.prefill_gpu $SWEEP_ARGS (configs and peers)
 #   bash lab/gpu_session.sh timing  OUT  # gdnzoo bench --mode prefill (BUDGET s, default 420)
-#   bash lab/gpu_session.sh models OUT   # lab.models_gpu (FLA entry points, transformers)
+#   bash lab/gpu_session.sh models OUT   # lab.models_gpu (FLA entry points, transformers;
+#                                        # MODELS_ARGS, default --io bfloat16: both io dtypes
+#                                        # ran past 540 s on an H200)
 #   bash lab/gpu_session.sh engine OUT   # gdnzoo bench --mode engine-prefill
 #   bash lab/gpu_session.sh pool OUT     # gdnzoo bench --mode pool, both state dtypes (BUDGET s)
 #   bash lab/gpu_session.sh profile OUT  # ncu on triton-chunk's launches ($PROFILE_CASES), then
@@ -127,12 +129,13 @@ pool)                       # gdnzoo bench --mode pool alone: the rows of this G
   tail -60 "$OUT/bench_pool.log"
   ;;
 models)
-  timeout ${MODELS_S:-540} python3 -m lab.models_gpu ${MODELS_ARGS:-} > "$OUT/models_gpu.log" 2>&1
+  timeout ${MODELS_S:-540} python3 -m lab.models_gpu ${MODELS_ARGS:---io bfloat16} > "$OUT/models_gpu.log" 2>&1
   echo "lab.models_gpu: exit $?"; tail -50 "$OUT/models_gpu.log"
   ;;
 profile)                    # ncu (counters, stall reasons) on triton-chunk, then its GPU tests
   i=0
-  for c in ${PROFILE_CASES:-4/8:1x8192:{} 16/64:8x1024:{}}; do
+  cases='4/8:1x8192:{} 16/64:8x1024:{}'      # H/HV:mix:config (JSON), space-separated
+  for c in ${PROFILE_CASES:-$cases}; do
     IFS=: read -r geom seqs cfg <<< "$c"; i=$((i + 1))
     timeout 150 ncu --clock-control none -k regex:chunk_ --launch-skip 4 --launch-count 2 \
       --set full --import-source yes python3 -m lab.chunk_profile --geom "$geom" --seqs "$seqs" \
