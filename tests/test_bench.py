@@ -798,7 +798,7 @@ def test_the_reader_takes_every_committed_results_file():
                 assert r["bench"] == report.LEGACY_BENCH[r["mode"]], (p, r["mode"])
                 assert r["auto"] is None
             seen.add(r["bench"])
-    assert seen == {"dense", "dest", "pool", "verify", "chained", "prefill"}
+    assert seen == {"dense", "dest", "pool", "verify", "chained", "prefill", "engine-prefill"}
 
 
 def test_a_new_mode_plugs_in_with_its_own_keys_columns_floor_and_bars(tmp_path, monkeypatch,
