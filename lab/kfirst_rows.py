@@ -1,7 +1,8 @@
 """fla-recurrent's decode step on a K-first state against a k-last one, per launch tile (block_v),
-on a GPU: destination passing (as FLA's entry point), CUDA events around replays of a CUDA graph
-of one call on each of rotated input sets (the states read cold: the new states too: >= 4x L2 in all); "table": the launch table's row
-(for K-first through kfirst_config).  Which tile a K-first state wants (backends/fla_recurrent.kfirst_config).
+on a GPU.  Destination passing (as FLA's entry point); CUDA events around replays of a CUDA
+graph of one call on each of rotated input sets (states read and written: >= 4x L2 in all).
+"table": the launch table's row (K-first: through kfirst_config); bv=N: that tile as given,
+1 warp, 1 stage.  Which tile a K-first state wants (backends/fla_recurrent.kfirst_config).
 
     python -m lab.kfirst_rows --geom 16/32 --batches 1,4,16 --block-v 4,8,16
 """
@@ -12,7 +13,6 @@ import statistics
 
 import torch
 
-import gdnzoo
 from gdnzoo.backends import fla_recurrent as fr
 from gdnzoo.inputs import make_inputs
 
@@ -67,13 +67,8 @@ def main(argv=None):
             form = (0, 0, 1 if kfirst else 0)
             for bv in [None] + [int(v) for v in a.block_v.split(",")]:
                 def call(x, st, o, ns, bv=bv):
-                    cfg = None if bv is None else fr.kfirst_config(sd, B * HV, 128, 128, (bv, 1, 1))
                     fr.launch(x.q, x.k, x.v, st, x.A_log, x.a, x.dt_bias, x.b, x.scale, o, ns,
-                              True, config=cfg, form=form)
-                if bv is not None and bv < (8 if sd == "fp32" else 16) and kfirst:
-                    def call(x, st, o, ns, bv=bv):       # noqa: F811 - the raw tile, unfitted
-                        fr.launch(x.q, x.k, x.v, st, x.A_log, x.a, x.dt_bias, x.b, x.scale,
-                                  o, ns, True, config=(bv, 1, 1), form=form)
+                              True, config=None if bv is None else (bv, 1, 1), form=form)
                 us = time_us(call, sets)
                 row.append(f"{'kfirst' if kfirst else 'klast'} bv={bv or 'table'}: {us:.2f}")
         print("  " + " | ".join(row), flush=True)
