@@ -236,9 +236,11 @@ def resolve(args) -> list:
         notes.append("--timing chained: read as --mode chained")
     if args.layers is not None and args.mode != ["chained"]:
         usage_error("--layers: only with --mode chained")
-    if getattr(args, "mix", None) is not None and args.mode not in (["prefill"],
-                                                                     ["engine-prefill"]):
-        usage_error("--mix: only with --mode prefill or engine-prefill")
+    if getattr(args, "mix", None) is not None:
+        from gdnzoo.bench.pipeline import get_mode
+        if not all("mix" in get_mode(m).keys for m in args.mode):
+            usage_error("--mix: only with a mode whose cells are sequence mixes (--mode "
+                        + " or ".join(m for m in MODES if "mix" in get_mode(m).keys) + ")")
     if args.model is None:
         if args.tp is not None:
             usage_error("--tp: only with --model")

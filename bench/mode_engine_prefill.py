@@ -142,7 +142,7 @@ class EnginePrefill(Mode):
         def default():
             return [n for n in OURS if n != "auto" and n in entries.backends("prefill")]
         ours = entries.named(",".join(picked), default, "prefill") if picked else default()
-        names = ["engine", "auto"] + [n for n in ours if n not in ("engine", "auto")]
+        names = ["engine", "auto", *ours]
         if not given(args.heads) and not args.model:
             plan.H, plan.HV = ep.H, ep.HV
         if not given(args.dim):

@@ -64,7 +64,7 @@ def main():
     p.add_argument("--block-v", default="16,64")
     p.add_argument("--precision", default="bf16x3")
     p.add_argument("--chunk", type=int, default=64)
-    p.add_argument("--warps", type=int, default=8)
+    p.add_argument("--warps", type=int, default=0, help="0: picked as the product picks")
     p.add_argument("--prep-warps", type=int, default=4)
     p.add_argument("--base", type=int, default=16)
     a = p.parse_args()

@@ -875,3 +875,13 @@ def test_peer_state_bound_only_for_the_rounding_peers():
     worse = gate.judge(out, (ref * 1.02).float(), ref, ref, state_dtype=torch.float32,
                        state_tol=gate.PEER_STATE_TOL)
     assert not worse.ok
+
+
+def test_mix_only_with_a_mode_of_sequence_mixes(tmp_path, capsys):
+    """--mix belongs to the modes whose cells are sequence mixes (their cell key ``mix``);
+    any other mode is a usage error naming those that take it."""
+    with pytest.raises(SystemExit) as e:
+        bench_run(_args(tmp_path, "--mode", "pool", "--mix", "2x9"))
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert "--mix: only with" in err and "prefill or engine-prefill" in err
