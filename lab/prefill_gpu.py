@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import math
 import os
 import statistics
@@ -421,7 +422,8 @@ def cell(lab, args, H, HV, N, L, deadline):
         return row
 
     sweep = f"{H}/{HV}" in args.sweep_geoms.split(",")
-    cands = CANDIDATES[:args.configs] if sweep else CANDIDATES[:1]
+    cands = json.loads(args.config_list) if args.config_list else CANDIDATES
+    cands = cands[:args.configs] if sweep else cands[:1]
     mine = []
     for cfg in cands:
         if time.time() > deadline:
@@ -525,6 +527,8 @@ def parse(argv=None):
     p.add_argument("--sweep-geoms", default="4/8,16/64",
                    help="geometries whose cells time --configs candidates (else the default)")
     p.add_argument("--configs", type=int, default=5, help=f"candidates (of {len(CANDIDATES)})")
+    p.add_argument("--config-list", default="",
+                   help="JSON list of configs to sweep instead of the built-in candidates")
     p.add_argument("--peers", default="fla,flashinfer", help="fla, flashinfer, or none")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--sets", type=int, default=3, help="input sets rotated")
