@@ -12,6 +12,8 @@
 #                                        # ran past 540 s on an H200)
 #   bash lab/gpu_session.sh engine OUT   # gdnzoo bench --mode engine-prefill
 #   bash lab/gpu_session.sh pool OUT     # gdnzoo bench --mode pool, both state dtypes (BUDGET s)
+#   bash lab/gpu_session.sh kfirst OUT   # tests/test_forms.py + test_tables.py beside
+#                                        # lab.models_gpu's correctness, then its decode timing
 #   bash lab/gpu_session.sh profile OUT  # ncu on triton-chunk's launches ($PROFILE_CASES), then
 #                                        # its GPU tests and the prefill PDL tests (no bundle needed)
 #
@@ -131,6 +133,20 @@ pool)                       # gdnzoo bench --mode pool alone: the rows of this G
 models)
   timeout ${MODELS_S:-540} python3 -m lab.models_gpu ${MODELS_ARGS:---io bfloat16} > "$OUT/models_gpu.log" 2>&1
   echo "lab.models_gpu: exit $?"; tail -50 "$OUT/models_gpu.log"
+  ;;
+kfirst)                     # the state forms' tests (fla-recurrent's K-first tile) beside
+                            # lab.models_gpu's correctness part, then its decode timing alone
+  shard forms 330 --tb=short tests/test_forms.py tests/test_tables.py
+  ( timeout ${MODELS_S:-330} python3 -m lab.models_gpu --parts correctness --io bfloat16 \
+      > "$OUT/models_correctness.log" 2>&1
+    echo "lab.models_gpu correctness: exit $?" > "$OUT/models_correctness.summary" ) &
+  wait
+  timeout 150 python3 -m lab.models_gpu --parts decode --batches 1,4,16,64,256 \
+    > "$OUT/models_decode.log" 2>&1
+  echo "lab.models_gpu decode: exit $?" > "$OUT/models_decode.summary"
+  echo "== failures"; grep -h "^FAILED\|^ERROR" "$OUT"/pytest_*.log | cut -c1-300 | head -40
+  echo "== models"; tail -25 "$OUT/models_correctness.log"; tail -22 "$OUT/models_decode.log"
+  echo "== summary"; cat "$OUT"/*.summary
   ;;
 profile)                    # ncu (counters, stall reasons) on triton-chunk, then its GPU tests
   i=0
