@@ -137,11 +137,11 @@ models)
 kfirst)                     # the state forms' tests (fla-recurrent's K-first tile) beside
                             # lab.models_gpu's correctness part, then its decode timing alone
   shard forms 330 --tb=short tests/test_forms.py tests/test_tables.py
-  ( timeout ${MODELS_S:-330} python3 -m lab.models_gpu --parts correctness --io bfloat16 \
+  ( timeout ${MODELS_S:-330} python3 -u -m lab.models_gpu --parts correctness --io bfloat16 \
       > "$OUT/models_correctness.log" 2>&1
     echo "lab.models_gpu correctness: exit $?" > "$OUT/models_correctness.summary" ) &
   wait
-  timeout 150 python3 -m lab.models_gpu --parts decode --batches 1,4,16,64,256 \
+  timeout 150 python3 -u -m lab.models_gpu --parts decode --batches 1,4,16,64,256 \
     > "$OUT/models_decode.log" 2>&1
   echo "lab.models_gpu decode: exit $?" > "$OUT/models_decode.summary"
   echo "== failures"; grep -h "^FAILED\|^ERROR" "$OUT"/pytest_*.log | cut -c1-300 | head -40

@@ -99,8 +99,10 @@ def correctness(lab, args):
         lab.log(f"  FLA itself: {why}; gdnzoo against the oracle only")
     K = args.head_dim
     rows = []
+    t0 = time.time()
     for io in [getattr(torch, n) for n in args.io.split(",")]:
         for form in cases.FORMS:
+            lab.log(f"  {io} {form}: {len(rows)} cases done, {time.time() - t0:.0f} s")
             for shape, (B, T, H, HV, lens) in cases.SHAPES.items():
                 for name, fn in cases.FNS.items():
                     for v_first in (False, True):

@@ -70,7 +70,10 @@ def test_each_form_matches_the_raw_k_last_call(op, form, sd):
         out, new_state = fn(*args.values(), use_qk_l2norm=True, **kw)
         if form == "k_first":
             new_state = new_state.transpose(-1, -2)
-        j = gate.judge(out, new_state, ref_out, ref_state, state_dtype=sd)
+        # a backend that rounds its intermediate states (the peers, triton-chunk-bf16) is
+        # held to the peers' state bound, as everywhere
+        j = gate.judge(out, new_state, ref_out, ref_state, state_dtype=sd,
+                       state_tol=gate.state_tol_of(name, op))
         assert j.ok, f"{op} {name} {form}: {j.reason}"
 
 
@@ -80,13 +83,11 @@ def _oracle(op, x, beta=None, neg=False):
     g, _ = gates(x.A_log.double(), x.a.double(), x.dt_bias.double(), x.b.double(),
                  torch.float64)
     form = dict(g=torch.log(g), beta=beta) if beta is not None else dict(neg=neg)
+    out = torch.empty(x.v.shape, dtype=torch.float64, device=x.v.device)
+    st = torch.empty(x.state.shape, dtype=torch.float64, device=x.v.device)
     if op == "decode":
-        out = torch.empty(x.v.shape, dtype=torch.float64)
-        st = torch.empty(x.state.shape, dtype=torch.float64)
         reference.reference_decode(*x.args(), out, st, True, torch.float64, **form)
     else:
-        out = torch.empty(x.v.shape, dtype=torch.float64)
-        st = torch.empty(x.state.shape, dtype=torch.float64)
         prefill_reference.reference_prefill(*x.args(), out, st, True,
                                             compute_dtype=torch.float64, **form)
     return out, st
