@@ -4,6 +4,8 @@ k-last call of the same inputs (output and state); every backend that does not i
 its reason; bad arguments are refused cold and warm, nothing touched."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -20,13 +22,17 @@ def _kfirst(t):
     return t.transpose(-1, -2).contiguous()
 
 
+# K = V = 128 on a GPU, where FlashInfer's kernels serve that head size only; 64 on the CPU
+D = 128 if HAS_CUDA else 64
+
+
 def _decode_case(seed, sd=torch.float32):
-    return make_inputs(B=3, T=3, H=2, HV=6, K=64, V=64, state_dtype=sd, device=DEVICE,
+    return make_inputs(B=3, T=3, H=2, HV=6, K=D, V=D, state_dtype=sd, device=DEVICE,
                        seed=seed)
 
 
 def _prefill_case(seed, sd=torch.float32):
-    return make_prefill_inputs([0, 1, 65, 7], H=2, HV=6, K=64, V=64, state_dtype=sd,
+    return make_prefill_inputs([0, 1, 65, 7], H=2, HV=6, K=D, V=D, state_dtype=sd,
                                device=DEVICE, seed=seed)
 
 
@@ -67,6 +73,12 @@ def test_each_form_matches_the_raw_k_last_call(op, form, sd):
         args = dict(zip(names_, x.args()))
         args["state"] = state
         args.update({n: kw.pop(n) for n in list(kw) if n in args})
+        try:
+            gdnzoo.select(*args.values(), op=op, use_qk_l2norm=True, algo=name, **kw)
+        except ValueError as e:     # said, not silently passed: a warning in the summary
+            assert name != "pt-reference" and "cannot serve" in str(e), str(e)
+            warnings.warn(f"{op} {name} {form}: {e}")
+            continue
         out, new_state = fn(*args.values(), use_qk_l2norm=True, **kw)
         if form == "k_first":
             new_state = new_state.transpose(-1, -2)
