@@ -379,3 +379,107 @@ def gdn_decode_kernel(
                          mask=wr)
             else:
                 tl.store(dst + rows4 * sn_v + col, h.to(new_state.dtype.element_ty), mask=wr)
+
+
+@triton.jit
+def checkpoint_rows(cu_seqlens, i_n, every):
+    """The first checkpoint row of sequence ``i_n``: the sum of L_i // every over i < i_n
+    (one sequence at a time: this kernel's programs are short sequences' own)."""
+    row = i_n * 0
+    i = i_n * 0
+    while i < i_n:
+        row += (tl.load(cu_seqlens + i + 1).to(tl.int64) - tl.load(cu_seqlens + i)) // every
+        i += 1
+    return row
+
+
+@triton.jit
+def gdn_varlen_kernel(
+        q, k, v, a, b, A_log, dt_bias, out, state, new_state, slot_idx, new_slot_idx,
+        cu_seqlens, has_init, ckpt, scale, every,
+        sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sa_t, sa_h, sb_t, sb_h, s_alog, s_dtb, so_t, so_h,
+        ss_b, ss_h, ss_v, ss_k, sn_b, sn_h, sn_v, sn_k, sc_b, sc_h, sc_v, sc_k, P, PN, null_slot,
+        H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
+        BV: tl.constexpr, L2NORM: tl.constexpr, LPR: tl.constexpr, VEC: tl.constexpr,
+        POOL: tl.constexpr, STATE0: tl.constexpr, HAS_INIT: tl.constexpr, CKPT: tl.constexpr,
+        GATES: tl.constexpr, NEG: tl.constexpr):
+    """The decode kernel's recurrence over packed variable-length sequences (fla-recurrent's
+    prefill): one program per (sequence, v-head, V-tile of BV rows), the tile in registers with
+    the decode kernel's thread map through every token of the sequence (tokens ``cu_seqlens[n]``
+    to ``cu_seqlens[n + 1]`` of q, k [T, H, K], v, out [T, HV, V], a, b [T, HV]), outputs
+    stored per token, the final tile stored once.  The state's (V row, K column) strides are
+    passed, so a k-last and a K-first state are read where they lie.  ``STATE0`` 0: no state
+    (zeros); ``POOL`` as the decode kernel's (a padded sequence: zero outputs, no state read or
+    written); ``HAS_INIT``: ``has_init[n]`` False starts from zeros without reading the slot;
+    ``CKPT``: the tile also stored after every ``every`` tokens of a real sequence, at the rows
+    :func:`checkpoint_rows` counts."""
+    NV: tl.constexpr = V // BV
+    pid = tl.program_id(0).to(tl.int64)
+    i_v = pid % NV
+    i_nh = pid // NV
+    i_n = i_nh // HV
+    i_hv = i_nh % HV
+    i_h = i_hv // (HV // H)
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    if POOL == 0:
+        slot_r = i_n
+        slot_w = i_n
+        rd = as_mask(i_n >= 0)
+        wr = rd
+    else:
+        slot_r, slot_w, rd, wr = pool_slots(slot_idx, new_slot_idx, i_n, P, PN, null_slot, POOL)
+    KO: tl.constexpr = K // (LPR * VEC)
+    rows = i_v * BV + tl.arange(0, BV)
+    rows4 = rows.to(tl.int64)[None, :, None, None]
+    col = (tl.arange(0, LPR)[:, None, None, None] * VEC
+           + tl.arange(0, KO)[None, None, :, None] * (LPR * VEC)
+           + tl.arange(0, VEC)[None, None, None, :]).to(tl.int64)
+    col = tl.broadcast_to(col, [LPR, BV, KO, VEC])
+    if STATE0:
+        init = rd
+        if HAS_INIT:
+            init = init & (tl.load(has_init + i_n) != 0)
+        h = tl.load(state + slot_r * ss_b + i_hv * ss_h + rows4 * ss_v + col * ss_k,
+                    mask=init, other=0.0).to(tl.float32)
+    else:
+        h = tl.zeros([LPR, BV, KO, VEC], tl.float32)
+    if GATES:
+        A_neg = 0.0
+        dtb = 0.0
+    else:
+        A_neg = -tl.exp(tl.load(A_log + i_hv * s_alog).to(tl.float32))
+        dtb = tl.load(dt_bias + i_hv * s_dtb).to(tl.float32)
+    p_q = q + bos * sq_t + i_h * sq_h + col
+    p_k = k + bos * sk_t + i_h * sk_h + col
+    p_v = v + bos * sv_t + i_hv * sv_h + rows
+    p_o = out + bos * so_t + i_hv * so_h + rows
+    p_a = a + bos * sa_t + i_hv * sa_h
+    p_b = b + bos * sb_t + i_hv * sb_h
+    if CKPT:
+        p_c = ckpt + checkpoint_rows(cu_seqlens, i_n, every) * sc_b + i_hv * sc_h \
+            + rows4 * sc_v + col * sc_k
+    n_tok = eos - bos
+    t = n_tok * 0                # a while loop: the interpreter's range() refuses its scalars
+    while t < n_tok:
+        b_q, b_k, b_v, g, beta = token_inputs(p_q, p_k, p_v, p_a, p_b, A_neg, dtb, GATES, NEG)
+        if L2NORM:
+            b_q = b_q * tl.rsqrt(row_sum(b_q * b_q) + 1e-6)[None, :, None, None]
+            b_k = b_k * tl.rsqrt(row_sum(b_k * b_k) + 1e-6)[None, :, None, None]
+        sk = row_sum(h * b_k)
+        sq = row_sum(h * b_q)
+        kq = row_sum(b_k * b_q)
+        u = beta * (b_v - g * sk)
+        h = g * h + u[None, :, None, None] * b_k
+        o = scale * (g * sq + u * kq)
+        tl.store(p_o, tl.where(rd, o, 0.0).to(out.dtype.element_ty))
+        t += 1
+        if CKPT:
+            due = (t % every) == 0
+            tl.store(p_c, h.to(ckpt.dtype.element_ty), mask=as_mask(rd & due))
+            p_c += tl.where(due, sc_b, 0)
+        p_q, p_k, p_v, p_o, p_a, p_b = next_token(p_q, p_k, p_v, p_o, p_a, p_b, sq_t, sk_t,
+                                                   sv_t, so_t, sa_t, sb_t)
+    tl.store(new_state + slot_w * sn_b + i_hv * sn_h + rows4 * sn_v + col * sn_k,
+             h.to(new_state.dtype.element_ty), mask=wr)
+

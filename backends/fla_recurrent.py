@@ -152,6 +152,9 @@ def available():
 
 
 def supports(problem):
+    if problem.op == "prefill":
+        from gdnzoo.backends import _fla_recurrent_prefill
+        return _fla_recurrent_prefill.supports(problem)
     ok, why = tlaunch.common_supports(problem, HEAD_DIMS, CPU_MAX_PROGRAM_TOKENS, GRID_LIMIT)
     if ok and getattr(problem, "pdl", ""):
         return tlaunch.pdl_supports(problem)
@@ -232,5 +235,20 @@ def _first_call(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2,
 
 
 _DISPATCH = tlaunch.Dispatcher(_first_call, launch, pdl=True)
-run = _DISPATCH.run
-bind = _DISPATCH.bind
+
+
+def run(call, *, config=None):
+    """The entry point of both operations: a decode call record (the launcher of this call's
+    signature), or a prefill one (backends/_fla_recurrent_prefill.py)."""
+    if call.op == "prefill":
+        from gdnzoo.backends import _fla_recurrent_prefill
+        return _fla_recurrent_prefill.run(call, config=config)
+    return _DISPATCH.run(call, config=config)
+
+
+def bind(call, *, config=None):
+    """A launcher specialised to the call's signature (decode), or the prefill entry."""
+    if call.op == "prefill":
+        from gdnzoo.backends import _fla_recurrent_prefill
+        return lambda c: _fla_recurrent_prefill.run(c, config=config)
+    return _DISPATCH.bind(call, config=config)
