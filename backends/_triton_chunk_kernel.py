@@ -77,7 +77,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from gdnzoo.backends._triton_decode_kernel import pool_slots
+from gdnzoo.backends._triton_decode_kernel import head_gate_constants, sequence_program
 
 MAX_MERGE_LEVELS = tl.constexpr(4)       # base blocks of 8 merged up to C = 128
 SEQ_BLOCK = tl.constexpr(256)            # sequences counted per load by chunk_of_slot
@@ -165,17 +165,6 @@ def chunk_gates(a, b, t, m, i_hv, sa_t, sa_h, sb_t, sb_h, A_neg, dtb, GATES: tl.
         gam = xa
         beta = xb
     return gam, beta
-
-
-@triton.jit
-def head_gate_constants(A_log, dt_bias, i_hv, s_alog, s_dtb, GATES: tl.constexpr):
-    """-exp(A_log[h]) and dt_bias[h] (unused with precomputed gates)."""
-    A_neg = 0.0
-    dtb = 0.0
-    if GATES == 0:
-        A_neg = -tl.exp(tl.load(A_log + i_hv * s_alog).to(tl.float32))
-        dtb = tl.load(dt_bias + i_hv * s_dtb).to(tl.float32)
-    return A_neg, dtb
 
 
 @triton.jit
@@ -418,22 +407,8 @@ def chunk_state_kernel(
         gdc_wait()                  # before any load: the prep kernel's workspace (or, with
         gdc_launch_dependents()     # no tokens, the producer's state) must be complete
     # Neighbouring programs take the V-tiles of one head: they read the same q, k, T^T rows.
-    NV: tl.constexpr = V // BV
-    pid = tl.program_id(0).to(tl.int64)
-    i_v = pid % NV
-    i_nh = pid // NV
-    i_n = i_nh // HV
-    i_hv = i_nh % HV
-    i_h = i_hv // (HV // H)
-    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-    if POOL == 0:
-        slot_r = i_n
-        slot_w = i_n
-        rd = tl.where(i_n >= 0, True, False)    # a boolean mask: see as_mask (decode kernel)
-        wr = rd
-    else:
-        slot_r, slot_w, rd, wr = pool_slots(slot_idx, new_slot_idx, i_n, P, PN, null_slot, POOL)
+    i_v, i_n, i_hv, i_h, bos, eos, slot_r, slot_w, rd, wr = sequence_program(
+        cu_seqlens, slot_idx, new_slot_idx, P, PN, null_slot, H, HV, V, BV, POOL)
     init = rd
     if HAS_INIT:
         init = init & (tl.load(has_init + i_n) != 0)

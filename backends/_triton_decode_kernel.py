@@ -156,6 +156,44 @@ def pool_slots(slot_idx, new_slot_idx, i_n, P, PN, null_slot, POOL: tl.constexpr
 
 
 @triton.jit
+def head_gate_constants(A_log, dt_bias, i_hv, s_alog, s_dtb, GATES: tl.constexpr):
+    """-exp(A_log[h]) and dt_bias[h] (unused with precomputed gates)."""
+    A_neg = 0.0
+    dtb = 0.0
+    if GATES == 0:
+        A_neg = -tl.exp(tl.load(A_log + i_hv * s_alog).to(tl.float32))
+        dtb = tl.load(dt_bias + i_hv * s_dtb).to(tl.float32)
+    return A_neg, dtb
+
+
+@triton.jit
+def sequence_program(cu_seqlens, slot_idx, new_slot_idx, P, PN, null_slot, H: tl.constexpr,
+                     HV: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, POOL: tl.constexpr):
+    """What a program of a packed-sequence kernel (one per sequence, value head and V-tile of
+    BV rows; neighbouring programs take the V-tiles of one head) works on: (V-tile, sequence,
+    value head, q/k head, first token, end token, read slot, write slot, reads a real state,
+    writes one), the tokens and slots int64; ``POOL`` as :func:`pool_slots` (0: the sequence's
+    own row)."""
+    NV: tl.constexpr = V // BV
+    pid = tl.program_id(0).to(tl.int64)
+    i_v = pid % NV
+    i_nh = pid // NV
+    i_n = i_nh // HV
+    i_hv = i_nh % HV
+    i_h = i_hv // (HV // H)                 # GVA: repeat_interleave mapping
+    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
+    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    if POOL == 0:
+        slot_r = i_n
+        slot_w = i_n
+        rd = as_mask(i_n >= 0)
+        wr = rd
+    else:
+        slot_r, slot_w, rd, wr = pool_slots(slot_idx, new_slot_idx, i_n, P, PN, null_slot, POOL)
+    return i_v, i_n, i_hv, i_h, bos, eos, slot_r, slot_w, rd, wr
+
+
+@triton.jit
 def accepted_slot(slot_idx, accepted, i_n, T, P, null_slot, ACC: tl.constexpr):
     """Per-token slots (``slot_idx`` [B, T]): sequence i_n's read slot, column
     ``accepted[i_n] - 1`` of its row (``ACC`` 0: column 0), as int64 and 0 where padding, and
@@ -176,6 +214,24 @@ def accepted_slot(slot_idx, accepted, i_n, T, P, null_slot, ACC: tl.constexpr):
 def row_sum(x):
     """[LPR, BV, KO, VEC] -> [BV]: the in-thread axes first, then the lanes of each row."""
     return tl.sum(tl.sum(tl.sum(x, 3), 2), 0)
+
+
+@triton.jit
+def lanes_token_step(h, p_q, p_k, p_v, p_a, p_b, A_neg, dtb, scale, L2NORM: tl.constexpr,
+                     GATES: tl.constexpr, NEG: tl.constexpr):
+    """:func:`token_step` on the [LPR, BV, KO, VEC] tile of the lanes-per-row thread map (q and
+    k read with the tile's shape): returns (the new tile, its [BV] outputs).  One pass: both
+    reductions read the old state, then S' = g S + u k^T and o = scale (g S q + u (k.q)) need
+    no second reduction."""
+    b_q, b_k, b_v, g, beta = token_inputs(p_q, p_k, p_v, p_a, p_b, A_neg, dtb, GATES, NEG)
+    if L2NORM:
+        b_q = b_q * tl.rsqrt(row_sum(b_q * b_q) + 1e-6)[None, :, None, None]
+        b_k = b_k * tl.rsqrt(row_sum(b_k * b_k) + 1e-6)[None, :, None, None]
+    sk = row_sum(h * b_k)
+    sq = row_sum(h * b_q)
+    kq = row_sum(b_k * b_q)
+    u = beta * (b_v - g * sk)
+    return g * h + u[None, :, None, None] * b_k, scale * (g * sq + u * kq)
 
 
 @triton.jit
@@ -343,19 +399,8 @@ def gdn_decode_kernel(
             if POOL == 3:
                 w = tl.load(p_w).to(tl.int64)     # loaded before the token's math
                 w_ok = rd & (w >= 0) & (w < PN) & (w != null_slot)
-            b_q, b_k, b_v, g, beta = token_inputs(p_q, p_k, p_v, p_a, p_b, A_neg, dtb, GATES,
-                                                  NEG)
-            if L2NORM:
-                b_q = b_q * tl.rsqrt(row_sum(b_q * b_q) + 1e-6)[None, :, None, None]
-                b_k = b_k * tl.rsqrt(row_sum(b_k * b_k) + 1e-6)[None, :, None, None]
-            # One pass: both reductions read the old state, then S' = g S + u k^T and
-            # o = scale (g S q + u (k.q)) need no second reduction.
-            sk = row_sum(h * b_k)
-            sq = row_sum(h * b_q)
-            kq = row_sum(b_k * b_q)
-            u = beta * (b_v - g * sk)
-            h = g * h + u[None, :, None, None] * b_k
-            o = scale * (g * sq + u * kq)
+            h, o = lanes_token_step(h, p_q, p_k, p_v, p_a, p_b, A_neg, dtb, scale, L2NORM,
+                                    GATES, NEG)
             if POOL > 0:
                 o = tl.where(rd, o, 0.0)
             tl.store(p_o, o.to(out.dtype.element_ty))
@@ -413,22 +458,8 @@ def gdn_varlen_kernel(
     written); ``HAS_INIT``: ``has_init[n]`` False starts from zeros without reading the slot;
     ``CKPT``: the tile also stored after every ``every`` tokens of a real sequence, at the rows
     :func:`checkpoint_rows` counts."""
-    NV: tl.constexpr = V // BV
-    pid = tl.program_id(0).to(tl.int64)
-    i_v = pid % NV
-    i_nh = pid // NV
-    i_n = i_nh // HV
-    i_hv = i_nh % HV
-    i_h = i_hv // (HV // H)
-    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-    if POOL == 0:
-        slot_r = i_n
-        slot_w = i_n
-        rd = as_mask(i_n >= 0)
-        wr = rd
-    else:
-        slot_r, slot_w, rd, wr = pool_slots(slot_idx, new_slot_idx, i_n, P, PN, null_slot, POOL)
+    i_v, i_n, i_hv, i_h, bos, eos, slot_r, slot_w, rd, wr = sequence_program(
+        cu_seqlens, slot_idx, new_slot_idx, P, PN, null_slot, H, HV, V, BV, POOL)
     KO: tl.constexpr = K // (LPR * VEC)
     rows = i_v * BV + tl.arange(0, BV)
     rows4 = rows.to(tl.int64)[None, :, None, None]
@@ -444,34 +475,19 @@ def gdn_varlen_kernel(
                     mask=init, other=0.0).to(tl.float32)
     else:
         h = tl.zeros([LPR, BV, KO, VEC], tl.float32)
-    if GATES:
-        A_neg = 0.0
-        dtb = 0.0
-    else:
-        A_neg = -tl.exp(tl.load(A_log + i_hv * s_alog).to(tl.float32))
-        dtb = tl.load(dt_bias + i_hv * s_dtb).to(tl.float32)
-    p_q = q + bos * sq_t + i_h * sq_h + col
-    p_k = k + bos * sk_t + i_h * sk_h + col
-    p_v = v + bos * sv_t + i_hv * sv_h + rows
-    p_o = out + bos * so_t + i_hv * so_h + rows
-    p_a = a + bos * sa_t + i_hv * sa_h
-    p_b = b + bos * sb_t + i_hv * sb_h
+    A_neg, dtb = head_gate_constants(A_log, dt_bias, i_hv, s_alog, s_dtb, GATES)
+    # the first token's pointers: its row bos of the packed [T, ..] tensors
+    p_q, p_k, p_v, p_o, p_a, p_b = token_pointers(q, k, v, out, a, b, bos, i_h, i_hv, sq_t, sq_h,
+                                                  sk_t, sk_h, sv_t, sv_h, so_t, so_h, sa_t,
+                                                  sa_h, sb_t, sb_h, col, rows)
     if CKPT:
         p_c = ckpt + checkpoint_rows(cu_seqlens, i_n, every) * sc_b + i_hv * sc_h \
             + rows4 * sc_v + col * sc_k
     n_tok = eos - bos
     t = n_tok * 0                # a while loop: the interpreter's range() refuses its scalars
     while t < n_tok:
-        b_q, b_k, b_v, g, beta = token_inputs(p_q, p_k, p_v, p_a, p_b, A_neg, dtb, GATES, NEG)
-        if L2NORM:
-            b_q = b_q * tl.rsqrt(row_sum(b_q * b_q) + 1e-6)[None, :, None, None]
-            b_k = b_k * tl.rsqrt(row_sum(b_k * b_k) + 1e-6)[None, :, None, None]
-        sk = row_sum(h * b_k)
-        sq = row_sum(h * b_q)
-        kq = row_sum(b_k * b_q)
-        u = beta * (b_v - g * sk)
-        h = g * h + u[None, :, None, None] * b_k
-        o = scale * (g * sq + u * kq)
+        h, o = lanes_token_step(h, p_q, p_k, p_v, p_a, p_b, A_neg, dtb, scale, L2NORM, GATES,
+                                NEG)
         tl.store(p_o, tl.where(rd, o, 0.0).to(out.dtype.element_ty))
         t += 1
         if CKPT:
