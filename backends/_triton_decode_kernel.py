@@ -57,6 +57,8 @@ before it reads what this one writes.
 The constexprs of one tiling are unused by the other (the launchers pass defaults).  Imported
 only when a Triton backend runs (it imports triton at module level).
 """
+import os
+
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -499,3 +501,14 @@ def gdn_varlen_kernel(
     tl.store(new_state + slot_w * sn_b + i_hv * sn_h + rows4 * sn_v + col * sn_k,
              h.to(new_state.dtype.element_ty), mask=wr)
 
+
+
+if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    # Triton's interpreter re-patches triton.language on every device-function call; inside a
+    # kernel the module is patched already, so the device functions are bound to the plain
+    # functions the interpreter rewrites them to (as backends/_triton_chunk_kernel.py does).
+    # Read when this module is imported, as triton.jit itself reads it when it decorates.
+    from triton.runtime.interpreter import InterpretedFunction
+    for _name, _fn in list(globals().items()):
+        if isinstance(_fn, InterpretedFunction) and not _name.endswith("_kernel"):
+            globals()[_name] = _fn.rewrite()

@@ -24,8 +24,9 @@ CASES = [
     (LONG, 1, 3, 64, torch.float32, True, True, True),
     ([17, 0, 40], 2, 4, 128, torch.bfloat16, False, False, True),
 ]
-# Backends that compile per signature or run through an interpreter take every other case here.
-SLOW_ON_CPU = {"pt-compiled"}
+# Backends that compile per signature or run token by token through the interpreter take every
+# other case here.
+SLOW_ON_CPU = {"pt-compiled", "fla-recurrent"}
 
 
 def _id(c):

@@ -36,8 +36,9 @@ CASES = [
 DIM = {6: 128, 7: 128}                     # K = V of a case (default 64)
 SERVERS = [n for n in registry.names("prefill")
            if registry.spec(n, "prefill").features["checkpoints"] is True]
-# pt-compiled compiles per signature, triton-chunk runs in the interpreter: on CPU a few cases.
-SLOW_ON_CPU = {"pt-compiled": (1, 3), "triton-chunk": (0, 1, 2, 3, 5)}
+# pt-compiled compiles per signature, triton-chunk and fla-recurrent run in the interpreter
+# (fla-recurrent token by token, ~20 ms a token and head): on CPU a few cases.
+SLOW_ON_CPU = {"pt-compiled": (1, 3), "triton-chunk": (0, 1, 2, 3, 5), "fla-recurrent": (5,)}
 
 
 def _id(c):
