@@ -19,8 +19,7 @@ sequences (``backends/tables/``), else 16 rows of 4 warps; not yet measured for 
 """
 from __future__ import annotations
 
-import math
-
+from gdnzoo import tables
 from gdnzoo.backends import _triton_launch as tlaunch
 from gdnzoo.backends import fla_recurrent as fr
 
@@ -65,18 +64,12 @@ def config_for(call) -> tuple:
     dev = call.q.get_device()
     try:
         row = fr.table_config(tlaunch.gpu_name(dev), sd, max(p.N, 1), p.H, p.HV, p.K, p.V)
-    except (KeyError, ValueError, LookupError):
+    except tables.TableError:                   # no row for this GPU and shape
         row = fr.fit_config(sd, max(p.N, 1) * p.HV, p.K, p.V, (16, 4, 1))
     if p.k_first:
         row = fr.kfirst_config(sd, max(p.N, 1) * p.HV, p.K, p.V, row)
     BV, nw, _, lpr, _ = fr.CONFIG.normalize(row)
     return BV, nw, fr.default_lpr(sd, p.K) if lpr is None else fr.fit_lpr(sd, p.K, lpr)
-
-
-def _strides(x, k_first: bool) -> tuple:
-    """(slot, head, V row, K column) strides of a state, pool or checkpoint buffer."""
-    s = x.stride()
-    return (s[0], s[1], s[3], s[2]) if k_first else tuple(s)
 
 
 def run(call, *, config=None):
@@ -94,27 +87,24 @@ def run(call, *, config=None):
         raise ValueError(f"fla-recurrent: BV={BV} must divide V={p.V} and LPR={lpr} x {vec} "
                          f"elements must divide K={p.K}")
     pool = c.pool
-    mode = 0 if pool is None else (1 if pool.same_indices else 2)
-    gates = c.g is not None
-    ga, gb = (c.g, c.beta) if gates else (c.a, c.b)
-    A_log = ga if gates else c.A_log
-    dt_bias = ga if gates else c.dt_bias
+    mode, idx, new_idx, init = tlaunch.prefill_slots(
+        c.cu_seqlens, None if pool is None else pool.read,
+        None if pool is None or pool.same_indices else pool.write, c.has_initial_state)
+    gates, ga, gb, A_log, dt_bias = tlaunch.prefill_gates(c.A_log, c.a, c.dt_bias, c.b, c.g,
+                                                          c.beta)
     src = c.new_state if c.state is None else c.state
     ck = c.checkpoints if c.checkpoints is not None else c.new_state
-    idx = pool.read if pool is not None else c.cu_seqlens
-    new_idx = pool.write if mode == 2 else idx
-    init = c.has_initial_state if c.has_initial_state is not None else c.cu_seqlens
-    scale = float(c.scale) if c.scale else 1.0 / math.sqrt(p.K)
     q, k, v, out = c.q, c.k, c.v, c.out
     gdn_varlen_kernel[(N * p.HV * (p.V // BV),)](
         q, k, v, ga, gb, A_log, dt_bias, out, src, c.new_state, idx, new_idx, c.cu_seqlens,
-        init, ck, scale, c.checkpoint_every or 1,
+        init, ck, float(c.scale), c.checkpoint_every or 1,   # the record's scale: resolved
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         ga.stride(0), ga.stride(1), gb.stride(0), gb.stride(1), A_log.stride(0),
         dt_bias.stride(0), out.stride(0), out.stride(1),
-        *_strides(src, p.k_first), *_strides(c.new_state, p.k_first), *_strides(ck, p.k_first),
+        *tlaunch.state_strides(src, p.k_first), *tlaunch.state_strides(c.new_state, p.k_first),
+        *tlaunch.state_strides(ck, p.k_first),
         src.shape[0], c.new_state.shape[0], c.null_slot,
         p.H, p.HV, p.K, p.V, BV, bool(c.use_qk_l2norm), lpr, vec, mode,
         int(c.state is not None), int(c.has_initial_state is not None),
-        int(c.checkpoints is not None), int(gates), int(bool(c.allow_neg_eigval)),
+        int(c.checkpoints is not None), gates, int(bool(c.allow_neg_eigval)),
         num_warps=nw, num_stages=1)

@@ -71,18 +71,15 @@ dt_bias); 1: FLA's precomputed gates in the a, b slots: g log-space fp32, beta p
 
 Imported only when the backend runs (it imports triton at module level).
 """
-import os
-
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from gdnzoo.backends._triton_decode_kernel import head_gate_constants, sequence_program
+from gdnzoo.backends._triton_decode_kernel import (INTERPRETED, SEQ_BLOCK, bind_interpreted,
+                                                    checkpoint_row0, head_gate_constants,
+                                                    sequence_program)
 
 MAX_MERGE_LEVELS = tl.constexpr(4)       # base blocks of 8 merged up to C = 128
-SEQ_BLOCK = tl.constexpr(256)            # sequences counted per load by chunk_of_slot
-# Read when this module is imported, as triton.jit itself reads it when it decorates.
-INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
 
 
 @triton.jit
@@ -351,23 +348,6 @@ def chunk_step(h, t0, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv, rows_v, r
 
 
 @triton.jit
-def checkpoint_row0(cu_seqlens, i_n, every):
-    """The first checkpoint row of sequence ``i_n``: the sum of L_i // every over i < i_n
-    (counted SEQ_BLOCK sequences a load, as :func:`chunk_of_slot` counts)."""
-    idx = tl.arange(0, SEQ_BLOCK)
-    row = i_n * 0
-    n0 = i_n * 0
-    while n0 < i_n:
-        i = n0 + idx
-        m = i < i_n
-        bos = tl.load(cu_seqlens + i, mask=m, other=0).to(tl.int64)
-        eos = tl.load(cu_seqlens + i + 1, mask=m, other=0).to(tl.int64)
-        row += tl.sum((eos - bos) // every, 0)
-        n0 += SEQ_BLOCK
-    return row
-
-
-@triton.jit
 def store_checkpoint(ckpt, h, j, row0, n_tok, every, ok, i_hv, rows_v, cols,
                      sc_n, sc_h, sc_v, sc_k, C: tl.constexpr):
     """The tile ``h`` (the state after chunk j) as a checkpoint when chunk j ends on a
@@ -442,10 +422,4 @@ def chunk_state_kernel(
 
 
 if INTERPRETED:
-    # Triton 3.6's interpreter re-patches triton.language on every device-function call (~3 ms
-    # each: most of a CPU run's time); inside a kernel the module is patched already, so the
-    # device functions are bound to the plain functions the interpreter rewrites them to.
-    from triton.runtime.interpreter import InterpretedFunction
-    for _name, _fn in list(globals().items()):
-        if isinstance(_fn, InterpretedFunction) and not _name.endswith("_kernel"):
-            globals()[_name] = _fn.rewrite()
+    bind_interpreted(globals())

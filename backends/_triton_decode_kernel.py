@@ -63,6 +63,22 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+# sequences counted per load over cu_seqlens (triton-chunk's chunk_of_slot, checkpoint_row0)
+SEQ_BLOCK = tl.constexpr(256)
+# Read when this module is imported, as triton.jit itself reads it when it decorates.
+INTERPRETED = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
+
+
+def bind_interpreted(namespace: dict) -> None:
+    """Under Triton's interpreter, which re-patches triton.language on every device-function
+    call (~3 ms each: most of a CPU run's time), bind a kernel module's device functions to
+    the plain functions the interpreter rewrites them to: inside a kernel the module is
+    patched already.  The kernels (names ending in ``_kernel``) stay as they are."""
+    from triton.runtime.interpreter import InterpretedFunction
+    for name, fn in list(namespace.items()):
+        if isinstance(fn, InterpretedFunction) and not name.endswith("_kernel"):
+            namespace[name] = fn.rewrite()
+
 
 @triton.jit
 def softplus_decay(A_neg, a_raw, dt_bias):
@@ -429,14 +445,19 @@ def gdn_decode_kernel(
 
 
 @triton.jit
-def checkpoint_rows(cu_seqlens, i_n, every):
+def checkpoint_row0(cu_seqlens, i_n, every):
     """The first checkpoint row of sequence ``i_n``: the sum of L_i // every over i < i_n
-    (one sequence at a time: this kernel's programs are short sequences' own)."""
+    (counted SEQ_BLOCK sequences a load)."""
+    idx = tl.arange(0, SEQ_BLOCK)
     row = i_n * 0
-    i = i_n * 0
-    while i < i_n:
-        row += (tl.load(cu_seqlens + i + 1).to(tl.int64) - tl.load(cu_seqlens + i)) // every
-        i += 1
+    n0 = i_n * 0
+    while n0 < i_n:
+        i = n0 + idx
+        m = i < i_n
+        bos = tl.load(cu_seqlens + i, mask=m, other=0).to(tl.int64)
+        eos = tl.load(cu_seqlens + i + 1, mask=m, other=0).to(tl.int64)
+        row += tl.sum((eos - bos) // every, 0)
+        n0 += SEQ_BLOCK
     return row
 
 
@@ -459,7 +480,7 @@ def gdn_varlen_kernel(
     (zeros); ``POOL`` as the decode kernel's (a padded sequence: zero outputs, no state read or
     written); ``HAS_INIT``: ``has_init[n]`` False starts from zeros without reading the slot;
     ``CKPT``: the tile also stored after every ``every`` tokens of a real sequence, at the rows
-    :func:`checkpoint_rows` counts."""
+    :func:`checkpoint_row0` counts."""
     i_v, i_n, i_hv, i_h, bos, eos, slot_r, slot_w, rd, wr = sequence_program(
         cu_seqlens, slot_idx, new_slot_idx, P, PN, null_slot, H, HV, V, BV, POOL)
     KO: tl.constexpr = K // (LPR * VEC)
@@ -483,7 +504,7 @@ def gdn_varlen_kernel(
                                                   sk_t, sk_h, sv_t, sv_h, so_t, so_h, sa_t,
                                                   sa_h, sb_t, sb_h, col, rows)
     if CKPT:
-        p_c = ckpt + checkpoint_rows(cu_seqlens, i_n, every) * sc_b + i_hv * sc_h \
+        p_c = ckpt + checkpoint_row0(cu_seqlens, i_n, every) * sc_b + i_hv * sc_h \
             + rows4 * sc_v + col * sc_k
     n_tok = eos - bos
     t = n_tok * 0                # a while loop: the interpreter's range() refuses its scalars
@@ -502,13 +523,5 @@ def gdn_varlen_kernel(
              h.to(new_state.dtype.element_ty), mask=wr)
 
 
-
-if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
-    # Triton's interpreter re-patches triton.language on every device-function call; inside a
-    # kernel the module is patched already, so the device functions are bound to the plain
-    # functions the interpreter rewrites them to (as backends/_triton_chunk_kernel.py does).
-    # Read when this module is imported, as triton.jit itself reads it when it decorates.
-    from triton.runtime.interpreter import InterpretedFunction
-    for _name, _fn in list(globals().items()):
-        if isinstance(_fn, InterpretedFunction) and not _name.endswith("_kernel"):
-            globals()[_name] = _fn.rewrite()
+if INTERPRETED:
+    bind_interpreted(globals())

@@ -39,6 +39,34 @@ def compile_offline(kernel, args, kwargs, arch: int = 90):
                           options=options.__dict__)
 
 
+def state_strides(x, k_first: bool) -> tuple:
+    """(slot, head, V row, K column) strides of a state, pool or checkpoint buffer, k-last
+    ``[.., HV, V, K]`` or K-first ``[.., HV, K, V]``."""
+    s = x.stride()
+    return (s[0], s[1], s[3], s[2]) if k_first else tuple(s)
+
+
+def prefill_gates(A_log, a, dt_bias, b, g, beta) -> tuple:
+    """(GATES, the a and b pointers, A_log, dt_bias) of a prefill kernel's launch: raw gates
+    (0), or FLA's precomputed g and beta in the a and b slots (1); A_log and dt_bias are then
+    never read, and any valid pointer stands in for them."""
+    gates = 0 if g is None else 1
+    ga, gb = (a, b) if g is None else (g, beta)
+    return (gates, ga, gb, ga if A_log is None or gates else A_log,
+            ga if dt_bias is None or gates else dt_bias)
+
+
+def prefill_slots(cu_seqlens, state_indices, new_state_indices, has_initial_state) -> tuple:
+    """(POOL, read-slot, write-slot and has_initial_state pointers) of a prefill kernel's
+    launch: POOL 0 dense, 1 the read slots written, 2 separate write slots; ``cu_seqlens``
+    stands in for the absent ones (never read)."""
+    pool = 0 if state_indices is None else (
+        1 if new_state_indices is None or new_state_indices is state_indices else 2)
+    idx = state_indices if pool else cu_seqlens
+    return (pool, idx, new_state_indices if pool == 2 else idx,
+            has_initial_state if has_initial_state is not None else cu_seqlens)
+
+
 def interpreter_on() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 

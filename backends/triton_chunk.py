@@ -248,12 +248,6 @@ def serves(*, H: int, HV: int, K: int, V: int, io_dtype, state_dtype=torch.float
     return True, ""
 
 
-def _state_strides(x, k_first: bool) -> tuple:
-    """(slot, head, V row, K column) strides of a state or pool, k-last or K-first."""
-    s = x.stride()
-    return (s[0], s[1], s[3], s[2]) if k_first else tuple(s)
-
-
 def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state,
            use_qk_l2norm, *, g=None, beta=None, state_indices=None, new_state_indices=None,
            null_slot=-1, has_initial_state=None, k_first=False, checkpoints=None,
@@ -279,11 +273,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     if checkpoints is not None and checkpoint_every % C:
         raise ValueError(f"config: chunk={C} must divide checkpoint_every={checkpoint_every} "
                          f"(checkpoints are stored at chunk ends)")
-    gates = 0 if g is None else 1
-    ga, gb = (a, b) if g is None else (g, beta)
-    # With precomputed gates A_log and dt_bias are never read: any valid pointer will do.
-    A_log = ga if A_log is None or gates else A_log
-    dt_bias = ga if dt_bias is None or gates else dt_bias
+    gates, ga, gb, A_log, dt_bias = tlaunch.prefill_gates(A_log, a, dt_bias, b, g, beta)
     if N < 1:
         return c
     n_slots = T // C + N
@@ -304,15 +294,12 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
             gb.stride(0), gb.stride(1), A_log.stride(0), dt_bias.stride(0),
             H, HV, K, C, c.base, l2, gates, PREP_PRECISION.get(c.precision, c.precision),
             c.precision, num_warps=c.prep_warps, num_stages=1, **pdl_kw)
-    pool = 0 if state_indices is None else (
-        1 if new_state_indices is None or new_state_indices is state_indices else 2)
+    pool, idx, new_idx, init = tlaunch.prefill_slots(cu_seqlens, state_indices,
+                                                     new_state_indices, has_initial_state)
     src = new_state if state is None else state
-    ss = _state_strides(src, k_first) if state is not None else (0, 0, 0, 0)
-    sn = _state_strides(new_state, k_first)
+    ss = tlaunch.state_strides(src, k_first) if state is not None else (0, 0, 0, 0)
+    sn = tlaunch.state_strides(new_state, k_first)
     n_read = src.shape[0]
-    idx = state_indices if pool else cu_seqlens
-    new_idx = new_state_indices if pool == 2 else idx
-    init = has_initial_state if has_initial_state is not None else cu_seqlens
     # Without checkpoints CKPT is left at its default: the kernel compiles as it did before.
     ck = {} if checkpoints is None else dict(CKPT=1)
     ckpt = new_state if checkpoints is None else checkpoints
@@ -320,7 +307,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
         q, k, v, cu_seqlens, mats, vecs, out, src, new_state, idx, new_idx, init, T,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), *ss, *sn, n_read, new_state.shape[0], null_slot,
-        ckpt, *_state_strides(ckpt, k_first), checkpoint_every or 0,
+        ckpt, *tlaunch.state_strides(ckpt, k_first), checkpoint_every or 0,
         H, HV, K, V, C, c.block_v, c.precision, pool, int(state is not None),
         int(has_initial_state is not None), c.stages, num_warps=c.warps, num_stages=c.stages,
         **ck, **pdl_kw)

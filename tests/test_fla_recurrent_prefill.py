@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from gdnzoo import prefill_contract
+from gdnzoo import dispatch, operation
 from gdnzoo.inputs import make_prefill_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,13 +49,9 @@ def _record(kw, sd, k_first):
         kw["checkpoints"] = torch.empty(3, 4, 128, 128)
     if k_first:
         kw["state_layout"] = "k-first"
-    args = (x.q, x.k, x.v, state, A_log, a, dt_bias, b, x.cu_seqlens)
-    problem, scale = prefill_contract.validate(*args, **kw)
-    named = dict(zip(prefill_contract.PREFILL.names, args))
-    full = tuple(kw.get(n, named.get(n)) for n in prefill_contract.PREFILL.names)
-    full = tuple(False if n == "allow_neg_eigval" and v is None else v
-                 for n, v in zip(prefill_contract.PREFILL.names, full))
-    return prefill_contract.record(full, problem, scale, "fla-recurrent")
+    op = operation.get("prefill")
+    args = operation.binder(op)(x.q, x.k, x.v, state, A_log, a, dt_bias, b, x.cu_seqlens, **kw)
+    return dispatch.record(op, args, "fla-recurrent")
 
 
 def compile_all(out_path):
