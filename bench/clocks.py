@@ -349,6 +349,27 @@ def _kernel_times_cupti(launch, iters, start, cupti=None, sync=None, reduce=span
     return per, clock_note + note
 
 
+def _profiler_records(events, tag: str) -> tuple:
+    """(iteration windows {i: (start, end)}, {correlation id: launch time}, GPU records
+    [(start, end, linked correlation id)]) of a torch.profiler session's events.
+
+    A ``record_function`` marker shows up twice: as a CPU range (the iteration's window) and,
+    in recent torch, as a GPU user annotation spanning the kernels it launched.  The GPU copy is
+    no record of its own: counted, it doubled a call's summed kernel time (H200, torch 2.11)."""
+    windows, launch_of, gpu = {}, {}, []
+    for ev in events:
+        name = ev.name()
+        if ev.device_type() == torch.autograd.DeviceType.CUDA:
+            if not name.startswith(tag):
+                gpu.append((ev.start_ns(), ev.end_ns(), ev.linked_correlation_id()))
+            continue
+        if name.startswith(tag):
+            windows[int(name[len(tag):])] = (ev.start_ns(), ev.end_ns())
+        if ev.correlation_id():     # kernels link to the op (or our marker) that launched them
+            launch_of[ev.correlation_id()] = ev.start_ns()
+    return windows, launch_of, gpu
+
+
 def _kernel_times_torch_profiler(launch, iters, start, reduce=span_us, prepare=None):
     from torch.profiler import ProfilerActivity, profile, record_function
     tag = "gdnzoo_iter_"
@@ -361,16 +382,7 @@ def _kernel_times_torch_profiler(launch, iters, start, reduce=span_us, prepare=N
             with record_function(f"{tag}{i}"):
                 launch(start + i)
         torch.cuda.synchronize()
-    windows, launch_of, gpu = {}, {}, []
-    for ev in prof.profiler.kineto_results.events():
-        name = ev.name()
-        if ev.device_type() == torch.autograd.DeviceType.CUDA:
-            gpu.append((ev.start_ns(), ev.end_ns(), ev.linked_correlation_id()))
-            continue
-        if name.startswith(tag):
-            windows[int(name[len(tag):])] = (ev.start_ns(), ev.end_ns())
-        if ev.correlation_id():     # kernels link to the op (or our marker) that launched them
-            launch_of[ev.correlation_id()] = ev.start_ns()
+    windows, launch_of, gpu = _profiler_records(prof.profiler.kineto_results.events(), tag)
     if sorted(windows) != list(range(iters)):
         raise RuntimeError("kernel clock: torch.profiler lost iteration markers")
     return _spans([windows[i] for i in range(iters)], launch_of, gpu, reduce)

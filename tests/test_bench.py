@@ -87,6 +87,46 @@ def test_spans_group_by_launch_window():
         clocks._spans(windows, launch_of, gpu[:2])
 
 
+class _Ev:
+    """A torch.profiler (Kineto) event stand-in."""
+
+    def __init__(self, name, cuda, start, end, corr=0, linked=0):
+        self._v = (name, cuda, start, end, corr, linked)
+
+    def name(self):
+        return self._v[0]
+
+    def device_type(self):
+        return torch.autograd.DeviceType.CUDA if self._v[1] else torch.autograd.DeviceType.CPU
+
+    def start_ns(self):
+        return self._v[2]
+
+    def end_ns(self):
+        return self._v[3]
+
+    def correlation_id(self):
+        return self._v[4]
+
+    def linked_correlation_id(self):
+        return self._v[5]
+
+
+def test_profiler_records_leave_out_the_markers_gpu_copy():
+    """torch.profiler reports an iteration marker on the GPU too (a user annotation spanning the
+    call's kernels); summed with them it doubled a call's kernel time."""
+    tag = "gdnzoo_iter_"
+    events = [_Ev(tag + "0", False, 0, 10), _Ev("launch", False, 2, 3, corr=7),
+              _Ev("launch", False, 4, 5, corr=8),
+              _Ev(tag + "0", True, 20, 60),                            # the GPU annotation
+              _Ev("prep", True, 20, 30, linked=7), _Ev("state", True, 31, 60, linked=8)]
+    windows, launch_of, gpu = clocks._profiler_records(events, tag)
+    assert windows == {0: (0, 10)} and launch_of == {7: 2, 8: 4}
+    assert gpu == [(20, 30, 7), (31, 60, 8)]
+    got = clocks._spans([windows[0]], launch_of, gpu, clocks.busy_and_count)
+    assert got == [(pytest.approx(0.039), 2)]
+
+
 class _FakeCupti:
     """CUPTI stand-in whose timestamps run ``ticks_per_ns`` times faster than ns (a TSC callback)."""
 

@@ -50,6 +50,18 @@ def test_kernel_clock_torch_profiler_path(sleep50):
     assert _med(t) == pytest.approx(ref, rel=0.10)
 
 
+def test_torch_profiler_path_sums_only_the_kernels(sleep50):
+    """Its iteration marker's GPU annotation is not counted as a record of the call."""
+    c, ref = sleep50
+
+    def two(i):
+        torch.cuda._sleep(c)
+        torch.cuda._sleep(c)
+    got = clocks._kernel_times_torch_profiler(two, 30, 0, clocks.busy_and_count)
+    assert {n for _, n in got} == {2}
+    assert _med([t for t, _ in got]) == pytest.approx(2 * ref, rel=0.10)
+
+
 def test_kernel_clock_counts_every_kernel_of_a_call(sleep50):
     c, ref = sleep50
 
