@@ -14,6 +14,9 @@
 #   bash lab/gpu_session.sh pool OUT     # gdnzoo bench --mode pool, both state dtypes (BUDGET s)
 #   bash lab/gpu_session.sh kfirst OUT   # tests/test_forms.py + test_tables.py beside
 #                                        # lab.models_gpu's correctness, then its decode timing
+#   bash lab/gpu_session.sh recurrent OUT  # fla-recurrent's prefill: its GPU tests and the forms'
+#                                        # beside check --op prefill, then timed beside
+#                                        # triton-chunk (RMIX mixes; no bundle needed)
 #   bash lab/gpu_session.sh profile OUT  # ncu on triton-chunk's launches ($PROFILE_CASES), then
 #                                        # its GPU tests and the prefill PDL tests (no bundle needed)
 #
@@ -146,6 +149,28 @@ kfirst)                     # the state forms' tests (fla-recurrent's K-first ti
   echo "lab.models_gpu decode: exit $?" > "$OUT/models_decode.summary"
   echo "== failures"; grep -h "^FAILED\|^ERROR" "$OUT"/pytest_*.log | cut -c1-300 | head -40
   echo "== models"; tail -25 "$OUT/models_correctness.log"; tail -22 "$OUT/models_decode.log"
+  echo "== summary"; cat "$OUT"/*.summary
+  ;;
+recurrent)                  # fla-recurrent's prefill on a GPU: correctness, then its time
+  shard recurrent 300 --tb=short tests/test_fla_recurrent_prefill.py tests/test_forms.py
+  shard prefill_recurrent 300 --tb=short tests/test_prefill.py tests/test_prefill_checkpoints.py \
+    -k fla-recurrent
+  ( timeout 300 gdnzoo check --op prefill --algo fla-recurrent,triton-chunk \
+      > "$OUT/check_prefill.log" 2>&1
+    echo "check --op prefill: exit $?" > "$OUT/check_prefill.summary" ) &
+  wait
+  for heads in ${RHEADS:-4,8 16,32}; do
+    t0=$SECONDS
+    timeout ${RTIME:-130} gdnzoo bench --mode prefill --algo triton-chunk,fla-recurrent \
+      --heads "$heads" --mix "${RMIX:-1x8192,8x1024,16x256,64x64,128x32,256x16,ragged}" \
+      --state-dtype fp32 --timing kernel --iters 30 --no-plots \
+      --out "$OUT/bench_recurrent_${heads/,/_}" > "$OUT/bench_recurrent_${heads/,/_}.log" 2>&1
+    echo "bench --heads $heads: exit $? in $((SECONDS - t0)) s" \
+      > "$OUT/bench_recurrent_${heads/,/_}.summary"
+  done
+  echo "== failures"; grep -h "^FAILED\|^ERROR" "$OUT"/pytest_*.log | cut -c1-300 | head -40
+  echo "== check"; grep -v "^ " "$OUT/check_prefill.log" | tail -12
+  for f in "$OUT"/bench_recurrent_*.log; do echo "== $f"; tail -30 "$f"; done
   echo "== summary"; cat "$OUT"/*.summary
   ;;
 profile)                    # ncu (counters, stall reasons) on triton-chunk, then its GPU tests
