@@ -55,7 +55,7 @@ def supports(problem):
 
 def config_for(call) -> tuple:
     """(BV, num_warps, LPR) of a call: the decode launch row of this GPU at N sequences and
-    T = 1 (fitted to K, V and, for a K-first state, to a 32-byte sector a K row), else 16 rows
+    T = 1 (fitted to K, V; a K-first state's through fla-recurrent's kfirst_config), else 16 rows
     of 4 warps; on CPU one program per head (fewest programs is fastest there)."""
     p = call.problem
     sd = "fp32" if call.new_state.element_size() == 4 else "bf16"
@@ -107,4 +107,4 @@ def run(call, *, config=None):
         p.H, p.HV, p.K, p.V, BV, bool(c.use_qk_l2norm), lpr, vec, mode,
         int(c.state is not None), int(c.has_initial_state is not None),
         int(c.checkpoints is not None), gates, int(bool(c.allow_neg_eigval)),
-        num_warps=nw, num_stages=1)
+        *((1,) if p.k_first else ()), num_warps=nw, num_stages=1)   # KFIRST: default 0

@@ -235,19 +235,37 @@ def row_sum(x):
 
 
 @triton.jit
+def lanes_shape(x, h):
+    """A [K] vector as the K axes of the [LPR, BV, KO, VEC] tile ``h``: [LPR, 1, KO, VEC]."""
+    return tl.broadcast_to(tl.expand_dims(tl.permute(
+        tl.reshape(x, [h.shape[2], h.shape[0], h.shape[3]]), (1, 0, 2)), 1), h.shape)
+
+
+@triton.jit
 def lanes_token_step(h, p_q, p_k, p_v, p_a, p_b, A_neg, dtb, scale, L2NORM: tl.constexpr,
-                     GATES: tl.constexpr, NEG: tl.constexpr):
+                     GATES: tl.constexpr, NEG: tl.constexpr, QK1D: tl.constexpr = 0):
     """:func:`token_step` on the [LPR, BV, KO, VEC] tile of the lanes-per-row thread map (q and
     k read with the tile's shape): returns (the new tile, its [BV] outputs).  One pass: both
     reductions read the old state, then S' = g S + u k^T and o = scale (g S q + u (k.q)) need
-    no second reduction."""
+    no second reduction.  ``QK1D`` 1: q and k are read as [K] vectors, normalized and dotted as
+    such, then shaped into the tile's K axes (:func:`lanes_shape`), so that the tile keeps the
+    layout its own load gave it (a K-first state's: V innermost); read with the tile's shape,
+    they pulled the tile into theirs, and every token paid the state's transposition twice."""
     b_q, b_k, b_v, g, beta = token_inputs(p_q, p_k, p_v, p_a, p_b, A_neg, dtb, GATES, NEG)
-    if L2NORM:
+    if QK1D:
+        if L2NORM:
+            b_q = b_q * tl.rsqrt(tl.sum(b_q * b_q, 0) + 1e-6)
+            b_k = b_k * tl.rsqrt(tl.sum(b_k * b_k, 0) + 1e-6)
+        kq = tl.sum(b_k * b_q, 0)
+        b_q = lanes_shape(b_q, h)
+        b_k = lanes_shape(b_k, h)
+    elif L2NORM:
         b_q = b_q * tl.rsqrt(row_sum(b_q * b_q) + 1e-6)[None, :, None, None]
         b_k = b_k * tl.rsqrt(row_sum(b_k * b_k) + 1e-6)[None, :, None, None]
     sk = row_sum(h * b_k)
     sq = row_sum(h * b_q)
-    kq = row_sum(b_k * b_q)
+    if not QK1D:
+        kq = row_sum(b_k * b_q)
     u = beta * (b_v - g * sk)
     return g * h + u[None, :, None, None] * b_k, scale * (g * sq + u * kq)
 
@@ -380,7 +398,8 @@ def gdn_decode_kernel(
             h = tl.load(src + rows4 * ss_v + col, mask=rd).to(tl.float32)
 
         # q and k are read with the tile's shape (same thread map, rows reading the same
-        # address), so no layout conversion sits between them and the state.
+        # address), so no layout conversion sits between them and the state.  A K-first tile
+        # loads V-innermost: its q and k are [K] vectors shaped into it (lanes_token_step).
         col = tl.broadcast_to(col, [LPR, BV, KO, VEC])
         if GATES:                          # never read: the gates come precomputed
             A_neg = 0.0
@@ -388,8 +407,12 @@ def gdn_decode_kernel(
         else:
             A_neg = -tl.exp(tl.load(A_log + i_hv * s_alog).to(tl.float32))
             dtb = tl.load(dt_bias + i_hv * s_dtb).to(tl.float32)
-        p_q = q + i_b * sq_b + i_h * sq_h + col
-        p_k = k + i_b * sk_b + i_h * sk_h + col
+        if KFIRST:
+            p_q = q + i_b * sq_b + i_h * sq_h + tl.arange(0, K)
+            p_k = k + i_b * sk_b + i_h * sk_h + tl.arange(0, K)
+        else:
+            p_q = q + i_b * sq_b + i_h * sq_h + col
+            p_k = k + i_b * sk_b + i_h * sk_h + col
         p_v = v + i_b * sv_b + i_hv * sv_h + rows
         p_o = out + i_b * so_b + i_hv * so_h + rows
         p_a = a + i_b * sa_b + i_hv * sa_h
@@ -418,7 +441,7 @@ def gdn_decode_kernel(
                 w = tl.load(p_w).to(tl.int64)     # loaded before the token's math
                 w_ok = rd & (w >= 0) & (w < PN) & (w != null_slot)
             h, o = lanes_token_step(h, p_q, p_k, p_v, p_a, p_b, A_neg, dtb, scale, L2NORM,
-                                    GATES, NEG)
+                                    GATES, NEG, KFIRST)
             if POOL > 0:
                 o = tl.where(rd, o, 0.0)
             tl.store(p_o, o.to(out.dtype.element_ty))
@@ -470,7 +493,7 @@ def gdn_varlen_kernel(
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
         BV: tl.constexpr, L2NORM: tl.constexpr, LPR: tl.constexpr, VEC: tl.constexpr,
         POOL: tl.constexpr, STATE0: tl.constexpr, HAS_INIT: tl.constexpr, CKPT: tl.constexpr,
-        GATES: tl.constexpr, NEG: tl.constexpr):
+        GATES: tl.constexpr, NEG: tl.constexpr, KFIRST: tl.constexpr = 0):
     """The decode kernel's recurrence over packed variable-length sequences (fla-recurrent's
     prefill): one program per (sequence, v-head, V-tile of BV rows), the tile in registers with
     the decode kernel's thread map through every token of the sequence (tokens ``cu_seqlens[n]``
@@ -478,7 +501,9 @@ def gdn_varlen_kernel(
     stored per token, the final tile stored once.  The state's (V row, K column) strides are
     passed, so a k-last and a K-first state are read where they lie.  ``STATE0`` 0: no state
     (zeros); ``POOL`` as the decode kernel's (a padded sequence: zero outputs, no state read or
-    written); ``HAS_INIT``: ``has_init[n]`` False starts from zeros without reading the slot;
+    written); ``KFIRST`` 1: the states are K-first (q and k then read as [K] vectors, as the
+    decode kernel reads them for such a state); ``HAS_INIT``: ``has_init[n]`` False starts from
+    zeros without reading the slot;
     ``CKPT``: the tile also stored after every ``every`` tokens of a real sequence, at the rows
     :func:`checkpoint_row0` counts."""
     i_v, i_n, i_hv, i_h, bos, eos, slot_r, slot_w, rd, wr = sequence_program(
@@ -502,7 +527,8 @@ def gdn_varlen_kernel(
     # the first token's pointers: its row bos of the packed [T, ..] tensors
     p_q, p_k, p_v, p_o, p_a, p_b = token_pointers(q, k, v, out, a, b, bos, i_h, i_hv, sq_t, sq_h,
                                                   sk_t, sk_h, sv_t, sv_h, so_t, so_h, sa_t,
-                                                  sa_h, sb_t, sb_h, col, rows)
+                                                  sa_h, sb_t, sb_h,
+                                                  tl.arange(0, K) if KFIRST else col, rows)
     if CKPT:
         p_c = ckpt + checkpoint_row0(cu_seqlens, i_n, every) * sc_b + i_hv * sc_h \
             + rows4 * sc_v + col * sc_k
@@ -510,7 +536,7 @@ def gdn_varlen_kernel(
     t = n_tok * 0                # a while loop: the interpreter's range() refuses its scalars
     while t < n_tok:
         h, o = lanes_token_step(h, p_q, p_k, p_v, p_a, p_b, A_neg, dtb, scale, L2NORM, GATES,
-                                NEG)
+                                NEG, KFIRST)
         tl.store(p_o, tl.where(rd, o, 0.0).to(out.dtype.element_ty))
         t += 1
         if CKPT:

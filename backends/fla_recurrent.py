@@ -109,17 +109,21 @@ def pdl_config(state_dtype: str, BHV: int, K: int, V: int, config) -> tuple:
 
 
 def kfirst_config(state_dtype: str, BHV: int, K: int, V: int, config) -> tuple:
-    """A table row fitted to a K-first state ([K, V] a head, V contiguous): a program's tile
-    then reads, for each K row, its BV consecutive V elements, so BV takes at least one 32-byte
-    sector (8 fp32, 16 bf16 elements).  The rows are measured on a k-last state, where BV 4
-    reads whole rows.  On an H200 (lab/notebook/h200/kfirst_rows_2026-11-28.log, fp32, 16/32
-    heads, destination passing, graph replays) 4 rows read a K-first state in 12.98 us at B=4
-    and 52.6 at B=16, 8 rows in 9.05 and 28.0 (a k-last state: 6.7 and 20.1)."""
-    BV, nw, ns, lpr, dense = CONFIG.normalize(config)
-    need = min(V, 32 // (4 if state_dtype == "fp32" else 2))
-    if BV >= need:
-        return BV, nw, ns, lpr, dense
-    return fit_config(state_dtype, BHV, K, V, (need, nw, ns, lpr, dense))
+    """The launch of a K-first state ([K, V] a head, V contiguous; ``config`` the k-last row it
+    replaces, whose DENSE it keeps): one warp whose tile reads, for each K row, BV consecutive V
+    elements, 64 bytes of them (16 fp32, 32 bf16), 128 for an fp32 state at 2048 head-rows
+    (B*HV) or more; at most 128 state elements a thread.  The kernel keeps such a tile in the
+    layout its load gives it (V innermost) and shapes q and k into it.  On an H200 (16/32 and
+    4/8 heads, destination passing, graph replays; lab/notebook/h200/kfirst_rows_2026-11-28_late.log)
+    these were the fastest of 8, 16 and 32 rows at every B measured (1 to 256), and the
+    k-last rows' own tiles (4 or 8 rows, more warps) were slower by up to 44%."""
+    *_, dense = CONFIG.normalize(config)
+    size = 4 if state_dtype == "fp32" else 2
+    BV = (128 if size == 4 and BHV >= 2048 else 64) // size
+    BV = max(1, min(BV, V, 4096 // K))
+    while BHV * (V // BV) > GRID_LIMIT and BV < V:
+        BV *= 2
+    return BV, 1, 1, default_lpr(state_dtype, K), dense
 
 
 def launch_config(problem, gpu):

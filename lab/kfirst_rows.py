@@ -1,7 +1,7 @@
 """fla-recurrent's decode step on a K-first state against a k-last one, per launch tile (block_v),
 on a GPU.  Destination passing (as FLA's entry point); CUDA events around replays of a CUDA
 graph of one call on each of rotated input sets (states read and written: >= 4x L2 in all).
-"table": the launch table's row (K-first: through kfirst_config); bv=N: that tile as given,
+"table": the launch table's row (K-first: kfirst_config's launch); bv=N: that tile as given,
 1 warp, 1 stage.  Which tile a K-first state wants (backends/fla_recurrent.kfirst_config).
 
     python -m lab.kfirst_rows --geom 16/32 --batches 1,4,16 --block-v 4,8,16

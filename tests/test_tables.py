@@ -239,15 +239,18 @@ def test_the_tables_are_found_beside_the_backends():
 
 
 def test_fla_recurrent_fits_its_rows_to_a_k_first_state():
-    """A K-first state's tile reads BV consecutive V elements per K row: at least one 32-byte
-    sector (8 fp32, 16 bf16 elements); the rows (measured k-last) are raised to that, never
-    lowered, and the table's own rows are kept for a k-last state."""
+    """A K-first state's launch is one warp whose tile reads 64 bytes of V a K row (16 fp32, 32
+    bf16 elements), 128 for fp32 at 2048 head-rows or more, at most 128 state elements a thread
+    and never more rows than V; it keeps the k-last row's DENSE, and a k-last state keeps the
+    table's row."""
     from gdnzoo.backends import fla_recurrent as fr
     from gdnzoo.inputs import make_problem
-    assert fr.kfirst_config("fp32", 128, 128, 128, (4, 1, 1, 16, 1))[0] == 8
-    assert fr.kfirst_config("bf16", 128, 128, 128, (4, 1, 1, 16, 1))[0] == 16
-    assert fr.kfirst_config("fp32", 128, 128, 128, (32, 2, 1, 16, 1)) == (32, 2, 1, 16, 1)
-    assert fr.kfirst_config("bf16", 8, 64, 8, (4, 1, 1, None, 0))[0] == 8       # V < a sector
+    assert fr.kfirst_config("fp32", 128, 128, 128, (4, 4, 1, 16, 1)) == (16, 1, 1, 32, 1)
+    assert fr.kfirst_config("fp32", 2048, 128, 128, (4, 4, 1, 16, 0)) == (32, 1, 1, 32, 0)
+    assert fr.kfirst_config("bf16", 128, 128, 128, (4, 1, 1, 16, 1)) == (32, 1, 1, 16, 1)
+    assert fr.kfirst_config("bf16", 8192, 128, 128, (4, 1, 1, 16, 1))[0] == 32
+    assert fr.kfirst_config("fp32", 2048, 256, 256, (4, 1, 1, None, 0))[0] == 16  # 128 a thread
+    assert fr.kfirst_config("bf16", 8, 64, 8, (4, 1, 1, None, 0))[0] == 8        # V < the tile
     h200 = "NVIDIA H200"
     # FLA's entry point returns a fresh state: destination passing, whose H200 row at 128
     # (sequence, head) pairs takes 4 rows a program
@@ -255,4 +258,4 @@ def test_fla_recurrent_fits_its_rows_to_a_k_first_state():
     row = fr.launch_config(p, h200)
     assert row[0] == 4
     kf = fr.launch_config(dataclasses.replace(p, k_first=True), h200)
-    assert kf[0] == 8 and kf[1:] == row[1:]
+    assert kf == (16, 1, 1, 32, row[4])
