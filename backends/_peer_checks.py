@@ -4,6 +4,7 @@ a backend itself."""
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 import torch
 
@@ -18,6 +19,24 @@ def available(packages, needs: str, gpu_only: str, ok: str) -> tuple[bool, str]:
     if not torch.cuda.is_available():
         return False, f"no CUDA device on this machine ({gpu_only})"
     return True, ok
+
+
+def cute_dsl_missing_libs() -> str:
+    """Why the installed CuTe DSL (``cutlass``) cannot compile, or "" when it looks whole.
+
+    nvidia-cutlass-dsl ships its compiler as a per-CUDA-toolkit extension,
+    ``cutlass/_mlir/_mlir_libs/_cutlass_ir.cu<N>....so``, in a separate wheel
+    (nvidia-cutlass-dsl-libs-*); without one, ``import cutlass`` works and every JIT compile
+    raises "No CTK flavor installed".  Checked on the files, without importing the DSL (seconds);
+    a package laid out otherwise is not judged."""
+    spec = importlib.util.find_spec("cutlass")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        libs = Path(root) / "_mlir" / "_mlir_libs"
+        if libs.is_dir() and not any(libs.glob("_cutlass_ir.cu*")):
+            return (f"the CuTe DSL at {root} has no compiler library ({libs}/_cutlass_ir.cu<N>*.so): "
+                    f"install nvidia-cutlass-dsl with its CUDA flavor, e.g. "
+                    f"'nvidia-cutlass-dsl[cu13]'")
+    return ""
 
 
 def on_cuda(problem, why: str) -> tuple[bool, str]:

@@ -64,11 +64,13 @@ _indices: dict = {}
 
 
 def available():
-    return _peer_checks.available(("flashinfer", "cutlass"),
-                                  "flashinfer-python 0.7.2.post1 and nvidia-cutlass-dsl",
-                                  "FlashInfer's GDN kernels are GPU-only",
-                                  "FlashInfer CuTe-DSL gated_delta_rule_decode_pretranspose "
-                                  "(JIT-compiled on first call)")
+    ok, why = _peer_checks.available(("flashinfer", "cutlass"),
+                                     "flashinfer-python 0.7.2.post1 and nvidia-cutlass-dsl",
+                                     "FlashInfer's GDN kernels are GPU-only",
+                                     "FlashInfer CuTe-DSL gated_delta_rule_decode_pretranspose "
+                                     "(JIT-compiled on first call)")
+    broken = ok and _peer_checks.cute_dsl_missing_libs()
+    return (False, broken) if broken else (ok, why)
 
 
 def supports(problem):

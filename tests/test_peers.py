@@ -38,6 +38,26 @@ def test_available_without_gpu_says_so(monkeypatch, name):
     assert not ok and "CUDA" in why
 
 
+def test_fi_baseline_unavailable_when_the_cute_dsl_lacks_its_compiler(monkeypatch, tmp_path):
+    """``import cutlass`` works without the DSL's per-CUDA compiler library (a separate wheel),
+    and then every FlashInfer GDN call fails to compile ("No CTK flavor installed"): the backend
+    is unavailable and says why, rather than chosen and failing."""
+    import importlib.machinery
+    mod = registry.backend_module("fi-baseline")
+    libs = tmp_path / "cutlass" / "_mlir" / "_mlir_libs"
+    libs.mkdir(parents=True)
+    (libs / "__init__.py").write_text("")
+    fake = importlib.machinery.ModuleSpec("cutlass", None, is_package=True)
+    fake.submodule_search_locations = [str(tmp_path / "cutlass")]
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda n, *a: fake if n == "cutlass" else object())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    ok, why = mod.available()
+    assert not ok and "compiler library" in why and "cu13" in why
+    (libs / "_cutlass_ir.cu13.cpython-312-x86_64-linux-gnu.so").write_bytes(b"")
+    assert mod.available()[0]
+
+
 def test_importing_peer_modules_imports_no_optional_package():
     import subprocess
     import sys
