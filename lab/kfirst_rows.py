@@ -1,8 +1,8 @@
 """fla-recurrent's decode step on a K-first state against a k-last one, per launch tile (block_v),
 on a GPU.  Destination passing (as FLA's entry point); CUDA events around replays of a CUDA
 graph of one call on each of rotated input sets (states read and written: >= 4x L2 in all).
-"table": the launch table's row (K-first: kfirst_config's launch); bv=N: that tile as given,
-1 warp, 1 stage.  Which tile a K-first state wants (backends/fla_recurrent.kfirst_config).
+"table": the launch table's row (K-first: kfirst_config's launch); bv=N (or N:W): that tile as
+given, 1 (or W) warps, 1 stage.  Which tile a K-first state wants (backends/fla_recurrent.kfirst_config).
 
     python -m lab.kfirst_rows --geom 16/32 --batches 1,4,16 --block-v 4,8,16
 """
@@ -52,7 +52,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--geom", default="16/32")
     p.add_argument("--batches", default="1,4,16")
-    p.add_argument("--block-v", default="4,8,16")
+    p.add_argument("--block-v", default="4,8,16",
+                   help="tiles: BV or BV:num_warps (1 warp when not given)")
     p.add_argument("--state-dtype", default="fp32")
     a = p.parse_args(argv)
     H, HV = (int(v) for v in a.geom.split("/"))
@@ -65,12 +66,14 @@ def main(argv=None):
         for kfirst in (False, True):
             sets = sets_for(B, H, HV, sd, n, kfirst)
             form = (0, 0, 1 if kfirst else 0)
-            for bv in [None] + [int(v) for v in a.block_v.split(",")]:
-                def call(x, st, o, ns, bv=bv):
+            for tile in [None] + a.block_v.split(","):
+                cfg = None if tile is None else tuple(int(x) for x in (tile + ":1").split(":")[:2]) + (1,)
+
+                def call(x, st, o, ns, cfg=cfg):
                     fr.launch(x.q, x.k, x.v, st, x.A_log, x.a, x.dt_bias, x.b, x.scale, o, ns,
-                              True, config=None if bv is None else (bv, 1, 1), form=form)
+                              True, config=cfg, form=form)
                 us = time_us(call, sets)
-                row.append(f"{'kfirst' if kfirst else 'klast'} bv={bv or 'table'}: {us:.2f}")
+                row.append(f"{'kfirst' if kfirst else 'klast'} bv={tile or 'table'}: {us:.2f}")
         print("  " + " | ".join(row), flush=True)
 
 
