@@ -33,9 +33,9 @@ def cute_dsl_missing_libs() -> str:
     for root in (spec.submodule_search_locations or []) if spec else []:
         libs = Path(root) / "_mlir" / "_mlir_libs"
         if libs.is_dir() and not any(libs.glob("_cutlass_ir.cu*")):
-            return (f"the CuTe DSL at {root} has no compiler library ({libs}/_cutlass_ir.cu<N>*.so): "
-                    f"install nvidia-cutlass-dsl with its CUDA flavor, e.g. "
-                    f"'nvidia-cutlass-dsl[cu13]'")
+            return (f"the CuTe DSL at {root} has no compiler library "
+                    f"({libs}/_cutlass_ir.cu<N>*.so): install nvidia-cutlass-dsl with its "
+                    f"CUDA flavor, e.g. 'nvidia-cutlass-dsl[cu13]'")
     return ""
 
 

@@ -114,9 +114,10 @@ def kfirst_config(state_dtype: str, BHV: int, K: int, V: int, config) -> tuple:
     elements, 64 bytes of them (16 fp32, 32 bf16), 128 for an fp32 state at 2048 head-rows
     (B*HV) or more; at most 128 state elements a thread.  The kernel keeps such a tile in the
     layout its load gives it (V innermost) and shapes q and k into it.  On an H200 (16/32 and
-    4/8 heads, destination passing, graph replays; lab/notebook/h200/kfirst_rows_2026-11-28_late.log)
-    these were the fastest of 8, 16 and 32 rows at every B measured (1 to 256), and the
-    k-last rows' own tiles (4 or 8 rows, more warps) were slower by up to 44%."""
+    4/8 heads, destination passing, graph replays;
+    lab/notebook/h200/kfirst_rows_2026-11-28_late.log) these were the fastest of 8, 16 and 32
+    rows at every B measured (1 to 256), and the k-last rows' own tiles (4 or 8 rows, more
+    warps) were slower by up to 44%."""
     *_, dense = CONFIG.normalize(config)
     size = 4 if state_dtype == "fp32" else 2
     BV = (128 if size == 4 and BHV >= 2048 else 64) // size

@@ -1,8 +1,9 @@
-"""fla-recurrent's decode step on a K-first state against a k-last one, per launch tile (block_v),
-on a GPU.  Destination passing (as FLA's entry point); CUDA events around replays of a CUDA
-graph of one call on each of rotated input sets (states read and written: >= 4x L2 in all).
-"table": the launch table's row (K-first: kfirst_config's launch); bv=N (or N:W): that tile as
-given, 1 (or W) warps, 1 stage.  Which tile a K-first state wants (backends/fla_recurrent.kfirst_config).
+"""fla-recurrent's decode step on a K-first state against a k-last one, per launch tile
+(block_v), on a GPU.  Destination passing (as FLA's entry point); CUDA events around replays
+of a CUDA graph of one call on each of rotated input sets (states read and written: >= 4x L2
+in all).  "table": the launch table's row (K-first: kfirst_config's launch); bv=N (or N:W):
+that tile as given, 1 (or W) warps, 1 stage.  Which tile a K-first state wants
+(backends/fla_recurrent.kfirst_config).
 
     python -m lab.kfirst_rows --geom 16/32 --batches 1,4,16 --block-v 4,8,16
 """
@@ -67,7 +68,8 @@ def main(argv=None):
             sets = sets_for(B, H, HV, sd, n, kfirst)
             form = (0, 0, 1 if kfirst else 0)
             for tile in [None] + a.block_v.split(","):
-                cfg = None if tile is None else tuple(int(x) for x in (tile + ":1").split(":")[:2]) + (1,)
+                cfg = None if tile is None else (
+                    tuple(int(x) for x in (tile + ":1").split(":")[:2]) + (1,))
 
                 def call(x, st, o, ns, cfg=cfg):
                     fr.launch(x.q, x.k, x.v, st, x.A_log, x.a, x.dt_bias, x.b, x.scale, o, ns,
