@@ -25,6 +25,7 @@ import yaml
 
 from gdnzoo.bench import args as bench_args, entries, shapes
 from gdnzoo.operation import DECODE
+from gdnzoo.tables import GEOMETRY_KEYS
 
 EXCLUDE_FLAGS = ("warm write target",)     # flattered measurements never win a table slot
 
@@ -143,6 +144,17 @@ def load_runs(paths, base=None):
     return gpus[0], rows, prov
 
 
+def geometry(results) -> dict:
+    """{H, HV, K, V} the timed rows of ``results`` share: a row of the default table is
+    measured at one geometry (other heads read it by (sequence, head) pairs)."""
+    at = {tuple(r[k] for k in GEOMETRY_KEYS) for r in results
+          if r.get("status") == "PASS" and r.get("backend") != "floor"}
+    if len(at) != 1:
+        raise ValueError(f"tune: the results must be at one geometry (H, HV, K, V), got "
+                         f"{sorted(at)}")
+    return dict(zip(GEOMETRY_KEYS, map(int, at.pop())))
+
+
 def make_row(gpu, results, *, results_file=None, commit=None, versions=None, date=None):
     """The ``defaults:`` entry for this GPU from dense-mode rows (kernel clock): ``table`` from the
     in-place rows at T=1 and, where the rows include them, ``table_dest`` from destination
@@ -157,9 +169,10 @@ def make_row(gpu, results, *, results_file=None, commit=None, versions=None, dat
             tables[mode], values[mode] = t, v
     if "inplace" not in tables:
         raise ValueError("tune: no correct in-place kernel-clock results to choose from")
-    how = ("gdnzoo tune: CUPTI kernel-clock medians, cold L2 (rotated state sets), contest "
-           "geometry H=4 HV=8 K=V=128, T=1, in place; fastest correct backend per measured "
-           "batch size")
+    at = geometry(results)
+    how = ("gdnzoo tune: CUPTI kernel-clock medians, cold L2 (rotated state sets), geometry "
+           + " ".join(f"{k}={v}" for k, v in at.items())
+           + ", T=1, in place; fastest correct backend per measured batch size")
     if "dest" in tables:
         how += ("; table_dest: the same with destination passing (a distinct new_state, "
                 "rotated cold too)")
@@ -168,7 +181,7 @@ def make_row(gpu, results, *, results_file=None, commit=None, versions=None, dat
     prov = dict(how=how, measured=date or datetime.date.today().isoformat(),
                 versions={k: v for k, v in (versions or {}).items() if v},
                 commit=commit, results=results_file, values_us=values["inplace"])
-    row = dict(gpu=gpu, provenance=prov, table=tables["inplace"])
+    row = dict(gpu=gpu, provenance=prov, measured_at=at, table=tables["inplace"])
     for mode in ("dest", "tokens"):
         if mode in tables:
             prov[f"values_us_{mode}"] = values[mode]
@@ -255,6 +268,8 @@ def existing_row(path, gpu):
     for d in data or []:
         if str(d.get("gpu")) == gpu:
             row = dict(gpu=gpu, provenance=dict(d["provenance"]))
+            if d.get("measured_at"):
+                row["measured_at"] = dict(d["measured_at"])
             for key in DECODE.tables:
                 if d.get(key):
                     row[key] = {sd: [(r["batch"][0], r["batch"][1], r["backend"]) for r in rs]
@@ -271,6 +286,10 @@ def with_mode_table(row, old, results, prov, key):
     how, choose, values_key = MODE_TABLES[key]
     table, values = choose(results)
     if table:
+        at = geometry([r for r in results if r.get("bench") == name])
+        if row.setdefault("measured_at", at) != at:
+            raise ValueError(f"tune: the {name} results are at {at}, the row's tables at "
+                             f"{row['measured_at']}")
         row[key] = table
         row["provenance"][name] = {
             "how": how, "measured": prov["date"],
@@ -290,6 +309,9 @@ def render_row(row, indent=2):
     lines = [f"{pad}- gpu: {yaml.safe_dump(row['gpu'], default_style=None).splitlines()[0]}",
              f"{pad}  provenance:"]
     lines += [f"{pad}    {ln}" for ln in prov.rstrip("\n").splitlines()]
+    if row.get("measured_at"):
+        lines.append(f"{pad}  measured_at: {{"
+                     + ", ".join(f"{k}: {v}" for k, v in row["measured_at"].items()) + "}")
     for key in DECODE.tables:
         if key not in row:
             continue

@@ -40,6 +40,12 @@ class ProblemBase:
         return self.B
 
     @property
+    def table_heads(self) -> int | None:
+        """The value heads a default-table row measured at other heads is read at (as many
+        (sequence, head) pairs; :func:`gdnzoo.tables.read_point`); None: read at ``batch``."""
+        return self.HV
+
+    @property
     def empty(self) -> bool:
         """No sequence: the call computes nothing (engines issue empty batches)."""
         return self.B == 0

@@ -126,6 +126,7 @@ class Problem(ProblemBase):
     #                             here), "" off
     op = "prefill"
     batch_name = "T/N"
+    table_heads = None          # the prefill table is read at T/N as is, whatever the heads
 
     @property
     def batch(self) -> int:

@@ -512,6 +512,9 @@ def _select(p, algo):
             _, how = tables.table_kind(row, p)
             be = tables.table_choice(row, p)
             at = f"{p.batch_name}={p.batch}"
+            n, m = tables.read_point(row, p)
+            if n != p.batch * m:
+                at += f" ({n} (sequence, head) pairs: read at B={n / m:g} of HV={m})"
             if be is None:
                 notes.append(f"row {row.gpu} has no {p.state_name} range covering {at}")
             else:

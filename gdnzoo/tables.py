@@ -89,10 +89,16 @@ class DefaultRow:
     """One GPU's row of an operation's default table: by table key (the operation's
     ``tables``: ``table`` measured in place, decode's ``table_dest``, ``table_tokens``,
     ``table_pool``, ``table_verify`` ...) -> state dtype name -> [(lo, hi|None, backend)], the
-    ranges in the problem's ``batch`` (decode: B)."""
+    ranges in the problem's ``batch`` (decode: B).
+
+    ``measured_at`` (optional, a subset of H, HV, K, V with HV): the geometry its tables were
+    measured at.  A call with other value heads then reads them at as many (sequence, head)
+    pairs, as the launch tables do: a range [lo, hi] serves B*HV in ((lo - 1)*HV_m, hi*HV_m]
+    (:func:`table_choice`)."""
     gpu: str
     provenance: dict
     tables: dict
+    measured_at: dict | None = None
 
     def __getattr__(self, name):           # row.table_pool: the table of that key ({}: none)
         if name.startswith("table"):
@@ -139,14 +145,20 @@ def parse_default_rows(rows, backends, error=TableError, op=None,
         w = f"{where} defaults[{i}] ({row.get('gpu', '?') if isinstance(row, dict) else '?'})"
         if not isinstance(row, dict) or not {"gpu", "provenance", "table"} <= set(row):
             raise error(f"{w}: expected gpu, provenance and table")
-        extra = set(row) - {"gpu", "provenance", *keys}
+        extra = set(row) - {"gpu", "provenance", "measured_at", *keys}
         if extra:
             raise error(f"{w}: unknown keys {sorted(extra)} (tables: {', '.join(keys)})")
         if not isinstance(row["provenance"], dict) or "how" not in row["provenance"]:
             raise error(f"{w}: provenance must be a mapping with at least 'how'")
+        m = row.get("measured_at")
+        if m is not None and not (isinstance(m, dict) and "HV" in m and set(m) <= set(GEOMETRY_KEYS)
+                                  and all(type(v) is int and v > 0 for v in m.values())):
+            raise error(f"{w}: measured_at must give HV (and any of H, K, V) as positive ints, "
+                        f"got {m!r}")
         tabs = {k: _parse_choices(row.get(k), f"{w} {k}", backends, error) for k in keys
                 if k in row}
-        out.append(DefaultRow(gpu=str(row["gpu"]), provenance=row["provenance"], tables=tabs))
+        out.append(DefaultRow(gpu=str(row["gpu"]), provenance=row["provenance"], tables=tabs,
+                              measured_at=m))
     return out
 
 
@@ -165,12 +177,23 @@ def table_kind(row: DefaultRow, problem) -> tuple[str, str]:
     return "table", ""
 
 
+def read_point(row: DefaultRow, problem) -> tuple[int, int]:
+    """(n, m): the call reads the row's ranges at n / m.  (problem.batch, 1) unless the row
+    gives the value heads it was measured at and the problem scales by heads
+    (``problem.table_heads``, decode: HV): then (batch * HV, HV_m), as many (sequence, head)
+    pairs as B sequences of the measured geometry."""
+    hv = problem.table_heads
+    if row.measured_at is None or hv is None:
+        return problem.batch, 1
+    return problem.batch * hv, row.measured_at["HV"]
+
+
 def table_choice(row: DefaultRow, problem):
-    """The row's backend for ``problem.batch`` from the table :func:`table_kind` names, or
-    None."""
-    B = problem.batch
+    """The row's backend at ``problem``'s :func:`read_point` from the table :func:`table_kind`
+    names, or None: the range [lo, hi] with (lo - 1)*m < n <= hi*m."""
+    n, m = read_point(row, problem)
     for lo, hi, be in row.tables.get(table_kind(row, problem)[0], {}).get(problem.state_name, []):
-        if lo <= B and (hi is None or B <= hi):
+        if (lo - 1) * m < n and (hi is None or n <= hi * m):
             return be
     return None
 

@@ -564,6 +564,13 @@ def test_fastest_skips_failed_and_flattered():
     row = tune.make_row("NVIDIA H100 80GB HBM3", rows, commit="abc", versions={"torch": "x"})
     assert row["table"] == {"fp32": [(1, None, "fla-recurrent")]}
     assert row["provenance"]["values_us"]["fp32"][1]["fla-recurrent"] == 2.5
+    at = {(r["H"], r["HV"], r["K"], r["V"]) for r in rows}
+    assert len(at) == 1 and tuple(row["measured_at"].values()) == at.pop()
+    assert "geometry H={H} HV={HV} K={K} V={V}, T=1".format(**row["measured_at"]) \
+        in row["provenance"]["how"]
+    other = [dict(r, HV=2 * r["HV"]) if r["B"] == 64 else r for r in rows]
+    with pytest.raises(ValueError, match="one geometry"):
+        tune.make_row("G", other)
 
 
 def test_registry_row_written_text_preserving(tmp_path):
@@ -573,6 +580,7 @@ def test_registry_row_written_text_preserving(tmp_path):
     shutil.copy(src, reg)
     before = reg.read_text()
     row = dict(gpu="NVIDIA TEST-GPU 1GB", provenance=dict(how="test", measured="today"),
+               measured_at=dict(H=16, HV=32, K=128, V=128),
                table={"fp32": [(1, 7, "cuda-v4"), (8, None, "fla-recurrent")],
                       "bf16": [(1, None, "fi-baseline")]})
     tune.write_registry(reg, row)
@@ -580,6 +588,8 @@ def test_registry_row_written_text_preserving(tmp_path):
     r = parse_registry(yaml.safe_load(once))
     h100 = [d for d in r.op("decode").defaults if d.gpu == "NVIDIA TEST-GPU 1GB"]
     assert len(h100) == 1 and h100[0].table["fp32"] == [(1, 7, "cuda-v4"), (8, None, "fla-recurrent")]
+    assert h100[0].measured_at == row["measured_at"]
+    assert tune.existing_row(reg, row["gpu"])["measured_at"] == row["measured_at"]
     ops = difflib.SequenceMatcher(a=before.splitlines(), b=once.splitlines()).get_opcodes()
     assert {op[0] for op in ops} == {"equal", "insert"}                      # only added lines
     row["table"] = {"fp32": [(1, None, "cuda-v1")]}

@@ -215,6 +215,34 @@ def test_b200_row_seeded_from_published_numbers():
     assert row.provenance["values_us"]["fla-recurrent"] == 2.56
 
 
+def test_default_table_is_read_by_sequence_head_pairs():
+    """A row measured at HV_m value heads serves another geometry at as many (sequence, head)
+    pairs: its range [lo, hi] serves B*HV in ((lo - 1)*HV_m, hi*HV_m] (the H200's kernel times
+    follow B*HV, bench/results/h200/geometries/); the measured geometry reads as before, a row
+    without measured_at and the prefill table read the batch as is."""
+    import dataclasses
+    row = registry.default_row("NVIDIA H200")
+    assert row.measured_at["HV"] == 8
+    at = {B: tables.table_choice(row, cuda_problem(B)) for B in range(1, 257)}
+
+    def read(B, H, HV):
+        return tables.table_choice(row, dataclasses.replace(cuda_problem(B), H=H, HV=HV))
+    for B in (1, 2, 4, 8, 16, 32, 64):
+        assert read(B, 16, 32) == at[4 * B]                       # 4x the pairs of 4/8
+        assert read(B, 8, 8) == at[B]                             # same HV, other H
+    for B, at8 in ((1, 1), (2, 2), (3, 3), (4, 3), (5, 4), (8, 6)):
+        assert read(B, 2, 6) == at[at8], B                        # B*6 in ((at8-1)*8, at8*8]
+    assert tables.read_point(row, dataclasses.replace(cuda_problem(3), H=2, HV=6)) == (18, 8)
+    raw = dataclasses.replace(row, measured_at=None)
+    assert [tables.table_choice(raw, dataclasses.replace(cuda_problem(B), H=16, HV=32))
+            for B in (1, 2, 4, 8)] == [at[1], at[2], at[4], at[8]]
+    rows = yaml.safe_load(registry.registry_path().read_text())["operations"]["decode"]["defaults"]
+    for bad in ({"H": 4}, {"HV": 0}, {"HV": 8, "T": 1}, {"HV": "8"}, [8]):
+        item = dict(next(r for r in rows if r["gpu"] == "NVIDIA H200"), measured_at=bad)
+        with pytest.raises(registry.RegistryError, match="measured_at must give HV"):
+            tables.parse_default_rows([item], registry.names(), registry.RegistryError)
+
+
 def test_registry_file_from_the_environment(tmp_path, monkeypatch, raw):
     p = tmp_path / "mine.yaml"
     dec(raw)["backends"] = dec(raw)["backends"][:1]
@@ -270,4 +298,6 @@ def test_prefill_has_its_own_default_table():
     p = prefill_contract.validate(*make_prefill_inputs([3, 5], H=2, HV=4, K=16, V=16).args())[0]
     assert tables.table_choice(row, p) == "triton-chunk"
     assert tables.table_choice(row, dataclasses.replace(p, state_dtype=torch.bfloat16)) is None
+    assert p.table_heads is None and tables.read_point(
+        dataclasses.replace(row, measured_at={"HV": 8}), p) == (p.batch, 1)
     assert registry.default_row("NVIDIA H200", "decode") is not row
