@@ -302,7 +302,8 @@ class Serving(Mode):
                                 [(c, clocks)], plan)
         return rows
 
-    def pool_problem(self, c, plan, **kw):
+    def problem(self, c, plan, **kw):
+        """The automatic choice's Problem: its calls read and write a pool."""
         return super().problem(c, plan, pool=True, **kw)
 
 

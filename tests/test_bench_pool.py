@@ -74,6 +74,28 @@ def test_plan_says_which_argument(extra, match, capsys):
 
 # ------------------------------------------------------------------------------ the inputs
 
+def test_auto_column_names_the_pool_tables_choice():
+    """The ``auto`` column of a pool or verify run names what the automatic choice picks for
+    the run's own calls (a pool, a verify on a pool): the default table's ``table_pool`` /
+    ``table_verify``, not the dense table (which the pool mode named from b9811d0 on: the
+    H200's fp32 pool at 16/32 B=64 read cuda-v4 while auto ran fla-recurrent)."""
+    import dataclasses
+
+    from gdnzoo import registry, tables
+    row = registry.default_row("NVIDIA H200")
+    for mode, key in (("pool", "table_pool"), ("verify", "table_verify")):
+        plan = pipeline.make_plan(_bench_args("--mode", mode, "--device", "cpu"))
+        c = next(c for g in plan.groups for c, _ in g.cells if c.backend != "floor")
+        p = dataclasses.replace(pipeline.get_mode(mode).problem(c, plan), device="cuda")
+        assert p.pool and tables.table_kind(row, p)[0] == key, mode
+    plan = _plan()
+    c = plan.cell("auto", "pool", 256, "fp32")
+    p = dataclasses.replace(pipeline.get_mode("pool").problem(c, plan), device="cuda",
+                            H=16, HV=32, B=64)
+    assert tables.table_choice(row, p) == "fla-recurrent" != tables.table_choice(
+        row, dataclasses.replace(p, pool=False))
+
+
 def test_pool_size_and_page_stride():
     HV, V, K = 8, 128, 128
     slot = HV * V * K
