@@ -5,14 +5,17 @@
 # over the committed one (the refactored bench must read within 2% of them).
 #
 #   bash lab/bench_modes_gpu.sh [OUT]          # default OUT: gdnzoo-results/modes
+#   MODES="dense pool verify chained" bash lab/bench_modes_gpu.sh OUT   # some of them
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-gdnzoo-results/modes}
 mkdir -p "$OUT"
 FAILED=0
 
+MODES=" ${MODES:-dense dest tokens pool verify chained model} "
 run() {                         # run NAME ARGS...: one mode, its console in OUT/NAME.log
   local name=$1; shift
+  [[ "$MODES" == *" $name "* ]] || return 0
   local t0=$SECONDS
   timeout 170 gdnzoo bench "$@" --out "$OUT/$name" --no-plots --quiet > "$OUT/$name.log" 2>&1
   local rc=$?
@@ -50,7 +53,7 @@ def committed(gpu):
     rows = {}
     names = ["results_434b447.json", "results_6d24af7.json", "results_62a7057.json",
              "results.json", "dest_results_6d24af7.json", "dest_results_62a7057.json",
-             "multi_token_t2_results.json", "pool_fineclock/run1_results.json",
+             "multi_token_t2_results.json", "pool_fineclock/run1_results.json", "pool/results.json",
              "verify/fp32_results.json", "verify/bf16_results.json", "chained/results_fp32.json",
              "chained/results_bf16.json"]
     for n in names:
