@@ -54,6 +54,10 @@ def add_tune_args(p):
                    help="build the row from existing `gdnzoo bench` results.json file(s) instead "
                         "of measuring (repeat or comma-separate to merge runs, e.g. one per "
                         "state dtype); no GPU needed")
+    p.add_argument("--geometry-row", action="store_true",
+                   help="write a row that serves only the runs' geometry (H, HV), beside this "
+                        "GPU's general row (which other geometries read by (sequence, head) "
+                        "pairs); a later tune of that geometry replaces it")
     shapes.add_shapes_args(p)
     return p
 
@@ -155,7 +159,8 @@ def geometry(results) -> dict:
     return dict(zip(GEOMETRY_KEYS, map(int, at.pop())))
 
 
-def make_row(gpu, results, *, results_file=None, commit=None, versions=None, date=None):
+def make_row(gpu, results, *, results_file=None, commit=None, versions=None, date=None,
+             geometry_row=False):
     """The ``defaults:`` entry for this GPU from dense-mode rows (kernel clock): ``table`` from the
     in-place rows at T=1 and, where the rows include them, ``table_dest`` from destination
     passing at T=1 and ``table_tokens`` from in-place rows at one T > 1."""
@@ -182,6 +187,8 @@ def make_row(gpu, results, *, results_file=None, commit=None, versions=None, dat
                 versions={k: v for k, v in (versions or {}).items() if v},
                 commit=commit, results=results_file, values_us=values["inplace"])
     row = dict(gpu=gpu, provenance=prov, measured_at=at, table=tables["inplace"])
+    if geometry_row:
+        row["geometry"] = dict(H=at["H"], HV=at["HV"])
     for mode in ("dest", "tokens"):
         if mode in tables:
             prov[f"values_us_{mode}"] = values[mode]
@@ -259,17 +266,19 @@ MODE_TABLES = {"table_pool": (POOL_HOW, pool_winners, "values_us"),
                "table_verify": (VERIFY_HOW, verify_winners, "mean_multiple")}
 
 
-def existing_row(path, gpu):
-    """This GPU's ``defaults:`` item of the registry file at ``path`` as :func:`make_row`
-    builds one (tables as (lo, hi, backend)), or None."""
+def existing_row(path, gpu, geometry=None):
+    """This GPU's ``defaults:`` item of the registry file at ``path`` (its general row, or its
+    row at ``geometry``) as :func:`make_row` builds one (tables as (lo, hi, backend)), or
+    None."""
     data = yaml.safe_load(Path(path).read_text()) or {}
     for key in PATH:
         data = data.get(key) or {} if isinstance(data, dict) else {}
     for d in data or []:
-        if str(d.get("gpu")) == gpu:
+        if str(d.get("gpu")) == gpu and d.get("geometry") == geometry:
             row = dict(gpu=gpu, provenance=dict(d["provenance"]))
-            if d.get("measured_at"):
-                row["measured_at"] = dict(d["measured_at"])
+            for key in ("measured_at", "geometry"):
+                if d.get(key):
+                    row[key] = dict(d[key])
             for key in DECODE.tables:
                 if d.get(key):
                     row[key] = {sd: [(r["batch"][0], r["batch"][1], r["backend"]) for r in rs]
@@ -309,9 +318,10 @@ def render_row(row, indent=2):
     lines = [f"{pad}- gpu: {yaml.safe_dump(row['gpu'], default_style=None).splitlines()[0]}",
              f"{pad}  provenance:"]
     lines += [f"{pad}    {ln}" for ln in prov.rstrip("\n").splitlines()]
-    if row.get("measured_at"):
-        lines.append(f"{pad}  measured_at: {{"
-                     + ", ".join(f"{k}: {v}" for k, v in row["measured_at"].items()) + "}")
+    for key in ("measured_at", "geometry"):
+        if row.get(key):
+            lines.append(f"{pad}  {key}: {{" + ", ".join(f"{k}: {v}" for k, v in row[key].items())
+                         + "}")
     for key in DECODE.tables:
         if key not in row:
             continue
@@ -365,9 +375,10 @@ def replace_row(text, row):
     indent = len(_ITEM.match(lines[items[0]]).group(1)) if items else 2 * len(PATH)
     new = render_row(row, indent).splitlines(keepends=True)
     for n, i in enumerate(items):
-        if str(yaml.safe_load(_ITEM.match(lines[i]).group(2))) != row["gpu"]:
-            continue
         stop = items[n + 1] if n + 1 < len(items) else end
+        item = yaml.safe_load("".join(lines[i:stop]))[0]
+        if str(item.get("gpu")) != row["gpu"] or item.get("geometry") != row.get("geometry"):
+            continue
         while stop > i + 1 and (not lines[stop - 1].strip() or lines[stop - 1].lstrip().startswith("#")):
             stop -= 1
         return "".join(lines[:i] + new + lines[stop:])
@@ -405,14 +416,18 @@ def cmd_tune(args) -> int:
     if getattr(args, "from_files", None):
         path = args.registry or registry_path()
         gpu, rows, prov = load_runs(args.from_files, Path(path).resolve().parent)
-        old = existing_row(path, gpu)
+        geo = ({k: v for k, v in geometry(rows).items() if k in ("H", "HV")}
+               if args.geometry_row else None)
+        old = existing_row(path, gpu, geo)
         dense = [r for r in rows if r.get("bench") in ("dense", "dest")]
         if dense:
             row = make_row(gpu, dense, results_file=prov["results_file"], commit=prov["commit"],
-                           versions=prov["versions"], date=prov["date"])
+                           versions=prov["versions"], date=prov["date"],
+                           geometry_row=args.geometry_row)
         elif old is None:
             raise SystemExit(f"tune --from: pool or verify results only, and {path} has no row for "
-                             f"{gpu} to add their tables to (tune the in-place table first)")
+                             f"{gpu}{'' if geo is None else f' at {geo}'} to add their tables to "
+                             f"(tune the in-place table first)")
         else:
             row = old
         if not dense and not any(MODE_TABLES[k][1](rows)[0] for k in MODE_TABLES):
@@ -446,5 +461,6 @@ def cmd_tune(args) -> int:
     except ValueError:
         pass
     row = make_row(env["gpu"], rows, results_file=str(res), commit=env["commit"],
-                   versions=env["versions"], date=env["date"][:10])
+                   versions=env["versions"], date=env["date"][:10],
+                   geometry_row=args.geometry_row)
     return _emit(args, row, env["gpu"])

@@ -437,7 +437,8 @@ env_pdl = _env_reader("GDNZOO_PDL", "The ``GDNZOO_PDL`` environment variable (No
 
 
 def default_row(gpu_name: str | None, op: str = "decode"):
-    """This GPU's row of ``op``'s default table (the name rule of :func:`gdnzoo.tables.for_gpu`)."""
+    """This GPU's general row of ``op``'s default table (the name rule of
+    :func:`gdnzoo.tables.for_gpu`; its rows by geometry: :func:`gdnzoo.tables.default_rows`)."""
     return tables.default_row(load_registry().op(op).defaults, gpu_name)
 
 
@@ -505,22 +506,25 @@ def _select(p, algo):
         notes.append(f"ALGO={env} names no {p.op} backend")
     if p.device == "cuda":
         gpu = gpu_name()
-        row = default_row(gpu, p.op)
-        if row is None:
+        rows = tables.default_rows(load_registry().op(p.op).defaults, gpu)
+        hit = tables.lookup(rows, p)
+        if not rows:
             notes.append(f"no {p.op} default-table row for {gpu}")
+        elif hit is None:
+            notes.append(f"row {rows[-1].gpu} has no {p.state_name} table")
         else:
-            _, how = tables.table_kind(row, p)
-            be = tables.table_choice(row, p)
+            row, key, how = hit
+            be = tables.table_choice(row, p, key)
             at = f"{p.batch_name}={p.batch}"
             n, m = tables.read_point(row, p)
             if n != p.batch * m:
                 at += f" ({n} (sequence, head) pairs: read at B={n / m:g} of HV={m})"
             if be is None:
-                notes.append(f"row {row.gpu} has no {p.state_name} range covering {at}")
+                notes.append(f"row {row.label()} has no {p.state_name} range covering {at}")
             else:
                 ok, why = can_serve(be, p)
                 if ok:
-                    return Selection(be, f"default table {row.gpu}",
+                    return Selection(be, f"default table {row.label()}",
                                      f"fastest measured for {p.state_name} state at {at}"
                                      f"{how} ({row.provenance.get('how', '')})")
                 notes.append(f"table choice {be} cannot serve: {why}")

@@ -94,11 +94,22 @@ class DefaultRow:
     ``measured_at`` (optional, a subset of H, HV, K, V with HV): the geometry its tables were
     measured at.  A call with other value heads then reads them at as many (sequence, head)
     pairs, as the launch tables do: a range [lo, hi] serves B*HV in ((lo - 1)*HV_m, hi*HV_m]
-    (:func:`table_choice`)."""
+    (:func:`table_choice`).  ``geometry`` (optional, a subset of H, HV, K, V): the row serves
+    only calls of that geometry, before the GPU's general row (:func:`lookup`)."""
     gpu: str
     provenance: dict
     tables: dict
     measured_at: dict | None = None
+    geometry: dict | None = None
+
+    def serves(self, problem) -> bool:
+        """The row may serve ``problem``: it has no geometry, or the call has it."""
+        return self.geometry is None or all(getattr(problem, k, None) == v
+                                            for k, v in self.geometry.items())
+
+    def label(self) -> str:
+        g = self.geometry
+        return self.gpu + ("" if g is None else " at " + " ".join(f"{k}={v}" for k, v in g.items()))
 
     def __getattr__(self, name):           # row.table_pool: the table of that key ({}: none)
         if name.startswith("table"):
@@ -145,26 +156,56 @@ def parse_default_rows(rows, backends, error=TableError, op=None,
         w = f"{where} defaults[{i}] ({row.get('gpu', '?') if isinstance(row, dict) else '?'})"
         if not isinstance(row, dict) or not {"gpu", "provenance", "table"} <= set(row):
             raise error(f"{w}: expected gpu, provenance and table")
-        extra = set(row) - {"gpu", "provenance", "measured_at", *keys}
+        extra = set(row) - {"gpu", "provenance", "measured_at", "geometry", *keys}
         if extra:
             raise error(f"{w}: unknown keys {sorted(extra)} (tables: {', '.join(keys)})")
         if not isinstance(row["provenance"], dict) or "how" not in row["provenance"]:
             raise error(f"{w}: provenance must be a mapping with at least 'how'")
-        m = row.get("measured_at")
-        if m is not None and not (isinstance(m, dict) and "HV" in m and set(m) <= set(GEOMETRY_KEYS)
-                                  and all(type(v) is int and v > 0 for v in m.values())):
+        m, g = row.get("measured_at"), row.get("geometry")
+        if m is not None and not (_geometry(m) and "HV" in m):
             raise error(f"{w}: measured_at must give HV (and any of H, K, V) as positive ints, "
                         f"got {m!r}")
+        if g is not None and not _geometry(g):
+            raise error(f"{w}: geometry must give some of H, HV, K, V as positive ints, got {g!r}")
+        if any(r.gpu == str(row["gpu"]) and r.geometry == g for r in out):
+            raise error(f"{w}: a second row for {row['gpu']} at geometry {g}")
         tabs = {k: _parse_choices(row.get(k), f"{w} {k}", backends, error) for k in keys
                 if k in row}
         out.append(DefaultRow(gpu=str(row["gpu"]), provenance=row["provenance"], tables=tabs,
-                              measured_at=m))
+                              measured_at=m, geometry=g))
     return out
 
 
+def _geometry(d) -> bool:
+    return (isinstance(d, dict) and bool(d) and set(d) <= set(GEOMETRY_KEYS)
+            and all(type(v) is int and v > 0 for v in d.values()))
+
+
+def default_rows(rows, gpu_name: str | None) -> list[DefaultRow]:
+    """This GPU's rows of the default table (the name rule), its rows by geometry first."""
+    by = {}
+    for row in rows:
+        by.setdefault(row.gpu, []).append(row)
+    return sorted(for_gpu(by, gpu_name, []), key=lambda r: r.geometry is None)
+
+
 def default_row(rows, gpu_name: str | None) -> DefaultRow | None:
-    """The default-table row of this GPU (the name rule), or None."""
-    return for_gpu({row.gpu: row for row in rows}, gpu_name)
+    """This GPU's general row of the default table (no geometry), or None."""
+    return next((r for r in default_rows(rows, gpu_name) if r.geometry is None), None)
+
+
+def lookup(rows, problem):
+    """(row, key, how it reads) of the table that serves ``problem`` among one GPU's ``rows``
+    (:func:`default_rows`), or None: the first of the problem's ``default_tables()``, then
+    ``table``, that a row serving its geometry has for its state dtype; at each key a row by
+    geometry before the general row (a pool call at a geometry whose row has no pool table
+    takes the general row's, read by pairs)."""
+    mine = [r for r in rows if r.serves(problem)]
+    for key, how in (*problem.default_tables(), ("table", "")):
+        for r in mine:
+            if problem.state_name in r.tables.get(key, {}):
+                return r, key, how
+    return None
 
 
 def table_kind(row: DefaultRow, problem) -> tuple[str, str]:
@@ -188,11 +229,12 @@ def read_point(row: DefaultRow, problem) -> tuple[int, int]:
     return problem.batch * hv, row.measured_at["HV"]
 
 
-def table_choice(row: DefaultRow, problem):
-    """The row's backend at ``problem``'s :func:`read_point` from the table :func:`table_kind`
-    names, or None: the range [lo, hi] with (lo - 1)*m < n <= hi*m."""
+def table_choice(row: DefaultRow, problem, key: str | None = None):
+    """The row's backend at ``problem``'s :func:`read_point` from its table ``key`` (default:
+    the one :func:`table_kind` names), or None: the range [lo, hi] with (lo - 1)*m < n <= hi*m."""
     n, m = read_point(row, problem)
-    for lo, hi, be in row.tables.get(table_kind(row, problem)[0], {}).get(problem.state_name, []):
+    key = key or table_kind(row, problem)[0]
+    for lo, hi, be in row.tables.get(key, {}).get(problem.state_name, []):
         if (lo - 1) * m < n and (hi is None or n <= hi * m):
             return be
     return None

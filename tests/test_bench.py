@@ -657,6 +657,32 @@ def test_tune_from_results_files_writes_registry(tmp_path, capsys):
     assert "- gpu: NVIDIA H100 80GB HBM3" in capsys.readouterr().out
 
 
+def test_tune_geometry_row_is_written_beside_the_general_row(tmp_path, capsys):
+    """``--geometry-row`` writes a row serving only the runs' (H, HV) beside the GPU's general
+    row, and a second such tune replaces that row alone."""
+    from gdnzoo.registry import parse_registry, registry_path
+    reg = tmp_path / "registry.yaml"
+    shutil.copy(registry_path(), reg)
+    before = parse_registry(yaml.safe_load(reg.read_text())).op("decode").defaults
+    gpu = "NVIDIA H100 80GB HBM3"
+    general = next(d for d in before if d.gpu == gpu)
+    p = tune.add_tune_args(argparse.ArgumentParser())
+    for us, winner in ((2.0, "fla-recurrent"), (4.0, "cuda-v4")):
+        f = _write_run(tmp_path / winner, [_raw("cuda-v4", 1, 3.0), _raw("fla-recurrent", 1, us)],
+                       "abc123")
+        assert tune.cmd_tune(p.parse_args(["--from", str(f), "--geometry-row", "--write",
+                                           "--registry", str(reg)])) == 0
+        rows = [d for d in parse_registry(yaml.safe_load(reg.read_text())).op("decode").defaults
+                if d.gpu == gpu]
+        assert len(rows) == 2 and rows[0] == general                 # the general row untouched
+        geo = rows[1]
+        assert geo.geometry == {"H": geo.measured_at["H"], "HV": geo.measured_at["HV"]}
+        assert geo.table == {"fp32": [(1, None, winner)]}
+        assert tune.existing_row(reg, gpu, geo.geometry)["table"] == {"fp32": [(1, None, winner)]}
+    assert len(parse_registry(yaml.safe_load(reg.read_text())).op("decode").defaults) == \
+        len(before) + 1
+
+
 def test_tune_from_dest_results_writes_table_dest(tmp_path, capsys):
     from gdnzoo.registry import parse_registry, registry_path
     from gdnzoo.inputs import make_problem

@@ -243,6 +243,48 @@ def test_default_table_is_read_by_sequence_head_pairs():
             tables.parse_default_rows([item], registry.names(), registry.RegistryError)
 
 
+def test_a_row_by_geometry_serves_its_geometry_first():
+    """A row with ``geometry`` serves only calls of that geometry, before the GPU's general
+    row, table key by table key: a pool call at that geometry takes the general row's pool
+    table when the geometry's row has none; other geometries never see the row."""
+    import dataclasses
+    reg = yaml.safe_load(registry.registry_path().read_text())
+    rows = reg["operations"]["decode"]["defaults"]
+    h200 = next(r for r in rows if r["gpu"] == "NVIDIA H200" and "geometry" not in r)
+    mine = dict(gpu="NVIDIA H200", provenance={"how": "test"}, geometry={"H": 8, "HV": 24},
+                measured_at={"H": 8, "HV": 24, "K": 128, "V": 128},
+                table={"fp32": [{"batch": [1, None], "backend": "pt-reference"}]})
+    parsed = tables.parse_default_rows(rows + [mine], registry.names(), registry.RegistryError)
+    got = tables.default_rows(parsed, "NVIDIA H200")
+    assert {"H": 8, "HV": 24} in [r.geometry for r in got] and got[-1].geometry is None
+    assert [r.geometry is None for r in got] == sorted(r.geometry is None for r in got)
+    assert tables.default_row(parsed, "NVIDIA H200").geometry is None
+    p48 = dataclasses.replace(cuda_problem(4), H=8, HV=24)
+    row, key, _ = tables.lookup(got, p48)
+    assert (row.label(), key) == ("NVIDIA H200 at H=8 HV=24", "table")
+    assert tables.table_choice(row, p48, key) == "pt-reference"
+    assert tables.read_point(row, p48) == (4 * 24, 24)
+    row, key, _ = tables.lookup(got, dataclasses.replace(p48, pool=True))
+    assert row.geometry is None and key == "table_pool"
+    row, key, _ = tables.lookup(got, dataclasses.replace(p48, state_dtype=torch.bfloat16))
+    assert row.geometry is None and key == "table"
+    for H, HV in ((16, 32), (4, 24)):
+        row, key, _ = tables.lookup(got, dataclasses.replace(cuda_problem(4), H=H, HV=HV))
+        assert row.geometry is None
+    row, key, _ = tables.lookup(got, dataclasses.replace(cuda_problem(4), H=16, HV=48))
+    assert row.geometry == {"H": 16, "HV": 48} and row.provenance["results"].endswith(
+        "dense_16_48_results.json")                              # the H200's GVA-3 row
+    assert h200.get("geometry") is None
+    for bad, match in ((dict(mine), "a second row for NVIDIA H200"),
+                       (dict(mine, geometry={"HV": 0}), "geometry must give"),
+                       (dict(mine, geometry={}), "geometry must give"),
+                       (dict(mine, geometry={"N": 2}), "geometry must give")):
+        with pytest.raises(registry.RegistryError, match=match):
+            tables.parse_default_rows(rows + [mine, bad] if match.startswith("a second")
+                                      else rows + [bad], registry.names(),
+                                      registry.RegistryError)
+
+
 def test_registry_file_from_the_environment(tmp_path, monkeypatch, raw):
     p = tmp_path / "mine.yaml"
     dec(raw)["backends"] = dec(raw)["backends"][:1]
