@@ -74,6 +74,12 @@ def _auto_selection(device):
                 except ValueError as e:
                     picks.append(f"B={B}:none ({e})")
             print(f"  {sd} state, {mode}: " + "  ".join(picks))
+    from gdnzoo import tables
+    geo = [r.label() for r in tables.default_rows(registry.load_registry().op().defaults, gpu)
+           if r.geometry is not None]
+    if geo:
+        print("  other geometries read that row by (sequence, head) pairs; rows of their own: "
+              + ", ".join(geo))
 
 
 def cmd_run(args) -> int:
