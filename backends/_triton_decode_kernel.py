@@ -407,12 +407,9 @@ def gdn_decode_kernel(
         else:
             A_neg = -tl.exp(tl.load(A_log + i_hv * s_alog).to(tl.float32))
             dtb = tl.load(dt_bias + i_hv * s_dtb).to(tl.float32)
-        if KFIRST:
-            p_q = q + i_b * sq_b + i_h * sq_h + tl.arange(0, K)
-            p_k = k + i_b * sk_b + i_h * sk_h + tl.arange(0, K)
-        else:
-            p_q = q + i_b * sq_b + i_h * sq_h + col
-            p_k = k + i_b * sk_b + i_h * sk_h + col
+        qk_col = tl.arange(0, K) if KFIRST else col
+        p_q = q + i_b * sq_b + i_h * sq_h + qk_col
+        p_k = k + i_b * sk_b + i_h * sk_h + qk_col
         p_v = v + i_b * sv_b + i_hv * sv_h + rows
         p_o = out + i_b * so_b + i_hv * so_h + rows
         p_a = a + i_b * sa_b + i_hv * sa_h
