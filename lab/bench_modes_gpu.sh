@@ -88,8 +88,9 @@ for run in sorted(p for p in out.iterdir() if (p / "results.json").is_file()):
                  if tuple(r[k] for k in KEY) in old]
         ratios += match
         cmp = (f"{min(match):.3f}..{max(match):.3f} ({len(match)})" if match else "-")
-        a = rs[0].get("auto") or "-"
-        ab = rs[0].get("auto_vs_best")
+        mine = next((r for r in ent if r["backend"] == "auto"), ent[0] if ent else {})
+        a = mine.get("auto") or "-"
+        ab = mine.get("auto_vs_best")
         print(f"   {sd:5} {form:14} {T:>2} {B:>4} {fl:>8.2f} "
               f"{(best['backend'] + ' ' + format(best['median_us'], '.2f')) if best else '-':>22} "
               f"{a:>14} {format(ab, '.2f') if isinstance(ab, float) and math.isfinite(ab) else '-':>9} "
