@@ -155,7 +155,8 @@ def flashinfer_gdn(api):
     """FlashInfer's ``flashinfer.gdn_decode.<api>`` (every bench peer of FlashInfer); Skip with
     the reason where it cannot run: below SM90, not importable, or without the CuTe DSL its GDN
     kernels are written in (FlashInfer itself imports without it, and a call then fails inside
-    it with "'NoneType' object is not callable")."""
+    it with "'NoneType' object is not callable") or its compiler library (the check fi-baseline's
+    availability makes: a call fails with "No CTK flavor installed")."""
     import torch
     if torch.cuda.get_device_capability() < (9, 0):
         raise Skip("FlashInfer's GDN kernels need SM90+")
@@ -169,4 +170,8 @@ def flashinfer_gdn(api):
     except Exception as e:
         raise Skip("FlashInfer's GDN kernels need the CuTe DSL (nvidia-cutlass-dsl), which does "
                    f"not import ({type(e).__name__}: {e})") from None
+    from gdnzoo.backends import _peer_checks
+    broken = _peer_checks.cute_dsl_missing_libs()     # imports, then cannot compile
+    if broken:
+        raise Skip(f"FlashInfer's GDN kernels cannot compile: {broken}")
     return fn

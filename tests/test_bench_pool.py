@@ -382,6 +382,11 @@ def test_flashinfer_peers_skip_without_the_cute_dsl(monkeypatch):
                                         r"not import \(ModuleNotFoundError: No module named 'cutl"):
         entries.flashinfer_gdn("gated_delta_rule_mtp")
     mods["cutlass.cute"] = types.SimpleNamespace()
+    from gdnzoo.backends import _peer_checks
+    monkeypatch.setattr(_peer_checks, "cute_dsl_missing_libs", lambda: "no _cutlass_ir.cu13")
+    with pytest.raises(entries.Skip, match="cannot compile: no _cutlass_ir.cu13"):
+        entries.flashinfer_gdn("gated_delta_rule_mtp")
+    monkeypatch.setattr(_peer_checks, "cute_dsl_missing_libs", lambda: "")
     assert entries.flashinfer_gdn("gated_delta_rule_mtp") is len
     del mods["flashinfer.gdn_decode"]
     with pytest.raises(entries.Skip, match="gated_delta_rule_mtp not importable .ModuleNotFound"):
