@@ -52,13 +52,17 @@ K = V = 128 on Hopper, timed side by side on an H200 (lab/notebook/h200/prefill_
   while chunk j computes (75 KB in all at block_v 16); 1 and 3 were slower.
 * ``prep_warps`` 4: the prep kernel holds several C x C fp32 tiles; 247 registers, no spills,
   two programs an SM by registers and shared memory (2 warps spill; 8 were slower).
-* ``chunk`` 64, ``base`` 16: 15 serial substitution steps and two merge levels (base 32 and
-  64 slower; base 8 mixed).
+* ``chunk`` 64, ``base`` 8: 7 serial substitution steps on 8 x 8 blocks and three merge
+  levels.  The prep kernel's time, base 8 against 16 (H200, each kernel alone, medians of 20
+  calls, ``lab/chunk_ablate.py``, lab/notebook/h200/chunk_ablate_2026-11-29.log): 68 against
+  80 us at 4/8 heads 1 x 8192 tokens, 266 against 317 at 16/32 8 x 1024, 519 against 610 at
+  16/64 8 x 1024, 36 against 42 at 4/8 64 x 64; base 32 was slower (122 and 452 us).
 * ``precision`` "bf16x3": ~4e-6 relative error on an fp32 state.  "bf16" was 17-42% faster
   and ~2.5e-3 (FlashInfer's and FLA's chunk kernels: 3.5e-3 to 3.9e-3, same run); opt-in.
 
-Where the time goes (H200, 4/8 heads, 1 x 8192 tokens, fp32 state): the prep kernel 80 us, the
-sequential one 316 us, 2.5 us per chunk on 64 programs; FlashInfer's chunk kernel takes 122 us
+Where the time goes (H200, 4/8 heads, 1 x 8192 tokens, fp32 state): the prep kernel 68 us (the
+inverse's substitution and merges 35 us of it), the sequential one 317 us, 2.5 us per chunk on
+64 programs, 50 us of which the outputs' two products; FlashInfer's chunk kernel takes 122 us
 of kernel time there (it splits a sequence's chunks over CTAs and combines them).
 """
 from __future__ import annotations
@@ -100,7 +104,7 @@ class Config(NamedTuple):
     prep_warps: int = 4
     chunk: int = 64
     precision: str = "bf16x3"
-    base: int = 16
+    base: int = 8
 
 
 def normalize(config) -> Config:

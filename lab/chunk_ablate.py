@@ -1,0 +1,107 @@
+"""Where triton-chunk's time goes, by ablation: each variant patches the kernel module's source
+(timing only: most variants compute something else), and each of the two kernels is timed
+alone (torch.profiler kernel records, median over --reps calls).  From the repository root:
+
+    python -m lab.chunk_ablate                     # every variant at the default cells
+    python -m lab.chunk_ablate --cells 4/8:1x8192 --variants base,prep_no_inverse
+
+Prints one line per (cell, variant): prep and state kernel medians in us.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gdnzoo.backends import triton_chunk as tc        # noqa: E402
+from lab.prefill_gpu import make                       # noqa: E402
+
+KMOD = "gdnzoo.backends._triton_chunk_kernel"
+SRC = (ROOT / "backends" / "_triton_chunk_kernel.py").read_text()
+
+# name -> (source substitutions, config overrides)
+VARIANTS = {
+    "base": ([], {}),
+    "prep_no_inverse": ([("Tm = unit_lower_inverse(A, C, BS, PREC)", "Tm = A")], {}),
+    "prep_no_merge": ([("for lvl in tl.static_range(MAX_MERGE_LEVELS):",
+                        "for lvl in tl.static_range(0):")], {}),
+    "prep_no_subst": ([("for s in tl.static_range(1, BS):", "for s in tl.static_range(1, 1):")],
+                      {}),
+    "prep_merge_bf16": ([("D = D - mm(mm(D, tl.where(below, A, 0.0), PREC), D, PREC)",
+                          'D = D - mm(mm(D, tl.where(below, A, 0.0), "bf16"), D, "bf16")')], {}),
+    "prep_no_M": ([("store_cc(pm + NP * C, tl.trans(mm(P, Tm, PREC)), m[:, None], C, STORE)",
+                    "store_cc(pm + NP * C, tl.trans(P), m[:, None], C, STORE)")], {}),
+    "base8": ([], dict(base=8)),
+    "base32": ([], dict(base=32)),
+    "state_no_out": ([("o = mm(h, tl.trans(qr), PREC) * fq[None, :] + mm_split(R, m_hi, m_lo, PREC)",
+                       "o = R")], {}),
+    "state_no_Mout": ([("o = mm(h, tl.trans(qr), PREC) * fq[None, :] + mm_split(R, m_hi, m_lo, PREC)",
+                        "o = mm(h, tl.trans(qr), PREC) * fq[None, :]")], {}),
+    "bf16": ([], dict(precision="bf16")),
+    "stages1": ([], dict(stages=1)),
+}
+CELLS = ["4/8:1x8192", "16/32:1x8192", "16/32:8x1024", "4/8:16x256", "16/64:8x1024"]
+
+
+def load_variant(name, subs):
+    src = SRC
+    for old, new in subs:
+        if old not in src:
+            raise SystemExit(f"patch target not found: {old!r}")
+        src = src.replace(old, new)
+    path = Path(f"/tmp/chunk_ablate_{name}.py")     # one file a variant: parallel warm runs
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location(KMOD, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[KMOD] = mod
+    spec.loader.exec_module(mod)
+
+
+def kernel_medians(call, reps):
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            call()
+        torch.cuda.synchronize()
+    by = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and "chunk_" in e.name:
+            key = "prep" if "prep" in e.name else "state"
+            by.setdefault(key, []).append(e.time_range.elapsed_us())
+    return {k: statistics.median(v) for k, v in by.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cells", default=",".join(CELLS))
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--reps", type=int, default=20)
+    args = ap.parse_args()
+    for cell in args.cells.split(","):
+        geom, mix = cell.split(":")
+        H, HV = map(int, geom.split("/"))
+        n, L = map(int, mix.split("x"))
+        x = make([L] * n, H, HV, seed=0)
+        for name in args.variants.split(","):
+            subs, cfg = VARIANTS[name]
+            load_variant(name, subs)
+
+            def call():
+                tc.launch(x["q"], x["k"], x["v"], x["state"], x["A_log"], x["a"], x["dt_bias"],
+                          x["b"], x["cu"], None, x["out"], x["new_state"], True, config=cfg)
+            t = kernel_medians(call, args.reps)
+            print(f"{cell:14s} {name:16s} prep {t.get('prep', 0):8.1f} us   "
+                  f"state {t.get('state', 0):8.1f} us   sum {sum(t.values()):8.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
