@@ -21,11 +21,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gdnzoo.backends import triton_chunk as tc        # noqa: E402
-from lab.prefill_gpu import make                       # noqa: E402
+from lab.prefill_gpu import make, oracle               # noqa: E402
 
 KMOD = "gdnzoo.backends._triton_chunk_kernel"
 SRC = (ROOT / "backends" / "_triton_chunk_kernel.py").read_text()
 
+O = "o = mm(h, tl.trans(qr), PREC) * fq[None, :] + mm_split(R, m_hi, m_lo, PREC)"
 # name -> (source substitutions, config overrides)
 VARIANTS = {
     "base": ([], {}),
@@ -45,6 +46,10 @@ VARIANTS = {
     "state_no_Mout": ([("o = mm(h, tl.trans(qr), PREC) * fq[None, :] + mm_split(R, m_hi, m_lo, PREC)",
                         "o = mm(h, tl.trans(qr), PREC) * fq[None, :]")], {}),
     "bf16": ([], dict(precision="bf16")),
+    # The outputs' products at lower precision (the output is rounded to bf16 anyway).
+    "out_bf16": ([(O, 'o = mm(h, tl.trans(qr), "bf16") * fq[None, :] + mm_split(R, m_hi, m_lo, "bf16")')], {}),
+    "out_RM_bf16": ([(O, 'o = mm(h, tl.trans(qr), PREC) * fq[None, :] + mm_split(R, m_hi, m_lo, "bf16")')], {}),
+    "out_hq_bf16": ([(O, 'o = mm(h, tl.trans(qr), "bf16") * fq[None, :] + mm_split(R, m_hi, m_lo, PREC)')], {}),
     "stages1": ([], dict(stages=1)),
 }
 CELLS = ["4/8:1x8192", "16/32:1x8192", "16/32:8x1024", "4/8:16x256", "16/64:8x1024"]
@@ -85,12 +90,15 @@ def main():
     ap.add_argument("--cells", default=",".join(CELLS))
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--errors", action="store_true",
+                    help="also each variant's relative RMS error against a float64 oracle")
     args = ap.parse_args()
     for cell in args.cells.split(","):
         geom, mix = cell.split(":")
         H, HV = map(int, geom.split("/"))
         n, L = map(int, mix.split("x"))
         x = make([L] * n, H, HV, seed=0)
+        ref = oracle(x, True) if args.errors else None
         for name in args.variants.split(","):
             subs, cfg = VARIANTS[name]
             load_variant(name, subs)
@@ -99,8 +107,14 @@ def main():
                 tc.launch(x["q"], x["k"], x["v"], x["state"], x["A_log"], x["a"], x["dt_bias"],
                           x["b"], x["cu"], None, x["out"], x["new_state"], True, config=cfg)
             t = kernel_medians(call, args.reps)
+            err = ""
+            if ref is not None:
+                call()
+                e = [float((got.double() - want).norm() / want.norm())
+                     for got, want in ((x["out"], ref[0]), (x["new_state"], ref[1]))]
+                err = f"   err out {e[0]:.3e} state {e[1]:.3e}"
             print(f"{cell:14s} {name:16s} prep {t.get('prep', 0):8.1f} us   "
-                  f"state {t.get('state', 0):8.1f} us   sum {sum(t.values()):8.1f}", flush=True)
+                  f"state {t.get('state', 0):8.1f} us   sum {sum(t.values()):8.1f}{err}", flush=True)
 
 
 if __name__ == "__main__":

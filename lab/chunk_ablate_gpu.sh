@@ -8,4 +8,4 @@ for c in ${CELLS//,/ }; do
   python3 -m lab.chunk_ablate --cells "$c" --variants "$VARIANTS" --reps 1 > "/tmp/warm_${c//[\/:]/_}.log" 2>&1 &
 done
 wait
-python3 -m lab.chunk_ablate --cells "$CELLS" --variants "$VARIANTS" --reps 20 2>&1 | grep -v -i warn | tee "${OUT:-/tmp}/ablate.log"
+python3 -m lab.chunk_ablate --cells "$CELLS" --variants "$VARIANTS" --reps 20 ${ARGS:-} 2>&1 | grep -v -i warn | tee "${OUT:-/tmp}/ablate.log"
