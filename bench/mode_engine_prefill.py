@@ -131,7 +131,6 @@ class EnginePrefill(Mode):
     defaults = {"state_dtype": ("fp32",), "time_budget": BUDGET_S}
     cpu = "check"
     busy = True
-    host_sync = True
     subdir = "engine-prefill"
 
     def plan(self, plan, args):

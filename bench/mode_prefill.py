@@ -244,7 +244,6 @@ class Prefill(Mode):
     defaults = {"state_dtype": ("fp32", "bf16"), "time_budget": BUDGET_S}
     cpu = "skip"
     busy = True
-    host_sync = True         # a call of 0.1-3 ms never fills the launch queue in a batch
     subdir = "prefill"
 
     def plan(self, plan, args):

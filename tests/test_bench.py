@@ -72,6 +72,17 @@ def test_host_clock_warms_up_for_the_given_time():
     assert len(calls) > 1 + 6 and calls == list(range(len(calls)))
 
 
+@pytest.mark.parametrize("call_us, per, nb", [
+    (3.0, 100, 5),        # dispatch-bound B=1: the GPU part spread over 100 calls
+    (21.0, 48, 5),        # about 1 ms a batch
+    (194.0, 10, 20),      # GPU-bound: iters (200) / 10 calls a batch
+    (3000.0, 10, 5),      # a prefill call: CELL_SECONDS allow 5 batches of 10
+])
+def test_host_clock_batches(call_us, per, nb):
+    from gdnzoo.bench.pipeline import host_batches
+    assert host_batches(call_us, 200) == (per, nb)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
 def test_kernel_clock_needs_cuda():
     with pytest.raises(RuntimeError, match="CUDA"):

@@ -126,6 +126,15 @@ def test_host_clock_steady_state_is_gpu_bound(sleep50):
     assert _med(t) == pytest.approx(ref, rel=0.10)
 
 
+def test_host_clock_synchronized_batches_read_the_gpu(sleep50):
+    """The bench's host clock (synchronized batches of 10, no warm-up to fill the queue): a
+    50 us kernel reads its GPU time, plus at most one dispatch spread over the batch."""
+    c, ref = sleep50
+    t = clocks.host_times(lambda i: torch.cuda._sleep(c), batches=5, per_batch=10, warmup=2,
+                          sync=True)
+    assert _med(t) == pytest.approx(ref, rel=0.15)
+
+
 def test_kernel_clock_tiny_kernel_has_no_sync_inside():
     """A tiny kernel's CUPTI time is GPU time (near its in-graph time), not launch + sync time."""
     x = torch.zeros(1, device="cuda")
