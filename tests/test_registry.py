@@ -343,3 +343,23 @@ def test_prefill_has_its_own_default_table():
     assert p.table_heads is None and tables.read_point(
         dataclasses.replace(row, measured_at={"HV": 8}), p) == (p.batch, 1)
     assert registry.default_row("NVIDIA H200", "decode") is not row
+
+
+@pytest.mark.parametrize("op", ["decode", "prefill", "commit"])
+def test_every_backend_follows_the_documented_protocol(op):
+    """What backends/__init__.py documents: available(), supports(problem), the entry point
+    run(call, *, config=None) and an optional bind with the same parameters."""
+    import inspect
+
+    def params(fn):
+        ps = inspect.signature(fn).parameters
+        return [(p.name, p.kind, p.default) for p in ps.values()]
+
+    want = [("call", inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty),
+            ("config", inspect.Parameter.KEYWORD_ONLY, None)]
+    for name in registry.names(op):
+        mod = registry.backend_module(name, op)
+        assert callable(mod.available) and callable(mod.supports), name
+        assert params(registry.runner(name, op)) == want, name
+        if hasattr(mod, "bind"):
+            assert params(mod.bind) == want, name
