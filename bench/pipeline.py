@@ -187,7 +187,6 @@ class Mode:
         return None
 
 
-
 def host_batches(call_us: float, iters: int) -> tuple:
     """(calls per batch, batches) of the host clock for a call of about ``call_us`` (the
     larger of its dispatch and GPU estimates).  Each batch is synchronized at both ends, so a
@@ -200,6 +199,7 @@ def host_batches(call_us: float, iters: int) -> tuple:
     per = int(min(max(math.ceil(HOST_BATCH_US / call_us), 10), 100))
     nb = int(max(min(CELL_SECONDS * 1e6 / (per * call_us), iters // per), 5))
     return per, nb
+
 
 def io_bytes(c: Cell) -> int:
     """q, k, v, a, b read and out written (bf16), A_log and dt_bias read (fp32)."""
