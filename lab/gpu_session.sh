@@ -19,6 +19,8 @@
 #                                        # triton-chunk (RMIX mixes; no bundle needed)
 #   bash lab/gpu_session.sh profile OUT  # ncu on triton-chunk's launches ($PROFILE_CASES), then
 #                                        # its GPU tests and the prefill PDL tests (no bundle needed)
+#   bash lab/gpu_session.sh cp OUT       # lab.chunk_cp (context parallelism): --check, then
+#                                        # --time $CP_ARGS (no bundle needed)
 #
 # Each part writes its logs into OUT/logs_PART.tgz and prints a short summary last.  Correctness shards run
 # side by side (no clock is read in them); the timing part runs alone.
@@ -191,6 +193,12 @@ profile)                    # ncu (counters, stall reasons) on triton-chunk, the
     > "$OUT/pytest_chunk.log" 2>&1
   echo "triton-chunk + PDL tests: exit $? in $((SECONDS - t0)) s: $(tail -1 "$OUT/pytest_chunk.log")"
   grep -h "^FAILED\|^ERROR" "$OUT/pytest_chunk.log" | cut -c1-300 | head -20
+  ;;
+cp)                         # lab.chunk_cp: context parallelism checked, then timed (no bundle)
+  timeout 200 python3 -m lab.chunk_cp --check > "$OUT/chunk_cp_check.log" 2>&1
+  echo "lab.chunk_cp --check: exit $?"; tail -4 "$OUT/chunk_cp_check.log"
+  timeout 300 python3 -m lab.chunk_cp --time ${CP_ARGS:-} > "$OUT/chunk_cp_time.log" 2>&1
+  echo "lab.chunk_cp --time: exit $?"; grep -E "S=" "$OUT/chunk_cp_time.log" | tail -30
   ;;
 *) echo "unknown part $PART"; exit 2 ;;
 esac
