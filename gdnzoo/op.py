@@ -5,12 +5,15 @@ Importing this module registers the operators once per process (importing or rel
 registers nothing).  Each schema is generated from the operation's argument table
 (:mod:`gdnzoo.operation`); decode's is::
 
-    gdnzoo::decode_(Tensor q, Tensor k, Tensor v, Tensor(a!) state, Tensor A_log, Tensor a,
-                    Tensor dt_bias, Tensor b, float? scale, Tensor(b!) out,
-                    Tensor(c!)? new_state, bool use_qk_l2norm, str? algo,
-                    Tensor? state_indices, Tensor? new_state_indices, int? null_slot,
-                    Tensor(d!)? intermediate_states, Tensor? intermediate_indices,
-                    bool update_state, Tensor? num_accepted_tokens, str? pdl) -> ()
+    gdnzoo::decode_(Tensor q, Tensor k, Tensor v, Tensor(a!) state, Tensor? A_log,
+                    Tensor? a, Tensor? dt_bias, Tensor? b, float? scale, Tensor(b!) out,
+                    Tensor(c!)? new_state=None, bool use_qk_l2norm=False, str? algo=None,
+                    Tensor? state_indices=None, Tensor? new_state_indices=None,
+                    int? null_slot=None, Tensor(d!)? intermediate_states=None,
+                    Tensor? intermediate_indices=None, bool update_state=True,
+                    Tensor? num_accepted_tokens=None, str? pdl=None, Tensor? g=None,
+                    Tensor? beta=None, bool allow_neg_eigval=False,
+                    str state_layout="k-last") -> ()
 
 An operator returns nothing and writes its results into its arguments: ``out`` (required: an
 operator may not return a tensor that aliases an input), the state (in place; a pool's slots),

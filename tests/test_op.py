@@ -92,6 +92,13 @@ def test_schema_declares_every_written_argument():
     assert [a.name for a in schema.arguments] == list(inspect.signature(gdnzoo.decode).parameters)
 
 
+def test_module_docstring_shows_the_live_schema():
+    """gdnzoo.op's docstring prints decode's schema: it is the one registered."""
+    import gdnzoo.op as op_module
+    flat = " ".join(op_module.__doc__.split())
+    assert "gdnzoo::" + str(torch.ops.gdnzoo.decode_.default._schema).split("::", 1)[1] in flat
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("form", FORMS)
 def test_opcheck(form, device):
