@@ -68,6 +68,8 @@ kernel before it, then lets the next one launch (``gdc_launch_dependents``).
 ``POOL`` (0 dense, 1 the read slots written, 2 separate write slots) serves state pools with
 the decode kernel's slot rules (:func:`pool_slots`).  ``GATES`` 0: raw gates (a, b with A_log,
 dt_bias); 1: FLA's precomputed gates in the a, b slots: g log-space fp32, beta post-sigmoid.
+``NEG`` (the prep kernel's; off by default, the kernel then compiles as without it): with raw
+gates beta = 2 sigmoid(b), in [0, 2) (allow_neg_eigval).
 
 Imported only when the backend runs (it imports triton at module level).
 """
@@ -144,10 +146,12 @@ def mm_split(a, b_hi, b_lo, PREC: tl.constexpr):
 
 
 @triton.jit
-def chunk_gates(a, b, t, m, i_hv, sa_t, sa_h, sb_t, sb_h, A_neg, dtb, GATES: tl.constexpr):
+def chunk_gates(a, b, t, m, i_hv, sa_t, sa_h, sb_t, sb_h, A_neg, dtb, GATES: tl.constexpr,
+                NEG: tl.constexpr = 0):
     """Log-decays gamma and betas of the tokens ``t`` (0 both where not ``m``: a token past the
     sequence then neither decays nor writes).  GATES 0: gamma = -exp(A_log) softplus(a +
-    dt_bias) (beta 1, threshold 20), beta = sigmoid(b); 1: a, b hold gamma and beta."""
+    dt_bias) (beta 1, threshold 20), beta = sigmoid(b), with ``NEG`` 2 sigmoid(b)
+    (allow_neg_eigval); 1: a, b hold gamma and beta."""
     xa = tl.load(a + t * sa_t + i_hv * sa_h, mask=m, other=0.0).to(tl.float32)
     xb = tl.load(b + t * sb_t + i_hv * sb_h, mask=m, other=0.0).to(tl.float32)
     if GATES == 0:
@@ -158,6 +162,8 @@ def chunk_gates(a, b, t, m, i_hv, sa_t, sa_h, sb_t, sb_h, A_neg, dtb, GATES: tl.
         soft = tl.where(x > 20.0, x, tl.where(x < -15.0, e, tl.log(1.0 + e)))
         gam = tl.where(m, A_neg * soft, 0.0)
         beta = tl.where(m, tl.sigmoid(xb), 0.0)
+        if NEG:
+            beta = 2.0 * beta
     else:
         gam = xa
         beta = xb
@@ -272,7 +278,8 @@ def chunk_prep_kernel(
         N, T_all, sq_t, sq_h, sk_t, sk_h, sa_t, sa_h, sb_t, sb_h, s_alog, s_dtb,
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, C: tl.constexpr,
         BS: tl.constexpr, L2NORM: tl.constexpr, GATES: tl.constexpr,
-        PREC: tl.constexpr, STORE: tl.constexpr, PDL: tl.constexpr = 0):
+        PREC: tl.constexpr, STORE: tl.constexpr, PDL: tl.constexpr = 0,
+        NEG: tl.constexpr = 0):
     if PDL:
         gdc_wait()                  # before any load: every input may be the producer's output
         gdc_launch_dependents()     # the sequential kernel waits for this whole grid
@@ -286,7 +293,7 @@ def chunk_prep_kernel(
         return
     rows, t, m, qr, kr = chunk_qk(q, k, t0, eos, i_h, sq_t, sq_h, sk_t, sk_h, C, K)
     A_neg, dtb = head_gate_constants(A_log, dt_bias, i_hv, s_alog, s_dtb, GATES)
-    gam, beta = chunk_gates(a, b, t, m, i_hv, sa_t, sa_h, sb_t, sb_h, A_neg, dtb, GATES)
+    gam, beta = chunk_gates(a, b, t, m, i_hv, sa_t, sa_h, sb_t, sb_h, A_neg, dtb, GATES, NEG)
     G = tl.cumsum(gam, 0)
     G_last = tl.sum(tl.where(rows == C - 1, G, 0.0), 0)    # gamma is 0 past the end
     rq = inv_rows(qr, C, L2NORM)

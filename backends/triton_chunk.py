@@ -35,8 +35,8 @@ or written (a real read slot with a padding write slot: outputs, no write).
 written).  ``checkpoints``: the state tile is also stored after every ``checkpoint_every``
 tokens (at the ends of chunks; each program counts its sequence's first row over cu_seqlens on
 the device), for real sequences only; a compile-time flag, off without checkpoints.  Gates: raw
-(A_log, a, dt_bias, b), or FLA's precomputed ``g`` (log-space decay, fp32)
-and ``beta`` (post-sigmoid).
+(A_log, a, dt_bias, b; ``allow_neg_eigval``: beta = 2 sigmoid(b)), or FLA's precomputed ``g``
+(log-space decay, fp32) and ``beta`` (post-sigmoid).
 
 The launch shape is a :class:`Config`; nothing is autotuned inside a call.  Its defaults, for
 K = V = 128 on Hopper, timed side by side on an H200 (lab/notebook/h200/prefill_configs_*.log):
@@ -228,7 +228,8 @@ def run(call, *, config=None):
            new_state_indices=None if pool is None or pool.same_indices else pool.write,
            null_slot=c.null_slot, has_initial_state=c.has_initial_state,
            k_first=c.problem.k_first, checkpoints=c.checkpoints,
-           checkpoint_every=c.checkpoint_every, config=config, pdl=bool(c.problem.pdl))
+           checkpoint_every=c.checkpoint_every, config=config, pdl=bool(c.problem.pdl),
+           allow_neg_eigval=c.allow_neg_eigval)
 
 
 def serves(*, H: int, HV: int, K: int, V: int, io_dtype, state_dtype=torch.float32,
@@ -255,7 +256,8 @@ def serves(*, H: int, HV: int, K: int, V: int, io_dtype, state_dtype=torch.float
 def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state,
            use_qk_l2norm, *, g=None, beta=None, state_indices=None, new_state_indices=None,
            null_slot=-1, has_initial_state=None, k_first=False, checkpoints=None,
-           checkpoint_every=None, config=None, workspace=None, pdl=False):
+           checkpoint_every=None, config=None, workspace=None, pdl=False,
+           allow_neg_eigval=False):
     """Run the prefill on validated inputs: q, k [T, H, K]; v, out [T, HV, V]; a, b (or g,
     beta) [T, HV]; cu_seqlens [N+1] int32/int64 on the device; state [N or P, HV, V, K] (K-first
     ``[.., HV, K, V]`` with ``k_first``) or None (zeros); ``new_state`` always given (``state``
@@ -266,7 +268,8 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     config's chunk) of each real sequence, packed as :func:`gdnzoo.prefill` says; the row
     offsets are counted on the device.  ``pdl``: both kernels launched with programmatic
     dependent launch, each waiting for the kernel before it before any load (compute
-    capability >= 9.0).  Returns the resolved Config."""
+    capability >= 9.0).  ``allow_neg_eigval``: with the raw gates beta = 2 sigmoid(b) (the
+    precomputed beta is taken as given).  Returns the resolved Config."""
     from gdnzoo.backends._triton_chunk_kernel import chunk_prep_kernel, chunk_state_kernel
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
@@ -297,7 +300,8 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
             q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1),
             gb.stride(0), gb.stride(1), A_log.stride(0), dt_bias.stride(0),
             H, HV, K, C, c.base, l2, gates, PREP_PRECISION.get(c.precision, c.precision),
-            c.precision, num_warps=c.prep_warps, num_stages=1, **pdl_kw)
+            c.precision, num_warps=c.prep_warps, num_stages=1, **pdl_kw,
+            **(dict(NEG=1) if allow_neg_eigval and g is None else {}))
     pool, idx, new_idx, init = tlaunch.prefill_slots(cu_seqlens, state_indices,
                                                      new_state_indices, has_initial_state)
     src = new_state if state is None else state

@@ -331,10 +331,10 @@ def test_bf16_entry_is_triton_chunk_with_precision_bf16(monkeypatch):
     from gdnzoo.backends import triton_chunk_bf16
     seen = {}
     monkeypatch.setattr(tc, "launch", lambda *a, **kw: seen.update(kw))
-    fields = ("q k v state A_log a dt_bias b cu_seqlens scale out new_state use_qk_l2norm g beta "
-              "null_slot has_initial_state checkpoints checkpoint_every").split()
-    call = SimpleNamespace(**dict.fromkeys(fields), pool=None,
-                           problem=SimpleNamespace(k_first=False, pdl=""))
+    from gdnzoo.prefill_contract import Call
+    # a stand-in record with every field of the real one (None), the form fields set
+    call = SimpleNamespace(**dict(dict.fromkeys(Call._fields), allow_neg_eigval=False,
+                                  pool=None, problem=SimpleNamespace(k_first=False, pdl="")))
     triton_chunk_bf16.run(call, config=dict(block_v=16))
     assert seen["config"].precision == "bf16" and seen["config"].block_v == 16
     assert gate.state_tol_of("triton-chunk-bf16", "prefill") == gate.PEER_STATE_TOL
