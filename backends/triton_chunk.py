@@ -270,7 +270,6 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     dependent launch, each waiting for the kernel before it before any load (compute
     capability >= 9.0).  ``allow_neg_eigval``: with the raw gates beta = 2 sigmoid(b) (the
     precomputed beta is taken as given).  Returns the resolved Config."""
-    from gdnzoo.backends._triton_chunk_kernel import chunk_prep_kernel, chunk_state_kernel
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
@@ -295,28 +294,55 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     # launch_pdl: Triton's launcher launches with programmatic dependent launch
     pdl_kw = dict(PDL=1, launch_pdl=True) if pdl else {}
     if T > 0:
-        chunk_prep_kernel[(n_slots * HV,)](
-            q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, N, T,
-            q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1),
-            gb.stride(0), gb.stride(1), A_log.stride(0), dt_bias.stride(0),
-            H, HV, K, C, c.base, l2, gates, PREP_PRECISION.get(c.precision, c.precision),
-            c.precision, num_warps=c.prep_warps, num_stages=1, **pdl_kw,
-            **(dict(NEG=1) if allow_neg_eigval and g is None else {}))
+        launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c,
+                    neg=allow_neg_eigval and g is None, pdl_kw=pdl_kw)
+    launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c,
+                 state_indices=state_indices, new_state_indices=new_state_indices,
+                 null_slot=null_slot, has_initial_state=has_initial_state, k_first=k_first,
+                 checkpoints=checkpoints, checkpoint_every=checkpoint_every, pdl_kw=pdl_kw)
+    return c
+
+
+def launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c, *,
+                neg=False, pdl_kw=None):
+    """The prep kernel of :func:`launch` alone (the gates as
+    :func:`_triton_launch.prefill_gates` gives them; ``c`` a resolved Config), into the
+    workspace (mats, vecs): one program per (chunk slot, value head)."""
+    from gdnzoo.backends._triton_chunk_kernel import chunk_prep_kernel
+    T, H, K = q.shape
+    HV, N = ga.shape[1], cu_seqlens.shape[0] - 1
+    chunk_prep_kernel[((T // c.chunk + N) * HV,)](
+        q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, N, T,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1),
+        gb.stride(0), gb.stride(1), A_log.stride(0), dt_bias.stride(0),
+        H, HV, K, c.chunk, c.base, l2, gates, PREP_PRECISION.get(c.precision, c.precision),
+        c.precision, num_warps=c.prep_warps, num_stages=1, **(pdl_kw or {}),
+        **(dict(NEG=1) if neg else {}))
+
+
+def launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
+                 state_indices=None, new_state_indices=None, null_slot=-1,
+                 has_initial_state=None, k_first=False, checkpoints=None, checkpoint_every=None,
+                 pdl_kw=None):
+    """The sequential kernel of :func:`launch` alone, on the workspace the prep kernel wrote:
+    one program per (sequence, value head, V-tile of ``c.block_v`` rows)."""
+    from gdnzoo.backends._triton_chunk_kernel import chunk_state_kernel
+    T, H, K = q.shape
+    HV, V = v.shape[1], v.shape[2]
+    N = cu_seqlens.shape[0] - 1
     pool, idx, new_idx, init = tlaunch.prefill_slots(cu_seqlens, state_indices,
                                                      new_state_indices, has_initial_state)
     src = new_state if state is None else state
     ss = tlaunch.state_strides(src, k_first) if state is not None else (0, 0, 0, 0)
     sn = tlaunch.state_strides(new_state, k_first)
-    n_read = src.shape[0]
     # Without checkpoints CKPT is left at its default: the kernel compiles as it did before.
     ck = {} if checkpoints is None else dict(CKPT=1)
     ckpt = new_state if checkpoints is None else checkpoints
-    chunk_state_kernel[(grid,)](
+    chunk_state_kernel[(N * HV * (V // c.block_v),)](
         q, k, v, cu_seqlens, mats, vecs, out, src, new_state, idx, new_idx, init, T,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        out.stride(0), out.stride(1), *ss, *sn, n_read, new_state.shape[0], null_slot,
+        out.stride(0), out.stride(1), *ss, *sn, src.shape[0], new_state.shape[0], null_slot,
         ckpt, *tlaunch.state_strides(ckpt, k_first), checkpoint_every or 0,
-        H, HV, K, V, C, c.block_v, c.precision, pool, int(state is not None),
+        H, HV, K, V, c.chunk, c.block_v, c.precision, pool, int(state is not None),
         int(has_initial_state is not None), c.stages, num_warps=c.warps, num_stages=c.stages,
-        **ck, **pdl_kw)
-    return c
+        **ck, **(pdl_kw or {}))

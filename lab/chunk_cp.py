@@ -47,8 +47,7 @@ import triton.language as tl                                    # noqa: E402
 
 from gdnzoo.backends import _triton_launch as tlaunch          # noqa: E402
 from gdnzoo.backends import triton_chunk as tc                 # noqa: E402
-from gdnzoo.backends._triton_chunk_kernel import (INTERPRETED, chunk_prep_kernel,  # noqa: E402
-                                                   chunk_step)
+from gdnzoo.backends._triton_chunk_kernel import INTERPRETED, chunk_step  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -130,13 +129,7 @@ def prefill_cp(x, S: int, config=None, l2: bool = True, stages: tuple | None = N
     mark = (lambda: stages.append(torch.cuda.Event(enable_timing=True)) or stages[-1].record()) \
         if stages is not None else (lambda: None)
     mark()
-    n_slots = T // C + N
-    chunk_prep_kernel[(n_slots * HV,)](
-        q, k, ga, gb, A_log, dt_bias, cu, mats, vecs, scale, N, T,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1),
-        gb.stride(0), gb.stride(1), A_log.stride(0), dt_bias.stride(0),
-        H, HV, K, C, c.base, l2, 0, tc.PREP_PRECISION.get(c.precision, c.precision),
-        c.precision, num_warps=c.prep_warps, num_stages=1)
+    tc.launch_prep(q, k, ga, gb, A_log, dt_bias, cu, mats, vecs, scale, l2, 0, c)
     mark()
     obuf = torch.empty(2, T, HV, V, dtype=torch.float32, device=q.device)
     fbuf = torch.empty(2, N, S, HV, V, K, dtype=torch.float32, device=q.device)

@@ -67,41 +67,25 @@ class Phased:
         x, c = self.x, self.c
         q, k, v = x["q"], x["k"], x["v"]
         T, H, K = q.shape
-        HV, V = v.shape[1], v.shape[2]
-        C = c.chunk
+        HV = v.shape[1]
         scale = 1.0 / math.sqrt(K)
         _, ga, gb, A_log, dt_bias = tlaunch.prefill_gates(x["A_log"], x["a"], x["dt_bias"],
                                                           x["b"], None, None)
         mats, vecs = tc._workspace(None, max(T, 1), HV, c, q.device)
-        from gdnzoo.backends._triton_chunk_kernel import chunk_prep_kernel, chunk_state_kernel
         main = torch.cuda.current_stream() if self.side is not None else None
         if main is not None:
             self.side.wait_stream(main)              # the inputs are ready before any prep
         for i, cu in enumerate(self.cus):
-            # the prep of phase i on the side stream: grid as a one-sequence call of T tokens
+            # the prep of phase i on the side stream, the state carried on in new_state
             if main is not None:
                 torch.cuda.set_stream(self.side)
-            chunk_prep_kernel[((T // C + 1) * HV,)](
-                q, k, ga, gb, A_log, dt_bias, cu, mats, vecs, scale, 1, T,
-                q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1),
-                gb.stride(0), gb.stride(1), A_log.stride(0), dt_bias.stride(0),
-                H, HV, K, C, c.base, self.l2, 0, tc.PREP_PRECISION.get(c.precision, c.precision),
-                c.precision, num_warps=c.prep_warps, num_stages=1)
+            tc.launch_prep(q, k, ga, gb, A_log, dt_bias, cu, mats, vecs, scale, self.l2, 0, c)
             if main is not None:
                 self.ready[i].record(self.side)
                 torch.cuda.set_stream(main)
                 main.wait_event(self.ready[i])
-            src = x["state"] if i == 0 else x["new_state"]
-            ns = x["new_state"]
-            pool, idx, new_idx, init = tlaunch.prefill_slots(cu, None, None, None)
-            chunk_state_kernel[(HV * (V // c.block_v),)](
-                q, k, v, cu, mats, vecs, x["out"], src, ns, idx, new_idx, init, T,
-                q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-                x["out"].stride(0), x["out"].stride(1), *tlaunch.state_strides(src, False),
-                *tlaunch.state_strides(ns, False), src.shape[0], ns.shape[0], -1,
-                ns, *tlaunch.state_strides(ns, False), 0,
-                H, HV, K, V, C, c.block_v, c.precision, pool, 1, 0, c.stages,
-                num_warps=c.warps, num_stages=c.stages)
+            tc.launch_state(q, k, v, cu, mats, vecs, x["out"],
+                            x["state"] if i == 0 else x["new_state"], x["new_state"], c)
 
 
 def one_call(x, l2=True):
@@ -134,9 +118,11 @@ def check():
 
 
 def time_cells(cells, phases, reps):
-    """CUDA events around one eager call (both streams joined), and per call in a CUDA graph
-    of 10 calls; triton-chunk's own call first."""
-    from lab.prefill_gpu import make
+    """Median of one eager call between CUDA events (both streams joined;
+    ``lab.prefill_gpu.event_ms``) and per call in a CUDA graph of 10 calls (the bench's graph
+    clock, ``clocks.graph_times``); triton-chunk's own call first."""
+    from gdnzoo.bench import clocks
+    from lab.prefill_gpu import event_ms, make
     for cell in cells:
         geom, L = cell.split(":")
         H, HV = map(int, geom.split("/"))
@@ -144,39 +130,10 @@ def time_cells(cells, phases, reps):
         runs = [("triton-chunk", lambda: one_call(x))]
         runs += [(f"phases P={P}", Phased(x, P)) for P in phases]
         for name, fn in runs:
-            for _ in range(3):
-                fn()
-            torch.cuda.synchronize()
-            ev = []
-            for _ in range(reps):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fn()
-                b.record()
-                ev.append((a, b))
-            torch.cuda.synchronize()
-            eager = statistics.median(a.elapsed_time(b) * 1e3 for a, b in ev)
-            g = torch.cuda.CUDAGraph()
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                fn()
-                with torch.cuda.graph(g, stream=s):
-                    for _ in range(10):
-                        fn()
-            torch.cuda.current_stream().wait_stream(s)
-            g.replay()
-            torch.cuda.synchronize()
-            reps_g = []
-            for _ in range(5):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                g.replay()
-                b.record()
-                torch.cuda.synchronize()
-                reps_g.append(a.elapsed_time(b) * 1e3 / 10)
+            eager = event_ms([fn], reps) * 1e3
+            graph = statistics.median(clocks.graph_times(lambda i: fn(), 10, 5))
             print(f"{cell:12s} {name:14s} eager (events) {eager:8.1f} us   graph "
-                  f"{statistics.median(reps_g):8.1f} us", flush=True)
+                  f"{graph:8.1f} us", flush=True)
 
 
 def main():
