@@ -159,6 +159,11 @@ def geometry(results) -> dict:
     return dict(zip(GEOMETRY_KEYS, map(int, at.pop())))
 
 
+def row_geometry(at: dict) -> dict:
+    """The ``geometry:`` of a row by geometry measured at ``at`` (:func:`geometry`): H, HV."""
+    return {k: at[k] for k in ("H", "HV")}
+
+
 def make_row(gpu, results, *, results_file=None, commit=None, versions=None, date=None,
              geometry_row=False):
     """The ``defaults:`` entry for this GPU from dense-mode rows (kernel clock): ``table`` from the
@@ -188,7 +193,7 @@ def make_row(gpu, results, *, results_file=None, commit=None, versions=None, dat
                 commit=commit, results=results_file, values_us=values["inplace"])
     row = dict(gpu=gpu, provenance=prov, measured_at=at, table=tables["inplace"])
     if geometry_row:
-        row["geometry"] = dict(H=at["H"], HV=at["HV"])
+        row["geometry"] = row_geometry(at)
     for mode in ("dest", "tokens"):
         if mode in tables:
             prov[f"values_us_{mode}"] = values[mode]
@@ -416,8 +421,7 @@ def cmd_tune(args) -> int:
     if getattr(args, "from_files", None):
         path = args.registry or registry_path()
         gpu, rows, prov = load_runs(args.from_files, Path(path).resolve().parent)
-        geo = ({k: v for k, v in geometry(rows).items() if k in ("H", "HV")}
-               if args.geometry_row else None)
+        geo = row_geometry(geometry(rows)) if args.geometry_row else None
         old = existing_row(path, gpu, geo)
         dense = [r for r in rows if r.get("bench") in ("dense", "dest")]
         if dense:
