@@ -36,6 +36,9 @@ Two launches:
   factors) into shared memory while chunk j computes.  With ``CKPT`` (off by default: the
   default kernel compiles without it) the tile is also stored as a state checkpoint after
   every E tokens (E a multiple of C): one masked store at the bottom of the chunk loop.
+  The v rows are not a product's operand, so the pipeliner loads them into registers late in
+  the chunk's own iteration; with ``V_AHEAD`` (off by default) chunk j+1's are loaded by hand
+  at the top of chunk j's iteration instead.
 
 Where the chunks are.  No host sync: sequence n's chunks get the slots
 ``cu[n] // C + n + j`` (j < ceil(len_n / C)); these ranges never overlap and all lie below
@@ -324,14 +327,26 @@ def chunk_prep_kernel(
 
 
 @triton.jit
-def chunk_step(h, t0, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv, rows_v, rd,
+def load_v(v, t0, eos, i_hv, rows_v, sv_t, sv_h, C: tl.constexpr):
+    """The chunk's [BV, C] v rows as stored (zeros past the sequence; nothing read when the
+    chunk starts at or past its end)."""
+    t = t0 + tl.arange(0, C)
+    return tl.load(v + t[None, :] * sv_t + i_hv * sv_h + rows_v[:, None], mask=(t < eos)[None, :],
+                   other=0.0)
+
+
+@triton.jit
+def chunk_step(h, vt, t0, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv, rows_v, rd,
                sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h,
                HV: tl.constexpr, K: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr):
     """One chunk on the [BV, K] state tile ``h``: stores the chunk's [BV] output rows and
-    returns the tile after the chunk."""
+    returns the tile after the chunk.  ``vt``: the chunk's [BV, C] v rows as
+    :func:`load_v` loads them, or None: loaded here."""
     rows, t, m, qr, kr = chunk_qk(q, k, t0, eos, i_h, sq_t, sq_h, sk_t, sk_h, C, K)
-    vt = tl.load(v + t[None, :] * sv_t + i_hv * sv_h + rows_v[:, None], mask=m[None, :],
-                 other=0.0).to(tl.float32)
+    if vt is None:
+        vt = tl.load(v + t[None, :] * sv_t + i_hv * sv_h + rows_v[:, None], mask=m[None, :],
+                     other=0.0)
+    vt = vt.to(tl.float32)
     NP: tl.constexpr = 2 if PREC == "bf16x3" else 1
     pm = mats + t[:, None] * (HV * 2 * NP * C) + i_hv * (2 * NP * C) + rows[None, :]
     t_hi, t_lo = load_cc(pm, m[:, None], C, PREC)
@@ -366,14 +381,15 @@ def store_checkpoint(ckpt, h, j, row0, n_tok, every, ok, i_hv, rows_v, cols,
 
 
 @triton.jit
-def advance(h, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all, i_h, i_hv,
-            rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, sc_n, sc_h, sc_v,
-            sc_k, HV: tl.constexpr, K: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
-            CKPT: tl.constexpr):
-    """Chunk j of the sequence [bos, eos) applied to the tile ``h`` (its outputs written),
-    and with ``CKPT`` the state after it stored as a checkpoint where one falls."""
-    h = chunk_step(h, bos + j * C, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv, rows_v, rd,
-                   sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, HV, K, C, PREC)
+def advance(h, vt, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all, i_h,
+            i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, sc_n, sc_h,
+            sc_v, sc_k, HV: tl.constexpr, K: tl.constexpr, C: tl.constexpr,
+            PREC: tl.constexpr, CKPT: tl.constexpr):
+    """Chunk j of the sequence [bos, eos) (its v rows ``vt``, or None) applied to the tile
+    ``h`` (its outputs written), and with ``CKPT`` the state after it stored as a checkpoint
+    where one falls."""
+    h = chunk_step(h, vt, bos + j * C, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv, rows_v,
+                   rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, HV, K, C, PREC)
     if CKPT:
         store_checkpoint(ckpt, h, j, row0, eos - bos, every, rd, i_hv, rows_v, cols,
                          sc_n, sc_h, sc_v, sc_k, C)
@@ -389,7 +405,7 @@ def chunk_state_kernel(
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, C: tl.constexpr,
         BV: tl.constexpr, PREC: tl.constexpr, POOL: tl.constexpr, STATE0: tl.constexpr,
         HAS_INIT: tl.constexpr, STAGES: tl.constexpr, CKPT: tl.constexpr = 0,
-        PDL: tl.constexpr = 0):
+        PDL: tl.constexpr = 0, V_AHEAD: tl.constexpr = 0):
     if PDL:
         gdc_wait()                  # before any load: the prep kernel's workspace (or, with
         gdc_launch_dependents()     # no tokens, the producer's state) must be complete
@@ -410,18 +426,29 @@ def chunk_state_kernel(
     row0 = 0
     if CKPT:
         row0 = checkpoint_row0(cu_seqlens, i_n, every)
-    # A padded sequence (rd False) writes no checkpoint.
+    # A padded sequence (rd False) writes no checkpoint.  With V_AHEAD chunk j + 1's v rows
+    # are loaded (into registers) while chunk j computes.
+    if V_AHEAD:
+        v_next = load_v(v, bos, eos, i_hv, rows_v, sv_t, sv_h, C)
     if INTERPRETED:
         # The interpreter's scalars are 1-element arrays, which range() refuses.
         j = 0
         while j < n_chunks:
-            h = advance(h, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all,
+            vt = None
+            if V_AHEAD:
+                vt = v_next
+                v_next = load_v(v, bos + (j + 1) * C, eos, i_hv, rows_v, sv_t, sv_h, C)
+            h = advance(h, vt, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all,
                         i_h, i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t,
                         so_h, sc_n, sc_h, sc_v, sc_k, HV, K, C, PREC, CKPT)
             j += 1
     else:
         for j in tl.range(0, n_chunks, num_stages=STAGES):
-            h = advance(h, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all,
+            vt = None
+            if V_AHEAD:
+                vt = v_next
+                v_next = load_v(v, bos + (j + 1) * C, eos, i_hv, rows_v, sv_t, sv_h, C)
+            h = advance(h, vt, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all,
                         i_h, i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t,
                         so_h, sc_n, sc_h, sc_v, sc_k, HV, K, C, PREC, CKPT)
     tl.store(new_state + slot_w * sn_n + i_hv * sn_h + rows_v[:, None] * sn_v

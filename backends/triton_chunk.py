@@ -48,8 +48,16 @@ K = V = 128 on Hopper, timed side by side on an H200 (lab/notebook/h200/prefill_
 * ``warps`` 8 at 16 rows (the products split their columns over the warps; 168 registers, no
   spills), 4 at 32 (255 registers, 136 bytes spilled, yet faster than 8 warps once the SMs
   hold several programs).
-* ``stages`` 2: chunk j+1's q, k, v, T^T, M^T and factors (~40 KB) stream into shared memory
-  while chunk j computes (75 KB in all at block_v 16); 1 and 3 were slower.
+* ``stages`` and ``v_ahead``: at 16 rows, 3 stages and chunk j+1's v rows loaded by hand
+  while chunk j computes; else 2 stages, v loaded where the pipeliner puts it.  Chunk j+1's
+  q, k, T^T, M^T and factors (~40 KB) stream into shared memory while chunk j computes
+  (75 KB in all at block_v 16, 2 stages), but v, not a product's operand, was loaded late in
+  its own iteration: the loop waited on it, 15% of the sequential kernel's stall samples (4/8
+  heads 1 x 8192 tokens, Nsight Compute).  The sequential kernel's time at 16 rows (H200,
+  medians of 20, lab/notebook/h200/chunk_ablate_2026-11-29b.log), before -> 3 stages with v
+  ahead: 324 -> 267 us at 4/8 1 x 8192, 1262 -> 1056 at 1 x 32768, 172 -> 137 at 2 x 4096;
+  either change alone was slower (347, 333 us).  At 32 rows v ahead was slower (16/32 8 x
+  1024: 344 -> 370 us at 2 stages; 3 stages 668: the shared memory halves the programs an SM).
 * ``prep_warps`` 4: the prep kernel holds several C x C fp32 tiles; 247 registers, no spills,
   two programs an SM by registers and shared memory (2 warps spill; 8 were slower).
 * ``chunk`` 64, ``base`` 8: 7 serial substitution steps on 8 x 8 blocks and three merge
@@ -61,9 +69,10 @@ K = V = 128 on Hopper, timed side by side on an H200 (lab/notebook/h200/prefill_
   and ~2.5e-3 (FlashInfer's and FLA's chunk kernels: 3.5e-3 to 3.9e-3, same run); opt-in.
 
 Where the time goes (H200, 4/8 heads, 1 x 8192 tokens, fp32 state): the prep kernel 68 us (the
-inverse's substitution and merges 35 us of it), the sequential one 317 us, 2.5 us per chunk on
-64 programs, 50 us of which the outputs' two products; FlashInfer's chunk kernel takes 122 us
-of kernel time there (it splits a sequence's chunks over CTAs and combines them).
+inverse's substitution and merges 35 us of it), the sequential one 267 us, 2.1 us per chunk on
+64 programs (before v ahead: 317, 50 of which the outputs' two products); FlashInfer's chunk
+kernel takes 122 us of kernel time there (it splits a sequence's chunks over CTAs and
+combines them).
 """
 from __future__ import annotations
 
@@ -92,7 +101,9 @@ GRID_LIMIT = 2**31 - 1
 class Config(NamedTuple):
     """The launch shape.  ``block_v``: state rows per sequential program (0: picked from the
     grid, :func:`pick_block_v`); ``warps``/``stages``: the sequential kernel's num_warps (0:
-    8 at block_v 16, else 4) and pipeline depth of its chunk loop; ``prep_warps``: the prep
+    8 at block_v 16, else 4) and pipeline depth of its chunk loop (0: 3 with ``v_ahead``,
+    else 2); ``v_ahead``: 1 loads a chunk's v rows one chunk ahead by hand, 0 does not, -1
+    (default) does at block_v 16; ``prep_warps``: the prep
     kernel's num_warps; ``chunk``: tokens per chunk C; ``precision``: of every product with an
     fp32 operand (see the kernels' module; "bf16" rounds the state's chain to bf16: faster,
     ~2.5e-3 relative error on the state instead of ~4e-6); ``base``: the diagonal blocks the
@@ -100,11 +111,12 @@ class Config(NamedTuple):
     merge levels of two C x C products each."""
     block_v: int = 0
     warps: int = 0
-    stages: int = 2
+    stages: int = 0
     prep_warps: int = 4
     chunk: int = 64
     precision: str = "bf16x3"
     base: int = 8
+    v_ahead: int = -1
 
 
 def normalize(config) -> Config:
@@ -141,7 +153,11 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device) -> Config:
         else:
             n_sm = torch.cuda.get_device_properties(device).multi_processor_count
             bv = pick_block_v(N * HV, V, n_sm)
-    c = c._replace(block_v=bv, warps=c.warps or (8 if bv == 16 else 4))
+    if c.v_ahead not in (-1, 0, 1):
+        raise ValueError(f"config: v_ahead must be -1 (auto), 0 or 1, got {c.v_ahead!r}")
+    ahead = int(bv == 16) if c.v_ahead == -1 else c.v_ahead
+    c = c._replace(block_v=bv, warps=c.warps or (8 if bv == 16 else 4), v_ahead=ahead,
+                   stages=c.stages or (3 if ahead else 2))
     if bv < 16 or V % bv or bv & (bv - 1):
         raise ValueError(f"config: block_v must be a power of two >= 16 dividing V={V}, got {bv}")
     if c.chunk not in CHUNKS:
@@ -345,4 +361,4 @@ def launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
         ckpt, *tlaunch.state_strides(ckpt, k_first), checkpoint_every or 0,
         H, HV, K, V, c.chunk, c.block_v, c.precision, pool, int(state is not None),
         int(has_initial_state is not None), c.stages, num_warps=c.warps, num_stages=c.stages,
-        **ck, **(pdl_kw or {}))
+        **ck, **(dict(V_AHEAD=1) if c.v_ahead else {}), **(pdl_kw or {}))

@@ -130,6 +130,11 @@ DENSE = [
     pytest.param([0, 0], 1, 2, 64, torch.float32, True, torch.bfloat16, 8, None, id="no-tokens"),
     pytest.param([130, 7], 1, 1, 64, torch.float32, True, torch.bfloat16, 9, dict(base=8),
                  id="base8"),
+    # chunk j+1's v rows loaded by hand during chunk j, and not (the GPU's default at 16 rows)
+    pytest.param([70, 130, 1], 1, 2, 64, torch.float32, True, torch.bfloat16, 11,
+                 dict(block_v=16, v_ahead=1), id="bv16-v-ahead"),
+    pytest.param([70, 130, 1], 1, 2, 64, torch.float32, True, torch.bfloat16, 12,
+                 dict(block_v=16, v_ahead=0), id="bv16-v-not-ahead"),
     # products of the state's chain rounded to bf16: judged as a bf16 state is
     pytest.param([1, 64, 70], 1, 2, 64, torch.bfloat16, True, torch.bfloat16, 10,
                  dict(precision="bf16"), id="bf16state-bf16prec", marks=pytest.mark.skipif(
@@ -278,6 +283,14 @@ def test_config_checked():
     assert c.block_v == 128 and c.chunk == 64 and c.precision == "bf16x3" and c.warps == 4
     assert tc.resolve(dict(block_v=16), 1, 8, 128, torch.device("cpu")).warps == 8
     assert tc.resolve(dict(block_v=16, warps=2), 1, 8, 128, torch.device("cpu")).warps == 2
+    with pytest.raises(ValueError, match="config: v_ahead"):
+        tc.resolve(dict(v_ahead=2), 1, 8, 128, torch.device("cpu"))
+    ahead = tc.resolve(dict(block_v=16), 1, 8, 128, torch.device("cpu"))
+    assert (ahead.v_ahead, ahead.stages) == (1, 3)
+    assert (c.v_ahead, c.stages) == (0, 2)
+    assert tc.resolve(dict(block_v=16, v_ahead=0), 1, 8, 128, torch.device("cpu")).stages == 2
+    assert tc.resolve(dict(block_v=32, v_ahead=1, stages=2), 1, 8, 128,
+                      torch.device("cpu"))[2:] == (2, 4, 64, "bf16x3", 8, 1)
 
 
 def test_block_v_is_16_while_one_wave_holds_them_else_32():

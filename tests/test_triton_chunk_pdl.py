@@ -58,14 +58,17 @@ def _launch_args(kw):
 
 
 def _calls():
-    for pool in (False, True):
+    """(case, launch keywords): dense and pool without V_AHEAD (the kernels before PDL had
+    none), and "ahead", dense with it."""
+    for name, pool, ahead in (("dense", False, 0), ("pool", True, 0), ("ahead", False, 1)):
         x = make_prefill_inputs([130, 64, 7], H=2, HV=4, K=128, V=128)
         kw = dict(q=x.q, k=x.k, v=x.v, state=x.state, A_log=x.A_log, a=x.a, dt_bias=x.dt_bias,
                   b=x.b, cu_seqlens=x.cu_seqlens, scale=x.scale, out=torch.empty_like(x.v),
-                  new_state=x.state, use_qk_l2norm=True, config=dict(block_v=16))
+                  new_state=x.state, use_qk_l2norm=True,
+                  config=dict(block_v=16, v_ahead=ahead))
         if pool:
             kw["state_indices"] = torch.tensor([2, -1, 0], dtype=torch.int32)
-        yield "pool" if pool else "dense", kw
+        yield name, kw
 
 
 def _module(path, name):
@@ -89,7 +92,8 @@ def compile_all(before_path, out_path):
             k1 = compile_offline(getattr(now, kern), pargs, pkwargs)
             result[f"{name}/{kern}"] = dict(
                 now0=compile_offline(getattr(now, kern), args, kwargs).asm["ptx"],
-                before=compile_offline(getattr(before, kern), args, kwargs).asm["ptx"],
+                before=None if "V_AHEAD" in kwargs else
+                compile_offline(getattr(before, kern), args, kwargs).asm["ptx"],
                 now1=k1.asm["ptx"], launch_pdl=bool(k1.metadata.launch_pdl),
                 options=sorted(k for k in pkwargs if k in ("PDL", "launch_pdl")))
     Path(out_path).write_text(json.dumps(result))
@@ -127,7 +131,8 @@ def test_without_pdl_the_kernels_are_as_before(compiled, case):
     assert not [op for op in _memory_ops(got["now0"]) if op.startswith("griddepcontrol")]
 
 
-@pytest.mark.parametrize("case", [f"{c}/{k}" for c in ("dense", "pool") for k in KERNELS])
+@pytest.mark.parametrize("case", [f"{c}/{k}" for c in ("dense", "pool", "ahead")
+                                  for k in KERNELS])
 def test_with_pdl_each_kernel_waits_before_any_memory_access(compiled, case):
     got = compiled[case]
     ops = _memory_ops(got["now1"])
