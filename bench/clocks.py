@@ -218,17 +218,23 @@ def _spans(windows, launch_of, gpu, reduce=span_us):
     starts = [w[0] for w in windows]
     per = [[] for _ in windows]
     import bisect
+    dropped = 0
     for s, e, corr in gpu:
         t = launch_of.get(corr)
         key = t if t is not None else s
         i = bisect.bisect_right(starts, key) - 1
         if i >= 0 and (t is None or t <= windows[i][1]):
             per[i].append((s, e))
+        else:
+            dropped += 1
     out = []
     for i, recs in enumerate(per):
         if not recs:
+            many = sum(len(r) > 1 for r in per)
             raise RuntimeError(f"kernel clock: iteration {i} launched no GPU activity "
-                               "(does this backend run on the GPU?)")
+                               f"({len(gpu)} GPU records: {dropped} launched outside every "
+                               f"iteration, {many} iterations with more than one; does this "
+                               "backend run on the GPU?)")
         out.append(reduce(recs))
     return out
 

@@ -100,6 +100,9 @@ def test_kernel_clock_resolves_as_finely_as_torch_profiler():
     """A 1 us kernel's samples are not all on a coarse grid (CUPTI's own REALTIME-sized stamps
     came in 256 ns steps on an H100 host): the kernel clock resolves at least as finely as
     torch.profiler's, whose timestamp callback keeps small numbers too."""
+    ok, why = clocks.cupti_python_available()
+    if not ok:
+        pytest.skip(f"the kernel clock is torch.profiler's own here (cupti-python: {why})")
     x = torch.zeros(1, device="cuda")
     ours, method = clocks.kernel_times(lambda i: x.add_(1.0), 200)
     theirs = clocks._kernel_times_torch_profiler(lambda i: x.add_(1.0), 200, 0)
