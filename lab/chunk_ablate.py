@@ -4,12 +4,15 @@ alone (torch.profiler kernel records, median over --reps calls).  From the repos
 
     python -m lab.chunk_ablate                     # every variant at the default cells
     python -m lab.chunk_ablate --cells 4/8:1x8192 --variants base,prep_no_inverse
+    git show HEAD~1:backends/_triton_chunk_kernel.py > /tmp/before.py
+    CHUNK_BEFORE=/tmp/before.py python -m lab.chunk_ablate --variants before,base  # A/B
 
 Prints one line per (cell, variant): prep and state kernel medians in us.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import importlib.util
 import statistics
 import sys
@@ -27,9 +30,15 @@ KMOD = "gdnzoo.backends._triton_chunk_kernel"
 SRC = (ROOT / "backends" / "_triton_chunk_kernel.py").read_text()
 
 O = "o = mm(h, tl.trans(qr), PREC) * fq[None, :] + mm_split(R, m_hi, m_lo, PREC)"
+X = "X = mm(h, tl.trans(kr), PREC)"
+VN = "Vn = mm_split(R, t_hi, t_lo, PREC)"
+UPD = "return g_last * h + mm(Vn * fk[None, :], kr, PREC)"
+UPD_SUM = "return g_last * h + tl.sum(Vn * fk[None, :], 1)[:, None]"
 # name -> (source substitutions, config overrides)
 VARIANTS = {
     "base": ([], {}),
+    "before": ([], dict(stages=2, v_ahead=0)),
+    "before_stages3": ([], dict(stages=3, v_ahead=0)),
     "prep_no_inverse": ([("Tm = unit_lower_inverse(A, C, BS, PREC)", "Tm = A")], {}),
     "prep_no_merge": ([("for lvl in tl.static_range(MAX_MERGE_LEVELS):",
                         "for lvl in tl.static_range(0):")], {}),
@@ -51,12 +60,24 @@ VARIANTS = {
     "out_RM_bf16": ([(O, 'o = mm(h, tl.trans(qr), PREC) * fq[None, :] + mm_split(R, m_hi, m_lo, "bf16")')], {}),
     "out_hq_bf16": ([(O, 'o = mm(h, tl.trans(qr), "bf16") * fq[None, :] + mm_split(R, m_hi, m_lo, PREC)')], {}),
     "stages1": ([], dict(stages=1)),
+    "stages3": ([], dict(stages=3)),
+    "stages4": ([], dict(stages=4)),
+    "warps4": ([], dict(warps=4)),
+    # The state's chain alone (no outputs), one stage at a time taken out of it: where its
+    # 2.5 us a chunk goes at one long sequence.
+    "chain_no_T": ([(O, "o = R"), (VN, "Vn = R")], {}),
+    "chain_no_X": ([(O, "o = R"), (X, "X = vt * 0.5")], {}),
+    "chain_no_upd": ([(O, "o = R"), (UPD, UPD_SUM)], {}),
+    "chain_upd_bf16": ([(O, "o = R"), (UPD, UPD.replace("PREC)", '"bf16")'))], {}),
+    "chain_no_dots": ([(O, "o = R"), (VN, "Vn = R"), (X, "X = vt * 0.5"), (UPD, UPD_SUM)], {}),
 }
 CELLS = ["4/8:1x8192", "16/32:1x8192", "16/32:8x1024", "4/8:16x256", "16/64:8x1024"]
 
 
 def load_variant(name, subs):
-    src = SRC
+    # "before*": the kernel module as it was, from the file CHUNK_BEFORE names (e.g. made by
+    # `git show HEAD:backends/_triton_chunk_kernel.py`), timed beside the current one.
+    src = Path(os.environ["CHUNK_BEFORE"]).read_text() if name.startswith("before") else SRC
     for old, new in subs:
         if old not in src:
             raise SystemExit(f"patch target not found: {old!r}")

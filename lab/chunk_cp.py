@@ -96,13 +96,13 @@ def cp_state_kernel(q, k, v, zv, cu_seqlens, mats, vecs, obuf, state, fbuf, N, T
     if INTERPRETED:
         j = j0
         while j < j1:
-            h = chunk_step(h, bos + j * C, eos, q, k, vb, mats, vecs, ob, T_all, i_h, i_hv,
+            h = chunk_step(h, None, bos + j * C, eos, q, k, vb, mats, vecs, ob, T_all, i_h, i_hv,
                            rows_v, rd, sq_t, sq_h, sk_t, sk_h, svt, svh, HV * V, V, HV, K, C,
                            PREC)
             j += 1
     else:
         for j in tl.range(j0, j1, num_stages=STAGES):
-            h = chunk_step(h, bos + j * C, eos, q, k, vb, mats, vecs, ob, T_all, i_h, i_hv,
+            h = chunk_step(h, None, bos + j * C, eos, q, k, vb, mats, vecs, ob, T_all, i_h, i_hv,
                            rows_v, rd, sq_t, sq_h, sk_t, sk_h, svt, svh, HV * V, V, HV, K, C,
                            PREC)
     # [2, N, S, HV, V, K] fp32: the segment's final state (role 0) or its Phi (role 1)
