@@ -218,8 +218,8 @@ def unit_lower_inverse(A, C: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr)
 
 @triton.jit
 def chunk_of_slot(cu_seqlens, slot, N, C: tl.constexpr):
-    """(eos, t0) of the chunk at ``slot``: its sequence's end and its first token (t0 >= eos
-    when the slot is past that sequence's chunks).  Sequence n's chunks are the slots
+    """(eos, t0, n, bos) of the chunk at ``slot``: its sequence's end, its first token (t0 >=
+    eos when the slot is past that sequence's chunks), the sequence and its first token.  Sequence n's chunks are the slots
     cu[n] // C + n + j, strictly increasing in n, so the slot's sequence is the count of
     sequences whose first slot is <= ``slot``, less one: counted SEQ_BLOCK sequences a load
     (one load below that many sequences; no constexpr depends on N)."""
@@ -236,7 +236,7 @@ def chunk_of_slot(cu_seqlens, slot, N, C: tl.constexpr):
     eos = tl.load(cu_seqlens + n + 1).to(tl.int64)
     j = slot - (bos // C + n)
     t0 = tl.where(count > 0, bos + j * C, eos)         # count 0: a cu_seqlens not from 0
-    return eos, t0
+    return eos, t0, n, bos
 
 
 @triton.jit
@@ -291,7 +291,7 @@ def chunk_prep_kernel(
     i_hv = pid % HV
     slot = pid // HV
     i_h = i_hv // (HV // H)                        # GVA: repeat_interleave mapping
-    eos, t0 = chunk_of_slot(cu_seqlens, slot, N, C)
+    eos, t0, _, _ = chunk_of_slot(cu_seqlens, slot, N, C)
     if t0 >= eos:
         return
     rows, t, m, qr, kr = chunk_qk(q, k, t0, eos, i_h, sq_t, sq_h, sk_t, sk_h, C, K)
@@ -397,6 +397,40 @@ def advance(h, vt, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_a
 
 
 @triton.jit
+def chain(h, j0, j1, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all, i_h, i_hv,
+          rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, sc_n, sc_h, sc_v, sc_k,
+          HV: tl.constexpr, K: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
+          CKPT: tl.constexpr, STAGES: tl.constexpr, V_AHEAD: tl.constexpr):
+    """Chunks j0 <= j < j1 of the sequence [bos, eos) applied in order to the tile ``h``
+    (:func:`advance`), the loop pipelined ``STAGES`` deep; returns the tile.  With ``V_AHEAD``
+    chunk j + 1's v rows are loaded (into registers) while chunk j computes."""
+    if V_AHEAD:
+        v_next = load_v(v, bos + j0 * C, eos, i_hv, rows_v, sv_t, sv_h, C)
+    if INTERPRETED:
+        # The interpreter's scalars are 1-element arrays, which range() refuses.
+        j = j0
+        while j < j1:
+            vt = None
+            if V_AHEAD:
+                vt = v_next
+                v_next = load_v(v, bos + (j + 1) * C, eos, i_hv, rows_v, sv_t, sv_h, C)
+            h = advance(h, vt, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all,
+                        i_h, i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t,
+                        so_h, sc_n, sc_h, sc_v, sc_k, HV, K, C, PREC, CKPT)
+            j += 1
+    else:
+        for j in tl.range(j0, j1, num_stages=STAGES):
+            vt = None
+            if V_AHEAD:
+                vt = v_next
+                v_next = load_v(v, bos + (j + 1) * C, eos, i_hv, rows_v, sv_t, sv_h, C)
+            h = advance(h, vt, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all,
+                        i_h, i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t,
+                        so_h, sc_n, sc_h, sc_v, sc_k, HV, K, C, PREC, CKPT)
+    return h
+
+
+@triton.jit
 def chunk_state_kernel(
         q, k, v, cu_seqlens, mats, vecs, out, state, new_state, slot_idx, new_slot_idx,
         has_init, T_all, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h,
@@ -426,31 +460,10 @@ def chunk_state_kernel(
     row0 = 0
     if CKPT:
         row0 = checkpoint_row0(cu_seqlens, i_n, every)
-    # A padded sequence (rd False) writes no checkpoint.  With V_AHEAD chunk j + 1's v rows
-    # are loaded (into registers) while chunk j computes.
-    if V_AHEAD:
-        v_next = load_v(v, bos, eos, i_hv, rows_v, sv_t, sv_h, C)
-    if INTERPRETED:
-        # The interpreter's scalars are 1-element arrays, which range() refuses.
-        j = 0
-        while j < n_chunks:
-            vt = None
-            if V_AHEAD:
-                vt = v_next
-                v_next = load_v(v, bos + (j + 1) * C, eos, i_hv, rows_v, sv_t, sv_h, C)
-            h = advance(h, vt, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all,
-                        i_h, i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t,
-                        so_h, sc_n, sc_h, sc_v, sc_k, HV, K, C, PREC, CKPT)
-            j += 1
-    else:
-        for j in tl.range(0, n_chunks, num_stages=STAGES):
-            vt = None
-            if V_AHEAD:
-                vt = v_next
-                v_next = load_v(v, bos + (j + 1) * C, eos, i_hv, rows_v, sv_t, sv_h, C)
-            h = advance(h, vt, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all,
-                        i_h, i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t,
-                        so_h, sc_n, sc_h, sc_v, sc_k, HV, K, C, PREC, CKPT)
+    # A padded sequence (rd False) writes no checkpoint.
+    h = chain(h, 0, n_chunks, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all, i_h,
+              i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, sc_n, sc_h,
+              sc_v, sc_k, HV, K, C, PREC, CKPT, STAGES, V_AHEAD)
     tl.store(new_state + slot_w * sn_n + i_hv * sn_h + rows_v[:, None] * sn_v
              + cols[None, :] * sn_k, h.to(new_state.dtype.element_ty), mask=wr)
 

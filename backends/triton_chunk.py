@@ -2,8 +2,8 @@
 
 A batch of N sequences packed on one token axis (``cu_seqlens``), each run from its initial
 state (or zeros) through the recurrence of every token, its outputs and its final state written.
-Two launches, no host sync (CUDA-graph capturable with new data and new cu_seqlens values of the
-same shapes):
+Two launches (four with segments, below), no host sync (CUDA-graph capturable with new data
+and new cu_seqlens values of the same shapes):
 
 1. ``chunk_prep_kernel``, grid ``(T // C + N) * HV``: per (chunk, value head) everything that
    does not depend on the state: the gates, T = (I + A)^-1 of the WY form and M = P T (P the
@@ -21,9 +21,10 @@ The math, the precision of each product and the chunk layout are in
 Memory.  The workspace holds T^T and M^T and the factors: ``(2 C + 5) * 4`` bytes per token
 and value head (:func:`workspace_numel`), 33 MiB at T = 8192, HV = 8 (C = 64), 266 MiB at
 HV = 64; written once by the prep kernel and read by the sequential one (each V-tile of a head
-reads the same rows, mostly from L2).  Nothing else is allocated per call.  Pass ``workspace=`` (:func:`workspace_for` makes one) or let the module
-cache one per device: it grows when a call needs more and never frees a buffer it handed out, so
-a CUDA graph that captured one stays valid.  Calls that may run at the same time on different
+reads the same rows, mostly from L2).  Nothing else is allocated per call but the segments'
+buffers (through torch's allocator).  Pass ``workspace=`` (:func:`workspace_for` makes one) or
+let the module cache one per device: it grows when a call needs more and never frees a buffer
+it handed out, so a CUDA graph that captured one stays valid.  Calls that may run at the same time on different
 streams must each pass their own workspace.
 
 States: k-last ``[.., HV, V, K]`` or, with ``k_first``, ``[.., HV, K, V]``; fp32 or bf16;
@@ -58,6 +59,12 @@ K = V = 128 on Hopper, timed side by side on an H200 (lab/notebook/h200/prefill_
   ahead: 324 -> 267 us at 4/8 1 x 8192, 1262 -> 1056 at 1 x 32768, 172 -> 137 at 2 x 4096;
   either change alone was slower (347, 333 us).  At 32 rows v ahead was slower (16/32 8 x
   1024: 344 -> 370 us at 2 stages; 3 stages 668: the shared memory halves the programs an SM).
+* ``segments`` from :func:`pick_segments`: 2 where three times the programs still fit one
+  wave of SMs (one sequence at 2/4 heads, Qwen3-Next at tensor parallel 8: 300 -> 202 us at
+  1 x 8192 tokens on an H200, errors unchanged), else 1 (at 4/8, 192 programs on 132 SMs,
+  two segments took 392 against 334 us, 328 at 4 warps and 2 stages).  Each segment after
+  the first runs from zeros beside an identity chain, joined by two more launches; fp32
+  buffers of 2 T HV V + 3 S N HV V K elements are allocated per call.
 * ``prep_warps`` 4: the prep kernel holds several C x C fp32 tiles; 247 registers, no spills,
   two programs an SM by registers and shared memory (2 warps spill; 8 were slower).
 * ``chunk`` 64, ``base`` 8: 7 serial substitution steps on 8 x 8 blocks and three merge
@@ -96,6 +103,7 @@ BASES = (8, 16, 32, 64)
 # On CPU the interpreter takes ~0.1-0.3 s per chunk program: cap the tokens x value heads.
 CPU_MAX_TOKEN_HEADS = 8192
 GRID_LIMIT = 2**31 - 1
+MAX_SEGMENTS = 16
 
 
 class Config(NamedTuple):
@@ -103,7 +111,10 @@ class Config(NamedTuple):
     grid, :func:`pick_block_v`); ``warps``/``stages``: the sequential kernel's num_warps (0:
     8 at block_v 16, else 4) and pipeline depth of its chunk loop (0: 3 with ``v_ahead``,
     else 2); ``v_ahead``: 1 loads a chunk's v rows one chunk ahead by hand, 0 does not, -1
-    (default) does at block_v 16; ``prep_warps``: the prep
+    (default) does at block_v 16; ``segments``: each sequence's chunks cut into that many
+    segments run side by side and joined (:mod:`backends._triton_chunk_cp`; used where K ==
+    V, without checkpoints and without PDL, else 1; 0: :func:`pick_segments`);
+    ``prep_warps``: the prep
     kernel's num_warps; ``chunk``: tokens per chunk C; ``precision``: of every product with an
     fp32 operand (see the kernels' module; "bf16" rounds the state's chain to bf16: faster,
     ~2.5e-3 relative error on the state instead of ~4e-6); ``base``: the diagonal blocks the
@@ -117,6 +128,7 @@ class Config(NamedTuple):
     precision: str = "bf16x3"
     base: int = 8
     v_ahead: int = -1
+    segments: int = 0
 
 
 def normalize(config) -> Config:
@@ -141,6 +153,14 @@ def pick_block_v(recurrences: int, V: int, n_sm: int) -> int:
     if V % 16 == 0 and recurrences * (V // 16) <= n_sm:
         return 16
     return 32 if V % 32 == 0 else min(16, V)
+
+
+def pick_segments(programs: int, n_sm: int) -> int:
+    """2 when the chains of two segments a sequence (3 x ``programs``: two real chains and one
+    identity chain each) still fit one wave of SMs, else 1.  Measured on an H200 (one program
+    an SM at block_v 16, lab/notebook/h200/chunk_ablate_2026-11-29b.log): 2/4 heads 1 x 8192
+    tokens (32 programs) 300 -> 202 us; 4/8 (64 programs, 192 past 132 SMs) 334 -> 392 us."""
+    return 2 if 3 * programs <= n_sm else 1
 
 
 def resolve(config, N: int, HV: int, V: int, device: torch.device) -> Config:
@@ -172,6 +192,13 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device) -> Config:
             raise ValueError(f"config: {name} must be 1, 2, 4, 8 or 16, got {w}")
     if c.stages < 1:
         raise ValueError(f"config: stages must be >= 1, got {c.stages}")
+    if not 0 <= c.segments <= MAX_SEGMENTS:
+        raise ValueError(f"config: segments must be 0 (auto) to {MAX_SEGMENTS}, "
+                         f"got {c.segments}")
+    if not c.segments:
+        programs = N * HV * (V // bv)
+        c = c._replace(segments=1 if device.type != "cuda" else pick_segments(
+            programs, torch.cuda.get_device_properties(device).multi_processor_count))
     return c
 
 
@@ -298,11 +325,13 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     gates, ga, gb, A_log, dt_bias = tlaunch.prefill_gates(A_log, a, dt_bias, b, g, beta)
     if N < 1:
         return c
+    if c.segments > 1 and (K != V or checkpoints is not None or pdl):
+        c = c._replace(segments=1)
     n_slots = T // C + N
-    grid = N * HV * (V // c.block_v)
+    grid = (2 * c.segments - 1) * N * HV * (V // c.block_v)
     if max(n_slots * HV, grid) > GRID_LIMIT:
-        raise ValueError(f"q: (T // {C} + N) * HV and N * HV * V / block_v must be <= "
-                         f"{GRID_LIMIT}, got {n_slots * HV} and {grid}")
+        raise ValueError(f"q: (T // {C} + N) * HV and (2 segments - 1) * N * HV * V / block_v "
+                         f"must be <= {GRID_LIMIT}, got {n_slots * HV} and {grid}")
     # at least one token: an empty workspace could be a null pointer, which Triton may refuse
     mats, vecs = _workspace(workspace, max(T, 1), HV, c, q.device)
     l2 = bool(use_qk_l2norm)
@@ -312,10 +341,13 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     if T > 0:
         launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c,
                     neg=allow_neg_eigval and g is None, pdl_kw=pdl_kw)
-    launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c,
-                 state_indices=state_indices, new_state_indices=new_state_indices,
-                 null_slot=null_slot, has_initial_state=has_initial_state, k_first=k_first,
-                 checkpoints=checkpoints, checkpoint_every=checkpoint_every, pdl_kw=pdl_kw)
+    slots = dict(state_indices=state_indices, new_state_indices=new_state_indices,
+                 null_slot=null_slot, has_initial_state=has_initial_state, k_first=k_first)
+    if c.segments > 1:
+        launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots)
+    else:
+        launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots,
+                     checkpoints=checkpoints, checkpoint_every=checkpoint_every, pdl_kw=pdl_kw)
     return c
 
 
@@ -362,3 +394,42 @@ def launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
         H, HV, K, V, c.chunk, c.block_v, c.precision, pool, int(state is not None),
         int(has_initial_state is not None), c.stages, num_warps=c.warps, num_stages=c.stages,
         **ck, **(dict(V_AHEAD=1) if c.v_ahead else {}), **(pdl_kw or {}))
+
+
+
+def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
+                    state_indices=None, new_state_indices=None, null_slot=-1,
+                    has_initial_state=None, k_first=False):
+    """The sequential part of :func:`launch` with each sequence cut into ``c.segments``
+    segments (K == V): the chains, the join of the segments' states, the outputs (three
+    launches, :mod:`backends._triton_chunk_cp`).  Allocates fp32 buffers of 2 T HV V and
+    3 segments N HV V K elements."""
+    from gdnzoo.backends._triton_chunk_cp import (cp_chain_kernel, cp_combine_kernel,
+                                                  cp_out_kernel)
+    T, H, K = q.shape
+    HV, V = v.shape[1], v.shape[2]
+    N, S, C, bv = cu_seqlens.shape[0] - 1, c.segments, c.chunk, c.block_v
+    pool, idx, new_idx, init = tlaunch.prefill_slots(cu_seqlens, state_indices,
+                                                     new_state_indices, has_initial_state)
+    src = new_state if state is None else state
+    ss = tlaunch.state_strides(src, k_first) if state is not None else (0, 0, 0, 0)
+    dev = q.device
+    zero_row = torch.zeros(V, dtype=v.dtype, device=dev)      # the identity chains' v
+    obuf = torch.empty(2, max(T, 1), HV, V, dtype=torch.float32, device=dev)
+    fbuf = torch.empty(2, N, S, HV, V, K, dtype=torch.float32, device=dev)
+    starts = torch.empty(N, S, HV, V, K, dtype=torch.float32, device=dev)
+    P, PN = src.shape[0], new_state.shape[0]
+    cp_chain_kernel[((2 * S - 1) * N * HV * (V // bv),)](
+        q, k, v, zero_row, cu_seqlens, mats, vecs, obuf, src, fbuf, idx, new_idx, init,
+        N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        *ss, P, PN, null_slot, H, HV, K, V, C, bv, c.precision, S, pool,
+        int(state is not None), int(has_initial_state is not None), c.stages, c.v_ahead,
+        num_warps=c.warps, num_stages=c.stages)
+    cp_combine_kernel[(N * HV * (V // bv),)](
+        cu_seqlens, fbuf, starts, new_state, idx, new_idx, N, P, PN, null_slot,
+        *tlaunch.state_strides(new_state, k_first), H, HV, K, V, bv, c.precision, S, pool,
+        num_warps=c.warps)
+    if T > 0:
+        cp_out_kernel[((T // C + N) * HV,)](
+            cu_seqlens, obuf, starts, out, N, T, out.stride(0), out.stride(1), HV, K, V, C,
+            c.precision, S, num_warps=4)

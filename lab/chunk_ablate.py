@@ -63,6 +63,12 @@ VARIANTS = {
     "stages3": ([], dict(stages=3)),
     "stages4": ([], dict(stages=4)),
     "warps4": ([], dict(warps=4)),
+    # each sequence in segments run side by side (4 warps: two programs an SM)
+    "seg2": ([], dict(segments=2)),
+    "seg2w4": ([], dict(segments=2, warps=4)),
+    "seg2w4s2": ([], dict(segments=2, warps=4, stages=2, v_ahead=0)),
+    "seg3w4": ([], dict(segments=3, warps=4)),
+    "seg4w4": ([], dict(segments=4, warps=4)),
     # The state's chain alone (no outputs), one stage at a time taken out of it: where its
     # 2.5 us a chunk goes at one long sequence.
     "chain_no_T": ([(O, "o = R"), (VN, "Vn = R")], {}),
@@ -84,6 +90,7 @@ def load_variant(name, subs):
         src = src.replace(old, new)
     path = Path(f"/tmp/chunk_ablate_{name}.py")     # one file a variant: parallel warm runs
     path.write_text(src)
+    sys.modules.pop("gdnzoo.backends._triton_chunk_cp", None)   # re-imported against it
     spec = importlib.util.spec_from_file_location(KMOD, path)
     mod = importlib.util.module_from_spec(spec)
     sys.modules[KMOD] = mod
@@ -100,10 +107,13 @@ def kernel_medians(call, reps):
         torch.cuda.synchronize()
     by = {}
     for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA and "chunk_" in e.name:
-            key = "prep" if "prep" in e.name else "state"
-            by.setdefault(key, []).append(e.time_range.elapsed_us())
-    return {k: statistics.median(v) for k, v in by.items()}
+        if e.device_type == torch.autograd.DeviceType.CUDA and ("chunk_" in e.name
+                                                                 or "cp_" in e.name):
+            by.setdefault(e.name, []).append(e.time_range.elapsed_us())
+    med = {name: statistics.median(v) for name, v in by.items()}
+    # "state": the sequential kernel, or the segmented form's three kernels summed
+    return {"prep": sum(t for n, t in med.items() if "prep" in n),
+            "state": sum(t for n, t in med.items() if "prep" not in n)}
 
 
 def main():

@@ -19,8 +19,9 @@
 #                                        # triton-chunk (RMIX mixes; no bundle needed)
 #   bash lab/gpu_session.sh profile OUT  # ncu on triton-chunk's launches ($PROFILE_CASES), then
 #                                        # its GPU tests and the prefill PDL tests (no bundle needed)
-#   bash lab/gpu_session.sh cp OUT       # lab.chunk_cp (context parallelism): --check, then
-#                                        # --time $CP_ARGS (no bundle needed)
+#   bash lab/gpu_session.sh segments OUT # triton-chunk's segments (context parallelism): its
+#                                        # GPU tests, then lab.chunk_ablate's seg* variants
+#                                        # with errors (no bundle needed)
 #
 # Each part writes its logs into OUT/logs_PART.tgz and prints a short summary last.  Correctness shards run
 # side by side (no clock is read in them); the timing part runs alone.
@@ -194,11 +195,16 @@ profile)                    # ncu (counters, stall reasons) on triton-chunk, the
   echo "triton-chunk + PDL tests: exit $? in $((SECONDS - t0)) s: $(tail -1 "$OUT/pytest_chunk.log")"
   grep -h "^FAILED\|^ERROR" "$OUT/pytest_chunk.log" | cut -c1-300 | head -20
   ;;
-cp)                         # lab.chunk_cp: context parallelism checked, then timed (no bundle)
-  timeout 200 python3 -m lab.chunk_cp --check > "$OUT/chunk_cp_check.log" 2>&1
-  echo "lab.chunk_cp --check: exit $?"; tail -4 "$OUT/chunk_cp_check.log"
-  timeout 300 python3 -m lab.chunk_cp --time ${CP_ARGS:-} > "$OUT/chunk_cp_time.log" 2>&1
-  echo "lab.chunk_cp --time: exit $?"; grep -E "S=" "$OUT/chunk_cp_time.log" | tail -30
+segments)                   # triton-chunk's segmented form: GPU tests, then timed with errors
+  t0=$SECONDS
+  timeout 240 python3 -m pytest -q -rfE -p no:cacheprovider --tb=short tests/test_triton_chunk.py \
+    -k "segments or pool or lengths" > "$OUT/pytest_segments.log" 2>&1
+  echo "segments tests: exit $? in $((SECONDS - t0)) s: $(tail -1 "$OUT/pytest_segments.log")"
+  grep -h "^FAILED\|^ERROR" "$OUT/pytest_segments.log" | cut -c1-300 | head -20
+  CELLS=${CELLS:-4/8:1x8192,4/8:1x32768,2/8:1x8192,4/8:2x4096} \
+    VARIANTS=${VARIANTS:-base,seg2,seg2w4,seg2w4s2,seg3w4,seg4w4} ARGS=--errors OUT="$OUT" \
+    timeout 300 bash lab/chunk_ablate_gpu.sh > "$OUT/ablate_run.log" 2>&1
+  echo "lab.chunk_ablate: exit $?"; grep -v "^ *$" "$OUT/ablate.log" | tail -30
   ;;
 *) echo "unknown part $PART"; exit 2 ;;
 esac

@@ -60,10 +60,10 @@ SMOKE = False                              # --smoke: lengths <= 66, one q/k hea
 # picked from the grid), then the tile sizes around it and the other knobs.
 CANDIDATES = [
     dict(),
-    dict(block_v=16, warps=4), dict(block_v=32, warps=4), dict(base=8),
+    dict(block_v=16, warps=4), dict(block_v=32, warps=4), dict(block_v=16, v_ahead=0),
     dict(precision="bf16"), dict(precision="bf16", block_v=16, warps=4),
-    dict(precision="bf16", base=8), dict(block_v=64, warps=4), dict(block_v=32),
-    dict(stages=3), dict(precision="tf32x3"),
+    dict(block_v=16, warps=4, v_ahead=0), dict(block_v=64, warps=4), dict(block_v=32),
+    dict(block_v=32, v_ahead=1), dict(precision="tf32x3"),
 ]
 
 

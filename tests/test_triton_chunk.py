@@ -135,6 +135,13 @@ DENSE = [
                  dict(block_v=16, v_ahead=1), id="bv16-v-ahead"),
     pytest.param([70, 130, 1], 1, 2, 64, torch.float32, True, torch.bfloat16, 12,
                  dict(block_v=16, v_ahead=0), id="bv16-v-not-ahead"),
+    # each sequence's chunks in segments run side by side, then joined
+    pytest.param(LENGTHS, 1, 1, 64, torch.float32, True, torch.bfloat16, 13,
+                 dict(segments=2), id="segments2"),
+    pytest.param([200, 0, 150], 1, 3, 64, torch.bfloat16, False, torch.bfloat16, 14,
+                 dict(segments=3), id="segments3-gva3-bf16state"),
+    pytest.param([260, 5], 1, 2, 64, None, True, torch.float16, 15,
+                 dict(segments=4, block_v=32, v_ahead=1), id="segments4-zeros-fp16"),
     # products of the state's chain rounded to bf16: judged as a bf16 state is
     pytest.param([1, 64, 70], 1, 2, 64, torch.bfloat16, True, torch.bfloat16, 10,
                  dict(precision="bf16"), id="bf16state-bf16prec", marks=pytest.mark.skipif(
@@ -220,14 +227,16 @@ def stored_pool(values, k_first, device, extra=32):
     return stored
 
 
-@pytest.mark.parametrize("separate,k_first", [(False, False), (True, True)],
-                         ids=["in-place", "write-pool-k-first"])
-def test_pool(device, separate, k_first):
+@pytest.mark.parametrize("separate,k_first,segments", [(False, False, 1), (True, True, 1),
+                                                       (True, False, 2)],
+                         ids=["in-place", "write-pool-k-first", "write-pool-segments2"])
+def test_pool(device, separate, k_first, segments):
     """Six sequences on a pool of P = 6 slots: read slots [3, -1, 5 (= null_slot), 9 (>= P),
     0, 1], has_initial_state [T, T, F, T, F, T]; written in place, or to a pool of 7 slots at
     [6, 2, 1, -1, 4, -1] (the last a real read with a padding write: outputs, no write).  Padded
-    sequences' outputs are zero; every slot not written is bit-identical."""
-    lens = [3, 5, 20, 2, 66, 10]
+    sequences' outputs are zero; every slot not written is bit-identical.  With ``segments``
+    the last sequence is 140 tokens (three chunks, from its slot's state)."""
+    lens = [3, 5, 20, 2, 66, 140 if segments > 1 else 10]
     HV, K, P, null = 2, 64, 6, 5
     x = make(lens, 1, HV, seed=21 + separate)
     gen = torch.Generator().manual_seed(22 + separate)
@@ -256,7 +265,8 @@ def test_pool(device, separate, k_first):
     out = nan_like((sum(lens), HV, K), torch.bfloat16, device)
     launch(x, pool, out, new, True, state_indices=read.to(device),
            new_state_indices=write.to(device) if separate else None, null_slot=null,
-           has_initial_state=has_init.to(device), k_first=k_first)
+           has_initial_state=has_init.to(device), k_first=k_first,
+           config=dict(segments=segments))
     got = torch.stack([k_last(new, k_first)[w] for w in written])
     judge(out, got, ref_out, ref_state[list(written.values())], "pool")
     for s in range(PN):
@@ -290,7 +300,34 @@ def test_config_checked():
     assert (c.v_ahead, c.stages) == (0, 2)
     assert tc.resolve(dict(block_v=16, v_ahead=0), 1, 8, 128, torch.device("cpu")).stages == 2
     assert tc.resolve(dict(block_v=32, v_ahead=1, stages=2), 1, 8, 128,
-                      torch.device("cpu"))[2:] == (2, 4, 64, "bf16x3", 8, 1)
+                      torch.device("cpu"))[2:] == (2, 4, 64, "bf16x3", 8, 1, 1)
+    for bad in (-1, tc.MAX_SEGMENTS + 1):
+        with pytest.raises(ValueError, match="config: segments"):
+            tc.resolve(dict(segments=bad), 1, 8, 128, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("case", ["checkpoints", "K != V"])
+def test_segments_fall_back_to_one_chain(device, case):
+    """Segments need K == V (the identity chain's rows are the state's) and store no
+    checkpoints: the launch runs one chain a sequence then, and says so in its Config."""
+    K, V = (64, 64) if case == "checkpoints" else (64, 32)
+    x = make([70], 1, 1, K, V, torch.bfloat16, 0, torch.int32)
+    x = to_device(x, device)
+    out = torch.empty(70, 1, V, dtype=torch.bfloat16, device=device)
+    new = torch.empty(1, 1, V, K, dtype=torch.float32, device=device)
+    kw = dict(checkpoints=torch.empty(1, 1, V, K, device=device), checkpoint_every=64) \
+        if case == "checkpoints" else {}
+    c = tc.launch(x["q"], x["k"], x["v"], None, x["A_log"], x["a"], x["dt_bias"], x["b"],
+                  x["cu_seqlens"], None, out, new, True, config=dict(segments=2), **kw)
+    assert c.segments == 1
+
+
+def test_two_segments_while_three_times_the_programs_fit_one_wave():
+    assert tc.pick_segments(32, 132) == 2              # 2/4 heads, one sequence: 96 programs
+    assert tc.pick_segments(44, 132) == 2
+    assert tc.pick_segments(45, 132) == 1
+    assert tc.pick_segments(64, 132) == 1              # 4/8: 192 programs past 132 SMs
+    assert tc.resolve(None, 1, 4, 128, torch.device("cpu")).segments == 1  # CPU: one chain
 
 
 def test_block_v_is_16_while_one_wave_holds_them_else_32():
