@@ -82,7 +82,7 @@ def cp_chain_kernel(
     rows_v = i_v * BV + tl.arange(0, BV)
     cols = tl.arange(0, K)
     if real:
-        init = rd & (seg == 0)
+        init = rd & as_mask(seg == 0)
         if HAS_INIT:
             init = init & (tl.load(has_init + i_n) != 0)
         if STATE0:
