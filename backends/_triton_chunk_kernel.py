@@ -397,6 +397,23 @@ def advance(h, vt, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_a
 
 
 @triton.jit
+def chain_step(h, v_next, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all, i_h,
+               i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, sc_n,
+               sc_h, sc_v, sc_k, HV: tl.constexpr, K: tl.constexpr, C: tl.constexpr,
+               PREC: tl.constexpr, CKPT: tl.constexpr, V_AHEAD: tl.constexpr):
+    """One iteration of :func:`chain`: (the tile after chunk j, chunk j + 1's v rows with
+    ``V_AHEAD``, else ``v_next`` as given)."""
+    vt = None
+    if V_AHEAD:
+        vt = v_next
+        v_next = load_v(v, bos + (j + 1) * C, eos, i_hv, rows_v, sv_t, sv_h, C)
+    h = advance(h, vt, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all, i_h,
+                i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, sc_n,
+                sc_h, sc_v, sc_k, HV, K, C, PREC, CKPT)
+    return h, v_next
+
+
+@triton.jit
 def chain(h, j0, j1, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all, i_h, i_hv,
           rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, sc_n, sc_h, sc_v, sc_k,
           HV: tl.constexpr, K: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
@@ -404,29 +421,24 @@ def chain(h, j0, j1, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_al
     """Chunks j0 <= j < j1 of the sequence [bos, eos) applied in order to the tile ``h``
     (:func:`advance`), the loop pipelined ``STAGES`` deep; returns the tile.  With ``V_AHEAD``
     chunk j + 1's v rows are loaded (into registers) while chunk j computes."""
+    v_next = 0.0                                   # without V_AHEAD: carried, never read
     if V_AHEAD:
         v_next = load_v(v, bos + j0 * C, eos, i_hv, rows_v, sv_t, sv_h, C)
     if INTERPRETED:
         # The interpreter's scalars are 1-element arrays, which range() refuses.
         j = j0
         while j < j1:
-            vt = None
-            if V_AHEAD:
-                vt = v_next
-                v_next = load_v(v, bos + (j + 1) * C, eos, i_hv, rows_v, sv_t, sv_h, C)
-            h = advance(h, vt, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all,
-                        i_h, i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t,
-                        so_h, sc_n, sc_h, sc_v, sc_k, HV, K, C, PREC, CKPT)
+            h, v_next = chain_step(h, v_next, j, bos, eos, row0, every, q, k, v, mats, vecs, out,
+                                   ckpt, T_all, i_h, i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t,
+                                   sk_h, sv_t, sv_h, so_t, so_h, sc_n, sc_h, sc_v, sc_k, HV, K, C,
+                                   PREC, CKPT, V_AHEAD)
             j += 1
     else:
         for j in tl.range(j0, j1, num_stages=STAGES):
-            vt = None
-            if V_AHEAD:
-                vt = v_next
-                v_next = load_v(v, bos + (j + 1) * C, eos, i_hv, rows_v, sv_t, sv_h, C)
-            h = advance(h, vt, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all,
-                        i_h, i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t,
-                        so_h, sc_n, sc_h, sc_v, sc_k, HV, K, C, PREC, CKPT)
+            h, v_next = chain_step(h, v_next, j, bos, eos, row0, every, q, k, v, mats, vecs, out,
+                                   ckpt, T_all, i_h, i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t,
+                                   sk_h, sv_t, sv_h, so_t, so_h, sc_n, sc_h, sc_v, sc_k, HV, K, C,
+                                   PREC, CKPT, V_AHEAD)
     return h
 
 
