@@ -24,8 +24,8 @@ HV = 64; written once by the prep kernel and read by the sequential one (each V-
 reads the same rows, mostly from L2).  Nothing else is allocated per call but the segments'
 buffers (through torch's allocator).  Pass ``workspace=`` (:func:`workspace_for` makes one) or
 let the module cache one per device: it grows when a call needs more and never frees a buffer
-it handed out, so a CUDA graph that captured one stays valid.  Calls that may run at the same time on different
-streams must each pass their own workspace.
+it handed out, so a CUDA graph that captured one stays valid.  Calls that may run at the same
+time on different streams must each pass their own workspace.
 
 States: k-last ``[.., HV, V, K]`` or, with ``k_first``, ``[.., HV, K, V]``; fp32 or bf16;
 ``state`` None is zeros.  Pools: ``state_indices`` [N] picks each sequence's read slot,
@@ -60,9 +60,10 @@ K = V = 128 on Hopper, timed side by side on an H200 (lab/notebook/h200/prefill_
   either change alone was slower (347, 333 us).  At 32 rows v ahead was slower (16/32 8 x
   1024: 344 -> 370 us at 2 stages; 3 stages 668: the shared memory halves the programs an SM).
 * ``segments`` from :func:`pick_segments`: 2 where three times the programs still fit one
-  wave of SMs (one sequence at 2/4 heads, Qwen3-Next at tensor parallel 8: 300 -> 202 us at
-  1 x 8192 tokens on an H200, errors unchanged), else 1 (at 4/8, 192 programs on 132 SMs,
-  two segments took 392 against 334 us, 328 at 4 warps and 2 stages).  Each segment after
+  wave of SMs and the sequences are long (one sequence at 2/4 heads, Qwen3-Next at tensor
+  parallel 8: 300 -> 202 us at 1 x 8192 tokens on an H200, errors unchanged), else 1 (at
+  4/8, 192 programs on 132 SMs, two segments took 392 against 334 us, 328 at 4 warps and 2
+  stages).  Each segment after
   the first runs from zeros beside an identity chain, joined by two more launches; fp32
   buffers of 2 T HV V + 3 S N HV V K elements are allocated per call.
 * ``prep_warps`` 4: the prep kernel holds several C x C fp32 tiles; 247 registers, no spills,
@@ -104,6 +105,10 @@ BASES = (8, 16, 32, 64)
 CPU_MAX_TOKEN_HEADS = 8192
 GRID_LIMIT = 2**31 - 1
 MAX_SEGMENTS = 16
+# Segments halve a sequence's chain (~2 us a chunk step at 16 rows on an H200) for two more
+# launches (~15 us at 1 x 8192 tokens): from about 16 chunks a sequence they gain.  32 is a
+# margin on that estimate, not a measured crossing.
+SEGMENT_MIN_CHUNKS = 32
 
 
 class Config(NamedTuple):
@@ -155,16 +160,19 @@ def pick_block_v(recurrences: int, V: int, n_sm: int) -> int:
     return 32 if V % 32 == 0 else min(16, V)
 
 
-def pick_segments(programs: int, n_sm: int) -> int:
+def pick_segments(programs: int, n_sm: int, tokens: int, N: int, C: int) -> int:
     """2 when the chains of two segments a sequence (3 x ``programs``: two real chains and one
-    identity chain each) still fit one wave of SMs, else 1.  Measured on an H200 (one program
-    an SM at block_v 16, lab/notebook/h200/chunk_ablate_2026-11-29b.log): 2/4 heads 1 x 8192
-    tokens (32 programs) 300 -> 202 us; 4/8 (64 programs, 192 past 132 SMs) 334 -> 392 us."""
-    return 2 if 3 * programs <= n_sm else 1
+    identity chain each) still fit one wave of SMs and the sequences average at least
+    :data:`SEGMENT_MIN_CHUNKS` chunks, else 1.  Measured on an H200 (one program an SM at
+    block_v 16, lab/notebook/h200/chunk_ablate_2026-11-29b.log): 2/4 heads 1 x 8192 tokens
+    (32 programs) 300 -> 202 us; 4/8 (64 programs, 192 past 132 SMs) 334 -> 392 us."""
+    long_enough = tokens >= SEGMENT_MIN_CHUNKS * C * max(N, 1)
+    return 2 if long_enough and 3 * programs <= n_sm else 1
 
 
-def resolve(config, N: int, HV: int, V: int, device: torch.device) -> Config:
-    """``config`` with its zeros filled in for this call and checked (ValueError naming it)."""
+def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int = 0) -> Config:
+    """``config`` with its zeros filled in for a call of N sequences and ``tokens`` tokens in
+    all, and checked (ValueError naming it)."""
     c = normalize(config)
     bv = c.block_v
     if not bv:
@@ -198,7 +206,8 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device) -> Config:
     if not c.segments:
         programs = N * HV * (V // bv)
         c = c._replace(segments=1 if device.type != "cuda" else pick_segments(
-            programs, torch.cuda.get_device_properties(device).multi_processor_count))
+            programs, torch.cuda.get_device_properties(device).multi_processor_count, tokens, N,
+            c.chunk))
     return c
 
 
@@ -316,7 +325,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
-    c = resolve(config, N, HV, V, q.device)
+    c = resolve(config, N, HV, V, q.device, tokens=T)
     C = c.chunk
     scale = float(scale) if scale else 1.0 / math.sqrt(K)
     if checkpoints is not None and checkpoint_every % C:
@@ -394,7 +403,6 @@ def launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
         H, HV, K, V, c.chunk, c.block_v, c.precision, pool, int(state is not None),
         int(has_initial_state is not None), c.stages, num_warps=c.warps, num_stages=c.stages,
         **ck, **(dict(V_AHEAD=1) if c.v_ahead else {}), **(pdl_kw or {}))
-
 
 
 def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,

@@ -323,10 +323,12 @@ def test_segments_fall_back_to_one_chain(device, case):
 
 
 def test_two_segments_while_three_times_the_programs_fit_one_wave():
-    assert tc.pick_segments(32, 132) == 2              # 2/4 heads, one sequence: 96 programs
-    assert tc.pick_segments(44, 132) == 2
-    assert tc.pick_segments(45, 132) == 1
-    assert tc.pick_segments(64, 132) == 1              # 4/8: 192 programs past 132 SMs
+    long = tc.SEGMENT_MIN_CHUNKS * 64
+    assert tc.pick_segments(32, 132, 8192, 1, 64) == 2   # 2/4 heads, one sequence: 96 programs
+    assert tc.pick_segments(44, 132, long, 1, 64) == 2
+    assert tc.pick_segments(44, 132, 2 * long - 1, 2, 64) == 1   # the sequences too short
+    assert tc.pick_segments(45, 132, 8192, 1, 64) == 1
+    assert tc.pick_segments(64, 132, 8192, 1, 64) == 1   # 4/8: 192 programs past 132 SMs
     assert tc.resolve(None, 1, 4, 128, torch.device("cpu")).segments == 1  # CPU: one chain
 
 
