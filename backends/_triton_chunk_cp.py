@@ -42,12 +42,11 @@ from gdnzoo.backends._triton_decode_kernel import (INTERPRETED, as_mask, bind_in
 
 
 @triton.jit
-def segment_of(bos, eos, j, C: tl.constexpr, S: tl.constexpr):
-    """(first chunk, end chunk) of segment ``j`` of the sequence [bos, eos)."""
+def segment_chunks(bos, eos, C: tl.constexpr, S: tl.constexpr):
+    """(chunks, chunks a segment) of the sequence [bos, eos): segment s holds its chunks
+    s * per <= j < (s + 1) * per (later segments may be empty)."""
     n_chunks = tl.cdiv(eos - bos, C)
-    per = tl.cdiv(n_chunks, S)
-    j0 = tl.minimum(j * per, n_chunks)
-    return j0, tl.minimum(j0 + per, n_chunks)
+    return n_chunks, tl.cdiv(n_chunks, S)
 
 
 @triton.jit
@@ -73,7 +72,9 @@ def cp_chain_kernel(
     i_h = i_hv // (HV // H)
     bos = tl.load(cu_seqlens + i_n).to(tl.int64)
     eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
-    j0, j1 = segment_of(bos, eos, seg, C, S)
+    n_chunks, per = segment_chunks(bos, eos, C, S)
+    j0 = tl.minimum(seg * per, n_chunks)
+    j1 = tl.minimum(j0 + per, n_chunks)
     if POOL == 0:
         slot_r = i_n
         rd = as_mask(i_n >= 0)
@@ -145,8 +146,8 @@ def cp_out_kernel(
     cols = tl.arange(0, V)
     row = t[:, None] * (HV * V) + i_hv * V
     o = tl.load(obuf + row + cols[None, :], mask=m[:, None], other=0.0)
-    n_chunks = tl.cdiv(eos - bos, C)
-    seg = ((t0 - bos) // C) // tl.cdiv(n_chunks, S)
+    _, per = segment_chunks(bos, eos, C, S)
+    seg = ((t0 - bos) // C) // per
     if seg > 0:
         kk = tl.arange(0, K)
         w = tl.load(obuf + T_all * HV * V + row + kk[None, :], mask=m[:, None], other=0.0)

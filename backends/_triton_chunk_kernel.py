@@ -219,10 +219,11 @@ def unit_lower_inverse(A, C: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr)
 @triton.jit
 def chunk_of_slot(cu_seqlens, slot, N, C: tl.constexpr):
     """(eos, t0, n, bos) of the chunk at ``slot``: its sequence's end, its first token (t0 >=
-    eos when the slot is past that sequence's chunks), the sequence and its first token.  Sequence n's chunks are the slots
-    cu[n] // C + n + j, strictly increasing in n, so the slot's sequence is the count of
-    sequences whose first slot is <= ``slot``, less one: counted SEQ_BLOCK sequences a load
-    (one load below that many sequences; no constexpr depends on N)."""
+    eos when the slot is past that sequence's chunks), the sequence and its first token.
+    Sequence n's chunks are the slots cu[n] // C + n + j, strictly increasing in n, so the
+    slot's sequence is the count of sequences whose first slot is <= ``slot``, less one:
+    counted SEQ_BLOCK sequences a load (one load below that many sequences; no constexpr
+    depends on N)."""
     idx = tl.arange(0, SEQ_BLOCK)
     count = slot * 0
     n0 = slot * 0
@@ -344,8 +345,7 @@ def chunk_step(h, vt, t0, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv, rows_
     :func:`load_v` loads them, or None: loaded here."""
     rows, t, m, qr, kr = chunk_qk(q, k, t0, eos, i_h, sq_t, sq_h, sk_t, sk_h, C, K)
     if vt is None:
-        vt = tl.load(v + t[None, :] * sv_t + i_hv * sv_h + rows_v[:, None], mask=m[None, :],
-                     other=0.0)
+        vt = load_v(v, t0, eos, i_hv, rows_v, sv_t, sv_h, C)
     vt = vt.to(tl.float32)
     NP: tl.constexpr = 2 if PREC == "bf16x3" else 1
     pm = mats + t[:, None] * (HV * 2 * NP * C) + i_hv * (2 * NP * C) + rows[None, :]

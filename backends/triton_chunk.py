@@ -174,13 +174,12 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int =
     """``config`` with its zeros filled in for a call of N sequences and ``tokens`` tokens in
     all, and checked (ValueError naming it)."""
     c = normalize(config)
+    n_sm = torch.cuda.get_device_properties(device).multi_processor_count \
+        if device.type == "cuda" and not (c.block_v and c.segments) else 0
     bv = c.block_v
     if not bv:
-        if device.type != "cuda":
-            bv = V                                   # interpreter: fewest programs is fastest
-        else:
-            n_sm = torch.cuda.get_device_properties(device).multi_processor_count
-            bv = pick_block_v(N * HV, V, n_sm)
+        # the interpreter (no SMs): fewest programs is fastest
+        bv = pick_block_v(N * HV, V, n_sm) if n_sm else V
     if c.v_ahead not in (-1, 0, 1):
         raise ValueError(f"config: v_ahead must be -1 (auto), 0 or 1, got {c.v_ahead!r}")
     ahead = int(bv == 16) if c.v_ahead == -1 else c.v_ahead
@@ -204,10 +203,8 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int =
         raise ValueError(f"config: segments must be 0 (auto) to {MAX_SEGMENTS}, "
                          f"got {c.segments}")
     if not c.segments:
-        programs = N * HV * (V // bv)
-        c = c._replace(segments=1 if device.type != "cuda" else pick_segments(
-            programs, torch.cuda.get_device_properties(device).multi_processor_count, tokens, N,
-            c.chunk))
+        c = c._replace(segments=pick_segments(N * HV * (V // bv), n_sm, tokens, N, c.chunk)
+                       if n_sm else 1)
     return c
 
 
