@@ -6,7 +6,8 @@
 #   bash lab/gpu_session.sh prefill OUT  # the prefill tests alone + lab.engine_prefill_gpu
 #   bash lab/gpu_session.sh models-tests OUT  # the models' tests + check --op prefill
 #   bash lab/gpu_session.sh sweep OUT    # lab.prefill_gpu $SWEEP_ARGS (configs and peers)
-#   bash lab/gpu_session.sh timing  OUT  # gdnzoo bench --mode prefill (BUDGET s, default 420)
+#   bash lab/gpu_session.sh timing  OUT  # gdnzoo bench --mode prefill (BUDGET s, default 420;
+#                                        # RUNS: ';'-separated argument lists, one run each)
 #   bash lab/gpu_session.sh models OUT   # lab.models_gpu (FLA entry points, transformers;
 #                                        # MODELS_ARGS, default --io bfloat16: both io dtypes
 #                                        # ran past 540 s on an H200)
@@ -115,12 +116,19 @@ sweep)                      # lab.prefill_gpu: triton-chunk's configs and the pe
   grep -E "ms, out|FAILS|ERROR" "$OUT/sweep.log" | sed -e 's/triton-chunk default/tc dflt/' \
     -e 's/ prep_warps=4 chunk=64//' -e 's/, host [0-9.]*//' | cut -c1-210 | tail -60
   ;;
-timing)                     # gdnzoo bench --mode prefill alone (about 9 min on an H200)
-  t0=$SECONDS
-  timeout 560 gdnzoo bench --mode prefill --state-dtype fp32 --time-budget ${BUDGET:-420} \
-    --no-plots --out "$OUT/bench_prefill" > "$OUT/bench_prefill.log" 2>&1
-  echo "gdnzoo bench --mode prefill: exit $? in $((SECONDS - t0)) s"
-  tail -70 "$OUT/bench_prefill.log"
+timing)                     # gdnzoo bench --mode prefill alone (about 9 min on an H200); RUNS:
+                            # ';'-separated argument lists, one run each (bench_prefill_I)
+  i=0
+  IFS=';' read -ra runs <<< "${RUNS:---time-budget ${BUDGET:-420}}"
+  for r in "${runs[@]}"; do
+    t0=$SECONDS; i=$((i + 1))
+    # shellcheck disable=SC2086  # each run's arguments split on spaces
+    timeout 560 gdnzoo bench --mode prefill --state-dtype fp32 --no-plots $r \
+      --out "$OUT/bench_prefill_$i" > "$OUT/bench_prefill_$i.log" 2>&1
+    echo "gdnzoo bench --mode prefill $r: exit $? in $((SECONDS - t0)) s" | tee -a "$OUT/runs.txt"
+  done
+  for f in "$OUT"/bench_prefill_*.log; do echo "== $f"; grep -A40 "^kernel" "$f" | head -45; done
+  cat "$OUT/runs.txt"
   ;;
 engine)                     # gdnzoo bench --mode engine-prefill alone (the PDL tests: profile)
   t0=$SECONDS
