@@ -66,12 +66,12 @@ def main():
                   f"records {statistics.median(s[1] for s in samples)}")
         print(f"{len(lens)}x{lens[0]}: events {events_us(call):.1f} us")
         show("torch.profiler (first)", clocks._kernel_times_torch_profiler(
-            lambda i: call(), 30, 0, clocks.busy_and_count))
+            lambda i: call(), 30, 0, clocks.busy_and_count)[0])
         if ok:
             t, m = clocks.kernel_times(lambda i: call(), 30, reduce=clocks.busy_and_count)
             show(m, t)
             show("torch.profiler (after)", clocks._kernel_times_torch_profiler(
-                lambda i: call(), 30, 0, clocks.busy_and_count))
+                lambda i: call(), 30, 0, clocks.busy_and_count)[0])
         dump_records(call)
 
 
