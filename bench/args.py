@@ -19,6 +19,7 @@ ALIASES = {"inplace": "dense"}
 TOGETHER = ("dense", "dest")             # modes that share one run; the others run alone
 CLOCKS = ("kernel", "graph", "host")
 STATE_DTYPES = ("fp32", "bf16")
+PREFILL_FORMS = ("dense", "pool")          # --mode prefill's cell forms
 DEFAULT_BATCHES = (1, 4, 8, 16, 32, 48, 64, 128, 256, 512)
 DEFAULT_BUDGET_S = 240.0
 TP = (1, 2, 4, 8)
@@ -197,6 +198,9 @@ def add_bench_args(p):
     p.add_argument("--mix", type=_mix, default=None,
                    help="--mode prefill or engine-prefill: comma list of sequence mixes, NxL "
                         "(N sequences of L tokens) or ragged (default: the mode's mixes)")
+    p.add_argument("--form", type=one_of(PREFILL_FORMS, "forms"), default=None,
+                   help="--mode prefill: dense (one state per sequence), pool (the states in a "
+                        "pool of slots) or dense,pool (default)")
     p.add_argument("--layers", type=positive_int, default=None,
                    help="--mode chained: layers in the graph (default 64)")
     p.add_argument("--l2norm", action="store_true", help="use_qk_l2norm=True")
@@ -236,6 +240,8 @@ def resolve(args) -> list:
         notes.append("--timing chained: read as --mode chained")
     if args.layers is not None and args.mode != ["chained"]:
         usage_error("--layers: only with --mode chained")
+    if getattr(args, "form", None) is not None and args.mode != ["prefill"]:
+        usage_error("--form: only with --mode prefill")
     if getattr(args, "mix", None) is not None:
         from gdnzoo.bench.pipeline import get_mode
         if not all("mix" in get_mode(m).keys for m in args.mode):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from gdnzoo.bench import entries
+from gdnzoo.bench import args as A, entries
 from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, gated, judged
 
 GEOMETRIES = ((4, 8), (16, 32), (16, 48), (16, 64), (2, 8))
@@ -21,7 +21,7 @@ MIXES = ("1x8192", "1x32768", "8x1024", "16x256", "64x64", "ragged")
 # a serving-like mix: one long prompt, medium ones, a single token, a zero-length sequence, the
 # chunk edges
 RAGGED = (2048, 1, 700, 0, 63, 65, 1500, 3000, 128, 4096)
-FORMS = ("dense", "pool")
+FORMS = A.PREFILL_FORMS
 PEERS = ("fi-baseline", "fla-upstream")
 SLOW = ("pt-reference", "pt-compiled")     # timed only when --algo names them
 # Entries that read cu_seqlens on the host inside a call: no CUDA graph can hold them, and a
@@ -260,7 +260,7 @@ class Prefill(Mode):
         avail = {n: entries.available(n, plan.device, "prefill") for n in names if n != "auto"}
         plan.notes += [f"{n}: skipped ({why})" for n, (ok, why) in avail.items() if not ok]
         plan.l2norm = True
-        for form in FORMS:
+        for form in args.form or FORMS:
             for H, HV in geoms:
                 for mix in mixes:
                     for sd in plan.states:

@@ -73,6 +73,8 @@ VARIANTS = {
     "bv16": ([], dict(block_v=16)),
     "bv16w4": ([], dict(block_v=16, warps=4)),
     "bv64w8": ([], dict(block_v=64, warps=8)),
+    # 8 warps at 32 rows: no spills under Triton 3.6 (4 warps: 136 B of stack; lab.chunk_resources)
+    "bv32w8": ([], dict(block_v=32, warps=8)),
     # each sequence in segments run side by side (4 warps: two programs an SM)
     "seg2": ([], dict(segments=2)),
     "seg2w4": ([], dict(segments=2, warps=4)),

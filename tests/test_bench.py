@@ -989,6 +989,22 @@ def test_peer_state_bound_only_for_the_rounding_peers():
     assert not worse.ok
 
 
+def test_form_picks_the_prefill_forms(tmp_path, capsys):
+    """--form dense (or pool) plans only that form's cells; any other mode, or a form prefill
+    does not have, is a usage error."""
+    base = ("--mode", "prefill", "--heads", "4,8", "--mix", "2x9", "--state-dtype", "fp32",
+            "--out", str(tmp_path / "o"))
+    labels = [g.label for g in bench_plan(*base).groups]
+    assert labels == ["4/8 2x9 fp32 dense", "4/8 2x9 fp32 pool"]
+    assert [g.label for g in bench_plan(*base, "--form", "dense").groups] == labels[:1]
+    assert [g.label for g in bench_plan(*base, "--form", "pool").groups] == labels[1:]
+    for argv, says in ((("--mode", "pool", "--form", "dense"), "--form: only with --mode prefill"),
+                       (base + ("--form", "paged"), "expected a comma list of forms")):
+        with pytest.raises(SystemExit) as e:
+            bench_plan(*argv)
+        assert e.value.code == 2 and says in capsys.readouterr().err
+
+
 def test_mix_only_with_a_mode_of_sequence_mixes(tmp_path, capsys):
     """--mix belongs to the modes whose cells are sequence mixes (their cell key ``mix``);
     any other mode is a usage error naming those that take it."""
