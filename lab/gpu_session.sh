@@ -20,6 +20,8 @@
 #                                        # triton-chunk (RMIX mixes; no bundle needed)
 #   bash lab/gpu_session.sh profile OUT  # ncu on triton-chunk's launches ($PROFILE_CASES), then
 #                                        # its GPU tests and the prefill PDL tests (no bundle needed)
+#   bash lab/gpu_session.sh next OUT     # the fourth session's leftovers: clock and triton-chunk
+#                                        # GPU tests, 8 warps at 32 rows, the transposed prep
 #   bash lab/gpu_session.sh segments OUT # triton-chunk's segments (context parallelism): its
 #                                        # GPU tests, then lab.chunk_ablate's seg* variants
 #                                        # with errors (no bundle needed)
@@ -213,6 +215,24 @@ segments)                   # triton-chunk's segmented form: GPU tests, then tim
     VARIANTS=${VARIANTS:-base,seg2,seg2w4,seg2w4s2,seg3w4,seg4w4} ARGS=--errors OUT="$OUT" \
     timeout 300 bash lab/chunk_ablate_gpu.sh > "$OUT/ablate_run.log" 2>&1
   echo "lab.chunk_ablate: exit $?"; grep -v "^ *$" "$OUT/ablate.log" | tail -30
+  ;;
+next)                       # what the session of 2026-11-29 (fourth) left for a GPU: the clock
+                            # tests (the torch.profiler fallback's lost records), triton-chunk's
+                            # GPU tests, then 8 warps at 32 rows and the transposed prep kernel
+                            # beside the kernels as they are (no bundle needed)
+  t0=$SECONDS
+  timeout 200 python3 -m pytest -q -rfE -p no:cacheprovider --tb=short tests/test_clocks_gpu.py \
+    tests/test_triton_chunk.py > "$OUT/pytest_next.log" 2>&1
+  echo "clock + triton-chunk tests: exit $? in $((SECONDS - t0)) s: $(tail -1 "$OUT/pytest_next.log")"
+  grep -h "^FAILED\|^ERROR" "$OUT/pytest_next.log" | cut -c1-300 | head -20
+  cp backends/_triton_chunk_kernel.py /tmp/kernel_now.py
+  git apply lab/notebook/h200/prep_transposed_2026-11-29.patch && cp backends/_triton_chunk_kernel.py \
+    /tmp/kernel_transposed.py && cp /tmp/kernel_now.py backends/_triton_chunk_kernel.py
+  CHUNK_BEFORE=/tmp/kernel_transposed.py CELLS=${CELLS:-4/8:1x8192,16/32:1x8192,16/64:8x1024,4/8:64x64} \
+    VARIANTS=${VARIANTS:-base,before_same,bv32w8} ARGS=--errors OUT="$OUT" \
+    timeout 240 bash lab/chunk_ablate_gpu.sh > "$OUT/ablate_run.log" 2>&1
+  echo "lab.chunk_ablate (before_same = the transposed prep kernel): exit $?"
+  grep -v "^ *$" "$OUT/ablate.log" | tail -30
   ;;
 *) echo "unknown part $PART"; exit 2 ;;
 esac
