@@ -260,7 +260,7 @@ class Prefill(Mode):
         avail = {n: entries.available(n, plan.device, "prefill") for n in names if n != "auto"}
         plan.notes += [f"{n}: skipped ({why})" for n, (ok, why) in avail.items() if not ok]
         plan.l2norm = True
-        for form in args.form or FORMS:
+        for form in getattr(args, "form", None) or FORMS:
             for H, HV in geoms:
                 for mix in mixes:
                     for sd in plan.states:
