@@ -21,7 +21,8 @@
 #   bash lab/gpu_session.sh profile OUT  # ncu on triton-chunk's launches ($PROFILE_CASES), then
 #                                        # its GPU tests and the prefill PDL tests (no bundle needed)
 #   bash lab/gpu_session.sh next OUT     # the fourth session's leftovers: clock and triton-chunk
-#                                        # GPU tests, 8 warps at 32 rows, the transposed prep
+#                                        # GPU tests, 8 warps at 32 rows, the transposed prep,
+#                                        # the chain as one product a chunk (lab.chunk_onestep)
 #   bash lab/gpu_session.sh segments OUT # triton-chunk's segments (context parallelism): its
 #                                        # GPU tests, then lab.chunk_ablate's seg* variants
 #                                        # with errors (no bundle needed)
@@ -233,6 +234,11 @@ next)                       # what the session of 2026-11-29 (fourth) left for a
     timeout 240 bash lab/chunk_ablate_gpu.sh > "$OUT/ablate_run.log" 2>&1
   echo "lab.chunk_ablate (before_same = the transposed prep kernel): exit $?"
   grep -v "^ *$" "$OUT/ablate.log" | tail -30
+  for c in ${ONESTEP:-4/8:8192:16:8 4/8:8192:16:4 4/8:32768:16:8 16/32:8192:32:8 16/32:8192:16:8}; do
+    IFS=: read -r geom tokens bv w <<< "$c"
+    timeout 60 python3 -m lab.chunk_onestep --check --time --geom "$geom" --tokens "$tokens" \
+      --block-v "$bv" --warps "$w" 2>&1 | grep -v -i warn | tee -a "$OUT/onestep.log"
+  done
   ;;
 *) echo "unknown part $PART"; exit 2 ;;
 esac
