@@ -23,7 +23,10 @@ MIXES = ("1x8192", "1x32768", "8x1024", "16x256", "64x64", "ragged")
 RAGGED = (2048, 1, 700, 0, 63, 65, 1500, 3000, 128, 4096)
 FORMS = A.PREFILL_FORMS
 PEERS = ("fi-baseline", "fla-upstream")
-SLOW = ("pt-reference", "pt-compiled")     # timed only when --algo names them
+# Timed only when --algo names them: the PyTorch forms take tens of ms a call, fla-recurrent
+# (token by token) 7.8 ms at 4/8 1x8192 on an H200, about as long as triton-chunk's whole
+# matrix cell by cell; its prefill has its own run (bench/results/h200/prefill_recurrent/).
+SLOW = ("pt-reference", "pt-compiled", "fla-recurrent")
 # Entries that read cu_seqlens on the host inside a call: no CUDA graph can hold them, and a
 # capture that fails part-way leaves torch's CUDA generator in capture mode (every later
 # random draw on the GPU raises), so their graph clock is n/a without trying.

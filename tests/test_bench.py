@@ -1005,6 +1005,17 @@ def test_form_picks_the_prefill_forms(tmp_path, capsys):
         assert e.value.code == 2 and says in capsys.readouterr().err
 
 
+def test_prefill_times_the_slow_backends_only_by_name(tmp_path):
+    """The PyTorch forms and fla-recurrent (token by token: ms a call at 8k tokens) are left
+    out of a default prefill run, and timed when --algo names them."""
+    base = ("--mode", "prefill", "--heads", "4,8", "--mix", "2x9", "--out", str(tmp_path / "o"))
+    default = bench_plan(*base).entries
+    assert "triton-chunk" in default and not {"pt-reference", "pt-compiled",
+                                              "fla-recurrent"} & set(default)
+    named = bench_plan(*base, "--algo", "fla-recurrent,pt-reference").entries
+    assert named == ("auto", "fla-recurrent", "pt-reference")
+
+
 def test_mix_only_with_a_mode_of_sequence_mixes(tmp_path, capsys):
     """--mix belongs to the modes whose cells are sequence mixes (their cell key ``mix``);
     any other mode is a usage error naming those that take it."""
