@@ -11,7 +11,10 @@ symbols; T^T and M^T are the prep kernel's stored rows),
     O^T = S0 Q' + V',    Q' = q^T diag(fq) - k^T diag(bk) M^T                 [K, C]
                          V' = v^T diag(beta) M^T                              [V, C]
 
-so the chain is one [BV, K] x [K, K] product a chunk and the outputs one more beside it.  Here
+so the chain is one [BV, K] x [K, K] product a chunk and the outputs one more beside it.  A
+middle form (timed beside it) keeps A factored, S A = e^{G_last} S - (S k^T diag(bk)) Z with
+Z = T^T diag(fk) k [C, K]: two dependent products a chunk (the product's chain has three
+groups), half A's bytes.  Here
 the operators are formed in float64 by torch from the product's prep kernel (its workspace),
 one sequence only, and :func:`onestep_kernel` runs the chain; the question for a GPU is
 whether that kernel alone beats the product's sequential kernel alone (both timed by
@@ -19,7 +22,7 @@ whether that kernel alone beats the product's sequential kernel alone (both time
 in bf16 hi/lo parts, U and V' in fp32: ~4x triton-chunk's workspace).
 
     TRITON_INTERPRET=1 python -m lab.chunk_onestep --check          # CPU: K = V = 64
-    python -m lab.chunk_onestep --check --time --geom 4/8 --tokens 8192   # a GPU
+    python -m lab.chunk_onestep --check --time --geom 4/8 --tokens 8192   # a GPU: both forms
 """
 from __future__ import annotations
 
@@ -39,10 +42,10 @@ from gdnzoo.inputs import make_prefill_inputs
 F64 = torch.float64
 
 
-def operators(x, cfg=None) -> tuple:
-    """(A, U, Q', V', n_chunks, config) of the one sequence of ``x`` (packed from token 0):
-    A [n, HV, K, K], Q' [n, HV, K, C] as bf16 (hi, lo) pairs, U [n, HV, V, K] and V'
-    [n, HV, V, C] fp32."""
+def operators(x, cfg=None) -> dict:
+    """The operators of the one sequence of ``x`` (packed from token 0): A [n, HV, K, K], Z
+    [n, HV, C, K] and Q' [n, HV, K, C] as bf16 (hi, lo) pairs; U [n, HV, V, K], V' [n, HV, V,
+    C], bk [n, HV, C] and e^{G_last} [n, HV] fp32; n chunks; the config."""
     T, H, K = x.q.shape
     HV, V = x.v.shape[1:]
     c = tc.resolve(cfg, 1, HV, V, x.q.device, tokens=T)
@@ -75,23 +78,26 @@ def operators(x, cfg=None) -> tuple:
     kb = kT * bk[:, :, None, :]                                      # k^T diag(bk)
     fkk = fk[:, :, :, None] * k                                      # diag(fk) k
     vb = v.transpose(-1, -2) * beta[:, :, None, :]                   # v^T diag(beta)
-    A = glast[:, :, None, None] * torch.eye(K, dtype=F64, device=k.device) - kb @ TT @ fkk
-    U = vb @ TT @ fkk
+    Z = TT @ fkk
+    A = glast[:, :, None, None] * torch.eye(K, dtype=F64, device=k.device) - kb @ Z
     Qp = q.transpose(-1, -2) * fq[:, :, None, :] - kb @ MT
-    Vp = vb @ MT
 
     def parts(t):
         hi = t.to(torch.bfloat16)
         return hi.contiguous(), (t - hi.to(F64)).to(torch.bfloat16).contiguous()
-    return parts(A), U.float().contiguous(), parts(Qp), Vp.float().contiguous(), n, c
+    return dict(A=parts(A), Z=parts(Z), Q=parts(Qp), U=(vb @ Z).float().contiguous(),
+                Vp=(vb @ MT).float().contiguous(), bk=bk.float().contiguous(),
+                glast=glast.float().contiguous(), n=n, config=c)
 
 
 @triton.jit
 def onestep_kernel(A_hi, A_lo, U, Q_hi, Q_lo, Vp, out, state, new_state, n_chunks, T_all,
-                   so_t, so_h, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
-                   C: tl.constexpr, BV: tl.constexpr, STAGES: tl.constexpr):
+                   so_t, so_h, k, sk_t, sk_h, bk, glast, H: tl.constexpr, HV: tl.constexpr,
+                   K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr,
+                   STAGES: tl.constexpr, FACTORED: tl.constexpr):
     """One program per (value head, V tile of BV rows): the state tile through every chunk,
-    S <- S A_j + U_j, the outputs O^T = S Q'_j + V'_j of the state before chunk j."""
+    S <- S A_j + U_j (``FACTORED``: A_hi, A_lo hold Z, and S A = g S - (S k^T diag(bk)) Z),
+    the outputs O^T = S Q'_j + V'_j of the state before chunk j."""
     pid = tl.program_id(0)
     i_hv = pid // (V // BV)
     rows_v = (pid % (V // BV)) * BV + tl.arange(0, BV)
@@ -102,20 +108,20 @@ def onestep_kernel(A_hi, A_lo, U, Q_hi, Q_lo, Vp, out, state, new_state, n_chunk
         j = 0
         while j < n_chunks:
             h = onestep(h, j, A_hi, A_lo, U, Q_hi, Q_lo, Vp, out, T_all, so_t, so_h, i_hv, rows_v,
-                        kk, cc, HV, K, V, C)
+                        kk, cc, k, sk_t, sk_h, bk, glast, H, HV, K, V, C, FACTORED)
             j += 1
     else:
         for j in tl.range(0, n_chunks, num_stages=STAGES):
             h = onestep(h, j, A_hi, A_lo, U, Q_hi, Q_lo, Vp, out, T_all, so_t, so_h, i_hv, rows_v,
-                        kk, cc, HV, K, V, C)
+                        kk, cc, k, sk_t, sk_h, bk, glast, H, HV, K, V, C, FACTORED)
     tl.store(new_state + i_hv * V * K + rows_v[:, None] * K + kk[None, :], h)
 
 
 @triton.jit
 def onestep(h, j, A_hi, A_lo, U, Q_hi, Q_lo, Vp, out, T_all, so_t, so_h, i_hv, rows_v, kk, cc,
-            HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, C: tl.constexpr):
+            k, sk_t, sk_h, bk, glast, H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr,
+            V: tl.constexpr, C: tl.constexpr, FACTORED: tl.constexpr):
     base = (j * HV + i_hv).to(tl.int64)
-    pa = base * K * K + kk[:, None] * K + kk[None, :]
     pq = base * K * C + kk[:, None] * C + cc[None, :]
     h_hi, h_lo = split_bf16(h)
     q_hi = tl.load(Q_hi + pq)
@@ -124,8 +130,19 @@ def onestep(h, j, A_hi, A_lo, U, Q_hi, Q_lo, Vp, out, T_all, so_t, so_h, i_hv, r
     t = j * C + cc
     tl.store(out + t[None, :] * so_t + i_hv * so_h + rows_v[:, None], o.to(out.dtype.element_ty),
              mask=(t < T_all)[None, :])
-    a_hi = tl.load(A_hi + pa)
-    h = dot(h_hi, a_hi, dot(h_hi, tl.load(A_lo + pa), dot(h_lo, a_hi)))
+    if FACTORED:
+        kr = tl.load(k + t[:, None] * sk_t + (i_hv // (HV // H)) * sk_h + kk[None, :],
+                     mask=(t < T_all)[:, None], other=0.0)
+        x = dot(h_hi, tl.trans(kr), dot(h_lo, tl.trans(kr)))          # S k^T    [BV, C]
+        x_hi, x_lo = split_bf16(x * tl.load(bk + base * C + cc)[None, :])
+        pz = base * C * K + cc[:, None] * K + kk[None, :]
+        z_hi = tl.load(A_hi + pz)
+        h = tl.load(glast + base) * h - dot(x_hi, z_hi, dot(x_hi, tl.load(A_lo + pz),
+                                                             dot(x_lo, z_hi)))
+    else:
+        pa = base * K * K + kk[:, None] * K + kk[None, :]
+        a_hi = tl.load(A_hi + pa)
+        h = dot(h_hi, a_hi, dot(h_hi, tl.load(A_lo + pa), dot(h_lo, a_hi)))
     return h + tl.load(U + base * V * K + rows_v[:, None] * K + kk[None, :])
 
 
@@ -133,15 +150,17 @@ if INTERPRETED:
     bind_interpreted(globals())
 
 
-def run_onestep(x, ops, block_v=16, warps=8, stages=2):
-    (A_hi, A_lo), U, (Q_hi, Q_lo), Vp, n, c = ops
+def run_onestep(x, ops, block_v=16, warps=8, stages=2, factored=False):
     T, HV, V = x.v.shape
-    K = x.q.shape[2]
+    H, K = x.q.shape[1:]
     out = torch.empty_like(x.v)
     new = torch.empty_like(x.state)
+    a_hi, a_lo = ops["Z" if factored else "A"]
     onestep_kernel[(HV * (V // block_v),)](
-        A_hi, A_lo, U, Q_hi, Q_lo, Vp, out, x.state, new, n, T, out.stride(0), out.stride(1),
-        HV, K, V, c.chunk, block_v, stages, num_warps=warps)
+        a_hi, a_lo, ops["U"], *ops["Q"], ops["Vp"], out, x.state, new, ops["n"], T,
+        out.stride(0), out.stride(1), x.k, x.k.stride(0), x.k.stride(1), ops["bk"],
+        ops["glast"], H, HV, K, V, ops["config"].chunk, block_v, stages, int(factored),
+        num_warps=warps)
     return out, new
 
 
@@ -167,26 +186,32 @@ def main():
     T = a.tokens or (8192 if dev == "cuda" else 200)
     x = make_prefill_inputs([T], H=H, HV=HV, K=D, V=D, device=dev, seed=0)
     ops = operators(x)
-    print(f"{H}/{HV} 1x{T} K=V={D}: {ops[4]} chunks, operators "
-          f"{sum(t.numel() * t.element_size() for t in (*ops[0], ops[1], *ops[2], ops[3])) / 2**20:.0f} MiB")
-    out, new = run_onestep(x, ops, a.block_v, a.warps, a.stages)
+    mib = {f: sum(t.numel() * t.element_size() for t in (*ops[f], *ops["Q"], ops["U"], ops["Vp"]))
+           / 2**20 for f in ("A", "Z")}
+    print(f"{H}/{HV} 1x{T} K=V={D}: {ops['n']} chunks, operators {mib['A']:.0f} MiB "
+          f"(factored {mib['Z']:.0f} MiB)")
+    forms = {"one step a chunk": False, "factored (two steps)": True}
     if a.check:
         ref_out, ref_state = x.reference(use_qk_l2norm=True)
         p_out, p_new = torch.empty_like(x.v), torch.empty_like(x.state)
         tc.launch(x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.cu_seqlens, x.scale,
                   p_out, p_new, True)
-        print(f"  one step a chunk: out {rel(out, ref_out):.3e} state {rel(new, ref_state):.3e}"
-              f"   triton-chunk: out {rel(p_out, ref_out):.3e} state {rel(p_new, ref_state):.3e}")
+        line = [f"triton-chunk: out {rel(p_out, ref_out):.3e} state {rel(p_new, ref_state):.3e}"]
+        for name, factored in forms.items():
+            out, new = run_onestep(x, ops, a.block_v, a.warps, a.stages, factored)
+            line.append(f"{name}: out {rel(out, ref_out):.3e} state {rel(new, ref_state):.3e}")
+        print("  " + "   ".join(line))
     if a.time:
-        c = ops[5]
+        c = ops["config"]
         gates, ga, gb, A_log, dt_bias = tlaunch.prefill_gates(x.A_log, x.a, x.dt_bias, x.b,
                                                               None, None)
         mats, vecs = tc._workspace(None, T, HV, c, x.q.device)
         p_out, p_new = torch.empty_like(x.v), torch.empty_like(x.state)
-        calls = {
-            "triton-chunk sequential kernel": lambda: tc.launch_state(
-                x.q, x.k, x.v, x.cu_seqlens, mats, vecs, p_out, x.state, p_new, c),
-            "one step a chunk": lambda: run_onestep(x, ops, a.block_v, a.warps, a.stages)}
+        calls = {"triton-chunk sequential kernel": lambda: tc.launch_state(
+            x.q, x.k, x.v, x.cu_seqlens, mats, vecs, p_out, x.state, p_new, c)}
+        for name, factored in forms.items():
+            calls[name] = lambda factored=factored: run_onestep(x, ops, a.block_v, a.warps,
+                                                                a.stages, factored)
         tc.launch_prep(x.q, x.k, ga, gb, A_log, dt_bias, x.cu_seqlens, mats, vecs,
                        float(x.scale or D ** -0.5), True, gates, c)
         for name, f in calls.items():
