@@ -1,7 +1,7 @@
 """A prototype, not in the product: triton-chunk's chain as one product a chunk.
 
-triton-chunk's sequential kernel runs, per chunk, seven dependent groups of MMAs on its state
-tile (S0 k^T, R T^T, the update, with the bf16 splits and layout round trips between them).
+triton-chunk's sequential kernel runs, per chunk, seven dependent MMAs in three groups on its
+state tile (S0 k^T, R T^T, the update; bf16 splits and layout round trips between them).
 Substituting R = v^T diag(beta) - S0 k^T diag(bk) into the update and the outputs gives, with
 operators free of the state (the module docstring of backends/_triton_chunk_kernel.py has the
 symbols; T^T and M^T are the prep kernel's stored rows),
@@ -14,11 +14,10 @@ symbols; T^T and M^T are the prep kernel's stored rows),
 so the chain is one [BV, K] x [K, K] product a chunk and the outputs one more beside it.  A
 middle form (timed beside it) keeps A factored, S A = e^{G_last} S - (S k^T diag(bk)) Z with
 Z = T^T diag(fk) k [C, K]: two dependent products a chunk (the product's chain has three
-groups), half A's bytes.  Here
-the operators are formed in float64 by torch from the product's prep kernel (its workspace),
-one sequence only, and :func:`onestep_kernel` runs the chain; the question for a GPU is
-whether that kernel alone beats the product's sequential kernel alone (both timed by
-``--time``), at what error.  The operators cost memory the product does not spend (A and Q'
+groups), half A's bytes.  Here the operators are formed in float64 by torch from the
+product's prep kernel (its workspace), one sequence only, and :func:`onestep_kernel` runs the
+chain; the question for a GPU is whether that kernel alone beats the product's sequential
+kernel alone (both timed by ``--time``), at what error.  The operators cost memory the product does not spend (A and Q'
 in bf16 hi/lo parts, U and V' in fp32: ~4x triton-chunk's workspace).
 
     TRITON_INTERPRET=1 python -m lab.chunk_onestep --check          # CPU: K = V = 64
