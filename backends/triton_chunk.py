@@ -374,6 +374,17 @@ def launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2,
         **(dict(NEG=1) if neg else {}))
 
 
+def _read_slots(cu_seqlens, state, new_state, state_indices, new_state_indices,
+                has_initial_state, k_first) -> tuple:
+    """(pool form, read and write indices, has_initial_state, the state read (``new_state``
+    standing in for None), its strides (zeros for None)) of a sequential launch."""
+    pool, idx, new_idx, init = tlaunch.prefill_slots(cu_seqlens, state_indices,
+                                                     new_state_indices, has_initial_state)
+    src = new_state if state is None else state
+    ss = tlaunch.state_strides(src, k_first) if state is not None else (0, 0, 0, 0)
+    return pool, idx, new_idx, init, src, ss
+
+
 def launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
                  state_indices=None, new_state_indices=None, null_slot=-1,
                  has_initial_state=None, k_first=False, checkpoints=None, checkpoint_every=None,
@@ -384,10 +395,8 @@ def launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
-    pool, idx, new_idx, init = tlaunch.prefill_slots(cu_seqlens, state_indices,
-                                                     new_state_indices, has_initial_state)
-    src = new_state if state is None else state
-    ss = tlaunch.state_strides(src, k_first) if state is not None else (0, 0, 0, 0)
+    pool, idx, new_idx, init, src, ss = _read_slots(cu_seqlens, state, new_state, state_indices,
+                                                    new_state_indices, has_initial_state, k_first)
     sn = tlaunch.state_strides(new_state, k_first)
     # Without checkpoints CKPT is left at its default: the kernel compiles as it did before.
     ck = {} if checkpoints is None else dict(CKPT=1)
@@ -414,10 +423,8 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N, S, C, bv = cu_seqlens.shape[0] - 1, c.segments, c.chunk, c.block_v
-    pool, idx, new_idx, init = tlaunch.prefill_slots(cu_seqlens, state_indices,
-                                                     new_state_indices, has_initial_state)
-    src = new_state if state is None else state
-    ss = tlaunch.state_strides(src, k_first) if state is not None else (0, 0, 0, 0)
+    pool, idx, new_idx, init, src, ss = _read_slots(cu_seqlens, state, new_state, state_indices,
+                                                    new_state_indices, has_initial_state, k_first)
     dev = q.device
     zero_row = torch.zeros(V, dtype=v.dtype, device=dev)      # the identity chains' v
     obuf = torch.empty(2, max(T, 1), HV, V, dtype=torch.float32, device=dev)
