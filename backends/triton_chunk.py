@@ -46,9 +46,10 @@ K = V = 128 on Hopper, timed side by side on an H200 (lab/notebook/h200/prefill_
   with only N*HV independent recurrences (8 at the contest shape), so the tile is as small as
   the tensor-core products allow (16 rows) while the programs fit in one wave of SMs (1 x 8
   heads: 64 programs); past one wave, 32 rows (64 rows spill: 17-28% slower at 16/64).
-* ``warps`` 8 at 16 rows (the products split their columns over the warps; 168 registers, no
-  spills), 4 at 32 (255 registers, 136 bytes spilled, yet faster than 8 warps once the SMs
-  hold several programs).
+* ``warps`` from :func:`pick_warps`: 8 at 16 rows (the products split their columns over the
+  warps; 168 registers, no spills); at 32 rows 8 while the programs fit one wave of SMs (8-10%
+  faster there), else 4 (255 registers, 136 bytes spilled, yet faster than 8 warps once the
+  SMs hold two programs each; with "bf16" products always 4).
 * ``stages`` and ``v_ahead``: at 16 rows, 3 stages and chunk j+1's v rows loaded by hand
   while chunk j computes; else 2 stages, v loaded where the pipeliner puts it.  Chunk j+1's
   q, k, T^T, M^T and factors (~40 KB) stream into shared memory while chunk j computes
@@ -114,7 +115,7 @@ SEGMENT_MIN_CHUNKS = 32
 class Config(NamedTuple):
     """The launch shape.  ``block_v``: state rows per sequential program (0: picked from the
     grid, :func:`pick_block_v`); ``warps``/``stages``: the sequential kernel's num_warps (0:
-    8 at block_v 16, else 4) and pipeline depth of its chunk loop (0: 3 with ``v_ahead``,
+    :func:`pick_warps`) and pipeline depth of its chunk loop (0: 3 with ``v_ahead``,
     else 2); ``v_ahead``: 1 loads a chunk's v rows one chunk ahead by hand, 0 does not, -1
     (default) does at block_v 16; ``segments``: each sequence's chunks cut into that many
     segments run side by side and joined (:mod:`backends._triton_chunk_cp`; used where K ==
@@ -160,6 +161,21 @@ def pick_block_v(recurrences: int, V: int, n_sm: int) -> int:
     return 32 if V % 32 == 0 else min(16, V)
 
 
+def pick_warps(block_v: int, programs: int, n_sm: int, precision: str = "bf16x3") -> int:
+    """The sequential kernel's warps: 8 at 16 rows; at 32 rows with "bf16x3" products 8 while
+    its ``programs`` fit one wave of SMs (one program an SM: 254 registers, no spills), else 4
+    (255 registers and 136 bytes spilled, but two programs an SM); 4 with other precisions.
+    Measured on an H200, each kernel alone, medians of 20
+    (lab/notebook/h200/chunk_ablate_2026-11-29d.log), 4 -> 8 warps at 32 rows: 16/32 heads 1
+    x 8192 tokens (128 programs) 499 -> 458 us, 1 x 32768 1974 -> 1769, 8/16 2 x 4096 255 ->
+    233, 4/8 4 x 2048 132 -> 118; past one wave 16/48 1 x 8192 (192) 649 -> 898, 16/64 8 x
+    1024 (2048) 672 -> 930; with "bf16" products 8 warps were slower everywhere (283 -> 306
+    us at 16/32 1 x 8192)."""
+    if block_v == 16 or (block_v == 32 and precision == "bf16x3" and 0 < programs <= n_sm):
+        return 8
+    return 4
+
+
 def pick_segments(programs: int, n_sm: int, tokens: int, N: int, C: int) -> int:
     """2 when the chains of two segments a sequence (3 x ``programs``: two real chains and one
     identity chain each) still fit one wave of SMs and the sequences average at least
@@ -175,7 +191,7 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int =
     all, and checked (ValueError naming it)."""
     c = normalize(config)
     n_sm = torch.cuda.get_device_properties(device).multi_processor_count \
-        if device.type == "cuda" and not (c.block_v and c.segments) else 0
+        if device.type == "cuda" and not (c.block_v and c.segments and c.warps) else 0
     bv = c.block_v
     if not bv:
         # the interpreter (no SMs): fewest programs is fastest
@@ -183,7 +199,9 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int =
     if c.v_ahead not in (-1, 0, 1):
         raise ValueError(f"config: v_ahead must be -1 (auto), 0 or 1, got {c.v_ahead!r}")
     ahead = int(bv == 16) if c.v_ahead == -1 else c.v_ahead
-    c = c._replace(block_v=bv, warps=c.warps or (8 if bv == 16 else 4), v_ahead=ahead,
+    warps = c.warps or pick_warps(bv, N * HV * (V // bv) if V % bv == 0 else 0, n_sm,
+                                  c.precision)
+    c = c._replace(block_v=bv, warps=warps, v_ahead=ahead,
                    stages=c.stages or (3 if ahead else 2))
     if bv < 16 or V % bv or bv & (bv - 1):
         raise ValueError(f"config: block_v must be a power of two >= 16 dividing V={V}, got {bv}")

@@ -75,6 +75,9 @@ VARIANTS = {
     "bv64w8": ([], dict(block_v=64, warps=8)),
     # 8 warps at 32 rows: no spills under Triton 3.6 (4 warps: 136 B of stack; lab.chunk_resources)
     "bv32w8": ([], dict(block_v=32, warps=8)),
+    "bv32w4": ([], dict(block_v=32, warps=4)),
+    "bf16_bv32w4": ([], dict(precision="bf16", block_v=32, warps=4)),
+    "bf16_bv32w8": ([], dict(precision="bf16", block_v=32, warps=8)),
     # each sequence in segments run side by side (4 warps: two programs an SM)
     "seg2": ([], dict(segments=2)),
     "seg2w4": ([], dict(segments=2, warps=4)),

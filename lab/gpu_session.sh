@@ -20,9 +20,6 @@
 #                                        # triton-chunk (RMIX mixes; no bundle needed)
 #   bash lab/gpu_session.sh profile OUT  # ncu on triton-chunk's launches ($PROFILE_CASES), then
 #                                        # its GPU tests and the prefill PDL tests (no bundle needed)
-#   bash lab/gpu_session.sh next OUT     # the fourth session's leftovers: clock and triton-chunk
-#                                        # GPU tests, 8 warps at 32 rows, the transposed prep,
-#                                        # the chain as one product a chunk (lab.chunk_onestep)
 #   bash lab/gpu_session.sh segments OUT # triton-chunk's segments (context parallelism): its
 #                                        # GPU tests, then lab.chunk_ablate's seg* variants
 #                                        # with errors (no bundle needed)
@@ -216,33 +213,6 @@ segments)                   # triton-chunk's segmented form: GPU tests, then tim
     VARIANTS=${VARIANTS:-base,seg2,seg2w4,seg2w4s2,seg3w4,seg4w4} ARGS=--errors OUT="$OUT" \
     timeout 300 bash lab/chunk_ablate_gpu.sh > "$OUT/ablate_run.log" 2>&1
   echo "lab.chunk_ablate: exit $?"; grep -v "^ *$" "$OUT/ablate.log" | tail -30
-  ;;
-next)                       # what the session of 2026-11-29 (fourth) left for a GPU: the clock
-                            # tests (the torch.profiler fallback's lost records), triton-chunk's
-                            # GPU tests, lab.chunk_onestep's two chain forms beside the product's
-                            # sequential kernel; with ABLATE=1 instead (a second call) 8 warps at
-                            # 32 rows and the transposed prep kernel (no bundle needed)
-  if [ -n "${ABLATE:-}" ]; then            # a second call: the ablation takes about 4 min
-    cp backends/_triton_chunk_kernel.py /tmp/kernel_now.py
-    git apply lab/notebook/h200/prep_transposed_2026-11-29.patch && cp backends/_triton_chunk_kernel.py \
-      /tmp/kernel_transposed.py && cp /tmp/kernel_now.py backends/_triton_chunk_kernel.py
-    CHUNK_BEFORE=/tmp/kernel_transposed.py CELLS=${CELLS:-4/8:1x8192,16/32:1x8192,16/64:8x1024,4/8:64x64} \
-      VARIANTS=${VARIANTS:-base,before_same,bv32w8} ARGS=--errors OUT="$OUT" \
-      timeout 280 bash lab/chunk_ablate_gpu.sh > "$OUT/ablate_run.log" 2>&1
-    echo "lab.chunk_ablate (before_same = the transposed prep kernel): exit $?"
-    grep -v "^ *$" "$OUT/ablate.log" | tail -30
-    exit 0
-  fi
-  t0=$SECONDS
-  timeout 200 python3 -m pytest -q -rfE -p no:cacheprovider --tb=short tests/test_clocks_gpu.py \
-    tests/test_triton_chunk.py > "$OUT/pytest_next.log" 2>&1
-  echo "clock + triton-chunk tests: exit $? in $((SECONDS - t0)) s: $(tail -1 "$OUT/pytest_next.log")"
-  grep -h "^FAILED\|^ERROR" "$OUT/pytest_next.log" | cut -c1-300 | head -20
-  for c in ${ONESTEP:-4/8:8192:16:8 4/8:8192:16:4 16/32:8192:32:8 4/8:32768:16:8}; do
-    IFS=: read -r geom tokens bv w <<< "$c"
-    timeout 100 python3 -m lab.chunk_onestep --check --time --geom "$geom" --tokens "$tokens" \
-      --block-v "$bv" --warps "$w" 2>&1 | grep -v -i warn | tee -a "$OUT/onestep.log"
-  done
   ;;
 *) echo "unknown part $PART"; exit 2 ;;
 esac

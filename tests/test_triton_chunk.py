@@ -340,6 +340,20 @@ def test_block_v_is_16_while_one_wave_holds_them_else_32():
     assert tc.pick_block_v(1024, 16, 132) == 16
 
 
+def test_warps_8_at_16_rows_and_at_32_rows_within_one_wave_else_4():
+    assert tc.pick_warps(16, 64, 132) == 8
+    assert tc.pick_warps(16, 4096, 132) == 8
+    assert tc.pick_warps(32, 128, 132) == 8            # 16/32 at one sequence
+    assert tc.pick_warps(32, 133, 132) == 4
+    assert tc.pick_warps(32, 2048, 132) == 4           # 16/64 at 8 sequences
+    assert tc.pick_warps(64, 16, 132) == 4
+    assert tc.pick_warps(32, 128, 0) == 4              # the interpreter (no SMs)
+    assert tc.pick_warps(32, 128, 132, "bf16") == 4    # one product: 4 warps faster
+    assert tc.pick_warps(16, 64, 132, "bf16") == 8
+    assert tc.resolve(dict(block_v=32), 1, 32, 128, torch.device("cpu")).warps == 4
+    assert tc.resolve(dict(block_v=32, warps=2), 1, 32, 128, torch.device("cpu")).warps == 2
+
+
 def test_supports_reasons():
     ok = dict(H=4, HV=8, K=128, V=128, io_dtype=torch.bfloat16, device="cuda")
     assert tc.serves(**ok) == (True, "")
