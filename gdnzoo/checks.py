@@ -74,6 +74,12 @@ def need_tensor(name, x, written=False):
     if x.layout != torch.strided:
         raise TypeError(f"{name}: expected a dense (strided) tensor, got layout "
                         f"{str(x.layout).replace('torch.', '')}")
+    need_no_grad(name, x, written)
+
+
+def need_no_grad(name, x, written=False):
+    """``x`` (a tensor) outside autograd: not requiring grad, or only read, under
+    ``torch.no_grad()``.  Traceable by dynamo (torch.compile checks it as it traces)."""
     if x.requires_grad and (written or torch.is_grad_enabled()):
         raise ValueError(f"{name}: expected a tensor that does not require grad (gdnzoo "
                          f"computes no gradients), got requires_grad=True: pass {name}.detach(), "

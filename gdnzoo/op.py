@@ -44,6 +44,7 @@ from __future__ import annotations
 import torch
 
 from gdnzoo import dispatch
+from gdnzoo.checks import need_no_grad
 from gdnzoo.operation import COMMIT, DECODE, PREFILL, REQUIRED, function
 
 
@@ -92,11 +93,22 @@ OPS = {name: getattr(torch.ops.gdnzoo, f"{name}_").default for name in ("decode"
                                                                           "commit")}
 
 
+def _outside_autograd(op, args):
+    """The eager call's refusal of a tensor that requires grad, checked while dynamo traces:
+    inside a compiled graph the operator runs with grad mode off, where it would pass."""
+    in_place = "new_state" not in op.names or args[op.index("new_state")] is None \
+        or args[op.index("new_state")] is args[op.index("state")]
+    for a, x in zip(op.args, args):
+        if isinstance(x, torch.Tensor):
+            need_no_grad(a.name, x, a.written and (a.name != "state" or in_place))
+
+
 def call(op, args):
     """``op``'s operator on the arguments of its public function (positional, its order), with
     what an operator cannot allocate allocated first; returns what the public function
     returns.  Traceable by dynamo: what torch.compile runs in place of a public function."""
     args = list(args)
+    _outside_autograd(op, args)
     if op.name == "commit":
         OPS["commit"](*args)
         return args[op.index("state")]

@@ -93,7 +93,8 @@ to "off".
 
 The values of ``cu_seqlens`` (starting at 0, non-decreasing, ending at T) and of the indices
 are checked on the host with ``GDNZOO_CHECK_INDICES=1`` (a device sync), and by backends
-that read them on the host anyway; the default path never syncs (CUDA-graph capturable).
+that read them on the host anyway (pt-reference, pt-compiled); the default path of the
+others never syncs (CUDA-graph capturable).
 
 Bad inputs raise ``ValueError`` or ``TypeError`` naming the argument before any kernel runs,
 so every argument is untouched.
@@ -259,6 +260,9 @@ def validate(q, k, v, state, A_log=None, a=None, dt_bias=None, b=None, cu_seqlen
         if has_initial_state.device != dev:
             raise ValueError(f"has_initial_state: expected device {dev} (the device of q), "
                              f"got {has_initial_state.device}")
+        if not has_initial_state.is_contiguous():      # the kernels read flag n at n
+            raise ValueError(f"has_initial_state: expected a contiguous tensor, got strides "
+                             f"{tuple(has_initial_state.stride())}")
     if out is not None:
         need_rank("out", out, 3, "[T, HV, V]")
         need_shape("out", out, (T, HV, V), "[T, HV, V]")

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from gdnzoo.pool import real_slots
+from gdnzoo.prefill_contract import check_on_host
 from gdnzoo.reference import l2norm, reference_decode
 
 CHUNK = 64          # tokens per chunk of the chunked form
@@ -65,13 +66,13 @@ def reference_prefill(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale: f
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
+    bounds = check_on_host(cu_seqlens, T)      # read on the host anyway: checked, not trusted
     init, real = initial_states(state, N, HV, V, K, pool, has_initial_state, compute_dtype,
                                 k_first, q.device)
 
     def tok(x, s, e, batch=False):
         return None if x is None else (x[None, s:e] if batch else x[s:e])
     finals = init.clone()
-    bounds = cu_seqlens.tolist()
     every = checkpoint_every if checkpoints is not None else 0
     row = 0                   # sequence n's first checkpoint row
 

@@ -20,7 +20,7 @@ import gdnzoo
 import gdnzoo.op as op
 from conftest import DEVICE, HAS_CUDA
 from gdnzoo import gate, registry
-from gdnzoo.inputs import make_inputs
+from gdnzoo.inputs import make_inputs, make_prefill_inputs
 from gdnzoo.layer import GatedDeltaNetDecode
 from gdnzoo.reference import reference_outputs, reference_verify_outputs
 from gdnzoo.inputs import make_pool_case as make_case, paged_pool
@@ -454,3 +454,33 @@ print("ok")
 '''
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and "ok" in r.stdout, r.stdout[-2000:] + r.stderr[-4000:]
+
+
+@pytest.mark.parametrize("what", ["decode", "prefill"])
+def test_compiled_call_refuses_a_tensor_that_requires_grad(what):
+    """Under torch.compile the operator runs with grad mode off, so the eager refusal of a
+    tensor that requires grad (a model's parameter outside torch.no_grad()) is checked while
+    dynamo traces: the compiled call fails with the eager message instead of dropping the
+    gradient silently; under no_grad it runs and equals the eager call."""
+    if what == "decode":
+        x = make_inputs(B=2, T=1, H=2, HV=4, K=32, V=32)
+        fn = gdnzoo.decode
+    else:
+        x = make_prefill_inputs([3, 0, 5], H=2, HV=4, K=32, V=32)
+        fn = gdnzoo.prefill
+    A_log = torch.nn.Parameter(x.A_log.clone())
+
+    def f(*args):
+        return fn(*args, algo="pt-reference")[0]
+
+    def args():
+        a = list(x.clone().args())
+        a[4] = A_log
+        return a
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    with pytest.raises(ValueError, match="A_log: expected a tensor that does not require grad"):
+        f(*args())
+    with pytest.raises(Exception, match="A_log: expected a tensor that does not require grad"):
+        compiled(*args())
+    with torch.no_grad():
+        assert torch.equal(compiled(*args()), f(*args()))

@@ -170,6 +170,9 @@ BAD = [
                                          .transpose(1, 2)}, ValueError, "q: expected the K axis"),
     ("has_initial_state dtype", lambda x: {"has_initial_state": torch.ones(2, device=DEVICE)},
      TypeError, "has_initial_state"),
+    ("has_initial_state strided", lambda x: {"has_initial_state": torch.ones(
+        4, dtype=torch.bool, device=DEVICE)[::2]}, ValueError,
+     "has_initial_state: expected a contiguous"),
     ("null_slot without pool", lambda x: {"null_slot": 0}, ValueError, "null_slot"),
     ("pool without state", lambda x: {"state": None, "state_indices":
                                       torch.zeros(2, dtype=torch.int32, device=DEVICE)},
@@ -212,6 +215,24 @@ def test_cu_seqlens_values_checked_on_request(monkeypatch):
     end = torch.tensor([0, 3, 7], dtype=torch.int32, device=DEVICE)
     with pytest.raises(ValueError, match="expected T = 8"):
         gdnzoo.prefill(*x.args()[:8], end, algo="pt-reference")
+
+
+@pytest.mark.parametrize("algo", ["pt-reference", "pt-compiled"])
+def test_cu_seqlens_values_checked_by_backends_that_read_them_on_the_host(algo):
+    """pt-reference and pt-compiled read cu_seqlens on the host anyway: bad values are
+    refused there without the debug switch, before anything is written."""
+    ok, why = registry.availability(algo, op="prefill")
+    if not ok:
+        pytest.skip(f"{algo}: {why}")
+    x = _valid()
+    out = torch.full_like(x.v, 7.0)
+    for bad, frag in (([0, 5, 3], r"cu_seqlens\[2\] = 3"), ([1, 3, 8], r"cu_seqlens\[0\] = 1"),
+                      ([0, 3, 7], "expected T = 8")):
+        state = x.state.clone()
+        cu = torch.tensor(bad, dtype=torch.int32, device=DEVICE)
+        with pytest.raises(ValueError, match=frag):
+            gdnzoo.prefill(*x.args()[:3], state, *x.args()[4:8], cu, out=out, algo=algo)
+        assert torch.equal(state, x.state) and bool((out == 7.0).all()), "written before the refusal"
 
 
 def test_zero_tokens_and_zero_sequences():
