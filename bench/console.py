@@ -56,8 +56,16 @@ def grid(rows, with_floor=True, by="B") -> list:
 
 
 def not_timed(table) -> list:
-    """One line per FAIL or ERROR (entry, reason), one per SKIP reason naming its entries."""
-    lines, seen, skips = [], set(), {}
+    """One line for the entries checked but not timed (no CUDA device) with their cells, one
+    per FAIL or ERROR (entry, reason), one per SKIP reason naming its entries."""
+    lines, seen, skips, checked = [], set(), {}, {}
+    for r in table:
+        if r["status"] == "PASS" and "checked, not timed" in r["note"]:
+            rows, clocks = checked.setdefault(r["backend"], [0, set()])
+            checked[r["backend"]] = [rows + 1, clocks | {r["clock"]}]
+    if checked:
+        lines.append("CHECKED, not timed (no CUDA device), against the reference: " + ", ".join(
+            f"{n} ({rows // len(clocks)} cells)" for n, (rows, clocks) in checked.items()))
     for r in table:
         if r["status"] in ("FAIL", "ERROR") and (r["backend"], r["note"]) not in seen:
             seen.add((r["backend"], r["note"]))
@@ -93,7 +101,8 @@ def render(table, env, plan, files=(), drawn="") -> str:
     lines += mode.extra_lines(table, plan)
     lines += not_timed(table)
     shown = {r["note"] for r in table if r["status"] == "SKIP"}
-    lines += [f"note: {n}" for n in plan.notes if n not in shown]
+    lines += [f"note: {n}" for n in plan.notes   # not what a SKIP line already said
+              if n not in shown and not any(n.endswith(f"({w})") and len(w) <= 200 for w in shown)]
     if drawn:
         lines.append(f"plots: {drawn}")
     if files:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gdnzoo.bench import engine_prefill as ep
 from gdnzoo.bench import entries
-from gdnzoo.bench.mode_prefill import lengths, no_graph
+from gdnzoo.bench.mode_prefill import CPU_MAX_TOKENS, no_graph, parse_mix
 from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, judged
 
 ENGINES = ("vllm", "sglang")
@@ -22,6 +22,7 @@ MIXES = {"1x8192": ([8192], 0), "8x1024": ([1024] * 8, 0), "16x256": ([256] * 16
          "64x64": ([64] * 64, 0), "ragged": ([2048, 1, 700, 2, 63, 65, 1500], 0),
          "8x256+2pad": ([256] * 8, 2)}
 OURS = ("auto", "triton-chunk", "triton-chunk-bf16")
+CPU_MIXES = ("1x130", "4x64+2pad")
 DIM = 128
 BUDGET_S = 300.0
 # the engine's sequence reads the device on the host (a boolean-mask zeroing in vLLM's, an
@@ -45,8 +46,9 @@ METHOD = (
 
 
 def mix_lengths(mix: str) -> tuple:
-    """(lengths, padded entries) of a mix name: one of :data:`MIXES`, else --mode prefill's."""
-    return MIXES[mix] if mix in MIXES else (lengths(mix), 0)
+    """(lengths, padded entries) of a mix name: one of :data:`MIXES`, else --mode prefill's
+    forms (NxL, NxL+Kpad)."""
+    return MIXES[mix] if mix in MIXES else parse_mix(mix)
 
 
 class OneSet:
@@ -149,7 +151,11 @@ class EnginePrefill(Mode):
         elif args.dim != DIM:
             plan.notes.append(f"--dim {args.dim}: FlashInfer's chunk kernel (the engine's call) "
                               f"serves K = V = {DIM} only")
-        mixes = args.mix or list(MIXES)
+        mixes = args.mix or list(MIXES if plan.gpu else CPU_MIXES)
+        if not plan.gpu:
+            plan.notes.insert(0, f"{plan.why_not_gpu}: nothing is timed; cells of at most "
+                                 f"{CPU_MAX_TOKENS} tokens are checked against float64"
+                                 + ("" if args.mix else f" (mixes {','.join(CPU_MIXES)})"))
         for engine in ENGINES:
             for mix in mixes:
                 L, pads = mix_lengths(mix)
@@ -157,7 +163,10 @@ class EnginePrefill(Mode):
                     cells = [(Cell("engine-prefill", n, len(L) + pads, sum(L), plan.H, plan.HV,
                                    plan.K, plan.V, sd, engine, False, (("mix", mix),)),
                               plan.clocks) for n in names]
-                    plan.groups.append(Group(f"{engine} {mix} {sd}", cells))
+                    skip = "" if plan.gpu or sum(L) <= CPU_MAX_TOKENS else (
+                        f"{plan.why_not_gpu}: only cells of at most {CPU_MAX_TOKENS} tokens are "
+                        f"checked on the CPU, nothing is timed")
+                    plan.groups.append(Group(f"{engine} {mix} {sd}", cells, skip=skip))
         plan.backends = plan.entries = tuple(names)
 
     def measure(self, group, plan):

@@ -12,6 +12,7 @@ oracle (its relative RMS errors of output and final state are the rows' ``rel_er
 from __future__ import annotations
 
 import math
+import re
 
 from gdnzoo.bench import args as A, entries
 from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, gated, judged
@@ -33,6 +34,10 @@ SLOW = ("pt-reference", "pt-compiled", "fla-recurrent")
 HOST_SYNC = {"fla-upstream": "FLA's chunk reads cu_seqlens on the host in every call"}
 BUDGET_S = 420.0
 DIM = 128
+# Without a CUDA device nothing is timed; cells of at most this many tokens are checked against
+# float64 (the default mixes there: CPU_MIXES).
+CPU_MAX_TOKENS = 2048
+CPU_MIXES = ("1x130", "3x64")
 
 METHOD = (
     "Prefill: N sequences packed on one token axis (cu_seqlens int32), q/k/v bf16, K = V = 128, "
@@ -53,25 +58,33 @@ METHOD = (
     "p20/p80.")
 
 
-def lengths(mix: str) -> list:
-    """A mix's sequence lengths: ``NxL`` (N sequences of L tokens) or ``ragged``."""
+MIX = re.compile(r"(\d+)x(\d+)(?:\+(\d+)pad)?")
+
+
+def parse_mix(mix: str) -> tuple:
+    """(lengths, padded entries) of ``NxL`` (N sequences of L tokens), ``NxL+Kpad`` (and K
+    padded entries: ``--mode engine-prefill`` only) or ``ragged``."""
     if mix == "ragged":
-        return list(RAGGED)
-    n, L = mix.split("x")
-    return [int(L)] * int(n)
+        return list(RAGGED), 0
+    m = MIX.fullmatch(mix)
+    return [int(m[2])] * int(m[1]), int(m[3] or 0)
+
+
+def lengths(mix: str) -> list:
+    """A mix's sequence lengths (its padded entries are not sequences)."""
+    return parse_mix(mix)[0]
 
 
 def mix_arg(s) -> list:
-    """``--mix``: a comma list of NxL and ragged."""
+    """``--mix``: a comma list of NxL, NxL+Kpad and ragged."""
     import argparse
     from gdnzoo.bench.args import words
     out = words(s)
     for w in out:
-        try:
-            assert w == "ragged" or all(int(t) >= 1 for t in w.split("x")) and w.count("x") == 1
-        except (AssertionError, ValueError):
-            raise argparse.ArgumentTypeError(f"expected NxL (N sequences of L tokens) or "
-                                             f"ragged, got {w!r}") from None
+        m = MIX.fullmatch(w)
+        if w != "ragged" and not (m and int(m[1]) >= 1 and int(m[2]) >= 1):
+            raise argparse.ArgumentTypeError(f"expected NxL (N sequences of L tokens), NxL+Kpad "
+                                             f"(and K padded entries) or ragged, got {w!r}")
     return out
 
 
@@ -245,14 +258,23 @@ class Prefill(Mode):
     keys = ("mix",)
     columns = {"tflops": float("nan"), "kernels_per_call": ""}
     defaults = {"state_dtype": ("fp32", "bf16"), "time_budget": BUDGET_S}
-    cpu = "skip"
+    cpu = "check"
     busy = True
     subdir = "prefill"
 
     def plan(self, plan, args):
         from gdnzoo import registry
         from gdnzoo.bench.args import given
-        mixes = args.mix or list(MIXES)
+        mixes = args.mix or list(MIXES if plan.gpu else CPU_MIXES)
+        padded = [m for m in mixes if parse_mix(m)[1]]
+        if padded:
+            A.usage_error(f"--mix {','.join(padded)}: padded entries are for --mode "
+                          f"engine-prefill (--mode prefill pads through pools in its tests)")
+        if not plan.gpu:
+            plan.notes.insert(0, f"{plan.why_not_gpu}: nothing is timed (CUPTI kernel clock, "
+                                 f"CUDA graphs, floors); cells of at most {CPU_MAX_TOKENS} tokens "
+                                 f"are checked against float64"
+                                 + ("" if args.mix else f" (mixes {','.join(CPU_MIXES)})"))
         geoms = [(plan.H, plan.HV)] if given(args.heads) or args.model else list(GEOMETRIES)
         if given(args.dim) and args.dim != DIM:
             plan.notes.append(f"--dim {args.dim}: prefill cells are K = V = {DIM} (the peers')")
@@ -274,7 +296,11 @@ class Prefill(Mode):
                             cells.append((Cell("prefill", "floor", len(L), sum(L), H, HV, DIM,
                                                DIM, sd, form, True, (("mix", mix),)),
                                           ("kernel",)))
-                        plan.groups.append(Group(f"{H}/{HV} {mix} {sd} {form}", cells))
+                        skip = "" if plan.gpu or sum(L) <= CPU_MAX_TOKENS else (
+                            f"{plan.why_not_gpu}: only cells of at most {CPU_MAX_TOKENS} tokens "
+                            f"are checked on the CPU, nothing is timed")
+                        plan.groups.append(Group(f"{H}/{HV} {mix} {sd} {form}", cells,
+                                                 skip=skip))
         plan.backends = plan.entries = tuple(names)
 
     def measure(self, group, plan):
@@ -340,19 +366,21 @@ class Prefill(Mode):
                 key = (r["H"], r["HV"], r["mix"], r["state_dtype"], r["mode"], r["clock"])
                 cells.setdefault(key, {})[r["backend"]] = r["median_us"]
         ours = [n for n in plan.entries if n not in PEERS and n != "auto"]
-        lines = ["bars (per cell and clock: our best entry's time over each peer's):"]
+        lines = []
         for peer in PEERS:
             xs = [min(t[n] for n in ours if n in t) / t[peer] for t in cells.values()
                   if peer in t and any(n in t for n in ours)]
             if xs:
                 lines.append(f"  vs {peer}: {len(xs)} cells, ours/peer worst {max(xs):.2f}x, "
                              f"best {min(xs):.2f}x, faster in {sum(x < 1 for x in xs)}")
+        if lines:
+            lines.insert(0, "bars (per cell and clock: our best entry's time over each peer's):")
         errs = [((r["backend"], r["state_dtype"]), r["rel_err_out"], r["rel_err_state"])
                 for r in table if r["clock"] == plan.clocks[0] and finite(r["rel_err_state"])]
         for name, sd in dict.fromkeys(k for k, _, _ in errs):
             eo = max(e for k, e, _ in errs if k == (name, sd))
             es = max(e for k, _, e in errs if k == (name, sd))
-            lines.append(f"  error vs float64, {name}, {sd} state: worst relative RMS out "
+            lines.append(f"error vs float64, {name}, {sd} state: worst relative RMS out "
                          f"{eo:.2e}, state {es:.2e}")
         return lines
 

@@ -50,6 +50,11 @@ def __getattr__(name: str):
     return value
 
 
+def __dir__():
+    """What is here and what :func:`__getattr__` imports on first use (tab completion)."""
+    return sorted(set(globals()) | set(__all__) | _SUBMODULES)
+
+
 def select(*args, op: str = "decode", **kwargs):
     """Which backend ``op``'s function (default :func:`decode`) would use for these
     arguments, from which rule, and why: a :class:`Selection`.  Validates them as the call

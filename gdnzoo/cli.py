@@ -174,9 +174,11 @@ def _lazy_sub(sub, name, help_, module, add_fn, cmd_fn, build):
 def build_parser(command=None):
     """The parser; of the subcommands implemented in gdnzoo.bench, only ``command`` gets its
     arguments, so only its module is imported."""
-    ap = argparse.ArgumentParser(prog="gdnzoo", description="Gated Delta Net decode kernel zoo")
+    ap = argparse.ArgumentParser(prog="gdnzoo", description="Gated Delta Net kernel zoo: the "
+                                 "decode step and the chunked prefill, every backend behind one "
+                                 "signature")
     ap.add_argument("--version", action="version", version=f"gdnzoo {__version__}")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND", title="commands", required=True)
     p = sub.add_parser("list", help="every backend with availability, reason and features")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None)
     p.add_argument("--op", choices=["decode", "prefill", "commit", "all"], default="all",
@@ -199,7 +201,8 @@ def build_parser(command=None):
 
     for name, help_, module, add_fn, cmd_fn in (
             ("bench", "side-by-side benchmark of every backend, one mode at a time (dense, dest, "
-             "pool, verify, chained)", "pipeline", "add_bench_args", "cmd_bench"),
+             "pool, verify, chained, prefill, engine-prefill)", "pipeline", "add_bench_args",
+             "cmd_bench"),
             ("tune", "measure and write this GPU's row of the default table", "tune",
              "add_tune_args", "cmd_tune"),
             ("check", "every backend on the contest's workloads, PASS/FAIL (decode: the "
@@ -215,7 +218,11 @@ def build_parser(command=None):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(command).parse_args(argv)
+    ap = build_parser(command)
+    args, extra = ap.parse_known_args(argv)
+    if extra:                     # the command's own usage, not the top level's
+        sub = next(a for a in ap._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices[args.cmd].error(f"unrecognized arguments: {' '.join(extra)}")
     return int(args.func(args) or 0)
 
 

@@ -55,8 +55,15 @@ class Lab:
         return 1 if self.failed else 0
 
 
-def run(name: str, fn):
-    """A script's entry point: ``fn(Lab(name))``, then save and exit (1 when a part failed)."""
+def run(name: str, fn, needs_cuda: bool = False):
+    """A script's entry point: ``fn(Lab(name))``, then save and exit (1 when a part failed).
+    ``needs_cuda``: without a CUDA device say so and exit 1, running nothing."""
+    if needs_cuda:
+        import torch
+        if not torch.cuda.is_available():
+            print(f"lab.{name}: needs a CUDA device (there is none here); nothing was run",
+                  file=sys.stderr)
+            sys.exit(1)
     lab = Lab(name)
     fn(lab)
     sys.exit(lab.save())

@@ -183,4 +183,4 @@ def main(lab):
 
 
 if __name__ == "__main__":
-    harness.run("sanitize_cuda", main)
+    harness.run("sanitize_cuda", main, needs_cuda=True)

@@ -13,6 +13,7 @@ import torch
 import yaml
 
 from gdnzoo.bench import clocks, console, mode_dense, pipeline, plots, report, tune
+from gdnzoo.bench.report import read_results
 from helpers import bench_args, bench_plan, bench_run, run_cli
 
 MIB = 1 << 20
@@ -1024,3 +1025,27 @@ def test_mix_only_with_a_mode_of_sequence_mixes(tmp_path, capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2
     assert "--mix: only with" in err and "prefill or engine-prefill" in err
+
+
+def test_prefill_on_cpu_checks_small_cells_and_says_why_not_the_rest(tmp_path, capsys):
+    """Without a CUDA device --mode prefill times nothing: cells of at most CPU_MAX_TOKENS
+    tokens are checked against float64 (small mixes by default), larger ones are SKIP with the
+    reason; the console counts the checked cells.  A padded mix is engine-prefill's only."""
+    from gdnzoo.bench import mode_prefill as mp
+    plan = bench_plan("--mode", "prefill", "--device", "cpu", "--out", str(tmp_path / "p"))
+    assert {g.label.split()[1] for g in plan.groups} == set(mp.CPU_MIXES)
+    assert "checked against float64" in plan.notes[0]
+    code, out, _ = run_cli(["bench", "--mode", "prefill", "--device", "cpu", "--heads", "2,4",
+                            "--mix",
+                            "2x9,1x4096", "--state-dtype", "fp32", "--form", "dense", "--out",
+                            str(tmp_path / "o")], capsys)
+    assert code == 0, out
+    rows, _ = read_results(tmp_path / "o" / "results.json")
+    auto = {r["mix"]: r for r in rows if r["backend"] == "auto"}
+    assert auto["2x9"]["status"] == "PASS" and "checked, not timed" in auto["2x9"]["note"]
+    assert auto["1x4096"]["status"] == "SKIP" and "at most 2048 tokens" in auto["1x4096"]["note"]
+    assert "CHECKED, not timed (no CUDA device), against the reference: auto (1 cells)" in out
+    assert "bars (per cell" not in out
+    with pytest.raises(SystemExit) as e:
+        bench_plan("--mode", "prefill", "--mix", "2x9+1pad", "--out", str(tmp_path / "q"))
+    assert e.value.code == 2 and "engine-prefill" in capsys.readouterr().err

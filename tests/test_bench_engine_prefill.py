@@ -10,10 +10,16 @@ from helpers import bench_plan, run_cli
 
 
 def test_plan_cells_and_entries():
-    plan = bench_plan("--mode", "engine-prefill")
+    plan = bench_plan("--mode", "engine-prefill", "--device", "cpu")
     assert plan.entries[:2] == ("engine", "auto") and (plan.H, plan.HV, plan.K) == (4, 8, 128)
     assert {g.label.split()[0] for g in plan.groups} == set(mode.ENGINES)
-    assert len(plan.groups) == 2 * len(mode.MIXES) and plan.states == ("fp32",)
+    # without a CUDA device: small mixes by default, checked, not timed
+    assert len(plan.groups) == 2 * len(mode.CPU_MIXES) and plan.states == ("fp32",)
+    assert not any(g.skip for g in plan.groups) and "checked against float64" in plan.notes[0]
+    big = bench_plan("--mode", "engine-prefill", "--device", "cpu", "--mix", "8x1024,4x64+2pad")
+    assert [bool(g.skip) for g in big.groups] == [True, False] * 2
+    assert "at most 2048 tokens" in big.groups[0].skip
+    assert mode.mix_lengths("3x5+2pad") == ([5, 5, 5], 2)
     assert bench_plan("--mode", "engine-prefill", "--algo", "all").entries == plan.entries
     plan = bench_plan("--mode", "engine-prefill", "--algo", "pt-reference", "--mix", "2x9",
                       "--heads", "2,4", "--dim", "32", "--state-dtype", "fp32,bf16")
