@@ -19,7 +19,9 @@ the chunk's "new values" (the u_t of the per-token form), outputs and end state 
     S    = e^{G_last} S0 + V'^T diag(rk e^{G_last - G}) k                      [V, K]
 
 (q, k the raw rows).  Only exp(G_i - G_j) with i >= j, e^G and e^{G_last - G} are formed: all
-<= 1 for decays <= 1, so nothing overflows however strong the decay.
+<= 1 for decays <= 1, so nothing overflows however strong the decay; each log decay is taken
+as at least ``LOG_DECAY_MIN`` (-128, whose exp is 0 in fp32 already), so a hard reset (g =
+-inf) or a huge negative g leaves the sums G finite and their differences exact.
 
 Two launches:
 
@@ -80,10 +82,12 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from gdnzoo import prefill_reference
 from gdnzoo.backends._triton_decode_kernel import (INTERPRETED, SEQ_BLOCK, bind_interpreted,
                                                     checkpoint_row0, head_gate_constants,
                                                     sequence_program)
 
+LOG_DECAY_MIN = tl.constexpr(prefill_reference.LOG_DECAY_MIN)
 MAX_MERGE_LEVELS = tl.constexpr(4)       # base blocks of 8 merged up to C = 128
 
 
@@ -170,7 +174,8 @@ def chunk_gates(a, b, t, m, i_hv, sa_t, sa_h, sb_t, sb_h, A_neg, dtb, GATES: tl.
     else:
         gam = xa
         beta = xb
-    return gam, beta
+    # At least LOG_DECAY_MIN (exp of it is 0 in fp32 already): G stays finite (a NaN stays NaN)
+    return tl.where(gam < LOG_DECAY_MIN, LOG_DECAY_MIN, gam), beta
 
 
 @triton.jit

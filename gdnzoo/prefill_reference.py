@@ -15,6 +15,10 @@ from gdnzoo.prefill_contract import check_on_host
 from gdnzoo.reference import l2norm, reference_decode
 
 CHUNK = 64          # tokens per chunk of the chunked form
+# The chunked forms take each token's log decay as at least this: exp of it is already 0 in
+# fp32, so no result changes, but the within-chunk sums G stay finite and small, where a hard
+# reset (g = -inf) made G_i - G_j NaN and a huge negative g cancelled to garbage.
+LOG_DECAY_MIN = -128.0
 
 
 def initial_states(state, N, HV, V, K, pool=None, has_initial_state=None,
@@ -171,7 +175,7 @@ def chunk(S, q, k, v, lg, beta, scale):
     diag(beta) V; the new values V' = U - W S^T; out = scale ((Q * exp(G)) S^T + (QK^T *
     exp(G_i - G_j), j <= i) V'); S' = exp(G_last) S + (V' * exp(G_last - G))^T K."""
     C = q.shape[0]
-    G = lg.cumsum(0).transpose(0, 1)                      # [HV, C]
+    G = lg.clamp_min(LOG_DECAY_MIN).cumsum(0).transpose(0, 1)   # [HV, C]
     qh, kh, vh = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)   # [HV, C, *]
     bh = beta.transpose(0, 1)                             # [HV, C]
     diff = G[:, :, None] - G[:, None, :]                  # G_i - G_j

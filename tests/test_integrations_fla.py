@@ -305,11 +305,31 @@ def test_non_tensor_refused_after_a_good_call():
                 fn(**dict(good, **{name: good[name].cpu().float().numpy()}))
 
 
+def test_head_first_refused_by_both():
+    """FLA removed head_first: refused by both entry points (the fused one took it silently
+    through its **kwargs and read head-first tensors as [B, T, H, K])."""
+    kw, _ = make(0, 2, 3, 2, 4)
+    for fn in FNS.values():
+        for flag in (True, False):
+            with pytest.raises(ValueError, match=r"^head_first:"):
+                fn(**kw, head_first=flag)
+
+
+def test_both_layout_keywords_true_agree():
+    kw, _ = make(6, 2, 2, 2, 4, v_first=True)
+    kw.pop("state_v_first")
+    for fn in FNS.values():
+        with pytest.warns(DeprecationWarning, match="transpose_state_layout"):
+            out, final = fn(**kw, state_v_first=True, transpose_state_layout=True)
+        ref = fn(**kw, state_v_first=True)
+        assert torch.equal(out, ref[0]) and torch.equal(final, ref[1])
+        with pytest.raises(ValueError, match="^state_v_first: True with"):
+            fn(**kw, state_v_first=True, transpose_state_layout=False)
+
+
 def test_chunk_only_refusals():
     kw, _ = make(0, 2, 3, 2, 4)
     f = fla.chunk_gated_delta_rule
-    with pytest.raises(ValueError, match=r"^head_first:"):
-        f(**kw, head_first=False)
     with pytest.raises(ValueError, match=r"^cp_context:"):
         f(**kw, cp_context=object())
     with pytest.raises(ValueError, match=r"^chunk_size:"):

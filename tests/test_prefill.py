@@ -275,3 +275,26 @@ def test_initial_states_of_no_state_are_on_the_inputs_device():
     from gdnzoo.prefill_reference import initial_states
     init, real = initial_states(None, 3, 2, 8, 8, device=torch.device("meta"))
     assert init.device.type == real.device.type == "meta" and init.shape == (3, 2, 8, 8)
+
+
+@pytest.mark.parametrize("algo", ["pt-reference", "pt-compiled"])
+@pytest.mark.parametrize("reset", [float("-inf"), -1e30], ids=["-inf", "-1e30"])
+def test_hard_reset_gates_in_the_chunked_form(algo, reset):
+    """Precomputed log decays with a hard reset (g = -inf, or a huge negative g) inside a
+    chunk: the chunked form (pt-compiled) as exact as the token-by-token one."""
+    ok, why = registry.availability(algo, op="prefill")
+    if not ok:
+        pytest.skip(f"{algo}: {why}")
+    x = make_prefill_inputs([70, 9], H=2, HV=4, K=32, V=32, device=DEVICE, seed=3)
+    g = -torch.rand(79, 4, device=DEVICE) * 0.5
+    g[[4, 64, 72], 1] = reset
+    beta = torch.rand(79, 4, device=DEVICE)
+    ref_out = torch.empty(79, 4, 32, dtype=torch.float64, device=DEVICE)
+    ref_state = torch.empty(2, 4, 32, 32, dtype=torch.float64, device=DEVICE)
+    reference_prefill(x.q, x.k, x.v, x.state, x.A_log, None, x.dt_bias, None, x.cu_seqlens,
+                      x.scale or 32 ** -0.5, ref_out, ref_state, compute_dtype=torch.float64,
+                      g=g, beta=beta)
+    out, new = gdnzoo.prefill(x.q, x.k, x.v, x.state.clone(), None, None, None, None,
+                              x.cu_seqlens, g=g, beta=beta, algo=algo)
+    j = gate.judge(out, new, ref_out, ref_state, state_dtype=torch.float32)
+    assert j.ok, j.reason

@@ -195,12 +195,18 @@ def test_k_first_in_place(device):
     check(device, [66, 5], 1, 2, seed=14, inplace=True, k_first=True)
 
 
-def test_precomputed_gates(device):
-    """FLA's gates: g as fp32 log-decay, beta post-sigmoid (bf16 here)."""
+@pytest.mark.parametrize("reset", [None, float("-inf"), -1e30], ids=["plain", "-inf", "-1e30"])
+def test_precomputed_gates(device, reset):
+    """FLA's gates: g as fp32 log-decay, beta post-sigmoid (bf16 here); a hard reset (g = -inf,
+    or a huge negative g) inside a chunk, and one on a chunk's first token, as exact as the
+    rest (it made the within-chunk sums NaN or cancel to garbage)."""
     lens = [65, 7]
     x = make(lens, 1, 2, seed=12)
     decay, beta = raw_gates(x["A_log"], x["a"], x["dt_bias"], x["b"])
     g, beta = torch.log(decay).float(), beta.to(torch.bfloat16)
+    if reset is not None:
+        g[[5, 64, 66], 0] = reset
+        g[30, 1] = reset
     ref_out, ref_state = oracle(x["q"], x["k"], x["v"], x["states"], torch.exp(g.to(F64)),
                                 beta, x["cu_seqlens"], 64 ** -0.5, True)
     x = to_device(x, device)

@@ -32,6 +32,16 @@ KERNEL = ROOT / "backends" / "_triton_chunk_kernel.py"
 # The last commit whose prefill kernels had no PDL: PDL 0 must compile to its code.
 BEFORE_PDL = "030824e7aa6eba6d88ab6e9f68d404e65bd596ff"
 KERNELS = ("chunk_prep_kernel", "chunk_state_kernel")
+# Changes made to the kernels since, applied to that commit's source so that PDL 0 is still
+# compared with the kernels as they are meant to be: the log decays' floor (LOG_DECAY_MIN).
+SINCE_PDL = [
+    ("    return gam, beta\n",
+     "    return tl.where(gam < LOG_DECAY_MIN, LOG_DECAY_MIN, gam), beta\n"),
+    ("MAX_MERGE_LEVELS = tl.constexpr(4)",
+     "from gdnzoo import prefill_reference\n"
+     "LOG_DECAY_MIN = tl.constexpr(prefill_reference.LOG_DECAY_MIN)\n"
+     "MAX_MERGE_LEVELS = tl.constexpr(4)"),
+]
 
 
 class _Recorder:
@@ -113,8 +123,12 @@ def compiled(tmp_path_factory):
     if src.returncode:
         pytest.skip(f"the kernel before PDL ({BEFORE_PDL}) is not in this checkout's history: "
                     f"{src.stderr.strip()[:200]}")
+    text = src.stdout
+    for old, new in SINCE_PDL:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
     before = d / "before.py"
-    before.write_text(src.stdout)
+    before.write_text(text)
     env = dict(os.environ, TRITON_INTERPRET="0")    # JIT mode (conftest keeps a set value)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), env.get("PYTHONPATH", "")])
     out = d / "ptx.json"

@@ -85,7 +85,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, gk=None, gv=None, beta=Non
                                      cu_seqlens=None, *, algo=None, **kwargs):
     """FLA 0.6's ``fused_recurrent_gated_delta_rule`` on gdnzoo (see the module docstring);
     returns ``(o, final_state)``."""
-    state_v_first = _renamed_layout(state_v_first, kwargs)
+    state_v_first = _legacy_keywords(state_v_first, kwargs)
     _no_channel_gates(gk, gv)
     return run(q, k, v, g, beta, scale, initial_state, output_final_state,
                use_qk_l2norm_in_kernel, use_gate_in_kernel, A_log, dt_bias,
@@ -99,9 +99,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None,
                            chunk_indices=None, cp_context=None, *, algo=None, **kwargs):
     """FLA 0.6's ``chunk_gated_delta_rule`` on gdnzoo (see the module docstring); returns
     ``(o, final_state)``."""
-    state_v_first = _renamed_layout(state_v_first, kwargs)
-    if "head_first" in kwargs:
-        raise ValueError("head_first: removed from FLA's API; pass q, k, v as [B, T, H, ...]")
+    state_v_first = _legacy_keywords(state_v_first, kwargs)
     if cp_context is not None:
         raise ValueError("cp_context: context parallelism is not served by gdnzoo; use FLA")
     _no_channel_gates(kwargs.get("gk"), kwargs.get("gv"))
@@ -239,15 +237,20 @@ def _plan(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2n
 
 # ------------------------------------------------------------------ the parts
 
-def _renamed_layout(state_v_first, kwargs):
+def _legacy_keywords(state_v_first, kwargs):
+    """``state_v_first`` after FLA's removed and renamed keywords: ``head_first`` refused,
+    ``transpose_state_layout`` (its old name) taken with FLA's warning."""
+    if "head_first" in kwargs:
+        raise ValueError("head_first: removed from FLA's API; pass q, k, v as [B, T, H, ...]")
     if "transpose_state_layout" not in kwargs:
         return state_v_first
-    if state_v_first:
-        raise ValueError("state_v_first: not with the deprecated transpose_state_layout "
-                         "(its old name)")
+    old = kwargs["transpose_state_layout"]
+    if state_v_first and not old:
+        raise ValueError("state_v_first: True with the deprecated transpose_state_layout (its "
+                         "old name) False")
     warnings.warn("`transpose_state_layout` is deprecated and renamed to `state_v_first`.",
                   DeprecationWarning, stacklevel=3)
-    return kwargs["transpose_state_layout"]
+    return old
 
 
 def _no_channel_gates(gk, gv):
