@@ -272,6 +272,20 @@ LAYOUTS = ("k-last", "k-first")
 GATE_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
+# The public functions' paragraph on the other gate form and the state's other layout.
+FORMS_DOC = """Gate forms and the state's layout: instead of the raw gates a call may pass FLA's
+precomputed ones, ``g`` (the log decay: the token's decay is exp(g); fp32, shaped as ``a``)
+and ``beta`` (after the sigmoid; fp32, bf16 or fp16), with A_log, a, dt_bias and b None;
+g = -inf is a hard reset (the state is forgotten at that token).  ``allow_neg_eigval``:
+with the raw gates only, beta = 2 sigmoid(b), in [0, 2) (a precomputed beta is used as
+given).
+``state_layout`` "k-last" (default: [.., HV, V, K], K contiguous) or "k-first" ([.., HV, K,
+V], V contiguous, as transformers and FLA's ops keep it) applies to every state argument.
+A backend that cannot serve one of them says why (``gdnzoo list``).
+
+"""
+
+
 def gate_form(A_log, a, dt_bias, b, g, beta, allow_neg_eigval, shape, layout, device) -> bool:
     """Which gate form a call passes: False for the raw gates (A_log, a, dt_bias, b: the
     caller checks them), True for the precomputed ones, checked here: ``g`` (log decay, fp32)

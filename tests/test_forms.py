@@ -230,3 +230,41 @@ def test_k_first_pools_and_verify_match_pt_reference(form):
             written = ~torch.isnan(ref[2])
             assert torch.equal(written, ~torch.isnan(inter)), name
             assert torch.allclose(inter[written], ref[2][written], atol=1e-5, rtol=1e-4), name
+
+
+@pytest.mark.parametrize("op", ["decode", "prefill"])
+def test_a_hard_reset_is_exact_on_every_backend_of_ours(op):
+    """g = -inf (the state forgotten at that token), and a huge negative g, through every
+    backend of ours that takes the precomputed gates, against the float64 oracle (output and
+    state).  The peers' answers are their own (FlashInfer's is not held to it)."""
+    from gdnzoo import prefill_reference, reference
+    x = (_decode_case if op == "decode" else _prefill_case)(seed=7)
+    g, _ = gates(x.A_log, x.a, x.dt_bias, x.b)
+    g = torch.log(g)
+    beta = torch.sigmoid(x.b.float())
+    flat = g.view(-1, g.shape[-1])
+    flat[[1, 40 % flat.shape[0]], 0] = float("-inf")
+    flat[2, 1] = -1e30
+    out = torch.empty(x.v.shape, dtype=torch.float64, device=x.v.device)
+    st = torch.empty(x.state.shape, dtype=torch.float64, device=x.v.device)
+    args = list(x.args())
+    args[4:8] = [None] * 4
+    if op == "decode":
+        reference.reference_decode(*args, out, st, True, torch.float64, g=g, beta=beta)
+    else:
+        prefill_reference.reference_prefill(*args, out, st, True, compute_dtype=torch.float64,
+                                            g=g, beta=beta)
+    peers = ("flashinfer", "fla", "vllm")
+    names = [n for n in registry.names(op) if _served(op, n, "precomputed_gates")
+             and not set(registry.spec(n, op).requires) & set(peers)]
+    assert "pt-reference" in names
+    for name in names:
+        try:
+            o, s = gdnzoo.get(name, op=op)(*args[:3], x.state.clone(), *args[4:], g=g,
+                                            beta=beta, use_qk_l2norm=True)
+        except ValueError as e:
+            assert name != "pt-reference" and "cannot serve" in str(e), str(e)
+            continue
+        j = gate.judge(o, s, out, st, state_dtype=torch.float32,
+                       state_tol=gate.state_tol_of(name, op))
+        assert j.ok, f"{op} {name}: {j.reason}"
