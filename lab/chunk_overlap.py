@@ -15,28 +15,13 @@ the sequential kernel launched first and last.
 from __future__ import annotations
 
 import argparse
-import statistics
 
 import torch
 
 from gdnzoo.backends import _triton_launch as tlaunch
 from gdnzoo.backends import triton_chunk as tc
 from lab import prefill_gpu as pg
-
-
-def median_us(fn, reps=20):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(times)
+from lab.harness import event_median_us
 
 
 def cell(H, HV, N, L):
@@ -69,10 +54,11 @@ def cell(H, HV, N, L):
                 fn()
         main.wait_stream(s1)
         main.wait_stream(s2)
-    t = {"prep alone": median_us(lambda: prep(mb, vb)), "state alone": median_us(state),
-         "one after another": median_us(lambda: (prep(mb, vb), state())),
-         "side by side, state first": median_us(lambda: side_by_side(True)),
-         "side by side, prep first": median_us(lambda: side_by_side(False))}
+    runs = {"prep alone": lambda: prep(mb, vb), "state alone": state,
+            "one after another": lambda: (prep(mb, vb), state()),
+            "side by side, state first": lambda: side_by_side(True),
+            "side by side, prep first": lambda: side_by_side(False)}
+    t = {name: event_median_us(fn, 20) for name, fn in runs.items()}
     programs = N * HV * (V // c.block_v)
     return t, c, programs
 

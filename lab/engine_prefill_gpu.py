@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -71,19 +70,11 @@ SMOKE_MIXES = [("ragged", [17, 1, 0, 40], 0), ("3x9+2pad", [9] * 3, 2)]
 
 
 def median_ms(fn, reps):
-    for _ in range(3):
-        fn()
     if DEV != "cuda":
+        for _ in range(3):
+            fn()
         return None
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return harness.event_median_us(fn, reps) / 1e3
 
 
 # ------------------------------------------------------------------ one cell

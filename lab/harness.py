@@ -55,6 +55,25 @@ class Lab:
         return 1 if self.failed else 0
 
 
+def event_median_us(fn, reps: int, warm: int = 3) -> float:
+    """``fn()``'s median time in us over ``reps`` calls, each between two CUDA events on the
+    current stream (host launch gaps included), after ``warm`` calls."""
+    import statistics
+    import torch
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
 def run(name: str, fn, needs_cuda: bool = False):
     """A script's entry point: ``fn(Lab(name))``, then save and exit (1 when a part failed).
     ``needs_cuda``: without a CUDA device say so and exit 1, running nothing."""
