@@ -38,7 +38,8 @@ import triton.language as tl
 
 from gdnzoo.backends._triton_chunk_kernel import chain, chunk_of_slot, mm
 from gdnzoo.backends._triton_decode_kernel import (INTERPRETED, as_mask, bind_interpreted,
-                                                    pool_slots, sequence_program)
+                                                    pool_slots, sequence_bounds,
+                                                    sequence_program)
 
 
 @triton.jit
@@ -70,8 +71,7 @@ def cp_chain_kernel(
     real = task < S
     seg = tl.where(real, task, task - S + 1)
     i_h = i_hv // (HV // H)
-    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    bos, eos = sequence_bounds(cu_seqlens, i_n, T_all)
     n_chunks, per = segment_chunks(bos, eos, C, S)
     j0 = tl.minimum(seg * per, n_chunks)
     j1 = tl.minimum(j0 + per, n_chunks)
@@ -110,12 +110,12 @@ def cp_chain_kernel(
 
 @triton.jit
 def cp_combine_kernel(
-        cu_seqlens, fbuf, starts, new_state, slot_idx, new_slot_idx, N, P, PN, null_slot,
+        cu_seqlens, fbuf, starts, new_state, slot_idx, new_slot_idx, N, T_all, P, PN, null_slot,
         sn_n, sn_h, sn_v, sn_k,
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
         BV: tl.constexpr, PREC: tl.constexpr, S: tl.constexpr, POOL: tl.constexpr):
     i_v, i_n, i_hv, i_h, bos, eos, slot_r, slot_w, rd, wr = sequence_program(
-        cu_seqlens, slot_idx, new_slot_idx, P, PN, null_slot, H, HV, V, BV, POOL)
+        cu_seqlens, T_all, slot_idx, new_slot_idx, P, PN, null_slot, H, HV, V, BV, POOL)
     rows_v = i_v * BV + tl.arange(0, BV)
     cols = tl.arange(0, K)
     tile = rows_v[:, None] * K + cols[None, :]
@@ -138,7 +138,7 @@ def cp_out_kernel(
     pid = tl.program_id(0)
     i_hv = pid % HV
     slot = pid // HV
-    eos, t0, i_n, bos = chunk_of_slot(cu_seqlens, slot, N, C)
+    eos, t0, i_n, bos = chunk_of_slot(cu_seqlens, slot, N, T_all, C)
     if t0 >= eos:
         return
     t = t0 + tl.arange(0, C)

@@ -85,7 +85,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from gdnzoo import prefill_reference
 from gdnzoo.backends._triton_decode_kernel import (INTERPRETED, SEQ_BLOCK, bind_interpreted,
                                                     checkpoint_row0, head_gate_constants,
-                                                    sequence_program)
+                                                    sequence_bounds, sequence_program)
 
 LOG_DECAY_MIN = tl.constexpr(prefill_reference.LOG_DECAY_MIN)
 MAX_MERGE_LEVELS = tl.constexpr(4)       # base blocks of 8 merged up to C = 128
@@ -222,7 +222,7 @@ def unit_lower_inverse(A, C: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr)
 
 
 @triton.jit
-def chunk_of_slot(cu_seqlens, slot, N, C: tl.constexpr):
+def chunk_of_slot(cu_seqlens, slot, N, T, C: tl.constexpr):
     """(eos, t0, n, bos) of the chunk at ``slot``: its sequence's end, its first token (t0 >=
     eos when the slot is past that sequence's chunks), the sequence and its first token.
     Sequence n's chunks are the slots cu[n] // C + n + j, strictly increasing in n, so the
@@ -238,8 +238,7 @@ def chunk_of_slot(cu_seqlens, slot, N, C: tl.constexpr):
         count += tl.sum(((first <= slot) & (i < N)).to(tl.int32), 0)
         n0 += SEQ_BLOCK
     n = tl.maximum(count - 1, 0)
-    bos = tl.load(cu_seqlens + n).to(tl.int64)
-    eos = tl.load(cu_seqlens + n + 1).to(tl.int64)
+    bos, eos = sequence_bounds(cu_seqlens, n, T)
     j = slot - (bos // C + n)
     t0 = tl.where(count > 0, bos + j * C, eos)         # count 0: a cu_seqlens not from 0
     return eos, t0, n, bos
@@ -297,7 +296,7 @@ def chunk_prep_kernel(
     i_hv = pid % HV
     slot = pid // HV
     i_h = i_hv // (HV // H)                        # GVA: repeat_interleave mapping
-    eos, t0, _, _ = chunk_of_slot(cu_seqlens, slot, N, C)
+    eos, t0, _, _ = chunk_of_slot(cu_seqlens, slot, N, T_all, C)
     if t0 >= eos:
         return
     rows, t, m, qr, kr = chunk_qk(q, k, t0, eos, i_h, sq_t, sq_h, sk_t, sk_h, C, K)
@@ -462,7 +461,7 @@ def chunk_state_kernel(
         gdc_launch_dependents()     # no tokens, the producer's state) must be complete
     # Neighbouring programs take the V-tiles of one head: they read the same q, k, T^T rows.
     i_v, i_n, i_hv, i_h, bos, eos, slot_r, slot_w, rd, wr = sequence_program(
-        cu_seqlens, slot_idx, new_slot_idx, P, PN, null_slot, H, HV, V, BV, POOL)
+        cu_seqlens, T_all, slot_idx, new_slot_idx, P, PN, null_slot, H, HV, V, BV, POOL)
     init = rd
     if HAS_INIT:
         init = init & (tl.load(has_init + i_n) != 0)
@@ -476,7 +475,7 @@ def chunk_state_kernel(
     n_chunks = tl.cdiv(eos - bos, C)
     row0 = 0
     if CKPT:
-        row0 = checkpoint_row0(cu_seqlens, i_n, every)
+        row0 = checkpoint_row0(cu_seqlens, i_n, every, T_all)
     # A padded sequence (rd False) writes no checkpoint.
     h = chain(h, 0, n_chunks, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_all, i_h,
               i_hv, rows_v, cols, rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, sc_n, sc_h,

@@ -185,8 +185,19 @@ def head_gate_constants(A_log, dt_bias, i_hv, s_alog, s_dtb, GATES: tl.constexpr
 
 
 @triton.jit
-def sequence_program(cu_seqlens, slot_idx, new_slot_idx, P, PN, null_slot, H: tl.constexpr,
-                     HV: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, POOL: tl.constexpr):
+def sequence_bounds(cu_seqlens, n, T):
+    """Sequence n's tokens [bos, eos) as int64, held inside [0, T]: ``cu_seqlens`` values
+    that break the contract (checked only on request: a host sync) give wrong results, but
+    never a row outside the tensors read or written."""
+    bos = tl.minimum(tl.maximum(tl.load(cu_seqlens + n).to(tl.int64), 0), T)
+    eos = tl.minimum(tl.maximum(tl.load(cu_seqlens + n + 1).to(tl.int64), bos), T)
+    return bos, eos
+
+
+@triton.jit
+def sequence_program(cu_seqlens, T, slot_idx, new_slot_idx, P, PN, null_slot,
+                     H: tl.constexpr, HV: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
+                     POOL: tl.constexpr):
     """What a program of a packed-sequence kernel (one per sequence, value head and V-tile of
     BV rows; neighbouring programs take the V-tiles of one head) works on: (V-tile, sequence,
     value head, q/k head, first token, end token, read slot, write slot, reads a real state,
@@ -199,8 +210,7 @@ def sequence_program(cu_seqlens, slot_idx, new_slot_idx, P, PN, null_slot, H: tl
     i_n = i_nh // HV
     i_hv = i_nh % HV
     i_h = i_hv // (HV // H)                 # GVA: repeat_interleave mapping
-    bos = tl.load(cu_seqlens + i_n).to(tl.int64)
-    eos = tl.load(cu_seqlens + i_n + 1).to(tl.int64)
+    bos, eos = sequence_bounds(cu_seqlens, i_n, T)
     if POOL == 0:
         slot_r = i_n
         slot_w = i_n
@@ -465,9 +475,10 @@ def gdn_decode_kernel(
 
 
 @triton.jit
-def checkpoint_row0(cu_seqlens, i_n, every):
+def checkpoint_row0(cu_seqlens, i_n, every, T):
     """The first checkpoint row of sequence ``i_n``: the sum of L_i // every over i < i_n
-    (counted SEQ_BLOCK sequences a load)."""
+    (counted SEQ_BLOCK sequences a load; each sequence held inside [0, T] as
+    :func:`sequence_bounds` holds it)."""
     idx = tl.arange(0, SEQ_BLOCK)
     row = i_n * 0
     n0 = i_n * 0
@@ -475,7 +486,9 @@ def checkpoint_row0(cu_seqlens, i_n, every):
         i = n0 + idx
         m = i < i_n
         bos = tl.load(cu_seqlens + i, mask=m, other=0).to(tl.int64)
+        bos = tl.minimum(tl.maximum(bos, 0), T)
         eos = tl.load(cu_seqlens + i + 1, mask=m, other=0).to(tl.int64)
+        eos = tl.minimum(tl.maximum(eos, bos), T)
         row += tl.sum((eos - bos) // every, 0)
         n0 += SEQ_BLOCK
     return row
@@ -484,7 +497,7 @@ def checkpoint_row0(cu_seqlens, i_n, every):
 @triton.jit
 def gdn_varlen_kernel(
         q, k, v, a, b, A_log, dt_bias, out, state, new_state, slot_idx, new_slot_idx,
-        cu_seqlens, has_init, ckpt, scale, every,
+        cu_seqlens, T_all, has_init, ckpt, scale, every,
         sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, sa_t, sa_h, sb_t, sb_h, s_alog, s_dtb, so_t, so_h,
         ss_b, ss_h, ss_v, ss_k, sn_b, sn_h, sn_v, sn_k, sc_b, sc_h, sc_v, sc_k, P, PN, null_slot,
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
@@ -504,7 +517,7 @@ def gdn_varlen_kernel(
     ``CKPT``: the tile also stored after every ``every`` tokens of a real sequence, at the rows
     :func:`checkpoint_row0` counts."""
     i_v, i_n, i_hv, i_h, bos, eos, slot_r, slot_w, rd, wr = sequence_program(
-        cu_seqlens, slot_idx, new_slot_idx, P, PN, null_slot, H, HV, V, BV, POOL)
+        cu_seqlens, T_all, slot_idx, new_slot_idx, P, PN, null_slot, H, HV, V, BV, POOL)
     KO: tl.constexpr = K // (LPR * VEC)
     rows = i_v * BV + tl.arange(0, BV)
     rows4 = rows.to(tl.int64)[None, :, None, None]
@@ -527,7 +540,7 @@ def gdn_varlen_kernel(
                                                   sa_h, sb_t, sb_h,
                                                   tl.arange(0, K) if KFIRST else col, rows)
     if CKPT:
-        p_c = ckpt + checkpoint_row0(cu_seqlens, i_n, every) * sc_b + i_hv * sc_h \
+        p_c = ckpt + checkpoint_row0(cu_seqlens, i_n, every, T_all) * sc_b + i_hv * sc_h \
             + rows4 * sc_v + col * sc_k
     n_tok = eos - bos
     t = n_tok * 0                # a while loop: the interpreter's range() refuses its scalars

@@ -456,7 +456,7 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
         int(state is not None), int(has_initial_state is not None), c.stages, c.v_ahead,
         num_warps=c.warps, num_stages=c.stages)
     cp_combine_kernel[(N * HV * (V // bv),)](
-        cu_seqlens, fbuf, starts, new_state, idx, new_idx, N, P, PN, null_slot,
+        cu_seqlens, fbuf, starts, new_state, idx, new_idx, N, T, P, PN, null_slot,
         *tlaunch.state_strides(new_state, k_first), H, HV, K, V, bv, c.precision, S, pool,
         num_warps=c.warps)
     if T > 0:

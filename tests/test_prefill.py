@@ -298,3 +298,26 @@ def test_hard_reset_gates_in_the_chunked_form(algo, reset):
                               x.cu_seqlens, g=g, beta=beta, algo=algo)
     j = gate.judge(out, new, ref_out, ref_state, state_dtype=torch.float32)
     assert j.ok, j.reason
+
+
+@pytest.mark.parametrize("algo", ["triton-chunk", "fla-recurrent"])
+@pytest.mark.parametrize("cu", [[0, 3, 9], [0, 5, 3, 6], [-4, 3, 6]], ids=["past-T", "decreasing",
+                                                                          "negative"])
+def test_bad_cu_seqlens_values_never_reach_outside_the_tensors(algo, cu):
+    """Values that break the contract (checked only with GDNZOO_CHECK_INDICES=1: a host sync)
+    give wrong results, never a row outside the tensors: each sequence is held inside [0, T]
+    by the kernels (they read past q and wrote past out, and corrupted the heap)."""
+    ok, why = registry.availability(algo, DEVICE, op="prefill")
+    if not ok:
+        pytest.skip(f"{algo}: {why}")
+    T, N = 6, len(cu) - 1
+    x = make_prefill_inputs([3, 3] if N == 2 else [2, 2, 2], H=1, HV=2, K=64, V=64,
+                            device=DEVICE, seed=5)
+    big = torch.full((T + 16, 2, 64), 7.0, dtype=x.v.dtype, device=DEVICE)
+    states = torch.full((N + 2, 2, 64, 64), 7.0, device=DEVICE)
+    state = states[:N]
+    state.copy_(x.state)
+    cu_t = torch.tensor(cu, dtype=torch.int32, device=DEVICE)
+    gdnzoo.prefill(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, cu_t, out=big[:T],
+                   algo=algo)
+    assert bool((big[T:] == 7.0).all()) and bool((states[N:] == 7.0).all())

@@ -2,8 +2,9 @@
 
 No GPU needed: both kernels compiled for sm_90 (``triton.compile`` with ``GPUTarget("cuda",
 90, 32)``, the arguments triton_chunk.launch passes) in a subprocess in Triton's JIT mode, for
-a dense and a pool call.  Without PDL each kernel compiles to the PTX of the kernel before PDL
-existed (:data:`BEFORE_PDL`, debug line info aside) and has no grid dependency instruction;
+a dense and a pool call.  Without PDL each kernel compiles to the PTX of its source with the
+PDL code taken out (:func:`without_pdl`, debug line info aside) and has no grid dependency
+instruction;
 with it, each executes ``griddepcontrol.wait`` before its first global load or store, then
 ``griddepcontrol.launch_dependents``, and both launches carry Triton's ``launch_pdl``.  The
 refusals (CPU and the interpreter; the backends that take no PDL, with their reasons) and the
@@ -29,19 +30,17 @@ from gdnzoo.inputs import make_prefill_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = ROOT / "backends" / "_triton_chunk_kernel.py"
-# The last commit whose prefill kernels had no PDL: PDL 0 must compile to its code.
-BEFORE_PDL = "030824e7aa6eba6d88ab6e9f68d404e65bd596ff"
 KERNELS = ("chunk_prep_kernel", "chunk_state_kernel")
-# Changes made to the kernels since, applied to that commit's source so that PDL 0 is still
-# compared with the kernels as they are meant to be: the log decays' floor (LOG_DECAY_MIN).
-SINCE_PDL = [
-    ("    return gam, beta\n",
-     "    return tl.where(gam < LOG_DECAY_MIN, LOG_DECAY_MIN, gam), beta\n"),
-    ("MAX_MERGE_LEVELS = tl.constexpr(4)",
-     "from gdnzoo import prefill_reference\n"
-     "LOG_DECAY_MIN = tl.constexpr(prefill_reference.LOG_DECAY_MIN)\n"
-     "MAX_MERGE_LEVELS = tl.constexpr(4)"),
-]
+
+
+def without_pdl(src: str) -> str:
+    """The kernels' source with their PDL code taken out (the ``if PDL:`` blocks of two
+    ``gdc_*`` calls and the ``PDL`` parameters): what PDL 0 must compile to."""
+    out, n = re.subn(r"\n    if PDL:\n        gdc_wait\(\).*\n        gdc_launch_dependents\(\).*\n",
+                     "\n", src)
+    out, m = re.subn(r" PDL: tl\.constexpr = 0,", "", out)
+    assert n == m == len(KERNELS), (n, m)
+    return out
 
 
 class _Recorder:
@@ -68,8 +67,7 @@ def _launch_args(kw):
 
 
 def _calls():
-    """(case, launch keywords): dense and pool without V_AHEAD (the kernels before PDL had
-    none), and "ahead", dense with it."""
+    """(case, launch keywords): dense and pool without V_AHEAD, and "ahead", dense with it."""
     for name, pool, ahead in (("dense", False, 0), ("pool", True, 0), ("ahead", False, 1)):
         x = make_prefill_inputs([130, 64, 7], H=2, HV=4, K=128, V=128)
         kw = dict(q=x.q, k=x.k, v=x.v, state=x.state, A_log=x.A_log, a=x.a, dt_bias=x.dt_bias,
@@ -102,8 +100,7 @@ def compile_all(before_path, out_path):
             k1 = compile_offline(getattr(now, kern), pargs, pkwargs)
             result[f"{name}/{kern}"] = dict(
                 now0=compile_offline(getattr(now, kern), args, kwargs).asm["ptx"],
-                before=None if "V_AHEAD" in kwargs else
-                compile_offline(getattr(before, kern), args, kwargs).asm["ptx"],
+                before=compile_offline(getattr(before, kern), args, kwargs).asm["ptx"],
                 now1=k1.asm["ptx"], launch_pdl=bool(k1.metadata.launch_pdl),
                 options=sorted(k for k in pkwargs if k in ("PDL", "launch_pdl")))
     Path(out_path).write_text(json.dumps(result))
@@ -118,17 +115,8 @@ def _memory_ops(ptx):
 def compiled(tmp_path_factory):
     pytest.importorskip("triton")
     d = tmp_path_factory.mktemp("chunk_pdl")
-    src = subprocess.run(["git", "show", f"{BEFORE_PDL}:backends/_triton_chunk_kernel.py"],
-                         cwd=ROOT, capture_output=True, text=True)
-    if src.returncode:
-        pytest.skip(f"the kernel before PDL ({BEFORE_PDL}) is not in this checkout's history: "
-                    f"{src.stderr.strip()[:200]}")
-    text = src.stdout
-    for old, new in SINCE_PDL:
-        assert text.count(old) == 1, old
-        text = text.replace(old, new)
     before = d / "before.py"
-    before.write_text(text)
+    before.write_text(without_pdl(KERNEL.read_text()))
     env = dict(os.environ, TRITON_INTERPRET="0")    # JIT mode (conftest keeps a set value)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), env.get("PYTHONPATH", "")])
     out = d / "ptx.json"
@@ -138,7 +126,8 @@ def compiled(tmp_path_factory):
     return json.loads(out.read_text())
 
 
-@pytest.mark.parametrize("case", [f"{c}/{k}" for c in ("dense", "pool") for k in KERNELS])
+@pytest.mark.parametrize("case", [f"{c}/{k}" for c in ("dense", "pool", "ahead")
+                                  for k in KERNELS])
 def test_without_pdl_the_kernels_are_as_before(compiled, case):
     got = compiled[case]
     assert ptx_code(got["now0"]) == ptx_code(got["before"])
