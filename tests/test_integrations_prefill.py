@@ -371,3 +371,23 @@ def test_prefill_adapter_names_arguments_as_the_engine(engine, i, memo):
     name, change, exc = BAD[engine](c)[i]
     bad, good = CALLS[engine](c, **change)
     _cold_and_warm(bad, good, _storages(c), exc, name)
+
+
+@pytest.mark.parametrize("engine", list(CALLS))
+def test_value_errors_name_the_engines_argument(engine, monkeypatch):
+    """The checks of cu_seqlens' values (pt-reference reads them on the host) and of the
+    slots (GDNZOO_CHECK_INDICES=1) name the engine's argument, subscript kept."""
+    c = make_case(engine, seed=8)
+    cu_name, idx_name = (("cu_seqlens", "prefill_state_indices") if engine == "vllm"
+                         else ("query_start_loc", "cache_indices"))
+    bad_cu = c.cu.clone()
+    bad_cu[-1] += 1
+    bad, _ = CALLS[engine](c, **{cu_name: bad_cu})
+    with pytest.raises(ValueError, match=rf"^{cu_name}\[{len(c.cu) - 1}\] = "):
+        bad()
+    monkeypatch.setenv("GDNZOO_CHECK_INDICES", "1")
+    dup = c.idx.clone()
+    dup[1] = dup[0]
+    bad, _ = CALLS[engine](c, **{idx_name: dup})
+    with pytest.raises(ValueError, match=rf"^{idx_name}\[\d\] = "):
+        bad()

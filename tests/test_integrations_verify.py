@@ -738,3 +738,21 @@ def test_vllm_one_token_index_with_counts():
     written = [int(idx[0]), int(idx[2])]
     assert not torch.equal(c.pool[written], buf0.as_strided(c.pool.shape, c.pool.stride())[written])
     assert untouched_outside(c.buf, buf0, c.pool, [(s,) for s in written])
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("bad,exc,frag", [
+    ("float", TypeError, "cu_seqlens: expected dtype int32 or int64"),
+    ("meta", ValueError, "cu_seqlens: expected device")], ids=["dtype", "device"])
+def test_verify_cu_seqlens_dtype_and_device_checked(engine, bad, exc, frag):
+    """cu_seqlens is an index tensor like the others: int32/int64, on q's device or the CPU
+    (the verify adapters read only its shape, and its values where that needs no sync)."""
+    c = make_call(N=2, T=2, seed=57)
+    cu = c.cu.float() if bad == "float" else c.cu.to("meta")
+    before = c.pool.clone()
+    with pytest.raises(exc, match=frag):
+        if engine == "vllm":
+            vllm_call(c, slots(c, 13, 2), None, True, "pt-reference", cu_seqlens=cu)
+        else:
+            sglang_call(c, slots(c, 13, 1), True, "pt-reference", cu_seqlens=cu)
+    assert torch.equal(c.pool, before)

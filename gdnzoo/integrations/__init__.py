@@ -95,8 +95,9 @@ def engine_error(e, args, tensors, optional=(), names=None):
                                        or isinstance(scale, torch.Tensor)):
         return TypeError(f"scale: expected a float or None, got {type_name(scale)}")
     head, sep, rest = str(e).partition(": ")
-    if sep and names and head in names and type(e) in (TypeError, ValueError):
-        return type(e)(f"{names[head]}: {rest}")
+    name = head.split("[", 1)[0]              # "cu_seqlens[2] = 5": the debug checks' form
+    if sep and names and name in names and type(e) in (TypeError, ValueError):
+        return type(e)(f"{names[name]}{head[len(name):]}: {rest}")
     return e
 
 
@@ -197,6 +198,13 @@ def sequences(cu_seqlens, q, T=None, T_from=None):
         raise _shape_error("cu_seqlens", cu_seqlens, "[N+1] with N >= 1")
     if q.dim() != 4 or q.shape[0] != 1:
         raise _shape_error("q", q, "[1, N*T, H, K] (flattened: cu_seqlens given)")
+    from gdnzoo.checks import INDEX_DTYPES, dtype_name, fmt_dtypes
+    if cu_seqlens.dtype not in INDEX_DTYPES:
+        raise TypeError(f"cu_seqlens: expected dtype {fmt_dtypes(INDEX_DTYPES)}, got "
+                        f"{dtype_name(cu_seqlens.dtype)}")
+    if cu_seqlens.device.type != "cpu" and cu_seqlens.device != q.device:
+        raise ValueError(f"cu_seqlens: expected device {q.device} (the device of q) or the "
+                         f"CPU, got {cu_seqlens.device}")
     N = cu_seqlens.shape[0] - 1
     if T is None:
         if q.shape[1] % N:

@@ -200,6 +200,7 @@ def fused_mamba_state_scatter_with_mask(dst, src, dst_indices_raw, step_indices_
 EXTEND_TENSORS = ("q", "k", "v", "g", "beta", "ssm_states", "cache_indices", "query_start_loc",
                   "has_initial_state")
 EXTEND_NAMES = {"state": "ssm_states", "state_indices": "cache_indices",
+                "new_state_indices": "cache_indices",
                 "cu_seqlens": "query_start_loc"}
 
 

@@ -166,6 +166,7 @@ PREFILL_TENSORS = ("q", "k", "v", "g", "beta", "ssm_state", "prefill_state_indic
                    "prefill_has_initial_state", "cu_seqlens", "core_attn_out")
 PREFILL_OPTIONAL = ("prefill_has_initial_state", "core_attn_out")
 PREFILL_NAMES = {"state": "ssm_state", "state_indices": "prefill_state_indices",
+                 "new_state_indices": "prefill_state_indices",
                  "has_initial_state": "prefill_has_initial_state", "out": "core_attn_out",
                  "use_qk_l2norm": "use_qk_l2norm_in_kernel"}
 
