@@ -83,16 +83,18 @@ def validate(intermediate_states, intermediate_indices, accepted_steps, state, s
     if accepted_steps.dim() != 1:
         raise ValueError(f"accepted_steps: expected shape [B], got {tuple(accepted_steps.shape)}")
     B = accepted_steps.shape[0]
-    pools.index_tensor("accepted_steps", accepted_steps, B, dev)
+    pools.index_tensor("accepted_steps", accepted_steps, B, dev, device_of="intermediate_states")
     for name, t in (("intermediate_indices", intermediate_indices),
                     ("state_indices", state_indices)):
         if isinstance(t, torch.Tensor) and t.dim() == 1 and t.shape[0] != B:
             raise ValueError(f"{name}: expected {B} entries (one per entry of accepted_steps), "
                              f"got {t.shape[0]}")
     if intermediate_indices is not None:
-        pools.index_tensor("intermediate_indices", intermediate_indices, B, dev)
+        pools.index_tensor("intermediate_indices", intermediate_indices, B, dev,
+                           device_of="intermediate_states")
     if state_indices is not None:
-        pools.index_tensor("state_indices", state_indices, B, dev)
+        pools.index_tensor("state_indices", state_indices, B, dev,
+                           device_of="intermediate_states")
     elif null_slot is not None:
         raise ValueError("null_slot: only with state_indices (a state pool); got "
                          "state_indices=None")

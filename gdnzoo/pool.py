@@ -42,8 +42,9 @@ class Pool(NamedTuple):
         return self.write is self.read
 
 
-def index_tensor(name, x, B, device, T=None):
-    """A contiguous [B] (with ``T``: [B, T]) int32/int64 tensor on ``device``."""
+def index_tensor(name, x, B, device, T=None, device_of="q"):
+    """A contiguous [B] (with ``T``: [B, T]) int32/int64 tensor on ``device`` (the device of
+    ``device_of``)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor of int32 or int64 slot indices, "
                         f"got {type(x).__name__}")
@@ -57,7 +58,8 @@ def index_tensor(name, x, B, device, T=None):
         raise ValueError(f"{name}: expected shape {shape} {'[B]' if T is None else '[B, T]'}, "
                          f"got {tuple(x.shape)}")
     if x.device != device:
-        raise ValueError(f"{name}: expected device {device} (the device of q), got {x.device}")
+        raise ValueError(f"{name}: expected device {device} (the device of {device_of}), got "
+                         f"{x.device}")
     if not x.is_contiguous():
         raise ValueError(f"{name}: expected a contiguous tensor, got strides {tuple(x.stride())}")
 
