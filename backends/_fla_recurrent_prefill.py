@@ -97,7 +97,8 @@ def run(call, *, config=None):
     q, k, v, out = c.q, c.k, c.v, c.out
     gdn_varlen_kernel[(N * p.HV * (p.V // BV),)](
         q, k, v, ga, gb, A_log, dt_bias, out, src, c.new_state, idx, new_idx, c.cu_seqlens,
-        q.shape[0], init, ck, float(c.scale), c.checkpoint_every or 1,   # the record's scale: resolved
+        q.shape[0], init, ck, float(c.scale),             # the record's scale: resolved
+        c.checkpoint_every or 1,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         ga.stride(0), ga.stride(1), gb.stride(0), gb.stride(1), A_log.stride(0),
         dt_bias.stride(0), out.stride(0), out.stride(1),

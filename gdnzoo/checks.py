@@ -278,10 +278,9 @@ precomputed ones, ``g`` (the log decay: the token's decay is exp(g); fp32, shape
 and ``beta`` (after the sigmoid; fp32, bf16 or fp16), with A_log, a, dt_bias and b None;
 g = -inf is a hard reset (the state is forgotten at that token).  ``allow_neg_eigval``:
 with the raw gates only, beta = 2 sigmoid(b), in [0, 2) (a precomputed beta is used as
-given).
-``state_layout`` "k-last" (default: [.., HV, V, K], K contiguous) or "k-first" ([.., HV, K,
-V], V contiguous, as transformers and FLA's ops keep it) applies to every state argument.
-A backend that cannot serve one of them says why (``gdnzoo list``).
+given).  ``state_layout`` "k-last" (default: [.., HV, V, K], K contiguous) or "k-first"
+([.., HV, K, V], V contiguous, as transformers and FLA's ops keep it) applies to every state
+argument.  A backend that cannot serve one of them says why (``gdnzoo list``).
 
 """
 

@@ -31,7 +31,7 @@ import torch
 
 from gdnzoo import pool as pools
 from gdnzoo import verify as verifies
-from gdnzoo.checks import (FORMS_DOC, DT_BIAS_DTYPES, IO_DTYPES, STATE_DTYPES, ProblemBase, block,
+from gdnzoo.checks import (DT_BIAS_DTYPES, FORMS_DOC, IO_DTYPES, STATE_DTYPES, ProblemBase, block,
                            check_aliasing, dtype_name, gate_form, k_first, need_device, need_dtype,
                            need_last_contiguous, need_own_memory, need_rank, need_shape,
                            need_tensor, resolve_scale, type_name)
@@ -85,7 +85,8 @@ stays as it was; :func:`commit` later keeps the accepted step).  vLLM's form:
 ``state_indices[n, t]`` and reads the initial state from column
 ``num_accepted_tokens[n] - 1`` (default column 0; a count outside 1..T pads the sequence).
 
-""" + FORMS_DOC + """Programmatic dependent launch (``pdl``; None: the ``GDNZOO_PDL`` environment variable,
+""" + FORMS_DOC + """\
+Programmatic dependent launch (``pdl``; None: the ``GDNZOO_PDL`` environment variable,
 unset means "off"): the kernel may start while the kernel before it in the stream still
 runs, hiding its launch.  ``"wait"`` waits for that kernel before any load (always
 correct); ``"early"`` loads the state (its slot indices, A_log, dt_bias) before the wait

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import torch
 
 from gdnzoo import pool as pools
-from gdnzoo.checks import (FORMS_DOC, DT_BIAS_DTYPES, INDEX_DTYPES, IO_DTYPES, STATE_DTYPES, ProblemBase,
-                           block, check_aliasing, dtype_name, gate_form, k_first, need_bool,
-                           need_device, need_dtype, need_last_contiguous, need_own_memory,
+from gdnzoo.checks import (DT_BIAS_DTYPES, FORMS_DOC, INDEX_DTYPES, IO_DTYPES, STATE_DTYPES,
+                           ProblemBase, block, check_aliasing, dtype_name, gate_form, k_first,
+                           need_bool, need_device, need_dtype, need_last_contiguous, need_own_memory,
                            need_rank, need_same_dtype, need_shape, need_tensor, resolve_scale)
 from gdnzoo.contract import resolve_pdl
 from gdnzoo.operation import PREFILL
@@ -83,7 +83,8 @@ are not written.  A padded sequence of a pool (its read slot is padding) writes 
 its rows keep what they held.  Backends that cannot write checkpoints say why
 (``gdnzoo list``).
 
-""" + FORMS_DOC + """Programmatic dependent launch (``pdl``, as decode's; None: the ``GDNZOO_PDL`` environment
+""" + FORMS_DOC + """\
+Programmatic dependent launch (``pdl``, as decode's; None: the ``GDNZOO_PDL`` environment
 variable, unset means "off"): the kernels may start while the kernel before them in the
 stream still runs, hiding their launches.  For prefill "wait" and "early" are the same: the
 first kernel waits for the one before it before any load (its inputs, cu_seqlens included,

@@ -232,7 +232,8 @@ def test_cu_seqlens_values_checked_by_backends_that_read_them_on_the_host(algo):
         cu = torch.tensor(bad, dtype=torch.int32, device=DEVICE)
         with pytest.raises(ValueError, match=frag):
             gdnzoo.prefill(*x.args()[:3], state, *x.args()[4:8], cu, out=out, algo=algo)
-        assert torch.equal(state, x.state) and bool((out == 7.0).all()), "written before the refusal"
+        assert torch.equal(state, x.state) and bool((out == 7.0).all()), \
+            "written before the refusal"
 
 
 def test_zero_tokens_and_zero_sequences():

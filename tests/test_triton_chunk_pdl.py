@@ -36,8 +36,8 @@ KERNELS = ("chunk_prep_kernel", "chunk_state_kernel")
 def without_pdl(src: str) -> str:
     """The kernels' source with their PDL code taken out (the ``if PDL:`` blocks of two
     ``gdc_*`` calls and the ``PDL`` parameters): what PDL 0 must compile to."""
-    out, n = re.subn(r"\n    if PDL:\n        gdc_wait\(\).*\n        gdc_launch_dependents\(\).*\n",
-                     "\n", src)
+    block = r"\n    if PDL:\n        gdc_wait\(\).*\n        gdc_launch_dependents\(\).*\n"
+    out, n = re.subn(block, "\n", src)
     out, m = re.subn(r" PDL: tl\.constexpr = 0,", "", out)
     assert n == m == len(KERNELS), (n, m)
     return out
