@@ -65,7 +65,8 @@ def not_timed(table) -> list:
             checked[r["backend"]] = [rows + 1, clocks | {r["clock"]}]
     if checked:
         lines.append("CHECKED, not timed (no CUDA device), against the reference: " + ", ".join(
-            f"{n} ({rows // len(clocks)} cells)" for n, (rows, clocks) in checked.items()))
+            f"{n} ({rows // len(clocks)} cell{'s' * (rows != len(clocks))})"
+            for n, (rows, clocks) in checked.items()))
     for r in table:
         if r["status"] in ("FAIL", "ERROR") and (r["backend"], r["note"]) not in seen:
             seen.add((r["backend"], r["note"]))

@@ -1044,7 +1044,7 @@ def test_prefill_on_cpu_checks_small_cells_and_says_why_not_the_rest(tmp_path, c
     auto = {r["mix"]: r for r in rows if r["backend"] == "auto"}
     assert auto["2x9"]["status"] == "PASS" and "checked, not timed" in auto["2x9"]["note"]
     assert auto["1x4096"]["status"] == "SKIP" and "at most 2048 tokens" in auto["1x4096"]["note"]
-    assert "CHECKED, not timed (no CUDA device), against the reference: auto (1 cells)" in out
+    assert "CHECKED, not timed (no CUDA device), against the reference: auto (1 cell)" in out
     assert "bars (per cell" not in out
     with pytest.raises(SystemExit) as e:
         bench_plan("--mode", "prefill", "--mix", "2x9+1pad", "--out", str(tmp_path / "q"))
