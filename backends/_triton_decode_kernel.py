@@ -185,13 +185,19 @@ def head_gate_constants(A_log, dt_bias, i_hv, s_alog, s_dtb, GATES: tl.constexpr
 
 
 @triton.jit
+def held(bos, eos, T):
+    """Token bounds [bos, eos) held inside [0, T] (eos >= bos): ``cu_seqlens`` values that
+    break the contract (checked only on request: a host sync) give wrong results, but never a
+    row outside the tensors read or written."""
+    bos = tl.minimum(tl.maximum(bos, 0), T)
+    return bos, tl.minimum(tl.maximum(eos, bos), T)
+
+
+@triton.jit
 def sequence_bounds(cu_seqlens, n, T):
-    """Sequence n's tokens [bos, eos) as int64, held inside [0, T]: ``cu_seqlens`` values
-    that break the contract (checked only on request: a host sync) give wrong results, but
-    never a row outside the tensors read or written."""
-    bos = tl.minimum(tl.maximum(tl.load(cu_seqlens + n).to(tl.int64), 0), T)
-    eos = tl.minimum(tl.maximum(tl.load(cu_seqlens + n + 1).to(tl.int64), bos), T)
-    return bos, eos
+    """Sequence n's tokens [bos, eos) as int64, :func:`held` inside [0, T]."""
+    return held(tl.load(cu_seqlens + n).to(tl.int64), tl.load(cu_seqlens + n + 1).to(tl.int64),
+                T)
 
 
 @triton.jit
@@ -477,18 +483,15 @@ def gdn_decode_kernel(
 @triton.jit
 def checkpoint_row0(cu_seqlens, i_n, every, T):
     """The first checkpoint row of sequence ``i_n``: the sum of L_i // every over i < i_n
-    (counted SEQ_BLOCK sequences a load; each sequence held inside [0, T] as
-    :func:`sequence_bounds` holds it)."""
+    (counted SEQ_BLOCK sequences a load; each sequence :func:`held` inside [0, T])."""
     idx = tl.arange(0, SEQ_BLOCK)
     row = i_n * 0
     n0 = i_n * 0
     while n0 < i_n:
         i = n0 + idx
         m = i < i_n
-        bos = tl.load(cu_seqlens + i, mask=m, other=0).to(tl.int64)
-        bos = tl.minimum(tl.maximum(bos, 0), T)
-        eos = tl.load(cu_seqlens + i + 1, mask=m, other=0).to(tl.int64)
-        eos = tl.minimum(tl.maximum(eos, bos), T)
+        bos, eos = held(tl.load(cu_seqlens + i, mask=m, other=0).to(tl.int64),
+                        tl.load(cu_seqlens + i + 1, mask=m, other=0).to(tl.int64), T)
         row += tl.sum((eos - bos) // every, 0)
         n0 += SEQ_BLOCK
     return row

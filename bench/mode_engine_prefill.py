@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gdnzoo.bench import engine_prefill as ep
 from gdnzoo.bench import entries
-from gdnzoo.bench.mode_prefill import CPU_MAX_TOKENS, no_graph, parse_mix
+from gdnzoo.bench.mode_prefill import mixes_here, no_graph, parse_mix, too_long_here
 from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, judged
 
 ENGINES = ("vllm", "sglang")
@@ -151,11 +151,7 @@ class EnginePrefill(Mode):
         elif args.dim != DIM:
             plan.notes.append(f"--dim {args.dim}: FlashInfer's chunk kernel (the engine's call) "
                               f"serves K = V = {DIM} only")
-        mixes = args.mix or list(MIXES if plan.gpu else CPU_MIXES)
-        if not plan.gpu:
-            plan.notes.insert(0, f"{plan.why_not_gpu}: nothing is timed; cells of at most "
-                                 f"{CPU_MAX_TOKENS} tokens are checked against float64"
-                                 + ("" if args.mix else f" (mixes {','.join(CPU_MIXES)})"))
+        mixes = mixes_here(plan, args, list(MIXES), CPU_MIXES)
         for engine in ENGINES:
             for mix in mixes:
                 L, pads = mix_lengths(mix)
@@ -163,10 +159,8 @@ class EnginePrefill(Mode):
                     cells = [(Cell("engine-prefill", n, len(L) + pads, sum(L), plan.H, plan.HV,
                                    plan.K, plan.V, sd, engine, False, (("mix", mix),)),
                               plan.clocks) for n in names]
-                    skip = "" if plan.gpu or sum(L) <= CPU_MAX_TOKENS else (
-                        f"{plan.why_not_gpu}: only cells of at most {CPU_MAX_TOKENS} tokens are "
-                        f"checked on the CPU, nothing is timed")
-                    plan.groups.append(Group(f"{engine} {mix} {sd}", cells, skip=skip))
+                    plan.groups.append(Group(f"{engine} {mix} {sd}", cells,
+                                             skip=too_long_here(plan, sum(L))))
         plan.backends = plan.entries = tuple(names)
 
     def measure(self, group, plan):

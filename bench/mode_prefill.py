@@ -39,6 +39,24 @@ DIM = 128
 CPU_MAX_TOKENS = 2048
 CPU_MIXES = ("1x130", "3x64")
 
+
+def mixes_here(plan, args, gpu_mixes, cpu_mixes) -> list:
+    """The mixes a run measures: ``--mix``, else the mode's (on CPU its small ones, with a note
+    saying that nothing is timed there)."""
+    if not plan.gpu:
+        plan.notes.insert(0, f"{plan.why_not_gpu}: nothing is timed; cells of at most "
+                             f"{CPU_MAX_TOKENS} tokens are checked against float64"
+                             + ("" if args.mix else f" (mixes {','.join(cpu_mixes)})"))
+    return list(args.mix or (gpu_mixes if plan.gpu else cpu_mixes))
+
+
+def too_long_here(plan, tokens: int) -> str:
+    """A cell's SKIP reason on CPU when it has more than :data:`CPU_MAX_TOKENS` tokens."""
+    return "" if plan.gpu or tokens <= CPU_MAX_TOKENS else (
+        f"{plan.why_not_gpu}: only cells of at most {CPU_MAX_TOKENS} tokens are checked on the "
+        f"CPU, nothing is timed")
+
+
 METHOD = (
     "Prefill: N sequences packed on one token axis (cu_seqlens int32), q/k/v bf16, K = V = 128, "
     "use_qk_l2norm=True, raw gates; dense: one fp32/bf16 state per sequence updated in place; "
@@ -265,16 +283,11 @@ class Prefill(Mode):
     def plan(self, plan, args):
         from gdnzoo import registry
         from gdnzoo.bench.args import given
-        mixes = args.mix or list(MIXES if plan.gpu else CPU_MIXES)
+        mixes = mixes_here(plan, args, MIXES, CPU_MIXES)
         padded = [m for m in mixes if parse_mix(m)[1]]
         if padded:
             A.usage_error(f"--mix {','.join(padded)}: padded entries are for --mode "
                           f"engine-prefill (--mode prefill pads through pools in its tests)")
-        if not plan.gpu:
-            plan.notes.insert(0, f"{plan.why_not_gpu}: nothing is timed (CUPTI kernel clock, "
-                                 f"CUDA graphs, floors); cells of at most {CPU_MAX_TOKENS} tokens "
-                                 f"are checked against float64"
-                                 + ("" if args.mix else f" (mixes {','.join(CPU_MIXES)})"))
         geoms = [(plan.H, plan.HV)] if given(args.heads) or args.model else list(GEOMETRIES)
         if given(args.dim) and args.dim != DIM:
             plan.notes.append(f"--dim {args.dim}: prefill cells are K = V = {DIM} (the peers')")
@@ -296,11 +309,8 @@ class Prefill(Mode):
                             cells.append((Cell("prefill", "floor", len(L), sum(L), H, HV, DIM,
                                                DIM, sd, form, True, (("mix", mix),)),
                                           ("kernel",)))
-                        skip = "" if plan.gpu or sum(L) <= CPU_MAX_TOKENS else (
-                            f"{plan.why_not_gpu}: only cells of at most {CPU_MAX_TOKENS} tokens "
-                            f"are checked on the CPU, nothing is timed")
                         plan.groups.append(Group(f"{H}/{HV} {mix} {sd} {form}", cells,
-                                                 skip=skip))
+                                                 skip=too_long_here(plan, sum(L))))
         plan.backends = plan.entries = tuple(names)
 
     def measure(self, group, plan):
