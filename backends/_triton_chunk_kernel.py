@@ -84,7 +84,8 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from gdnzoo import prefill_reference
 from gdnzoo.backends._triton_decode_kernel import (INTERPRETED, SEQ_BLOCK, bind_interpreted,
-                                                    checkpoint_row0, head_gate_constants,
+                                                    checkpoint_due, checkpoint_row0,
+                                                    head_gate_constants,
                                                     sequence_bounds, sequence_program)
 
 LOG_DECAY_MIN = tl.constexpr(prefill_reference.LOG_DECAY_MIN)
@@ -374,14 +375,16 @@ def chunk_step(h, vt, t0, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv, rows_
 
 
 @triton.jit
-def store_checkpoint(ckpt, h, j, row0, n_tok, every, ok, i_hv, rows_v, cols,
+def store_checkpoint(ckpt, h, j, row0, n_tok, every, ok, T_all, i_hv, rows_v, cols,
                      sc_n, sc_h, sc_v, sc_k, C: tl.constexpr):
     """The tile ``h`` (the state after chunk j) as a checkpoint when chunk j ends on a
-    multiple of ``every`` inside the sequence (``n_tok`` tokens) and ``ok``."""
+    multiple of ``every`` inside the sequence (``n_tok`` tokens) and ``ok``; never past row
+    T_all // every - 1 (:func:`checkpoint_due`)."""
     end = (j + 1) * C
+    due = checkpoint_due(row0, end, every, T_all)
     row = row0 + end // every - 1
     tl.store(ckpt + row * sc_n + i_hv * sc_h + rows_v[:, None] * sc_v + cols[None, :] * sc_k,
-             h.to(ckpt.dtype.element_ty), mask=ok & (end % every == 0) & (end <= n_tok))
+             h.to(ckpt.dtype.element_ty), mask=ok & due & (end <= n_tok))
 
 
 @triton.jit
@@ -395,7 +398,7 @@ def advance(h, vt, j, bos, eos, row0, every, q, k, v, mats, vecs, out, ckpt, T_a
     h = chunk_step(h, vt, bos + j * C, eos, q, k, v, mats, vecs, out, T_all, i_h, i_hv, rows_v,
                    rd, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, HV, K, C, PREC)
     if CKPT:
-        store_checkpoint(ckpt, h, j, row0, eos - bos, every, rd, i_hv, rows_v, cols,
+        store_checkpoint(ckpt, h, j, row0, eos - bos, every, rd, T_all, i_hv, rows_v, cols,
                          sc_n, sc_h, sc_v, sc_k, C)
     return h
 

@@ -498,6 +498,15 @@ def checkpoint_row0(cu_seqlens, i_n, every, T):
 
 
 @triton.jit
+def checkpoint_due(row0, end, every, T):
+    """Whether a sequence whose checkpoints start at row ``row0`` stores one after its token
+    ``end`` (counted from 1): ``end`` a multiple of ``every``, and the row inside the T // every
+    rows the contract asks of the buffer (``cu_seqlens`` values that break the contract, checked
+    only on request, must not write past them)."""
+    return (end % every == 0) & (row0 + end // every <= T // every)
+
+
+@triton.jit
 def gdn_varlen_kernel(
         q, k, v, a, b, A_log, dt_bias, out, state, new_state, slot_idx, new_slot_idx,
         cu_seqlens, T_all, has_init, ckpt, scale, every,
@@ -543,8 +552,8 @@ def gdn_varlen_kernel(
                                                   sa_h, sb_t, sb_h,
                                                   tl.arange(0, K) if KFIRST else col, rows)
     if CKPT:
-        p_c = ckpt + checkpoint_row0(cu_seqlens, i_n, every, T_all) * sc_b + i_hv * sc_h \
-            + rows4 * sc_v + col * sc_k
+        row0 = checkpoint_row0(cu_seqlens, i_n, every, T_all)
+        p_c = ckpt + row0 * sc_b + i_hv * sc_h + rows4 * sc_v + col * sc_k
     n_tok = eos - bos
     t = n_tok * 0                # a while loop: the interpreter's range() refuses its scalars
     while t < n_tok:
@@ -553,9 +562,9 @@ def gdn_varlen_kernel(
         tl.store(p_o, tl.where(rd, o, 0.0).to(out.dtype.element_ty))
         t += 1
         if CKPT:
-            due = (t % every) == 0
-            tl.store(p_c, h.to(ckpt.dtype.element_ty), mask=as_mask(rd & due))
-            p_c += tl.where(due, sc_b, 0)
+            tl.store(p_c, h.to(ckpt.dtype.element_ty),
+                     mask=as_mask(rd & checkpoint_due(row0, t, every, T_all)))
+            p_c += tl.where(t % every == 0, sc_b, 0)
         p_q, p_k, p_v, p_o, p_a, p_b = next_token(p_q, p_k, p_v, p_o, p_a, p_b, sq_t, sk_t,
                                                    sv_t, so_t, sa_t, sb_t)
     tl.store(new_state + slot_w * sn_b + i_hv * sn_h + rows4 * sn_v + col * sn_k,

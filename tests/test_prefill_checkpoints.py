@@ -326,3 +326,22 @@ def test_triton_chunk_needs_a_chunk_that_divides_the_interval():
         tc.launch(*x.args(), out, x.state, False, checkpoints=ck, checkpoint_every=64,
                   config=dict(chunk=128))
     assert torch.isnan(ck).all() and torch.isnan(out.float()).all()
+
+
+@pytest.mark.parametrize("algo", ["triton-chunk", "fla-recurrent"])
+def test_bad_cu_seqlens_never_write_checkpoints_past_the_rows_asked_for(algo):
+    """Overlapping sequences (a decreasing ``cu_seqlens``, checked only with
+    GDNZOO_CHECK_INDICES=1) count more checkpoints than T // checkpoint_every: the kernels
+    stop at the rows the contract asks of the buffer (they wrote past it)."""
+    ok, why = registry.availability(algo, DEVICE, op="prefill")
+    if not ok:
+        pytest.skip(f"{algo}: {why}")
+    T, every = 128, 64
+    x = make_prefill_inputs([T], H=1, HV=1, K=64, V=64, device=DEVICE, seed=9)
+    rows = torch.full((T // every + 4, 1, 64, 64), 7.0, device=DEVICE)
+    state = torch.zeros(3, 1, 64, 64, device=DEVICE)
+    cu = torch.tensor([0, T, 0, T], dtype=torch.int32, device=DEVICE)   # 0 and 2 overlap
+    gdnzoo.prefill(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, cu,
+                   checkpoints=rows[:T // every], checkpoint_every=every, algo=algo)
+    assert bool((rows[T // every:] == 7.0).all())
+    assert not bool((rows[:T // every] == 7.0).any())
