@@ -157,6 +157,14 @@ static_assert(GDN_POOL < 3 || (GDN_UPDATE && !GDN_INTER),
 #include "cuda_v4_lane.cuh"
 #include "cuda_v4_tokens.cuh"
 
+// This lane's slices of one state row to row ``row`` of a [V, K] block with row stride rs.
+template <bool CS, typename ST>
+__device__ __forceinline__ void store_row(ST* block, long long rs, int row, unsigned kl,
+                                          const float (&x)[NV][VEC]) {
+#pragma unroll
+    for (int i = 0; i < NV; ++i) st_vec<SD, VEC, CS>(block, row * rs + (i * LPR + kl) * VEC, x[i]);
+}
+
 #if GDN_PDL
 // Wait until the kernel before this one in the stream has completed and its writes are
 // visible, then let the kernel after this one launch.  Only reads that the kernel before us

@@ -46,6 +46,7 @@ import torch
 
 from gdnzoo import tables
 from gdnzoo.backends import _cuda_build as cuda_build
+from gdnzoo.backends import _cuda_v4_kfirst as kfirst
 from gdnzoo.backends import _cuda_v4_tc as tc_verify
 
 NAME = "cuda-v4"                 # its public name: the key of its rows in backends/tables/
@@ -309,7 +310,9 @@ def supports(problem):
                for w, rw, *_ in [launch_config(dataclasses.replace(problem, inplace=inplace), gpu)])
     if grid > MAX_GRID_X:
         return False, f"grid of {grid} blocks exceeds {MAX_GRID_X} (B*HV={problem.B * problem.HV})"
-    return True, ""
+    why = kfirst.serves(problem.K, problem.V, cuda_build.ELEM_SIZE[problem.state_dtype],
+                        bool(problem.verify)) if problem.k_first else ""
+    return (False, why) if why else (True, "")
 
 
 def pool_mode(pool):
@@ -373,6 +376,7 @@ class Bound:
         self.l2, self.config, self.dev = bool(l2), config, q.get_device()
         self.pdl = int(pdl)                       # the kernel's GDN_PDL, 0: a plain launch
         self.form = dict(form or {})              # GDN_GATES, GDN_NEG where on (gate_form)
+        self.kfirst = bool(self.form.pop("kfirst", 0))    # cuda_v4_kfirst.cu
         self.dest = new_state is not state        # which table: bind() keys on it
         self.verify = verify is not None
         f = dict(zip(cuda_build.PARAM_FIELDS, self.values))
@@ -414,6 +418,11 @@ class Bound:
         else:
             w, rw, lpr, hint, fast, chain, smem, qks, chunk, ahead, hsc, kernel = \
                 full_config(config)
+        if self.kfirst:                  # its own kernel: the row's hint and gates only
+            if config is None:
+                w, lpr = kfirst.shape(cuda_build.ELEM_SIZE[sd], B * HV, K, V, vec16)
+            launch = self.launches[vec16] = kfirst.launch(self, vec16, w, lpr, hint, fast)
+            return launch
         if not vec16:
             lpr, hint = min(32, K), 0                  # element loads: one element per lane
         why = valid_config(K, V, sd, w, rw, lpr, vec16) or (
@@ -578,8 +587,10 @@ def gate_tensors(c) -> tuple:
 
 
 def gate_form(c) -> dict:
-    """The kernel's GDN_GATES and GDN_NEG defines of a record, only those that are on."""
-    return {n: 1 for n, on in (("gates", c.g is not None), ("neg", c.allow_neg_eigval)) if on}
+    """The kernel's GDN_GATES and GDN_NEG defines of a record, only those that are on, and
+    ``kfirst`` for a K-first state (:class:`Bound` runs cuda_v4_kfirst.cu)."""
+    return {n: 1 for n, on in (("gates", c.g is not None), ("neg", c.allow_neg_eigval),
+                               ("kfirst", c.problem.k_first)) if on}
 
 
 def run(call, *, config=None):

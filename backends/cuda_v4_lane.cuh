@@ -142,11 +142,3 @@ __device__ __forceinline__ void qk_shfl(float& kq, float& qq, float& kk, int off
         kk += __shfl_xor_sync(FULL, kk, off);
     }
 }
-
-// This lane's slices of one state row to row ``row`` of a [V, K] block with row stride rs.
-template <bool CS, typename ST>
-__device__ __forceinline__ void store_row(ST* block, long long rs, int row, unsigned kl,
-                                          const float (&x)[NV][VEC]) {
-#pragma unroll
-    for (int i = 0; i < NV; ++i) st_vec<SD, VEC, CS>(block, row * rs + (i * LPR + kl) * VEC, x[i]);
-}

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from gdnzoo.backends import _cuda_build as cuda_build
+from gdnzoo.backends import _cuda_v4_kfirst as cuda_v4_kfirst
 from gdnzoo.backends import _cuda_v4_tc as tc_verify
 from gdnzoo.backends import cuda_v1, cuda_v4
 from gdnzoo import tables
@@ -102,6 +103,25 @@ POOL_VARIANTS = [
                                                                  CHAIN=4, DENSE=1, POOL=2,
                                                                  IDX64=1)),
 ]
+# cuda-v4's K-first kernel (cuda_v4_kfirst.cu): lanes along K (LK), 16-byte and element loads,
+# dense, runtime and compiled-in strides, pools, the gate forms, PDL, K != V.
+def _kf(V=128, T=1, HV=8, GVA=2, W=1, LK=8, VEC16=1, HINT=3, FAST=1, DENSE=1, POOL=0,
+        IDX64=None, **form):
+    d = dict(v=V, t=T, hv=HV, gva=GVA, w=W, lk=LK, vec16=VEC16, hint=HINT, fastgate=FAST,
+             dense=DENSE, pool=POOL, **form)
+    if POOL:
+        d["idx64"] = IDX64
+    return d
+
+
+KFIRST_VARIANTS = [(cuda_v4_kfirst.SOURCE, *rest) for rest in [
+    (F32, BF16, BF16, BF16, F32, 128, True, _kf()),
+    (BF16, BF16, BF16, BF16, F32, 128, False, _kf(T=3, W=2, LK=16, HINT=0, DENSE=0)),
+    (F32, F16, F16, F16, BF16, 64, True, _kf(V=64, LK=4, W=2, POOL=1, IDX64=1, gates=1)),
+    (BF16, F32, BF16, BF16, F32, 128, True, _kf(V=96, HV=6, GVA=3, LK=16, POOL=2, IDX64=2,
+                                                 neg=1, pdl=1)),
+    (F32, BF16, BF16, BF16, F32, 128, False, _kf(LK=2, VEC16=0, HINT=0, FAST=0, DENSE=0)),
+]]
 ARCHS = [(9, 0), (10, 0)]
 
 
@@ -131,6 +151,11 @@ def test_sources_compile_with_nvcc():
 @pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")
 def test_pool_variants_compile_with_nvcc():
     _compile_all(POOL_VARIANTS)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")
+def test_kfirst_variants_compile_with_nvcc():
+    _compile_all(KFIRST_VARIANTS)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")

@@ -1,0 +1,185 @@
+// cuda-v4's decode for a K-first state ([.., HV, K, V] a head: V contiguous, FLA's and
+// transformers' default layout), read and written where it lies: no transpose, one launch.
+// backends/_cuda_v4_kfirst.py builds it and picks its launch shape.
+//
+// A K-first head is K rows of V contiguous values.  A warp owns CW = (32 / LK) * VEC columns
+// of a head: its lanes form 32 / LK column groups of VEC columns (one 16-byte vector of a row)
+// and LK lanes along K, each lane holding KR = K / LK consecutive K rows of its VEC columns.
+// A warp-wide load of row i of every lane covers LK rows, CW * 4 or CW * 2 contiguous bytes
+// each (whole 32-byte sectors: LK <= 16).  The sums over K of a column (k.S and q.S) are a
+// lane's KR rows, then a butterfly over its LK lanes; q's and k's norms and k.q the same over
+// the lanes' KR-element slices.  Everything else is cuda_v4.cu's step: the decay first, u =
+// beta (v - g k.S), S = g S + k u^T, o = scale (g q.S + u k.q), with the gates, slots,
+// strides and dtypes of gdn_common.cuh.
+//
+// -D switches (backends/_cuda_build.py): GDN_K, GDN_V, GDN_T, GDN_HV, GDN_GVA, the dtype
+// codes, GDN_L2NORM, GDN_W (warps a block), GDN_LK (lanes along K), GDN_VEC16 (16-byte vectors;
+// 0: one column a lane, element loads), GDN_HINT (bit 0 .nc state loads, bit 1 streaming state
+// stores; 16-byte vectors only), GDN_FASTGATE, GDN_DENSE, GDN_POOL (0 dense, 1 and 2 a pool,
+// as cuda_v4.cu), GDN_IDX64, GDN_GATES, GDN_NEG, GDN_PDL (1: wait before any global access).
+#include "gdn_common.cuh"
+
+#ifndef GDN_PDL
+#define GDN_PDL 0
+#endif
+#define GDN_CHAIN 0
+#if !defined(GDN_K) || !defined(GDN_V) || !defined(GDN_T) || !defined(GDN_HV) || \
+    !defined(GDN_GVA) || !defined(GDN_STATE_DT) || !defined(GDN_IO_DT) || !defined(GDN_A_DT) || \
+    !defined(GDN_B_DT) || !defined(GDN_DTB_DT) || !defined(GDN_L2NORM) || !defined(GDN_W) || \
+    !defined(GDN_LK) || !defined(GDN_VEC16) || !defined(GDN_HINT) || !defined(GDN_FASTGATE) || \
+    !defined(GDN_DENSE) || !defined(GDN_POOL) || (GDN_POOL && !defined(GDN_IDX64))
+#error "compile with the -D options of backends/_cuda_v4_kfirst.py"
+#endif
+
+constexpr int K = GDN_K;
+constexpr int V = GDN_V;
+constexpr int T = GDN_T;
+constexpr unsigned HV = GDN_HV;
+constexpr unsigned GVA = GDN_GVA;
+constexpr int SD = GDN_STATE_DT;
+constexpr int IOD = GDN_IO_DT;
+constexpr int SBYTES = SD == GDN_F32 ? 4 : 2;
+constexpr int VEC = GDN_VEC16 ? 16 / SBYTES : 1;   // columns a lane
+constexpr int LK = GDN_LK;                         // lanes along K
+constexpr int KR = K / LK;                         // K rows a lane
+constexpr int CW = 32 / LK * VEC;                  // columns a warp
+constexpr int W = GDN_W;
+constexpr int COLS_PER_BLOCK = W * CW;
+constexpr unsigned BPH = V / COLS_PER_BLOCK;       // blocks a head
+constexpr unsigned FULL = 0xffffffffu;
+static_assert(LK >= 1 && LK <= 32 && 32 % LK == 0 && K % LK == 0, "LK: a power of two dividing K");
+static_assert(V % COLS_PER_BLOCK == 0, "whole blocks of columns a head");
+static_assert(W >= 1 && W <= 8 && T >= 1 && HV % GVA == 0 && GDN_POOL <= 2, "bad constants");
+
+#include "cuda_v4_lane.cuh"                        // ld_vec, st_vec, tree_sum, qk_shfl
+
+extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4_kfirst(const GdnParams p) {
+    using ST = typename GdnStorage<SD>::type;
+    constexpr bool NC = GDN_VEC16 && (GDN_HINT & 1);
+    constexpr bool CS = GDN_VEC16 && (GDN_HINT & 2);
+    constexpr unsigned H = HV / GVA;
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const unsigned nh = blockIdx.x / BPH;
+    const unsigned part = blockIdx.x - nh * BPH;
+    const unsigned n = nh / HV;
+    const unsigned h = nh - n * HV;
+    const unsigned hq = h / GVA;                       // GVA: repeat_interleave mapping
+    const unsigned kl = lane % LK;                     // which KR rows of K
+    const int col = (int)(part * COLS_PER_BLOCK + warp * CW + (lane / LK) * VEC);
+    const int row0 = (int)kl * KR;
+#if GDN_PDL
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+    const long long o_t = GDN_STRIDE(o_t, HV * V);
+    const long long o0 = n * GDN_STRIDE(o_n, T * HV * V) + h * GDN_STRIDE(o_h, V) + col;
+#if GDN_POOL
+    // A padded sequence: zero outputs, no state read or written.
+    const GdnSlots slot = gdn_pool_slots<GDN_POOL, GDN_IDX64>(p, n);
+    if (!slot.rd) {
+        if (kl == 0)
+            for (int t = 0; t < T; ++t)
+#pragma unroll
+                for (int c = 0; c < VEC; ++c) gdn_st<IOD>(p.out, o0 + t * o_t + c, 0.0f);
+        return;
+    }
+    const long long s_head = GDN_READ_OFFSET(slot.read, h);
+    const long long ns_head = GDN_WRITE_OFFSET(slot.write, h);
+    const bool store = slot.wr;
+#elif GDN_DENSE
+    const long long s_head = (long long)nh * (V * K), ns_head = s_head;
+    constexpr bool store = true;
+#else
+    const long long s_head = GDN_READ_OFFSET(n, h), ns_head = GDN_WRITE_OFFSET(n, h);
+    constexpr bool store = true;
+#endif
+    // s_v and ns_v are the stride of a K row here (V when dense).
+    const long long s_k = GDN_STRIDE(s_v, V), ns_k = GDN_STRIDE(ns_v, V);
+    const ST* src = static_cast<const ST*>(p.state) + s_head;
+    ST* dst = static_cast<ST*>(p.new_state) + ns_head;
+    float S[KR][VEC];
+#pragma unroll
+    for (int i = 0; i < KR; ++i) ld_vec<SD, VEC, NC>(src, (row0 + i) * s_k + col, S[i]);
+    asm volatile("" ::: "memory");                      // the state loads first
+
+    const float A_log = p.A_log[h * GDN_STRIDE(A_log_h, 1)];
+    const float dtb = gdn_ld<GDN_DTB_DT>(p.dt_bias, h * GDN_STRIDE(dtb_h, 1));
+    const float scale = (float)p.scale;
+    const long long q_t = GDN_STRIDE(q_t, H * K), k_t = GDN_STRIDE(k_t, H * K);
+    const long long v_t = GDN_STRIDE(v_t, HV * V);
+    const long long a_t = GDN_STRIDE(a_t, HV), b_t = GDN_STRIDE(b_t, HV);
+    const long long q0 = n * GDN_STRIDE(q_n, T * H * K) + hq * GDN_STRIDE(q_h, K) + row0;
+    const long long k0 = n * GDN_STRIDE(k_n, T * H * K) + hq * GDN_STRIDE(k_h, K) + row0;
+    const long long v0 = n * GDN_STRIDE(v_n, T * HV * V) + h * GDN_STRIDE(v_h, V) + col;
+    const long long a0 = n * GDN_STRIDE(a_n, T * HV) + h * GDN_STRIDE(a_h, 1);
+    const long long b0 = n * GDN_STRIDE(b_n, T * HV) + h * GDN_STRIDE(b_h, 1);
+
+#pragma unroll 1
+    for (int t = 0; t < T; ++t) {
+        float qv[KR], kv[KR], vv[VEC];
+        if constexpr (GDN_VEC16) {
+            ld_vec<IOD, KR>(p.q, q0 + t * q_t, qv);
+            ld_vec<IOD, KR>(p.k, k0 + t * k_t, kv);
+        } else {
+#pragma unroll
+            for (int i = 0; i < KR; ++i) {
+                qv[i] = gdn_ld<IOD>(p.q, q0 + t * q_t + i);
+                kv[i] = gdn_ld<IOD>(p.k, k0 + t * k_t + i);
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < VEC; ++c) vv[c] = gdn_ld<IOD>(p.v, v0 + t * v_t + c);
+        const float xa = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
+        const float xb = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
+        const float gd = gdn_gate_decay<GDN_FASTGATE>(A_log, xa);
+        const float beta = gdn_gate_beta<GDN_FASTGATE>(xb);
+        // This lane's slices: k.q (and the norms), the columns' k.S and q.S (raw q, k).
+        float kq = tree_sum<0, KR>([&](int i) { return kv[i] * qv[i]; });
+        float qq = 0.0f, kk = 0.0f;
+        if (GDN_L2NORM) {
+            qq = tree_sum<0, KR>([&](int i) { return qv[i] * qv[i]; });
+            kk = tree_sum<0, KR>([&](int i) { return kv[i] * kv[i]; });
+        }
+        float sk[VEC], sq[VEC];
+#pragma unroll
+        for (int c = 0; c < VEC; ++c) {
+            sk[c] = tree_sum<0, KR>([&](int i) { return kv[i] * S[i][c]; });
+            sq[c] = tree_sum<0, KR>([&](int i) { return qv[i] * S[i][c]; });
+        }
+#pragma unroll
+        for (int off = LK / 2; off > 0; off >>= 1) {
+            qk_shfl(kq, qq, kk, off);
+#pragma unroll
+            for (int c = 0; c < VEC; ++c) {
+                sk[c] += __shfl_xor_sync(FULL, sk[c], off);
+                sq[c] += __shfl_xor_sync(FULL, sq[c], off);
+            }
+        }
+        float rq = 1.0f, rk = 1.0f;
+        if (GDN_L2NORM) {
+            rq = rsqrtf(qq + 1e-6f);
+            rk = rsqrtf(kk + 1e-6f);
+        }
+        const float kqn = kq * rq * rk;
+        float u[VEC], o[VEC];
+#pragma unroll
+        for (int c = 0; c < VEC; ++c) {
+            u[c] = beta * (vv[c] - gd * rk * sk[c]);
+            o[c] = scale * (gd * rq * sq[c] + u[c] * kqn);
+        }
+#pragma unroll
+        for (int i = 0; i < KR; ++i) {
+            const float kn = kv[i] * rk;
+#pragma unroll
+            for (int c = 0; c < VEC; ++c) S[i][c] = gd * S[i][c] + kn * u[c];
+        }
+        if (kl == 0) {
+#pragma unroll
+            for (int c = 0; c < VEC; ++c) gdn_st<IOD>(p.out, o0 + t * o_t + c, o[c]);
+        }
+    }
+    if (store) {
+#pragma unroll
+        for (int i = 0; i < KR; ++i) st_vec<SD, VEC, CS>(dst, (row0 + i) * ns_k + col, S[i]);
+    }
+}

@@ -1,0 +1,201 @@
+"""cuda-v4's K-first decode (``cuda_v4_kfirst.cu``): a state [B, HV, K, V] (V contiguous) read
+and written where it lies.  On the GPU against the float64 oracle of the k-last step (output
+and state, the transposed state, under the correctness gate): B, T, GVA 1/2/3, K = V = 64, 128
+and V != K, fp32 and bf16 states, bf16 and fp16 io, the L2 norm, in place and destination
+passing, precomputed gates and allow_neg_eigval, every launch shape the kernel takes (explicit
+configs), the element-load variant (a state at a 4-byte offset), a page-strided pool with
+padding, and a CUDA graph replayed with new data.  On the CPU: the launch-shape rule and its
+refusals."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+import gdnzoo
+from gdnzoo import gate
+from gdnzoo.backends import _cuda_v4_kfirst as kf
+from gdnzoo.inputs import make_inputs
+
+F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
+
+
+def _missing():
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if importlib.util.find_spec("cupy") is None:
+        return "cupy not installed"
+    return None
+
+
+gpu = pytest.mark.skipif(_missing() is not None,
+                         reason=f"cuda-v4's K-first kernel needs a GPU and CuPy: {_missing()}")
+
+
+def kfirst(t):
+    return t.transpose(-1, -2).contiguous()
+
+
+def check(x, l2=False, dest=False, config=None, offset=0, **form):
+    """One K-first call through cuda-v4 (``config``: its launch fields) against the float64
+    oracle of the k-last call; the state at ``offset`` elements into its buffer."""
+    ref_out, ref_state = x.reference(l2) if not form else _form_reference(x, l2, **form)
+    st = kfirst(x.state)
+    buf = torch.empty(st.numel() + offset, dtype=st.dtype, device=st.device)
+    state = buf[offset:].view(st.shape)
+    state.copy_(st)
+    new = torch.full_like(state, float("nan")) if dest else None
+    args = list(x.args())
+    args[3] = state
+    if config is None:
+        out, ns = gdnzoo.decode(*args, x.scale, use_qk_l2norm=l2, new_state=new,
+                                state_layout="k-first", algo="cuda-v4", **form)
+    else:
+        from gdnzoo.backends import cuda_v4
+        out = torch.empty_like(x.v)
+        ns = state if new is None else new
+        cuda_v4.run(_record(x, state, out, new, l2, **form), config=config)
+    j = gate.judge(out, ns.transpose(-1, -2), ref_out, ref_state)
+    assert j.ok, j.reason
+    if dest:
+        assert torch.equal(state, st)                     # the input state untouched
+
+
+def _record(x, state, out, new_state, l2, **form):
+    """The validated decode call record of a K-first call (for an explicit config)."""
+    from gdnzoo import dispatch
+    from gdnzoo.operation import DECODE
+    named = {arg.name: arg.default for arg in DECODE.args}
+    named.update(q=x.q, k=x.k, v=x.v, state=state, A_log=x.A_log, a=x.a, dt_bias=x.dt_bias,
+                 b=x.b, scale=x.scale, out=out, new_state=new_state, use_qk_l2norm=l2,
+                 algo=None, state_layout="k-first", **form)
+    return dispatch.record(DECODE, tuple(named[n] for n in DECODE.names), "cuda-v4")
+
+
+def _form_reference(x, l2, g=None, beta=None, allow_neg_eigval=False):
+    from gdnzoo.reference import reference_decode
+    out = torch.empty(x.v.shape, dtype=torch.float64, device=x.v.device)
+    st = torch.empty(x.state.shape, dtype=torch.float64, device=x.v.device)
+    args = list(x.args())
+    if g is not None:
+        args[4:8] = [None] * 4
+    reference_decode(*args, x.scale, out, st, l2, torch.float64, g=g, beta=beta,
+                     neg=allow_neg_eigval)
+    return out, st
+
+
+@gpu
+@pytest.mark.parametrize("B,T,H,HV,K,V", [(1, 1, 16, 32, 128, 128), (5, 1, 4, 8, 128, 128),
+                                          (3, 3, 2, 6, 128, 128), (2, 2, 4, 4, 64, 64),
+                                          (4, 1, 2, 4, 128, 64), (3, 2, 2, 4, 64, 96)])
+@pytest.mark.parametrize("sd", [F32, BF16], ids=["fp32", "bf16"])
+def test_shapes(B, T, H, HV, K, V, sd):
+    for seed, (l2, dest) in enumerate([(False, False), (True, True)]):
+        check(make_inputs(B=B, T=T, H=H, HV=HV, K=K, V=V, state_dtype=sd, device="cuda",
+                          seed=seed), l2=l2, dest=dest)
+
+
+@gpu
+def test_fp16_io():
+    check(make_inputs(B=3, T=2, H=2, HV=4, io_dtype=F16, device="cuda", seed=3), l2=True)
+
+
+@gpu
+@pytest.mark.parametrize("neg", [False, True])
+def test_precomputed_gates_and_neg_eigval(neg):
+    from gdnzoo.reference import gates
+    x = make_inputs(B=3, T=2, H=2, HV=4, device="cuda", seed=4)
+    g, beta = gates(x.A_log, x.a, x.dt_bias, x.b)
+    check(x, l2=True, g=torch.log(g), beta=beta * (2 if neg else 1), allow_neg_eigval=neg)
+    check(x, l2=True, allow_neg_eigval=True) if neg else None
+
+
+@gpu
+@pytest.mark.parametrize("sd", [F32, BF16], ids=["fp32", "bf16"])
+def test_every_launch_shape(sd):
+    """Every (warps, lanes) the kernel takes at K = V = 128 (explicit configs)."""
+    x = make_inputs(B=2, T=2, H=2, HV=4, state_dtype=sd, device="cuda", seed=5)
+    size = torch.empty(0, dtype=sd).element_size()
+    shapes = [(w, n) for n in kf.LANES for w in (1, 2, 4, 8)
+              if not kf.refusal(128, 128, size, w, n, True)]
+    assert len(shapes) >= 6
+    for w, n in shapes:
+        check(x.clone(), l2=True, config=dict(warps=w, row_groups=1, lanes_per_row=n, hint=3))
+
+
+@gpu
+def test_element_loads():
+    """A state 4 bytes off a 16-byte boundary: the variant with one column a lane."""
+    check(make_inputs(B=3, T=2, H=2, HV=4, device="cuda", seed=6), l2=True, offset=1)
+
+
+@gpu
+def test_pool_with_padding_and_pages():
+    """A K-first pool whose pages are larger than a slot; padding reads and writes nothing."""
+    x = make_inputs(B=3, T=1, H=2, HV=4, device="cuda", seed=7)
+    P, page = 6, 4 * 128 * 128 + 64
+    buf = torch.randn(P, page, device="cuda") * 0.05
+    pool = buf[:, :4 * 128 * 128].view(P, 4, 128, 128)
+    idx = torch.tensor([4, -1, 1], dtype=torch.int32, device="cuda")
+    before = buf.clone()
+    x.state = pool.transpose(-1, -2)[idx.clamp(min=0).long()].contiguous()
+    ref_out, ref_state = x.reference(True)
+    args = list(x.args())
+    args[3] = pool
+    out, _ = gdnzoo.decode(*args, x.scale, use_qk_l2norm=True, state_indices=idx,
+                           state_layout="k-first", algo="cuda-v4")
+    for i, s in enumerate(idx.tolist()):
+        if s < 0:
+            assert not out[i].any()
+            continue
+        j = gate.judge(out[i:i + 1], pool[s:s + 1].transpose(-1, -2), ref_out[i:i + 1],
+                       ref_state[i:i + 1])
+        assert j.ok, j.reason
+    touched = torch.zeros(P, dtype=torch.bool)
+    touched[[4, 1]] = True
+    assert torch.equal(buf[~touched], before[~touched])
+    assert torch.equal(buf[touched][:, 4 * 128 * 128:], before[touched][:, 4 * 128 * 128:])
+
+
+@gpu
+def test_graph_replay_with_new_data():
+    x = make_inputs(B=4, T=1, H=2, HV=4, device="cuda", seed=8)
+    y = make_inputs(B=4, T=1, H=2, HV=4, device="cuda", seed=9)
+    st = kfirst(x.state)
+    args = list(x.args())
+    args[3] = st
+    out = torch.empty_like(x.v)
+    run = lambda: gdnzoo.decode(*args, x.scale, out=out, state_layout="k-first",  # noqa: E731
+                                algo="cuda-v4")
+    run()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run()
+    for dst, src in zip(args[:3] + args[4:], list(y.args())[:3] + list(y.args())[4:]):
+        dst.copy_(src)
+    st.copy_(kfirst(y.state))
+    g.replay()
+    torch.cuda.synchronize()
+    ref_out, ref_state = y.reference(False)
+    j = gate.judge(out, st.transpose(-1, -2), ref_out, ref_state)
+    assert j.ok, j.reason
+
+
+def test_launch_shape_rule_and_refusals():
+    """The rule's shapes serve every head size cuda-v4 takes; refusals name the reason."""
+    for size in (4, 2):
+        for K in (32, 64, 128, 256):
+            for V in (32, 64, 96, 128, 256):
+                w, n = kf.shape(size, 1, K, V)
+                assert not kf.refusal(K, V, size, w, n, True), (size, K, V)
+                w, n = kf.shape(size, 1, K, V, vec16=False)
+                assert not kf.refusal(K, V, size, w, n, False), (size, K, V)
+    assert kf.shape(4, 32, 128, 128) == (1, 8)             # 16 rows x 4 fp32 a lane
+    assert kf.shape(2, 32, 128, 128) == (1, 16)            # 8 rows x 8 bf16 a lane
+    assert "divide V" in kf.refusal(128, 128, 4, 8, 4, True)   # 8 warps x 32 columns
+    assert "state values a lane" in kf.refusal(128, 128, 2, 1, 2, True)
+    assert "lanes along K" in kf.refusal(128, 128, 4, 1, 32, True)
+    assert "speculative-verify" in kf.serves(128, 128, 4, True)
+    assert kf.serves(128, 128, 4, False) == ""
