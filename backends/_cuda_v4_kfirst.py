@@ -8,10 +8,12 @@ It serves T >= 1 tokens, a dense state or a pool (padding, separate write slots)
 states, raw or precomputed gates, ``allow_neg_eigval`` and PDL (both levels wait before any
 global access: the state's loads do not start early).  Not the speculative verify's forms.
 
-The launch shape: ``warps`` a block and ``lanes`` along K (the lanes that share a column group's
-K rows); a warp owns (32 / lanes) * vec columns of a head (vec: one 16-byte vector of a row, 4
-fp32 or 8 bf16 values), a lane K / lanes rows of them.  :func:`shape` picks it by the number of
-(sequence, head) pairs; a config's ``warps`` and ``lanes_per_row`` give it explicitly.
+The launch shape: ``warps`` a block, which split the K rows, and ``lanes`` of a warp along K;
+the other 32 / lanes lanes of a warp read a row side by side, one 16-byte vector each (4 fp32 or
+8 bf16 values: at 4 lanes, whole 128-byte lines), so a block owns (32 / lanes) * vec columns of
+a head and a lane K / (warps * lanes) rows of them.  :func:`shape` picks it by the number of
+(sequence, head) pairs, with the cache hint; a config's ``warps``, ``lanes_per_row`` and ``hint``
+give them explicitly.
 """
 from __future__ import annotations
 
@@ -32,33 +34,49 @@ def vec_elems(state_size: int, vec16: bool) -> int:
 
 
 def columns(lanes: int, vec: int) -> int:
-    """Columns of a head a warp owns."""
+    """Columns of a head a block owns."""
     return 32 // lanes * vec
 
 
 def refusal(K, V, state_size, warps, lanes, vec16) -> str:
     """Why launch shape (warps, lanes) cannot serve K, V ("" when it can)."""
     vec = vec_elems(state_size, vec16)
-    if lanes not in LANES or K % lanes:
-        return f"lanes along K must be one of {LANES} and divide K={K}, got {lanes}"
-    if K // lanes * vec > MAX_ELEMS:
-        return (f"{lanes} lanes along K leave {K // lanes * vec} state values a lane "
-                f"(at most {MAX_ELEMS})")
-    if not 1 <= warps <= MAX_WARPS or V % (warps * columns(lanes, vec)):
-        return (f"{warps} warps of {columns(lanes, vec)} columns must divide V={V} "
-                f"(1 to {MAX_WARPS} warps)")
+    if lanes not in LANES or not 1 <= warps <= MAX_WARPS or K % (warps * lanes):
+        return (f"lanes along K must be one of {LANES} and warps 1 to {MAX_WARPS}, "
+                f"warps x lanes dividing K={K}, got {warps} x {lanes}")
+    if K // (warps * lanes) * vec > MAX_ELEMS:
+        return (f"{warps} warps x {lanes} lanes along K leave {K // (warps * lanes) * vec} "
+                f"state values a lane (at most {MAX_ELEMS})")
+    if V % columns(lanes, vec):
+        return f"blocks of {columns(lanes, vec)} columns must divide V={V}"
     return ""
 
 
-def shape(state_size: int, BHV: int, K: int, V: int, vec16: bool = True) -> tuple:
-    """(warps, lanes) of a call with BHV (sequence, head) pairs: the fewest lanes along K
-    whose rows fit a lane's registers (the shortest butterfly), one warp a block; at most
-    as many warps a block as V allows."""
+SMALL_BYTES = 16 << 20           # states up to this size: the latency-bound shape
+
+
+def shape(state_size: int, BHV: int, K: int, V: int, inplace: bool = True,
+          vec16: bool = True) -> tuple:
+    """(warps, lanes, hint) of a call with BHV (sequence, head) pairs.  Measured on an H200 at
+    16/32 and 4/8 heads, K = V = 128, B = 1 to 256 (lab/kfirst_cuda.py,
+    lab/notebook/h200/kfirst_cuda_2026-11-29.log): states up to SMALL_BYTES (B <= 4 of 16/32
+    fp32, <= 16 of bf16) are bound by latency, and 2 warps of 8 lanes along K (8 rows a lane)
+    were fastest; larger ones by bandwidth, where 4 lanes along K read whole 128-byte lines of
+    a row: 4 warps (8 fp32 from 2048 pairs).  Cache hint 3 (.nc loads, streaming stores) but
+    for large states written to another tensor, where the plain loads and stores (0) were
+    faster by 1-5%.  Fewer columns a block where V asks; at most MAX_ELEMS values a lane."""
     vec = vec_elems(state_size, vec16)
-    lanes = next((n for n in LANES if K % n == 0 and K // n * vec <= 64), LANES[-1])
+    small = BHV * K * V * state_size <= SMALL_BYTES
+    lanes = 8 if small else 4
+    warps = 2 if small else 8 if state_size == 4 and BHV >= 2048 else 4
     while V % columns(lanes, vec) and lanes < LANES[-1]:
-        lanes *= 2                                      # fewer columns a warp
-    return 1, lanes
+        lanes *= 2                                      # fewer columns a block
+    while K % (warps * lanes):
+        warps //= 2
+    while warps < MAX_WARPS and K % (2 * warps * lanes) == 0 and \
+            K // (warps * lanes) * vec > MAX_ELEMS:
+        warps *= 2
+    return max(warps, 1), lanes, 3 if inplace or small else 0
 
 
 def serves(K: int, V: int, state_size: int, verify: bool) -> str:
@@ -67,7 +85,7 @@ def serves(K: int, V: int, state_size: int, verify: bool) -> str:
     if verify:
         return ("its K-first kernel has no speculative-verify stores (fla-recurrent serves a "
                 "K-first verify)")
-    why = refusal(K, V, state_size, *shape(state_size, 1, K, V), True)
+    why = refusal(K, V, state_size, *shape(state_size, 1, K, V)[:2], True)
     return f"K-first state: {why}" if why else ""
 
 
@@ -82,7 +100,7 @@ def launch(bound, vec16: bool, warps: int, lanes: int, hint: int, fast_gates: in
     why = refusal(K, V, size, warps, lanes, vec16)
     if why:
         raise ValueError(f"cuda-v4: launch config invalid for a K-first state: {why}")
-    blocks = B * HV * (V // (warps * columns(lanes, vec_elems(size, vec16))))
+    blocks = B * HV * (V // columns(lanes, vec_elems(size, vec16)))
     if blocks > MAX_GRID_X:
         raise ValueError(f"cuda-v4: grid of {blocks} blocks exceeds {MAX_GRID_X}")
     extra = {n: v for n, v in (("pdl", int(bound.pdl > 0)),) if v}

@@ -418,9 +418,10 @@ class Bound:
         else:
             w, rw, lpr, hint, fast, chain, smem, qks, chunk, ahead, hsc, kernel = \
                 full_config(config)
-        if self.kfirst:                  # its own kernel: the row's hint and gates only
+        if self.kfirst:                  # its own kernel and shape; the row's gates
             if config is None:
-                w, lpr = kfirst.shape(cuda_build.ELEM_SIZE[sd], B * HV, K, V, vec16)
+                w, lpr, hint = kfirst.shape(cuda_build.ELEM_SIZE[sd], B * HV, K, V,
+                                            not self.dest, vec16)
             launch = self.launches[vec16] = kfirst.launch(self, vec16, w, lpr, hint, fast)
             return launch
         if not vec16:
@@ -553,6 +554,8 @@ def bind(call, *, config=None):
         raise ValueError(f"cuda-v4: pdl must be 0 (off), 1 (wait) or 2 (early), got {c.pdl!r}")
     args = c.positional() if c.g is None else c[:4] + gate_tensors(c) + c[8:12]
     form = gate_form(c)
+    if config is not None:
+        config = full_config(config)             # a dict by name too: the key must hash
     key = (cuda_build.signature_key(*args), config, pool_key(c.state, c.new_state, c.pool),
            verify_key(c.verify), c.pdl) + tuple(sorted(form.items()))
     bound = _binds.get(key)

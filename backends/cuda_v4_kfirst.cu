@@ -2,21 +2,23 @@
 // transformers' default layout), read and written where it lies: no transpose, one launch.
 // backends/_cuda_v4_kfirst.py builds it and picks its launch shape.
 //
-// A K-first head is K rows of V contiguous values.  A warp owns CW = (32 / LK) * VEC columns
-// of a head: its lanes form 32 / LK column groups of VEC columns (one 16-byte vector of a row)
-// and LK lanes along K, each lane holding KR = K / LK consecutive K rows of its VEC columns.
-// A warp-wide load of row i of every lane covers LK rows, CW * 4 or CW * 2 contiguous bytes
-// each (whole 32-byte sectors: LK <= 16).  The sums over K of a column (k.S and q.S) are a
-// lane's KR rows, then a butterfly over its LK lanes; q's and k's norms and k.q the same over
-// the lanes' KR-element slices.  Everything else is cuda_v4.cu's step: the decay first, u =
-// beta (v - g k.S), S = g S + k u^T, o = scale (g q.S + u k.q), with the gates, slots,
-// strides and dtypes of gdn_common.cuh.
+// A K-first head is K rows of V contiguous values.  A block owns CW = (32 / LK) * VEC columns of
+// a head and all K rows of them: its W warps split the K rows, and in a warp 32 / LK lanes side
+// by side read one 16-byte vector of a row each (CW * 4 or CW * 2 contiguous bytes: whole
+// 128-byte lines at LK = 4), LK lanes down the rows, each lane holding KR = K / (W * LK)
+// consecutive rows of its VEC columns.  The sums over K of a column (k.S and q.S) and q's and
+// k's norms and k.q are a lane's rows, a butterfly over the warp's LK lanes, then (W > 1) the
+// warps' partial sums through shared memory behind one barrier a token (two buffers, so a
+// token's writes never meet the last token's reads).  Everything else is cuda_v4.cu's step:
+// the decay first, u = beta (v - g k.S), S = g S + k u^T, o = scale (g q.S + u k.q), with the
+// gates, slots, strides and dtypes of gdn_common.cuh.
 //
 // -D switches (backends/_cuda_build.py): GDN_K, GDN_V, GDN_T, GDN_HV, GDN_GVA, the dtype
-// codes, GDN_L2NORM, GDN_W (warps a block), GDN_LK (lanes along K), GDN_VEC16 (16-byte vectors;
-// 0: one column a lane, element loads), GDN_HINT (bit 0 .nc state loads, bit 1 streaming state
-// stores; 16-byte vectors only), GDN_FASTGATE, GDN_DENSE, GDN_POOL (0 dense, 1 and 2 a pool,
-// as cuda_v4.cu), GDN_IDX64, GDN_GATES, GDN_NEG, GDN_PDL (1: wait before any global access).
+// codes, GDN_L2NORM, GDN_W (warps a block: the K split), GDN_LK (lanes of a warp along K),
+// GDN_VEC16 (16-byte vectors; 0: one column a lane, element loads), GDN_HINT (bit 0 .nc state
+// loads, bit 1 streaming state stores; 16-byte vectors only), GDN_FASTGATE, GDN_DENSE,
+// GDN_POOL (0 dense, 1 and 2 a pool, as cuda_v4.cu), GDN_IDX64, GDN_GATES, GDN_NEG, GDN_PDL (1:
+// wait before any global access).
 #include "gdn_common.cuh"
 
 #ifndef GDN_PDL
@@ -39,16 +41,19 @@ constexpr unsigned GVA = GDN_GVA;
 constexpr int SD = GDN_STATE_DT;
 constexpr int IOD = GDN_IO_DT;
 constexpr int SBYTES = SD == GDN_F32 ? 4 : 2;
+constexpr int IOBYTES = IOD == GDN_F32 ? 4 : 2;
 constexpr int VEC = GDN_VEC16 ? 16 / SBYTES : 1;   // columns a lane
-constexpr int LK = GDN_LK;                         // lanes along K
-constexpr int KR = K / LK;                         // K rows a lane
-constexpr int CW = 32 / LK * VEC;                  // columns a warp
-constexpr int W = GDN_W;
-constexpr int COLS_PER_BLOCK = W * CW;
-constexpr unsigned BPH = V / COLS_PER_BLOCK;       // blocks a head
+constexpr int LK = GDN_LK;                         // lanes of a warp along K
+constexpr int LC = 32 / LK;                        // lanes of a warp side by side in a row
+constexpr int W = GDN_W;                           // warps a block, each K / W rows
+constexpr int KR = K / (W * LK);                   // K rows a lane
+constexpr int CW = LC * VEC;                       // columns a block
+constexpr unsigned BPH = V / CW;                   // blocks a head
+constexpr int RED = 2 * CW + 3;                    // a warp's partial sums: k.S, q.S, k.q, q.q, k.k
 constexpr unsigned FULL = 0xffffffffu;
-static_assert(LK >= 1 && LK <= 32 && 32 % LK == 0 && K % LK == 0, "LK: a power of two dividing K");
-static_assert(V % COLS_PER_BLOCK == 0, "whole blocks of columns a head");
+static_assert(LK >= 1 && LK <= 32 && 32 % LK == 0 && K % (W * LK) == 0,
+              "LK: a power of two; W * LK dividing K");
+static_assert(V % CW == 0, "whole blocks of columns a head");
 static_assert(W >= 1 && W <= 8 && T >= 1 && HV % GVA == 0 && GDN_POOL <= 2, "bad constants");
 
 #include "cuda_v4_lane.cuh"                        // ld_vec, st_vec, tree_sum, qk_shfl
@@ -64,9 +69,10 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4_kfirst(const 
     const unsigned n = nh / HV;
     const unsigned h = nh - n * HV;
     const unsigned hq = h / GVA;                       // GVA: repeat_interleave mapping
-    const unsigned kl = lane % LK;                     // which KR rows of K
-    const int col = (int)(part * COLS_PER_BLOCK + warp * CW + (lane / LK) * VEC);
-    const int row0 = (int)kl * KR;
+    const unsigned kl = lane / LC;                     // which KR rows of the warp's K / W
+    const int ccol = (int)(lane % LC) * VEC;           // the lane's columns within the block's
+    const int col = (int)(part * CW) + ccol;
+    const int row0 = (int)(warp * (K / W) + kl * KR);
 #if GDN_PDL
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -77,7 +83,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4_kfirst(const 
     // A padded sequence: zero outputs, no state read or written.
     const GdnSlots slot = gdn_pool_slots<GDN_POOL, GDN_IDX64>(p, n);
     if (!slot.rd) {
-        if (kl == 0)
+        if (warp == 0 && kl == 0)
             for (int t = 0; t < T; ++t)
 #pragma unroll
                 for (int c = 0; c < VEC; ++c) gdn_st<IOD>(p.out, o0 + t * o_t + c, 0.0f);
@@ -114,6 +120,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4_kfirst(const 
     const long long a0 = n * GDN_STRIDE(a_n, T * HV) + h * GDN_STRIDE(a_h, 1);
     const long long b0 = n * GDN_STRIDE(b_n, T * HV) + h * GDN_STRIDE(b_h, 1);
 
+    __shared__ float red[W > 1 ? 2 : 1][W][W > 1 ? RED : 1];   // [token parity][warp][sum]
 #pragma unroll 1
     for (int t = 0; t < T; ++t) {
         float qv[KR], kv[KR], vv[VEC];
@@ -127,8 +134,15 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4_kfirst(const 
                 kv[i] = gdn_ld<IOD>(p.k, k0 + t * k_t + i);
             }
         }
+        // v's VEC columns in one load where aligned (engines pass views of a fused tensor)
+        const long long vi = v0 + t * v_t;
+        if (GDN_VEC16 && VEC * IOBYTES >= 8 &&
+            ((reinterpret_cast<unsigned long long>(p.v) + vi * IOBYTES) & (VEC * IOBYTES - 1)) == 0) {
+            ld_vec<IOD, VEC>(p.v, vi, vv);
+        } else {
 #pragma unroll
-        for (int c = 0; c < VEC; ++c) vv[c] = gdn_ld<IOD>(p.v, v0 + t * v_t + c);
+            for (int c = 0; c < VEC; ++c) vv[c] = gdn_ld<IOD>(p.v, vi + c);
+        }
         const float xa = gdn_ld<GDN_A_DT>(p.a, a0 + t * a_t) + dtb;
         const float xb = gdn_ld<GDN_B_DT>(p.b, b0 + t * b_t);
         const float gd = gdn_gate_decay<GDN_FASTGATE>(A_log, xa);
@@ -147,12 +161,43 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4_kfirst(const 
             sq[c] = tree_sum<0, KR>([&](int i) { return qv[i] * S[i][c]; });
         }
 #pragma unroll
-        for (int off = LK / 2; off > 0; off >>= 1) {
+        for (int off = 16; off >= LC; off >>= 1) {      // the warp's LK lanes down the rows
             qk_shfl(kq, qq, kk, off);
 #pragma unroll
             for (int c = 0; c < VEC; ++c) {
                 sk[c] += __shfl_xor_sync(FULL, sk[c], off);
                 sq[c] += __shfl_xor_sync(FULL, sq[c], off);
+            }
+        }
+        if constexpr (W > 1) {                          // the warps' K slices
+            float* mine = red[t & 1][warp];
+            if (kl == 0) {
+#pragma unroll
+                for (int c = 0; c < VEC; ++c) {
+                    mine[ccol + c] = sk[c];
+                    mine[CW + ccol + c] = sq[c];
+                }
+                if (lane == 0) {
+                    mine[2 * CW] = kq;
+                    mine[2 * CW + 1] = qq;
+                    mine[2 * CW + 2] = kk;
+                }
+            }
+            __syncthreads();
+            kq = qq = kk = 0.0f;
+#pragma unroll
+            for (int c = 0; c < VEC; ++c) sk[c] = sq[c] = 0.0f;
+#pragma unroll
+            for (int w = 0; w < W; ++w) {
+                const float* r = red[t & 1][w];
+#pragma unroll
+                for (int c = 0; c < VEC; ++c) {
+                    sk[c] += r[ccol + c];
+                    sq[c] += r[CW + ccol + c];
+                }
+                kq += r[2 * CW];
+                qq += r[2 * CW + 1];
+                kk += r[2 * CW + 2];
             }
         }
         float rq = 1.0f, rk = 1.0f;
@@ -173,9 +218,15 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4_kfirst(const 
 #pragma unroll
             for (int c = 0; c < VEC; ++c) S[i][c] = gd * S[i][c] + kn * u[c];
         }
-        if (kl == 0) {
+        if (warp == 0 && kl == 0) {
+            const long long oi = o0 + t * o_t;
+            if (VEC * IOBYTES == 16 &&
+                ((reinterpret_cast<unsigned long long>(p.out) + oi * IOBYTES) & 15) == 0) {
+                st_vec<IOD, VEC>(p.out, oi, o);
+            } else {
 #pragma unroll
-            for (int c = 0; c < VEC; ++c) gdn_st<IOD>(p.out, o0 + t * o_t + c, o[c]);
+                for (int c = 0; c < VEC; ++c) gdn_st<IOD>(p.out, oi + c, o[c]);
+            }
         }
     }
     if (store) {

@@ -48,8 +48,10 @@ def check(x, l2=False, dest=False, config=None, offset=0, **form):
     new = torch.full_like(state, float("nan")) if dest else None
     args = list(x.args())
     args[3] = state
+    if form.get("g") is not None:
+        args[4:8] = [None] * 4
     if config is None:
-        out, ns = gdnzoo.decode(*args, x.scale, use_qk_l2norm=l2, new_state=new,
+        out, ns = gdnzoo.decode(*args, use_qk_l2norm=l2, new_state=new,
                                 state_layout="k-first", algo="cuda-v4", **form)
     else:
         from gdnzoo.backends import cuda_v4
@@ -67,8 +69,10 @@ def _record(x, state, out, new_state, l2, **form):
     from gdnzoo import dispatch
     from gdnzoo.operation import DECODE
     named = {arg.name: arg.default for arg in DECODE.args}
-    named.update(q=x.q, k=x.k, v=x.v, state=state, A_log=x.A_log, a=x.a, dt_bias=x.dt_bias,
-                 b=x.b, scale=x.scale, out=out, new_state=new_state, use_qk_l2norm=l2,
+    raw = form.get("g") is None
+    named.update(q=x.q, k=x.k, v=x.v, state=state, A_log=x.A_log if raw else None,
+                 a=x.a if raw else None, dt_bias=x.dt_bias if raw else None,
+                 b=x.b if raw else None, scale=x.scale, out=out, new_state=new_state, use_qk_l2norm=l2,
                  algo=None, state_layout="k-first", **form)
     return dispatch.record(DECODE, tuple(named[n] for n in DECODE.names), "cuda-v4")
 
@@ -80,7 +84,7 @@ def _form_reference(x, l2, g=None, beta=None, allow_neg_eigval=False):
     args = list(x.args())
     if g is not None:
         args[4:8] = [None] * 4
-    reference_decode(*args, x.scale, out, st, l2, torch.float64, g=g, beta=beta,
+    reference_decode(*args, out, st, l2, torch.float64, g=g, beta=beta,
                      neg=allow_neg_eigval)
     return out, st
 
@@ -88,7 +92,7 @@ def _form_reference(x, l2, g=None, beta=None, allow_neg_eigval=False):
 @gpu
 @pytest.mark.parametrize("B,T,H,HV,K,V", [(1, 1, 16, 32, 128, 128), (5, 1, 4, 8, 128, 128),
                                           (3, 3, 2, 6, 128, 128), (2, 2, 4, 4, 64, 64),
-                                          (4, 1, 2, 4, 128, 64), (3, 2, 2, 4, 64, 96)])
+                                          (4, 1, 2, 4, 128, 64), (3, 2, 2, 4, 64, 128)])
 @pytest.mark.parametrize("sd", [F32, BF16], ids=["fp32", "bf16"])
 def test_shapes(B, T, H, HV, K, V, sd):
     for seed, (l2, dest) in enumerate([(False, False), (True, True)]):
@@ -102,13 +106,13 @@ def test_fp16_io():
 
 
 @gpu
-@pytest.mark.parametrize("neg", [False, True])
-def test_precomputed_gates_and_neg_eigval(neg):
+def test_precomputed_gates_and_neg_eigval():
+    """g and beta in place of the raw gates; beta = 2 sigmoid(b) with allow_neg_eigval."""
     from gdnzoo.reference import gates
     x = make_inputs(B=3, T=2, H=2, HV=4, device="cuda", seed=4)
     g, beta = gates(x.A_log, x.a, x.dt_bias, x.b)
-    check(x, l2=True, g=torch.log(g), beta=beta * (2 if neg else 1), allow_neg_eigval=neg)
-    check(x, l2=True, allow_neg_eigval=True) if neg else None
+    check(x, l2=True, g=torch.log(g), beta=beta)
+    check(x, l2=True, allow_neg_eigval=True)
 
 
 @gpu
@@ -119,7 +123,7 @@ def test_every_launch_shape(sd):
     size = torch.empty(0, dtype=sd).element_size()
     shapes = [(w, n) for n in kf.LANES for w in (1, 2, 4, 8)
               if not kf.refusal(128, 128, size, w, n, True)]
-    assert len(shapes) >= 6
+    assert len(shapes) >= 10
     for w, n in shapes:
         check(x.clone(), l2=True, config=dict(warps=w, row_groups=1, lanes_per_row=n, hint=3))
 
@@ -143,7 +147,7 @@ def test_pool_with_padding_and_pages():
     ref_out, ref_state = x.reference(True)
     args = list(x.args())
     args[3] = pool
-    out, _ = gdnzoo.decode(*args, x.scale, use_qk_l2norm=True, state_indices=idx,
+    out, _ = gdnzoo.decode(*args, use_qk_l2norm=True, state_indices=idx,
                            state_layout="k-first", algo="cuda-v4")
     for i, s in enumerate(idx.tolist()):
         if s < 0:
@@ -166,14 +170,14 @@ def test_graph_replay_with_new_data():
     args = list(x.args())
     args[3] = st
     out = torch.empty_like(x.v)
-    run = lambda: gdnzoo.decode(*args, x.scale, out=out, state_layout="k-first",  # noqa: E731
+    run = lambda: gdnzoo.decode(*args, out=out, state_layout="k-first",  # noqa: E731
                                 algo="cuda-v4")
     run()
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         run()
-    for dst, src in zip(args[:3] + args[4:], list(y.args())[:3] + list(y.args())[4:]):
+    for dst, src in zip(args[:3] + args[4:8], list(y.args())[:3] + list(y.args())[4:8]):
         dst.copy_(src)
     st.copy_(kfirst(y.state))
     g.replay()
@@ -188,14 +192,18 @@ def test_launch_shape_rule_and_refusals():
     for size in (4, 2):
         for K in (32, 64, 128, 256):
             for V in (32, 64, 96, 128, 256):
-                w, n = kf.shape(size, 1, K, V)
+                w, n, _ = kf.shape(size, 1, K, V)
                 assert not kf.refusal(K, V, size, w, n, True), (size, K, V)
-                w, n = kf.shape(size, 1, K, V, vec16=False)
+                w, n, _ = kf.shape(size, 1, K, V, vec16=False)
                 assert not kf.refusal(K, V, size, w, n, False), (size, K, V)
-    assert kf.shape(4, 32, 128, 128) == (1, 8)             # 16 rows x 4 fp32 a lane
-    assert kf.shape(2, 32, 128, 128) == (1, 16)            # 8 rows x 8 bf16 a lane
-    assert "divide V" in kf.refusal(128, 128, 4, 8, 4, True)   # 8 warps x 32 columns
+    assert kf.shape(4, 32, 128, 128) == (2, 8, 3)          # B = 1 of 16/32: latency
+    assert kf.shape(4, 32 * 256, 128, 128) == (8, 4, 3)    # B = 256: whole lines
+    assert kf.shape(4, 32 * 256, 128, 128, inplace=False) == (8, 4, 0)
+    assert kf.shape(2, 32 * 64, 128, 128) == (4, 4, 3)
+    assert kf.shape(2, 32, 64, 32) == (2, 8, 3)            # 32 columns: 8 lanes along K
+    assert "divide V" in kf.refusal(128, 32, 2, 4, 4, True)     # 64 columns a block
     assert "state values a lane" in kf.refusal(128, 128, 2, 1, 2, True)
     assert "lanes along K" in kf.refusal(128, 128, 4, 1, 32, True)
+    assert "dividing K" in kf.refusal(64, 64, 4, 8, 16, True)
     assert "speculative-verify" in kf.serves(128, 128, 4, True)
     assert kf.serves(128, 128, 4, False) == ""
