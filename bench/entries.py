@@ -61,17 +61,17 @@ def raw(name: str, op: str = "decode"):
 
 
 def record(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm,
-           pool=None, verify=None, pdl=0, algo="bench"):
+           pool=None, verify=None, pdl=0, algo="bench", state_layout="k-last"):
     """The decode call record a backend receives (``gdnzoo.dispatch.record``: validated, nothing
     memoized) for arguments in the positional launch form (``pool``: a
     :class:`gdnzoo.pool.Pool`, ``verify``: a :class:`gdnzoo.verify.Verify`, ``pdl``: 0, 1 or 2;
-    ``new_state`` is ``state`` in place)."""
+    ``new_state`` is ``state`` in place; ``state_layout`` as decode's)."""
     from gdnzoo import dispatch
     from gdnzoo.operation import DECODE
     named = {arg.name: arg.default for arg in DECODE.args}     # decode's defaults, by name
     named.update(q=q, k=k, v=v, state=state, A_log=A_log, a=a, dt_bias=dt_bias, b=b, scale=scale,
                  out=out, new_state=None if new_state is state else new_state,
-                 use_qk_l2norm=use_qk_l2norm, algo=None,
+                 use_qk_l2norm=use_qk_l2norm, algo=None, state_layout=state_layout,
                  pdl={0: None, 1: "wait", 2: "early"}.get(pdl, pdl))
     if pool is not None:
         named.update(state_indices=pool.read,

@@ -55,11 +55,14 @@ def dense_entry(c, plan) -> Entry:
     from gdnzoo.contract import validate
     from gdnzoo.inputs import make_inputs
     dest = c.mode == "dest"
+    layout = plan.layout
     x = make_inputs(B=c.B, T=c.T, H=c.H, HV=c.HV, K=c.K, V=c.V, state_dtype=c.state_dtype,
                     device=plan.device, seed=plan.seed)
     out = torch.empty(c.B, c.T, c.HV, c.V, dtype=x.v.dtype, device=plan.device)
-    p, _ = validate(*x.args(), out=out, new_state=torch.empty_like(x.state) if dest else None,
-                    use_qk_l2norm=c.l2norm)
+    state = x.state.transpose(-1, -2).contiguous() if layout == "k-first" else x.state
+    args = (*x.args()[:3], state, *x.args()[4:])
+    p, _ = validate(*args, out=out, new_state=torch.empty_like(state) if dest else None,
+                    use_qk_l2norm=c.l2norm, state_layout=layout)
     entries.serve(c.backend, p)
     if not plan.gpu and c.backend in entries.backends(language="triton"):
         if os.environ.get("TRITON_INTERPRET") != "1":
@@ -68,20 +71,37 @@ def dense_entry(c, plan) -> Entry:
             raise entries.Skip("Triton interpreter on CPU: only B <= 4 (too slow beyond)")
     public = gdnzoo.get(c.backend)
     raw = entries.raw(c.backend)
-    rot = clocks.Rotation(x.state, dest=dest, l2=plan.l2)
+    rot = clocks.Rotation(state, dest=dest, l2=plan.l2)
 
     def check():
-        j, _, _ = gate.gated_call(public, x, dest=dest, use_qk_l2norm=c.l2norm)
+        fn = public if layout == "k-last" else k_first_call(public)
+        j, _, _ = gate.gated_call(fn, x, dest=dest, use_qk_l2norm=c.l2norm)
         return judged(j)
 
     def call(st, ns):
-        entries.launch(raw, x, st, out, ns, c.l2norm)
+        entries.launch(raw, x, st, out, ns, c.l2norm, state_layout=layout)
 
     def host(i):
         st, ns = rot.next()
-        public(*x.args()[:3], st, *x.args()[4:], out=out, new_state=None if ns is st else ns,
-               use_qk_l2norm=c.l2norm)
+        public(*args[:3], st, *args[4:], out=out, new_state=None if ns is st else ns,
+               use_qk_l2norm=c.l2norm, state_layout=layout)
     return Entry(call, check, rot, host=host, base=dict(flags=_flags(c.backend)))
+
+
+def k_first_call(fn):
+    """``fn`` (decode's signature) as a call on a k-last state that runs it on a K-first copy
+    (``state_layout="k-first"``) and writes the result back where a k-last call would: what
+    the gate holds to the k-last reference."""
+    import torch
+
+    def call(q, k, v, state, *rest, out, new_state, **kw):
+        st = state.transpose(-1, -2).contiguous()
+        ns = None if new_state is None else torch.empty_like(st)
+        o, n = fn(q, k, v, st, *rest, out=out, new_state=ns, state_layout="k-first", **kw)
+        target = state if new_state is None else new_state
+        target.copy_(n.transpose(-1, -2))
+        return o, target
+    return call
 
 
 def floor_rows(c, plan) -> list:
@@ -127,6 +147,10 @@ class Dense(Mode):
         if plan.device != "cuda":
             plan.notes.append("no CUDA device: kernel and graph clocks, floor, copy bandwidth and "
                               "empty kernel are skipped; host clock only")
+        if plan.layout == "k-first":
+            plan.notes.append("--state-layout k-first: every state is K-first [B, HV, K, V] (V "
+                              "contiguous), gated against the k-last reference; the floor moves "
+                              "the same bytes")
         plan.notes += [f"{n}: skipped ({why})" for n, (ok, why) in avail.items() if not ok]
         from gdnzoo.bench.pipeline import Group
         forms = ["dest" if w == "dest" else "inplace" for w in plan.words]
@@ -163,7 +187,12 @@ class Dense(Mode):
         return None
 
     def problem(self, c, plan, **kw):
-        return super().problem(c, plan, inplace=c.mode == "inplace")
+        return super().problem(c, plan, inplace=c.mode == "inplace",
+                               k_first=plan.layout == "k-first")
+
+    def headline(self, plan, env) -> str:
+        return super().headline(plan, env) + (", K-first state [B, HV, K, V]"
+                                              if plan.layout == "k-first" else "")
 
     def sections(self, plan, table) -> list:
         from gdnzoo.bench.report import finite

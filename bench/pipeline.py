@@ -93,6 +93,7 @@ class Plan:
     device: str
     layers: int | None = None
     quiet: bool = False
+    layout: str = "k-last"   # the state's layout (--state-layout; dense and dest)
     backends: tuple = ()     # ours: the gdnzoo backends timed by name
     entries: tuple = ()      # every entry of a cell, in order
     groups: list = field(default_factory=list)
@@ -417,11 +418,15 @@ def make_plan(args) -> Plan:
                       f"{','.join(args.mode)} times one T, got {','.join(map(str, tokens))}")
     if args.nvbench and not mode.nvbench:
         notes.append(f"--nvbench: not available in --mode {mode.name}")
+    if getattr(args, "state_layout", "k-last") != "k-last" and mode.name != "dense":
+        A.usage_error(f"--state-layout: a K-first state is timed by --mode dense and dest, "
+                      f"not --mode {','.join(args.mode)}")
     H, HV = args.heads
     plan = Plan(mode, list(args.mode), tuple(opt("batch")), tuple(opt("state_dtype")),
                 tokens if isinstance(tokens, tuple) else (tokens,), H, HV, args.dim, args.dim,
                 bool(args.l2norm), tuple(timing), args.iters, args.seed,
-                float(opt("time_budget")), device, args.layers, bool(args.quiet), notes=notes)
+                float(opt("time_budget")), device, args.layers, bool(args.quiet),
+                getattr(args, "state_layout", "k-last"), notes=notes)
     if device == "cuda":
         from gdnzoo.bench import clocks
         plan.gpu, plan.l2, plan.cc = True, clocks.l2_bytes(), torch.cuda.get_device_capability()

@@ -131,7 +131,9 @@ class Problem(ProblemBase):
     def default_tables(self) -> tuple:
         """(key, how it reads) of the default-table row's tables that may serve this call, in
         the order consulted (then ``table``, measured in place at T = 1)."""
-        return ((("table_verify", " in a speculative verify"),) * bool(self.verify)
+        kfirst = self.k_first and self.T == 1 and not self.pool and not self.verify
+        return ((("table_kfirst", " with a K-first state"),) * kfirst
+                + (("table_verify", " in a speculative verify"),) * bool(self.verify)
                 + (("table_pool", " in a state pool"),) * self.pool
                 + (("table_tokens", f" with {self.T} tokens per call"),) * (self.T > 1)
                 + (("table_dest", " with destination passing"),) * (not self.inplace))

@@ -108,7 +108,8 @@ DECODE = Operation(
           _kw("pdl", None, "str?", tensor=False), *_GATE_AND_LAYOUT),
     contract="contract",
     reference="reference:run",
-    tables=("table", "table_dest", "table_tokens", "table_pool", "table_verify"),
+    tables=("table", "table_dest", "table_tokens", "table_pool", "table_verify",
+            "table_kfirst"),
     features=(("pools", "pool", "serve state pools (state_indices)"),
               ("verify", "verify", "serve speculative verify (intermediate_states, "
                                    "update_state=False, per-token state_indices)"),

@@ -390,6 +390,38 @@ def test_sweep_fails_a_wrong_backend_and_times_nothing(tmp_path, monkeypatch):
     assert "elements off" in rows[0]["note"]
 
 
+def test_k_first_state_runs_gated_and_says_so(tmp_path):
+    """--state-layout k-first: every cell's state K-first, gated against the k-last reference;
+    the run says so, and a backend that reads it as k-last fails the gate."""
+    plan, rows, _ = bench_run(_args(tmp_path, "--mode", "dense,dest", "--state-layout",
+                                    "k-first"))
+    host = [r for r in rows if r["clock"] == "host"]
+    assert len(host) == 4 and all(r["status"] == "PASS" for r in host)
+    assert any("K-first" in n for n in plan.notes) and plan.layout == "k-first"
+    assert plan.mode.problem(rows[0]["cell"], plan).k_first
+
+
+def test_k_first_gate_catches_a_layout_ignored():
+    import gdnzoo
+    from gdnzoo import gate
+    from gdnzoo.bench.mode_dense import k_first_call
+    from gdnzoo.inputs import make_inputs
+    x = make_inputs(B=2, H=1, HV=2, K=16, V=16, seed=3)
+
+    def ignores_layout(*a, state_layout, **kw):          # a K-first state read as k-last
+        return gdnzoo.decode(*a, **kw, algo="pt-reference")
+    for dest in (False, True):
+        ok, _, _ = gate.gated_call(k_first_call(gdnzoo.get("pt-reference")), x, dest=dest)
+        bad, _, _ = gate.gated_call(k_first_call(ignores_layout), x, dest=dest)
+        assert ok.ok and not bad.ok
+
+
+def test_k_first_state_is_for_dense_and_dest_only(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench_plan("--mode", "pool", "--state-layout", "k-first")
+    assert e.value.code == 2 and "--state-layout" in capsys.readouterr().err
+
+
 def _corrupt(kind):
     """A pt-reference run that computes the right thing, then breaks one part of it."""
     from gdnzoo.backends import pt_reference as ref
