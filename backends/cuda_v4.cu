@@ -108,15 +108,7 @@
 #define GDN_FINAL (GDN_UPDATE && GDN_POOL < 3)
 
 // ---- launch constants ---------------------------------------------------------------------------
-constexpr int K = GDN_K;
-constexpr int V = GDN_V;
-constexpr int T = GDN_T;
-constexpr unsigned HV = GDN_HV;
-constexpr unsigned GVA = GDN_GVA;
-constexpr int SD = GDN_STATE_DT;
-constexpr int IOD = GDN_IO_DT;
-constexpr int SBYTES = SD == GDN_F32 ? 4 : 2;
-constexpr int IOBYTES = IOD == GDN_F32 ? 4 : 2;
+#include "cuda_v4_shape.cuh"                        // K, V, T, HV, GVA, SD, IOD, sizes
 constexpr int VEC = GDN_VEC16 ? 16 / SBYTES : 1;   // state elements per lane per load
 constexpr int LPR = GDN_LPR;                       // lanes that share one row
 constexpr int NV = K / (LPR * VEC);                // loads per lane per row

@@ -33,15 +33,7 @@
 #error "compile with the -D options of backends/_cuda_v4_kfirst.py"
 #endif
 
-constexpr int K = GDN_K;
-constexpr int V = GDN_V;
-constexpr int T = GDN_T;
-constexpr unsigned HV = GDN_HV;
-constexpr unsigned GVA = GDN_GVA;
-constexpr int SD = GDN_STATE_DT;
-constexpr int IOD = GDN_IO_DT;
-constexpr int SBYTES = SD == GDN_F32 ? 4 : 2;
-constexpr int IOBYTES = IOD == GDN_F32 ? 4 : 2;
+#include "cuda_v4_shape.cuh"                        // K, V, T, HV, GVA, SD, IOD, sizes
 constexpr int VEC = GDN_VEC16 ? 16 / SBYTES : 1;   // columns a lane
 constexpr int LK = GDN_LK;                         // lanes of a warp along K
 constexpr int LC = 32 / LK;                        // lanes of a warp side by side in a row

@@ -4,6 +4,21 @@ from __future__ import annotations
 from gdnzoo import gate
 
 
+def cuda_missing(min_cc=None):
+    """Why the CUDA backends' kernels cannot run here (no CUDA device, no CuPy, or a compute
+    capability below ``min_cc``), or None when they can."""
+    import importlib.util
+
+    import torch
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if importlib.util.find_spec("cupy") is None:
+        return "cupy not installed"
+    if min_cc is not None and torch.cuda.get_device_capability() < min_cc:
+        return f"compute capability {torch.cuda.get_device_capability()} < {min_cc[0]}.{min_cc[1]}"
+    return None
+
+
 def assert_matches(out, new_state, ref_out, ref_state, state_dtype, what=""):
     """Both rules of the gate (the contest's elementwise rule and the relative-error bound) on
     output and new state, each in its expected dtype."""

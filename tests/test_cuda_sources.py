@@ -27,7 +27,7 @@ from gdnzoo.contract import validate
 from gdnzoo.inputs import make_inputs, make_problem, paged_pool
 from gdnzoo.pool import Pool
 from v4_runs import params_at
-from helpers import record, run
+from helpers import cuda_missing, record, run
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 NVCC = shutil.which("nvcc")
@@ -776,16 +776,7 @@ def test_host_overhead_of_a_bound_call(fake_gpu):
 
 # ------------------------------------------------------------------------------------- GPU
 
-def _gpu_ready():
-    import importlib.util
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    if importlib.util.find_spec("cupy") is None:
-        return "cupy not installed"
-    return None
-
-
-gpu = pytest.mark.skipif(_gpu_ready() is not None, reason=f"needs a GPU and CuPy: {_gpu_ready()}")
+gpu = pytest.mark.skipif(cuda_missing() is not None, reason=f"needs a GPU and CuPy: {cuda_missing()}")
 
 
 @gpu

@@ -8,8 +8,6 @@ padding, and a CUDA graph replayed with new data.  On the CPU: the launch-shape 
 refusals."""
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
@@ -17,20 +15,13 @@ import gdnzoo
 from gdnzoo import gate
 from gdnzoo.backends import _cuda_v4_kfirst as kf
 from gdnzoo.inputs import make_inputs
+from helpers import cuda_missing
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 
 
-def _missing():
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    if importlib.util.find_spec("cupy") is None:
-        return "cupy not installed"
-    return None
-
-
-gpu = pytest.mark.skipif(_missing() is not None,
-                         reason=f"cuda-v4's K-first kernel needs a GPU and CuPy: {_missing()}")
+gpu = pytest.mark.skipif(cuda_missing() is not None,
+                         reason=f"cuda-v4's K-first kernel needs a GPU and CuPy: {cuda_missing()}")
 
 
 def kfirst(t):

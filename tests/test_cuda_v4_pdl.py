@@ -37,7 +37,7 @@ from gdnzoo.contract import PDL_LEVELS
 from gdnzoo.inputs import make_inputs, make_pool_case as make_case, make_problem
 from gdnzoo.reference import reference_outputs
 from gdnzoo.inputs import make_verify_case
-from helpers import record, run
+from helpers import cuda_missing, record, run
 from v4_defines import v4_defines
 
 F32, BF16 = torch.float32, torch.bfloat16
@@ -395,19 +395,9 @@ def test_supports_refuses_pdl_below_sm90():
 
 # ------------------------------------------------------------------------------------- GPU
 
-def _missing():
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    if importlib.util.find_spec("cupy") is None:
-        return "cupy not installed"
-    if torch.cuda.get_device_capability() < (9, 0):
-        return f"compute capability {torch.cuda.get_device_capability()} < 9.0"
-    return None
-
-
-needs_gpu = pytest.mark.skipif(_missing() is not None,
+needs_gpu = pytest.mark.skipif(cuda_missing((9, 0)) is not None,
                                reason=f"cuda-v4 PDL runs need a GPU of compute capability >= "
-                                      f"9.0 and CuPy: {_missing()}")
+                                      f"9.0 and CuPy: {cuda_missing((9, 0))}")
 PDL_ON = ("wait", "early")
 
 

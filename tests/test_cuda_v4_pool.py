@@ -13,7 +13,6 @@ whose offset passes 2^31 elements, and a CUDA graph replayed with new indices an
 """
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 import torch
@@ -26,24 +25,17 @@ from gdnzoo import inputs
 from gdnzoo.inputs import make_inputs, paged_pool
 from gdnzoo.pool import Pool, live
 from gdnzoo.reference import reference_outputs
-from helpers import record, run
+from helpers import cuda_missing, record, run
 
 F32, BF16 = torch.float32, torch.bfloat16
 I32, I64 = torch.int32, torch.int64
 K = V = 128
 
 
-def _missing():
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    if importlib.util.find_spec("cupy") is None:
-        return "cupy not installed"
-    return None
-
-
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(_missing() is not None,
-                                 reason=f"cuda-v4 state pools need a GPU and CuPy: {_missing()}")]
+              pytest.mark.skipif(cuda_missing() is not None,
+                                 reason=f"cuda-v4 state pools need a GPU and CuPy: "
+                                        f"{cuda_missing()}")]
 
 
 def page_pool(P, HV, dtype, seed, V=V, offset=0):

@@ -32,7 +32,7 @@ from v4_defines import v4_defines
 from v4_runs import (H100, NVCC, check_run, compile_failures, needs_nvcc, params_at,
                      run_case)
 from gdnzoo.inputs import make_verify_case
-from helpers import record, run
+from helpers import cuda_missing, record, run
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
 I32, I64 = torch.int32, torch.int64
@@ -211,14 +211,8 @@ def test_tc_is_a_verify_candidate():
 
 # ------------------------------------------------------------------------------- on a GPU
 
-def _missing():
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    return None if cuda_v4.available() else "CuPy is not installed"
-
-
-needs_gpu = pytest.mark.skipif(_missing() is not None,
-                               reason=f"cuda-v4 runs need a GPU and CuPy: {_missing()}")
+needs_gpu = pytest.mark.skipif(cuda_missing() is not None,
+                               reason=f"cuda-v4 runs need a GPU and CuPy: {cuda_missing()}")
 
 
 def _packed(x):

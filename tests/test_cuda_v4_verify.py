@@ -18,7 +18,6 @@ new data, indices and accepted counts equal to eager calls.
 from __future__ import annotations
 
 import functools
-import importlib.util
 import subprocess
 
 import pytest
@@ -32,7 +31,7 @@ from gdnzoo.contract import validate
 from gdnzoo.reference import reference_verify_outputs
 from conftest import DEVICE
 from gdnzoo.inputs import make_verify_case
-from helpers import record
+from helpers import cuda_missing, record
 from verify_cases import check_verify_call
 from v4_runs import (H100, NVCC, check_run, compile_failures, needs_nvcc, params_at,
                      run_case)
@@ -286,16 +285,8 @@ def test_verify_plain_and_pool_launchers_stay_apart(fake_gpu):
 
 # ------------------------------------------------------------------------------------- GPU
 
-def _missing():
-    if not torch.cuda.is_available():
-        return "no CUDA device"
-    if importlib.util.find_spec("cupy") is None:
-        return "cupy not installed"
-    return None
-
-
-needs_gpu = pytest.mark.skipif(_missing() is not None,
-                               reason=f"cuda-v4 verify runs need a GPU and CuPy: {_missing()}")
+needs_gpu = pytest.mark.skipif(cuda_missing() is not None,
+                               reason=f"cuda-v4 verify runs need a GPU and CuPy: {cuda_missing()}")
 
 
 def _matrix():
