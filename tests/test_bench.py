@@ -410,10 +410,17 @@ def test_k_first_gate_catches_a_layout_ignored():
 
     def ignores_layout(*a, state_layout, **kw):          # a K-first state read as k-last
         return gdnzoo.decode(*a, **kw, algo="pt-reference")
+
+    def writes_its_input(q, k, v, state, *rest, new_state, **kw):
+        o, n = gdnzoo.decode(q, k, v, state, *rest, new_state=new_state, **kw)
+        state.add_(1.0)                                      # destination passing, input changed
+        return o, n
     for dest in (False, True):
         ok, _, _ = gate.gated_call(k_first_call(gdnzoo.get("pt-reference")), x, dest=dest)
         bad, _, _ = gate.gated_call(k_first_call(ignores_layout), x, dest=dest)
         assert ok.ok and not bad.ok
+    bad, _, _ = gate.gated_call(k_first_call(writes_its_input), x, dest=True)
+    assert not bad.ok and "state: modified" in bad.reason
 
 
 def test_k_first_state_is_for_dense_and_dest_only(capsys):
