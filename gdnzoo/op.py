@@ -76,9 +76,16 @@ def _impl(op):
     return impl
 
 
-def _fake(*args):
-    """An operator under fake tensors (torch.compile's tracing): nothing to allocate."""
-    return None
+def _fake(op):
+    defaults = tuple(a.default for a in op.args)
+
+    def fake(*args):
+        """The operator under fake tensors (torch.compile's tracing): nothing to allocate; the
+        eager call's refusal of a tensor that requires grad, for a graph that calls the
+        operator itself (the public functions check it before, in :func:`call`)."""
+        _outside_autograd(op, (*args, *defaults[len(args):]))
+        return None
+    return fake
 
 
 if not hasattr(torch.ops.gdnzoo, "decode_"):       # once per process, also across reloads
@@ -86,7 +93,7 @@ if not hasattr(torch.ops.gdnzoo, "decode_"):       # once per process, also acro
     for _op in (DECODE, PREFILL, COMMIT):
         _LIB.define(schema(_op))
         _LIB.impl(f"{_op.name}_", _impl(_op), "CompositeExplicitAutograd")
-        torch.library.register_fake(f"gdnzoo::{_op.name}_", _fake, lib=_LIB)
+        torch.library.register_fake(f"gdnzoo::{_op.name}_", _fake(_op), lib=_LIB)
 
 OP = torch.ops.gdnzoo.decode_.default
 OPS = {name: getattr(torch.ops.gdnzoo, f"{name}_").default for name in ("decode", "prefill",

@@ -484,3 +484,44 @@ def test_compiled_call_refuses_a_tensor_that_requires_grad(what):
         compiled(*args())
     with torch.no_grad():
         assert torch.equal(compiled(*args()), f(*args()))
+
+
+@pytest.mark.parametrize("what", ["decode", "prefill"])
+def test_the_operator_itself_refuses_a_tensor_that_requires_grad_under_compile(what):
+    """A graph that calls torch.ops.gdnzoo.*_ directly (not through the public functions):
+    the operator's fake implementation refuses, as the eager operator does, a tensor that
+    requires grad while grad mode is on (it ran with the gradient silently dropped); under
+    no_grad the compiled call equals the eager one."""
+    if what == "decode":
+        x = make_inputs(B=2, T=1, H=2, HV=4, K=32, V=32)
+
+        def f(q, k, v, state, A_log, a, dt_bias, b, scale):
+            out = torch.empty_like(v)
+            torch.ops.gdnzoo.decode_(q, k, v, state, A_log, a, dt_bias, b, scale, out)
+            return out
+
+        def args():
+            return list(x.clone().args())
+    else:
+        x = make_prefill_inputs([3, 0, 5], H=2, HV=4, K=32, V=32)
+
+        def f(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens):
+            out = torch.empty_like(v)
+            torch.ops.gdnzoo.prefill_(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, None,
+                                      out)
+            return out
+
+        def args():
+            y = x.clone()
+            return [y.q, y.k, y.v, y.state, y.A_log, y.a, y.dt_bias, y.b, y.cu_seqlens]
+    A_log = torch.nn.Parameter(x.A_log.clone())
+
+    def with_param():
+        a = args()
+        a[4] = A_log
+        return a
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match="A_log: expected a tensor that does not require grad"):
+        compiled(*with_param())
+    with torch.no_grad():
+        assert torch.equal(compiled(*with_param()), f(*with_param()))
