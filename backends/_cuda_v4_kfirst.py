@@ -59,7 +59,7 @@ def shape(state_size: int, BHV: int, K: int, V: int, inplace: bool = True,
           vec16: bool = True) -> tuple:
     """(warps, lanes, hint) of a call with BHV (sequence, head) pairs.  Measured on an H200 at
     16/32 and 4/8 heads, K = V = 128, B = 1 to 256 (lab/kfirst_cuda.py,
-    lab/notebook/h200/kfirst_cuda_2026-11-29.log): states up to SMALL_BYTES (B <= 4 of 16/32
+    lab/notebook/h200/kfirst_cuda_2026-11-29.log): states up to SMALL_BYTES (B <= 8 of 16/32
     fp32, <= 16 of bf16) are bound by latency, and 2 warps of 8 lanes along K (8 rows a lane)
     were fastest; larger ones by bandwidth, where 4 lanes along K read whole 128-byte lines of
     a row: 4 warps (8 fp32 from 2048 pairs).  Cache hint 3 (.nc loads, streaming stores) but
@@ -97,6 +97,8 @@ def launch(bound, vec16: bool, warps: int, lanes: int, hint: int, fast_gates: in
     B, T, H, K, HV, V = bound.shape
     sd, io, ad, bd, dd = bound.dtypes
     size = cuda_build.ELEM_SIZE[sd]
+    if bound.verify:                 # supports() refuses it; a record launched directly too
+        raise ValueError(f"cuda-v4: {serves(K, V, size, True)}")
     why = refusal(K, V, size, warps, lanes, vec16)
     if why:
         raise ValueError(f"cuda-v4: launch config invalid for a K-first state: {why}")

@@ -210,7 +210,7 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4_kfirst(const 
 #pragma unroll
             for (int c = 0; c < VEC; ++c) S[i][c] = gd * S[i][c] + kn * u[c];
         }
-        if (warp == 0 && kl == 0) {
+        if (warp == 0 && kl == 0) {                    // one vector where a lane's are 16 bytes
             const long long oi = o0 + t * o_t;
             if (VEC * IOBYTES == 16 &&
                 ((reinterpret_cast<unsigned long long>(p.out) + oi * IOBYTES) & 15) == 0) {

@@ -97,7 +97,7 @@ def k_first_call(fn):
 
     def call(q, k, v, state, *rest, out, new_state, **kw):
         st = state.transpose(-1, -2).contiguous()
-        ns = None if new_state is None else torch.empty_like(st)
+        ns = None if new_state is None else torch.full_like(st, float("nan"))
         o, n = fn(q, k, v, st, *rest, out=out, new_state=ns, state_layout="k-first", **kw)
         if new_state is None:
             state.copy_(n.transpose(-1, -2))
@@ -179,7 +179,10 @@ class Dense(Mode):
         return gated(c, clocks, lambda: dense_entry(c, plan), plan)
 
     def finish(self, rows, plan, args):
-        if args is not None and args.nvbench:
+        if args is not None and args.nvbench and plan.layout != "k-last":
+            plan.notes.append("--nvbench: not with --state-layout k-first (its subprocess times "
+                              "a k-last state)")
+        elif args is not None and args.nvbench:
             from gdnzoo.bench import nvbench_xcheck
             extra, note = nvbench_xcheck.cross_check(rows, args)
             rows += extra

@@ -513,6 +513,8 @@ def results(plan, rows, ref, out, plots=True) -> tuple:
     from gdnzoo.bench import console, plots as drawing, report
     table = report.build_table(rows, ref, plan)
     env = report.environment(plan.mode.method, ref, plan.notes)
+    if plan.layout != "k-last":
+        env["state_layout"] = plan.layout              # what tune --from must not read as k-last
     files = report.write_results(table, env, out, report.columns(plan.mode))
     drawn = drawing.plot_all(table, env, out, plan) if plots else "not drawn (--no-plots)"
     print(console.render(table, env, plan, files, drawn))

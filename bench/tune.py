@@ -9,7 +9,9 @@
   registered backend that serves pools, per batch size, in the serving convention), rows of
   ``--mode verify`` its ``table_verify`` (:func:`verify_winners`): with no in-place rows beside
   them, these are added to this GPU's existing row, every other table of it kept; a re-tune
-  without pool or verify rows keeps the row's tables of that mode.
+  without pool or verify rows keeps the row's tables of that mode.  A row's ``table_kfirst``
+  (a K-first state) has no stage here: it is written by hand from a ``gdnzoo bench
+  --state-layout k-first`` run, which ``--from`` refuses, and a re-tune keeps it.
 * ``gdnzoo tune --shapes [--write]``: the launch rows of the tunable backends on this GPU
   (:mod:`gdnzoo.bench.shapes`), into ``backends/tables/<gpu>.yaml``.
 """
@@ -96,6 +98,16 @@ def merge_ranges(choice):
     return out
 
 
+def state_layout(env) -> str:
+    """The state layout a run timed: its environment's ``state_layout`` (runs before that key:
+    the note ``--state-layout k-first`` left)."""
+    if "state_layout" in env:
+        return env["state_layout"]
+    notes = env.get("notes") or []
+    return "k-first" if any(str(n).startswith("--state-layout k-first") for n in notes) \
+        else "k-last"
+
+
 def load_runs(paths, base=None):
     """Rows and provenance merged from several results.json files of one GPU.
 
@@ -111,6 +123,11 @@ def load_runs(paths, base=None):
         if not f.is_file():
             raise SystemExit(f"tune --from: {f}: no such file")
         rs, env = report.read_results(f)
+        if state_layout(env) != "k-last":
+            raise SystemExit(f"tune --from: {f} timed a {state_layout(env)} state "
+                             f"(--state-layout): the default table's tables are measured on a "
+                             f"k-last one; a row's table_kfirst is written from such a run by "
+                             f"hand")
         envs.append(env)
         for r in rs:
             if r.get("backend") == "floor":
@@ -439,8 +456,12 @@ def cmd_tune(args) -> int:
                              "or verify backend to choose from")
         for key in MODE_TABLES:
             row = with_mode_table(row, old, rows, prov, key)
+        if old and old.get("table_kfirst") and row is not old:     # no tune stage: kept as is
+            row["table_kfirst"] = old["table_kfirst"]
+            if "kfirst" in old["provenance"]:
+                row["provenance"]["kfirst"] = old["provenance"]["kfirst"]
         for key, mode in zip(DECODE.tables, ("in place", "destination passing", "T >= 2 tokens",
-                                          "state pool", "speculative verify")):
+                                          "state pool", "speculative verify", "K-first state")):
             for sd, ranges in row.get(key, {}).items():
                 print(f"{gpu} {sd} {mode}: "
                       + ", ".join(f"B {lo}..{hi or ''} {be}" for lo, hi, be in ranges))

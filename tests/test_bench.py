@@ -6,6 +6,7 @@ import difflib
 import json
 import math
 import shutil
+from pathlib import Path
 import time
 
 import pytest
@@ -1088,3 +1089,56 @@ def test_prefill_on_cpu_checks_small_cells_and_says_why_not_the_rest(tmp_path, c
     with pytest.raises(SystemExit) as e:
         bench_plan("--mode", "prefill", "--mix", "2x9+1pad", "--out", str(tmp_path / "q"))
     assert e.value.code == 2 and "engine-prefill" in capsys.readouterr().err
+
+
+def test_tune_refuses_a_k_first_run_and_keeps_the_rows_table_kfirst(tmp_path, capsys):
+    """A K-first run (--state-layout k-first) would make k-last tables of K-first times: tune
+    --from refuses it (the environment's state_layout, or the note of a run before that key);
+    a re-tune from k-last runs keeps the row's hand-written table_kfirst and its provenance."""
+    from gdnzoo.registry import parse_registry, registry_path
+    R = Path(__file__).resolve().parent.parent / "bench" / "results" / "h200" / "kfirst"
+    p = tune.add_tune_args(argparse.ArgumentParser())
+    with pytest.raises(SystemExit, match="timed a k-first state"):
+        tune.cmd_tune(p.parse_args(["--from", str(R / "results.json")]))
+    args = _args(tmp_path, "--state-layout", "k-first", "--batch", "1")
+    assert pipeline.cmd_bench(args) == 0
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert tune.state_layout(doc["environment"]) == "k-first"
+    reg = tmp_path / "registry.yaml"
+    shutil.copy(registry_path(), reg)
+    assert tune.cmd_tune(p.parse_args(["--from", str(R / "klast" / "results.json"), "--write",
+                                       "--registry", str(reg)])) == 0
+    h200 = lambda r: [d for d in r.op("decode").defaults        # noqa: E731
+                      if d.gpu == "NVIDIA H200" and not d.geometry][0]
+    before = h200(parse_registry(yaml.safe_load(registry_path().read_text())))
+    after = h200(parse_registry(yaml.safe_load(reg.read_text())))
+    assert after.table_kfirst == before.table_kfirst and after.table_kfirst
+    assert after.provenance["kfirst"] == before.provenance["kfirst"]
+    assert "K-first state" in capsys.readouterr().out
+
+
+def test_a_dense_k_first_call_reads_table_kfirst():
+    """A dense T = 1 call on a K-first state reads the row's table_kfirst first, in place or
+    not; a pool, several tokens or a verify call on one read their own tables."""
+    from gdnzoo import registry, tables
+    from gdnzoo.inputs import make_problem
+    rows = tables.default_rows(registry.load_registry().op("decode").defaults, "NVIDIA H200")
+    for kw, key in ((dict(), "table_kfirst"), (dict(inplace=False), "table_kfirst"),
+                    (dict(pool=True), "table_pool"), (dict(T=2), "table_tokens"),
+                    (dict(T=2, verify="states"), "table_verify")):
+        p = make_problem(B=3, H=16, HV=32, k_first=True, **kw)
+        assert tables.lookup(rows, p)[1] == key, kw
+    assert tables.lookup(rows, make_problem(B=3, H=16, HV=32))[1] == "table"
+
+
+def test_nvbench_is_not_run_on_a_k_first_state(monkeypatch):
+    """The NVBench cross-check's subprocess times a k-last state: a K-first run says so and
+    does not run it (its rows would stand beside the K-first kernel's as a second opinion)."""
+    from gdnzoo.bench import nvbench_xcheck
+    monkeypatch.setattr(nvbench_xcheck, "cross_check",
+                        lambda *a: (_ for _ in ()).throw(AssertionError("ran")))
+    plan = bench_plan("--state-layout", "k-first", "--nvbench", "--batch", "1")
+    rows = []
+    plan.mode.finish(rows, plan, bench_args("--state-layout", "k-first", "--nvbench"))
+    assert rows == [] and any("--nvbench: not with --state-layout k-first" in n
+                              for n in plan.notes)

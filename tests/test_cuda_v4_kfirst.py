@@ -198,3 +198,24 @@ def test_launch_shape_rule_and_refusals():
     assert "dividing K" in kf.refusal(64, 64, 4, 8, 16, True)
     assert "speculative-verify" in kf.serves(128, 128, 4, True)
     assert kf.serves(128, 128, 4, False) == ""
+
+
+def test_a_k_first_verify_record_launched_directly_is_refused():
+    """supports() refuses a K-first verify; a record launched directly (the bench's and the
+    tests' route past the selection) is refused too, before any kernel is built: the kernel
+    has no intermediate stores, and would have overwritten the state."""
+    from gdnzoo import dispatch
+    from gdnzoo.backends import cuda_v4
+    from gdnzoo.operation import DECODE
+    x = make_inputs(B=2, T=2, H=2, HV=4, K=64, V=64, seed=11)
+    state = kfirst(x.state)
+    inter = torch.full((2, 2, 4, 64, 64), float("nan"))
+    named = {arg.name: arg.default for arg in DECODE.args}
+    named.update(q=x.q, k=x.k, v=x.v, state=state, A_log=x.A_log, a=x.a, dt_bias=x.dt_bias,
+                 b=x.b, scale=x.scale, out=torch.empty_like(x.v), algo=None,
+                 intermediate_states=inter, update_state=False, state_layout="k-first")
+    rec = dispatch.record(DECODE, tuple(named[n] for n in DECODE.names), "cuda-v4")
+    before = state.clone()
+    with pytest.raises(ValueError, match="K-first kernel has no speculative-verify stores"):
+        cuda_v4.run(rec, config=dict(warps=2, row_groups=1, lanes_per_row=8, hint=3))
+    assert torch.equal(state, before) and torch.isnan(inter).all()
