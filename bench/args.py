@@ -204,8 +204,8 @@ def add_bench_args(p):
     p.add_argument("--layers", type=positive_int, default=None,
                    help="--mode chained: layers in the graph (default 64)")
     p.add_argument("--state-layout", choices=("k-last", "k-first"), default="k-last",
-                   help="--mode dense/dest: the state's layout, k-last [B, HV, V, K] (default) "
-                        "or k-first [B, HV, K, V] (FLA's and transformers')")
+                   help="--mode dense/dest/prefill: the state's layout, k-last [.., HV, V, K] "
+                        "(default) or k-first [.., HV, K, V] (FLA's and transformers')")
     p.add_argument("--l2norm", action="store_true", help="use_qk_l2norm=True")
     p.add_argument("--iters", type=positive_int, default=200,
                    help="most timed calls per clock per cell")

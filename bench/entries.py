@@ -175,3 +175,23 @@ def flashinfer_gdn(api):
     if broken:
         raise Skip(f"FlashInfer's GDN kernels cannot compile: {broken}")
     return fn
+
+
+def k_first_call(fn):
+    """``fn`` (decode's or prefill's signature) as a call on a k-last state that runs it on a
+    K-first copy (``state_layout="k-first"``) and writes the result back where a k-last call
+    would, and the K-first input back into ``state`` (so the gate sees a destination-passing
+    call that changed its input): what the gate holds to the k-last reference."""
+    import torch
+
+    def call(q, k, v, state, *rest, out, new_state, **kw):
+        st = state.transpose(-1, -2).contiguous()
+        ns = None if new_state is None else torch.full_like(st, float("nan"))
+        o, n = fn(q, k, v, st, *rest, out=out, new_state=ns, state_layout="k-first", **kw)
+        if new_state is None:
+            state.copy_(n.transpose(-1, -2))
+            return o, state
+        new_state.copy_(n.transpose(-1, -2))
+        state.copy_(st.transpose(-1, -2))
+        return o, new_state
+    return call

@@ -74,7 +74,7 @@ def dense_entry(c, plan) -> Entry:
     rot = clocks.Rotation(state, dest=dest, l2=plan.l2)
 
     def check():
-        fn = public if layout == "k-last" else k_first_call(public)
+        fn = public if layout == "k-last" else entries.k_first_call(public)
         j, _, _ = gate.gated_call(fn, x, dest=dest, use_qk_l2norm=c.l2norm)
         return judged(j)
 
@@ -86,26 +86,6 @@ def dense_entry(c, plan) -> Entry:
         public(*args[:3], st, *args[4:], out=out, new_state=None if ns is st else ns,
                use_qk_l2norm=c.l2norm, state_layout=layout)
     return Entry(call, check, rot, host=host, base=dict(flags=_flags(c.backend)))
-
-
-def k_first_call(fn):
-    """``fn`` (decode's signature) as a call on a k-last state that runs it on a K-first copy
-    (``state_layout="k-first"``) and writes the result back where a k-last call would, and
-    the K-first input back into ``state`` (so the gate sees a destination-passing call that
-    changed its input): what the gate holds to the k-last reference."""
-    import torch
-
-    def call(q, k, v, state, *rest, out, new_state, **kw):
-        st = state.transpose(-1, -2).contiguous()
-        ns = None if new_state is None else torch.full_like(st, float("nan"))
-        o, n = fn(q, k, v, st, *rest, out=out, new_state=ns, state_layout="k-first", **kw)
-        if new_state is None:
-            state.copy_(n.transpose(-1, -2))
-            return o, state
-        new_state.copy_(n.transpose(-1, -2))
-        state.copy_(st.transpose(-1, -2))
-        return o, new_state
-    return call
 
 
 def floor_rows(c, plan) -> list:

@@ -121,9 +121,11 @@ class InputSets:
     """The cold source of a cell: ``n`` copies of its inputs (and states, and pools) visited
     round robin; ``call(x, state, kw)`` takes one set."""
 
-    def __init__(self, x, form, n, device, seed):
+    def __init__(self, x, form, n, device, seed, layout="k-last"):
         import torch
         self.sets = []
+        lay = (lambda t: t.transpose(-1, -2).contiguous()) if layout == "k-first" \
+            else (lambda t: t)
         for i in range(n):
             y = x.clone()
             if form == "pool":
@@ -134,9 +136,9 @@ class InputSets:
                     y.state.dtype).to(device)
                 slots = torch.randperm(P, generator=g)[:N].to(torch.int32).to(device)
                 pool[slots.long()] = y.state
-                self.sets.append((y, pool, dict(state_indices=slots)))
+                self.sets.append((y, lay(pool), dict(state_indices=slots)))
             else:
-                self.sets.append((y, y.state, {}))
+                self.sets.append((y, lay(y.state), {}))
         self.n = len(self.sets)
         self._turn = 0
         y, st, _ = self.sets[0]
@@ -178,8 +180,10 @@ def prefill_entry(c: Cell, plan) -> Entry:
     if ref is None:
         ref = plan.cache[("ref", c.H, c.HV, keys["mix"], c.state_dtype)] = x.reference(True)
     fn = gdnzoo.prefill if c.backend == "auto" else gdnzoo.get(c.backend, op="prefill")
-    sets = InputSets(x, form, rotation(x, plan.l2 or 0), plan.device, plan.seed)
+    layout = plan.layout
+    sets = InputSets(x, form, rotation(x, plan.l2 or 0), plan.device, plan.seed, layout)
     y0, st0, kw0 = sets.sets[0]
+    kw0 = dict(kw0, state_layout=layout)
     problem, _ = prefill_contract.validate(*y0.args()[:3], st0, *y0.args()[4:],
                                            use_qk_l2norm=True, **kw0)
     note = ""
@@ -194,16 +198,18 @@ def prefill_entry(c: Cell, plan) -> Entry:
 
     def check():
         if form == "dense":
-            j, _, _ = gate.gated_call(fn, x, dest=False, use_qk_l2norm=True, ref=ref,
-                                      state_tol=tol)
+            j, _, _ = gate.gated_call(fn if layout == "k-last" else entries.k_first_call(fn), x,
+                                      dest=False, use_qk_l2norm=True, ref=ref, state_tol=tol)
             return judged(j)
         y, pool, kw = sets.sets[0]
         before = pool.clone()
         out.fill_(float("nan"))
-        fn(*y.args()[:3], pool, *y.args()[4:], out=out, use_qk_l2norm=True, **kw)
+        fn(*y.args()[:3], pool, *y.args()[4:], out=out, use_qk_l2norm=True, **kw,
+           state_layout=layout)
         slots = kw["state_indices"].long()
-        j = gate.judge(out, pool.index_select(0, slots), *ref, state_dtype=pool.dtype,
-                       state_tol=tol)
+        got = pool.index_select(0, slots)
+        j = gate.judge(out, got if layout == "k-last" else got.transpose(-1, -2), *ref,
+                       state_dtype=pool.dtype, state_tol=tol)
         others = torch.ones(pool.shape[0], dtype=torch.bool, device=pool.device)
         others[slots] = False
         if not torch.equal(pool[others], before[others]):
@@ -212,7 +218,8 @@ def prefill_entry(c: Cell, plan) -> Entry:
         return judged(j)
 
     def call(y, st, kw):
-        fn(*y.args()[:3], st, *y.args()[4:], out=out, use_qk_l2norm=True, **kw)
+        fn(*y.args()[:3], st, *y.args()[4:], out=out, use_qk_l2norm=True, **kw,
+           state_layout=layout)
 
     def host(i):
         call(*sets.next())
@@ -298,6 +305,10 @@ class Prefill(Mode):
         avail = {n: entries.available(n, plan.device, "prefill") for n in names if n != "auto"}
         plan.notes += [f"{n}: skipped ({why})" for n, (ok, why) in avail.items() if not ok]
         plan.l2norm = True
+        if plan.layout == "k-first":
+            plan.notes.append("--state-layout k-first: every state (and pool) is K-first "
+                              "[.., HV, K, V] (V contiguous), gated against the k-last "
+                              "reference")
         for form in getattr(args, "form", None) or FORMS:
             for H, HV in geoms:
                 for mix in mixes:
@@ -338,7 +349,7 @@ class Prefill(Mode):
         return Problem(N=c.B, T=c.T, H=c.H, HV=c.HV, K=c.K, V=c.V,
                        state_dtype=DTYPES[c.state_dtype], io_dtype=torch.bfloat16,
                        device=plan.device, use_qk_l2norm=True, cc=plan.cc,
-                       pool=c.mode == "pool")
+                       pool=c.mode == "pool", k_first=plan.layout == "k-first")
 
     def derive(self, table, plan):
         from gdnzoo.bench.report import finite
@@ -348,7 +359,8 @@ class Prefill(Mode):
                 r["tflops"] = 4.0 * r["T"] * r["HV"] * r["K"] * r["V"] / m / 1e6
 
     def headline(self, plan, env):
-        return "q/k/v bf16, K=V=128, use_qk_l2norm=True, cu_seqlens int32"
+        return "q/k/v bf16, K=V=128, use_qk_l2norm=True, cu_seqlens int32" + (
+            ", K-first states [N, HV, K, V]" if plan.layout == "k-first" else "")
 
     def sections(self, plan, table):
         out = []

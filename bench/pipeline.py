@@ -418,9 +418,10 @@ def make_plan(args) -> Plan:
                       f"{','.join(args.mode)} times one T, got {','.join(map(str, tokens))}")
     if args.nvbench and not mode.nvbench:
         notes.append(f"--nvbench: not available in --mode {mode.name}")
-    if getattr(args, "state_layout", "k-last") != "k-last" and mode.name != "dense":
-        A.usage_error(f"--state-layout: a K-first state is timed by --mode dense and dest, "
-                      f"not --mode {','.join(args.mode)}")
+    if getattr(args, "state_layout", "k-last") != "k-last" and mode.name not in ("dense",
+                                                                                 "prefill"):
+        A.usage_error(f"--state-layout: a K-first state is timed by --mode dense, dest and "
+                      f"prefill, not --mode {','.join(args.mode)}")
     H, HV = args.heads
     plan = Plan(mode, list(args.mode), tuple(opt("batch")), tuple(opt("state_dtype")),
                 tokens if isinstance(tokens, tuple) else (tokens,), H, HV, args.dim, args.dim,

@@ -2,6 +2,7 @@
 rotation counts, the options every mode shares (refused before anything is measured)."""
 import argparse
 import csv
+import dataclasses
 import difflib
 import json
 import math
@@ -405,7 +406,7 @@ def test_k_first_state_runs_gated_and_says_so(tmp_path):
 def test_k_first_gate_catches_a_layout_ignored():
     import gdnzoo
     from gdnzoo import gate
-    from gdnzoo.bench.mode_dense import k_first_call
+    from gdnzoo.bench.entries import k_first_call
     from gdnzoo.inputs import make_inputs
     x = make_inputs(B=2, H=1, HV=2, K=16, V=16, seed=3)
 
@@ -1142,3 +1143,33 @@ def test_nvbench_is_not_run_on_a_k_first_state(monkeypatch):
     plan.mode.finish(rows, plan, bench_args("--state-layout", "k-first", "--nvbench"))
     assert rows == [] and any("--nvbench: not with --state-layout k-first" in n
                               for n in plan.notes)
+
+
+def test_prefill_on_k_first_states(tmp_path):
+    """--mode prefill --state-layout k-first: dense states and pools K-first, every cell
+    checked against the k-last float64 reference; a backend reading a K-first state as
+    k-last fails (pt-reference told the wrong layout)."""
+    from gdnzoo.backends import pt_reference
+    args = bench_args("--mode", "prefill", "--algo", "pt-reference", "--heads", "1,2",
+                      "--mix", "3x64", "--device", "cpu", "--no-plots", "--quiet",
+                      "--state-layout", "k-first", "--out", str(tmp_path / "o"))
+    plan, rows, _ = bench_run(args)
+    assert {r["cell"].mode for r in rows} == {"dense", "pool"} and plan.layout == "k-first"
+    assert rows and all(r["status"] == "PASS" for r in rows)
+    orig = pt_reference.run
+
+    def wrong_layout(call, *, config=None):
+        problem = dataclasses.replace(call.problem, k_first=False)
+        orig(call._replace(problem=problem), config=config)
+    try:
+        pt_reference.run = wrong_layout
+        from gdnzoo import dispatch, registry
+        registry.runner.cache_clear()
+        dispatch._MEMO.clear()
+        _, bad, _ = bench_run(args)
+    finally:
+        pt_reference.run = orig
+        registry.runner.cache_clear()
+        dispatch._MEMO.clear()
+    mine = [r for r in bad if r["cell"].backend == "pt-reference"]
+    assert mine and all(r["status"] == "FAIL" for r in mine)
