@@ -177,6 +177,11 @@ def flashinfer_gdn(api):
     return fn
 
 
+def in_layout(state, layout: str):
+    """A k-last state (or pool) stored in ``layout``: itself, or a K-first contiguous copy."""
+    return state.transpose(-1, -2).contiguous() if layout == "k-first" else state
+
+
 def k_first_call(fn):
     """``fn`` (decode's or prefill's signature) as a call on a k-last state that runs it on a
     K-first copy (``state_layout="k-first"``) and writes the result back where a k-last call
@@ -185,7 +190,7 @@ def k_first_call(fn):
     import torch
 
     def call(q, k, v, state, *rest, out, new_state, **kw):
-        st = state.transpose(-1, -2).contiguous()
+        st = in_layout(state, "k-first")
         ns = None if new_state is None else torch.full_like(st, float("nan"))
         o, n = fn(q, k, v, st, *rest, out=out, new_state=ns, state_layout="k-first", **kw)
         if new_state is None:

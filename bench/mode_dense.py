@@ -59,7 +59,7 @@ def dense_entry(c, plan) -> Entry:
     x = make_inputs(B=c.B, T=c.T, H=c.H, HV=c.HV, K=c.K, V=c.V, state_dtype=c.state_dtype,
                     device=plan.device, seed=plan.seed)
     out = torch.empty(c.B, c.T, c.HV, c.V, dtype=x.v.dtype, device=plan.device)
-    state = x.state.transpose(-1, -2).contiguous() if layout == "k-first" else x.state
+    state = entries.in_layout(x.state, layout)
     args = (*x.args()[:3], state, *x.args()[4:])
     p, _ = validate(*args, out=out, new_state=torch.empty_like(state) if dest else None,
                     use_qk_l2norm=c.l2norm, state_layout=layout)

@@ -124,8 +124,6 @@ class InputSets:
     def __init__(self, x, form, n, device, seed, layout="k-last"):
         import torch
         self.sets = []
-        lay = (lambda t: t.transpose(-1, -2).contiguous()) if layout == "k-first" \
-            else (lambda t: t)
         for i in range(n):
             y = x.clone()
             if form == "pool":
@@ -136,9 +134,10 @@ class InputSets:
                     y.state.dtype).to(device)
                 slots = torch.randperm(P, generator=g)[:N].to(torch.int32).to(device)
                 pool[slots.long()] = y.state
-                self.sets.append((y, lay(pool), dict(state_indices=slots)))
+                self.sets.append((y, entries.in_layout(pool, layout),
+                                  dict(state_indices=slots)))
             else:
-                self.sets.append((y, lay(y.state), {}))
+                self.sets.append((y, entries.in_layout(y.state, layout), {}))
         self.n = len(self.sets)
         self._turn = 0
         y, st, _ = self.sets[0]

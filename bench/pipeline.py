@@ -93,7 +93,7 @@ class Plan:
     device: str
     layers: int | None = None
     quiet: bool = False
-    layout: str = "k-last"   # the state's layout (--state-layout; dense and dest)
+    layout: str = "k-last"   # the state's layout (--state-layout; dense, dest, prefill)
     backends: tuple = ()     # ours: the gdnzoo backends timed by name
     entries: tuple = ()      # every entry of a cell, in order
     groups: list = field(default_factory=list)

@@ -81,8 +81,9 @@ def _fake(op):
 
     def fake(*args):
         """The operator under fake tensors (torch.compile's tracing): nothing to allocate; the
-        eager call's refusal of a tensor that requires grad, for a graph that calls the
-        operator itself (the public functions check it before, in :func:`call`)."""
+        eager call's refusal of a tensor that requires grad (the one trace-time check, for
+        the public functions compiled through :func:`call` and for a graph that calls the
+        operator itself)."""
         _outside_autograd(op, (*args, *defaults[len(args):]))
         return None
     return fake
@@ -115,8 +116,6 @@ def call(op, args):
     what an operator cannot allocate allocated first; returns what the public function
     returns.  Traceable by dynamo: what torch.compile runs in place of a public function."""
     args = list(args)
-    if torch.compiler.is_compiling():    # eager calls: the dispatcher checks it, once
-        _outside_autograd(op, args)
     if op.name == "commit":
         OPS["commit"](*args)
         return args[op.index("state")]

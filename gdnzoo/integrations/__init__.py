@@ -198,10 +198,8 @@ def sequences(cu_seqlens, q, T=None, T_from=None):
         raise _shape_error("cu_seqlens", cu_seqlens, "[N+1] with N >= 1")
     if q.dim() != 4 or q.shape[0] != 1:
         raise _shape_error("q", q, "[1, N*T, H, K] (flattened: cu_seqlens given)")
-    from gdnzoo.checks import INDEX_DTYPES, dtype_name, fmt_dtypes
-    if cu_seqlens.dtype not in INDEX_DTYPES:
-        raise TypeError(f"cu_seqlens: expected dtype {fmt_dtypes(INDEX_DTYPES)}, got "
-                        f"{dtype_name(cu_seqlens.dtype)}")
+    from gdnzoo.checks import INDEX_DTYPES, need_dtype
+    need_dtype("cu_seqlens", cu_seqlens, INDEX_DTYPES)
     if cu_seqlens.device.type != "cpu" and cu_seqlens.device != q.device:
         raise ValueError(f"cu_seqlens: expected device {q.device} (the device of q) or the "
                          f"CPU, got {cu_seqlens.device}")
