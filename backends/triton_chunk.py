@@ -125,7 +125,9 @@ class Config(NamedTuple):
     fp32 operand (see the kernels' module; "bf16" rounds the state's chain to bf16: faster,
     ~2.5e-3 relative error on the state instead of ~4e-6); ``base``: the diagonal blocks the
     prep kernel inverts by forward substitution (base - 1 serial steps) before log2(C / base)
-    merge levels of two C x C products each."""
+    merge levels of two C x C products each; ``prep``: "triton" (the Triton prep kernel) or
+    "cuda" (the same workspace from ``backends/cuda_chunk_prep.cu``: cuda-chunk's, K = 128,
+    bf16 q/k, chunk 64, precision "bf16x3" or "bf16" only)."""
     block_v: int = 0
     warps: int = 0
     stages: int = 0
@@ -135,6 +137,10 @@ class Config(NamedTuple):
     base: int = 8
     v_ahead: int = -1
     segments: int = 0
+    prep: str = "triton"
+
+
+PREPS = ("triton", "cuda")
 
 
 def normalize(config) -> Config:
@@ -217,6 +223,16 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int =
             raise ValueError(f"config: {name} must be 1, 2, 4, 8 or 16, got {w}")
     if c.stages < 1:
         raise ValueError(f"config: stages must be >= 1, got {c.stages}")
+    if c.prep not in PREPS:
+        raise ValueError(f"config: prep must be one of {PREPS}, got {c.prep!r}")
+    if c.prep == "cuda":
+        from gdnzoo.backends import _cuda_chunk_prep
+        if device.type != "cuda":
+            raise ValueError("config: prep 'cuda' needs a CUDA device")
+        ok, why = _cuda_chunk_prep.serves(_cuda_chunk_prep.HEAD_DIM, torch.bfloat16,
+                                          c.precision, c.chunk)
+        if not ok:
+            raise ValueError(f"config: prep 'cuda': {why}")
     if not 0 <= c.segments <= MAX_SEGMENTS:
         raise ValueError(f"config: segments must be 0 (auto) to {MAX_SEGMENTS}, "
                          f"got {c.segments}")
@@ -362,7 +378,14 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     # PDL left at its default without it (the kernels compile as they did before PDL);
     # launch_pdl: Triton's launcher launches with programmatic dependent launch
     pdl_kw = dict(PDL=1, launch_pdl=True) if pdl else {}
-    if T > 0:
+    if T > 0 and c.prep == "cuda":
+        from gdnzoo.backends import _cuda_chunk_prep
+        ok, why = _cuda_chunk_prep.serves(K, q.dtype, c.precision, C)
+        if not ok:
+            raise ValueError(f"config: prep 'cuda': {why}")
+        _cuda_chunk_prep.launch(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2,
+                                gates, c, neg=allow_neg_eigval and g is None, pdl=pdl)
+    elif T > 0:
         launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c,
                     neg=allow_neg_eigval and g is None, pdl_kw=pdl_kw)
     slots = dict(state_indices=state_indices, new_state_indices=new_state_indices,

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from gdnzoo.backends import _cuda_build as cuda_build
+from gdnzoo.backends import _cuda_chunk_prep as cuda_chunk_prep
 from gdnzoo.backends import _cuda_v4_kfirst as cuda_v4_kfirst
 from gdnzoo.backends import _cuda_v4_tc as tc_verify
 from gdnzoo.backends import cuda_v1, cuda_v4
@@ -136,6 +137,10 @@ def _compile_all(variants):
     for src, sd, io, ad, bd, dd, K, l2, extra in variants:
         defs = cuda_build.defines(sd, io, ad, bd, dd, K, l2, **extra)
         jobs += [(src, defs, cc) for cc in ARCHS]
+    _run(jobs)
+
+
+def _run(jobs):
     with ThreadPoolExecutor(max_workers=4) as ex:
         results = list(ex.map(lambda j: _nvcc(*j), jobs))
     failed = [f"{' '.join(cmd)}\n{r.stderr[-2000:]}" for cmd, r in results if r.returncode != 0]
@@ -156,6 +161,18 @@ def test_pool_variants_compile_with_nvcc():
 @pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")
 def test_kfirst_variants_compile_with_nvcc():
     _compile_all(KFIRST_VARIANTS)
+
+
+# cuda-chunk's prep kernel: raw and precomputed gates, every gate dtype, NEG, PDL, both stores
+PREP_VARIANTS = [dict(GATES=0, A_DT=1, B_DT=1, ALOG_DT=0, DTB_DT=0, NEG=0, PDL=0, STORE3=1),
+                 dict(GATES=1, A_DT=0, B_DT=2, ALOG_DT=0, DTB_DT=0, NEG=0, PDL=1, STORE3=0),
+                 dict(GATES=0, A_DT=2, B_DT=0, ALOG_DT=1, DTB_DT=2, NEG=1, PDL=0, STORE3=1)]
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")
+def test_chunk_prep_variants_compile_with_nvcc():
+    _run([(cuda_chunk_prep.SOURCE, tuple(sorted((f"GDN_{n}", v) for n, v in d.items())), cc)
+          for d in PREP_VARIANTS for cc in ARCHS])
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")

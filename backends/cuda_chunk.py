@@ -1,0 +1,39 @@
+"""cuda-chunk: triton-chunk with its prep kernel in CUDA (``backends/cuda_chunk_prep.cu``).
+
+The prep kernel (per chunk and value head: the gates, k k^T and q k^T, T = (I + A)^-1 of the WY
+form, M = P T) is written with warp-level tensor-core MMAs (mma.sync, ldmatrix, cp.async): the
+diagonal 16 x 16 blocks of T by forward substitution, the blocks below by block substitution
+with bf16x3 products.  It writes triton-chunk's workspace, which triton-chunk's sequential
+kernel reads unchanged, so outputs, states, pools, checkpoints, K-first states, PDL and the
+precision ("bf16x3": ~4e-6 relative state error) are triton-chunk's.  Against the Triton prep
+kernel on an H200 (lab/chunk_prep_cuda.py): the workspaces agree to ~5e-7 relative and the
+prep takes 1.3x-1.65x less time (165 against 265 us at 16/32 1 x 8192 tokens).
+
+Serves K = 128, bf16 q/k on a CUDA GPU (compute capability >= 8.0) with CuPy; refuses the rest
+with the reason (triton-chunk serves them).
+"""
+from gdnzoo.backends import _cuda_chunk_prep as _prep
+from gdnzoo.backends import cuda_v4 as _cuda
+from gdnzoo.backends import triton_chunk as _tc
+
+NAME = "cuda-chunk"
+
+
+def available():
+    ok, why = _tc.available()
+    return (ok, why) if not ok else _cuda.available()
+
+
+def supports(problem):
+    """triton-chunk's answer, then what the CUDA prep kernel is written for."""
+    ok, why = _tc.supports(problem)
+    if not ok:
+        return ok, why
+    if problem.device == "cpu":
+        return False, "its prep kernel is CUDA C++: it needs a CUDA GPU"
+    return _prep.serves(problem.K, problem.io_dtype, "bf16x3", _prep.CHUNK)
+
+
+def run(call, *, config=None):
+    """triton-chunk's entry point with ``prep`` "cuda" (the rest of ``config`` as given)."""
+    _tc.run(call, config=_tc.normalize(config)._replace(prep="cuda"))

@@ -1,0 +1,374 @@
+// cuda-chunk's prep kernel: triton-chunk's prep (backends/_triton_chunk_kernel.py,
+// chunk_prep_kernel) in CUDA, writing the same workspace, which triton-chunk's sequential kernel
+// then reads.  Per (chunk of C = 64 tokens, value head): the gates, k k^T and q k^T (exact: bf16
+// products, fp32 sums), A and P, T = (I + A)^-1 and M = P T; stored per token as the rows of T^T
+// and M^T (GDN_STORE3 1: bf16 hi and lo parts, triton-chunk's "bf16x3"; 0: bf16, its "bf16"),
+// then five factors per token (beta, beta rk e^G, scale rq e^G, rk e^(G_last - G), e^G_last).
+//
+// One CTA of 4 warps per (chunk slot, value head); warp w owns the chunk's rows [16 w, 16 w + 16).
+// T: the 16 x 16 diagonal blocks inverted by forward substitution (a lane per column), then the
+// blocks below by block forward substitution, T_rc = -D_r sum_{c <= k < r} A_rk T_kc, one block
+// row a step (three steps), every block product an mma.sync with its fp32 operands split into
+// bf16 hi + lo (three products).  M = P T the same way.  Measured against the Triton kernel in
+// lab/chunk_prep_cuda.py (the workspaces agree to ~5e-7 relative; 1.3x-1.65x faster on an H200).
+//
+// -D constants: GDN_GATES (0 raw a, b with A_log, dt_bias; 1 FLA's g, beta), GDN_A_DT, GDN_B_DT,
+// GDN_ALOG_DT, GDN_DTB_DT (0 fp32, 1 bf16, 2 fp16), GDN_NEG (raw beta = 2 sigmoid(b)), GDN_PDL
+// (wait for the kernel before, then let the next one launch), GDN_STORE3.
+
+#define C_ 64
+#define K_ 128
+#define KP 136
+#define LD 68           // fp32 [64, 64] tiles' padded row
+#define SL 20           // a warp's fp32 [16, 16] scratch row
+#define LOG_DECAY_MIN (-128.0f)    // as triton-chunk: exp of it is 0 in fp32 already
+
+typedef unsigned short bf16_t;
+
+// by value, every field 8 bytes (backends/_cuda_chunk_prep.py packs it)
+struct PrepParams {
+    const bf16_t* q; const bf16_t* k; const void* a; const void* b; const void* A_log;
+    const void* dt_bias; const void* cu; bf16_t* mats; float* vecs;
+    long long N, T_all, sq_t, sq_h, sk_t, sk_h, sa_t, sa_h, sb_t, sb_h, s_alog, s_dtb, H, HV;
+    long long l2norm, cu64;
+    double scale;
+};
+
+__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                    unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldm4(unsigned (&r)[4], const bf16_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(smem_u32(dst)), "l"(src), "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ unsigned pack2(float a, float b) {     // a in the low half
+    unsigned r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+    return r;
+}
+__device__ __forceinline__ float lo_f(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_f(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ float bf2f(bf16_t x) { return __uint_as_float(((unsigned)x) << 16); }
+__device__ __forceinline__ void split2(float a, float b, unsigned& hi, unsigned& lo) {
+    hi = pack2(a, b);
+    lo = pack2(a - lo_f(hi), b - hi_f(hi));
+}
+
+// fp32 operands in shared memory as bf16 hi/lo fragments.  A: the 16 x 16 tile at ``p`` (row
+// stride ld).  B: n-tile nt (8 columns) of the 16 x 16 (k, n) tile at ``p``.
+struct Frag { unsigned hi[4], lo[4]; };
+__device__ __forceinline__ Frag frag_a(const float* p, int ld, int g, int t4) {
+    Frag f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 x = *reinterpret_cast<const float2*>(p + (g + 8 * (i & 1)) * ld
+                                                          + 2 * t4 + 8 * (i >> 1));
+        split2(x.x, x.y, f.hi[i], f.lo[i]);
+    }
+    return f;
+}
+__device__ __forceinline__ void frag_b(const float* p, int ld, int nt, int g, int t4,
+                                       unsigned (&hi)[2], unsigned (&lo)[2]) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const float* c = p + (2 * t4 + 8 * i) * ld + 8 * nt + g;
+        split2(c[0], c[ld], hi[i], lo[i]);
+    }
+}
+// d += a b, bf16x3: the small products first
+__device__ __forceinline__ void mma3(float (&d)[4], const Frag& a, const unsigned (&bh)[2],
+                                     const unsigned (&bl)[2]) {
+    mma(d, a.lo, bh[0], bh[1]);
+    mma(d, a.hi, bl[0], bl[1]);
+    mma(d, a.hi, bh[0], bh[1]);
+}
+// the C fragments of a 16 x 16 product (two n-tiles) into fp32 shared memory, times ``s``
+__device__ __forceinline__ void put16(float* p, int ld, const float (&d)[2][4], float s, int g,
+                                      int t4) {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            *reinterpret_cast<float2*>(p + (g + 8 * h) * ld + 8 * nt + 2 * t4) =
+                make_float2(s * d[nt][2 * h], s * d[nt][2 * h + 1]);
+}
+
+struct alignas(16) PrepSmem {
+    union {
+        struct { bf16_t q[C_][KP]; bf16_t k[C_][KP]; } in;
+        bf16_t out[C_][4 * C_ + 8];      // the stored rows, assembled
+    } u;
+    float A[C_][LD];                     // A, then M
+    float T[C_][LD];
+    float S[4][16][SL];
+    float G[C_], beta[C_], rk[C_], rq[C_];
+    float total;
+};
+
+__device__ __forceinline__ float f16_to_f32(unsigned short x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+    return f;
+}
+// element i of a fp32 (0), bf16 (1) or fp16 (2) array
+template <int DT>
+__device__ __forceinline__ float load_f32(const void* p, long long i) {
+    if (DT == 0) return static_cast<const float*>(p)[i];
+    const unsigned short x = static_cast<const unsigned short*>(p)[i];
+    return DT == 1 ? bf2f(x) : f16_to_f32(x);
+}
+__device__ __forceinline__ long long cu_at(const PrepParams& p, long long i) {
+    return p.cu64 ? static_cast<const long long*>(p.cu)[i] : static_cast<const int*>(p.cu)[i];
+}
+
+extern "C" __global__ void __launch_bounds__(128) gdn_chunk_prep(const PrepParams p) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    PrepSmem& sm = *reinterpret_cast<PrepSmem*>(smem_raw);
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int g = lane >> 2, t4 = lane & 3;
+#if GDN_PDL
+    asm volatile("griddepcontrol.wait;" ::: "memory");   // every input may be the producer's
+    asm volatile("griddepcontrol.launch_dependents;");   // the sequential kernel waits for all
+#endif
+    const int HV = (int)p.HV, N = (int)p.N;
+    const long long T_all = p.T_all;
+    const int i_hv = (int)(blockIdx.x % HV);
+    const long long slot = blockIdx.x / HV;
+    const int i_h = i_hv / (HV / (int)p.H);
+    // the slot's sequence: the count of sequences whose first slot cu[n] / C + n is <= slot
+    int count = 0;
+    for (int n0 = 0; n0 < N; n0 += 128) {
+        const int n = n0 + tid;
+        count += __syncthreads_count(n < N && cu_at(p, n) / C_ + n <= slot);
+    }
+    const int n = count > 0 ? count - 1 : 0;
+    long long bos = cu_at(p, n), eos = cu_at(p, n + 1);
+    bos = bos < 0 ? 0 : (bos > T_all ? T_all : bos);      // held inside [0, T], as triton-chunk
+    eos = eos < bos ? bos : (eos > T_all ? T_all : eos);
+    const long long t0 = count > 0 ? bos + (slot - (bos / C_ + n)) * C_ : eos;
+    if (t0 >= eos) return;
+    const int rem = (int)(eos - t0 < C_ ? eos - t0 : C_);
+
+    for (int i = tid; i < C_ * 16; i += 128) {
+        const int r = i >> 4, c = (i & 15) * 8;
+        const bool ok = r < rem;
+        const long long t = t0 + (ok ? r : 0);
+        cp16(&sm.u.in.q[r][c], p.q + t * p.sq_t + i_h * p.sq_h + c, ok);
+        cp16(&sm.u.in.k[r][c], p.k + t * p.sk_t + i_h * p.sk_h + c, ok);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    float gam = 0.f;
+    if (tid < C_) {
+        float beta = 0.f;
+        if (tid < rem) {
+            const long long t = t0 + tid;
+            const float xa = load_f32<GDN_A_DT>(p.a, t * p.sa_t + i_hv * p.sa_h);
+            const float xb = load_f32<GDN_B_DT>(p.b, t * p.sb_t + i_hv * p.sb_h);
+#if GDN_GATES == 0
+            const float x = xa + load_f32<GDN_DTB_DT>(p.dt_bias, i_hv * p.s_dtb);
+            // clamped so the branch not taken makes no inf; below -15 log(1 + e^x) rounds to 0
+            const float e = expf(fminf(x, 20.f));
+            const float soft = x > 20.f ? x : (x < -15.f ? e : logf(1.f + e));
+            gam = -expf(load_f32<GDN_ALOG_DT>(p.A_log, i_hv * p.s_alog)) * soft;
+            beta = 1.f / (1.f + expf(-xb));
+            if (GDN_NEG) beta = 2.f * beta;
+#else
+            gam = xa;
+            beta = xb;
+#endif
+        }
+        gam = gam < LOG_DECAY_MIN ? LOG_DECAY_MIN : gam;
+        sm.beta[tid] = beta;
+    }
+    // G: inclusive sums of gam over the chunk (warps 0 and 1)
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const float y = __shfl_up_sync(0xffffffffu, gam, d);
+        if (lane >= d) gam += y;
+    }
+    if (tid == 31) sm.total = gam;
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+    if (tid < C_) sm.G[tid] = tid >= 32 ? gam + sm.total : gam;
+    {   // 1 / ||row|| of q and k (two threads a row)
+        const int r = tid >> 1, c0 = (tid & 1) * 64;
+        float sq = 0.f, sk = 0.f;
+#pragma unroll
+        for (int c = 0; c < 64; c += 8) {
+            const uint4 xq = *reinterpret_cast<const uint4*>(&sm.u.in.q[r][c0 + c]);
+            const uint4 xk = *reinterpret_cast<const uint4*>(&sm.u.in.k[r][c0 + c]);
+            const unsigned wq[4] = {xq.x, xq.y, xq.z, xq.w}, wk[4] = {xk.x, xk.y, xk.z, xk.w};
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                sq += lo_f(wq[u]) * lo_f(wq[u]) + hi_f(wq[u]) * hi_f(wq[u]);
+                sk += lo_f(wk[u]) * lo_f(wk[u]) + hi_f(wk[u]) * hi_f(wk[u]);
+            }
+        }
+        sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+        sk += __shfl_xor_sync(0xffffffffu, sk, 1);
+        if ((tid & 1) == 0) {
+            sm.rq[r] = p.l2norm ? rsqrtf(sq + 1e-6f) : 1.f;
+            sm.rk[r] = p.l2norm ? rsqrtf(sk + 1e-6f) : 1.f;
+        }
+    }
+    // k k^T and q k^T, rows [16 w, 16 w + 16), all 64 columns
+    const int a_r = (lane & 7) + 8 * ((lane >> 3) & 1), a_c = 8 * (lane >> 4);
+    const int b_r = (lane & 7) + 8 * (lane >> 4), b_c = 8 * ((lane >> 3) & 1);
+    float KK[8][4] = {}, QK[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < K_ / 16; ++ks) {
+        unsigned ak[4], aq[4];
+        ldm4(ak, &sm.u.in.k[16 * w + a_r][ks * 16 + a_c]);
+        ldm4(aq, &sm.u.in.q[16 * w + a_r][ks * 16 + a_c]);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+            unsigned bk[4];
+            ldm4(bk, &sm.u.in.k[16 * np + b_r][ks * 16 + b_c]);
+            mma(KK[2 * np], ak, bk[0], bk[1]);
+            mma(KK[2 * np + 1], ak, bk[2], bk[3]);
+            mma(QK[2 * np], aq, bk[0], bk[1]);
+            mma(QK[2 * np + 1], aq, bk[2], bk[3]);
+        }
+    }
+    __syncthreads();                 // G, rq, rk written
+    const float scale = (float)p.scale;
+    // A (to shared memory) and P (kept in QK)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int i = 16 * w + g + 8 * h;
+            const float Gi = sm.G[i], bi = sm.beta[i] * sm.rk[i], si = scale * sm.rq[i];
+            float av[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int j = 8 * nt + 2 * t4 + e;
+                const float dec = expf(i >= j ? Gi - sm.G[j] : 0.f) * sm.rk[j];
+                av[e] = i > j ? KK[nt][2 * h + e] * dec * bi : 0.f;
+                QK[nt][2 * h + e] = i >= j ? QK[nt][2 * h + e] * dec * si : 0.f;
+            }
+            *reinterpret_cast<float2*>(&sm.A[i][8 * nt + 2 * t4]) = make_float2(av[0], av[1]);
+        }
+    __syncthreads();
+    // the diagonal block D_w = (I + A_ww)^-1: lane c (c < 16) forms its column c
+    {
+        const int c = lane & 15;
+        float d[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            float s = i == c ? 1.f : 0.f;
+#pragma unroll
+            for (int j = 0; j < i; ++j)
+                s -= sm.A[16 * w + i][16 * w + j] * d[j];
+            d[i] = s;
+        }
+        if (lane < 16) {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                sm.T[16 * w + i][16 * w + c] = d[i];
+#pragma unroll
+                for (int cb = 0; cb < 4; ++cb)
+                    if (cb > w) sm.T[16 * w + i][16 * cb + c] = 0.f;
+            }
+        }
+    }
+    __syncthreads();
+    // the blocks below: block row r a step, warp c < r forms T_rc
+    for (int r = 1; r < 4; ++r) {
+        if (w < r) {
+            const int c = w;
+            float S[2][4] = {};
+            for (int kb = c; kb < r; ++kb) {
+                const Frag fa = frag_a(&sm.A[16 * r][16 * kb], LD, g, t4);
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt) {
+                    unsigned bh[2], bl[2];
+                    frag_b(&sm.T[16 * kb][16 * c], LD, nt, g, t4, bh, bl);
+                    mma3(S[nt], fa, bh, bl);
+                }
+            }
+            put16(&sm.S[w][0][0], SL, S, 1.f, g, t4);
+            __syncwarp();
+            const Frag fd = frag_a(&sm.T[16 * r][16 * r], LD, g, t4);
+            float X[2][4] = {};
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                unsigned bh[2], bl[2];
+                frag_b(&sm.S[w][0][0], SL, nt, g, t4, bh, bl);
+                mma3(X[nt], fd, bh, bl);
+            }
+            put16(&sm.T[16 * r][16 * c], LD, X, -1.f, g, t4);
+        }
+        __syncthreads();
+    }
+    // M = P T, rows [16 w, 16 w + 16): only the blocks at or below the diagonal
+    float M[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+        if (ks > w) break;
+        Frag fp;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int nt = 2 * ks + (i >> 1), h = i & 1;
+            split2(QK[nt][2 * h], QK[nt][2 * h + 1], fp.hi[i], fp.lo[i]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2 * ks + 2; ++nt) {
+            unsigned bh[2], bl[2];
+            frag_b(&sm.T[16 * ks][8 * (nt & ~1)], LD, nt & 1, g, t4, bh, bl);
+            mma3(M[nt], fp, bh, bl);
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            *reinterpret_cast<float2*>(&sm.A[16 * w + g + 8 * h][8 * nt + 2 * t4]) =
+                make_float2(M[nt][2 * h], M[nt][2 * h + 1]);
+    __syncthreads();
+    // the stored rows: row i = column i of T (then of M); "bf16x3": hi parts then lo parts
+    constexpr int NP = GDN_STORE3 ? 2 : 1, ROW = 2 * NP * C_;
+    for (int it = tid; it < 2 * C_ * 8; it += 128) {
+        const int i = it & 63, c8 = (it >> 6) & 7, mtx = it >> 9;
+        const float* src = mtx ? &sm.A[0][0] : &sm.T[0][0];
+        unsigned hi[4], lo[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const float x0 = src[(8 * c8 + 2 * u) * LD + i], x1 = src[(8 * c8 + 2 * u + 1) * LD + i];
+            if (GDN_STORE3) split2(x0, x1, hi[u], lo[u]);
+            else hi[u] = pack2(x0, x1);
+        }
+        bf16_t* row = &sm.u.out[i][mtx * NP * C_ + 8 * c8];
+        *reinterpret_cast<uint4*>(row) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        if (GDN_STORE3)
+            *reinterpret_cast<uint4*>(row + C_) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    __syncthreads();
+    for (int it = tid; it < C_ * (ROW / 8); it += 128) {
+        const int i = it / (ROW / 8), c = (it % (ROW / 8)) * 8;
+        if (i < rem)
+            *reinterpret_cast<uint4*>(p.mats + ((t0 + i) * HV + i_hv) * ROW + c) =
+                *reinterpret_cast<const uint4*>(&sm.u.out[i][c]);
+    }
+    if (tid < rem) {
+        const float G = sm.G[tid], GL = sm.G[C_ - 1], eG = expf(G);
+        const float rk = sm.rk[tid], beta = sm.beta[tid];
+        float* v = p.vecs + (long long)i_hv * 5 * T_all + t0 + tid;
+        v[0] = beta;
+        v[T_all] = beta * rk * eG;
+        v[2 * T_all] = scale * sm.rq[tid] * eG;
+        v[3 * T_all] = rk * expf(GL - G);
+        v[4 * T_all] = expf(GL);
+    }
+}
