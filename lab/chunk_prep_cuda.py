@@ -19,10 +19,29 @@ sys.path.insert(0, str(ROOT))
 
 from gdnzoo.backends import _triton_launch as tlaunch      # noqa: E402
 from gdnzoo.backends import triton_chunk as tc             # noqa: E402
-from lab.chunk_cuda import MIXES, kernel_median, prep, rel  # noqa: E402
+from lab.chunk_ablate import kernel_medians                # noqa: E402
 from lab.prefill_gpu import make, oracle                   # noqa: E402
 
 C, K = 64, 128
+MIXES = {"ragged": [1000, 37, 64, 129, 1, 3000, 0, 65]}
+
+
+def prep(x, precision):
+    """triton-chunk's prep kernel into a fresh workspace: (mats, vecs, T_all, resolved config)."""
+    q = x["q"]
+    T, HV, V = q.shape[0], x["v"].shape[1], x["v"].shape[2]
+    c = tc.resolve(dict(precision=precision, segments=1), x["cu"].shape[0] - 1, HV, V,
+                   q.device, tokens=T)
+    mats, vecs = tc._workspace(None, max(T, 1), HV, c, q.device)
+    gates, ga, gb, A_log, dt_bias = tlaunch.prefill_gates(x["A_log"], x["a"], x["dt_bias"],
+                                                          x["b"], None, None)
+    tc.launch_prep(q, x["k"], ga, gb, A_log, dt_bias, x["cu"], mats, vecs, K ** -0.5, True,
+                   gates, c)
+    return mats.clone(), vecs.clone(), max(T, 1), c
+
+
+def rel(got, want):
+    return float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30))
 
 
 def cuda_prep(x, mats, vecs, T_all):
@@ -80,8 +99,8 @@ def main():
         def tprep():
             tc.launch_prep(x["q"], x["k"], ga, gb, A_log, dt_bias, x["cu"], mats_t, vecs_t,
                            K ** -0.5, True, gates, c)
-        tt = kernel_median(tprep, args.reps, "chunk_prep_kernel")
-        tcu = kernel_median(lambda: cuda_prep(x, mats, vecs, T_all), args.reps, "gdn_chunk_prep")
+        tt = kernel_medians(tprep, args.reps)["prep"]
+        tcu = kernel_medians(lambda: cuda_prep(x, mats, vecs, T_all), args.reps)["prep"]
         print(f"{cell:14s} prep kernel: triton {tt:8.1f} us   cuda {tcu:8.1f} us   "
               f"({tt / tcu:.2f}x)", flush=True)
 
