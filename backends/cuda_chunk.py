@@ -12,8 +12,8 @@ prep takes 1.3x-1.65x less time (165 against 265 us at 16/32 1 x 8192 tokens).
 Serves K = 128, bf16 q/k on a CUDA GPU (compute capability >= 8.0) with CuPy; refuses the rest
 with the reason (triton-chunk serves them).
 """
+from gdnzoo.backends import _cuda_build
 from gdnzoo.backends import _cuda_chunk_prep as _prep
-from gdnzoo.backends import cuda_v4 as _cuda
 from gdnzoo.backends import triton_chunk as _tc
 
 NAME = "cuda-chunk"
@@ -21,7 +21,7 @@ NAME = "cuda-chunk"
 
 def available():
     ok, why = _tc.available()
-    return (ok, why) if not ok else _cuda.available()
+    return (ok, why) if not ok else _cuda_build.available()
 
 
 def supports(problem):

@@ -23,6 +23,8 @@
 #define SL 20           // a warp's fp32 [16, 16] scratch row
 #define LOG_DECAY_MIN (-128.0f)    // as triton-chunk: exp of it is 0 in fp32 already
 
+#include "gdn_common.cuh"                      // mma16816, gdn_ld, gdn_pack2/unpack2
+
 typedef unsigned short bf16_t;
 
 // by value, every field 8 bytes (backends/_cuda_chunk_prep.py packs it)
@@ -34,12 +36,10 @@ struct PrepParams {
     double scale;
 };
 
+// d += a b with a's four fragment registers in an array
 __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0,
                                     unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    mma16816(d, a[0], a[1], a[2], a[3], b0, b1);
 }
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -52,17 +52,12 @@ __device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
                  :: "r"(smem_u32(dst)), "l"(src), "r"(ok ? 16 : 0));
 }
-__device__ __forceinline__ unsigned pack2(float a, float b) {     // a in the low half
-    unsigned r;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
-    return r;
-}
-__device__ __forceinline__ float lo_f(unsigned w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float hi_f(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
-__device__ __forceinline__ float bf2f(bf16_t x) { return __uint_as_float(((unsigned)x) << 16); }
+// the pair (a, b) as bf16 hi and lo parts, a in the low halves
 __device__ __forceinline__ void split2(float a, float b, unsigned& hi, unsigned& lo) {
-    hi = pack2(a, b);
-    lo = pack2(a - lo_f(hi), b - hi_f(hi));
+    hi = gdn_pack2<GDN_BF16>(a, b);
+    float ha, hb;
+    gdn_unpack2<GDN_BF16>(hi, ha, hb);
+    lo = gdn_pack2<GDN_BF16>(a - ha, b - hb);
 }
 
 // fp32 operands in shared memory as bf16 hi/lo fragments.  A: the 16 x 16 tile at ``p`` (row
@@ -116,18 +111,6 @@ struct alignas(16) PrepSmem {
     float total;
 };
 
-__device__ __forceinline__ float f16_to_f32(unsigned short x) {
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
-    return f;
-}
-// element i of a fp32 (0), bf16 (1) or fp16 (2) array
-template <int DT>
-__device__ __forceinline__ float load_f32(const void* p, long long i) {
-    if (DT == 0) return static_cast<const float*>(p)[i];
-    const unsigned short x = static_cast<const unsigned short*>(p)[i];
-    return DT == 1 ? bf2f(x) : f16_to_f32(x);
-}
 __device__ __forceinline__ long long cu_at(const PrepParams& p, long long i) {
     return p.cu64 ? static_cast<const long long*>(p.cu)[i] : static_cast<const int*>(p.cu)[i];
 }
@@ -173,14 +156,14 @@ extern "C" __global__ void __launch_bounds__(128) gdn_chunk_prep(const PrepParam
         float beta = 0.f;
         if (tid < rem) {
             const long long t = t0 + tid;
-            const float xa = load_f32<GDN_A_DT>(p.a, t * p.sa_t + i_hv * p.sa_h);
-            const float xb = load_f32<GDN_B_DT>(p.b, t * p.sb_t + i_hv * p.sb_h);
+            const float xa = gdn_ld<GDN_A_DT>(p.a, t * p.sa_t + i_hv * p.sa_h);
+            const float xb = gdn_ld<GDN_B_DT>(p.b, t * p.sb_t + i_hv * p.sb_h);
 #if GDN_GATES == 0
-            const float x = xa + load_f32<GDN_DTB_DT>(p.dt_bias, i_hv * p.s_dtb);
+            const float x = xa + gdn_ld<GDN_DTB_DT>(p.dt_bias, i_hv * p.s_dtb);
             // clamped so the branch not taken makes no inf; below -15 log(1 + e^x) rounds to 0
             const float e = expf(fminf(x, 20.f));
             const float soft = x > 20.f ? x : (x < -15.f ? e : logf(1.f + e));
-            gam = -expf(load_f32<GDN_ALOG_DT>(p.A_log, i_hv * p.s_alog)) * soft;
+            gam = -expf(gdn_ld<GDN_ALOG_DT>(p.A_log, i_hv * p.s_alog)) * soft;
             beta = 1.f / (1.f + expf(-xb));
             if (GDN_NEG) beta = 2.f * beta;
 #else
@@ -211,8 +194,11 @@ extern "C" __global__ void __launch_bounds__(128) gdn_chunk_prep(const PrepParam
             const unsigned wq[4] = {xq.x, xq.y, xq.z, xq.w}, wk[4] = {xk.x, xk.y, xk.z, xk.w};
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                sq += lo_f(wq[u]) * lo_f(wq[u]) + hi_f(wq[u]) * hi_f(wq[u]);
-                sk += lo_f(wk[u]) * lo_f(wk[u]) + hi_f(wk[u]) * hi_f(wk[u]);
+                float q0, q1, k0, k1;
+                gdn_unpack2<GDN_BF16>(wq[u], q0, q1);
+                gdn_unpack2<GDN_BF16>(wk[u], k0, k1);
+                sq += q0 * q0 + q1 * q1;
+                sk += k0 * k0 + k1 * k1;
             }
         }
         sq += __shfl_xor_sync(0xffffffffu, sq, 1);
@@ -347,7 +333,7 @@ extern "C" __global__ void __launch_bounds__(128) gdn_chunk_prep(const PrepParam
         for (int u = 0; u < 4; ++u) {
             const float x0 = src[(8 * c8 + 2 * u) * LD + i], x1 = src[(8 * c8 + 2 * u + 1) * LD + i];
             if (GDN_STORE3) split2(x0, x1, hi[u], lo[u]);
-            else hi[u] = pack2(x0, x1);
+            else hi[u] = gdn_pack2<GDN_BF16>(x0, x1);
         }
         bf16_t* row = &sm.u.out[i][mtx * NP * C_ + 8 * c8];
         *reinterpret_cast<uint4*>(row) = make_uint4(hi[0], hi[1], hi[2], hi[3]);

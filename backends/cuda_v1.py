@@ -5,10 +5,11 @@ all T tokens.  Compiled with NVRTC on first use for the running GPU (backends/_c
 """
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from gdnzoo.backends import _cuda_build as cuda_build
+
+available = cuda_build.available
 
 SOURCE = Path(__file__).with_name("cuda_v1.cu")
 KERNEL = "gdn_decode_v1"
@@ -19,10 +20,6 @@ MAX_GRID_X = 2**31 - 1
 _binds: dict = {}                # signature -> Bound
 
 
-def available():
-    if importlib.util.find_spec("cupy") is None:
-        return False, "needs CuPy (pip install cupy-cuda13x or cupy-cuda12x)"
-    return True, "CUDA C++ compiled with CuPy's NVRTC at first use"
 
 
 def supports(problem):

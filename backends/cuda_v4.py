@@ -38,7 +38,6 @@ other kernel of the layer).  Level 0 compiles to the code of a plain launch.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import types
 from pathlib import Path
 
@@ -48,6 +47,8 @@ from gdnzoo import tables
 from gdnzoo.backends import _cuda_build as cuda_build
 from gdnzoo.backends import _cuda_v4_kfirst as kfirst
 from gdnzoo.backends import _cuda_v4_tc as tc_verify
+
+available = cuda_build.available
 
 NAME = "cuda-v4"                 # its public name: the key of its rows in backends/tables/
 SOURCE = Path(__file__).with_name("cuda_v4.cu")
@@ -132,10 +133,6 @@ HEAD_SCALARS = (0, 1)
 _binds: dict = {}                # signature -> Bound
 
 
-def available():
-    if importlib.util.find_spec("cupy") is None:
-        return False, "needs CuPy (pip install cupy-cuda13x or cupy-cuda12x)"
-    return True, "CUDA C++ compiled with CuPy's NVRTC at first use"
 
 
 def vec_elems(state_dtype, vec16=True):

@@ -1,16 +1,8 @@
 // The tensor-core verify's instruction-level pieces (included by cuda_v4_tc.cu after its
-// constants): the MMA and the bf16 split of an fp32 state, predicated stores (no branch in the
-// token loop), the scheduling fence, and the warp's sums (WARP_DOTS).
+// constants; the MMA itself, mma16816, is gdn_common.cuh's): the bf16 split of an fp32 state,
+// predicated stores (no branch in the token loop), the scheduling fence, and the warp's sums
+// (WARP_DOTS).
 #pragma once
-
-// d += A B: A 16x16 bf16 (a0..a3, row-major fragments), B 16x8 bf16 (b0, b1), d 16x8 fp32.
-__device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
-                                         unsigned a3, unsigned b0, unsigned b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 // 8 bytes (four bf16) at p, one load.
 __device__ __forceinline__ uint2 ld8(const unsigned short* p) {

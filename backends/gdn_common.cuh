@@ -132,6 +132,16 @@ __device__ __forceinline__ void gdn_st(void* p, long long i, float x) {
     static_cast<typename GdnStorage<DT>::type*>(p)[i] = gdn_from_f32<DT>(x);
 }
 
+// ---- tensor cores (cuda-v4's verify, cuda-chunk's prep) ---------------------------------------
+// d += A B: A 16x16 bf16 (a0..a3, row-major fragments), B 16x8 bf16 (b0, b1), d 16x8 fp32.
+__device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
+                                         unsigned a3, unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // ---- gates (gdnzoo/reference.py) --------------------------------------------------------------
 // g = exp(-exp(A_log) * softplus(a + dt_bias)); softplus with beta 1 and threshold 20 as torch.
 __device__ __forceinline__ float gdn_decay(float A_log, float x) {

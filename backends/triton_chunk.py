@@ -90,6 +90,7 @@ from typing import NamedTuple
 
 import torch
 
+from gdnzoo.backends import _cuda_chunk_prep
 from gdnzoo.backends import _triton_launch as tlaunch
 
 NAME = "triton-chunk"
@@ -226,7 +227,6 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int =
     if c.prep not in PREPS:
         raise ValueError(f"config: prep must be one of {PREPS}, got {c.prep!r}")
     if c.prep == "cuda":
-        from gdnzoo.backends import _cuda_chunk_prep
         if device.type != "cuda":
             raise ValueError("config: prep 'cuda' needs a CUDA device")
         ok, why = _cuda_chunk_prep.serves(_cuda_chunk_prep.HEAD_DIM, torch.bfloat16,
@@ -379,7 +379,6 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     # launch_pdl: Triton's launcher launches with programmatic dependent launch
     pdl_kw = dict(PDL=1, launch_pdl=True) if pdl else {}
     if T > 0 and c.prep == "cuda":
-        from gdnzoo.backends import _cuda_chunk_prep
         ok, why = _cuda_chunk_prep.serves(K, q.dtype, c.precision, C)
         if not ok:
             raise ValueError(f"config: prep 'cuda': {why}")
