@@ -101,3 +101,25 @@ def test_the_cuda_prep_writes_the_triton_prep_workspace(i):
     tol = 1e-4 if neg else 2e-5
     assert _rel(mg, mw) < tol, f"T^T / M^T differ: {_rel(mg, mw):.2e}"
     assert _rel(got[1], want[1]) < 2e-5, f"per-token factors differ: {_rel(got[1], want[1]):.2e}"
+
+
+@pytest.mark.skipif(not tc.available()[0], reason=tc.available()[1])
+def test_a_bad_prep_is_refused_cold_and_right_after_a_valid_call():
+    """Config.prep is checked on every call before any kernel: nothing is written."""
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    x = make_prefill_inputs([70, 3], H=1, HV=2, K=64, V=64, device=dev, seed=4)
+    out = torch.full((73, 2, 64), float("nan"), dtype=x.q.dtype, device=dev)
+    ns = torch.full_like(x.state, float("nan"))
+
+    def call(config):
+        tc.launch(x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.cu_seqlens, x.scale,
+                  out, ns, True, config=config)
+    with pytest.raises(ValueError, match="prep must be one of"):
+        call(dict(prep="gpu"))
+    assert torch.isnan(out).all() and torch.isnan(ns).all()
+    call(None)
+    before = (out.clone(), ns.clone())
+    assert not torch.isnan(before[0]).any()
+    with pytest.raises(ValueError, match="prep must be one of"):
+        call(dict(prep="gpu"))
+    assert torch.equal(out, before[0]) and torch.equal(ns, before[1])
