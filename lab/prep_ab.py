@@ -1,0 +1,107 @@
+"""cuda-chunk's prep kernel as committed at a git revision, other copies (``--extra``) and the
+working tree's, side by side: per cell, whether each writes the first's workspace (bit for
+bit), and each kernel's median time alone (CUPTI records, the variants in turn over four rounds).  Dense, raw gates,
+K = V = 128, "bf16x3".  On a GPU with cupy, from the repository root:
+
+    python -m lab.prep_ab --rev HEAD --cells 4/8:1x8192,16/32:8x1024
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gdnzoo.backends import _cuda_chunk_prep as prep      # noqa: E402
+from gdnzoo.backends import _triton_launch as tlaunch     # noqa: E402
+from gdnzoo.backends import triton_chunk as tc            # noqa: E402
+from gdnzoo.bench.clocks import kernel_times              # noqa: E402
+from gdnzoo.inputs import make_prefill_inputs             # noqa: E402
+
+
+def at_rev(rev: str):
+    """(source path, SMEM) of the prep kernel at ``rev`` (the source written to a temporary
+    file; its includes still come from backends/)."""
+    show = lambda f: subprocess.run(["git", "show", f"{rev}:{f}"], cwd=ROOT, check=True,
+                                    capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / "cuda_chunk_prep.cu"
+    path.write_text(show("backends/cuda_chunk_prep.cu"))
+    expr = re.search(r"^SMEM = (.+)$", show("backends/_cuda_chunk_prep.py"), re.M).group(1)
+    return path, eval(expr, {"CHUNK": prep.CHUNK, "HEAD_DIM": prep.HEAD_DIM})
+
+
+def run(variant, x, mats, vecs):
+    prep.SOURCE, prep.SMEM = variant
+    prep._sized.clear()
+    gates, ga, gb, A_log, dt_bias = tlaunch.prefill_gates(x.A_log, x.a, x.dt_bias, x.b, None,
+                                                          None)
+    prep.launch(x.q, x.k, ga, gb, A_log, dt_bias, x.cu_seqlens, mats, vecs, x.scale, True,
+                gates, tc.normalize(None))
+
+
+def blocks_per_sm(variant) -> int:
+    """The driver's occupancy answer for a variant's kernel at 128 threads and its SMEM."""
+    import ctypes
+    prep.SOURCE, prep.SMEM = variant
+    prep._sized.clear()
+    defs = tuple(sorted(dict(GDN_GATES=0, GDN_A_DT=1, GDN_B_DT=1, GDN_ALOG_DT=0, GDN_DTB_DT=0,
+                             GDN_NEG=0, GDN_PDL=0, GDN_STORE3=1).items()))
+    func = prep._kernel(defs, torch.cuda.current_device()).func
+    n = ctypes.c_int()
+    ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        ctypes.byref(n), ctypes.c_void_p(func), 128, ctypes.c_size_t(variant[1]))
+    return n.value
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rev", default="HEAD", help="'' for none (a GPU host's .git may be stale)")
+    ap.add_argument("--cells", default="4/8:1x8192,16/32:8x1024,4/8:64x64,16/32:1x8192")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--extra", default="", help="more variants, PATH.cu:SMEM,...")
+    a = ap.parse_args()
+    variants = {a.rev: at_rev(a.rev)} if a.rev else {}
+    for e in filter(None, a.extra.split(",")):
+        path, smem = e.rsplit(":", 1)
+        variants[Path(path).stem] = (Path(path).resolve(), int(smem))
+    variants["tree"] = (prep.SOURCE, prep.SMEM)
+    torch.zeros(1, device="cuda")                  # a context before the driver calls
+    print("blocks an SM: " + ", ".join(f"{n} {blocks_per_sm(v)}" for n, v in variants.items()))
+    print(f"{'cell':16s} " + " ".join(f"{n[:12]:>12s}" for n in variants)
+          + "  each / the first; the same workspace as the first")
+    for cell in a.cells.split(","):
+        geom, mix = cell.split(":")
+        H, HV = map(int, geom.split("/"))
+        n, L = map(int, mix.split("x"))
+        x = make_prefill_inputs([L] * n, H=H, HV=HV, device="cuda", seed=0)
+        T = x.q.shape[0]
+        ws = {}
+        for name, v in variants.items():
+            w = torch.full((tc.workspace_numel(T, HV),), float("nan"), device="cuda")
+            mats, vecs = tc._workspace(w, T, HV, tc.normalize(None), x.q.device)
+            run(v, x, mats, vecs)
+            ws[name] = (w, mats, vecs)
+        first = next(iter(ws.values()))[0].view(torch.int32)
+        same = [torch.equal(w[0].view(torch.int32), first) for w in ws.values()][1:]
+        times = {name: [] for name in variants}
+        for _ in range(4):
+            for name, v in variants.items():
+                _, mats, vecs = ws[name]
+                t, _ = kernel_times(lambda i: run(v, x, mats, vecs), max(a.reps // 4, 1),
+                                    warmup=1)
+                times[name].extend(t)
+        med = [statistics.median(t) for t in times.values()]
+        print(f"{cell:16s} " + " ".join(f"{m:10.1f}us" for m in med) + "  "
+              + " ".join(f"{m / med[0]:.3f}" for m in med[1:]) + f"  {same}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
