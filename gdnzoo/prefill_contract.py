@@ -89,8 +89,8 @@ variable, unset means "off"): the kernels may start while the kernel before them
 stream still runs, hiding their launches.  For prefill "wait" and "early" are the same: the
 first kernel waits for the one before it before any load (its inputs, cu_seqlens included,
 may all be that kernel's outputs), and the kernels after it wait for it.  Served by
-triton-chunk and triton-chunk-bf16 on compute capability >= 9.0; results are bit-identical
-to "off".
+triton-chunk, triton-chunk-bf16 and cuda-chunk on compute capability >= 9.0; results are
+bit-identical to "off".
 
 The values of ``cu_seqlens`` (starting at 0, non-decreasing, ending at T) and of the indices
 are checked on the host with ``GDNZOO_CHECK_INDICES=1`` (a device sync), and by backends

@@ -1,0 +1,75 @@
+"""gdnzoo.prefill captured in a CUDA graph and replayed with new data (new q, k, v, gates and
+states, and new cu_seqlens values of the same shape: other lengths, a zero-length sequence
+moved) gives, bit for bit, what an eager call on that data gives: for every prefill backend
+whose call never syncs with the host.  The others read cu_seqlens on the host in every call,
+which no graph can hold (HOST_READERS, with the reason)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import gdnzoo
+from gdnzoo import registry
+from gdnzoo.inputs import make_prefill_inputs
+
+HAS_CUDA = torch.cuda.is_available()
+HOST_READERS = {
+    "pt-reference": "loops over the sequences of cu_seqlens on the host",
+    "pt-compiled": "loops over the sequences of cu_seqlens on the host",
+    "fla-upstream": "FLA's chunk reads cu_seqlens on the host in every call",
+}
+LENGTHS = ([130, 0, 64, 200], [64, 200, 130, 0])    # the same T and N, other boundaries
+
+
+def _inputs(seed, lengths):
+    return make_prefill_inputs(lengths, H=2, HV=4, K=128, V=128, device="cuda", seed=seed)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDA graphs need a CUDA device")
+@pytest.mark.parametrize("form", ["inplace", "dest", "pdl"])
+@pytest.mark.parametrize("backend", registry.names("prefill"))
+def test_prefill_graph_replays_with_new_data_and_new_cu_seqlens(backend, form):
+    """In place, destination passing, and with PDL (in place) where the backend declares it
+    (the launches become programmatic edges of the graph)."""
+    if backend in HOST_READERS:
+        pytest.skip(f"{backend} cannot be captured: {HOST_READERS[backend]}")
+    ok, why = registry.availability(backend, "cuda", "prefill")
+    if not ok:
+        pytest.skip(f"{backend} unavailable here: {why}")
+    pdl = registry.spec(backend, "prefill").features.get("pdl")
+    if form == "pdl" and (pdl is not True or torch.cuda.get_device_capability() < (9, 0)):
+        pytest.skip(f"{backend}: no PDL here ({pdl if pdl is not True else 'cc < 9.0'})")
+    dest = form == "dest"
+    bufs = _inputs(1, LENGTHS[0])
+    out = torch.empty_like(bufs.v)
+    new_state = torch.empty_like(bufs.state) if dest else None
+
+    def call(x, out, new_state):
+        return gdnzoo.prefill(*x.args(), out=out, new_state=new_state, use_qk_l2norm=True,
+                              algo=backend, pdl="wait" if form == "pdl" else None)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call(bufs, out, new_state)                   # compiles and caches outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call(bufs, out, new_state)
+    for seed, lengths in ((2, LENGTHS[1]), (3, LENGTHS[0])):
+        y = _inputs(seed, lengths)
+        for name in ("q", "k", "v", "A_log", "a", "dt_bias", "b", "state", "cu_seqlens"):
+            getattr(bufs, name).copy_(getattr(y, name))
+        out.fill_(float("nan"))
+        if dest:
+            new_state.fill_(float("nan"))
+        graph.replay()
+        want_state = torch.full_like(y.state, float("nan")) if dest else y.state.clone()
+        want = torch.full_like(out, float("nan"))
+        call(y if dest else dataclasses.replace(y, state=want_state), want,
+             want_state if dest else None)
+        torch.cuda.synchronize()
+        got_state = new_state if dest else bufs.state
+        assert torch.equal(out, want), f"{backend}: replay with {lengths}: outputs differ"
+        assert torch.equal(got_state, want_state), f"{backend}: replay with {lengths}: states"
