@@ -329,9 +329,8 @@ def test_nothing_below_the_face_imports_it():
 
 def test_prefill_has_its_own_default_table():
     """The prefill operation's default table is its own (read at tokens per sequence, T/N),
-    apart from decode's: the H200's measured row picks cuda-chunk for fp32 states (where it
-    cannot serve, the fallback order's triton-chunk), and has no bf16 range (not measured),
-    which leaves bf16 to the fallback order."""
+    apart from decode's: the H200's measured row picks cuda-chunk for fp32 and bf16 states
+    (where it cannot serve, the fallback order's triton-chunk)."""
     import dataclasses
 
     from gdnzoo import prefill_contract
@@ -341,7 +340,8 @@ def test_prefill_has_its_own_default_table():
     p = prefill_contract.validate(*make_prefill_inputs([3, 5], H=2, HV=4, K=16, V=16).args())[0]
     assert tables.table_choice(row, p) == "cuda-chunk"
     assert registry.load_registry().op("prefill").fallback["cuda"][0] == "triton-chunk"
-    assert tables.table_choice(row, dataclasses.replace(p, state_dtype=torch.bfloat16)) is None
+    assert tables.table_choice(row, dataclasses.replace(p, state_dtype=torch.bfloat16)) \
+        == "cuda-chunk"
     assert p.table_heads is None and tables.read_point(
         dataclasses.replace(row, measured_at={"HV": 8}), p) == (p.batch, 1)
     assert registry.default_row("NVIDIA H200", "decode") is not row
