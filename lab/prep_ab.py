@@ -38,6 +38,14 @@ def at_rev(rev: str):
     return path, eval(expr, {"CHUNK": prep.CHUNK, "HEAD_DIM": prep.HEAD_DIM})
 
 
+def cell_inputs(cell: str):
+    """The dense prefill inputs of a cell "H/HV:NxL" on the GPU (seed 0)."""
+    geom, mix = cell.split(":")
+    H, HV = map(int, geom.split("/"))
+    n, L = map(int, mix.split("x"))
+    return make_prefill_inputs([L] * n, H=H, HV=HV, device="cuda", seed=0)
+
+
 def run(variant, x, mats, vecs):
     prep.SOURCE, prep.SMEM = variant
     prep._sized.clear()
@@ -78,11 +86,8 @@ def main():
     print(f"{'cell':16s} " + " ".join(f"{n[:12]:>12s}" for n in variants)
           + "  each / the first; the same workspace as the first")
     for cell in a.cells.split(","):
-        geom, mix = cell.split(":")
-        H, HV = map(int, geom.split("/"))
-        n, L = map(int, mix.split("x"))
-        x = make_prefill_inputs([L] * n, H=H, HV=HV, device="cuda", seed=0)
-        T = x.q.shape[0]
+        x = cell_inputs(cell)
+        T, HV = x.q.shape[0], x.v.shape[1]
         ws = {}
         for name, v in variants.items():
             w = torch.full((tc.workspace_numel(T, HV),), float("nan"), device="cuda")

@@ -23,9 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 from gdnzoo.backends import _cuda_chunk_prep as prep      # noqa: E402
 from gdnzoo.backends import triton_chunk as tc            # noqa: E402
-from gdnzoo.inputs import make_prefill_inputs             # noqa: E402
 from lab.clock_marks import read_u64                      # noqa: E402
-from lab.prep_ab import run                               # noqa: E402
+from lab.prep_ab import cell_inputs, run                  # noqa: E402
 
 MARK = ("__device__ unsigned long long gdn_marks[1 << 16];\n#define GDN_MARK(k) do { if "
         "(threadIdx.x == 0 && blockIdx.x < 6000) gdn_marks[blockIdx.x * 10 + (k)] = clock64(); "
@@ -68,11 +67,8 @@ def main():
     variant = (marked_source(), a.smem)
     print(f"{'cell':14s} {'CTAs':>5s} {'all':>7s} " + " ".join(f"{p[:12]:>12s}" for p in PHASES))
     for cell in a.cells.split(","):
-        geom, mix = cell.split(":")
-        H, HV = map(int, geom.split("/"))
-        n, L = map(int, mix.split("x"))
-        x = make_prefill_inputs([L] * n, H=H, HV=HV, device="cuda", seed=0)
-        T = x.q.shape[0]
+        x = cell_inputs(cell)
+        T, HV = x.q.shape[0], x.v.shape[1]
         mats, vecs = tc._workspace(None, T, HV, tc.normalize(None), x.q.device)
         run(variant, x, mats, vecs)                    # compiles, warms
         torch.cuda.synchronize()
