@@ -12,7 +12,6 @@ oracle (its relative RMS errors of output and final state are the rows' ``rel_er
 from __future__ import annotations
 
 import math
-import re
 
 from gdnzoo.bench import args as A, entries
 from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, gated, judged
@@ -76,34 +75,18 @@ METHOD = (
     "p20/p80.")
 
 
-MIX = re.compile(r"(\d+)x(\d+)(?:\+(\d+)pad)?")
-
-
 def parse_mix(mix: str) -> tuple:
     """(lengths, padded entries) of ``NxL`` (N sequences of L tokens), ``NxL+Kpad`` (and K
     padded entries: ``--mode engine-prefill`` only) or ``ragged``."""
     if mix == "ragged":
         return list(RAGGED), 0
-    m = MIX.fullmatch(mix)
+    m = A.MIX.fullmatch(mix)
     return [int(m[2])] * int(m[1]), int(m[3] or 0)
 
 
 def lengths(mix: str) -> list:
     """A mix's sequence lengths (its padded entries are not sequences)."""
     return parse_mix(mix)[0]
-
-
-def mix_arg(s) -> list:
-    """``--mix``: a comma list of NxL, NxL+Kpad and ragged."""
-    import argparse
-    from gdnzoo.bench.args import words
-    out = words(s)
-    for w in out:
-        m = MIX.fullmatch(w)
-        if w != "ragged" and not (m and int(m[1]) >= 1 and int(m[2]) >= 1):
-            raise argparse.ArgumentTypeError(f"expected NxL (N sequences of L tokens), NxL+Kpad "
-                                             f"(and K padded entries) or ragged, got {w!r}")
-    return out
 
 
 def flops(c: Cell) -> float:
