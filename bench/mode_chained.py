@@ -23,7 +23,7 @@ import torch
 
 from gdnzoo.bench import clocks, entries, floor
 from gdnzoo.bench import mode_pool as serving
-from gdnzoo.bench.pipeline import Entry, Group, Mode, failure, rows_of, timed
+from gdnzoo.bench.pipeline import Entry, Group, Mode, errors, failure, guarded, rows_of, timed
 
 try:                                 # the producer kernel; without Triton nothing can be chained
     import triton
@@ -368,22 +368,6 @@ def chain_times(graph, producers, ch) -> tuple:
 
 # ----------------------------------------------------------------------------- measuring
 
-def measure_pool_floor(c, ch, plan) -> tuple:
-    """(the floor's standalone row: the pool floor on the whole storage, its launch shape or
-    None when not measured)."""
-    from gdnzoo.bench.pipeline import records
-    s = ch.storage
-    target = floor.PoolTarget(s.buf, s.page, s.slot, ch.B, ch.alone.index.slots,
-                              ch.alone.advance)
-    f = floor.indexed_floor_times(target, iters=min(plan.iters, 100), reduce=clocks.busy_and_count)
-    row = dict(cell=c, clock="standalone", note=f["config"], flags="", layers=plan.layers)
-    if f["samples"] is None:
-        return dict(row, status="SKIP"), None
-    return dict(row, status="PASS", method=f["method"], samples=[t for t, _ in f["samples"]],
-                n_sets=ch.alone.n,
-                kernels_per_call=records([n for _, n in f["samples"]])[0]), f["shape"]
-
-
 def measure_entry(c, clocks_, ch, plan, shape, producers) -> list:
     """Rows of one entry in one cell: SKIP, FAIL, or its chained (and standalone) times."""
     try:
@@ -395,8 +379,7 @@ def measure_entry(c, clocks_, ch, plan, shape, producers) -> list:
     issue()                              # every kernel compiled, loaded, memoized: then capture
     graph = clocks.capture(issue)
     chk = check_chain(ch, r, graph.replay)
-    errs = {k: chk[k] for k in ("max_abs_err_out", "max_abs_err_state", "rel_err_out",
-                                "rel_err_state", "n_bad")} if r.views is not None else {}
+    errs = errors(chk) if r.views is not None else {}
     if not chk["ok"]:
         return rows_of(c, clocks_, "FAIL", chk["reason"], layers=plan.layers, **errs)
     added, prod, method = chain_times(graph, producers, ch)
@@ -415,10 +398,12 @@ def measure_cell(group, ch, plan, log=lambda s: None) -> list:
     """Every entry of one cell: the pool floor first (its launch shape serves the chained
     floor), the producers' graph, then each entry's chain; ``log(line)`` after each entry."""
     (fc, _), *cells = group.cells
-    shape = None
+    s, shape = ch.storage, None
     try:
-        row, shape = measure_pool_floor(fc, ch, plan)
-        rows = [row]
+        target = floor.PoolTarget(s.buf, s.page, s.slot, ch.B, ch.alone.index.slots,
+                                  ch.alone.advance)
+        rows, shape = serving.indexed_floor(fc, target, ch.alone, plan, "standalone",
+                                            layers=plan.layers)
     except Exception as e:
         plan.sync()
         rows = rows_of(fc, ("standalone",), "ERROR", failure(e), layers=plan.layers)
@@ -432,11 +417,8 @@ def measure_cell(group, ch, plan, log=lambda s: None) -> list:
         return rows + [x for c, k in cells for x in rows_of(c, k, "ERROR", why,
                                                            layers=plan.layers)]
     for c, k in cells:
-        try:
-            got = measure_entry(c, k, ch, plan, shape, producers)
-        except Exception as e:
-            plan.sync()
-            got = rows_of(c, k, "ERROR", failure(e), layers=plan.layers)
+        got = guarded(lambda: measure_entry(c, k, ch, plan, shape, producers), [(c, k)], plan,
+                      layers=plan.layers)
         rows += got
         r = got[0]
         log(f"  {ch.sd} B={ch.B} {c.backend}[{c.mode}]: " + (

@@ -9,7 +9,7 @@ Without a CUDA device: the host clock only.
 from __future__ import annotations
 
 from gdnzoo.bench import entries
-from gdnzoo.bench.pipeline import Entry, Mode, gated, judged
+from gdnzoo.bench.pipeline import Entry, Mode, judged
 
 RUN_LAST = ("pt-compiled",)          # slow to compile per shape: a time budget cuts it first
 
@@ -88,14 +88,6 @@ def dense_entry(c, plan) -> Entry:
     return Entry(call, check, rot, host=host, base=dict(flags=_flags(c.backend)))
 
 
-def floor_rows(c, plan) -> list:
-    from gdnzoo.bench import floor
-    f = floor.floor_times(state_set_bytes(c), iters=min(plan.iters, 100))
-    return [dict(cell=c, clock="kernel", status="PASS", note=f["config"], flags="",
-                 samples=f["samples"], n_sets=f["n_sets"], method=f["method"],
-                 working_set_mib=f["n_sets"] * state_set_bytes(c) / 2**20)]
-
-
 def published(rows, B, sd, form, clock) -> list:
     """Algorithm | Median (us) | Speedup | vs FlashInfer at one batch size, fastest first."""
     from gdnzoo.bench.console import ratio, us
@@ -152,11 +144,15 @@ class Dense(Mode):
                         "floor", "inplace", B, sd), ("kernel",))], budgeted=False))
         plan.backends = plan.entries = tuple(names)
 
-    def measure(self, group, plan):
-        (c, clocks), = group.cells
-        if c.backend == "floor":
-            return floor_rows(c, plan)
-        return gated(c, clocks, lambda: dense_entry(c, plan), plan)
+    def entry(self, c, ctx, plan):
+        return dense_entry(c, plan)
+
+    def floor_rows(self, c, ctx, plan):
+        from gdnzoo.bench import floor
+        f = floor.floor_times(state_set_bytes(c), iters=min(plan.iters, 100))
+        return [dict(cell=c, clock="kernel", status="PASS", note=f["config"], flags="",
+                     samples=f["samples"], n_sets=f["n_sets"], method=f["method"],
+                     working_set_mib=f["n_sets"] * state_set_bytes(c) / 2**20)]
 
     def finish(self, rows, plan, args):
         if args is not None and args.nvbench and plan.layout != "k-last":

@@ -163,13 +163,8 @@ class EnginePrefill(Mode):
                                              skip=too_long_here(plan, sum(L))))
         plan.backends = plan.entries = tuple(names)
 
-    def measure(self, group, plan):
-        """Each entry on its own: one that raises is an ERROR row naming the exception, the
-        others of the cell still measured."""
-        from gdnzoo.bench.pipeline import gated, guarded
-        return [r for c, clocks in group.cells for r in guarded(
-            lambda c=c, clocks=clocks: gated(c, clocks, lambda: engine_entry(c, plan), plan),
-            [(c, clocks)], plan)]
+    def entry(self, c, ctx, plan):
+        return engine_entry(c, plan)
 
     def floor_of(self, row):
         return None

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from gdnzoo.bench import entries
-from gdnzoo.bench.pipeline import Entry, Group, Mode, gated, guarded, judged, records
+from gdnzoo.bench.pipeline import Entry, Group, Mode, judged, records, rows_of
 
 POOL_BATCHES = (1, 4, 8, 16, 32, 64, 128, 256, 512)
 STATES = ("fp32", "bf16")
@@ -102,8 +102,21 @@ class PoolCtx:
     out: object
     ref: tuple = None        # float64 (out, state of the check slots), made by the first check
 
-    def kw(self, ix) -> dict:
+    def kw(self, ix, form="pool") -> dict:
+        """gdnzoo.decode's pool keywords of a call on index row ``ix``."""
         return dict(state_indices=ix.slots, null_slot=NULL_SLOT)
+
+    def problem(self, form="pool"):
+        """The Problem of the check row's call in ``form`` (what a backend must serve)."""
+        from gdnzoo.contract import validate
+        return validate(*self.x.args(self.pool.state), out=self.out, use_qk_l2norm=True,
+                        **self.kw(self.bank.check, form))[0]
+
+    def target(self, form="pool"):
+        """The pool floor's target: this cell's slots, through its persistent index tensor."""
+        from gdnzoo.bench import floor
+        sp, bank = self.pool, self.bank
+        return floor.PoolTarget(sp.buf, sp.page, sp.slot, self.B, bank.index.slots, bank.advance)
 
 
 def cell_inputs(B, T, sd, geometry, device, seed) -> tuple:
@@ -120,12 +133,6 @@ def make_ctx(B, sd, sp, H, HV, K, V, device, seed, l2) -> PoolCtx:
                      seed + B)
     bank.working_set_bytes = bank.n * B * sp.slot * sp.buf.element_size()
     return PoolCtx(B, sd, sp, x, bank, out)
-
-
-def pool_problem(ctx, **kw):
-    from gdnzoo.contract import validate
-    return validate(*ctx.x.args(ctx.pool.state), out=ctx.out, use_qk_l2norm=True,
-                    **(kw or ctx.kw(ctx.bank.check)))[0]
 
 
 def snapshot(ctx) -> tuple:
@@ -175,12 +182,22 @@ def check_slots(call, ctx) -> dict:
 
 # ----------------------------------------------------------------------------- the entries
 
+def gdnzoo_call(name, ctx, form="pool") -> tuple:
+    """(call(ix), note) of ``auto`` (gdnzoo.decode's own choice) or gdnzoo backend ``name``
+    through its public callable in ``form``; raises Skip with the reason."""
+    def kw(ix):
+        return ctx.kw(ix, form)
+    x, st = ctx.x, ctx.pool.state
+    if name == "auto":
+        return (entries.public(None, x, ctx.out, st, kw),
+                entries.auto_note(x, ctx.out, st, **kw(ctx.bank.check)))
+    entries.serve(name, ctx.problem(form))
+    return entries.public(name, x, ctx.out, st, kw), ""
+
+
 def pool_call(name, ctx) -> tuple:
     """(call(ix), note) of entry ``name`` in this cell; raises Skip with the reason."""
     x, st = ctx.x, ctx.pool.state
-    if name == "auto":
-        return (entries.public(None, x, ctx.out, st, ctx.kw),
-                entries.auto_note(x, ctx.out, st, **ctx.kw(ctx.bank.check)))
     if name == "flashinfer-pool":
         if ctx.sd not in FI_STATES:
             raise entries.Skip("FlashInfer's pool API is timed with bf16 state only")
@@ -203,26 +220,21 @@ def pool_call(name, ctx) -> tuple:
             mod.packed_decode(x.mixed, x.a2, x.b2, x.A_log, x.dt_bias, x.scale, st, ctx.out,
                               ix.slots, use_qk_l2norm_in_kernel=True)
         return call, f"{ADAPTERS[name]}.packed_decode"
-    entries.serve(name, pool_problem(ctx))
-    return entries.public(name, x, ctx.out, st, ctx.kw), ""
+    return gdnzoo_call(name, ctx)
 
 
-def pool_target(ctx):
-    """The pool floor's target: this cell's slots, through its persistent index tensor."""
-    from gdnzoo.bench import floor
-    sp, bank = ctx.pool, ctx.bank
-    return floor.PoolTarget(sp.buf, sp.page, sp.slot, ctx.B, bank.index.slots, bank.advance)
-
-
-def indexed_floor(c, f, bank) -> list:
-    """The row of a floor timed over an index bank (``f``: floor.indexed_floor_times' or
-    (the verify floor's), busy samples), SKIP where it was not measured."""
-    row = dict(cell=c, clock="kernel", flags="", n_sets=bank.n, note=f["config"],
+def indexed_floor(c, target, bank, plan, clock="kernel", **extra) -> tuple:
+    """([row], launch shape) of the pool floor or a verify floor (``target``) timed over the
+    index bank ``bank`` (floor.indexed_floor_times, busy samples); SKIP (and shape None) where
+    it was not measured."""
+    from gdnzoo.bench import clocks, floor
+    f = floor.indexed_floor_times(target, iters=min(plan.iters, 100), reduce=clocks.busy_and_count)
+    row = dict(extra, cell=c, clock=clock, flags="", n_sets=bank.n, note=f["config"],
                method=f["method"])
     if f["samples"] is None:
-        return [dict(row, status="SKIP")]
+        return [dict(row, status="SKIP")], None
     return [dict(row, status="PASS", samples=[s for s, _ in f["samples"]],
-                 kernels_per_call=records([n for _, n in f["samples"]])[0])]
+                 kernels_per_call=records([n for _, n in f["samples"]])[0])], f["shape"]
 
 
 def flag_adapters(rows):
@@ -291,16 +303,10 @@ class Serving(Mode):
             plan.notes.append(pool_note(sd, plan.cache[sd]))
         return plan.cache[sd]
 
-    def measure(self, group, plan):
-        ctx = self.context(group.key, plan)
-        rows = []
-        for c, clocks in group.cells:
-            if c.backend == "floor":
-                rows += guarded(lambda: self.floor_rows(c, ctx, plan), [(c, clocks)], plan)
-            else:
-                rows += guarded(lambda: gated(c, clocks, lambda: self.setup(c, ctx), plan),
-                                [(c, clocks)], plan)
-        return rows
+    def floor_rows(self, c, ctx, plan):
+        if not plan.gpu:
+            return rows_of(c, ("kernel",), "SKIP", "not on a CUDA device")
+        return indexed_floor(c, ctx.target(c.mode), ctx.bank, plan)[0]
 
     def problem(self, c, plan, **kw):
         """The automatic choice's Problem: its calls read and write a pool."""
@@ -339,14 +345,9 @@ class Pool(Serving):
         return make_ctx(B, sd, self.pool(sd, plan), plan.H, plan.HV, plan.K, plan.V,
                         plan.device, plan.seed, plan.l2)
 
-    def setup(self, c, ctx):
+    def entry(self, c, ctx, plan):
         call, note = pool_call(c.backend, ctx)
         return Entry(call, lambda: check_slots(call, ctx), ctx.bank, note)
-
-    def floor_rows(self, c, ctx, plan):
-        from gdnzoo.bench import clocks, floor
-        return indexed_floor(c, floor.indexed_floor_times(pool_target(ctx), iters=min(plan.iters, 100),
-                                                       reduce=clocks.busy_and_count), ctx.bank)
 
     def finish(self, rows, plan, args):
         flag_adapters(rows)
@@ -384,20 +385,24 @@ class Pool(Serving):
 
 class PoolCell:
     """One (state dtype, B) of a pool shape search (``gdnzoo tune --shapes --mode pool``): a
-    cell of this mode over a shared pool ``sp``, each candidate checked by :func:`check_slots`
-    (subclassed by the verify search's)."""
+    cell of this mode over a shared pool ``sp`` in ``FORM``, each candidate checked as the
+    bench checks it (subclassed by the verify search's)."""
+    FORM = "pool"
 
     def __init__(self, sd, sp, B, geometry, seed=3):
-        from gdnzoo.bench import clocks
         self.sd, self.B, self.sp = sd, B, sp
-        self.ctx = make_ctx(B, sd, sp, **geometry, device="cuda", seed=seed,
-                            l2=clocks.l2_bytes())
-        self.problem = pool_problem(self.ctx)
+        self.ctx = self.context(geometry, seed)
+        self.problem = self.ctx.problem(self.FORM)
         self.prepare = self.ctx.bank.advance    # the next row into the index, before each call
+
+    def context(self, geometry, seed):
+        from gdnzoo.bench import clocks
+        return make_ctx(self.B, self.sd, self.sp, **geometry, device="cuda", seed=seed,
+                        l2=clocks.l2_bytes())
 
     def floor_launcher(self):
         from gdnzoo.bench import floor
-        return floor.best_indexed_launcher(pool_target(self.ctx))
+        return floor.best_indexed_launcher(self.ctx.target(self.FORM))
 
     def call(self, run, config, **kw):
         """call(ix): ``run`` with ``config`` on index row ``ix``, the pool keywords

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from gdnzoo.bench import args as A, entries
-from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, gated, judged
+from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, judged
 
 GEOMETRIES = ((4, 8), (16, 32), (16, 48), (16, 64), (2, 8))
 MIXES = ("1x8192", "1x32768", "8x1024", "16x256", "64x64", "ragged")
@@ -158,9 +158,8 @@ def prefill_entry(c: Cell, plan) -> Entry:
     form = c.mode
     x = make_prefill_inputs(lengths(keys["mix"]), H=c.H, HV=c.HV, K=c.K, V=c.V,
                             state_dtype=c.state_dtype, device=plan.device, seed=plan.seed)
-    ref = plan.cache.get(("ref", c.H, c.HV, keys["mix"], c.state_dtype))
-    if ref is None:
-        ref = plan.cache[("ref", c.H, c.HV, keys["mix"], c.state_dtype)] = x.reference(True)
+    key = ("ref", c.H, c.HV, keys["mix"], c.state_dtype)
+    ref = plan.cache.get(key) or plan.cache.setdefault(key, x.reference(True))
     fn = gdnzoo.prefill if c.backend == "auto" else gdnzoo.get(c.backend, op="prefill")
     layout = plan.layout
     sets = InputSets(x, form, rotation(x, plan.l2 or 0), plan.device, plan.seed, layout)
@@ -217,21 +216,6 @@ def no_graph(why):
     def graph(call):
         raise GraphUnsupported(why)
     return graph
-
-
-def floor_row(c: Cell, plan) -> list:
-    """The cell's floor: max(memory floor, compute floor) from this run's measured copy
-    bandwidth and bf16 matmul rate."""
-    rates = plan.cache.get("rates")
-    if rates is None:
-        rates = plan.cache["rates"] = measured_rates()
-    mem = prefill_bytes(c) / (rates["copy_gbps"] * 1e3)      # us
-    comp = flops(c) / (rates["tflops"] * 1e6)               # us
-    which = "memory" if mem >= comp else "compute"
-    return [dict(cell=c, clock="kernel", status="PASS", flags="", samples=[max(mem, comp)],
-                 note=f"{which} floor (memory {mem:.1f} us at {rates['copy_gbps']:.0f} GB/s, "
-                      f"compute {comp:.1f} us at {rates['tflops']:.0f} TFLOP/s)",
-                 method="computed from this run's copy bandwidth and bf16 matmul rate")]
 
 
 def measured_rates() -> dict:
@@ -306,14 +290,20 @@ class Prefill(Mode):
                                                  skip=too_long_here(plan, sum(L))))
         plan.backends = plan.entries = tuple(names)
 
-    def measure(self, group, plan):
-        rows = []
-        for c, clocks in group.cells:
-            if c.backend == "floor":
-                rows += floor_row(c, plan)
-            else:
-                rows += gated(c, clocks, lambda c=c: prefill_entry(c, plan), plan)
-        return rows
+    def entry(self, c, ctx, plan):
+        return prefill_entry(c, plan)
+
+    def floor_rows(self, c, ctx, plan):
+        """The cell's floor: max(memory floor, compute floor) from this run's measured copy
+        bandwidth and bf16 matmul rate."""
+        rates = plan.cache.get("rates") or plan.cache.setdefault("rates", measured_rates())
+        mem = prefill_bytes(c) / (rates["copy_gbps"] * 1e3)      # us
+        comp = flops(c) / (rates["tflops"] * 1e6)               # us
+        which = "memory" if mem >= comp else "compute"
+        return [dict(cell=c, clock="kernel", status="PASS", flags="", samples=[max(mem, comp)],
+                     note=f"{which} floor (memory {mem:.1f} us at {rates['copy_gbps']:.0f} GB/s, "
+                          f"compute {comp:.1f} us at {rates['tflops']:.0f} TFLOP/s)",
+                     method="computed from this run's copy bandwidth and bf16 matmul rate")]
 
     def floor_of(self, row):
         return {"mode": "dense", "clock": "kernel"} if row["clock"] == "kernel" else None

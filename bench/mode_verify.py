@@ -101,6 +101,16 @@ class VerifyCtx(serving.PoolCtx):
         return dict(state_indices=ix.slots, null_slot=NULL_SLOT, intermediate_states=self.inter,
                     intermediate_indices=ix.rows, update_state=form == "states+update")
 
+    def target(self, form="states"):
+        """The verify floor's target of ``form`` over this cell's persistent index tensors."""
+        from gdnzoo.bench import floor
+        sp, c = self.pool, self.bank.index
+        counts = self.accepted if form == "slots" else (self.steps if form == COMMIT else None)
+        return floor.VerifyTarget(form, sp.buf, sp.page, sp.slot, self.B, self.T,
+                                  c.grid if form == "slots" else c.slots, self.bank.advance,
+                                  inter=None if form == "slots" else self.inter,
+                                  rows=None if form == "slots" else c.rows, counts=counts)
+
     def reference(self, form):
         """float64 (out [B, T, HV, V], states [B, T, HV, V, K]) of the check row's call in
         ``form``, from the initial states it reads (made once per read kind)."""
@@ -138,10 +148,6 @@ def verify_ctx(B, T, sd, sp, geometry, l2, device, seed) -> VerifyCtx:
                accepted=accepted.to(device), steps=(accepted - 1).to(device))
 
 
-def verify_problem(ctx, form):
-    return serving.pool_problem(ctx, **ctx.kw(ctx.bank.check, form))
-
-
 # ----------------------------------------------------------------------------- the entries
 
 @dataclass
@@ -153,21 +159,13 @@ class Call:
 
 def verify_call(name, form, ctx) -> Call:
     """Entry ``name`` in ``form`` in this cell; raises Skip with the reason."""
-    x, st = ctx.x, ctx.pool.state
     if form not in forms_of(name):
         raise entries.Skip(f"{name} is timed in the {', '.join(forms_of(name))} form only")
-
-    def kw(ix):
-        return ctx.kw(ix, form)
-    if name == "auto":
-        return Call(entries.public(None, x, ctx.out, st, kw),
-                    entries.auto_note(x, ctx.out, st, **kw(ctx.bank.check)))
     if name == "vllm-spec":
         return vllm_call(ctx)
     if name.startswith("flashinfer-"):
         return flashinfer_call(ctx, name, form)
-    entries.serve(name, verify_problem(ctx, form))
-    return Call(entries.public(name, x, ctx.out, st, kw), "")
+    return Call(*serving.gdnzoo_call(name, ctx, form))
 
 
 def vllm_call(ctx) -> Call:
@@ -303,17 +301,6 @@ def check_commit(call, ctx) -> dict:
     return dict(ok=not reasons, reason="; ".join(reasons))
 
 
-def floor_target(ctx, form):
-    """The verify floor's target of ``form`` over this cell's persistent index tensors."""
-    from gdnzoo.bench import floor
-    sp, c = ctx.pool, ctx.bank.index
-    counts = ctx.accepted if form == "slots" else (ctx.steps if form == COMMIT else None)
-    return floor.VerifyTarget(form, sp.buf, sp.page, sp.slot, ctx.B, ctx.T,
-                              c.grid if form == "slots" else c.slots, ctx.bank.advance,
-                              inter=None if form == "slots" else ctx.inter,
-                              rows=None if form == "slots" else c.rows, counts=counts)
-
-
 # ----------------------------------------------------------------------------- the mode
 
 class Verify(serving.Serving):
@@ -336,8 +323,7 @@ class Verify(serving.Serving):
         plan.backends = tuple(entries.named(args.algo, lambda: entries.backends(
             verify=True, native=True)))
         plan.entries = ("auto", *plan.backends, *PEERS)
-        import torch
-        why = "--device cpu" if torch.cuda.is_available() else "no CUDA device"
+        why = plan.why_not_gpu
         for sd in plan.states:
             for T in plan.tokens:
                 for B in plan.batches:
@@ -367,22 +353,13 @@ class Verify(serving.Serving):
         B, T, sd = key
         return verify_ctx(B, T, sd, self.pool(sd, plan), plan, plan.l2, plan.device, plan.seed)
 
-    def setup(self, c, ctx):
+    def entry(self, c, ctx, plan):
         if c.backend == COMMIT:
             call = commit_call(ctx)
             return Entry(call, lambda: check_commit(call, ctx), ctx.bank,
                          f"gdnzoo.commit, intermediate_states T_max={ctx.T}")
         e = verify_call(c.backend, c.mode, ctx)
         return Entry(e.call, lambda: check_form(e, ctx, c.mode), ctx.bank, e.note)
-
-    def floor_rows(self, c, ctx, plan):
-        from gdnzoo.bench import clocks, floor
-        from gdnzoo.bench.pipeline import rows_of
-        if not plan.gpu:
-            return rows_of(c, ("kernel",), "SKIP", "not on a CUDA device")
-        f = floor.indexed_floor_times(floor_target(ctx, c.mode), iters=min(plan.iters, 100),
-                                     reduce=clocks.busy_and_count)
-        return serving.indexed_floor(c, f, ctx.bank)
 
     def summary(self, rows):
         return serving.summary_line(rows, forms=True)
@@ -435,23 +412,21 @@ class Verify(serving.Serving):
 class VerifyCell(serving.PoolCell):
     """One (state dtype, B) of a verify shape search at T tokens (``gdnzoo tune --shapes --mode
     verify``): a cell of this mode over a shared pool ``sp`` in the ``states`` form (update_state
-    False), each candidate checked by :func:`check`."""
+    False), each candidate checked by :func:`check_form`."""
     FORM = "states"
 
     def __init__(self, sd, sp, B, T, geometry, seed=3):
+        self.T = T
+        super().__init__(sd, sp, B, geometry, seed)
+
+    def context(self, geometry, seed):
         from types import SimpleNamespace
 
         from gdnzoo.bench import clocks
-        self.sd, self.B, self.T, self.sp = sd, B, T, sp
-        device = sp.buf.device
+        device = self.sp.buf.device
         l2 = clocks.l2_bytes(device) if device.type == "cuda" else 0
-        self.ctx = verify_ctx(B, T, sd, sp, SimpleNamespace(**geometry), l2, device, seed)
-        self.problem = verify_problem(self.ctx, self.FORM)
-        self.prepare = self.ctx.bank.advance    # the next row into the indices, before each call
-
-    def floor_launcher(self):
-        from gdnzoo.bench import floor
-        return floor.best_indexed_launcher(floor_target(self.ctx, self.FORM))
+        return verify_ctx(self.B, self.T, self.sd, self.sp, SimpleNamespace(**geometry), l2,
+                          device, seed)
 
     def call(self, run, config):
         from gdnzoo.verify import Verify as Keep

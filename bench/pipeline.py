@@ -144,7 +144,16 @@ class Mode:
         raise NotImplementedError
 
     def measure(self, group: Group, plan: Plan) -> list:
-        raise NotImplementedError
+        """Each cell of the group on its own over the group's ``context`` (an exception is ERROR
+        rows of its entry alone): the floor's rows (``floor_rows``), or an entry's
+        (:func:`gated` of ``entry``: an :class:`Entry`, or Skip where it cannot run)."""
+        ctx = self.context(group.key, plan)
+        return [r for c, k in group.cells for r in guarded(
+            lambda: self.floor_rows(c, ctx, plan) if c.backend == "floor"
+            else gated(c, k, lambda: self.entry(c, ctx, plan), plan), [(c, k)], plan)]
+
+    def context(self, key, plan: Plan):
+        """What the entries of the group of ``key`` share (None: nothing)."""
 
     def finish(self, rows, plan: Plan, args):
         """After the last group (flags, cross-checks)."""
@@ -242,13 +251,14 @@ def failure(e) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
 
-def guarded(fn, cells, plan) -> list:
-    """fn()'s rows, or ERROR rows for ``cells`` ([(Cell, clocks)]) naming the exception."""
+def guarded(fn, cells, plan, **extra) -> list:
+    """fn()'s rows, or ERROR rows for ``cells`` ([(Cell, clocks)]) naming the exception (and
+    carrying ``extra``)."""
     try:
         return fn()
     except Exception as e:
         plan.sync()
-        return [r for c, k in cells for r in rows_of(c, k, "ERROR", failure(e))]
+        return [r for c, k in cells for r in rows_of(c, k, "ERROR", failure(e), **extra)]
 
 
 def records(counts) -> tuple:

@@ -231,7 +231,7 @@ def test_entries_say_why_they_cannot_run_here():
         with pytest.raises(entries.Skip, match=match):
             verify.verify_call(name, form, ctx)
     for name, form in (("fla-tma", "states"), ("vllm-packed", "slots"), ("cuda-v4", "slots")):
-        ok, why = registry.can_serve(name, verify.verify_problem(ctx, form))   # the registry's reason
+        ok, why = registry.can_serve(name, ctx.problem(form))   # the registry's reason
         assert not ok                                 # K=V=16 or no GPU or no verify, each
         with pytest.raises(entries.Skip, match=re.escape(why)):
             verify.verify_call(name, form, ctx)
