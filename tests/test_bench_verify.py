@@ -340,7 +340,7 @@ def test_verify_floor_stores_where_the_form_stores(form):
                            rows=None if form == "slots" else c.rows,
                            counts={"slots": accepted, "commit": steps}.get(form))
     before, inter0 = sp.state.clone(), inter.clone()
-    floor._verify_launcher(t, (4, 128, 2))(0)
+    floor._indexed_launcher(t, (4, 128, 2))(0)
     torch.cuda.synchronize()
     r, s = c.rows.long(), c.slots.long()
     if form == "slots":
