@@ -23,7 +23,8 @@ import torch
 
 from gdnzoo.bench import clocks, entries, floor
 from gdnzoo.bench import mode_pool as serving
-from gdnzoo.bench.pipeline import Entry, Group, Mode, errors, failure, guarded, rows_of, timed
+from gdnzoo.bench.pipeline import (ERRS, Entry, Group, Mode, errors, failure, guarded, judged,
+                                   rows_of, timed)
 
 try:                                 # the producer kernel; without Triton nothing can be chained
     import triton
@@ -164,6 +165,7 @@ class Chain:
         self.flat = [(y[:B * HK].view(B, 1, H, K), y[B * HK:2 * B * HK].view(B, 1, H, K),
                       y[2 * B * HK:].view(B, 1, HV, V)) for y in self.ys]
         self.rows = rows
+        self.working_set = rows * L * B * s.slot * elem    # bytes the replays cycle through
 
     def produce(self, layer):
         produce(self.xs[layer], self.ys[layer])
@@ -172,16 +174,6 @@ class Chain:
         """Layer ``layer``'s slots in row 0, the check's."""
         return self.slots.rows[0].slots[layer]
 
-    @property
-    def working_set_bytes(self) -> int:
-        """State bytes the chain's replays cycle through: rows x L x B slots."""
-        s = self.storage
-        return self.rows * self.L * self.B * s.slot * s.buf.element_size()
-
-    def notes(self) -> str:
-        s = self.storage
-        return (f"{self.sd} B={self.B}: {self.L} pools of {self.P} slots "
-                f"({s.nbytes / 2**30:.2f} GiB in all), {self.rows} index row(s) per layer")
 
 
 def layer_slots(B, L, HV, V, K, elem, l2, min_bytes=serving.MIN_POOL_BYTES) -> tuple:
@@ -215,43 +207,6 @@ class Runner:
     note: str
 
 
-def _gdnzoo_runner(name, level, ch) -> Runner:
-    import gdnzoo
-    from gdnzoo.contract import validate
-    x = ch.x
-    q, k, v = ch.packed[0]
-    p, _ = validate(q, k, v, ch.pools[0], x.A_log, x.a, x.dt_bias, x.b, x.scale, out=ch.outs[0],
-                    use_qk_l2norm=True, state_indices=ch.index[0], null_slot=NULL_SLOT,
-                    pdl=level)
-    entries.serve(name, p)
-
-    def call(layer, state, idx):
-        q, k, v = ch.packed[layer]
-        gdnzoo.decode(q, k, v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out=ch.outs[layer],
-                      use_qk_l2norm=True, algo=name, state_indices=idx, null_slot=NULL_SLOT,
-                      pdl=level)
-    return Runner([functools.partial(call, i, ch.pools[i], ch.index[i]) for i in range(ch.L)],
-                  lambda idx: call(0, ch.storage.state, idx), lambda i: ch.packed[i],
-                  f"gdnzoo.decode(algo={name!r}, pdl={level!r})")
-
-
-def _flashinfer_runner(ch) -> Runner:
-    if ch.sd not in serving.FI_STATES:
-        raise Skip("FlashInfer's pool API is timed with bf16 state only")
-    fi = entries.flashinfer_gdn("gated_delta_rule_decode_pretranspose")
-    x = ch.x
-    a, b = x.a.contiguous(), x.b.contiguous()
-
-    def call(layer, state, idx):
-        q, k, v = ch.flat[layer]
-        fi(q, k, v, None, x.A_log, a, x.dt_bias, b, scale=x.scale, output=ch.outs[layer],
-           use_qk_l2norm=True, initial_state=state, initial_state_indices=idx,
-           backend="flashinfer")
-    return Runner([functools.partial(call, i, ch.pools[i], ch.index[i]) for i in range(ch.L)],
-                  lambda idx: call(0, ch.storage.state, idx), lambda i: ch.flat[i],
-                  "FlashInfer pool API; q, k, v contiguous blocks of the producer's output")
-
-
 def _floor_runner(level, ch, shape) -> Runner:
     from gdnzoo.contract import PDL_LEVELS
     if shape is None:
@@ -269,13 +224,42 @@ def _floor_runner(level, ch, shape) -> Runner:
 
 
 def runner(name, level, ch, shape) -> Runner:
-    """Entry (name, level) in cell ``ch``; ``shape``: the pool floor's launch shape (None when
-    not measured).  Raises Skip with the reason."""
+    """Entry (name, level) in cell ``ch``: the chained floor, FlashInfer's pool API or a gdnzoo
+    backend through ``gdnzoo.decode(..., pdl=level)``; ``shape``: the pool floor's launch shape
+    (None when not measured).  Raises Skip with the reason."""
     if name == "floor":
         return _floor_runner(level, ch, shape)
+    x = ch.x
     if name == "flashinfer-pool":
-        return _flashinfer_runner(ch)
-    return _gdnzoo_runner(name, level, ch)
+        if ch.sd not in serving.FI_STATES:
+            raise Skip("FlashInfer's pool API is timed with bf16 state only")
+        fi = entries.flashinfer_gdn("gated_delta_rule_decode_pretranspose")
+        a, b = x.a.contiguous(), x.b.contiguous()
+        views = ch.flat
+        note = "FlashInfer pool API; q, k, v contiguous blocks of the producer's output"
+
+        def call(layer, state, idx):
+            q, k, v = ch.flat[layer]
+            fi(q, k, v, None, x.A_log, a, x.dt_bias, b, scale=x.scale, output=ch.outs[layer],
+               use_qk_l2norm=True, initial_state=state, initial_state_indices=idx,
+               backend="flashinfer")
+    else:
+        import gdnzoo
+        from gdnzoo.contract import validate
+        q, k, v = ch.packed[0]
+        p, _ = validate(q, k, v, ch.pools[0], x.A_log, x.a, x.dt_bias, x.b, x.scale,
+                        out=ch.outs[0], use_qk_l2norm=True, state_indices=ch.index[0],
+                        null_slot=NULL_SLOT, pdl=level)
+        entries.serve(name, p)
+        views, note = ch.packed, f"gdnzoo.decode(algo={name!r}, pdl={level!r})"
+
+        def call(layer, state, idx):
+            q, k, v = ch.packed[layer]
+            gdnzoo.decode(q, k, v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale,
+                          out=ch.outs[layer], use_qk_l2norm=True, algo=name, state_indices=idx,
+                          null_slot=NULL_SLOT, pdl=level)
+    return Runner([functools.partial(call, i, ch.pools[i], ch.index[i]) for i in range(ch.L)],
+                  lambda idx: call(0, ch.storage.state, idx), views.__getitem__, note)
 
 
 # ----------------------------------------------------------------------------- checking
@@ -308,29 +292,24 @@ def check_chain(ch, run, issue) -> dict:
     issue()
     if ch.ys.is_cuda:
         torch.cuda.synchronize()
-    res = dict(reasons=[], max_abs_err_out=0.0, max_abs_err_state=0.0, rel_err_out=0.0,
-               rel_err_state=0.0, n_bad=0)
-    x = ch.x
+    reasons, res, x = [], dict(dict.fromkeys(ERRS, 0.0), n_bad=0), ch.x
     for i in layers:
         after = ch.pools[i].index_select(0, rows[i])
         ch.pools[i].index_copy_(0, rows[i], before[i])
         if run.views is None:
             if not torch.equal(after, before[i]):
-                res["reasons"].append(f"layer {i}: the floor changed the slots it streams")
+                reasons.append(f"layer {i}: the floor changed the slots it streams")
             continue
         q, k, v = run.views(i)
         ref = reference_outputs(Inputs(q, k, v, before[i], x.A_log, x.a, x.dt_bias, x.b,
                                        x.scale), use_qk_l2norm=True)
         j = gate.judge(ch.outs[i], after, *ref, out_dtype=torch.bfloat16,
                        state_dtype=after.dtype)
-        res["reasons"] += [f"layer {i}: {r}" for r in j.reasons]
-        for key, val in (("max_abs_err_out", j.out.max_abs), ("max_abs_err_state", j.state.max_abs),
-                         ("rel_err_out", j.rel_err_out), ("rel_err_state", j.rel_err_state)):
-            res[key] = max(res[key], val) if math.isfinite(val) else val
-        res["n_bad"] += j.n_bad
-    res["ok"] = not res["reasons"]
-    res["reason"] = "; ".join(res.pop("reasons"))
-    return res
+        reasons += [f"layer {i}: {r}" for r in j.reasons]
+        for key, val in errors(judged(j)).items():
+            res[key] = (res[key] + val if key == "n_bad" else max(res[key], val)
+                        if math.isfinite(val) else val)
+    return dict(res, ok=not reasons, reason="; ".join(reasons))
 
 
 # ----------------------------------------------------------------------------- timing
@@ -386,7 +365,7 @@ def measure_entry(c, clocks_, ch, plan, shape, producers) -> list:
     del graph
     rows = [dict(cell=c, clock="chained", status="PASS", note=r.note, flags="", samples=added,
                  producer_us=prod, method=method, n_sets=ch.rows, layers=plan.layers,
-                 working_set_mib=ch.working_set_bytes / 2**20, **errs)]
+                 working_set_mib=ch.working_set / 2**20, **errs)]
     if r.alone is not None:
         e = Entry(lambda ix: r.alone(ix.slots), None, ch.alone, r.note)
         alone = timed(c, ("kernel",), e, plan, busy=True, base=dict(errs, layers=plan.layers))
@@ -429,8 +408,7 @@ def measure_cell(group, ch, plan, log=lambda s: None) -> list:
 
 # ----------------------------------------------------------------------------- the table
 
-def _verdict(ok) -> str:
-    return "PASS" if ok else "MISS"
+VERDICT = {True: "PASS", False: "MISS"}
 
 
 def bars(table, ours):
@@ -449,13 +427,13 @@ def bars(table, ours):
         B, sd = r["B"], r["state_dtype"]
         fl = med.get(("floor", r["mode"], "chained", B, sd))
         if fl:
-            r["bar_floor"] = _verdict(m <= FLOOR_BAR * fl + TICK_US)
+            r["bar_floor"] = VERDICT[m <= FLOOR_BAR * fl + TICK_US]
         off = med.get((r["backend"], "off", "chained", B, sd))
         if r["mode"] != "off" and off is not None:
-            r["bar_off"] = _verdict(m <= off + TICK_US)
+            r["bar_off"] = VERDICT[m <= off + TICK_US]
         alone = med.get((r["backend"], r["mode"], "standalone", B, sd))
         if B >= STANDALONE_MIN_B and alone is not None:
-            r["bar_standalone"] = _verdict(m <= STANDALONE_BAR * alone)
+            r["bar_standalone"] = VERDICT[m <= STANDALONE_BAR * alone]
     return table
 
 
@@ -531,7 +509,8 @@ class Chained(Mode):
         B, sd = group.key
         ch = Chain(B, sd, plan.layers, plan.H, plan.HV, plan.K, plan.V, plan.device, plan.l2,
                    plan.seed)
-        plan.notes.append(ch.notes())
+        plan.notes.append(f"{sd} B={B}: {ch.L} pools of {ch.P} slots ({ch.storage.nbytes / 2**30:.2f}"
+                          f" GiB in all), {ch.rows} index row(s) per layer")
         return measure_cell(group, ch, plan, Progress(0, plan.quiet).log)
 
     def summary(self, rows):
