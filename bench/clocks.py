@@ -51,37 +51,21 @@ def rotation_count(set_bytes: int, l2: int, factor: int = L2_FACTOR, min_sets: i
     return int(min(max(need, min_sets), max_sets))
 
 
-class Rotation:
-    """The cold-L2 rotation of every timed call: ``count`` distinct copies of ``state`` (and, for
-    destination passing, as many distinct ``new_state`` buffers), visited round robin by one
-    counter that every session of a cell shares, so that no session starts on sets the previous
-    one just wrote (they would still be in L2).  ``count`` defaults to :func:`rotation_count`
-    of the set size and this device's L2."""
+class Sets:
+    """A cold source of the bench's clocks: ``sets`` visited round robin by one counter that
+    every session of a cell shares, so that no session starts on sets the previous one just
+    wrote (they would still be in L2).  ``kernel(call)`` and ``graph(call)`` give launch(i) of
+    ``call(*set)`` on the next set; ``prepare``: nothing to refresh outside the timed window."""
+    prepare = None
 
-    def __init__(self, state, dest: bool = False, count: int | None = None, l2: int | None = None):
-        self.set_bytes = state.numel() * state.element_size()
-        l2 = l2_bytes() if l2 is None else l2
-        self.n = count or rotation_count(self.set_bytes, l2)
-        self.states = [state.clone() for _ in range(self.n)]
-        self.dests = [torch.empty_like(state) for _ in range(self.n)] if dest else None
-        self._turn = itertools.count()
+    def __init__(self, sets):
+        self.sets, self.n, self._turn = sets, len(sets), itertools.count()
 
     def next_index(self) -> int:
         return next(self._turn) % self.n
 
     def next(self):
-        """(state, new_state) of the next call; new_state is state itself in place."""
-        j = next(self._turn) % self.n
-        s = self.states[j]
-        return s, (s if self.dests is None else self.dests[j])
-
-    @property
-    def working_set_bytes(self) -> int:
-        return self.n * self.set_bytes * (1 if self.dests is None else 2)
-
-    # The cold-source protocol the bench's clocks take (shared with :class:`IndexBank`):
-    # ``kernel(call)`` and ``graph(call)`` give launch(i) of ``call`` on the next cold set.
-    prepare = None                           # nothing to refresh outside the timed window
+        return self.sets[self.next_index()]
 
     def kernel(self, call):
         return lambda i: call(*self.next())
@@ -89,10 +73,28 @@ class Rotation:
     graph = kernel
 
 
+class Rotation(Sets):
+    """The cold-L2 rotation of every timed call: ``count`` distinct copies of ``state`` (and, for
+    destination passing, as many distinct ``new_state`` buffers); a set is (state, new_state),
+    new_state the state itself in place.  ``count`` defaults to :func:`rotation_count` of the
+    set size and this device's L2."""
+
+    def __init__(self, state, dest: bool = False, count: int | None = None, l2: int | None = None):
+        self.set_bytes = state.numel() * state.element_size()
+        n = count or rotation_count(self.set_bytes, l2_bytes() if l2 is None else l2)
+        self.states = [state.clone() for _ in range(n)]
+        self.dests = [torch.empty_like(state) for _ in range(n)] if dest else None
+        super().__init__(list(zip(self.states, self.dests or self.states)))
+
+    @property
+    def working_set_bytes(self) -> int:
+        return self.n * self.set_bytes * (1 if self.dests is None else 2)
+
+
 ROW_ALIGN = 64          # index rows start every 64 int32 (256 bytes)
 
 
-class IndexBank:
+class IndexBank(Sets):
     """The index rows of one cell's calls on a state pool, made on the device before timing:
     ``parts`` maps a name to (values [R, ..., n] int, view shape of the n or None); row r's
     tensor of each part is an int32 view starting on a 256-byte boundary (every leading index
@@ -120,7 +122,8 @@ class IndexBank:
         every = [self._row({k: v[r] for k, v in self.bank.items()}, r) for r in range(R)]
         self.rows, self.check = (every[:-1], every[-1]) if check else (every, None)
         self._index = {k: v[R - 1 if check else 0].clone() for k, v in self.bank.items()}
-        self.block, self._turn = R - 1 if check else 0, 0
+        self.block = R - 1 if check else 0
+        super().__init__(self.rows)
 
     def _row(self, full: dict, block: int):
         out = {}
@@ -133,15 +136,6 @@ class IndexBank:
     def index(self):
         """The persistent index tensors the kernel clock's calls pass (valid slots always)."""
         return self._row(self._index, self.block)
-
-    @property
-    def n(self) -> int:
-        return len(self.rows)
-
-    def next(self):
-        row = self.rows[self._turn % len(self.rows)]
-        self._turn += 1
-        return row
 
     def row(self, i):
         return self.rows[i % len(self.rows)]
@@ -159,8 +153,7 @@ class IndexBank:
             self._index[k].copy_(self.bank[k][0])
         self.block = 0
 
-    def prepare(self, i=None):
-        self.advance()
+    prepare = advance
 
     def kernel(self, call):
         return lambda i: call(self.index)
@@ -237,30 +230,22 @@ def _no_activity(per, n_gpu, dropped, i) -> RuntimeError:
                         "iterations with more than one; does this backend run on the GPU?)")
 
 
-def _spans(windows, launch_of, gpu, reduce=span_us):
-    """``reduce`` (default :func:`span_us`) of each iteration's GPU records (:func:`_group`);
-    an iteration without any is an error."""
-    per, dropped = _group(windows, launch_of, gpu)
-    for i, recs in enumerate(per):
-        if not recs:
-            raise _no_activity(per, len(gpu), dropped, i)
-    return [reduce(recs) for recs in per]
-
-
 # torch.profiler now and then links no record to one tiny call of hundreds (seen: one of 200
 # on an H200, torch 2.11): up to this share of iterations may come back empty.
 LOST_SHARE = 0.02
 
 
-def _spans_losing_few(windows, launch_of, gpu, reduce=span_us) -> tuple:
-    """(samples, note) as :func:`_spans`, except that up to :data:`LOST_SHARE` of the
-    iterations may have no record: those are dropped, and so is every iteration holding more
-    records than most do (a lost record may have landed there), and the note says how many."""
+def _spans(windows, launch_of, gpu, reduce=span_us, lose=0.0) -> tuple:
+    """(samples, note): ``reduce`` (default :func:`span_us`) of each iteration's GPU records
+    (:func:`_group`).  Up to ``lose`` (a share, e.g. :data:`LOST_SHARE`) of the iterations may
+    have no record: those are dropped, and so is every iteration holding more records than
+    most do (a lost record may have landed there), and the note says how many; beyond that an
+    iteration without any is an error."""
     per, dropped = _group(windows, launch_of, gpu)
     empty = [i for i, recs in enumerate(per) if not recs]
     if not empty:
         return [reduce(recs) for recs in per], ""
-    if len(empty) > LOST_SHARE * len(per):
+    if len(empty) > lose * len(per):
         raise _no_activity(per, len(gpu), dropped, empty[0])
     counts = sorted(len(r) for r in per if r)
     usual = counts[len(counts) // 2]
@@ -379,7 +364,7 @@ def _kernel_times_cupti(launch, iters, start, cupti=None, sync=None, reduce=span
         cupti.finalize()
     scale = ns_per_tick(first, last)
     # A record stands in for its own launch: it goes to the window its start falls in.
-    per = _spans(windows, {j: s for j, (s, _) in enumerate(gpu)},
+    per, _ = _spans(windows, {j: s for j, (s, _) in enumerate(gpu)},
                  [(s, e, j) for j, (s, e) in enumerate(gpu)],
                  lambda recs: reduce([(s * scale, e * scale) for s, e in recs]))
     note = "" if scale == 1.0 else f" (CUPTI timestamps were not ns: rescaled by {scale:.4f} ns/tick)"
@@ -422,7 +407,7 @@ def _kernel_times_torch_profiler(launch, iters, start, reduce=span_us, prepare=N
     windows, launch_of, gpu = _profiler_records(prof.profiler.kineto_results.events(), tag)
     if sorted(windows) != list(range(iters)):
         raise RuntimeError("kernel clock: torch.profiler lost iteration markers")
-    return _spans_losing_few([windows[i] for i in range(iters)], launch_of, gpu, reduce)
+    return _spans([windows[i] for i in range(iters)], launch_of, gpu, reduce, LOST_SHARE)
 
 
 def kernel_times(launch, iters: int, warmup: int = 3, start: int = 0,
@@ -442,8 +427,8 @@ def kernel_times(launch, iters: int, warmup: int = 3, start: int = 0,
         launch(start + i)
     torch.cuda.synchronize()
     start += warmup
-    ok, _ = cupti_python_available()
-    if ok:
+    method = "torch.profiler"
+    if cupti_python_available()[0]:
         try:
             samples, note = _kernel_times_cupti(launch, iters, start, reduce=reduce,
                                                 prepare=prepare)
@@ -451,11 +436,9 @@ def kernel_times(launch, iters: int, warmup: int = 3, start: int = 0,
         except RuntimeError:
             raise
         except Exception as e:   # CUPTI busy (another profiler attached): fall back, say so
-            samples, note = _kernel_times_torch_profiler(launch, iters, start, reduce, prepare)
-            return samples, (f"torch.profiler (cupti-python failed: {type(e).__name__}: {e})"
-                             + note)
+            method = f"torch.profiler (cupti-python failed: {type(e).__name__}: {e})"
     samples, note = _kernel_times_torch_profiler(launch, iters, start, reduce, prepare)
-    return samples, "torch.profiler" + note
+    return samples, method + note
 
 
 def interleaved_kernel_times(launches, reps: int, warmup: int = 3,

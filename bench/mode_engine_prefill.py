@@ -51,17 +51,6 @@ def mix_lengths(mix: str) -> tuple:
     return MIXES[mix] if mix in MIXES else parse_mix(mix)
 
 
-class OneSet:
-    """The cold source of an engine cell: one input set (the pool updated in place)."""
-    n = 1
-    prepare = None
-
-    def kernel(self, call):
-        return lambda i: call()
-
-    graph = kernel
-
-
 def engine_kernel(device):
     """FlashInfer's chunk kernel (Skip where it cannot run here)."""
     from gdnzoo.bench.entries import Skip
@@ -89,13 +78,14 @@ def engine_entry(c: Cell, plan) -> Entry:
     """Entry ``c.backend`` (``engine``, or a prefill backend / ``auto`` under the adapter) of
     cell ``c``; Skip with the reason where it cannot run."""
     from gdnzoo import gate
+    from gdnzoo.bench.clocks import Sets
     engine = c.mode
     case, (ref_out, ref_pool) = case_of(c, plan)
     buf, pool = ep.pool_copy(case)
     named = case["named"]
     if c.backend == "engine":
         fn = ep.engine_call(engine, engine_kernel(plan.device), case, pool)
-        tol, cold = gate.state_tol_of("fi-baseline", "prefill"), OneSet()
+        tol, cold = gate.state_tol_of("fi-baseline", "prefill"), Sets([()])
         cold.graph = no_graph(NO_GRAPH)
     else:
         if c.backend != "auto":
@@ -104,7 +94,7 @@ def engine_entry(c: Cell, plan) -> Entry:
                 raise entries.Skip(why)
             entries.serve(c.backend, ep.adapter_problem(engine, case))
         fn = ep.adapter_call(engine, case, pool, None if c.backend == "auto" else c.backend)
-        tol, cold = gate.state_tol_of(c.backend, "prefill"), OneSet()
+        tol, cold = gate.state_tol_of(c.backend, "prefill"), Sets([()])
 
     def check():
         before = buf.clone()

@@ -100,50 +100,32 @@ def prefill_bytes(c: Cell) -> int:
     return 2 * c.T * (2 * c.H * c.K + 2 * c.HV * c.V + 2 * c.HV) + state
 
 
-class InputSets:
-    """The cold source of a cell: ``n`` copies of its inputs (and states, and pools) visited
-    round robin; ``call(x, state, kw)`` takes one set."""
+def input_sets(x, form, l2, device, seed, layout="k-last"):
+    """The cold source of a cell (clocks.Sets): copies of its inputs (and states, and pools),
+    at least 2 and 2x the L2 of bytes, at most 8; ``call(x, state, kw)`` takes one set."""
+    import torch
 
-    def __init__(self, x, form, n, device, seed, layout="k-last"):
-        import torch
-        self.sets = []
-        for i in range(n):
-            y = x.clone()
-            if form == "pool":
-                N = y.cu_seqlens.shape[0] - 1
-                P = 2 * N + 3
-                g = torch.Generator().manual_seed(seed + i)
-                pool = torch.randn((P, *y.state.shape[1:]), generator=g).mul(0.05).to(
-                    y.state.dtype).to(device)
-                slots = torch.randperm(P, generator=g)[:N].to(torch.int32).to(device)
-                pool[slots.long()] = y.state
-                self.sets.append((y, entries.in_layout(pool, layout),
-                                  dict(state_indices=slots)))
-            else:
-                self.sets.append((y, entries.in_layout(y.state, layout), {}))
-        self.n = len(self.sets)
-        self._turn = 0
-        y, st, _ = self.sets[0]
-        self.working_set_bytes = n * (sum(t.numel() * t.element_size() for t in (
-            y.q, y.k, y.v, y.a, y.b)) + st.numel() * st.element_size())
-
-    def next(self):
-        s = self.sets[self._turn % self.n]
-        self._turn += 1
-        return s
-
-    prepare = None
-
-    def kernel(self, call):
-        return lambda i: call(*self.next())
-
-    graph = kernel
-
-
-def rotation(x, l2) -> int:
-    """Input sets of a cell: at least 2, and 2x the L2 of bytes, at most 8."""
+    from gdnzoo.bench.clocks import Sets
     one = sum(t.numel() * t.element_size() for t in (x.q, x.k, x.v, x.a, x.b, x.state))
-    return max(2, min(8, math.ceil(2 * l2 / max(one, 1))))
+    n, sets = max(2, min(8, math.ceil(2 * l2 / max(one, 1)))), []
+    for i in range(n):
+        y = x.clone()
+        if form == "pool":
+            N = y.cu_seqlens.shape[0] - 1
+            P = 2 * N + 3
+            g = torch.Generator().manual_seed(seed + i)
+            pool = torch.randn((P, *y.state.shape[1:]), generator=g).mul(0.05).to(
+                y.state.dtype).to(device)
+            slots = torch.randperm(P, generator=g)[:N].to(torch.int32).to(device)
+            pool[slots.long()] = y.state
+            sets.append((y, entries.in_layout(pool, layout), dict(state_indices=slots)))
+        else:
+            sets.append((y, entries.in_layout(y.state, layout), {}))
+    cold = Sets(sets)
+    y, st, _ = sets[0]
+    cold.working_set_bytes = n * (sum(t.numel() * t.element_size() for t in (
+        y.q, y.k, y.v, y.a, y.b)) + st.numel() * st.element_size())
+    return cold
 
 
 def prefill_entry(c: Cell, plan) -> Entry:
@@ -162,7 +144,7 @@ def prefill_entry(c: Cell, plan) -> Entry:
     ref = plan.cache.get(key) or plan.cache.setdefault(key, x.reference(True))
     fn = gdnzoo.prefill if c.backend == "auto" else gdnzoo.get(c.backend, op="prefill")
     layout = plan.layout
-    sets = InputSets(x, form, rotation(x, plan.l2 or 0), plan.device, plan.seed, layout)
+    sets = input_sets(x, form, plan.l2 or 0, plan.device, plan.seed, layout)
     y0, st0, kw0 = sets.sets[0]
     kw0 = dict(kw0, state_layout=layout)
     problem, _ = prefill_contract.validate(*y0.args()[:3], st0, *y0.args()[4:],
