@@ -99,8 +99,8 @@ def make_cells(args, sd, pools):
         elem, HV, V, K = DTYPES[sd].itemsize, GEOMETRY["HV"], GEOMETRY["V"], GEOMETRY["K"]
         T = args.tokens if args.mode == "verify" else 1
         P = mode_pool.pool_slots([(B, T) for B in args.batch], HV, V, K, elem, clocks.l2_bytes(),
-                                 width=(lambda B, T: B * (T + 1)) if args.mode == "verify"
-                                 else (lambda B, T: B))
+                                 width=mode_verify.Verify.width if args.mode == "verify"
+                                 else mode_pool.Serving.width)
         pools.clear()                                 # one pool at a time
         pools[sd] = mode_pool.state_pool(P, HV, V, K, sd, "cuda")
     if args.mode == "pool":
@@ -132,13 +132,6 @@ def stage(cell, todo, reps, log, rounds=1):
             torch.cuda.synchronize()
     per, method = time_candidates(cands, reps, rounds, cell.prepare)
     return {k: statistics.median(v) for k, v in per.items()}, cands, method
-
-
-def keep_or_change(winner_us, table_us, margin):
-    """'change' only where the winner reads at least ``margin`` (a fraction) faster than the
-    committed row in the same confirm sessions, else 'keep': the confirm's spread is about 1%,
-    and a table should not churn on noise."""
-    return "change" if winner_us <= table_us * (1 - margin) else "keep"
 
 
 def search_cell(cell, names, args, log, rows):
@@ -189,7 +182,11 @@ def search_cell(cell, names, args, log, rows):
         pick = (c, us, fmed, True)
         if b in committed:
             t_us = conf[(b, committed[b])] if committed[b] != c else us
-            verdict = keep_or_change(us, t_us, args.margin) if committed[b] != c else "same"
+            # "change" only where the winner reads at least the margin faster than the committed
+            # row in the same confirm sessions: their spread is about 1%, and a table should
+            # not churn on noise
+            verdict = ("same" if committed[b] == c else
+                       "change" if us <= t_us * (1 - args.margin) else "keep")
             text += f" vs committed {t_us:7.2f} ({t_us / fmed:.3f}) {committed[b]}: {verdict}"
             if verdict != "change":
                 pick = (committed[b], t_us, fmed, False)
@@ -231,19 +228,15 @@ def new_rows(lt, gpu, results, args, source_id):
             sid = r.source if f is own else f"{f.slug}:{r.source}"
             cited.setdefault(sid, f.sources[r.source])
             existing.append((r.lo, r.hi, (fields.normalize(r.config), sid)))
-        chosen = {B: (cfg, source_id if changed else _source_at(existing, B, source_id))
-                  for B, (cfg, _, _, changed) in per_b.items()}
+        chosen = {B: (cfg, source_id if changed else next(     # a kept row keeps its source
+                      (v[1] for lo, hi, v in existing if lo <= B and (hi is None or B <= hi)),
+                      source_id)) for B, (cfg, _, _, changed) in per_b.items()}
         merged = tables.merge_measured(existing, chosen)
         if merged == existing:               # every measured row kept: nothing to write
             continue
         made += [tables.LaunchRow(b, sd, mode, tokens, lo, hi, fields.as_dict(cfg), src,
                                   hv=GEOMETRY["HV"]) for lo, hi, (cfg, src) in merged]
     return made, cited
-
-
-def _source_at(existing, B, default):
-    """The source of the existing row at B (a kept row keeps it), else ``default``."""
-    return next((v[1] for lo, hi, v in existing if lo <= B and (hi is None or B <= hi)), default)
 
 
 def write_table(gpu, made, source):
@@ -272,14 +265,6 @@ def fresh_source_id(base: str, taken) -> str:
         i += 1
         sid = f"{base}-{i}"
     return sid
-
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the working directory where it lies below it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 def cmd_shapes(args) -> int:
@@ -321,6 +306,10 @@ def cmd_shapes(args) -> int:
             torch.cuda.empty_cache()
     sid = fresh_source_id(f"tune-{datetime.date.today().isoformat()}-{args.mode}-t{args.tokens}",
                           tables.launch_tables().file_for(gpu).sources)
+    try:                                      # the csv relative to the working directory
+        shown = str((out / "gpu_tune.csv").resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        shown = str(out / "gpu_tune.csv")
     conv = {"pool": " in the serving convention of gdnzoo bench --mode pool (page-strided pool, "
                     "fresh random slots every call, packed mixed_qkv, use_qk_l2norm=True)",
             "verify": " in the verify serving convention of gdnzoo bench --mode verify, "
@@ -332,7 +321,7 @@ def cmd_shapes(args) -> int:
                          f"--tokens {args.tokens} on {gpu}{conv}: winners beside the committed "
                          f"rows, changed where >= {args.margin:.0%} faster",
                      date=datetime.date.today().isoformat(), commit=env.get("commit"),
-                     results=[_shown(out / "gpu_tune.csv")])}
+                     results=[shown])}
     made, cited = new_rows(tables.launch_tables(), gpu, results, args, sid)
     src.update(cited)
     log("\nrow sets with a change (the winner beat the committed row by the margin; the other "
