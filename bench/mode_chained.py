@@ -24,7 +24,7 @@ import torch
 from gdnzoo.bench import clocks, entries, floor
 from gdnzoo.bench import mode_pool as serving
 from gdnzoo.bench.pipeline import (ERRS, Entry, Group, Mode, errors, failure, guarded, judged,
-                                   rows_of, timed)
+                                   rows_of, section, timed)
 
 try:                                 # the producer kernel; without Triton nothing can be chained
     import triton
@@ -531,12 +531,10 @@ class Chained(Mode):
                 f"producers) / {plan.layers}; standalone: kernel clock (sum of a call's records)")
 
     def sections(self, plan, table):
-        def keep(sd, level, clock):
-            return lambda r: (r["state_dtype"] == sd and r["mode"] == level
-                              and r["clock"] == clock)
         what = {"chained": "us per layer / x the chained floor at this level",
                 "standalone": "us per call (kernel clock) / x the pool floor"}
-        return [(f"{sd} state, PDL {level}, {clock}: {what[clock]}", keep(sd, level, clock), True)
+        return [section(f"{sd} state, PDL {level}, {clock}: {what[clock]}", True, state_dtype=sd,
+                        mode=level, clock=clock)
                 for sd in plan.states for level in LEVELS for clock in CLOCKS]
 
     def extra_lines(self, table, plan):

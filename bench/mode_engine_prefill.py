@@ -13,7 +13,7 @@ from __future__ import annotations
 from gdnzoo.bench import engine_prefill as ep
 from gdnzoo.bench import entries
 from gdnzoo.bench.mode_prefill import mixes_here, no_graph, parse_mix, too_long_here
-from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, judged
+from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, judged, section
 
 ENGINES = ("vllm", "sglang")
 # a zero-length sequence is left out: the engines never schedule one, and FlashInfer 0.7.2
@@ -179,16 +179,9 @@ class EnginePrefill(Mode):
         return "the engines' g/beta, q/k normalized outside, page-strided pools in place"
 
     def sections(self, plan, table):
-        out = []
-        for engine in ENGINES:
-            for sd in plan.states:
-                for clock in plan.clocks:
-                    def keep(r, engine=engine, sd=sd, clock=clock):
-                        return (r["mode"], r["state_dtype"], r["clock"]) == (engine, sd, clock)
-                    if any(keep(r) for r in table):
-                        out.append((f"\n{engine}, {sd} state, {clock} clock, us:", keep, False,
-                                    "mix"))
-        return out
+        return [section(f"\n{engine}, {sd} state, {clock} clock, us:", by="mix", mode=engine,
+                        state_dtype=sd, clock=clock)
+                for engine in ENGINES for sd in plan.states for clock in plan.clocks]
 
     def extra_lines(self, table, plan):
         """The bar: our best adapter entry at least 1.3x faster than the engine's call, per

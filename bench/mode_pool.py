@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from gdnzoo.bench import entries
-from gdnzoo.bench.pipeline import Entry, Group, Mode, judged, records, rows_of
+from gdnzoo.bench.pipeline import Entry, Group, Mode, judged, records, rows_of, section
 
 POOL_BATCHES = (1, 4, 8, 16, 32, 64, 128, 256, 512)
 STATES = ("fp32", "bf16")
@@ -360,13 +360,11 @@ class Pool(Serving):
                 f"{env.get('kernel_clock', 'n/a')} (sum of a call's records)")
 
     def sections(self, plan, table):
-        out = []
-        for sd in plan.states:
-            out += [(f"\n{sd} state, kernel clock, us / x the same-run pool floor:",
-                     lambda r, sd=sd: r["state_dtype"] == sd and r["clock"] == "kernel", True),
-                    (f"{sd} state, graph clock (CUDA graph of N calls), us per call:",
-                     lambda r, sd=sd: r["state_dtype"] == sd and r["clock"] == "graph", False)]
-        return out
+        return [s for sd in plan.states for s in (
+            section(f"\n{sd} state, kernel clock, us / x the same-run pool floor:", True,
+                    state_dtype=sd, clock="kernel"),
+            section(f"{sd} state, graph clock (CUDA graph of N calls), us per call:",
+                    state_dtype=sd, clock="graph"))]
 
     def extra_lines(self, table, plan):
         lines = []

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from gdnzoo.bench import entries
 from gdnzoo.bench import mode_pool as serving
-from gdnzoo.bench.pipeline import Entry, Group, io_bytes, judged
+from gdnzoo.bench.pipeline import Entry, Group, io_bytes, judged, section
 
 BATCHES = (1, 4, 16, 64, 256)
 TOKENS = (2, 4, 8)
@@ -390,16 +390,15 @@ class Verify(serving.Serving):
         out = []
         for sd in plan.states:
             for T in plan.tokens:
-                def keep(sd, T, form, clock):
-                    return lambda r: (r["state_dtype"] == sd and r["T"] == T
-                                      and r["mode"] == form and r["clock"] == clock)
-                out += [(f"\n{sd} state, T={T}, {form}, kernel clock, us / x the same-run floor "
-                         f"of the form:", keep(sd, T, form, "kernel"), True) for form in FORMS]
-                out += [(f"{sd} state, T={T}, {form}, graph clock (CUDA graph of N calls), us "
-                         f"per call:", keep(sd, T, form, "graph"), False) for form in FORMS]
-                out.append((f"{sd} state, commit (intermediate_states T_max={T}), kernel clock, "
-                            f"us / x the same-run copy floor:", keep(sd, T, COMMIT, "kernel"),
-                            True))
+                out += [section(f"\n{sd} state, T={T}, {form}, kernel clock, us / x the same-run "
+                                f"floor of the form:", True, state_dtype=sd, T=T, mode=form,
+                                clock="kernel") for form in FORMS]
+                out += [section(f"{sd} state, T={T}, {form}, graph clock (CUDA graph of N calls), "
+                                f"us per call:", state_dtype=sd, T=T, mode=form, clock="graph")
+                        for form in FORMS]
+                out.append(section(f"{sd} state, commit (intermediate_states T_max={T}), kernel "
+                                   f"clock, us / x the same-run copy floor:", True, state_dtype=sd,
+                                   T=T, mode=COMMIT, clock="kernel"))
         return out
 
     def extra_lines(self, table, plan):

@@ -228,8 +228,9 @@ def rows_of(cell, clocks, status, note="", **extra) -> list:
             for k in clocks]
 
 
-def group_rows(group, status, note) -> list:
-    return [r for cell, clocks in group.cells for r in rows_of(cell, clocks, status, note)]
+def section(title, with_floor=False, by="B", **match) -> tuple:
+    """A console grid of ``Mode.sections``: the rows whose columns equal ``match``."""
+    return title, lambda r: all(r[k] == v for k, v in match.items()), with_floor, by
 
 
 def joined(*notes) -> str:
@@ -478,7 +479,7 @@ def measure(plan: Plan, args=None) -> tuple:
         if not why and g.budgeted and plan.budget and time.perf_counter() - t0 > plan.budget:
             why = f"time budget ({plan.budget:g} s) exhausted"
         if why:
-            rows += group_rows(g, "SKIP", why)
+            rows += [r for c, k in g.cells for r in rows_of(c, k, "SKIP", why)]
             continue
         got = guarded(lambda: mode.measure(g, plan), g.cells, plan)
         rows += got
@@ -502,17 +503,14 @@ def measure(plan: Plan, args=None) -> tuple:
     return rows, ref
 
 
-def default_out(mode) -> str:
-    from pathlib import Path
-    from gdnzoo.bench import report
-    return str(Path(report.default_out_dir()) / mode.subdir)
-
-
 def cmd_bench(args) -> int:
     """``gdnzoo bench``: exit 2 on a bad option (before anything is measured), 1 if an entry
     failed its check or broke, else 0 (also when nothing could be measured: the rows say why)."""
+    from pathlib import Path
+
+    from gdnzoo.bench.report import default_out_dir
     plan = make_plan(args)
-    out = A.check_out(args.out or default_out(plan.mode))
+    out = A.check_out(args.out or Path(default_out_dir()) / plan.mode.subdir)
     rows, ref = measure(plan, args)
     table, _ = results(plan, rows, ref, out, plots=not args.no_plots)
     return 1 if any(r["status"] in ("FAIL", "ERROR") for r in table) else 0
