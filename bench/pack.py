@@ -151,18 +151,6 @@ def check_op(op: str) -> str:
     raise ValueError(f"--op: unknown operation {op!r}; --op takes {' or '.join(_OPS)}")
 
 
-def _spec(name: str, op: str = "decode"):
-    from gdnzoo import registry
-    from gdnzoo.bench import entries
-    valid = entries.backends(op)
-    if name not in valid:
-        others = [o for o in _OPS if o != op and name in entries.backends(o)]
-        what = (f"{name!r} is a {others[0]} backend, not a {op} one" if others else
-                f"unknown {op} backend {name!r}")
-        raise ValueError(f"--algo: {what}; valid names for --op {op}: {', '.join(valid)}")
-    return registry.spec(name, op)
-
-
 def entry_source(name: str, op: str, spec, definition: str) -> str:
     """The text of the packed entry file ``kernel.py`` for backend ``name`` of ``op``."""
     from gdnzoo import operation
@@ -186,7 +174,15 @@ def build_solution(name: str, author: str = "gdnzoo", definition: str | None = N
     from gdnzoo import operation
     op = check_op(op)
     definition = definition or DEFINITIONS[op]
-    spec = _spec(name, op)
+    from gdnzoo import registry
+    from gdnzoo.bench import entries
+    valid = entries.backends(op)
+    if name not in valid:
+        others = [o for o in _OPS if o != op and name in entries.backends(o)]
+        what = (f"{name!r} is a {others[0]} backend, not a {op} one" if others else
+                f"unknown {op} backend {name!r}")
+        raise ValueError(f"--algo: {what}; valid names for --op {op}: {', '.join(valid)}")
+    spec = registry.spec(name, op)
     modname = spec.module_name
     if not modname.startswith("gdnzoo."):
         raise PackError(f"{name}: entry module {modname} is outside gdnzoo; cannot vendor it")
@@ -234,14 +230,6 @@ def load_entry(sol: dict, workdir) -> callable:
     return getattr(mod, sym)
 
 
-def write_solution(sol: dict, out_dir) -> Path:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "solution.json"
-    path.write_text(json.dumps(sol, indent=2) + "\n")
-    return path
-
-
 def cmd_pack(args) -> int:
     try:
         op = check_op(getattr(args, "op", None) or "decode")
@@ -252,7 +240,10 @@ def cmd_pack(args) -> int:
         return 2
     checked = validate_with_fib(sol)
     default_out = f"gdnzoo-pack-{args.algo}" if op == "decode" else f"gdnzoo-pack-{op}-{args.algo}"
-    path = write_solution(sol, args.out or default_out)
+    out = Path(args.out or default_out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "solution.json"
+    path.write_text(json.dumps(sol, indent=2) + "\n")
     print(f"wrote {path}: Solution {sol['name']!r} for {sol['definition']}, "
           f"{len(sol['sources'])} source files, entry {sol['spec']['entry_point']} "
           f"(language {sol['spec']['language']}, destination-passing)")
