@@ -476,10 +476,8 @@ class Chained(Mode):
     cpu = "skip"
     subdir = "chained"
 
-    def cpu_reason(self, plan):
-        return (f"{plan.why_not_gpu}: the chained clock replays CUDA graphs of producer and "
-                f"decode kernels on a GPU (and times the pool floor and each decode alone with "
-                f"CUPTI); nothing was measured")
+    gpu_only = ("the chained clock replays CUDA graphs of producer and decode kernels on a GPU "
+                "(and times the pool floor and each decode alone with CUPTI)")
 
     def plan(self, plan, args):
         from gdnzoo.bench.args import given, usage_error

@@ -9,7 +9,7 @@ Without a CUDA device: the host clock only.
 from __future__ import annotations
 
 from gdnzoo.bench import entries
-from gdnzoo.bench.pipeline import Entry, Mode, judged
+from gdnzoo.bench.pipeline import Entry, Mode, judged, state_bytes
 
 RUN_LAST = ("pt-compiled",)          # slow to compile per shape: a time budget cuts it first
 
@@ -27,10 +27,6 @@ METHOD = (
     "synchronization (measures dispatch until the launch queue fills, then max(dispatch, GPU)). "
     "floor: in-place float4 streaming kernel over exactly the state bytes, best launch shape "
     "searched, same clock and rotation. Medians with p20/p80.")
-
-
-def state_set_bytes(c) -> int:
-    return c.B * c.HV * c.V * c.K * (4 if c.state_dtype == "fp32" else 2)
 
 
 def _flags(name) -> str:
@@ -149,10 +145,10 @@ class Dense(Mode):
 
     def floor_rows(self, c, ctx, plan):
         from gdnzoo.bench import floor
-        f = floor.floor_times(state_set_bytes(c), iters=min(plan.iters, 100))
+        f = floor.floor_times(state_bytes(c), iters=min(plan.iters, 100))
         return [dict(cell=c, clock="kernel", status="PASS", note=f["config"], flags="",
                      samples=f["samples"], n_sets=f["n_sets"], method=f["method"],
-                     working_set_mib=f["n_sets"] * state_set_bytes(c) / 2**20)]
+                     working_set_mib=f["n_sets"] * state_bytes(c) / 2**20)]
 
     def finish(self, rows, plan, args):
         if args is not None and args.nvbench and plan.layout != "k-last":

@@ -321,9 +321,8 @@ class Pool(Serving):
     graph_entries = GRAPH_ENTRIES
     subdir = "pool"
 
-    def cpu_reason(self, plan):
-        return (f"{plan.why_not_gpu}: the serving benchmark times GPU kernels (CUPTI kernel "
-                f"clock, CUDA graphs, the pool floor); nothing was measured")
+    gpu_only = ("the serving benchmark times GPU kernels (CUPTI kernel clock, CUDA graphs, the "
+                "pool floor)")
 
     def plan(self, plan, args):
         from gdnzoo.bench.args import usage_error

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from gdnzoo.bench import args as A, entries
-from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, judged
+from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, judged, state_bytes
 
 GEOMETRIES = ((4, 8), (16, 32), (16, 48), (16, 64), (2, 8))
 MIXES = ("1x8192", "1x32768", "8x1024", "16x256", "64x64", "ragged")
@@ -96,8 +96,7 @@ def flops(c: Cell) -> float:
 
 def prefill_bytes(c: Cell) -> int:
     """q, k, v, a, b read and out written (bf16), the state read and written once."""
-    state = 2 * c.B * c.HV * c.V * c.K * (4 if c.state_dtype == "fp32" else 2)
-    return 2 * c.T * (2 * c.H * c.K + 2 * c.HV * c.V + 2 * c.HV) + state
+    return 2 * c.T * (2 * c.H * c.K + 2 * c.HV * c.V + 2 * c.HV) + 2 * state_bytes(c)
 
 
 def input_sets(x, form, l2, device, seed, layout="k-last"):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from gdnzoo.bench import entries
 from gdnzoo.bench import mode_pool as serving
-from gdnzoo.bench.pipeline import Entry, Group, io_bytes, judged, section
+from gdnzoo.bench.pipeline import Entry, Group, io_bytes, judged, section, state_bytes
 
 BATCHES = (1, 4, 16, 64, 256)
 TOKENS = (2, 4, 8)
@@ -371,8 +371,7 @@ class Verify(serving.Serving):
         """State bytes read (one block per sequence) and stored (floor.verify_stores), plus,
         for an entry that decodes (not a floor, not commit), its activations (io_bytes)."""
         from gdnzoo.bench.floor import verify_stores
-        s = (1 + verify_stores(c.mode, c.T)) * c.B * c.HV * c.V * c.K * (
-            4 if c.state_dtype == "fp32" else 2)
+        s = (1 + verify_stores(c.mode, c.T)) * state_bytes(c)
         return s + (0 if c.backend == "floor" or c.mode == COMMIT else io_bytes(c))
 
     def problem(self, c, plan, **kw):

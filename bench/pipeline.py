@@ -136,6 +136,7 @@ class Mode:
     busy = False             # kernel clock: the sum of a call's records (and their number)
     subdir = ""              # its folder under the default results folder
     nvbench = False
+    gpu_only = ""            # why nothing is measured without a CUDA device (cpu "skip")
 
     def bench_of(self, form) -> str:
         return self.name
@@ -159,7 +160,8 @@ class Mode:
         """After the last group (flags, cross-checks)."""
 
     def cpu_reason(self, plan: Plan) -> str:
-        return f"{plan.why_not_gpu}: --mode {self.name} times GPU kernels; nothing was measured"
+        return (f"{plan.why_not_gpu}: {self.gpu_only or f'--mode {self.name} times GPU kernels'}"
+                f"; nothing was measured")
 
     def floor_of(self, row) -> dict | None:
         """Which floor row divides ``row`` (its key columns that differ), None: none."""
@@ -167,8 +169,7 @@ class Mode:
 
     def bytes_moved(self, c: Cell) -> int:
         """State read + written, plus (not the floor) :func:`io_bytes`."""
-        state = 2 * c.B * c.HV * c.V * c.K * (4 if c.state_dtype == "fp32" else 2)
-        return state + (0 if c.backend == "floor" else io_bytes(c))
+        return 2 * state_bytes(c) + (0 if c.backend == "floor" else io_bytes(c))
 
     def problem(self, c: Cell, plan: Plan, **kw):
         """The Problem the automatic choice sees for cell ``c`` (None: no automatic choice)."""
@@ -209,6 +210,11 @@ def host_batches(call_us: float, iters: int) -> tuple:
     per = int(min(max(math.ceil(HOST_BATCH_US / call_us), 10), 100))
     nb = int(max(min(CELL_SECONDS * 1e6 / (per * call_us), iters // per), 5))
     return per, nb
+
+
+def state_bytes(c: Cell) -> int:
+    """One set of the cell's states: B x [HV, V, K] of its state dtype."""
+    return c.B * c.HV * c.V * c.K * (4 if c.state_dtype == "fp32" else 2)
 
 
 def io_bytes(c: Cell) -> int:
