@@ -82,10 +82,10 @@ def engine_entry(c: Cell, plan) -> Entry:
     engine = c.mode
     case, (ref_out, ref_pool) = case_of(c, plan)
     buf, pool = ep.pool_copy(case)
-    named = case["named"]
+    named, cold = case["named"], Sets([()])
+    tol = gate.state_tol_of("fi-baseline" if c.backend == "engine" else c.backend, "prefill")
     if c.backend == "engine":
         fn = ep.engine_call(engine, engine_kernel(plan.device), case, pool)
-        tol, cold = gate.state_tol_of("fi-baseline", "prefill"), Sets([()])
         cold.graph = no_graph(NO_GRAPH)
     else:
         if c.backend != "auto":
@@ -94,7 +94,6 @@ def engine_entry(c: Cell, plan) -> Entry:
                 raise entries.Skip(why)
             entries.serve(c.backend, ep.adapter_problem(engine, case))
         fn = ep.adapter_call(engine, case, pool, None if c.backend == "auto" else c.backend)
-        tol, cold = gate.state_tol_of(c.backend, "prefill"), Sets([()])
 
     def check():
         before = buf.clone()
@@ -109,7 +108,7 @@ def engine_entry(c: Cell, plan) -> Entry:
         buf.copy_(before)
         return judged(j)
 
-    return Entry(lambda: fn(), check, cold, host=lambda i: fn(),
+    return Entry(fn, check, cold, host=lambda i: fn(),
                  note="" if c.backend != "auto" else "auto: the adapter's automatic choice")
 
 

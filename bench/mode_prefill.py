@@ -135,23 +135,19 @@ def prefill_entry(c: Cell, plan) -> Entry:
     import gdnzoo
     from gdnzoo import gate, prefill_contract
     from gdnzoo.inputs import make_prefill_inputs
-    keys = dict(c.keys)
-    form = c.mode
-    x = make_prefill_inputs(lengths(keys["mix"]), H=c.H, HV=c.HV, K=c.K, V=c.V,
+    mix, form, layout = dict(c.keys)["mix"], c.mode, plan.layout
+    x = make_prefill_inputs(lengths(mix), H=c.H, HV=c.HV, K=c.K, V=c.V,
                             state_dtype=c.state_dtype, device=plan.device, seed=plan.seed)
-    key = ("ref", c.H, c.HV, keys["mix"], c.state_dtype)
+    key = ("ref", c.H, c.HV, mix, c.state_dtype)
     ref = plan.cache.get(key) or plan.cache.setdefault(key, x.reference(True))
     fn = gdnzoo.prefill if c.backend == "auto" else gdnzoo.get(c.backend, op="prefill")
-    layout = plan.layout
     sets = input_sets(x, form, plan.l2 or 0, plan.device, plan.seed, layout)
     y0, st0, kw0 = sets.sets[0]
-    kw0 = dict(kw0, state_layout=layout)
-    problem, _ = prefill_contract.validate(*y0.args()[:3], st0, *y0.args()[4:],
-                                           use_qk_l2norm=True, **kw0)
+    args0, kw0 = (*y0.args()[:3], st0, *y0.args()[4:]), dict(kw0, state_layout=layout)
+    problem, _ = prefill_contract.validate(*args0, use_qk_l2norm=True, **kw0)
     note = ""
     if c.backend == "auto":
-        sel = gdnzoo.select(*y0.args()[:3], st0, *y0.args()[4:], op="prefill",
-                            use_qk_l2norm=True, **kw0)
+        sel = gdnzoo.select(*args0, op="prefill", use_qk_l2norm=True, **kw0)
         note = f"auto -> {sel.name} ({sel.source})"
     else:
         entries.serve(c.backend, problem)
@@ -166,8 +162,7 @@ def prefill_entry(c: Cell, plan) -> Entry:
         y, pool, kw = sets.sets[0]
         before = pool.clone()
         out.fill_(float("nan"))
-        fn(*y.args()[:3], pool, *y.args()[4:], out=out, use_qk_l2norm=True, **kw,
-           state_layout=layout)
+        call(y, pool, kw)
         slots = kw["state_indices"].long()
         got = pool.index_select(0, slots)
         j = gate.judge(out, got if layout == "k-last" else got.transpose(-1, -2), *ref,
@@ -183,11 +178,9 @@ def prefill_entry(c: Cell, plan) -> Entry:
         fn(*y.args()[:3], st, *y.args()[4:], out=out, use_qk_l2norm=True, **kw,
            state_layout=layout)
 
-    def host(i):
-        call(*sets.next())
     if c.backend in HOST_SYNC:
         sets.graph = no_graph(HOST_SYNC[c.backend])
-    return Entry(call, check, sets, note=note, host=host)
+    return Entry(call, check, sets, note=note, host=lambda i: call(*sets.next()))
 
 
 def no_graph(why):

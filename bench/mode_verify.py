@@ -215,16 +215,13 @@ def flashinfer_call(ctx, name, form) -> Call:
         return dict(initial_state_indices=ix.slots, disable_state_update=form == "states",
                     intermediate_states_buffer=ctx.inter[ix.block * B:(ix.block + 1) * B])
 
-    if mtp:
-        def call(ix):
-            fi(q, k, v, initial_state=st, A_log=x.A_log, a=a, dt_bias=x.dt_bias, b=b,
-               scale=x.scale, output=out, use_qk_l2norm=True, **kwargs(ix))
-            return out
-    else:
-        def call(ix):
-            fi(q, k, v, None, x.A_log, a, x.dt_bias, b, scale=x.scale, output=out,
-               use_qk_l2norm=True, initial_state=st, backend="flashinfer", **kwargs(ix))
-            return out
+    head = (q, k, v) if mtp else (q, k, v, None, x.A_log, a, x.dt_bias, b)
+    own = (dict(initial_state=st, A_log=x.A_log, a=a, dt_bias=x.dt_bias, b=b) if mtp else
+           dict(initial_state=st, backend="flashinfer"))
+
+    def call(ix):
+        fi(*head, scale=x.scale, output=out, use_qk_l2norm=True, **own, **kwargs(ix))
+        return out
     where = "ssm_state_indices [B, T]" if form == "slots" else "batch-scoped intermediate buffer"
     return Call(call, f"FlashInfer {api}, {where}, q/k/v/a/b contiguous outside the timed "
                       f"calls", batch_rows=form != "slots")
