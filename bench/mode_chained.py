@@ -15,6 +15,7 @@ row is SKIP.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import statistics
 from dataclasses import dataclass
@@ -494,21 +495,21 @@ class Chained(Mode):
         plan.entries = (tuple(("floor", lv) for lv in LEVELS)
                         + tuple((n, lv) for n in plan.backends for lv in LEVELS)
                         + tuple((p, "off") for p in PEERS))
-        for sd in plan.states:
-            for B in plan.batches:
-                plan.groups.append(Group(f"{sd} B={B}", [
-                    (plan.cell("floor", "off", B, sd), ("standalone",))] + [
-                    (plan.cell(n, lv, B, sd), clocks_of(n)) for n, lv in plan.entries],
-                    key=(B, sd), skip=f"the producer kernel needs Triton: {NO_TRITON}; nothing "
-                                      f"was measured" if NO_TRITON else ""))
+        for sd, B in itertools.product(plan.states, plan.batches):
+            plan.groups.append(Group(f"{sd} B={B}", [
+                (plan.cell("floor", "off", B, sd), ("standalone",))] + [
+                (plan.cell(n, lv, B, sd), clocks_of(n)) for n, lv in plan.entries],
+                key=(B, sd), skip=f"the producer kernel needs Triton: {NO_TRITON}; nothing "
+                                  f"was measured" if NO_TRITON else ""))
 
     def measure(self, group, plan):
         from gdnzoo.bench.pipeline import Progress
         B, sd = group.key
         ch = Chain(B, sd, plan.layers, plan.H, plan.HV, plan.K, plan.V, plan.device, plan.l2,
                    plan.seed)
-        plan.notes.append(f"{sd} B={B}: {ch.L} pools of {ch.P} slots ({ch.storage.nbytes / 2**30:.2f}"
-                          f" GiB in all), {ch.rows} index row(s) per layer")
+        plan.notes.append(f"{sd} B={B}: {ch.L} pools of {ch.P} slots "
+                          f"({ch.storage.nbytes / 2**30:.2f} GiB in all), {ch.rows} index row(s) "
+                          f"per layer")
         return measure_cell(group, ch, plan, Progress(0, plan.quiet).log)
 
     def summary(self, rows):

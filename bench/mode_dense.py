@@ -8,6 +8,8 @@ Without a CUDA device: the host clock only.
 
 from __future__ import annotations
 
+import itertools
+
 from gdnzoo.bench import entries
 from gdnzoo.bench.pipeline import Entry, Mode, judged, state_bytes
 
@@ -126,18 +128,15 @@ class Dense(Mode):
         plan.notes += [f"{n}: skipped ({why})" for n, (ok, why) in avail.items() if not ok]
         from gdnzoo.bench.pipeline import Group
         forms = ["dest" if w == "dest" else "inplace" for w in plan.words]
-        for form in forms:              # dtype innermost: a time budget cuts whole backends last
-            for n in order:
-                for B in plan.batches:
-                    for sd in plan.states:
-                        plan.groups.append(Group(f"{n} B={B} {sd} {form}",
-                                                 [(plan.cell(n, form, B, sd), plan.clocks)],
-                                                 skip=avail[n][1] if not avail[n][0] else ""))
+        # dtype innermost: a time budget cuts whole backends last
+        for form, n, B, sd in itertools.product(forms, order, plan.batches, plan.states):
+            plan.groups.append(Group(f"{n} B={B} {sd} {form}", [(plan.cell(n, form, B, sd),
+                                                                 plan.clocks)],
+                                     skip="" if avail[n][0] else avail[n][1]))
         if plan.device == "cuda" and "kernel" in plan.clocks:
-            for B in plan.batches:
-                for sd in plan.states:
-                    plan.groups.append(Group(f"floor B={B} {sd}", [(plan.cell(
-                        "floor", "inplace", B, sd), ("kernel",))], budgeted=False))
+            for B, sd in itertools.product(plan.batches, plan.states):
+                plan.groups.append(Group(f"floor B={B} {sd}", [(plan.cell(
+                    "floor", "inplace", B, sd), ("kernel",))], budgeted=False))
         plan.backends = plan.entries = tuple(names)
 
     def entry(self, c, ctx, plan):

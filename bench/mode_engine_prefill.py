@@ -10,6 +10,8 @@ engine_prefill`'s.  How: :data:`METHOD`.
 """
 from __future__ import annotations
 
+import itertools
+
 from gdnzoo.bench import engine_prefill as ep
 from gdnzoo.bench import entries
 from gdnzoo.bench.mode_prefill import mixes_here, no_graph, parse_mix, too_long_here
@@ -141,15 +143,12 @@ class EnginePrefill(Mode):
             plan.notes.append(f"--dim {args.dim}: FlashInfer's chunk kernel (the engine's call) "
                               f"serves K = V = {DIM} only")
         mixes = mixes_here(plan, args, list(MIXES), CPU_MIXES)
-        for engine in ENGINES:
-            for mix in mixes:
-                L, pads = mix_lengths(mix)
-                for sd in plan.states:
-                    cells = [(Cell("engine-prefill", n, len(L) + pads, sum(L), plan.H, plan.HV,
-                                   plan.K, plan.V, sd, engine, False, (("mix", mix),)),
-                              plan.clocks) for n in names]
-                    plan.groups.append(Group(f"{engine} {mix} {sd}", cells,
-                                             skip=too_long_here(plan, sum(L))))
+        for engine, mix, sd in itertools.product(ENGINES, mixes, plan.states):
+            L, pads = mix_lengths(mix)
+            cells = [(Cell("engine-prefill", n, len(L) + pads, sum(L), plan.H, plan.HV, plan.K,
+                           plan.V, sd, engine, False, (("mix", mix),)), plan.clocks) for n in names]
+            plan.groups.append(Group(f"{engine} {mix} {sd}", cells,
+                                     skip=too_long_here(plan, sum(L))))
         plan.backends = plan.entries = tuple(names)
 
     def entry(self, c, ctx, plan):

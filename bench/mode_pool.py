@@ -14,6 +14,7 @@ rows for the default table's ``table_pool``.  Without a CUDA device every row is
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -333,11 +334,10 @@ class Pool(Serving):
         plan.backends = tuple(entries.named(args.algo, lambda: entries.backends(
             pools=True, native=True)))
         plan.entries = ("floor", "auto", *plan.backends, *PEERS)
-        for B in plan.batches:
-            for sd in plan.states:
-                plan.groups.append(Group(f"{sd} B={B}", [
-                    (plan.cell(n, "pool", B, sd), self.clocks_of(n, plan)) for n in plan.entries],
-                    key=(B, sd)))
+        for B, sd in itertools.product(plan.batches, plan.states):
+            plan.groups.append(Group(f"{sd} B={B}", [
+                (plan.cell(n, "pool", B, sd), self.clocks_of(n, plan)) for n in plan.entries],
+                key=(B, sd)))
 
     def context(self, key, plan):
         B, sd = key

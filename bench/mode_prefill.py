@@ -11,6 +11,7 @@ oracle (its relative RMS errors of output and final state are the rows' ``rel_er
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 from gdnzoo.bench import args as A, entries
@@ -249,19 +250,15 @@ class Prefill(Mode):
             plan.notes.append("--state-layout k-first: every state (and pool) is K-first "
                               "[.., HV, K, V] (V contiguous), gated against the k-last "
                               "reference")
-        for form in getattr(args, "form", None) or FORMS:
-            for H, HV in geoms:
-                for mix in mixes:
-                    for sd in plan.states:
-                        L = lengths(mix)
-                        cells = [(Cell("prefill", n, len(L), sum(L), H, HV, DIM, DIM, sd, form,
-                                       True, (("mix", mix),)), plan.clocks) for n in names]
-                        if plan.gpu and "kernel" in plan.clocks and form == "dense":
-                            cells.append((Cell("prefill", "floor", len(L), sum(L), H, HV, DIM,
-                                               DIM, sd, form, True, (("mix", mix),)),
-                                          ("kernel",)))
-                        plan.groups.append(Group(f"{H}/{HV} {mix} {sd} {form}", cells,
-                                                 skip=too_long_here(plan, sum(L))))
+        forms = getattr(args, "form", None) or FORMS
+        for form, (H, HV), mix, sd in itertools.product(forms, geoms, mixes, plan.states):
+            L = lengths(mix)
+            floor = plan.gpu and "kernel" in plan.clocks and form == "dense"
+            cells = [(Cell("prefill", n, len(L), sum(L), H, HV, DIM, DIM, sd, form, True,
+                           (("mix", mix),)), ("kernel",) if n == "floor" else plan.clocks)
+                     for n in names + ["floor"] * floor]
+            plan.groups.append(Group(f"{H}/{HV} {mix} {sd} {form}", cells,
+                                     skip=too_long_here(plan, sum(L))))
         plan.backends = plan.entries = tuple(names)
 
     def entry(self, c, ctx, plan):
@@ -310,18 +307,15 @@ class Prefill(Mode):
 
     def sections(self, plan, table):
         out = []
-        for form in FORMS:
-            for H, HV in dict.fromkeys((r["H"], r["HV"]) for r in table):
-                for sd in plan.states:
-                    for clock in plan.clocks:
-                        def keep(r, H=H, HV=HV, sd=sd, clock=clock, form=form):
-                            return (r["H"], r["HV"], r["state_dtype"], r["clock"]) == \
-                                (H, HV, sd, clock) and (r["mode"] == form or
-                                                        r["backend"] == "floor")
-                        if any(keep(r) and r["mode"] == form for r in table):
-                            out.append((f"\n{H}/{HV}, {sd} state, {form}, {clock} clock, us"
-                                        + (" / x the floor" if clock == "kernel" else "")
-                                        + ":", keep, clock == "kernel", "mix"))
+        geoms = dict.fromkeys((r["H"], r["HV"]) for r in table)
+        for form, (H, HV), sd, clock in itertools.product(FORMS, geoms, plan.states, plan.clocks):
+            def keep(r, H=H, HV=HV, sd=sd, clock=clock, form=form):
+                return (r["H"], r["HV"], r["state_dtype"], r["clock"]) == (H, HV, sd, clock) \
+                    and (r["mode"] == form or r["backend"] == "floor")
+            if any(keep(r) and r["mode"] == form for r in table):
+                out.append((f"\n{H}/{HV}, {sd} state, {form}, {clock} clock, us"
+                            + (" / x the floor" if clock == "kernel" else "") + ":", keep,
+                            clock == "kernel", "mix"))
         return out
 
     def extra_lines(self, table, plan):

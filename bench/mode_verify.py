@@ -15,6 +15,7 @@ floor.  How: :data:`METHOD`.  Without a CUDA device cells with B <= 4 are checke
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from gdnzoo.bench import entries
@@ -321,19 +322,15 @@ class Verify(serving.Serving):
             verify=True, native=True)))
         plan.entries = ("auto", *plan.backends, *PEERS)
         why = plan.why_not_gpu
-        for sd in plan.states:
-            for T in plan.tokens:
-                for B in plan.batches:
-                    names = [(n, f) for f in FORMS
-                             for n in ("floor",) + plan.entries if f in forms_of(n)]
-                    if T == max(plan.tokens):
-                        names += [("floor", COMMIT), (COMMIT, COMMIT)]
-                    skip = (f"{why}: only B <= {CPU_MAX_B} is checked on "
-                            f"the CPU, nothing is timed"
-                            if plan.device != "cuda" and B > CPU_MAX_B else "")
-                    plan.groups.append(Group(f"{sd} T={T} B={B}", [
-                        (plan.cell(n, f, B, sd, T=T), self.clocks_of(n, plan)) for n, f in names],
-                        key=(B, T, sd), skip=skip))
+        for sd, T, B in itertools.product(plan.states, plan.tokens, plan.batches):
+            names = [(n, f) for f in FORMS for n in ("floor",) + plan.entries if f in forms_of(n)]
+            if T == max(plan.tokens):
+                names += [("floor", COMMIT), (COMMIT, COMMIT)]
+            skip = (f"{why}: only B <= {CPU_MAX_B} is checked on the CPU, nothing is timed"
+                    if plan.device != "cuda" and B > CPU_MAX_B else "")
+            plan.groups.append(Group(f"{sd} T={T} B={B}", [
+                (plan.cell(n, f, B, sd, T=T), self.clocks_of(n, plan)) for n, f in names],
+                key=(B, T, sd), skip=skip))
         if plan.device != "cuda":
             plan.notes.insert(0, f"{why}: nothing is timed (CUPTI kernel "
                                  f"clock, CUDA graphs, floors); cells with B <= {CPU_MAX_B} are "
@@ -384,17 +381,16 @@ class Verify(serving.Serving):
 
     def sections(self, plan, table):
         out = []
-        for sd in plan.states:
-            for T in plan.tokens:
-                out += [section(f"\n{sd} state, T={T}, {form}, kernel clock, us / x the same-run "
-                                f"floor of the form:", True, state_dtype=sd, T=T, mode=form,
-                                clock="kernel") for form in FORMS]
-                out += [section(f"{sd} state, T={T}, {form}, graph clock (CUDA graph of N calls), "
-                                f"us per call:", state_dtype=sd, T=T, mode=form, clock="graph")
-                        for form in FORMS]
-                out.append(section(f"{sd} state, commit (intermediate_states T_max={T}), kernel "
-                                   f"clock, us / x the same-run copy floor:", True, state_dtype=sd,
-                                   T=T, mode=COMMIT, clock="kernel"))
+        for sd, T in itertools.product(plan.states, plan.tokens):
+            out += [section(f"\n{sd} state, T={T}, {form}, kernel clock, us / x the same-run "
+                            f"floor of the form:", True, state_dtype=sd, T=T, mode=form,
+                            clock="kernel") for form in FORMS]
+            out += [section(f"{sd} state, T={T}, {form}, graph clock (CUDA graph of N calls), "
+                            f"us per call:", state_dtype=sd, T=T, mode=form, clock="graph")
+                    for form in FORMS]
+            out.append(section(f"{sd} state, commit (intermediate_states T_max={T}), kernel "
+                               f"clock, us / x the same-run copy floor:", True, state_dtype=sd,
+                               T=T, mode=COMMIT, clock="kernel"))
         return out
 
     def extra_lines(self, table, plan):
