@@ -142,10 +142,15 @@ def snapshot(ctx) -> tuple:
             None if inter is None else inter.clone())
 
 
-def unchanged(ctx, snap, pool_reason) -> list:
-    """Reasons a call changed what it must not: the pool's storage (``pool_reason``), the
-    intermediate store, the packed activations; each restored."""
-    buf, rows, ab, inter = snap
+def restore(ctx, snap, pool_reason, slots=None, rows=None) -> list:
+    """Put back what a call was allowed to write (the pool's ``slots``, the intermediate store's
+    ``rows``) from ``snap``, then the reasons it changed what it must not: the pool's storage
+    (``pool_reason``), the intermediate store, the packed activations; each restored."""
+    st, (buf, xrows, ab, inter) = ctx.pool.state, snap
+    if slots is not None:
+        st.index_copy_(0, slots, buf.as_strided(st.size(), st.stride()).index_select(0, slots))
+    if rows is not None:
+        ctx.inter.index_copy_(0, rows, inter.index_select(0, rows))
     reasons = []
     if not ctx.pool.buf.equal(buf):
         reasons.append(pool_reason)
@@ -153,7 +158,7 @@ def unchanged(ctx, snap, pool_reason) -> list:
     if inter is not None and not ctx.inter.equal(inter):
         reasons.append("intermediate_states: changed outside the call's rows")
         ctx.inter.copy_(inter)
-    if not ctx.x.rows.equal(rows) or not ctx.x.ab.equal(ab):
+    if not ctx.x.rows.equal(xrows) or not ctx.x.ab.equal(ab):
         reasons.append("mixed_qkv or a/b: modified by the call")
     return reasons
 
@@ -166,18 +171,17 @@ def check_slots(call, ctx) -> dict:
     from gdnzoo.inputs import Inputs
     from gdnzoo.reference import reference_outputs
     st, ix = ctx.pool.state, ctx.bank.check
-    rows = ix.slots.long()
-    before = st.index_select(0, rows)
+    slots = ix.slots.long()
     if ctx.ref is None:
-        ctx.ref = reference_outputs(Inputs(*ctx.x.args(before)), use_qk_l2norm=True)
+        ctx.ref = reference_outputs(Inputs(*ctx.x.args(st.index_select(0, slots))),
+                                    use_qk_l2norm=True)
     snap = snapshot(ctx)
     ctx.out.fill_(float("nan"))
     call(ix)
-    j = gate.judge(ctx.out, st.index_select(0, rows), *ctx.ref, out_dtype=ctx.out.dtype,
+    j = gate.judge(ctx.out, st.index_select(0, slots), *ctx.ref, out_dtype=ctx.out.dtype,
                    state_dtype=st.dtype)
-    st.index_copy_(0, rows, before)
-    j.reasons += unchanged(ctx, snap, "pool: changed outside the slots of the call (other "
-                                      "slots or page gaps)")
+    j.reasons += restore(ctx, snap, "pool: changed outside the slots of the call (other slots "
+                                    "or page gaps)", slots)
     return judged(j)
 
 

@@ -35,6 +35,7 @@ PEER_FORMS = {"vllm-spec": ("slots",), "flashinfer-mtp": FORMS,
               "flashinfer-pretranspose": ("states", "states+update")}
 PEERS = tuple(PEER_FORMS)
 GRAPH_ENTRIES = ("auto", "vllm-spec")
+OUTSIDE = "pool: changed outside the call's slots (other slots or page gaps)"
 
 METHOD = (
     "Speculative verify in the serving convention: state pool >= max(2 GiB, 4x L2), page "
@@ -228,24 +229,10 @@ def flashinfer_call(ctx, name, form) -> Call:
                       f"calls", batch_rows=form != "slots")
 
 
-def restore(ctx, snap, slots, rows, form) -> list:
-    """Put back what the call was allowed to write, then the reasons anything else of the pool,
-    the intermediate store or the activations changed (each restored)."""
-    st = ctx.pool.state
-    buf, inter = snap[0], snap[3]
-    if slots is not None:
-        st.index_copy_(0, slots, buf.as_strided(st.size(), st.stride()).index_select(0, slots))
-    if rows is not None:
-        ctx.inter.index_copy_(0, rows, inter.index_select(0, rows))
-    return serving.unchanged(ctx, snap, "pool: changed although update_state=False"
-                             if form == "states" else
-                             "pool: changed outside the call's slots (other slots or page gaps)")
-
-
 def check_form(e: Call, ctx, form) -> dict:
     """One call on the check row, judged by the gate against the float64 reference: out and
     every state the form stores (intermediate rows, final slots, per-token slots); then those
-    are restored and nothing else may have changed (:func:`restore`)."""
+    are restored and nothing else may have changed (mode_pool.restore)."""
     import torch
     from gdnzoo import gate
     st, ix, B = ctx.pool.state, ctx.bank.check, ctx.B
@@ -267,7 +254,8 @@ def check_form(e: Call, ctx, form) -> dict:
             got = torch.cat([got, st.index_select(0, slots)])
             want = torch.cat([want, ref_states[:, -1]])
     j = gate.judge(out, got, ref_out, want, out_dtype=ctx.out.dtype, state_dtype=st.dtype)
-    j.reasons += restore(ctx, snap, slots, rows, form)
+    j.reasons += serving.restore(ctx, snap, "pool: changed although update_state=False"
+                                 if form == "states" else OUTSIDE, slots, rows)
     return judged(j)
 
 
@@ -295,7 +283,7 @@ def check_commit(call, ctx) -> dict:
     wrong = int((st.index_select(0, slots) != want).flatten(1).any(1).sum())
     reasons = [f"state: {wrong} of B={ctx.B} committed slots differ from "
                f"intermediate_states[row, step]"] if wrong else []
-    reasons += restore(ctx, snap, slots, None, COMMIT)
+    reasons += serving.restore(ctx, snap, OUTSIDE, slots)
     return dict(ok=not reasons, reason="; ".join(reasons))
 
 
