@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
 import re
 from pathlib import Path
 
 import yaml
 
 from gdnzoo.bench import args as bench_args, entries, shapes
+from gdnzoo.bench.report import finite
 from gdnzoo.operation import DECODE
 from gdnzoo.tables import GEOMETRY_KEYS
 
@@ -73,8 +73,7 @@ def fastest(rows, state_dtype, mode="inplace", clock="kernel", top=3, T=1, bench
         if (r["state_dtype"] != state_dtype or r["mode"] != mode or r["clock"] != clock
                 or (bench is not None and r.get("bench") != bench)
                 or int(r.get("T") or 1) != T
-                or r["status"] != "PASS" or r["backend"] == "floor"
-                or not isinstance(m, (int, float)) or not math.isfinite(m)
+                or r["status"] != "PASS" or r["backend"] == "floor" or not finite(m)
                 or any(f in (r.get("flags") or "") for f in EXCLUDE_FLAGS)):
             continue
         by_b.setdefault(r["B"], []).append((r["backend"], float(m)))
@@ -87,25 +86,20 @@ def merge_ranges(choice):
     The first range starts at 1, a range ends just before the next winner's first measured size,
     and the last is open (hi None).
     """
-    Bs = sorted(choice)
     out = []
-    for B in Bs:
-        if out and out[-1][2] == choice[B]:
-            continue
-        if out:
+    for B in sorted(choice):
+        if out and out[-1][2] != choice[B]:
             out[-1] = (out[-1][0], B - 1, out[-1][2])
-        out.append((1 if not out else B, None, choice[B]))
+        if not out or out[-1][2] != choice[B]:
+            out.append((B if out else 1, None, choice[B]))
     return out
 
 
 def state_layout(env) -> str:
     """The state layout a run timed: its environment's ``state_layout`` (runs before that key:
     the note ``--state-layout k-first`` left)."""
-    if "state_layout" in env:
-        return env["state_layout"]
-    notes = env.get("notes") or []
-    return "k-first" if any(str(n).startswith("--state-layout k-first") for n in notes) \
-        else "k-last"
+    return env.get("state_layout") or ("k-first" if any(
+        str(n).startswith("--state-layout k-first") for n in env.get("notes") or []) else "k-last")
 
 
 def load_runs(paths, base=None):
@@ -134,10 +128,10 @@ def load_runs(paths, base=None):
                 continue
             k = tuple(r.get(c) for c in ("backend", "B", "T", "H", "HV", "K", "V", "state_dtype",
                                          "mode", "l2norm", "clock"))
-            if k in seen and r.get("status") == "PASS":
-                raise SystemExit(f"tune --from: {k[0]} B={k[1]} {k[7]} {k[8]} {k[10]} is in both "
-                                 f"{seen[k]} and {f}")
             if r.get("status") == "PASS":
+                if k in seen:
+                    raise SystemExit(f"tune --from: {k[0]} B={k[1]} {k[7]} {k[8]} {k[10]} is in "
+                                     f"both {seen[k]} and {f}")
                 seen[k] = f
             rows.append(r)
     gpus = sorted({str(e.get("gpu")) for e in envs})
@@ -259,8 +253,7 @@ def verify_winners(results, top=3):
     for r in results:
         m = r.get("median_us")
         if (r.get("bench") == "verify" and r["backend"] in able and r["mode"] != "commit"
-                and r["clock"] == "kernel" and r["status"] == "PASS"
-                and isinstance(m, (int, float)) and math.isfinite(m)):
+                and r["clock"] == "kernel" and r["status"] == "PASS" and finite(m)):
             cells.setdefault((r["state_dtype"], r["B"]), {}).setdefault(
                 (r["T"], r["mode"]), {})[r["backend"]] = float(m)
     table, values = {}, {}
