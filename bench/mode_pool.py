@@ -74,11 +74,6 @@ def state_pool(P, HV, V, K, sd, device, seed=0):
                       gen=torch.Generator(device=device).manual_seed(seed))
 
 
-def pool_note(sd, sp) -> str:
-    return (f"{sd} pool: {sp.P} slots, {sp.nbytes / 2**30:.2f} GiB, page {sp.page} elements "
-            f"(slot {sp.slot})")
-
-
 def slot_bank(P, B, rows, device, seed=0):
     """``rows`` rows of B distinct slots in [1, P), no slot in two rows, and a check row of B
     other slots (clocks.IndexBank, part ``slots``)."""
@@ -260,15 +255,12 @@ def summary_line(rows, clock="kernel", forms=False) -> str:
     med = {(r["cell"].backend, r["cell"].mode): statistics.median(r["samples"]) for r in rows
            if r["clock"] == clock and r["status"] == "PASS" and r.get("samples")}
 
-    def label(c):
-        return f"{c.backend}[{c.mode}]" if forms else c.backend
-    parts = []
-    for (name, form), us in med.items():
-        fl = med.get(("floor", form))
-        parts.append(f"{name}[{form}] {us:.2f}" if forms else f"{name} {us:.2f}")
-        parts[-1] += f" {us / fl:.2f}x" if fl and name != "floor" else ""
-    other = [f"{label(r['cell'])} {'checked' if r['status'] == 'PASS' else r['status']}"
-             for r in rows if r["clock"] == clock and r["status"] != "SKIP"
+    def label(name, form):
+        return f"{name}[{form}]" if forms else name
+    parts = [f"{label(n, f)} {us:.2f}" + (f" {us / fl:.2f}x" if (fl := med.get(("floor", f)))
+                                          and n != "floor" else "") for (n, f), us in med.items()]
+    other = [f"{label(r['cell'].backend, r['cell'].mode)} "
+             f"{'checked' if r['status'] == 'PASS' else r['status']}" for r in rows if r["clock"] == clock and r["status"] != "SKIP"
              and not r.get("samples")]
     return " | ".join(parts + other) or "nothing ran"
 
@@ -304,8 +296,10 @@ class Serving(Mode):
                 plan.cache.clear()
             P = pool_slots(self.cells(plan), plan.HV, plan.V, plan.K, DTYPES[sd].itemsize,
                            plan.l2, MIN_POOL_BYTES if plan.gpu else 0, width=self.width)
-            plan.cache[sd] = state_pool(P, plan.HV, plan.V, plan.K, sd, plan.device, plan.seed)
-            plan.notes.append(pool_note(sd, plan.cache[sd]))
+            sp = plan.cache[sd] = state_pool(P, plan.HV, plan.V, plan.K, sd, plan.device,
+                                             plan.seed)
+            plan.notes.append(f"{sd} pool: {sp.P} slots, {sp.nbytes / 2**30:.2f} GiB, page "
+                              f"{sp.page} elements (slot {sp.slot})")
         return plan.cache[sd]
 
     def floor_rows(self, c, ctx, plan):
