@@ -11,22 +11,16 @@ medians; ``(x)`` is the multiple of the same run's floor.
 """
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 TICK = 0.032                                     # one step of the kernel clock, µs
 STATES = ("fp32", "bf16")
 
 
 def load_rows(paths):
-    """Every row of the results files, each a dict keyed by the file's ``columns``."""
-    rows = []
-    for p in paths:
-        doc = json.loads(Path(p).read_text())
-        rows += [dict(zip(doc["columns"], r)) if isinstance(r, list) else dict(r)
-                 for r in doc["rows"]]
-    return rows
+    """Every row of the results files (report.read_results)."""
+    from gdnzoo.bench.report import read_results
+    return [r for p in paths for r in read_results(p)[0]]
 
 
 def fmt_us(x):
