@@ -15,15 +15,11 @@ Per (state dtype, B) at the launch tables' geometry (H=4, HV=8, K=V=128):
    changes only where the winner reads at least ``--margin`` (1%) faster there.
 
 A candidate that fails the gate, or fails to compile or launch, is reported and never timed.
-``--mode pool`` measures the cells of ``gdnzoo bench --mode pool`` (a page-strided
-pool of at least 2 GiB, fresh random distinct slots every call through per-call index rows,
-q/k/v views of a packed mixed_qkv, use_qk_l2norm=True, T=1), beside the pool floor, and writes
-rows with ``mode: pool`` (what a pool call prefers).  ``--mode verify`` (``--tokens`` T >= 2)
-measures in the serving convention of ``gdnzoo bench --mode verify``, its ``states`` form (its
-inputs over a page-strided pool, T intermediate states a sequence into ``intermediate_states``
-with ``update_state=False``, fresh random distinct slots and intermediate rows every call), each
-candidate checked by that bench's check, beside the verify floor of that form, and writes rows
-with ``mode: verify``, ``tokens: T`` (what a verify call prefers).
+``--mode pool`` and ``--mode verify`` (``--tokens`` T >= 2) measure the cells of ``gdnzoo bench
+--mode pool`` (T=1) and of ``--mode verify``'s ``states`` form (``update_state=False``) in their
+serving convention (page-strided pool, fresh random distinct slots and intermediate rows every
+call), each candidate checked by that bench's check beside that bench's floor, and write rows
+with ``mode: pool`` or ``mode: verify, tokens: T`` (what such a call prefers).
 
 Writes ``gpu_tune.{csv,json,log}`` under ``--out`` after every cell (a time-out keeps what was
 measured) and prints the rows; ``--write`` puts them into this GPU's table file (a new file for
