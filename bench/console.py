@@ -35,8 +35,7 @@ def grid(rows, with_floor=True, by="B") -> list:
     keys = list(dict.fromkeys(r[by] for r in rows))
     if all(isinstance(k, int) for k in keys):
         keys.sort()
-    names = list(dict.fromkeys(r["backend"] for r in rows))
-    names = [n for n in names if n == FLOOR] + [n for n in names if n != FLOOR]
+    names = sorted(dict.fromkeys(r["backend"] for r in rows), key=lambda n: n != FLOOR)
     cell = {(r["backend"], r[by]): r for r in rows}
     pick = {}
     for r in rows:
@@ -73,21 +72,15 @@ def not_timed(table) -> list:
             lines.append(f"{r['status']} {r['backend']} ({r['state_dtype']} B={r['B']}): "
                          f"{r['note'][:200]}")
         elif r["status"] == "SKIP":
-            names = skips.setdefault(r["note"], [])
-            if r["backend"] not in names:
-                names.append(r["backend"])
+            skips.setdefault(r["note"], {})[r["backend"]] = None       # ordered, once each
     return lines + [f"SKIP {', '.join(names)}: {note[:200]}" for note, names in skips.items()]
-
-
-def run_line(env, command="gdnzoo bench") -> str:
-    """A console's first line: the command, GPU, driver, CUDA, torch and commit of the run."""
-    return (f"{command} on {env.get('gpu')} (driver {env.get('driver')}, CUDA {env.get('cuda')}, "
-            f"torch {(env.get('versions') or {}).get('torch')}), commit {env.get('commit')}")
 
 
 def render(table, env, plan, files=(), drawn="") -> str:
     mode = plan.mode
-    lines = [run_line(env, f"gdnzoo bench --mode {','.join(plan.words)}")]
+    lines = [f"gdnzoo bench --mode {','.join(plan.words)} on {env.get('gpu')} (driver "
+             f"{env.get('driver')}, CUDA {env.get('cuda')}, torch "
+             f"{(env.get('versions') or {}).get('torch')}), commit {env.get('commit')}"]
     lines.append(f"H={plan.H} HV={plan.HV} K={plan.K} V={plan.V}, {mode.headline(plan, env)}")
     ref = env.get("device_reference") or {}
     copy, empty = ref.get("copy") or {}, ref.get("empty_kernel") or {}
