@@ -149,38 +149,32 @@ def _version(dist):
         return None
 
 
+def _run(*cmd, cwd=None, timeout=5):
+    """A command's stripped output, or None when it fails."""
+    try:
+        c = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except Exception:
+        return None
+    return c.stdout.strip() if c.returncode == 0 else None
+
+
 def _git_commit():
     """``$GDNZOO_COMMIT`` when set (a copy of the tree on a lent GPU machine may carry a stale
     .git), else HEAD of the checkout (``-dirty`` if modified), else None."""
+    if os.environ.get("GDNZOO_COMMIT"):
+        return os.environ["GDNZOO_COMMIT"]
     here = Path(__file__).resolve().parent.parent
-    env = os.environ.get("GDNZOO_COMMIT")
-    if env:
-        return env
-    try:
-        c = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
-                           timeout=5)
-        if c.returncode != 0:
-            return None
-        d = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                           capture_output=True, text=True, timeout=5)
-        return c.stdout.strip() + ("-dirty" if d.stdout.strip() else "")
-    except Exception:
-        return None
-
-
-def _driver():
-    try:
-        c = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=10)
-        return c.stdout.strip().splitlines()[0] if c.returncode == 0 and c.stdout.strip() else None
-    except Exception:
-        return None
+    head = _run("git", "rev-parse", "HEAD", cwd=here)
+    dirty = head and _run("git", "status", "--porcelain", "--untracked-files=no", cwd=here)
+    return head and head + ("-dirty" if dirty else "")
 
 
 def environment(method, ref=None, notes=()):
     import torch
     from gdnzoo.bench import clocks
-    env = dict(gpu=gpu_name(), driver=_driver(), cuda=torch.version.cuda,
+    driver = _run("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", timeout=10)
+    env = dict(gpu=gpu_name(), driver=driver.splitlines()[0] if driver else None,
+               cuda=torch.version.cuda,
                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                commit=_git_commit(), method=method, notes=list(notes),
                versions={d: _version(d) for d in (
