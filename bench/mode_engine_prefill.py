@@ -14,8 +14,8 @@ import itertools
 
 from gdnzoo.bench import engine_prefill as ep
 from gdnzoo.bench import entries
-from gdnzoo.bench.mode_prefill import mixes_here, no_graph, parse_mix, too_long_here
-from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, judged, section
+from gdnzoo.bench.mode_prefill import PrefillMode, mixes_here, no_graph, parse_mix, too_long_here
+from gdnzoo.bench.pipeline import Cell, Entry, Group, judged, section
 
 ENGINES = ("vllm", "sglang")
 # a zero-length sequence is left out: the engines never schedule one, and FlashInfer 0.7.2
@@ -114,16 +114,12 @@ def engine_entry(c: Cell, plan) -> Entry:
                  note="" if c.backend != "auto" else "auto: the adapter's automatic choice")
 
 
-class EnginePrefill(Mode):
+class EnginePrefill(PrefillMode):
     name = "engine-prefill"
-    op = "prefill"
     not_rivals = ("engine",)
     method = METHOD
-    keys = ("mix",)
     columns = {"kernels_per_call": "", "engine_over": float("nan")}
     defaults = {"state_dtype": ("fp32",), "time_budget": BUDGET_S}
-    cpu = "check"
-    busy = True
     subdir = "engine-prefill"
 
     def plan(self, plan, args):

@@ -85,11 +85,6 @@ def parse_mix(mix: str) -> tuple:
     return [int(m[2])] * int(m[1]), int(m[3] or 0)
 
 
-def lengths(mix: str) -> list:
-    """A mix's sequence lengths (its padded entries are not sequences)."""
-    return parse_mix(mix)[0]
-
-
 def flops(c: Cell) -> float:
     """FlashInfer's count: 4 * T * HV * K * V per call."""
     return 4.0 * c.T * c.HV * c.K * c.V
@@ -137,7 +132,7 @@ def prefill_entry(c: Cell, plan) -> Entry:
     from gdnzoo import gate, prefill_contract
     from gdnzoo.inputs import make_prefill_inputs
     mix, form, layout = dict(c.keys)["mix"], c.mode, plan.layout
-    x = make_prefill_inputs(lengths(mix), H=c.H, HV=c.HV, K=c.K, V=c.V,
+    x = make_prefill_inputs(parse_mix(mix)[0], H=c.H, HV=c.HV, K=c.K, V=c.V,
                             state_dtype=c.state_dtype, device=plan.device, seed=plan.seed)
     key = ("ref", c.H, c.HV, mix, c.state_dtype)
     ref = plan.cache.get(key) or plan.cache.setdefault(key, x.reference(True))
@@ -217,15 +212,17 @@ def measured_rates() -> dict:
     return dict(copy_gbps=copy["gbps"], tflops=2 * 8192**3 / statistics.median(times) / 1e6)
 
 
-class Prefill(Mode):
+class PrefillMode(Mode):
+    """What the prefill modes share: cells keyed by a sequence mix, checked (not timed) without
+    a CUDA device, a call's CUPTI records summed on the kernel clock."""
+    op, keys, cpu, busy = "prefill", ("mix",), "check", True
+
+
+class Prefill(PrefillMode):
     name = "prefill"
-    op = "prefill"
     method = METHOD
-    keys = ("mix",)
     columns = {"tflops": float("nan"), "kernels_per_call": ""}
     defaults = {"state_dtype": ("fp32", "bf16"), "time_budget": BUDGET_S}
-    cpu = "check"
-    busy = True
     subdir = "prefill"
 
     def plan(self, plan, args):
@@ -252,7 +249,7 @@ class Prefill(Mode):
                               "reference")
         forms = getattr(args, "form", None) or FORMS
         for form, (H, HV), mix, sd in itertools.product(forms, geoms, mixes, plan.states):
-            L = lengths(mix)
+            L = parse_mix(mix)[0]
             floor = plan.gpu and "kernel" in plan.clocks and form == "dense"
             cells = [(Cell("prefill", n, len(L), sum(L), H, HV, DIM, DIM, sd, form, True,
                            (("mix", mix),)), ("kernel",) if n == "floor" else plan.clocks)
