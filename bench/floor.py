@@ -26,6 +26,7 @@ sequence, and it is launched with programmatic dependent launch at the decode's 
 from __future__ import annotations
 
 import functools
+import itertools
 
 import torch
 
@@ -312,19 +313,14 @@ def configs(n4: int, sms: int, ok=None, seqs: int = 1):
     pool floor's sequences, each streaming its own n4 float4s with ``grid`` blocks (a
     persistent grid shares its SM slots among them).
     """
-    seen, out = set(), []
-    for vpt in VPTS:
-        for blk in BLOCKS:
-            if ok is not None and not ok(vpt, blk):
-                continue
+    out = {}                            # an ordered set
+    for vpt, blk in itertools.product(VPTS, BLOCKS):
+        if ok is None or ok(vpt, blk):
             exact = max(1, -(-n4 // (blk * vpt)))
             for w in WAVES:
-                grid = exact if w is None else min(exact, max(1, sms * w * max(1, 2048 // blk)
-                                                              // seqs))
-                if (vpt, blk, grid) not in seen:
-                    seen.add((vpt, blk, grid))
-                    out.append((vpt, blk, grid))
-    return out
+                out[vpt, blk, exact if w is None else min(
+                    exact, max(1, sms * w * max(1, 2048 // blk) // seqs))] = None
+    return list(out)
 
 
 def _launcher(rot, cfg, alpha=1.0, beta=0.0):
@@ -332,12 +328,11 @@ def _launcher(rot, cfg, alpha=1.0, beta=0.0):
     float buffers, shared by every session over them; the session's index ``i`` is unused)."""
     import cupy
     import numpy as np
-    vpt, blk, _ = cfg
+    vpt, blk, grid = cfg
     f = _kernel("inplace", vpt, blk)
     arrs = [cupy.asarray(b) for b in rot.states]
     n4 = np.int64(rot.set_bytes // 16)
     one, zero = np.float32(alpha), np.float32(beta)
-    vpt, blk, grid = cfg
 
     def launch(i):
         with _stream():
