@@ -100,25 +100,21 @@ def make_case(engine, lengths, pads, K, state_dtype, seed, device, heads=(H, HV)
         q, k = (F.normalize(t.float(), dim=-1, eps=1e-6).to(t.dtype)[None] for t in (x.q, x.k))
         v = x.v[None].contiguous()
     else:
-        W = 2 * nh * K + nhv * K
+        HK, W = nh * K, 2 * nh * K + nhv * K
         rows = torch.empty(T, W + 64, dtype=x.q.dtype, device=device)
-        rows[:, :nh * K], rows[:, nh * K:2 * nh * K] = x.q.flatten(1), x.k.flatten(1)
-        rows[:, 2 * nh * K:W] = x.v.flatten(1)
-        q = rows[None, :, :nh * K].unflatten(2, (nh, K))
-        k = rows[None, :, nh * K:2 * nh * K].unflatten(2, (nh, K))
-        v = rows[None, :, 2 * nh * K:W].unflatten(2, (nhv, K))
+        q, k, v = (rows[None, :, a:b].unflatten(2, (h, K))
+                   for a, b, h in ((0, HK, nh), (HK, 2 * HK, nh), (2 * HK, W, nhv)))
+        for view, t in zip((q, k, v), (x.q, x.k, x.v)):
+            view[0].copy_(t)
     P = 2 * N + 8
     pp = paged_pool(P, nhv, K, K, dtype=state_dtype, device=device, gen=gen)
     slots = (torch.randperm(P - 2, generator=gen)[:N] + 1).tolist()    # never 0 or P-1
-    for n in range(N - pads, N):
-        slots[n] = 0 if engine == "vllm" else -1
+    slots[N - pads:] = [0 if engine == "vllm" else -1] * pads
     idx = torch.tensor(slots, dtype=torch.int32, device=device)
     has_init = torch.tensor([n % 4 != 1 for n in range(N)], device=device)
     if engine == "sglang":                    # SGLang zeroes a fresh sequence's slot
-        for n in range(N - pads):
-            if not has_init[n]:
-                pp.state[slots[n]] = 0
-    named = [s for n, s in enumerate(slots) if n < N - pads]
+        pp.state[slots[1:N - pads:4]] = 0     # (has_init False: n % 4 == 1)
+    named = slots[:N - pads]
     return dict(q=q, k=k, v=v, g=g, beta=beta, buf=pp.buf, pool=pp.state, idx=idx,
                 has_init=has_init, cu=x.cu_seqlens, named=named, pads=pads, lengths=lengths)
 
