@@ -7,16 +7,13 @@ flight per thread, exact or persistent grid) is searched per size, timed with th
 and the same cold-L2 rotation as the backends.  Also here: device-to-device copy bandwidth and an
 empty-kernel time, measured in the same run.  Without CuPy, a torch ``mul_`` stands in (no search).
 
-The pool floor (:func:`indexed_floor_times` of a :class:`PoolTarget`) is the same streaming kernel for a state pool: each
-sequence's slot index is loaded first, then that slot's [HV, V, K] block is read and written
-back, through the index tensor of the measured calls (same pool, same slots); its launch shape
-(float4s per thread, threads, blocks per slot) is searched the same way.  Without CuPy it is
-not measured.
-
-The verify floor (:func:`indexed_floor_times` of a :class:`VerifyTarget`) shares the streaming loop:
-each sequence's indices are loaded first, its state block is read once and stored wherever the
-speculative-verify form stores states (T intermediate states, the final state, one slot per
-token, or a commit's one copy), through the measured calls' own index tensors.
+The pool floor (:func:`indexed_floor_times` of a :class:`PoolTarget`) streams a state pool:
+each sequence's slot index is loaded first, then that slot's [HV, V, K] block is read and
+written back, through the measured calls' index tensor (same pool, same slots), its launch shape
+(float4s per thread, threads, blocks per slot) searched the same way; without CuPy it is not
+measured.  The verify floor (a :class:`VerifyTarget`) shares the loop: each sequence's indices
+are loaded first, its block is read once and stored wherever the speculative-verify form stores
+states (T intermediate states, the final state, one slot per token, or a commit's one copy).
 
 The chained floor (:func:`chained_launcher`) is the pool floor kernel as one layer of a model's
 graph runs it, right behind the kernel that writes mixed_qkv: it also reads one value of it per

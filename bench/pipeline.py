@@ -10,8 +10,8 @@ Design.  A run is plan -> gate -> clocks -> floor -> report -> results:
   through the check the mode's entry carries) before any clock; a failing entry is FAIL and gets
   no time (:func:`gated`).
 * clocks: :func:`timed` runs the kernel, graph and host clocks (bench/clocks.py) over a cold
-  source: ``clocks.Rotation`` (rotated dense state sets) or ``clocks.IndexBank`` (fresh pool
-  slots); a mode may time clocks of its own (chained).
+  source (``clocks.Sets``: rotated dense state sets, fresh pool slots, prefill input sets); a
+  mode may time clocks of its own (chained).
 * floor: the mode's floor rows, measured in the same run (bench/floor.py).
 * report: one table (bench/report.py): long-format rows, the derived columns (``x_floor``
   through ``Mode.floor_of``, bandwidth through ``Mode.bytes_moved``, the automatic choice
@@ -20,10 +20,11 @@ Design.  A run is plan -> gate -> clocks -> floor -> report -> results:
   (bench/console.py: a grid per ``Mode.sections`` and the mode's ``extra_lines``), plots.
 
 A mode is one module (bench/mode_*.py), registered by name in ``args.MODES``: a :class:`Mode`
-whose hooks supply its plan, inputs, entries (ours and the peers'), check, floor, bytes moved,
-its extra columns and cell keys (``columns``, ``keys``), console sections and bars.  A new mode
-(prefill: cells keyed by a sequence mix, TFLOP/s and error columns, a compute floor) is a new
-module and touches nothing here.
+whose hooks supply its plan, a group's ``context``, each cell's ``entry`` (ours and the peers',
+its inputs and check) or ``floor_rows``, bytes moved, its extra columns and cell keys
+(``columns``, ``keys``), console sections and bars.  A new mode (prefill: cells keyed by a
+sequence mix, TFLOP/s and error columns, a compute floor) is a new module and touches nothing
+here.
 """
 from __future__ import annotations
 
@@ -280,9 +281,8 @@ def records(counts) -> tuple:
 @dataclass
 class Entry:
     """One checked-then-timed entry: ``call(*args)`` launches one call on what the cold source
-    hands it (``cold``: a clocks.Rotation or clocks.IndexBank, or a function making one after
-    the check); ``check()``: the gate's dict; ``host(i)``: the host clock's call; ``base``:
-    columns every row carries."""
+    ``cold`` (a clocks.Sets) hands it; ``check()``: the gate's dict; ``host(i)``: the host
+    clock's call; ``base``: columns every row carries."""
     call: object
     check: object
     cold: object
@@ -314,7 +314,7 @@ def timed(cell, clock_names, e: Entry, plan, busy=False, base=None) -> list:
     cold source (one counter for all of them).  ``busy``: the kernel clock sums a call's
     records and counts them (``kernels_per_call``)."""
     from gdnzoo.bench import clocks
-    cold = e.cold() if callable(e.cold) else e.cold
+    cold = e.cold
     base = dict(base or {}, n_sets=cold.n)
     if hasattr(cold, "working_set_bytes"):
         base["working_set_mib"] = cold.working_set_bytes / 2**20
