@@ -26,6 +26,7 @@ from gdnzoo.bench import clocks, entries, floor
 from gdnzoo.bench import mode_pool as serving
 from gdnzoo.bench.pipeline import (ERRS, Entry, Group, Mode, errors, failure, guarded, judged,
                                    rows_of, section, timed)
+from gdnzoo.bench.report import finite
 
 try:                                 # the producer kernel; without Triton nothing can be chained
     import triton
@@ -417,7 +418,6 @@ def bars(table, ours):
     TICK_US), ``bar_off`` (a PDL level: <= the same backend's PDL off + TICK_US),
     ``bar_standalone`` (B >= STANDALONE_MIN_B: <= STANDALONE_BAR x its standalone time); each
     "PASS", "MISS" or "" (not applicable or not measured)."""
-    from gdnzoo.bench.report import finite
     med = {(r["backend"], r["mode"], r["clock"], r["B"], r["state_dtype"]): r["median_us"]
            for r in table if r["status"] == "PASS" and finite(r["median_us"])}
     for r in table:
@@ -441,7 +441,6 @@ def bars(table, ours):
 def bar_lines(table, sd, ours, batches) -> list:
     """One line per (B, ours at a level) with a chained time: the numbers behind each bar."""
     from gdnzoo.bench.console import us
-    from gdnzoo.bench.report import finite
     med = {(r["backend"], r["mode"], r["clock"], r["B"]): r["median_us"] for r in table
            if r["state_dtype"] == sd and r["status"] == "PASS" and finite(r["median_us"])}
     sel = [r for r in table if r["state_dtype"] == sd and r["clock"] == "chained"

@@ -12,6 +12,7 @@ import itertools
 
 from gdnzoo.bench import entries
 from gdnzoo.bench.pipeline import Entry, Mode, judged, state_bytes
+from gdnzoo.bench.report import finite
 
 RUN_LAST = ("pt-compiled",)          # slow to compile per shape: a time budget cuts it first
 
@@ -89,7 +90,6 @@ def dense_entry(c, plan) -> Entry:
 def published(rows, B, sd, form, clock) -> list:
     """Algorithm | Median (us) | Speedup | vs FlashInfer at one batch size, fastest first."""
     from gdnzoo.bench.console import ratio, us
-    from gdnzoo.bench.report import finite
     sel = [r for r in rows if r["B"] == B and r["state_dtype"] == sd and r["mode"] == form
            and r["clock"] == clock and r["backend"] != "floor"]
     sel.sort(key=lambda r: (r["status"] != "PASS", not finite(r["median_us"]),
@@ -173,7 +173,6 @@ class Dense(Mode):
                                               if plan.layout == "k-first" else "")
 
     def sections(self, plan, table) -> list:
-        from gdnzoo.bench.report import finite
         clock = next((k for k in ("kernel", "host") if any(
             r["clock"] == k and finite(r["median_us"]) and r["backend"] != "floor"
             for r in table)), "kernel")

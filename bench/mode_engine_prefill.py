@@ -16,6 +16,7 @@ from gdnzoo.bench import engine_prefill as ep
 from gdnzoo.bench import entries
 from gdnzoo.bench.mode_prefill import PrefillMode, mixes_here, no_graph, parse_mix, too_long_here
 from gdnzoo.bench.pipeline import Cell, Entry, Group, judged, section
+from gdnzoo.bench.report import finite
 
 ENGINES = ("vllm", "sglang")
 # a zero-length sequence is left out: the engines never schedule one, and FlashInfer 0.7.2
@@ -161,7 +162,6 @@ class EnginePrefill(PrefillMode):
     def derive(self, table, plan):
         """engine_over: the engine's median over this entry's, per cell and clock (> 1: the
         adapter is faster)."""
-        from gdnzoo.bench.report import finite
         eng = {(r["mode"], r["mix"], r["state_dtype"], r["clock"]): r["median_us"]
                for r in table if r["backend"] == "engine" and r["status"] == "PASS"}
         for r in table:
@@ -180,7 +180,6 @@ class EnginePrefill(PrefillMode):
     def extra_lines(self, table, plan):
         """The bar: our best adapter entry at least 1.3x faster than the engine's call, per
         cell and clock."""
-        from gdnzoo.bench.report import finite
         best = {}
         for r in table:
             if r["backend"] != "engine" and finite(r.get("engine_over", float("nan"))):

@@ -16,6 +16,7 @@ import math
 
 from gdnzoo.bench import args as A, entries
 from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, judged, state_bytes
+from gdnzoo.bench.report import finite
 
 GEOMETRIES = ((4, 8), (16, 32), (16, 48), (16, 64), (2, 8))
 MIXES = ("1x8192", "1x32768", "8x1024", "16x256", "64x64", "ragged")
@@ -292,7 +293,6 @@ class Prefill(PrefillMode):
                        pool=c.mode == "pool", k_first=plan.layout == "k-first")
 
     def derive(self, table, plan):
-        from gdnzoo.bench.report import finite
         for r in table:
             m = r["median_us"]
             if r["backend"] != "floor" and finite(m) and m > 0:
@@ -318,7 +318,6 @@ class Prefill(PrefillMode):
     def extra_lines(self, table, plan):
         """The prefill bars: our best entry against FLA and FlashInfer per cell and clock, and
         the errors against float64."""
-        from gdnzoo.bench.report import finite
         cells = {}
         for r in table:
             if r["status"] == "PASS" and finite(r["median_us"]) and r["backend"] != "floor":
