@@ -15,10 +15,16 @@ elementwise rule and the relative-error bound), and ``state`` must come back unm
 from __future__ import annotations
 
 import sys
+import dataclasses
+import importlib
 import traceback
 from collections import defaultdict
 
 import torch
+
+import gdnzoo
+from gdnzoo import gate, operation
+from gdnzoo.bench import entries
 
 
 WORKLOAD_SETS = ("contest",)
@@ -59,12 +65,7 @@ def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2, op="decode"):
 
     Returns ``(status, reason, rows)``: status PASS | FAIL | SKIP, rows one dict per workload run.
     """
-    import dataclasses
-    import importlib
 
-    import gdnzoo
-    from gdnzoo import gate, operation
-    from gdnzoo.bench import entries
 
     ok, why = entries.available(name, device, op)
     if not ok:
@@ -131,7 +132,6 @@ def cmd_check(args) -> int:
         print(f"error: --workloads: unknown set {args.workloads!r} (known: contest)", file=sys.stderr)
         return 2
     op = getattr(args, "op", "decode") or "decode"
-    from gdnzoo.bench import entries
     algo = getattr(args, "algo", None)
     try:
         names = entries.named(None if algo is None or str(algo).strip() == "" else algo,

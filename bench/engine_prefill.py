@@ -23,6 +23,9 @@ with its signature (:func:`stand_in`).
 """
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
+
 H, HV = 4, 8
 
 
@@ -35,8 +38,6 @@ def flashinfer_chunk():
 def stand_in(algo):
     """FlashInfer's call (linear gate alpha, fp32 states) served by gdnzoo's dense prefill on
     ``algo``: the engines' sequences on a machine without FlashInfer (tests, CPU)."""
-    import torch
-
     import gdnzoo
 
     def run(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
@@ -50,7 +51,6 @@ def stand_in(algo):
 # ------------------------------------------------------------------ the engines' sequences
 
 def vllm_sequence(fi, q, k, v, g, beta, ssm_state, idx, has_init, cu):
-    import torch
     initial_state = ssm_state[idx]
     initial_state[~has_init, ...] = 0
     o, final = fi(q=q.squeeze(0).contiguous(), k=k.squeeze(0).contiguous(),
@@ -63,8 +63,6 @@ def vllm_sequence(fi, q, k, v, g, beta, ssm_state, idx, has_init, cu):
 
 
 def sglang_sequence(fi, q, k, v, g, beta, ssm_states, cache_indices, query_start_loc):
-    import torch
-    import torch.nn.functional as F
     T = q.shape[1]
     q_fi = F.normalize(q[0].contiguous().float(), dim=-1, eps=1e-6).to(q.dtype)
     k_fi = F.normalize(k[0].contiguous().float(), dim=-1, eps=1e-6).to(k.dtype)
@@ -84,9 +82,6 @@ def sglang_sequence(fi, q, k, v, g, beta, ssm_states, cache_indices, query_start
 
 def make_case(engine, lengths, pads, K, state_dtype, seed, device, heads=(H, HV)):
     """The engine's tensors for ``lengths`` (+ ``pads`` padded entries), as a dict."""
-    import torch
-    import torch.nn.functional as F
-
     from gdnzoo.inputs import make_prefill_inputs, paged_pool
     nh, nhv = heads
     lengths = list(lengths) + [0] * pads
@@ -163,8 +158,6 @@ def adapter_problem(engine, c):
 
 def oracle(engine, c):
     """Float64 output [T, HV, V] and pool after the case's prefill (per-token loop)."""
-    import torch
-
     from gdnzoo.pool import Pool
     from gdnzoo.prefill_reference import reference_prefill
     null = 0 if engine == "vllm" else -1
@@ -183,7 +176,6 @@ def oracle(engine, c):
 def rest_untouched(c, buf, before, pool) -> bool:
     """Whether the pool's storage outside the case's named slots is bit-identical to
     ``before``."""
-    import torch
     keep = torch.ones_like(buf, dtype=torch.bool)
     page, block = pool.stride(0), pool[0].numel()
     base = pool.storage_offset() - buf.storage_offset()
@@ -194,7 +186,6 @@ def rest_untouched(c, buf, before, pool) -> bool:
 
 def pad_rows_zero(c, o) -> bool:
     """Whether the padded entries' output rows of ``o`` [1, T, HV, V] are zeros."""
-    import torch
     cu = c["cu"].tolist()
     n_real = len(c["lengths"]) - c["pads"]
     return bool(torch.count_nonzero(o[0, cu[n_real]:cu[-1]]) == 0)

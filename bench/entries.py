@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 
+from gdnzoo import registry
+
 
 class Skip(Exception):
     """An entry that cannot run in this cell (the message says why)."""
@@ -21,7 +23,6 @@ def backends(op: str = "decode", *, pools=None, verify=None, pdl=None, native: b
     ``pdl``: True keeps those whose registry entry says so (False: those that do not);
     ``native``: leave out the torch (``language: python``) ones; ``language``: that language's
     only; ``tunable``: those with launch tables (gdnzoo.registry.tunables)."""
-    from gdnzoo import registry
 
     def keep(s, feature, want):
         return want is None or (getattr(s, feature, False) is True) == want
@@ -56,7 +57,6 @@ def named(algo, default, op: str = "decode", command: str = "gdnzoo bench") -> l
 
 def raw(name: str, op: str = "decode"):
     """Backend ``name``'s entry point ``run(call, *, config=None)`` (for :func:`launch`)."""
-    from gdnzoo import registry
     return registry.runner(name, op)
 
 
@@ -95,13 +95,11 @@ def launch(run, x, state, out, new_state, l2, *, config=None, **kw):
 
 def available(name, device, op: str = "decode") -> tuple:
     """(ok, why not): whether backend ``name`` runs on ``device`` here."""
-    from gdnzoo import registry
     return registry.availability(name, device, op)
 
 
 def can_serve(name, problem) -> tuple:
     """(ok, why not): whether backend ``name`` serves ``problem`` (a gdnzoo.contract.Problem)."""
-    from gdnzoo import registry
     return registry.can_serve(name, problem)
 
 
@@ -139,7 +137,6 @@ def auto_note(x, out, state, **kw) -> str:
 
 def choice(problem) -> str:
     """The backend the automatic choice picks for ``problem`` ("" when none can serve it)."""
-    from gdnzoo import registry
     try:
         return registry.select(problem).name
     except ValueError:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import itertools
 
+import numpy as np
 import torch
 
 from gdnzoo.bench import clocks
@@ -324,7 +325,6 @@ def _launcher(rot, cfg, alpha=1.0, beta=0.0):
     """launch(i): launch shape ``cfg`` on the next buffer of ``rot`` (a clocks.Rotation of
     float buffers, shared by every session over them; the session's index ``i`` is unused)."""
     import cupy
-    import numpy as np
     vpt, blk, grid = cfg
     f = _kernel("inplace", vpt, blk)
     arrs = [cupy.asarray(b) for b in rot.states]
@@ -455,7 +455,6 @@ class PoolTarget:
     ``index`` ([B] int32 on the device, the measured calls' index tensor), which
     ``prepare(i)`` refreshes before call i, outside the timed window (the measured calls'
     fresh slots, from the counter they share)."""
-
     what, kind = "pool floor", ("pool",)
 
     def __init__(self, buf, page_elems: int, slot_elems: int, B: int, index, prepare):
@@ -470,7 +469,6 @@ class PoolTarget:
 
     def args(self, alpha, beta) -> tuple:
         """The pool floor kernel's arguments."""
-        import numpy as np
         return (np.uint64(self.buf.data_ptr()), np.uint64(self.index.data_ptr()),  # pointers
                 np.int64(self.page4), np.int64(self.n4), np.float32(alpha), np.float32(beta))
 
@@ -607,7 +605,6 @@ class VerifyTarget:
 
     def args(self, alpha, beta) -> tuple:
         """The verify floor kernel's arguments."""
-        import numpy as np
 
         def ptr(x):
             return np.uint64(0 if x is None else x.data_ptr())

@@ -22,11 +22,18 @@ from dataclasses import dataclass
 
 import torch
 
+import gdnzoo
+from gdnzoo import gate
 from gdnzoo.bench import clocks, entries, floor
 from gdnzoo.bench import mode_pool as serving
-from gdnzoo.bench.pipeline import (ERRS, Entry, Group, Mode, errors, failure, guarded, judged,
-                                   rows_of, section, timed)
+from gdnzoo.bench.args import given, usage_error
+from gdnzoo.bench.console import us
+from gdnzoo.bench.pipeline import (ERRS, Entry, Group, Mode, Progress, errors, failure, guarded,
+                                   judged, rows_of, section, timed)
 from gdnzoo.bench.report import finite
+from gdnzoo.contract import PDL_LEVELS, validate
+from gdnzoo.inputs import DTYPES, Inputs, distinct_slots, page_elems
+from gdnzoo.reference import reference_outputs
 
 try:                                 # the producer kernel; without Triton nothing can be chained
     import triton
@@ -123,7 +130,6 @@ def chain_bank(P, L, B, rows, device, seed=0):
     """Every layer's slots: ``rows`` rows of B distinct slots in [1, P) per layer (no slot in
     two rows of a layer), one clocks.IndexBank (part ``slots`` [L, B], each layer's row on a
     256-byte boundary, no check row: row 0 is the check's)."""
-    from gdnzoo.inputs import distinct_slots
     if rows * B > P - 1:
         raise ValueError(f"chain slots: {rows} rows of B={B} need {rows * B} slots per "
                          f"layer; a layer's pool has {P - 1} besides the null slot")
@@ -143,7 +149,6 @@ class Chain:
 
     def __init__(self, B, sd, L, H, HV, K, V, device, l2, seed=0,
                  min_bytes=serving.MIN_POOL_BYTES):
-        from gdnzoo.inputs import DTYPES
         elem = DTYPES[sd].itemsize
         self.B, self.sd, self.L = B, sd, L
         self.P, rows = layer_slots(B, L, HV, V, K, elem, l2, min_bytes)
@@ -183,7 +188,6 @@ def layer_slots(B, L, HV, V, K, elem, l2, min_bytes=serving.MIN_POOL_BYTES) -> t
     bytes >= 4x L2 (at least one row); the L pools together hold at least ``min_bytes`` and 4x
     L2 of pages, and room for the standalone clock's rows over the whole storage (its check
     row and one null slot included)."""
-    from gdnzoo.inputs import page_elems
     slot = HV * V * K * elem
     page = page_elems(HV, V, K) * elem
     rows = clocks.rotation_count(L * B * slot, l2, min_sets=1)
@@ -210,7 +214,6 @@ class Runner:
 
 
 def _floor_runner(level, ch, shape) -> Runner:
-    from gdnzoo.contract import PDL_LEVELS
     if shape is None:
         raise Skip("the pool floor was not measured in this cell (see its standalone row)")
     if level != "off" and torch.cuda.get_device_capability() < (9, 0):
@@ -246,8 +249,6 @@ def runner(name, level, ch, shape) -> Runner:
                use_qk_l2norm=True, initial_state=state, initial_state_indices=idx,
                backend="flashinfer")
     else:
-        import gdnzoo
-        from gdnzoo.contract import validate
         q, k, v = ch.packed[0]
         p, _ = validate(q, k, v, ch.pools[0], x.A_log, x.a, x.dt_bias, x.b, x.scale,
                         out=ch.outs[0], use_qk_l2norm=True, state_indices=ch.index[0],
@@ -282,9 +283,6 @@ def check_chain(ch, run, issue) -> dict:
     its slots bit-identical, as alpha=1, beta=0, gamma=0 store what they read).  Their slots
     are then restored, so a failing entry leaves the next check its starting states.  Returns
     dict(ok, reason, max_abs_err_out, max_abs_err_state, rel_err_out, rel_err_state, n_bad)."""
-    from gdnzoo import gate
-    from gdnzoo.inputs import Inputs
-    from gdnzoo.reference import reference_outputs
     ch.slots.first()
     layers = sorted({0, ch.L - 1})
     rows = {i: ch.check_rows(i).long() for i in layers}
@@ -440,7 +438,6 @@ def bars(table, ours):
 
 def bar_lines(table, sd, ours, batches) -> list:
     """One line per (B, ours at a level) with a chained time: the numbers behind each bar."""
-    from gdnzoo.bench.console import us
     med = {(r["backend"], r["mode"], r["clock"], r["B"]): r["median_us"] for r in table
            if r["state_dtype"] == sd and r["status"] == "PASS" and finite(r["median_us"])}
     sel = [r for r in table if r["state_dtype"] == sd and r["clock"] == "chained"
@@ -480,7 +477,6 @@ class Chained(Mode):
                 "(and times the pool floor and each decode alone with CUPTI)")
 
     def plan(self, plan, args):
-        from gdnzoo.bench.args import given, usage_error
         if given(args.timing):
             usage_error(f"--timing: --mode chained times its own clocks (chained, standalone), "
                         f"got {','.join(args.timing)}")
@@ -502,7 +498,6 @@ class Chained(Mode):
                                   f"was measured" if NO_TRITON else ""))
 
     def measure(self, group, plan):
-        from gdnzoo.bench.pipeline import Progress
         B, sd = group.key
         ch = Chain(B, sd, plan.layers, plan.H, plan.HV, plan.K, plan.V, plan.device, plan.l2,
                    plan.seed)

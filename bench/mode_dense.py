@@ -8,11 +8,21 @@ Without a CUDA device: the host clock only.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import os
 
-from gdnzoo.bench import entries
-from gdnzoo.bench.pipeline import Entry, Mode, judged, state_bytes
+import torch
+
+import gdnzoo
+from gdnzoo import gate, registry
+from gdnzoo.bench import clocks, entries, floor
+from gdnzoo.bench.console import ratio, us
+from gdnzoo.bench.pipeline import Entry, Group, Mode, judged, state_bytes
 from gdnzoo.bench.report import finite
+from gdnzoo.contract import validate
+from gdnzoo.inputs import make_inputs
+from gdnzoo.reference import reference_outputs
 
 RUN_LAST = ("pt-compiled",)          # slow to compile per shape: a time budget cuts it first
 
@@ -33,7 +43,6 @@ METHOD = (
 
 
 def _flags(name) -> str:
-    from gdnzoo import registry
     f = getattr(registry.backend_module(name), "allocates_state", None)
     try:
         return "warm write target" if callable(f) and f() else ""
@@ -44,15 +53,6 @@ def _flags(name) -> str:
 def dense_entry(c, plan) -> Entry:
     """Backend ``c.backend`` in cell ``c``: its inputs, the gate, the raw and public calls over
     one cold rotation; Skip where it cannot serve the cell."""
-    import os
-
-    import torch
-
-    import gdnzoo
-    from gdnzoo import gate
-    from gdnzoo.bench import clocks
-    from gdnzoo.contract import validate
-    from gdnzoo.inputs import make_inputs
     dest = c.mode == "dest"
     layout = plan.layout
     x = make_inputs(B=c.B, T=c.T, H=c.H, HV=c.HV, K=c.K, V=c.V, state_dtype=c.state_dtype,
@@ -89,7 +89,6 @@ def dense_entry(c, plan) -> Entry:
 
 def published(rows, B, sd, form, clock) -> list:
     """Algorithm | Median (us) | Speedup | vs FlashInfer at one batch size, fastest first."""
-    from gdnzoo.bench.console import ratio, us
     sel = [r for r in rows if r["B"] == B and r["state_dtype"] == sd and r["mode"] == form
            and r["clock"] == clock and r["backend"] != "floor"]
     sel.sort(key=lambda r: (r["status"] != "PASS", not finite(r["median_us"]),
@@ -114,7 +113,6 @@ class Dense(Mode):
         return "dest" if form == "dest" else "dense"
 
     def plan(self, plan, args):
-        from gdnzoo import registry
         names = entries.named(args.algo or registry.env_algo(), entries.backends)
         order = [n for n in names if n not in RUN_LAST] + [n for n in names if n in RUN_LAST]
         avail = {n: entries.available(n, plan.device) for n in names}
@@ -126,7 +124,6 @@ class Dense(Mode):
                               "contiguous), gated against the k-last reference; the floor moves "
                               "the same bytes")
         plan.notes += [f"{n}: skipped ({why})" for n, (ok, why) in avail.items() if not ok]
-        from gdnzoo.bench.pipeline import Group
         forms = ["dest" if w == "dest" else "inplace" for w in plan.words]
         # dtype innermost: a time budget cuts whole backends last
         for form, n, B, sd in itertools.product(forms, order, plan.batches, plan.states):
@@ -143,7 +140,6 @@ class Dense(Mode):
         return dense_entry(c, plan)
 
     def floor_rows(self, c, ctx, plan):
-        from gdnzoo.bench import floor
         f = floor.floor_times(state_bytes(c), iters=min(plan.iters, 100))
         return [dict(cell=c, clock="kernel", status="PASS", note=f["config"], flags="",
                      samples=f["samples"], n_sets=f["n_sets"], method=f["method"],
@@ -196,16 +192,9 @@ class Dense(Mode):
 class DenseCell:
     """One (state dtype, B) of the shape search (``gdnzoo tune --shapes``) on a dense state:
     inputs, their reference, a cold rotation; ``dest``: destination passing."""
-
     def __init__(self, sd, B, dest, T, geometry, seed=3):
-        import dataclasses
 
-        import torch
 
-        from gdnzoo.bench import clocks
-        from gdnzoo.contract import validate
-        from gdnzoo.inputs import make_inputs
-        from gdnzoo.reference import reference_outputs
         self.sd, self.B, self.dest, self.T = sd, B, dest, T
         self.x = make_inputs(B=B, T=T, **geometry, state_dtype=sd, device="cuda", seed=seed)
         self.problem = dataclasses.replace(validate(*self.x.args())[0], inplace=not dest)
@@ -216,13 +205,11 @@ class DenseCell:
         self.prepare = None
 
     def floor_launcher(self):
-        from gdnzoo.bench import floor
         return floor.best_launcher(self.rot.set_bytes)
 
     def checked(self, run, config):
         """launch(i) of one candidate, after the gate passed it; raises if it cannot be built,
         launched, or is wrong."""
-        from gdnzoo import gate
         x = self.x
 
         def fn(q, k, v, state, A_log, a, dt_bias, b, scale, *, out, new_state, use_qk_l2norm):

@@ -12,8 +12,13 @@ from __future__ import annotations
 
 import itertools
 
+import torch
+
+from gdnzoo import gate, registry
 from gdnzoo.bench import engine_prefill as ep
 from gdnzoo.bench import entries
+from gdnzoo.bench.args import given, words
+from gdnzoo.bench.clocks import Sets
 from gdnzoo.bench.mode_prefill import PrefillMode, mixes_here, no_graph, parse_mix, too_long_here
 from gdnzoo.bench.pipeline import Cell, Entry, Group, judged, section
 from gdnzoo.bench.report import finite
@@ -56,16 +61,14 @@ def mix_lengths(mix: str) -> tuple:
 
 def engine_kernel(device):
     """FlashInfer's chunk kernel (Skip where it cannot run here)."""
-    from gdnzoo.bench.entries import Skip
     ok, why = entries.available("fi-baseline", device, "prefill")
     if not ok:
-        raise Skip(f"the engines call FlashInfer's chunk kernel: {why}")
+        raise entries.Skip(f"the engines call FlashInfer's chunk kernel: {why}")
     return ep.flashinfer_chunk()
 
 
 def case_of(c: Cell, plan):
     """The cell's engine case and its float64 oracle, made once per (engine, mix, dtype)."""
-    import torch
     keys = dict(c.keys)
     key = ("case", c.mode, keys["mix"], c.state_dtype, c.H, c.HV)
     if key not in plan.cache:
@@ -80,8 +83,6 @@ def case_of(c: Cell, plan):
 def engine_entry(c: Cell, plan) -> Entry:
     """Entry ``c.backend`` (``engine``, or a prefill backend / ``auto`` under the adapter) of
     cell ``c``; Skip with the reason where it cannot run."""
-    from gdnzoo import gate
-    from gdnzoo.bench.clocks import Sets
     engine = c.mode
     case, (ref_out, ref_pool) = case_of(c, plan)
     buf, pool = ep.pool_copy(case)
@@ -124,8 +125,6 @@ class EnginePrefill(PrefillMode):
     subdir = "engine-prefill"
 
     def plan(self, plan, args):
-        from gdnzoo import registry
-        from gdnzoo.bench.args import given, words
         algo = args.algo or registry.env_algo()
         picked = [w for w in words(algo) if w not in ("auto", "engine")] if algo else []
         def default():

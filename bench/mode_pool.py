@@ -16,10 +16,20 @@ from __future__ import annotations
 import importlib
 import itertools
 import math
+import statistics
 from dataclasses import dataclass
 
-from gdnzoo.bench import entries
+import torch
+
+from gdnzoo import gate
+from gdnzoo.bench import clocks, entries, floor
+from gdnzoo.bench.args import usage_error
 from gdnzoo.bench.pipeline import Entry, Group, Mode, judged, records, rows_of, section
+from gdnzoo.contract import validate
+from gdnzoo.inputs import (DTYPES, Inputs, distinct_slots, make_inputs, packed, page_elems,
+                           paged_pool)
+from gdnzoo.pool import Pool as Slots
+from gdnzoo.reference import reference_outputs
 
 POOL_BATCHES = (1, 4, 8, 16, 32, 64, 128, 256, 512)
 STATES = ("fp32", "bf16")
@@ -52,7 +62,6 @@ METHOD = (
 
 def rows_for(B, slot_bytes, l2, T=1) -> int:
     """Index rows of a cell: rows * B*T * slot bytes >= 4x L2 (at least 2)."""
-    from gdnzoo.bench import clocks
     return clocks.rotation_count(B * T * slot_bytes, l2)
 
 
@@ -60,7 +69,6 @@ def pool_slots(cells, HV, V, K, elem, l2, min_bytes=MIN_POOL_BYTES, width=lambda
     """Slots of the pool of one state dtype: at least ``min_bytes`` and 4x L2 of pages, and
     room for every (B, T) cell's rows and its check row, ``width(B, T)`` slots a row, slot 0
     aside."""
-    from gdnzoo.inputs import page_elems
     page = page_elems(HV, V, K) * elem
     need = max((rows_for(B, HV * V * K * elem, l2, T) + 1) * width(B, T) for B, T in cells) + 1
     return max(math.ceil(max(min_bytes, 4 * l2) / page), need)
@@ -68,8 +76,6 @@ def pool_slots(cells, HV, V, K, elem, l2, min_bytes=MIN_POOL_BYTES, width=lambda
 
 def state_pool(P, HV, V, K, sd, device, seed=0):
     """The bench's pool (:class:`gdnzoo.inputs.PagedPool`): drawn in place on the device."""
-    import torch
-    from gdnzoo.inputs import paged_pool
     return paged_pool(P, HV, V, K, dtype=sd, device=device, fill="normal",
                       gen=torch.Generator(device=device).manual_seed(seed))
 
@@ -77,9 +83,6 @@ def state_pool(P, HV, V, K, sd, device, seed=0):
 def slot_bank(P, B, rows, device, seed=0):
     """``rows`` rows of B distinct slots in [1, P), no slot in two rows, and a check row of B
     other slots (clocks.IndexBank, part ``slots``)."""
-    import torch
-    from gdnzoo.bench import clocks
-    from gdnzoo.inputs import distinct_slots
     if rows * B + B > P - 1:
         raise ValueError(f"slots: {rows} rows and a check row of B={B} need {rows * B + B} "
                          f"slots; the pool has {P - 1} besides the null slot")
@@ -104,21 +107,17 @@ class PoolCtx:
 
     def problem(self, form="pool"):
         """The Problem of the check row's call in ``form`` (what a backend must serve)."""
-        from gdnzoo.contract import validate
         return validate(*self.x.args(self.pool.state), out=self.out, use_qk_l2norm=True,
                         **self.kw(self.bank.check, form))[0]
 
     def target(self, form="pool"):
         """The pool floor's target: this cell's slots, through its persistent index tensor."""
-        from gdnzoo.bench import floor
         sp, bank = self.pool, self.bank
         return floor.PoolTarget(sp.buf, sp.page, sp.slot, self.B, bank.index.slots, bank.advance)
 
 
 def cell_inputs(B, T, sd, geometry, device, seed) -> tuple:
     """(packed inputs of :func:`gdnzoo.inputs.make_inputs`, out [B, T, HV, V])."""
-    import torch
-    from gdnzoo.inputs import make_inputs, packed
     x = packed(make_inputs(B=B, T=T, **geometry, state_dtype=sd, device=device, seed=seed))
     return x, torch.empty(B, T, geometry["HV"], geometry["V"], dtype=x.v.dtype, device=device)
 
@@ -162,9 +161,6 @@ def check_slots(call, ctx) -> dict:
     """One call on the check row, judged by the gate against the float64 reference (out and
     the written slots); then the check slots are restored, and nothing else of the pool's
     storage (other slots, page gaps) nor the packed activations may have changed."""
-    from gdnzoo import gate
-    from gdnzoo.inputs import Inputs
-    from gdnzoo.reference import reference_outputs
     st, ix = ctx.pool.state, ctx.bank.check
     slots = ix.slots.long()
     if ctx.ref is None:
@@ -227,7 +223,6 @@ def indexed_floor(c, target, bank, plan, clock="kernel", **extra) -> tuple:
     """([row], launch shape) of the pool floor or a verify floor (``target``) timed over the
     index bank ``bank`` (floor.indexed_floor_times, busy samples); SKIP (and shape None) where
     it was not measured."""
-    from gdnzoo.bench import clocks, floor
     f = floor.indexed_floor_times(target, iters=min(plan.iters, 100), reduce=clocks.busy_and_count)
     row = dict(extra, cell=c, clock=clock, flags="", n_sets=bank.n, note=f["config"],
                method=f["method"])
@@ -251,7 +246,6 @@ def flag_adapters(rows):
 def summary_line(rows, clock="kernel", forms=False) -> str:
     """One progress line: each timed median on ``clock`` and its multiple of the floor of its
     form, then the entries checked but not timed or not passed."""
-    import statistics
     med = {(r["cell"].backend, r["cell"].mode): statistics.median(r["samples"]) for r in rows
            if r["clock"] == clock and r["status"] == "PASS" and r.get("samples")}
 
@@ -290,7 +284,6 @@ class Serving(Mode):
 
     def pool(self, sd, plan):
         """The run's pool of state dtype ``sd`` (made once, sized for every cell)."""
-        from gdnzoo.inputs import DTYPES
         if sd not in plan.cache:
             if not self.keep_pools:
                 plan.cache.clear()
@@ -324,7 +317,6 @@ class Pool(Serving):
                 "pool floor)")
 
     def plan(self, plan, args):
-        from gdnzoo.bench.args import usage_error
         if plan.tokens != (1,):
             usage_error(f"--tokens: the serving benchmark is a decode step, T=1; got "
                         f"{plan.tokens[0]}")
@@ -391,18 +383,15 @@ class PoolCell:
         self.prepare = self.ctx.bank.advance    # the next row into the index, before each call
 
     def context(self, geometry, seed):
-        from gdnzoo.bench import clocks
         return make_ctx(self.B, self.sd, self.sp, **geometry, device="cuda", seed=seed,
                         l2=clocks.l2_bytes())
 
     def floor_launcher(self):
-        from gdnzoo.bench import floor
         return floor.best_indexed_launcher(self.ctx.target(self.FORM))
 
     def call(self, run, config, **kw):
         """call(ix): ``run`` with ``config`` on index row ``ix``, the pool keywords
         gdnzoo.decode passes a backend (and ``kw``, e.g. verify's)."""
-        from gdnzoo.pool import Pool as Slots
         ctx = self.ctx
         st = ctx.pool.state
 

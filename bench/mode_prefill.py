@@ -13,10 +13,18 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 
-from gdnzoo.bench import args as A, entries
+import torch
+
+import gdnzoo
+from gdnzoo import gate, prefill_contract, registry
+from gdnzoo.bench import args as A, entries, floor
+from gdnzoo.bench.clocks import GraphUnsupported, Sets
 from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, judged, state_bytes
 from gdnzoo.bench.report import finite
+from gdnzoo.inputs import DTYPES, make_prefill_inputs
+from gdnzoo.prefill_contract import Problem
 
 GEOMETRIES = ((4, 8), (16, 32), (16, 48), (16, 64), (2, 8))
 MIXES = ("1x8192", "1x32768", "8x1024", "16x256", "64x64", "ragged")
@@ -99,9 +107,6 @@ def prefill_bytes(c: Cell) -> int:
 def input_sets(x, form, l2, device, seed, layout="k-last"):
     """The cold source of a cell (clocks.Sets): copies of its inputs (and states, and pools),
     at least 2 and 2x the L2 of bytes, at most 8; ``call(x, state, kw)`` takes one set."""
-    import torch
-
-    from gdnzoo.bench.clocks import Sets
     one = sum(t.numel() * t.element_size() for t in (x.q, x.k, x.v, x.a, x.b, x.state))
     n, sets = max(2, min(8, math.ceil(2 * l2 / max(one, 1)))), []
     for i in range(n):
@@ -127,11 +132,6 @@ def input_sets(x, form, l2, device, seed, layout="k-last"):
 def prefill_entry(c: Cell, plan) -> Entry:
     """Entry ``c.backend`` (a prefill backend, or ``auto``) in cell ``c``; Skip with the reason
     where it cannot serve it."""
-    import torch
-
-    import gdnzoo
-    from gdnzoo import gate, prefill_contract
-    from gdnzoo.inputs import make_prefill_inputs
     mix, form, layout = dict(c.keys)["mix"], c.mode, plan.layout
     x = make_prefill_inputs(parse_mix(mix)[0], H=c.H, HV=c.HV, K=c.K, V=c.V,
                             state_dtype=c.state_dtype, device=plan.device, seed=plan.seed)
@@ -182,7 +182,6 @@ def prefill_entry(c: Cell, plan) -> Entry:
 
 def no_graph(why):
     """A cold source's ``graph`` for an entry no CUDA graph can hold."""
-    from gdnzoo.bench.clocks import GraphUnsupported
 
     def graph(call):
         raise GraphUnsupported(why)
@@ -192,11 +191,8 @@ def no_graph(why):
 def measured_rates() -> dict:
     """This GPU's device-to-device copy bandwidth (read + write) and bf16 matmul rate on random
     data (8192^3, median of 10 after warm-up), measured now."""
-    import statistics
 
-    import torch
 
-    from gdnzoo.bench import floor
     copy = floor.copy_bandwidth()
     g = torch.Generator().manual_seed(0)           # on the host (see HOST_SYNC)
     a, b = (torch.randn(8192, 8192, generator=g).to("cuda", torch.bfloat16) for _ in "ab")
@@ -227,15 +223,13 @@ class Prefill(PrefillMode):
     subdir = "prefill"
 
     def plan(self, plan, args):
-        from gdnzoo import registry
-        from gdnzoo.bench.args import given
         mixes = mixes_here(plan, args, MIXES, CPU_MIXES)
         padded = [m for m in mixes if parse_mix(m)[1]]
         if padded:
             A.usage_error(f"--mix {','.join(padded)}: padded entries are for --mode "
                           f"engine-prefill (--mode prefill pads through pools in its tests)")
-        geoms = [(plan.H, plan.HV)] if given(args.heads) or args.model else list(GEOMETRIES)
-        if given(args.dim) and args.dim != DIM:
+        geoms = [(plan.H, plan.HV)] if A.given(args.heads) or args.model else list(GEOMETRIES)
+        if A.given(args.dim) and args.dim != DIM:
             plan.notes.append(f"--dim {args.dim}: prefill cells are K = V = {DIM} (the peers')")
         every = entries.backends("prefill")
         names = entries.named(args.algo or registry.env_algo(),
@@ -251,10 +245,10 @@ class Prefill(PrefillMode):
         forms = getattr(args, "form", None) or FORMS
         for form, (H, HV), mix, sd in itertools.product(forms, geoms, mixes, plan.states):
             L = parse_mix(mix)[0]
-            floor = plan.gpu and "kernel" in plan.clocks and form == "dense"
+            timed_floor = plan.gpu and "kernel" in plan.clocks and form == "dense"
             cells = [(Cell("prefill", n, len(L), sum(L), H, HV, DIM, DIM, sd, form, True,
                            (("mix", mix),)), ("kernel",) if n == "floor" else plan.clocks)
-                     for n in names + ["floor"] * floor]
+                     for n in names + ["floor"] * timed_floor]
             plan.groups.append(Group(f"{H}/{HV} {mix} {sd} {form}", cells,
                                      skip=too_long_here(plan, sum(L))))
         plan.backends = plan.entries = tuple(names)
@@ -283,10 +277,6 @@ class Prefill(PrefillMode):
     def problem(self, c, plan, **kw):
         """The prefill Problem of cell ``c`` (the automatic choice's, shown beside the timed
         ``auto`` entry)."""
-        import torch
-
-        from gdnzoo.inputs import DTYPES
-        from gdnzoo.prefill_contract import Problem
         return Problem(N=c.B, T=c.T, H=c.H, HV=c.HV, K=c.K, V=c.V,
                        state_dtype=DTYPES[c.state_dtype], io_dtype=torch.bfloat16,
                        device=plan.device, use_qk_l2norm=True, cc=plan.cc,

@@ -15,12 +15,22 @@ floor.  How: :data:`METHOD`.  Without a CUDA device cells with B <= 4 are checke
 
 from __future__ import annotations
 
+import importlib
 import itertools
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
-from gdnzoo.bench import entries
+import torch
+
+import gdnzoo
+from gdnzoo import gate
+from gdnzoo.bench import clocks, entries, floor
 from gdnzoo.bench import mode_pool as serving
+from gdnzoo.bench.args import usage_error
 from gdnzoo.bench.pipeline import Entry, Group, io_bytes, judged, section, state_bytes
+from gdnzoo.inputs import Inputs, accepted_counts, distinct_slots, intermediate_buffer
+from gdnzoo.reference import reference_commit, reference_verify_outputs
+from gdnzoo.verify import Verify as Keep
 
 BATCHES = (1, 4, 16, 64, 256)
 TOKENS = (2, 4, 8)
@@ -70,9 +80,6 @@ def verify_bank(P, B, T, n, accepted, device, seed=0):
     ``grid`` [B, T], ``read`` [B]): pool slots in [1, P), no slot in two rows or two places;
     row i's intermediate rows a permutation of block i (rows iB .. iB + B - 1); ``accepted``
     [B] (counts in 1..T) picks each row's per-token read column."""
-    import torch
-    from gdnzoo.bench import clocks
-    from gdnzoo.inputs import distinct_slots
     R = n + 1
     if R * B * (T + 1) > P - 1:
         raise ValueError(f"indices: {n} rows and a check row of B={B}, T={T} need "
@@ -105,7 +112,6 @@ class VerifyCtx(serving.PoolCtx):
 
     def target(self, form="states"):
         """The verify floor's target of ``form`` over this cell's persistent index tensors."""
-        from gdnzoo.bench import floor
         sp, c = self.pool, self.bank.index
         counts = self.accepted if form == "slots" else (self.steps if form == COMMIT else None)
         return floor.VerifyTarget(form, sp.buf, sp.page, sp.slot, self.B, self.T,
@@ -116,10 +122,6 @@ class VerifyCtx(serving.PoolCtx):
     def reference(self, form):
         """float64 (out [B, T, HV, V], states [B, T, HV, V, K]) of the check row's call in
         ``form``, from the initial states it reads (made once per read kind)."""
-        import torch
-        from gdnzoo.inputs import Inputs
-        from gdnzoo.reference import reference_verify_outputs
-        from gdnzoo.verify import Verify
         key = "slots" if form == "slots" else "states"
         if key not in self.refs:
             c = self.bank.check
@@ -127,7 +129,7 @@ class VerifyCtx(serving.PoolCtx):
             buf = torch.empty((self.B, self.T) + tuple(init.shape[1:]), dtype=init.dtype,
                               device=init.device)
             out, _, states = reference_verify_outputs(
-                Inputs(*self.x.args(init)), Verify(buf, None, True, False, None),
+                Inputs(*self.x.args(init)), Keep(buf, None, True, False, None),
                 use_qk_l2norm=True)
             self.refs[key] = (out, states)
         return self.refs[key]
@@ -135,8 +137,6 @@ class VerifyCtx(serving.PoolCtx):
 
 def verify_ctx(B, T, sd, sp, geometry, l2, device, seed) -> VerifyCtx:
     """One cell's inputs, index bank and intermediate store on the pool ``sp``."""
-    import torch
-    from gdnzoo.inputs import accepted_counts, intermediate_buffer
     g = dict(H=geometry.H, HV=geometry.HV, K=geometry.K, V=geometry.V)
     n = serving.rows_for(B, sp.slot * sp.buf.element_size(), l2, T)
     accepted = accepted_counts(B, T, torch.Generator().manual_seed(seed + 7919 * B + T),
@@ -171,9 +171,6 @@ def verify_call(name, form, ctx) -> Call:
 
 
 def vllm_call(ctx) -> Call:
-    import importlib
-
-    import torch
     entries.on_gpu(ctx.pool.buf.device, "vLLM's Triton verify kernel")
     try:
         fn = importlib.import_module(VLLM_MODULE).fused_sigmoid_gating_delta_rule_update
@@ -233,8 +230,6 @@ def check_form(e: Call, ctx, form) -> dict:
     """One call on the check row, judged by the gate against the float64 reference: out and
     every state the form stores (intermediate rows, final slots, per-token slots); then those
     are restored and nothing else may have changed (mode_pool.restore)."""
-    import torch
-    from gdnzoo import gate
     st, ix, B = ctx.pool.state, ctx.bank.check, ctx.B
     ref_out, ref_states = ctx.reference(form)
     snap = serving.snapshot(ctx)
@@ -262,7 +257,6 @@ def check_form(e: Call, ctx, form) -> dict:
 def commit_call(ctx):
     """call(ix): gdnzoo.commit of step accepted[n] - 1 of row ix.rows[n] into slot
     ix.slots[n]."""
-    import gdnzoo
 
     def call(ix):
         gdnzoo.commit(ctx.inter, ix.rows, ctx.steps, ctx.pool.state, ix.slots, null_slot=NULL_SLOT)
@@ -272,8 +266,6 @@ def commit_call(ctx):
 def check_commit(call, ctx) -> dict:
     """One commit on the check row: every committed slot must equal
     ``gdnzoo.reference.reference_commit``'s copy exactly; nothing else may change."""
-    import torch
-    from gdnzoo.reference import reference_commit
     st, ix = ctx.pool.state, ctx.bank.check
     want = torch.empty((ctx.B,) + tuple(st.shape[1:]), dtype=st.dtype, device=st.device)
     reference_commit(ctx.inter, ix.rows, ctx.steps, want, None)
@@ -299,11 +291,9 @@ class Verify(serving.Serving):
     subdir = "verify"
 
     def plan(self, plan, args):
-        from gdnzoo.bench.args import usage_error
-        from gdnzoo.bench.floor import MAX_TOKENS
-        bad = [t for t in plan.tokens if not 2 <= t <= MAX_TOKENS]
+        bad = [t for t in plan.tokens if not 2 <= t <= floor.MAX_TOKENS]
         if bad:
-            usage_error(f"--tokens: a verify call checks 2..{MAX_TOKENS} draft tokens, got "
+            usage_error(f"--tokens: a verify call checks 2..{floor.MAX_TOKENS} draft tokens, got "
                         f"{','.join(map(str, bad))}")
         plan.l2norm = True
         plan.backends = tuple(entries.named(args.algo, lambda: entries.backends(
@@ -352,8 +342,7 @@ class Verify(serving.Serving):
     def bytes_moved(self, c) -> int:
         """State bytes read (one block per sequence) and stored (floor.verify_stores), plus,
         for an entry that decodes (not a floor, not commit), its activations (io_bytes)."""
-        from gdnzoo.bench.floor import verify_stores
-        s = (1 + verify_stores(c.mode, c.T)) * state_bytes(c)
+        s = (1 + floor.verify_stores(c.mode, c.T)) * state_bytes(c)
         return s + (0 if c.backend == "floor" or c.mode == COMMIT else io_bytes(c))
 
     def problem(self, c, plan, **kw):
@@ -399,16 +388,12 @@ class VerifyCell(serving.PoolCell):
         super().__init__(sd, sp, B, geometry, seed)
 
     def context(self, geometry, seed):
-        from types import SimpleNamespace
-
-        from gdnzoo.bench import clocks
         device = self.sp.buf.device
         l2 = clocks.l2_bytes(device) if device.type == "cuda" else 0
         return verify_ctx(self.B, self.T, self.sd, self.sp, SimpleNamespace(**geometry), l2,
                           device, seed)
 
     def call(self, run, config):
-        from gdnzoo.verify import Verify as Keep
         return super().call(run, config,
                             verify=lambda ix: Keep(self.ctx.inter, ix.rows, False, False, None))
 

@@ -36,6 +36,8 @@ import json
 import sys
 from pathlib import Path
 
+from gdnzoo import operation, registry
+from gdnzoo.bench import entries
 from gdnzoo.bench.vendor import VENDOR, PackError, vendor
 
 DEFINITION = "gdn_decode_qk4_v8_d128_k_last"
@@ -144,7 +146,6 @@ def check_op(op: str) -> str:
     """``op`` if it has a contest definition to pack for; ValueError saying why not."""
     if op in _OPS:
         return op
-    from gdnzoo import operation
     if op in operation.OPERATIONS:
         raise ValueError(f"--op {op}: the {op} operation has no flashinfer-bench contest "
                          f"definition to pack for; --op takes {' or '.join(_OPS)}")
@@ -153,7 +154,6 @@ def check_op(op: str) -> str:
 
 def entry_source(name: str, op: str, spec, definition: str) -> str:
     """The text of the packed entry file ``kernel.py`` for backend ``name`` of ``op``."""
-    from gdnzoo import operation
     limits = dict(devices=list(spec.devices), min_cc=list(spec.min_cc) if spec.min_cc else None,
                   state_dtypes=list(spec.state_dtypes), max_T=spec.max_T,
                   head_dims=list(spec.head_dims) if spec.head_dims else None)
@@ -171,11 +171,8 @@ def build_solution(name: str, author: str = "gdnzoo", definition: str | None = N
                    op: str = "decode") -> dict:
     """The Solution for backend ``name`` of operation ``op`` (decode, prefill) as a JSON-ready
     dict (flashinfer-bench 0.1.2 schema), for ``definition`` (default: the op's contest one)."""
-    from gdnzoo import operation
     op = check_op(op)
     definition = definition or DEFINITIONS[op]
-    from gdnzoo import registry
-    from gdnzoo.bench import entries
     valid = entries.backends(op)
     if name not in valid:
         others = [o for o in _OPS if o != op and name in entries.backends(o)]

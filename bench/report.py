@@ -15,8 +15,13 @@ import json
 import os
 import math
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
+import torch
+
+from gdnzoo import gate
+from gdnzoo.bench import clocks
 from gdnzoo.bench.clocks import summarize
 
 COLUMNS = ["backend", "B", "T", "H", "HV", "K", "V", "state_dtype", "mode", "l2norm", "clock",
@@ -80,7 +85,6 @@ def derive(rows, mode):
     taken over the entries held to the automatic choice's own state bound: not the mode's
     ``not_rivals``, nor a backend judged with the peers' bound because it rounds the state
     (``rounds_state``), which the automatic choice never picks."""
-    from gdnzoo import gate
     keys = KEYS + tuple(mode.keys)
     rivals = {}
 
@@ -121,7 +125,6 @@ def derive(rows, mode):
 
 def gpu_name():
     try:
-        import torch
         if torch.cuda.is_available():
             return torch.cuda.get_device_name()
     except Exception:
@@ -142,7 +145,6 @@ def default_out_dir():
 
 
 def _version(dist):
-    from importlib import metadata
     try:
         return metadata.version(dist)
     except Exception:
@@ -170,8 +172,6 @@ def _git_commit():
 
 
 def environment(method, ref=None, notes=()):
-    import torch
-    from gdnzoo.bench import clocks
     driver = _run("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", timeout=10)
     env = dict(gpu=gpu_name(), driver=driver.splitlines()[0] if driver else None,
                cuda=torch.version.cuda,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from gdnzoo.bench import args as bench_args, entries, shapes
+from gdnzoo.bench import args as bench_args, entries, report, shapes
 from gdnzoo.bench.report import finite
 from gdnzoo.operation import DECODE
 from gdnzoo.tables import GEOMETRY_KEYS
@@ -108,7 +108,6 @@ def load_runs(paths, base=None):
     Returns (gpu, rows, dict(results_file, commit, versions, date)).  A (backend, B, dtype, mode,
     clock) measured in more than one file is an error: two runs would silently disagree.
     """
-    from gdnzoo.bench import report
     files = [Path(x) for p in paths for x in str(p).split(",") if x.strip()]
     if not files:
         raise SystemExit("tune --from: no results file given")
@@ -424,7 +423,6 @@ def _emit(args, row, gpu):
 
 
 def cmd_tune(args) -> int:
-    from gdnzoo.bench import report
     if args.shapes:
         return shapes.cmd_shapes(args)
     from gdnzoo.registry import registry_path
