@@ -26,6 +26,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+import gdnzoo
+from gdnzoo import prefill_contract
+from gdnzoo.inputs import make_prefill_inputs, paged_pool
+from gdnzoo.integrations import sglang as sg, vllm as vl
+from gdnzoo.pool import Pool
+from gdnzoo.prefill_reference import reference_prefill
+
 H, HV = 4, 8
 
 
@@ -38,7 +45,6 @@ def flashinfer_chunk():
 def stand_in(algo):
     """FlashInfer's call (linear gate alpha, fp32 states) served by gdnzoo's dense prefill on
     ``algo``: the engines' sequences on a machine without FlashInfer (tests, CPU)."""
-    import gdnzoo
 
     def run(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
             use_qk_l2norm_in_kernel):
@@ -82,7 +88,6 @@ def sglang_sequence(fi, q, k, v, g, beta, ssm_states, cache_indices, query_start
 
 def make_case(engine, lengths, pads, K, state_dtype, seed, device, heads=(H, HV)):
     """The engine's tensors for ``lengths`` (+ ``pads`` padded entries), as a dict."""
-    from gdnzoo.inputs import make_prefill_inputs, paged_pool
     nh, nhv = heads
     lengths = list(lengths) + [0] * pads
     N = len(lengths)
@@ -134,7 +139,6 @@ def engine_call(engine, fi, c, pool):
 def adapter_call(engine, c, pool, algo):
     """call() -> out [1, T, HV, V]: gdnzoo's adapter (backend ``algo``, None: automatic) on
     ``pool`` in place."""
-    from gdnzoo.integrations import sglang as sg, vllm as vl
     if engine == "vllm":
         return lambda: vl.chunked_prefill(c["q"], c["k"], c["v"], c["g"], c["beta"], pool,
                                           c["idx"], c["has_init"], c["cu"], algo=algo)
@@ -145,8 +149,6 @@ def adapter_call(engine, c, pool, algo):
 def adapter_problem(engine, c):
     """The prefill Problem the case's adapter call poses (what the registry decides who
     serves): the arguments ``adapter_call`` hands gdnzoo.prefill through the adapter."""
-    from gdnzoo import prefill_contract
-    from gdnzoo.integrations import sglang as sg, vllm as vl
     vllm = engine == "vllm"
     problem, _ = prefill_contract.validate(
         c["q"][0], c["k"][0], c["v"][0], c["pool"], cu_seqlens=c["cu"], g=c["g"][0],
@@ -158,8 +160,6 @@ def adapter_problem(engine, c):
 
 def oracle(engine, c):
     """Float64 output [T, HV, V] and pool after the case's prefill (per-token loop)."""
-    from gdnzoo.pool import Pool
-    from gdnzoo.prefill_reference import reference_prefill
     null = 0 if engine == "vllm" else -1
     T, K, nhv = c["q"].shape[1], c["q"].shape[3], c["v"].shape[2]
     ref_pool = c["pool"].double()

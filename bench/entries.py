@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 
+import gdnzoo
 from gdnzoo import registry
 
 
@@ -116,7 +117,6 @@ def public(algo, x, out, state, kw):
     """call(ix): gdnzoo's validated callable (``gdnzoo.decode`` when ``algo`` is None, else
     ``gdnzoo.get(algo)``) on ``x`` with ``state``, ``out``, use_qk_l2norm=True and the pool
     keywords ``kw(ix)`` of the index row ``ix``; returns ``out``."""
-    import gdnzoo
     fn = gdnzoo.decode if algo is None else gdnzoo.get(algo)
 
     def call(ix):
@@ -127,7 +127,6 @@ def public(algo, x, out, state, kw):
 
 def auto_note(x, out, state, **kw) -> str:
     """``auto -> NAME (source)``: what gdnzoo.decode picks for these arguments (Skip if none)."""
-    import gdnzoo
     try:
         sel = gdnzoo.select(*x.args(state), out=out, use_qk_l2norm=True, **kw)
     except ValueError as e:

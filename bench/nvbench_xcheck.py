@@ -16,6 +16,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+
+from gdnzoo.bench import clocks, entries
+from gdnzoo.bench.pipeline import Cell, get_mode
+from gdnzoo.contract import validate
+from gdnzoo.inputs import make_inputs
+
 
 def _name(c):
     return f"{c['backend']}|B={c['B']}|{c['state_dtype']}|{c['mode']}"
@@ -23,7 +30,6 @@ def _name(c):
 
 def cross_check(rows, args, timeout_per_cell=4.0):
     """Extra rows (clock 'nvbench') for every cell that passed on the kernel clock, and a note."""
-    import torch
     if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bench") is None:
         return [], "nvbench cross-check skipped: cuda-bench (NVBench Python) not installed"
     if not torch.cuda.is_available():
@@ -80,11 +86,6 @@ def parse(doc):
 
 
 def _bench(c, seed):
-    import torch
-    from gdnzoo.bench import clocks, entries
-    from gdnzoo.bench.pipeline import Cell, get_mode
-    from gdnzoo.contract import validate
-    from gdnzoo.inputs import make_inputs
     cell = Cell(**dict(c, keys=tuple(map(tuple, c.get("keys", ())))))
 
     def fn(state):

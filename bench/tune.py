@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from gdnzoo import registry
 from gdnzoo.bench import args as bench_args, entries, report, shapes
 from gdnzoo.bench.report import finite
 from gdnzoo.operation import DECODE
@@ -401,20 +402,18 @@ def replace_row(text, row):
 
 def write_registry(path, row):
     """Replace this GPU's row in the file at ``path``, after checking the result still validates."""
-    from gdnzoo.registry import parse_registry
     path = Path(path)
     text = replace_row(path.read_text(), row)
-    parse_registry(yaml.safe_load(text), path)
+    registry.parse_registry(yaml.safe_load(text), path)
     path.write_text(text)
     return text
 
 
 def _emit(args, row, gpu):
-    from gdnzoo.registry import registry_path, reset_caches
     if args.write:
-        path = args.registry or str(registry_path())
+        path = args.registry or str(registry.registry_path())
         write_registry(path, row)
-        reset_caches()
+        registry.reset_caches()
         print(f"\nwrote the {gpu} row of {path}")
     else:
         print("\n# this GPU's row for registry.yaml `defaults:` (use --write to write it)")
@@ -425,9 +424,8 @@ def _emit(args, row, gpu):
 def cmd_tune(args) -> int:
     if args.shapes:
         return shapes.cmd_shapes(args)
-    from gdnzoo.registry import registry_path
     if getattr(args, "from_files", None):
-        path = args.registry or registry_path()
+        path = args.registry or registry.registry_path()
         gpu, rows, prov = load_runs(args.from_files, Path(path).resolve().parent)
         geo = row_geometry(geometry(rows)) if args.geometry_row else None
         old = existing_row(path, gpu, geo)
@@ -473,7 +471,7 @@ def cmd_tune(args) -> int:
     rows, env = pipeline.results(plan, raw, ref, bench_args.check_out(out))
     res = (out / "results.json").resolve()
     try:
-        res = res.relative_to(Path(registry_path()).resolve().parent)
+        res = res.relative_to(Path(registry.registry_path()).resolve().parent)
     except ValueError:
         pass
     row = make_row(env["gpu"], rows, results_file=str(res), commit=env["commit"],
