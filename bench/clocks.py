@@ -33,9 +33,8 @@ UNIT_TOLERANCE = 0.02    # host and CUPTI ns clocks agree far better than 2% ove
 
 def l2_bytes(device=None) -> int:
     """L2 size of the CUDA device (0 on CPU)."""
-    if not torch.cuda.is_available():
-        return 0
-    return int(torch.cuda.get_device_properties(device or 0).L2_cache_size)
+    return (int(torch.cuda.get_device_properties(device or 0).L2_cache_size)
+            if torch.cuda.is_available() else 0)
 
 
 def rotation_count(set_bytes: int, l2: int, factor: int = L2_FACTOR, min_sets: int = MIN_SETS,
@@ -186,8 +185,8 @@ def cupti_python_available() -> tuple[bool, str]:
 
 
 def kernel_clock_method() -> str:
-    ok, _ = cupti_python_available()
-    return "cupti-python activity records" if ok else "torch.profiler (CUPTI) activity records"
+    return ("cupti-python" if cupti_python_available()[0] else "torch.profiler (CUPTI)") + \
+        " activity records"
 
 
 def span_us(recs) -> float:

@@ -390,11 +390,9 @@ class Progress:
             print(f"\r[{self.i}/{self.total}] {label:<40}", end="", file=sys.stderr, flush=True)
 
     def log(self, line):
-        if self.quiet:
-            return
         if self.bar is not None:
             self.bar.write(line, file=sys.stderr)
-        else:
+        elif not self.quiet:
             print(f"\r{line}", file=sys.stderr, flush=True)
 
     def close(self):
