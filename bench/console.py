@@ -81,7 +81,10 @@ def render(table, env, plan, files=(), drawn="") -> str:
     lines = [f"gdnzoo bench --mode {','.join(plan.words)} on {env.get('gpu')} (driver "
              f"{env.get('driver')}, CUDA {env.get('cuda')}, torch "
              f"{(env.get('versions') or {}).get('torch')}), commit {env.get('commit')}"]
-    lines.append(f"H={plan.H} HV={plan.HV} K={plan.K} V={plan.V}, {mode.headline(plan, env)}")
+    calls = mode.headline.format(tokens=",".join(map(str, plan.tokens)), l2norm=plan.l2norm,
+                                 layers=plan.layers, kernel_clock=env.get("kernel_clock", "n/a"))
+    lines.append(f"H={plan.H} HV={plan.HV} K={plan.K} V={plan.V}, {calls}"
+                 + (mode.k_first if plan.layout == "k-first" else ""))
     ref = env.get("device_reference") or {}
     copy, empty = ref.get("copy") or {}, ref.get("empty_kernel") or {}
     if finite(copy.get("gbps")):

@@ -466,6 +466,9 @@ def bar_lines(table, sd, ours, batches) -> list:
 
 class Chained(Mode):
     name = "chained"
+    headline = ("T=1, use_qk_l2norm=True, pools in place; a CUDA graph of {layers} layers "
+                "[producer (Triton, no PDL), decode]; added latency per layer = (chain - "
+                "producers) / {layers}; standalone: kernel clock (sum of a call's records)")
     method = METHOD
     columns = COLUMNS
     clocks = CLOCKS
@@ -517,11 +520,6 @@ class Chained(Mode):
 
     def derive(self, table, plan):
         bars(table, plan.backends)
-
-    def headline(self, plan, env):
-        return (f"T=1, use_qk_l2norm=True, pools in place; a CUDA graph of {plan.layers} layers "
-                f"[producer (Triton, no PDL), decode]; added latency per layer = (chain - "
-                f"producers) / {plan.layers}; standalone: kernel clock (sum of a call's records)")
 
     def sections(self, plan, table):
         what = {"chained": "us per layer / x the chained floor at this level",

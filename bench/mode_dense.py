@@ -108,6 +108,7 @@ class Dense(Mode):
     name = "dense"
     method = METHOD
     nvbench = True
+    k_first = ", K-first state [B, HV, K, V]"
 
     def bench_of(self, form) -> str:
         return "dest" if form == "dest" else "dense"
@@ -163,10 +164,6 @@ class Dense(Mode):
     def problem(self, c, plan, **kw):
         return super().problem(c, plan, inplace=c.mode == "inplace",
                                k_first=plan.layout == "k-first")
-
-    def headline(self, plan, env) -> str:
-        return super().headline(plan, env) + (", K-first state [B, HV, K, V]"
-                                              if plan.layout == "k-first" else "")
 
     def sections(self, plan, table) -> list:
         clock = next((k for k in ("kernel", "host") if any(

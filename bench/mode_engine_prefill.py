@@ -119,6 +119,7 @@ def engine_entry(c: Cell, plan) -> Entry:
 class EnginePrefill(PrefillMode):
     name = "engine-prefill"
     not_rivals = ("engine",)
+    headline = "the engines' g/beta, q/k normalized outside, page-strided pools in place"
     method = METHOD
     columns = {"kernels_per_call": "", "engine_over": float("nan")}
     defaults = {"state_dtype": ("fp32",), "time_budget": BUDGET_S}
@@ -167,9 +168,6 @@ class EnginePrefill(PrefillMode):
             e = eng.get((r["mode"], r["mix"], r["state_dtype"], r["clock"]))
             if r["backend"] != "engine" and e and finite(r["median_us"]) and r["median_us"] > 0:
                 r["engine_over"] = e / r["median_us"]
-
-    def headline(self, plan, env):
-        return "the engines' g/beta, q/k normalized outside, page-strided pools in place"
 
     def sections(self, plan, table):
         return [section(f"\n{engine}, {sd} state, {clock} clock, us:", by="mix", mode=engine,

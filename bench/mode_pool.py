@@ -307,6 +307,8 @@ class Serving(Mode):
 
 class Pool(Serving):
     name = "pool"
+    headline = ("T=1, use_qk_l2norm=True, in place; kernel clock: {kernel_clock} (sum of a call's "
+                "records)")
     method = METHOD
     defaults = dict(batch=POOL_BATCHES, state_dtype=STATES, time_budget=BUDGET_S)
     cpu = "skip"
@@ -343,10 +345,6 @@ class Pool(Serving):
 
     def summary(self, rows):
         return summary_line(rows)
-
-    def headline(self, plan, env):
-        return (f"T=1, use_qk_l2norm=True, in place; kernel clock: "
-                f"{env.get('kernel_clock', 'n/a')} (sum of a call's records)")
 
     def sections(self, plan, table):
         return [s for sd in plan.states for s in (

@@ -217,6 +217,8 @@ class PrefillMode(Mode):
 
 class Prefill(PrefillMode):
     name = "prefill"
+    headline = "q/k/v bf16, K=V=128, use_qk_l2norm=True, cu_seqlens int32"
+    k_first = ", K-first states [N, HV, K, V]"
     method = METHOD
     columns = {"tflops": float("nan"), "kernels_per_call": ""}
     defaults = {"state_dtype": ("fp32", "bf16"), "time_budget": BUDGET_S}
@@ -287,10 +289,6 @@ class Prefill(PrefillMode):
             m = r["median_us"]
             if r["backend"] != "floor" and finite(m) and m > 0:
                 r["tflops"] = 4.0 * r["T"] * r["HV"] * r["K"] * r["V"] / m / 1e6
-
-    def headline(self, plan, env):
-        return "q/k/v bf16, K=V=128, use_qk_l2norm=True, cu_seqlens int32" + (
-            ", K-first states [N, HV, K, V]" if plan.layout == "k-first" else "")
 
     def sections(self, plan, table):
         out = []

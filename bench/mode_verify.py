@@ -283,6 +283,9 @@ def check_commit(call, ctx) -> dict:
 
 class Verify(serving.Serving):
     name = "verify"
+    headline = ("use_qk_l2norm=True; forms: states (intermediate_states, update_state=False), "
+                "states+update, slots (state_indices [B, T] + num_accepted_tokens); kernel clock: "
+                "{kernel_clock} (sum of a call's records)")
     method = METHOD
     defaults = dict(batch=BATCHES, state_dtype=STATES, tokens=TOKENS, time_budget=BUDGET_S)
     cpu = "check"
@@ -350,11 +353,6 @@ class Verify(serving.Serving):
             return None
         return super().problem(c, plan, verify=c.mode,
                                intermediate="" if c.mode == "slots" else "indexed")
-
-    def headline(self, plan, env):
-        return (f"use_qk_l2norm=True; forms: states (intermediate_states, update_state=False), "
-                f"states+update, slots (state_indices [B, T] + num_accepted_tokens); kernel "
-                f"clock: {env.get('kernel_clock', 'n/a')} (sum of a call's records)")
 
     def sections(self, plan, table):
         out = []

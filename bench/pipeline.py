@@ -138,6 +138,10 @@ class Mode:
     subdir = ""              # its folder under the default results folder
     nvbench = False
     gpu_only = ""            # why nothing is measured without a CUDA device (cpu "skip")
+    # what the console says of the run's calls after their geometry (str.format of the run's
+    # ``tokens``, ``l2norm``, ``layers``, ``kernel_clock``), and of a K-first state
+    headline = "T={tokens}, use_qk_l2norm={l2norm}"
+    k_first = ""
 
     def bench_of(self, form) -> str:
         return self.name
@@ -181,10 +185,6 @@ class Mode:
 
     def derive(self, table, plan: Plan):
         """Columns of its own on the built table (bars)."""
-
-    def headline(self, plan: Plan, env) -> str:
-        """What the console says of the run's calls, after their geometry."""
-        return f"T={','.join(map(str, plan.tokens))}, use_qk_l2norm={plan.l2norm}"
 
     def sections(self, plan: Plan, table) -> list:
         """Console grids: [(title line(s), keep(row) -> bool, show x floor[, the column whose
