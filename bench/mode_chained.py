@@ -466,6 +466,7 @@ def bar_lines(table, sd, ours, batches) -> list:
 
 class Chained(Mode):
     name = "chained"
+    floors = {"chained": {}, "standalone": {"mode": "off"}}
     headline = ("T=1, use_qk_l2norm=True, pools in place; a CUDA graph of {layers} layers "
                 "[producer (Triton, no PDL), decode]; added latency per layer = (chain - "
                 "producers) / {layers}; standalone: kernel clock (sum of a call's records)")
@@ -511,9 +512,6 @@ class Chained(Mode):
 
     def summary(self, rows):
         return serving.summary_line(rows, "chained", forms=True)
-
-    def floor_of(self, row):
-        return {"chained": {}, "standalone": {"mode": "off"}}.get(row["clock"])
 
     def problem(self, c, plan, **kw):
         return super().problem(c, plan, pool=True, pdl="" if c.mode == "off" else c.mode)

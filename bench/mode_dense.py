@@ -109,6 +109,8 @@ class Dense(Mode):
     method = METHOD
     nvbench = True
     k_first = ", K-first state [B, HV, K, V]"
+    floors = dict.fromkeys(("kernel", "nvbench"), {"bench": "dense", "mode": "inplace",
+                                                   "clock": "kernel"})
 
     def bench_of(self, form) -> str:
         return "dest" if form == "dest" else "dense"
@@ -155,11 +157,6 @@ class Dense(Mode):
             extra, note = nvbench_xcheck.cross_check(rows, args)
             rows += extra
             plan.notes.append(note)
-
-    def floor_of(self, row):
-        if row["clock"] in ("kernel", "nvbench"):
-            return {"bench": "dense", "mode": "inplace", "clock": "kernel"}
-        return None
 
     def problem(self, c, plan, **kw):
         return super().problem(c, plan, inplace=c.mode == "inplace",

@@ -119,6 +119,7 @@ def engine_entry(c: Cell, plan) -> Entry:
 class EnginePrefill(PrefillMode):
     name = "engine-prefill"
     not_rivals = ("engine",)
+    floors = {}
     headline = "the engines' g/beta, q/k normalized outside, page-strided pools in place"
     method = METHOD
     columns = {"kernels_per_call": "", "engine_over": float("nan")}
@@ -150,9 +151,6 @@ class EnginePrefill(PrefillMode):
 
     def entry(self, c, ctx, plan):
         return engine_entry(c, plan)
-
-    def floor_of(self, row):
-        return None
 
     def problem(self, c, plan, **kw):
         """The Problem the cell's adapter call poses (the automatic choice's, shown beside the

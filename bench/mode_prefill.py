@@ -219,6 +219,7 @@ class Prefill(PrefillMode):
     name = "prefill"
     headline = "q/k/v bf16, K=V=128, use_qk_l2norm=True, cu_seqlens int32"
     k_first = ", K-first states [N, HV, K, V]"
+    floors = {"kernel": {"mode": "dense", "clock": "kernel"}}
     method = METHOD
     columns = {"tflops": float("nan"), "kernels_per_call": ""}
     defaults = {"state_dtype": ("fp32", "bf16"), "time_budget": BUDGET_S}
@@ -269,9 +270,6 @@ class Prefill(PrefillMode):
                      note=f"{which} floor (memory {mem:.1f} us at {rates['copy_gbps']:.0f} GB/s, "
                           f"compute {comp:.1f} us at {rates['tflops']:.0f} TFLOP/s)",
                      method="computed from this run's copy bandwidth and bf16 matmul rate")]
-
-    def floor_of(self, row):
-        return {"mode": "dense", "clock": "kernel"} if row["clock"] == "kernel" else None
 
     def bytes_moved(self, c):
         return prefill_bytes(c)

@@ -283,6 +283,7 @@ def check_commit(call, ctx) -> dict:
 
 class Verify(serving.Serving):
     name = "verify"
+    floors = {"kernel": {}}
     headline = ("use_qk_l2norm=True; forms: states (intermediate_states, update_state=False), "
                 "states+update, slots (state_indices [B, T] + num_accepted_tokens); kernel clock: "
                 "{kernel_clock} (sum of a call's records)")
@@ -338,9 +339,6 @@ class Verify(serving.Serving):
 
     def summary(self, rows):
         return serving.summary_line(rows, forms=True)
-
-    def floor_of(self, row):
-        return {} if row["clock"] == "kernel" else None
 
     def bytes_moved(self, c) -> int:
         """State bytes read (one block per sequence) and stored (floor.verify_stores), plus,

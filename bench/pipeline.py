@@ -142,6 +142,7 @@ class Mode:
     # ``tokens``, ``l2norm``, ``layers``, ``kernel_clock``), and of a K-first state
     headline = "T={tokens}, use_qk_l2norm={l2norm}"
     k_first = ""
+    floors = {"kernel": {"clock": "kernel"}}   # clock -> the floor row's columns that differ
 
     def bench_of(self, form) -> str:
         return self.name
@@ -170,7 +171,7 @@ class Mode:
 
     def floor_of(self, row) -> dict | None:
         """Which floor row divides ``row`` (its key columns that differ), None: none."""
-        return {"clock": "kernel"} if row["clock"] == "kernel" else None
+        return self.floors.get(row["clock"])
 
     def bytes_moved(self, c: Cell) -> int:
         """State read + written, plus (not the floor) :func:`io_bytes`."""
