@@ -170,11 +170,6 @@ def geometry(results) -> dict:
     return dict(zip(GEOMETRY_KEYS, map(int, at.pop())))
 
 
-def row_geometry(at: dict) -> dict:
-    """The ``geometry:`` of a row by geometry measured at ``at`` (:func:`geometry`): H, HV."""
-    return {k: at[k] for k in ("H", "HV")}
-
-
 def make_row(gpu, results, *, results_file=None, commit=None, versions=None, date=None,
              geometry_row=False):
     """The ``defaults:`` entry for this GPU from dense-mode rows (kernel clock): ``table`` from the
@@ -204,7 +199,7 @@ def make_row(gpu, results, *, results_file=None, commit=None, versions=None, dat
                 commit=commit, results=results_file, values_us=values["inplace"])
     row = dict(gpu=gpu, provenance=prov, measured_at=at, table=tables["inplace"])
     if geometry_row:
-        row["geometry"] = row_geometry(at)
+        row["geometry"] = {k: at[k] for k in ("H", "HV")}      # a row by geometry: its heads
     for mode in ("dest", "tokens"):
         if mode in tables:
             prov[f"values_us_{mode}"] = values[mode]
@@ -427,7 +422,8 @@ def cmd_tune(args) -> int:
     if getattr(args, "from_files", None):
         path = args.registry or registry.registry_path()
         gpu, rows, prov = load_runs(args.from_files, Path(path).resolve().parent)
-        geo = row_geometry(geometry(rows)) if args.geometry_row else None
+        geo = ({k: v for k, v in geometry(rows).items() if k in ("H", "HV")}
+               if args.geometry_row else None)
         old = existing_row(path, gpu, geo)
         dense = [r for r in rows if r.get("bench") in ("dense", "dest")]
         if dense:
