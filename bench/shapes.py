@@ -105,16 +105,16 @@ def make_cells(args, sd, pools):
 
 
 def time_candidates(cands, reps, rounds=1, prepare=None):
-    """{(backend, config): samples}: ``cands`` are (backend, config, launch); each candidate in
-    its own kernel-clock session, all of them once per round (slow drift spreads over all).
-    ``prepare``: the cell's untimed step before each call (clocks.kernel_times)."""
+    """({(backend, config): median us}, method): ``cands`` are (backend, config, launch); each
+    candidate in its own kernel-clock session, all of them once per round (slow drift spreads
+    over all).  ``prepare``: the cell's untimed step before each call (clocks.kernel_times)."""
     per = {(b, c): [] for b, c, _ in cands}
     method = ""
     for _ in range(rounds):
         for b, c, launch in cands:
             samples, method = clocks.kernel_times(launch, reps, prepare=prepare)
             per[(b, c)] += samples
-    return per, method
+    return {k: statistics.median(v) for k, v in per.items()}, method
 
 
 def stage(cell, todo, reps, log, rounds=1):
@@ -126,8 +126,8 @@ def stage(cell, todo, reps, log, rounds=1):
         except Exception as e:
             log(f"  skip {b} {c}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
             torch.cuda.synchronize()
-    per, method = time_candidates(cands, reps, rounds, cell.prepare)
-    return {k: statistics.median(v) for k, v in per.items()}, cands, method
+    med, method = time_candidates(cands, reps, rounds, cell.prepare)
+    return med, cands, method
 
 
 def search_cell(cell, names, args, log, rows):
@@ -164,7 +164,6 @@ def search_cell(cell, names, args, log, rows):
                 log(f"  committed row {b} {committed[b]}: {type(e).__name__}: {str(e)[:120]}")
                 del committed[b]
     conf, _ = time_candidates(picks, args.confirm_iters, args.confirm_rounds, cell.prepare)
-    conf = {k: statistics.median(v) for k, v in conf.items()}
     fmed = conf[("floor", "floor")]
     out, summary = {}, [f"{cell.sd} B={cell.B:<4d} floor {fmed:7.2f}"]
     for (b, c), us in conf.items():
