@@ -222,13 +222,6 @@ def _group(windows, launch_of, gpu) -> tuple:
     return per, dropped
 
 
-def _no_activity(per, n_gpu, dropped, i) -> RuntimeError:
-    many = sum(len(r) > 1 for r in per)
-    return RuntimeError(f"kernel clock: iteration {i} launched no GPU activity ({n_gpu} GPU "
-                        f"records: {dropped} launched outside every iteration, {many} "
-                        "iterations with more than one; does this backend run on the GPU?)")
-
-
 # torch.profiler now and then links no record to one tiny call of hundreds (seen: one of 200
 # on an H200, torch 2.11): up to this share of iterations may come back empty.
 LOST_SHARE = 0.02
@@ -245,7 +238,10 @@ def _spans(windows, launch_of, gpu, reduce=span_us, lose=0.0) -> tuple:
     if not empty:
         return [reduce(recs) for recs in per], ""
     if len(empty) > lose * len(per):
-        raise _no_activity(per, len(gpu), dropped, empty[0])
+        raise RuntimeError(f"kernel clock: iteration {empty[0]} launched no GPU activity "
+                           f"({len(gpu)} GPU records: {dropped} launched outside every "
+                           f"iteration, {sum(len(r) > 1 for r in per)} iterations with more than "
+                           f"one; does this backend run on the GPU?)")
     counts = sorted(len(r) for r in per if r)
     usual = counts[len(counts) // 2]
     keep = [recs for recs in per if 0 < len(recs) <= usual]

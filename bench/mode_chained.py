@@ -334,17 +334,6 @@ def replay_times(graphs, prepare, reps, warmup=2) -> list:
             for j in range(len(graphs))]
 
 
-def chain_times(graph, producers, ch) -> tuple:
-    """(added latency per layer per replay pair (us), producers' time per layer (us), method):
-    the producers' graph and the chain's replayed in turn, the next slot row before each."""
-    est = [statistics.median(t) for t in replay_times((producers, graph), ch.slots.advance, 1)]
-    reps = int(min(max(CHAIN_SECONDS * 1e6 / max(sum(est), 1.0), MIN_REPLAYS), MAX_REPLAYS))
-    prod, chain = replay_times((producers, graph), ch.slots.advance, reps)
-    added = [(c - p) / ch.L for p, c in zip(prod, chain)]
-    return (added, statistics.median(prod) / ch.L,
-            f"{reps} replay pairs of CUDA graphs of {ch.L} layers (chain - producers) / L")
-
-
 # ----------------------------------------------------------------------------- measuring
 
 def measure_entry(c, clocks_, ch, plan, shape, producers) -> list:
@@ -361,11 +350,18 @@ def measure_entry(c, clocks_, ch, plan, shape, producers) -> list:
     errs = errors(chk) if r.views is not None else {}
     if not chk["ok"]:
         return rows_of(c, clocks_, "FAIL", chk["reason"], layers=plan.layers, **errs)
-    added, prod, method = chain_times(graph, producers, ch)
-    del graph
-    rows = [dict(cell=c, clock="chained", status="PASS", note=r.note, flags="", samples=added,
-                 producer_us=prod, method=method, n_sets=ch.rows, layers=plan.layers,
-                 working_set_mib=ch.working_set / 2**20, **errs)]
+    # added latency per layer per replay pair: the producers' graph and the chain's replayed in
+    # turn, the next slot row before each
+    pair = (producers, graph)
+    est = [statistics.median(t) for t in replay_times(pair, ch.slots.advance, 1)]
+    reps = int(min(max(CHAIN_SECONDS * 1e6 / max(sum(est), 1.0), MIN_REPLAYS), MAX_REPLAYS))
+    prod, chain = replay_times(pair, ch.slots.advance, reps)
+    del graph, pair
+    rows = [dict(cell=c, clock="chained", status="PASS", note=r.note, flags="",
+                 samples=[(t - p) / ch.L for p, t in zip(prod, chain)],
+                 producer_us=statistics.median(prod) / ch.L, n_sets=ch.rows, layers=plan.layers,
+                 method=f"{reps} replay pairs of CUDA graphs of {ch.L} layers (chain - producers)"
+                        f" / L", working_set_mib=ch.working_set / 2**20, **errs)]
     if r.alone is not None:
         e = Entry(lambda ix: r.alone(ix.slots), None, ch.alone, r.note)
         alone = timed(c, ("kernel",), e, plan, busy=True, base=dict(errs, layers=plan.layers))

@@ -220,12 +220,6 @@ def read_results(path):
     return rows, doc.get("environment") or {}
 
 
-def _fmt_csv(x):
-    if isinstance(x, float):
-        return "" if not math.isfinite(x) else f"{x:.6g}"
-    return x
-
-
 def write_results(rows, env, out_dir, cols=COLUMNS) -> list:
     """results.csv and results.json under ``out_dir`` (:func:`read_results` reads it back).
     The json: environment, columns, then one row per line as a list in column order, compact
@@ -236,7 +230,8 @@ def write_results(rows, env, out_dir, cols=COLUMNS) -> list:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
         for r in rows:
-            w.writerow({k: _fmt_csv(r.get(k, "")) for k in cols})
+            w.writerow({k: (f"{v:.6g}" if math.isfinite(v) else "") if isinstance(
+                v := r.get(k, ""), float) else v for k in cols})
     head = json.dumps(_jsonable(dict(environment=env, columns=cols)), indent=1)
     body = ",\n".join(json.dumps(_jsonable([r.get(k, "") for k in cols]), separators=(",", ":"))
                       for r in rows)

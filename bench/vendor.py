@@ -20,13 +20,6 @@ class PackError(RuntimeError):
     """The backend cannot be vendored as is; the message says what and where."""
 
 
-def _module_file(modname: str) -> Path:
-    spec = importlib.util.find_spec(modname)
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        raise PackError(f"cannot locate the source of module {modname}")
-    return Path(spec.origin)
-
-
 def _is_pkg(modname: str) -> bool:
     spec = importlib.util.find_spec(modname)
     return bool(spec and spec.submodule_search_locations is not None)
@@ -141,7 +134,10 @@ def vendor(modname: str) -> dict:
         if m in seen:
             continue
         seen.add(m)
-        path = _module_file(m)
+        spec = importlib.util.find_spec(m)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            raise PackError(f"cannot locate the source of module {m}")
+        path = Path(spec.origin)
         src = path.read_text()
         tree = ast.parse(src)
         imports = _gdnzoo_imports(tree, m)
