@@ -54,28 +54,6 @@ def grid(rows, with_floor=True, by="B") -> list:
     return lines
 
 
-def not_timed(table) -> list:
-    """One line for the entries checked but not timed (no CUDA device) with their cells, one
-    per FAIL or ERROR (entry, reason), one per SKIP reason naming its entries."""
-    lines, seen, skips, checked = [], set(), {}, {}
-    for r in table:
-        if r["status"] == "PASS" and "checked, not timed" in r["note"]:
-            rows, clocks = checked.setdefault(r["backend"], [0, set()])
-            checked[r["backend"]] = [rows + 1, clocks | {r["clock"]}]
-    if checked:
-        lines.append("CHECKED, not timed (no CUDA device), against the reference: " + ", ".join(
-            f"{n} ({rows // len(clocks)} cell{'s' * (rows != len(clocks))})"
-            for n, (rows, clocks) in checked.items()))
-    for r in table:
-        if r["status"] in ("FAIL", "ERROR") and (r["backend"], r["note"]) not in seen:
-            seen.add((r["backend"], r["note"]))
-            lines.append(f"{r['status']} {r['backend']} ({r['state_dtype']} B={r['B']}): "
-                         f"{r['note'][:200]}")
-        elif r["status"] == "SKIP":
-            skips.setdefault(r["note"], {})[r["backend"]] = None       # ordered, once each
-    return lines + [f"SKIP {', '.join(names)}: {note[:200]}" for note, names in skips.items()]
-
-
 def render(table, env, plan, files=(), drawn="") -> str:
     mode = plan.mode
     lines = [f"gdnzoo bench --mode {','.join(plan.words)} on {env.get('gpu')} (driver "
@@ -96,10 +74,27 @@ def render(table, env, plan, files=(), drawn="") -> str:
             lines += [title] if isinstance(title, str) else title
             lines += grid(rows, with_floor, *by)
     lines += mode.extra_lines(table, plan)
-    lines += not_timed(table)
-    shown = {r["note"] for r in table if r["status"] == "SKIP"}
+    # the entries checked but not timed (no CUDA device) with their cells, a line per FAIL or
+    # ERROR (entry, reason), one per SKIP reason naming its entries
+    seen, skips, checked = set(), {}, {}
+    for r in table:
+        if r["status"] == "PASS" and "checked, not timed" in r["note"]:
+            rows, clocks = checked.setdefault(r["backend"], [0, set()])
+            checked[r["backend"]] = [rows + 1, clocks | {r["clock"]}]
+    if checked:
+        lines.append("CHECKED, not timed (no CUDA device), against the reference: " + ", ".join(
+            f"{n} ({rows // len(clocks)} cell{'s' * (rows != len(clocks))})"
+            for n, (rows, clocks) in checked.items()))
+    for r in table:
+        if r["status"] in ("FAIL", "ERROR") and (r["backend"], r["note"]) not in seen:
+            seen.add((r["backend"], r["note"]))
+            lines.append(f"{r['status']} {r['backend']} ({r['state_dtype']} B={r['B']}): "
+                         f"{r['note'][:200]}")
+        elif r["status"] == "SKIP":
+            skips.setdefault(r["note"], {})[r["backend"]] = None       # ordered, once each
+    lines += [f"SKIP {', '.join(names)}: {note[:200]}" for note, names in skips.items()]
     lines += [f"note: {n}" for n in plan.notes   # not what a SKIP line already said
-              if n not in shown and not any(n.endswith(f"({w})") and len(w) <= 200 for w in shown)]
+              if n not in skips and not any(n.endswith(f"({w})") and len(w) <= 200 for w in skips)]
     if drawn:
         lines.append(f"plots: {drawn}")
     if files:

@@ -213,27 +213,23 @@ class Runner:
     note: str
 
 
-def _floor_runner(level, ch, shape) -> Runner:
-    if shape is None:
-        raise Skip("the pool floor was not measured in this cell (see its standalone row)")
-    if level != "off" and torch.cuda.get_device_capability() < (9, 0):
-        raise Skip("PDL (griddepcontrol) needs compute capability >= 9.0")
-    s = ch.storage
-    launches = [floor.chained_launcher(
-        floor.PoolTarget(ch.bufs[i], s.page, s.slot, ch.B, ch.index[i], None), shape,
-        PDL_LEVELS[level], ch.mixed[i]) for i in range(ch.L)]
-    vpt, blk, per = shape
-    return Runner(launches, None, None,
-                  f"pool floor kernel float4 x{vpt}/thread, {blk} threads, {per} blocks per "
-                  f"slot, reading mixed_qkv[n, 0]")
-
-
 def runner(name, level, ch, shape) -> Runner:
     """Entry (name, level) in cell ``ch``: the chained floor, FlashInfer's pool API or a gdnzoo
     backend through ``gdnzoo.decode(..., pdl=level)``; ``shape``: the pool floor's launch shape
     (None when not measured).  Raises Skip with the reason."""
     if name == "floor":
-        return _floor_runner(level, ch, shape)
+        if shape is None:
+            raise Skip("the pool floor was not measured in this cell (see its standalone row)")
+        if level != "off" and torch.cuda.get_device_capability() < (9, 0):
+            raise Skip("PDL (griddepcontrol) needs compute capability >= 9.0")
+        s = ch.storage
+        launches = [floor.chained_launcher(
+            floor.PoolTarget(ch.bufs[i], s.page, s.slot, ch.B, ch.index[i], None), shape,
+            PDL_LEVELS[level], ch.mixed[i]) for i in range(ch.L)]
+        vpt, blk, per = shape
+        return Runner(launches, None, None,
+                      f"pool floor kernel float4 x{vpt}/thread, {blk} threads, {per} blocks per "
+                      f"slot, reading mixed_qkv[n, 0]")
     x = ch.x
     if name == "flashinfer-pool":
         if ch.sd not in serving.FI_STATES:
