@@ -102,8 +102,7 @@ def one_of(valid, what):
 
 def modes(s):
     """--mode: one mode, or dense and dest together (``inplace`` is dense)."""
-    ws = [ALIASES.get(w, w) for w in one_of(tuple(MODES) + tuple(ALIASES), "modes")(s)]
-    ws = list(dict.fromkeys(ws))
+    ws = list(dict.fromkeys(ALIASES.get(w, w) for w in one_of((*MODES, *ALIASES), "modes")(s)))
     if len(ws) > 1 and any(w not in TOGETHER for w in ws):
         alone = next(w for w in ws if w not in TOGETHER)
         raise argparse.ArgumentTypeError(f"{alone} runs alone; got {s!r}")

@@ -42,14 +42,6 @@ METHOD = (
     "searched, same clock and rotation. Medians with p20/p80.")
 
 
-def _flags(name) -> str:
-    f = getattr(registry.backend_module(name), "allocates_state", None)
-    try:
-        return "warm write target" if callable(f) and f() else ""
-    except Exception:
-        return ""
-
-
 def dense_entry(c, plan) -> Entry:
     """Backend ``c.backend`` in cell ``c``: its inputs, the gate, the raw and public calls over
     one cold rotation; Skip where it cannot serve the cell."""
@@ -84,7 +76,12 @@ def dense_entry(c, plan) -> Entry:
         st, ns = rot.next()
         public(*args[:3], st, *args[4:], out=out, new_state=None if ns is st else ns,
                use_qk_l2norm=c.l2norm, state_layout=layout)
-    return Entry(call, check, rot, host=host, base=dict(flags=_flags(c.backend)))
+    warm = getattr(registry.backend_module(c.backend), "allocates_state", None)
+    try:
+        warm = callable(warm) and warm()
+    except Exception:
+        warm = False
+    return Entry(call, check, rot, host=host, base=dict(flags="warm write target" * bool(warm)))
 
 
 def published(rows, B, sd, form, clock) -> list:

@@ -209,11 +209,8 @@ def read_results(path):
     rows = []
     for r in doc["rows"]:
         d = dict(zip(cols, r)) if isinstance(r, list) else dict(r)
-        for k in ("median_us", "p20_us", "p80_us"):
-            if d.get(k) is None:
-                d[k] = NAN
-        if not d.get("bench"):
-            d["bench"] = LEGACY_BENCH.get(d.get("mode"), "")
+        d.update({k: NAN for k in ("median_us", "p20_us", "p80_us") if d.get(k) is None})
+        d["bench"] = d.get("bench") or LEGACY_BENCH.get(d.get("mode"), "")
         for k in COLUMNS:
             d.setdefault(k, None)
         rows.append(d)
