@@ -285,15 +285,10 @@ def existing_row(path, gpu, geometry=None):
         data = data.get(key) or {} if isinstance(data, dict) else {}
     for d in data or []:
         if str(d.get("gpu")) == gpu and d.get("geometry") == geometry:
-            row = dict(gpu=gpu, provenance=dict(d["provenance"]))
-            for key in ("measured_at", "geometry"):
-                if d.get(key):
-                    row[key] = dict(d[key])
-            for key in DECODE.tables:
-                if d.get(key):
-                    row[key] = {sd: [(r["batch"][0], r["batch"][1], r["backend"]) for r in rs]
-                                for sd, rs in d[key].items()}
-            return row
+            return dict(gpu=gpu, provenance=dict(d["provenance"]),
+                        **{k: dict(d[k]) for k in ("measured_at", "geometry") if d.get(k)},
+                        **{k: {sd: [(r["batch"][0], r["batch"][1], r["backend"]) for r in rs]
+                               for sd, rs in d[k].items()} for k in DECODE.tables if d.get(k)})
     return None
 
 
@@ -328,13 +323,9 @@ def render_row(row, indent=2):
     lines = [f"{pad}- gpu: {yaml.safe_dump(row['gpu'], default_style=None).splitlines()[0]}",
              f"{pad}  provenance:"]
     lines += [f"{pad}    {ln}" for ln in prov.rstrip("\n").splitlines()]
-    for key in ("measured_at", "geometry"):
-        if row.get(key):
-            lines.append(f"{pad}  {key}: {{" + ", ".join(f"{k}: {v}" for k, v in row[key].items())
-                         + "}")
-    for key in DECODE.tables:
-        if key not in row:
-            continue
+    lines += [f"{pad}  {key}: {{" + ", ".join(f"{k}: {v}" for k, v in row[key].items()) + "}"
+              for key in ("measured_at", "geometry") if row.get(key)]
+    for key in (k for k in DECODE.tables if k in row):
         lines.append(f"{pad}  {key}:")
         for sd, ranges in row[key].items():
             lines.append(f"{pad}    {sd}:")
