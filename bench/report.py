@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import datetime
+import functools
 import json
 import os
 import math
@@ -86,13 +87,8 @@ def derive(rows, mode):
     ``not_rivals``, nor a backend judged with the peers' bound because it rounds the state
     (``rounds_state``), which the automatic choice never picks."""
     keys = KEYS + tuple(mode.keys)
-    rivals = {}
-
-    def rival(name):
-        if name not in rivals:
-            rivals[name] = (name not in mode.not_rivals
-                            and gate.state_tol_of(name, mode.op) is None)
-        return rivals[name]
+    rival = functools.lru_cache(maxsize=None)(
+        lambda name: name not in mode.not_rivals and gate.state_tol_of(name, mode.op) is None)
 
     def key(r, **over):
         return tuple({**r, **over}.get(k) for k in keys)

@@ -254,9 +254,7 @@ def verify_winners(results, top=3):
     table, values = {}, {}
     for sd in ("fp32", "bf16"):
         choice = {}
-        for (d, B), by_cell in sorted(cells.items()):
-            if d != sd:
-                continue
+        for (_, B), by_cell in sorted(c for c in cells.items() if c[0][0] == sd):
             ratios = {}
             for times in by_cell.values():
                 for be, us in times.items():
