@@ -369,6 +369,7 @@ def search_configs(n4: int, sms: int, probe=None, seqs: int = 1, check=None, mak
 
 
 FINALISTS = 3   # shapes re-timed in the search's second round
+SEARCH_REPS = 8  # calls per shape in the search's first round
 
 
 def pick_fastest(cfgs, make, search_reps, prepare=None):
@@ -389,7 +390,7 @@ def pick_fastest(cfgs, make, search_reps, prepare=None):
     return cfgs[order[0]]
 
 
-def _search(what, n4, probe, make, search_reps, seqs=1, check=None, prepare=None) -> tuple:
+def _search(what, n4, probe, make, seqs=1, check=None, prepare=None) -> tuple:
     """(the fastest launch shape for n4 float4s, a note on the shapes dropped, those shapes'
     notes, the number searched): :func:`search_configs` probing ``make(probe, cfg)``, then
     :func:`pick_fastest`; RuntimeError naming ``what`` when no shape launches."""
@@ -397,32 +398,32 @@ def _search(what, n4, probe, make, search_reps, seqs=1, check=None, prepare=None
     cfgs, dropped = search_configs(n4, sms, probe=probe, seqs=seqs, check=check, make=make)
     if not cfgs:
         raise RuntimeError(f"{what}: no launch shape could be launched: " + "; ".join(dropped[:4]))
-    best = pick_fastest(cfgs, lambda c: make(probe, c), search_reps, prepare=prepare)
+    best = pick_fastest(cfgs, lambda c: make(probe, c), SEARCH_REPS, prepare=prepare)
     note = f" ({len(dropped)} shapes not launchable, skipped)" if dropped else ""
     return best, note, dropped, len(cfgs)
 
 
-def best_launcher(set_bytes: int, search_reps: int = 8, l2: int | None = None) -> dict:
+def best_launcher(set_bytes: int) -> dict:
     """The floor's launch shape for ``set_bytes``, searched on the kernel clock, and a cold
     rotating launcher of it: ``dict(launch, config, n_sets, dropped, searched, rot)``, with
     ``launch`` None (and ``config`` saying why) when CuPy is missing (no search possible)."""
     if set_bytes % 16:
         raise ValueError(f"floor: set_bytes must be a multiple of 16, got {set_bytes}")
     # drawn on the host: a failed graph capture elsewhere can leave the GPU's generator unusable
-    rot = clocks.Rotation(torch.randn(set_bytes // 4).to("cuda"), l2=l2)
+    rot = clocks.Rotation(torch.randn(set_bytes // 4).to("cuda"))
     ok, why = cupy_available()
     if not ok:
         return dict(launch=None, config=why, n_sets=rot.n, dropped=[], searched=0, rot=rot)
-    best, note, dropped, searched = _search("floor", set_bytes // 16, rot, _launcher, search_reps)
+    best, note, dropped, searched = _search("floor", set_bytes // 16, rot, _launcher)
     return dict(launch=_launcher(rot, best), n_sets=rot.n, dropped=dropped, searched=searched,
                 config="float4 x{}/thread, {} threads, grid {}".format(*best) + note, rot=rot)
 
 
-def floor_times(set_bytes: int, iters: int = 100, search_reps: int = 8, l2: int | None = None) -> dict:
+def floor_times(set_bytes: int, iters: int = 100) -> dict:
     """Best in-place streaming time over ``set_bytes`` (us samples) and the winning launch shape,
     timed in a session of its own after the search (the search's best median is biased low:
     the minimum of many noisy medians); without CuPy, a torch ``mul_`` over the rotation."""
-    f = best_launcher(set_bytes, search_reps, l2)
+    f = best_launcher(set_bytes)
     launch, rot = f.pop("launch"), f.pop("rot")
     if launch is None:
         alpha = torch.ones((), device="cuda")
@@ -613,7 +614,7 @@ class VerifyTarget:
                 np.int64(self.step4), np.int64(self.n4), np.float32(alpha), np.float32(beta))
 
 
-def best_indexed_launcher(target, search_reps: int = 8) -> dict:
+def best_indexed_launcher(target) -> dict:
     """The launch shape of the pool floor (a :class:`PoolTarget`) or the verify floor of a form
     (a :class:`VerifyTarget`) for ``target``, searched on the kernel clock over the target's
     slots (:func:`_search`), and its launcher: ``dict(launch, config, shape, dropped,
@@ -624,15 +625,14 @@ def best_indexed_launcher(target, search_reps: int = 8) -> dict:
         return dict(launch=None, config=f"not measured: {why}", shape=None, dropped=[],
                     searched=0)
     best, note, dropped, searched = _search(
-        target.what, target.n4, target, _indexed_launcher, search_reps, seqs=target.B,
+        target.what, target.n4, target, _indexed_launcher, seqs=target.B,
         check=lambda v, b: launchable(v, b, *target.kind), prepare=target.prepare)
     return dict(launch=_indexed_launcher(target, best), shape=best, dropped=dropped,
                 searched=searched, config="float4 x{}/thread, {} threads, {} blocks per slot".format(
                     *best) + f" x B={target.B}" + note)
 
 
-def indexed_floor_times(target, iters: int = 100, search_reps: int = 8,
-                        reduce=clocks.span_us) -> dict:
+def indexed_floor_times(target, iters: int = 100, reduce=clocks.span_us) -> dict:
     """The pool floor (a :class:`PoolTarget`: a streaming read-modify-write of exactly the
     slots each call names) or the verify floor (a :class:`VerifyTarget`: each sequence's block
     read once and stored wherever the form stores states), through the measured calls' own
@@ -640,7 +640,7 @@ def indexed_floor_times(target, iters: int = 100, search_reps: int = 8,
     best launch shape (:func:`best_indexed_launcher`), timed after the search in a session of
     its own (``reduce``: see :func:`clocks.kernel_times`).  Returns dict(samples, config, shape,
     method, searched, dropped), or ``samples`` and ``shape`` None and ``config`` saying why."""
-    f = best_indexed_launcher(target, search_reps)
+    f = best_indexed_launcher(target)
     launch = f.pop("launch")
     f["samples"], f["method"] = (None, "") if launch is None else clocks.kernel_times(
         launch, iters, reduce=reduce, prepare=target.prepare)
