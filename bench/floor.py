@@ -615,11 +615,9 @@ class VerifyTarget:
 
 
 def best_indexed_launcher(target) -> dict:
-    """The launch shape of the pool floor (a :class:`PoolTarget`) or the verify floor of a form
-    (a :class:`VerifyTarget`) for ``target``, searched on the kernel clock over the target's
-    slots (:func:`_search`), and its launcher: ``dict(launch, config, shape, dropped,
-    searched)`` (``shape``: the winning (vpt, block, blocks per sequence)), ``launch`` and
-    ``shape`` None (and ``config`` saying why) without CuPy."""
+    """The pool or verify floor's launch shape for ``target``, searched on the kernel clock over
+    its slots (:func:`_search`), and its launcher: ``dict(launch, config, shape, dropped,
+    searched)``, ``launch`` and ``shape`` None (``config`` saying why) without CuPy."""
     ok, why = cupy_available()
     if not ok:
         return dict(launch=None, config=f"not measured: {why}", shape=None, dropped=[],
@@ -633,13 +631,11 @@ def best_indexed_launcher(target) -> dict:
 
 
 def indexed_floor_times(target, iters: int = 100, reduce=clocks.span_us) -> dict:
-    """The pool floor (a :class:`PoolTarget`: a streaming read-modify-write of exactly the
-    slots each call names) or the verify floor (a :class:`VerifyTarget`: each sequence's block
-    read once and stored wherever the form stores states), through the measured calls' own
-    index tensors (``target.prepare`` refreshes them before each call as theirs are), with its
-    best launch shape (:func:`best_indexed_launcher`), timed after the search in a session of
-    its own (``reduce``: see :func:`clocks.kernel_times`).  Returns dict(samples, config, shape,
-    method, searched, dropped), or ``samples`` and ``shape`` None and ``config`` saying why."""
+    """The pool or verify floor of ``target`` through the measured calls' own index tensors
+    (``target.prepare`` refreshes them before each call as theirs are), at its best launch shape
+    (:func:`best_indexed_launcher`), timed after the search in a session of its own (``reduce``:
+    see :func:`clocks.kernel_times`): dict(samples, config, shape, method, searched, dropped),
+    ``samples`` and ``shape`` None (``config`` saying why) without CuPy."""
     f = best_indexed_launcher(target)
     launch = f.pop("launch")
     f["samples"], f["method"] = (None, "") if launch is None else clocks.kernel_times(

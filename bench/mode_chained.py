@@ -278,7 +278,7 @@ def check_chain(ch, run, issue) -> dict:
     slots by the gate against the float64 reference of what their producers wrote (the floor:
     its slots bit-identical, as alpha=1, beta=0, gamma=0 store what they read).  Their slots
     are then restored, so a failing entry leaves the next check its starting states.  Returns
-    dict(ok, reason, max_abs_err_out, max_abs_err_state, rel_err_out, rel_err_state, n_bad)."""
+    a check's dict (pipeline.judged's keys)."""
     ch.slots.first()
     layers = sorted({0, ch.L - 1})
     rows = {i: ch.check_rows(i).long() for i in layers}

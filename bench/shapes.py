@@ -202,14 +202,13 @@ def write_files(out, rows, lines, env):
 
 
 def new_rows(lt, gpu, results, args, source_id):
-    """The row sets of this tune and the sources they cite besides the tune's own.
-
-    Per (backend, state dtype): the chosen config per measured B, merged
-    (tables.merge_measured) into the row set that served these calls on this GPU before, so
-    that what was not measured keeps serving what it served; a changed row cites the tune, a
-    kept one its old source (a row inherited from another file, e.g. a fallback's, cites that
-    source under ``<file>:<id>``).  Rows measured at T=1 are of their mode, rows of several
-    tokens measured in place serve either mode; rows of a verify search serve verify calls."""
+    """The row sets of this tune and the sources they cite besides the tune's own.  Per
+    (backend, state dtype): the chosen config per measured B, merged (tables.merge_measured)
+    into the row set that served these calls on this GPU before, so that what was not measured
+    keeps serving what it served; a changed row cites the tune, a kept one its old source (a row
+    inherited from another file, e.g. a fallback's, cites ``<file>:<id>``).  Rows measured at
+    T=1 are of their mode, rows of several tokens in place serve either mode, rows of a verify
+    search serve verify calls."""
     mode = args.mode if args.tokens == 1 or args.mode in ("dest", "verify") else "any"
     tokens = args.rows_from_tokens or args.tokens
     own = lt.file_for(gpu)

@@ -104,11 +104,9 @@ def state_layout(env) -> str:
 
 
 def load_runs(paths, base=None):
-    """Rows and provenance merged from several results.json files of one GPU.
-
-    Returns (gpu, rows, dict(results_file, commit, versions, date)).  A (backend, B, dtype, mode,
-    clock) measured in more than one file is an error: two runs would silently disagree.
-    """
+    """(gpu, rows, dict(results_file, commit, versions, date)) merged from several results.json
+    files of one GPU.  A (backend, B, dtype, mode, clock) measured in more than one file is an
+    error: two runs would silently disagree."""
     files = [Path(x) for p in paths for x in str(p).split(",") if x.strip()]
     if not files:
         raise SystemExit("tune --from: no results file given")
