@@ -109,14 +109,13 @@ class IndexBank(Sets):
         import collections
         self.names = tuple(parts)
         self.Row = collections.namedtuple("Row", self.names + ("block",))
-        self.bank, views = {}, {}
+        self.bank, self._views = {}, {}
         for name, (values, view) in parts.items():
             n = values.shape[-1]
             b = torch.full(values.shape[:-1] + (-(-n // ROW_ALIGN) * ROW_ALIGN,), -1,
                            dtype=torch.int32)
             b[..., :n] = values.to(torch.int32)
-            self.bank[name], views[name] = b.to(device), (n, view)
-        self._views = views
+            self.bank[name], self._views[name] = b.to(device), (n, view)
         R = len(self.bank[self.names[0]])
         every = [self._row({k: v[r] for k, v in self.bank.items()}, r) for r in range(R)]
         self.rows, self.check = (every[:-1], every[-1]) if check else (every, None)

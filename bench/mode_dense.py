@@ -163,20 +163,18 @@ class Dense(Mode):
         clock = next((k for k in ("kernel", "host") if any(
             r["clock"] == k and finite(r["median_us"]) and r["backend"] != "floor"
             for r in table)), "kernel")
-        out = []
-        for form in dict.fromkeys(r["mode"] for r in table if r["backend"] != "floor"):
-            for sd in plan.states:
-                Bs = sorted({r["B"] for r in table if r["state_dtype"] == sd})
-                if not Bs:
-                    continue
-                B0 = 1 if 1 in Bs else Bs[0]
-                head = [f"\n{sd} state, {form}, B={B0}, {clock} clock (Speedup vs pt-reference; "
-                        f"* = warm write target):"] + published(table, B0, sd, form, clock)
-                head.append(f"{clock} clock, us" + ("/x floor" if clock == "kernel" else "")
-                            + ":")
-                out.append((head, lambda r, sd=sd, form=form: (
-                    r["state_dtype"] == sd and r["clock"] == clock
-                    and (r["mode"] == form or r["backend"] == "floor")), clock == "kernel"))
+        out, forms = [], dict.fromkeys(r["mode"] for r in table if r["backend"] != "floor")
+        for form, sd in itertools.product(forms, plan.states):
+            Bs = sorted({r["B"] for r in table if r["state_dtype"] == sd})
+            if not Bs:
+                continue
+            B0 = 1 if 1 in Bs else Bs[0]
+            head = ([f"\n{sd} state, {form}, B={B0}, {clock} clock (Speedup vs pt-reference; "
+                     f"* = warm write target):"] + published(table, B0, sd, form, clock)
+                    + [f"{clock} clock, us" + ("/x floor" if clock == "kernel" else "") + ":"])
+            out.append((head, lambda r, sd=sd, form=form: (
+                r["state_dtype"] == sd and r["clock"] == clock
+                and (r["mode"] == form or r["backend"] == "floor")), clock == "kernel"))
         return out
 
 
