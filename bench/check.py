@@ -65,8 +65,6 @@ def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2, op="decode"):
 
     Returns ``(status, reason, rows)``: status PASS | FAIL | SKIP, rows one dict per workload run.
     """
-
-
     ok, why = entries.available(name, device, op)
     if not ok:
         return "SKIP", why, []
@@ -84,13 +82,11 @@ def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2, op="decode"):
         try:
             j, _, _ = gate.gated_call(call, x, dest=True, ref=(ref_out, ref_state), atol=atol,
                                       rtol=rtol, state_tol=gate.state_tol_of(name, op))
+            row.update(ok=j.ok, out_abs=j.out.max_abs, out_rel=j.out.max_rel,
+                       state_abs=j.state.max_abs, state_rel=j.state.max_rel, reason=j.reason)
         except Exception as e:  # a crash is a FAIL of this backend, not of the check
             row["reason"] = f"raised {type(e).__name__}: {e}"
             traceback.print_exc(file=sys.stderr)
-            rows.append(row)
-            continue
-        row.update(ok=j.ok, out_abs=j.out.max_abs, out_rel=j.out.max_rel,
-                   state_abs=j.state.max_abs, state_rel=j.state.max_rel, reason=j.reason)
         rows.append(row)
     if not rows:
         return "SKIP", skipped[0][1] if skipped else "no workloads", rows

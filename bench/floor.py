@@ -603,7 +603,6 @@ class VerifyTarget:
         """State bytes read (one block per sequence) and written (:attr:`stores` per sequence)."""
         return (1 + self.stores) * self.B * self.n4 * 16
 
-
     def args(self, alpha, beta) -> tuple:
         """The verify floor kernel's arguments."""
 

@@ -181,9 +181,8 @@ class Dense(Mode):
 class DenseCell:
     """One (state dtype, B) of the shape search (``gdnzoo tune --shapes``) on a dense state:
     inputs, their reference, a cold rotation; ``dest``: destination passing."""
+
     def __init__(self, sd, B, dest, T, geometry, seed=3):
-
-
         self.sd, self.B, self.dest, self.T = sd, B, dest, T
         self.x = make_inputs(B=B, T=T, **geometry, state_dtype=sd, device="cuda", seed=seed)
         self.problem = dataclasses.replace(validate(*self.x.args())[0], inplace=not dest)

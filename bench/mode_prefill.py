@@ -191,8 +191,6 @@ def no_graph(why):
 def measured_rates() -> dict:
     """This GPU's device-to-device copy bandwidth (read + write) and bf16 matmul rate on random
     data (8192^3, median of 10 after warm-up), measured now."""
-
-
     copy = floor.copy_bandwidth()
     g = torch.Generator().manual_seed(0)           # on the host (see HOST_SYNC)
     a, b = (torch.randn(8192, 8192, generator=g).to("cuda", torch.bfloat16) for _ in "ab")
