@@ -236,8 +236,7 @@ def cmd_pack(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     checked = validate_with_fib(sol)
-    default_out = f"gdnzoo-pack-{args.algo}" if op == "decode" else f"gdnzoo-pack-{op}-{args.algo}"
-    out = Path(args.out or default_out)
+    out = Path(args.out or f"gdnzoo-pack-{'' if op == 'decode' else op + '-'}{args.algo}")
     out.mkdir(parents=True, exist_ok=True)
     path = out / "solution.json"
     path.write_text(json.dumps(sol, indent=2) + "\n")
