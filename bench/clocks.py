@@ -42,8 +42,7 @@ def rotation_count(set_bytes: int, l2: int, factor: int = L2_FACTOR, min_sets: i
     """How many distinct state sets make the rotated working set >= factor x L2.
 
     A set is re-touched only after every other set was read and written, so with this many sets
-    no byte of it can still be in L2.  Never fewer than ``min_sets``.
-    """
+    no byte of it can still be in L2.  Never fewer than ``min_sets``."""
     if set_bytes <= 0:
         raise ValueError(f"set_bytes: expected > 0, got {set_bytes}")
     need = math.ceil(factor * max(l2, 0) / set_bytes)
@@ -204,8 +203,7 @@ def _group(windows, launch_of, gpu) -> tuple:
 
     windows: [(cpu_start, cpu_end)] per iteration; launch_of: {correlation id: cpu time of the
     API call}; gpu: [(start, end, correlation id)].  A record goes to the iteration whose window
-    holds its launching API call; without that link, to the last window starting before it.
-    """
+    holds its launching API call; without that link, to the last window starting before it."""
     import bisect
     starts = [w[0] for w in windows]
     per = [[] for _ in windows]
@@ -255,8 +253,7 @@ def _detach_cupti(cupti):
     torch.profiler (Kineto) registers an activity timestamp callback (``getApproximateTime``:
     raw TSC ticks on x86) that outlives its profiling session; records taken after it are in
     ticks, not ns (a 2.1 GHz TSC read 100 us as ~206 us).  cuptiFinalize forgets every callback,
-    so CUPTI's own ns clock is back; CUPTI re-attaches on the next call.
-    """
+    so CUPTI's own ns clock is back; CUPTI re-attaches on the next call."""
     try:
         cupti.finalize()
     except Exception:
@@ -280,8 +277,7 @@ def _fine_timestamps(cupti):
     far below 2**53, where a double is exact, and the same host reads 32 ns steps, as under
     torch.profiler, whose callback returns small numbers too (bench/results/h100-80gb-hbm3/clock/).
     CUPTI wants the callback before any activity kind is enabled.  A CUPTI that refuses it
-    keeps its own clock, and the note says so.
-    """
+    keeps its own clock, and the note says so."""
     base = time.perf_counter_ns()
 
     def now():
@@ -297,8 +293,7 @@ def _fine_timestamps(cupti):
 def ns_per_tick(first, last) -> float:
     """How many ns one unit of the CUPTI timestamp is, from two (host ns, CUPTI) pairs.
 
-    1.0 when CUPTI counts ns, as it should; anything else means a foreign timestamp callback.
-    """
+    1.0 when CUPTI counts ns, as it should; anything else means a foreign timestamp callback."""
     dh, dc = last[0] - first[0], last[1] - first[1]
     if dh <= 0 or dc <= 0:
         return 1.0
@@ -445,8 +440,7 @@ def interleaved_kernel_times(launches, reps: int, warmup: int = 3,
     warm-up calls cannot shift the attribution.  Only for candidates with the same cache
     policy (the floor's shapes): lines stored with normal L2 priority outlive a rotation of
     evict-first (``st.global.cs``) traffic, so mixing policies can warm a neighbour's state.
-    ``prepare``: see :func:`kernel_times`.
-    """
+    ``prepare``: see :func:`kernel_times`."""
     m = len(launches)
     ran = []
 
@@ -527,8 +521,7 @@ def host_times(call, batches: int, per_batch: int, warmup: int = 5, warm_s: floa
     then more calls until ``warm_s`` seconds have passed (at most 20000 calls).  Why a time-based
     warm-up: on a lent H100 machine, cells of 200 calls right after the other clocks read 14-15 us
     per call where the same calls read 8.4-10.7 us after 200 warm-up calls in 1000-call batches;
-    our guess (unverified) is a host core that needs some ms of work to reach its full clock.
-    """
+    our guess (unverified) is a host core that needs some ms of work to reach its full clock."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     i = 0

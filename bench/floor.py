@@ -309,8 +309,7 @@ def configs(n4: int, sms: int, ok=None, seqs: int = 1):
 
     ``ok(vpt, blk) -> bool`` drops the shapes the compiled kernel cannot launch.  ``seqs``: the
     pool floor's sequences, each streaming its own n4 float4s with ``grid`` blocks (a
-    persistent grid shares its SM slots among them).
-    """
+    persistent grid shares its SM slots among them)."""
     out = {}                            # an ordered set
     for vpt, blk in itertools.product(VPTS, BLOCKS):
         if ok is None or ok(vpt, blk):
@@ -343,8 +342,7 @@ def search_configs(n4: int, sms: int, probe=None, seqs: int = 1, check=None, mak
     A shape must pass the kernel's attributes (``check(vpt, blk)``, default :func:`launchable`)
     and one probe launch on ``probe`` through ``make(probe, cfg)`` (default :func:`_launcher`: a
     rotation of buffers of n4 float4s; alpha=1, beta=0 leaves them unchanged), so a resource
-    error never reaches a timed run.  ``seqs``: see :func:`configs`.
-    """
+    error never reaches a timed run.  ``seqs``: see :func:`configs`."""
     notes = []
     check = check or launchable
     make = make or _launcher

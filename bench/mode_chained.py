@@ -483,9 +483,8 @@ class Chained(Mode):
         plan.layers = plan.layers or LAYERS
         plan.backends = tuple(n for n in entries.named(args.algo, lambda: entries.backends(
             pdl=True)) if n not in PEERS)
-        plan.entries = (tuple(("floor", lv) for lv in LEVELS)
-                        + tuple((n, lv) for n in plan.backends for lv in LEVELS)
-                        + tuple((p, "off") for p in PEERS))
+        plan.entries = (*itertools.product(("floor", *plan.backends), LEVELS),
+                        *((p, "off") for p in PEERS))
         for sd, B in itertools.product(plan.states, plan.batches):
             plan.groups.append(Group(f"{sd} B={B}", [
                 (plan.cell("floor", "off", B, sd), ("standalone",))] + [

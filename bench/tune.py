@@ -85,8 +85,7 @@ def merge_ranges(choice):
     """{B: backend} -> [(lo, hi, backend)]: adjacent measured sizes with one winner form a range.
 
     The first range starts at 1, a range ends just before the next winner's first measured size,
-    and the last is open (hi None).
-    """
+    and the last is open (hi None)."""
     out = []
     for B in sorted(choice):
         if out and out[-1][2] != choice[B]:
