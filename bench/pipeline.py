@@ -29,14 +29,14 @@ here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
 import time
 from dataclasses import dataclass, field
 
-from gdnzoo.bench import args as A
+from gdnzoo.bench import args as A, entries
 from gdnzoo.bench.args import add_bench_args  # noqa: F401  (gdnzoo bench's options)
-from gdnzoo.bench.entries import Skip
 
 CELL_SECONDS = 0.15                  # target measuring time per clock per cell
 WARMUP_CALLS = 8                     # untimed calls per entry before any clock
@@ -297,7 +297,7 @@ def gated(cell, clocks, setup, plan) -> list:
     timed (no CUDA device, a mode that checks there), or :func:`timed`'s."""
     try:
         e = setup()
-    except Skip as s:
+    except entries.Skip as s:
         return rows_of(cell, clocks, "SKIP", str(s))
     chk = e.check()
     base = {**e.base, **errors(chk)}
@@ -470,7 +470,6 @@ def measure(plan: Plan, args=None) -> tuple:
     """Every group of the plan (budget, skips, errors), the mode's finish, the automatic
     choice of each cell: (raw rows, device reference)."""
     import torch
-    from gdnzoo.bench import entries
     mode, rows = plan.mode, []
     ref = reference(plan)
     off = not plan.gpu and mode.cpu == "skip"
@@ -496,15 +495,11 @@ def measure(plan: Plan, args=None) -> tuple:
             torch.cuda.empty_cache()
     bar.close()
     mode.finish(rows, plan, args)
-    picks = {}
+    pick = functools.lru_cache(maxsize=None)(     # per cell, whatever its entry
+        lambda cell: "" if (p := mode.problem(cell, plan)) is None else entries.choice(p))
     for r in rows:
-        c = r["cell"]
-        if c.backend != "floor":
-            key = dataclasses.replace(c, backend="")
-            if key not in picks:
-                p = mode.problem(c, plan)
-                picks[key] = "" if p is None else entries.choice(p)
-            r["auto"] = picks[key]
+        if r["cell"].backend != "floor":
+            r["auto"] = pick(dataclasses.replace(r["cell"], backend=""))
     return rows, ref
 
 
