@@ -18,7 +18,6 @@ from __future__ import annotations
 import importlib
 import itertools
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
 import torch
 
@@ -135,9 +134,9 @@ class VerifyCtx(serving.PoolCtx):
         return self.refs[key]
 
 
-def verify_ctx(B, T, sd, sp, geometry, l2, device, seed) -> VerifyCtx:
-    """One cell's inputs, index bank and intermediate store on the pool ``sp``."""
-    g = dict(H=geometry.H, HV=geometry.HV, K=geometry.K, V=geometry.V)
+def verify_ctx(B, T, sd, sp, g, l2, device, seed) -> VerifyCtx:
+    """One cell's inputs, index bank and intermediate store on the pool ``sp`` (geometry ``g``:
+    H, HV, K, V)."""
     n = serving.rows_for(B, sp.slot * sp.buf.element_size(), l2, T)
     accepted = accepted_counts(B, T, torch.Generator().manual_seed(seed + 7919 * B + T),
                                torch.int32)
@@ -327,7 +326,8 @@ class Verify(serving.Serving):
 
     def context(self, key, plan):
         B, T, sd = key
-        return verify_ctx(B, T, sd, self.pool(sd, plan), plan, plan.l2, plan.device, plan.seed)
+        g = dict(H=plan.H, HV=plan.HV, K=plan.K, V=plan.V)
+        return verify_ctx(B, T, sd, self.pool(sd, plan), g, plan.l2, plan.device, plan.seed)
 
     def entry(self, c, ctx, plan):
         if c.backend == COMMIT:
@@ -386,8 +386,7 @@ class VerifyCell(serving.PoolCell):
     def context(self, geometry, seed):
         device = self.sp.buf.device
         l2 = clocks.l2_bytes(device) if device.type == "cuda" else 0
-        return verify_ctx(self.B, self.T, self.sd, self.sp, SimpleNamespace(**geometry), l2,
-                          device, seed)
+        return verify_ctx(self.B, self.T, self.sd, self.sp, geometry, l2, device, seed)
 
     def call(self, run, config):
         return super().call(run, config,

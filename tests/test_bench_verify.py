@@ -151,7 +151,8 @@ def _ctx(B=2, T=3, sd="fp32", seed=0):
     P = pool.pool_slots([(B, T)], plan.HV, plan.V, plan.K, DTYPES[sd].itemsize, 0, min_bytes=0,
                         width=lambda B, T: B * (T + 1))
     sp = pool.state_pool(P + 3, plan.HV, plan.V, plan.K, sd, "cpu", seed)
-    return verify.verify_ctx(B, T, sd, sp, plan, 0, "cpu", seed), plan
+    g = dict(H=plan.H, HV=plan.HV, K=plan.K, V=plan.V)
+    return verify.verify_ctx(B, T, sd, sp, g, 0, "cpu", seed), plan
 
 
 @pytest.mark.parametrize("sd", ["fp32", "bf16"])
