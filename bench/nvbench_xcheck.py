@@ -70,11 +70,8 @@ def parse(doc):
         for st in b.get("states", []):
             if st.get("is_skipped"):
                 continue
-            summ = {}
-            for s in st.get("summaries") or []:
-                for dat in s.get("data", []):
-                    if dat.get("name") == "value":
-                        summ[s["tag"]] = dat.get("value")
+            summ = {s["tag"]: dat.get("value") for s in st.get("summaries") or []
+                    for dat in s.get("data", []) if dat.get("name") == "value"}
             for tag, stat in (("nv/cold/time/gpu/median", "median"), ("nv/cold/time/gpu/mean", "mean")):
                 if summ.get(tag) is not None:
                     us = float(summ[tag]) * 1e6
