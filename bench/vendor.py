@@ -152,13 +152,6 @@ def vendor(modname: str) -> dict:
             files[str(Path(VENDOR, *parts[:-1], name))] = f.read_text()
         for f, rel in _package_data(tree).items():
             files[str(Path(VENDOR, rel))] = f.read_text()
-    pkgs = {Path(p).parent for p in files}
-    for d in list(pkgs):
-        while str(d) not in (".", ""):
-            pkgs.add(d)
-            d = d.parent
-    for d in pkgs:
-        if str(d) not in (".", ""):
-            files.setdefault(str(d / "__init__.py"),
-                             '"""Vendored from gdnzoo by `gdnzoo pack`."""\n')
+    for d in {d for p in files for d in Path(p).parents if str(d) not in (".", "")}:
+        files.setdefault(str(d / "__init__.py"), '"""Vendored from gdnzoo by `gdnzoo pack`."""\n')
     return files
