@@ -459,6 +459,7 @@ def bar_lines(table, sd, ours, batches) -> list:
 class Chained(Mode):
     name = "chained"
     floors = {"chained": {}, "standalone": {"mode": "off"}}
+    progress = ("chained", True)
     headline = ("T=1, use_qk_l2norm=True, pools in place; a CUDA graph of {layers} layers "
                 "[producer (Triton, no PDL), decode]; added latency per layer = (chain - "
                 "producers) / {layers}; standalone: kernel clock (sum of a call's records)")
@@ -500,9 +501,6 @@ class Chained(Mode):
                           f"({ch.storage.nbytes / 2**30:.2f} GiB in all), {ch.rows} index row(s) "
                           f"per layer")
         return measure_cell(group, ch, plan, Progress(0, plan.quiet).log)
-
-    def summary(self, rows):
-        return serving.summary_line(rows, "chained", forms=True)
 
     def problem(self, c, plan, **kw):
         return super().problem(c, plan, pool=True, pdl="" if c.mode == "off" else c.mode)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib
 import itertools
 import math
-import statistics
 from dataclasses import dataclass
 
 import torch
@@ -243,22 +242,6 @@ def flag_adapters(rows):
             r["flags"] = f"records {n:g} != decode's {ref:g}"
 
 
-def summary_line(rows, clock="kernel", forms=False) -> str:
-    """One progress line: each timed median on ``clock`` and its multiple of the floor of its
-    form, then the entries checked but not timed or not passed."""
-    med = {(r["cell"].backend, r["cell"].mode): statistics.median(r["samples"]) for r in rows
-           if r["clock"] == clock and r["status"] == "PASS" and r.get("samples")}
-
-    def label(name, form):
-        return f"{name}[{form}]" if forms else name
-    parts = [f"{label(n, f)} {us:.2f}" + (f" {us / fl:.2f}x" if (fl := med.get(("floor", f)))
-                                          and n != "floor" else "") for (n, f), us in med.items()]
-    other = [f"{label(r['cell'].backend, r['cell'].mode)} "
-             f"{'checked' if r['status'] == 'PASS' else r['status']}" for r in rows if r["clock"] == clock and r["status"] != "SKIP"
-             and not r.get("samples")]
-    return " | ".join(parts + other) or "nothing ran"
-
-
 # ----------------------------------------------------------------------------- the mode
 
 class Serving(Mode):
@@ -315,6 +298,7 @@ class Pool(Serving):
     graph_entries = GRAPH_ENTRIES
     subdir = "pool"
 
+    progress = ("kernel", False)
     gpu_only = ("the serving benchmark times GPU kernels (CUPTI kernel clock, CUDA graphs, the "
                 "pool floor)")
 
@@ -342,9 +326,6 @@ class Pool(Serving):
 
     def finish(self, rows, plan, args):
         flag_adapters(rows)
-
-    def summary(self, rows):
-        return summary_line(rows)
 
     def sections(self, plan, table):
         return [s for sd in plan.states for s in (

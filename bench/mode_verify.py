@@ -283,6 +283,7 @@ def check_commit(call, ctx) -> dict:
 class Verify(serving.Serving):
     name = "verify"
     floors = {"kernel": {}}
+    progress = ("kernel", True)
     headline = ("use_qk_l2norm=True; forms: states (intermediate_states, update_state=False), "
                 "states+update, slots (state_indices [B, T] + num_accepted_tokens); kernel clock: "
                 "{kernel_clock} (sum of a call's records)")
@@ -336,9 +337,6 @@ class Verify(serving.Serving):
                          f"gdnzoo.commit, intermediate_states T_max={ctx.T}")
         e = verify_call(c.backend, c.mode, ctx)
         return Entry(e.call, lambda: check_form(e, ctx, c.mode), ctx.bank, e.note)
-
-    def summary(self, rows):
-        return serving.summary_line(rows, forms=True)
 
     def bytes_moved(self, c) -> int:
         """State bytes read (one block per sequence) and stored (floor.verify_stores), plus,

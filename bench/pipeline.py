@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -138,6 +139,7 @@ class Mode:
     subdir = ""              # its folder under the default results folder
     nvbench = False
     gpu_only = ""            # why nothing is measured without a CUDA device (cpu "skip")
+    progress = None          # its progress line: (clock, name the forms) of summary_line
     # what the console says of the run's calls after their geometry (str.format of the run's
     # ``tokens``, ``l2norm``, ``layers``, ``kernel_clock``), and of a K-first state
     headline = "T={tokens}, use_qk_l2norm={l2norm}"
@@ -196,8 +198,9 @@ class Mode:
         return []
 
     def summary(self, rows) -> str | None:
-        """A progress line after each group (None: a progress bar only)."""
-        return None
+        """A progress line after each group (:func:`summary_line` of the mode's ``progress``:
+        (clock, name the forms); None: a progress bar only)."""
+        return None if self.progress is None else summary_line(rows, *self.progress)
 
 
 def host_batches(call_us: float, iters: int) -> tuple:
@@ -247,6 +250,22 @@ def joined(*notes) -> str:
 
 def errors(chk) -> dict:
     return {k: chk[k] for k in ERRS if k in chk}
+
+
+def summary_line(rows, clock="kernel", forms=False) -> str:
+    """One progress line: each timed median on ``clock`` and its multiple of the floor of its
+    form, then the entries checked but not timed or not passed."""
+    med = {(r["cell"].backend, r["cell"].mode): statistics.median(r["samples"]) for r in rows
+           if r["clock"] == clock and r["status"] == "PASS" and r.get("samples")}
+
+    def label(name, form):
+        return f"{name}[{form}]" if forms else name
+    parts = [f"{label(n, f)} {us:.2f}" + (f" {us / fl:.2f}x" if (fl := med.get(("floor", f)))
+                                          and n != "floor" else "") for (n, f), us in med.items()]
+    other = [f"{label(r['cell'].backend, r['cell'].mode)} "
+             f"{'checked' if r['status'] == 'PASS' else r['status']}" for r in rows
+             if r["clock"] == clock and r["status"] != "SKIP" and not r.get("samples")]
+    return " | ".join(parts + other) or "nothing ran"
 
 
 def judged(j) -> dict:
