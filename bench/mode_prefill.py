@@ -232,9 +232,9 @@ class Prefill(PrefillMode):
         geoms = [(plan.H, plan.HV)] if A.given(args.heads) or args.model else list(GEOMETRIES)
         if A.given(args.dim) and args.dim != DIM:
             plan.notes.append(f"--dim {args.dim}: prefill cells are K = V = {DIM} (the peers')")
-        every = entries.backends("prefill")
         names = entries.named(args.algo or registry.env_algo(),
-                              lambda: [n for n in every if n not in SLOW], "prefill")
+                              lambda: [n for n in entries.backends("prefill") if n not in SLOW],
+                              "prefill")
         names = ["auto"] + [n for n in names if n != "auto"]
         avail = {n: entries.available(n, plan.device, "prefill") for n in names if n != "auto"}
         plan.notes += [f"{n}: skipped ({why})" for n, (ok, why) in avail.items() if not ok]
