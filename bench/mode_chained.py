@@ -469,7 +469,6 @@ class Chained(Mode):
     defaults = dict(batch=BATCHES, state_dtype=STATES, time_budget=BUDGET_S)
     cpu = "skip"
     subdir = "chained"
-
     gpu_only = ("the chained clock replays CUDA graphs of producer and decode kernels on a GPU "
                 "(and times the pool floor and each decode alone with CUPTI)")
 
