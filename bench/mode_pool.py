@@ -297,7 +297,6 @@ class Pool(Serving):
     cpu = "skip"
     graph_entries = GRAPH_ENTRIES
     subdir = "pool"
-
     progress = ("kernel", False)
     gpu_only = ("the serving benchmark times GPU kernels (CUPTI kernel clock, CUDA graphs, the "
                 "pool floor)")
