@@ -123,11 +123,9 @@ class IndexBank(Sets):
         super().__init__(self.rows)
 
     def _row(self, full: dict, block: int):
-        out = {}
-        for k, t in full.items():
-            n, view = self._views[k]
-            out[k] = t[..., :n] if view is None else t[..., :n].view(view)
-        return self.Row(**out, block=block)
+        views = {k: (t[..., :n] if v is None else t[..., :n].view(v))
+                 for k, t in full.items() for n, v in [self._views[k]]}
+        return self.Row(**views, block=block)
 
     @property
     def index(self):

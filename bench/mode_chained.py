@@ -365,39 +365,6 @@ def measure_entry(c, clocks_, ch, plan, shape, producers) -> list:
     return rows
 
 
-def measure_cell(group, ch, plan, log=lambda s: None) -> list:
-    """Every entry of one cell: the pool floor first (its launch shape serves the chained
-    floor), the producers' graph, then each entry's chain; ``log(line)`` after each entry."""
-    (fc, _), *cells = group.cells
-    s, shape = ch.storage, None
-    try:
-        target = floor.PoolTarget(s.buf, s.page, s.slot, ch.B, ch.alone.index.slots,
-                                  ch.alone.advance)
-        rows, shape = serving.indexed_floor(fc, target, ch.alone, plan, "standalone",
-                                            layers=plan.layers)
-    except Exception as e:
-        plan.sync()
-        rows = rows_of(fc, ("standalone",), "ERROR", failure(e), layers=plan.layers)
-    try:
-        for i in range(ch.L):                     # compiled before the capture
-            ch.produce(i)
-        producers = clocks.capture(lambda: [ch.produce(i) for i in range(ch.L)])
-    except Exception as e:
-        plan.sync()
-        why = f"the producers' graph: {failure(e)}"
-        return rows + [x for c, k in cells for x in rows_of(c, k, "ERROR", why,
-                                                           layers=plan.layers)]
-    for c, k in cells:
-        got = guarded(lambda: measure_entry(c, k, ch, plan, shape, producers), [(c, k)], plan,
-                      layers=plan.layers)
-        rows += got
-        r = got[0]
-        log(f"  {ch.sd} B={ch.B} {c.backend}[{c.mode}]: " + (
-            f"{statistics.median(r['samples']):.2f} us per layer" if r["status"] == "PASS"
-            else f"{r['status']} {r['note'][:120]}"))
-    return rows
-
-
 # ----------------------------------------------------------------------------- the table
 
 VERDICT = {True: "PASS", False: "MISS"}
@@ -493,13 +460,43 @@ class Chained(Mode):
                                   f"was measured" if NO_TRITON else ""))
 
     def measure(self, group, plan):
+        """Every entry of one cell: the pool floor first (its launch shape serves the chained
+        floor), the producers' graph, then each entry's chain, a progress line after each."""
         B, sd = group.key
         ch = Chain(B, sd, plan.layers, plan.H, plan.HV, plan.K, plan.V, plan.device, plan.l2,
                    plan.seed)
         plan.notes.append(f"{sd} B={B}: {ch.L} pools of {ch.P} slots "
                           f"({ch.storage.nbytes / 2**30:.2f} GiB in all), {ch.rows} index row(s) "
                           f"per layer")
-        return measure_cell(group, ch, plan, Progress(0, plan.quiet).log)
+        log = Progress(0, plan.quiet).log
+        (fc, _), *cells = group.cells
+        s, shape = ch.storage, None
+        try:
+            target = floor.PoolTarget(s.buf, s.page, s.slot, ch.B, ch.alone.index.slots,
+                                      ch.alone.advance)
+            rows, shape = serving.indexed_floor(fc, target, ch.alone, plan, "standalone",
+                                                layers=plan.layers)
+        except Exception as e:
+            plan.sync()
+            rows = rows_of(fc, ("standalone",), "ERROR", failure(e), layers=plan.layers)
+        try:
+            for i in range(ch.L):                     # compiled before the capture
+                ch.produce(i)
+            producers = clocks.capture(lambda: [ch.produce(i) for i in range(ch.L)])
+        except Exception as e:
+            plan.sync()
+            why = f"the producers' graph: {failure(e)}"
+            return rows + [x for c, k in cells for x in rows_of(c, k, "ERROR", why,
+                                                               layers=plan.layers)]
+        for c, k in cells:
+            got = guarded(lambda: measure_entry(c, k, ch, plan, shape, producers), [(c, k)], plan,
+                          layers=plan.layers)
+            rows += got
+            r = got[0]
+            log(f"  {ch.sd} B={ch.B} {c.backend}[{c.mode}]: " + (
+                f"{statistics.median(r['samples']):.2f} us per layer" if r["status"] == "PASS"
+                else f"{r['status']} {r['note'][:120]}"))
+        return rows
 
     def problem(self, c, plan, **kw):
         return super().problem(c, plan, pool=True, pdl="" if c.mode == "off" else c.mode)
