@@ -370,8 +370,7 @@ class PoolCell:
     def call(self, run, config, **kw):
         """call(ix): ``run`` with ``config`` on index row ``ix``, the pool keywords
         gdnzoo.decode passes a backend (and ``kw``, e.g. verify's)."""
-        ctx = self.ctx
-        st = ctx.pool.state
+        ctx, st = self.ctx, self.ctx.pool.state
 
         def call(ix):
             entries.launch(run, ctx.x, st, ctx.out, st, True, config=config,

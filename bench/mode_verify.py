@@ -180,14 +180,13 @@ def vllm_call(ctx) -> Call:
     q1, k1, v1 = (t.reshape(1, B * T, *t.shape[2:]) for t in (q, k, v))
     a1, b1 = a.reshape(B * T, -1), b.reshape(B * T, -1)
     cu = torch.arange(0, B * T + 1, T, dtype=torch.int32, device=q.device)
-    shape = ctx.out.shape
 
     def call(ix):
         o, _ = fn(A_log=x.A_log, a=a1, b=b1, dt_bias=x.dt_bias, q=q1, k=k1, v=v1,
                   scale=x.scale, initial_state=st, inplace_final_state=True, cu_seqlens=cu,
                   ssm_state_indices=ix.grid, num_accepted_tokens=ctx.accepted,
                   use_qk_l2norm_in_kernel=True)
-        return o.view(shape)
+        return o.view(ctx.out.shape)
     return Call(call, "vLLM fused_sigmoid_gating_delta_rule_update, [1, B*T] with cu_seqlens, "
                       "q/k/v/a/b contiguous outside the timed calls")
 
@@ -256,10 +255,8 @@ def check_form(e: Call, ctx, form) -> dict:
 def commit_call(ctx):
     """call(ix): gdnzoo.commit of step accepted[n] - 1 of row ix.rows[n] into slot
     ix.slots[n]."""
-
-    def call(ix):
-        gdnzoo.commit(ctx.inter, ix.rows, ctx.steps, ctx.pool.state, ix.slots, null_slot=NULL_SLOT)
-    return call
+    return lambda ix: gdnzoo.commit(ctx.inter, ix.rows, ctx.steps, ctx.pool.state, ix.slots,
+                                    null_slot=NULL_SLOT)
 
 
 def check_commit(call, ctx) -> dict:
