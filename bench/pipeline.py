@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import math
 import statistics
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from gdnzoo.bench import args as A, entries
 from gdnzoo.bench.args import add_bench_args  # noqa: F401  (gdnzoo bench's options)
@@ -228,7 +230,6 @@ def io_bytes(c: Cell) -> int:
 
 
 def get_mode(name) -> Mode:
-    import importlib
     return importlib.import_module(f"gdnzoo.bench.{A.MODES[name]}").MODES[name]
 
 
@@ -291,7 +292,6 @@ def guarded(fn, cells, plan, **extra) -> list:
 
 def records(counts) -> tuple:
     """(median records per call, a note when they varied)."""
-    import statistics
     lo, hi = min(counts), max(counts)
     return statistics.median(counts), ("" if lo == hi else f"records per call {lo}-{hi}")
 
@@ -525,8 +525,6 @@ def measure(plan: Plan, args=None) -> tuple:
 def cmd_bench(args) -> int:
     """``gdnzoo bench``: exit 2 on a bad option (before anything is measured), 1 if an entry
     failed its check or broke, else 0 (also when nothing could be measured: the rows say why)."""
-    from pathlib import Path
-
     from gdnzoo.bench.report import default_out_dir
     plan = make_plan(args)
     out = A.check_out(args.out or Path(default_out_dir()) / plan.mode.subdir)
