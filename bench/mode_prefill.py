@@ -94,11 +94,6 @@ def parse_mix(mix: str) -> tuple:
     return [int(m[2])] * int(m[1]), int(m[3] or 0)
 
 
-def flops(c: Cell) -> float:
-    """FlashInfer's count: 4 * T * HV * K * V per call."""
-    return 4.0 * c.T * c.HV * c.K * c.V
-
-
 def prefill_bytes(c: Cell) -> int:
     """q, k, v, a, b read and out written (bf16), the state read and written once."""
     return 2 * c.T * (2 * c.H * c.K + 2 * c.HV * c.V + 2 * c.HV) + 2 * state_bytes(c)
@@ -218,6 +213,7 @@ class Prefill(PrefillMode):
     headline = "q/k/v bf16, K=V=128, use_qk_l2norm=True, cu_seqlens int32"
     k_first = ", K-first states [N, HV, K, V]"
     floors = {"kernel": {"mode": "dense", "clock": "kernel"}}
+    bytes_moved = staticmethod(prefill_bytes)
     method = METHOD
     columns = {"tflops": float("nan"), "kernels_per_call": ""}
     defaults = {"state_dtype": ("fp32", "bf16"), "time_budget": BUDGET_S}
@@ -262,15 +258,12 @@ class Prefill(PrefillMode):
         bandwidth and bf16 matmul rate."""
         rates = plan.cache.get("rates") or plan.cache.setdefault("rates", measured_rates())
         mem = prefill_bytes(c) / (rates["copy_gbps"] * 1e3)      # us
-        comp = flops(c) / (rates["tflops"] * 1e6)               # us
+        comp = 4.0 * c.T * c.HV * c.K * c.V / (rates["tflops"] * 1e6)    # us, FlashInfer's flops
         which = "memory" if mem >= comp else "compute"
         return [dict(cell=c, clock="kernel", status="PASS", flags="", samples=[max(mem, comp)],
                      note=f"{which} floor (memory {mem:.1f} us at {rates['copy_gbps']:.0f} GB/s, "
                           f"compute {comp:.1f} us at {rates['tflops']:.0f} TFLOP/s)",
                      method="computed from this run's copy bandwidth and bf16 matmul rate")]
-
-    def bytes_moved(self, c):
-        return prefill_bytes(c)
 
     def problem(self, c, plan, **kw):
         """The prefill Problem of cell ``c`` (the automatic choice's, shown beside the timed
