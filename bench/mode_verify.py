@@ -40,6 +40,7 @@ NULL_SLOT = serving.NULL_SLOT
 BUDGET_S = 480.0
 CPU_MAX_B = 4                       # without a GPU, cells up to this B are checked
 VLLM_MODULE = "vllm.third_party.flash_linear_attention.ops.fused_sigmoid_gating"
+# the forms a peer is timed in (the other entries: every form)
 PEER_FORMS = {"vllm-spec": ("slots",), "flashinfer-mtp": FORMS,
               "flashinfer-pretranspose": ("states", "states+update")}
 PEERS = tuple(PEER_FORMS)
@@ -65,11 +66,6 @@ METHOD = (
     "where the form stores states, through the same index tensors, best launch shape searched; "
     "x_floor = median / the same-run floor of the same form. bytes_moved: state bytes (+ q, k, "
     "v, gates, out for the entries). Medians with p20/p80.")
-
-
-def forms_of(name) -> tuple:
-    """The forms an entry is timed in."""
-    return PEER_FORMS.get(name, FORMS)
 
 
 # ----------------------------------------------------------------------------- the inputs
@@ -160,8 +156,9 @@ class Call:
 
 def verify_call(name, form, ctx) -> Call:
     """Entry ``name`` in ``form`` in this cell; raises Skip with the reason."""
-    if form not in forms_of(name):
-        raise entries.Skip(f"{name} is timed in the {', '.join(forms_of(name))} form only")
+    forms = PEER_FORMS.get(name, FORMS)
+    if form not in forms:
+        raise entries.Skip(f"{name} is timed in the {', '.join(forms)} form only")
     if name == "vllm-spec":
         return vllm_call(ctx)
     if name.startswith("flashinfer-"):
@@ -302,7 +299,8 @@ class Verify(serving.Serving):
         plan.entries = ("auto", *plan.backends, *PEERS)
         why = plan.why_not_gpu
         for sd, T, B in itertools.product(plan.states, plan.tokens, plan.batches):
-            names = [(n, f) for f in FORMS for n in ("floor",) + plan.entries if f in forms_of(n)]
+            names = [(n, f) for f in FORMS for n in ("floor",) + plan.entries
+                     if f in PEER_FORMS.get(n, FORMS)]
             if T == max(plan.tokens):
                 names += [("floor", COMMIT), (COMMIT, COMMIT)]
             skip = (f"{why}: only B <= {CPU_MAX_B} is checked on the CPU, nothing is timed"
