@@ -39,10 +39,6 @@ def cell(r):
     return f"{fmt_us(r['median_us'])} ({r['x_floor']:.2f})"
 
 
-def _untimed(got):
-    return all(g is None or g["status"] == "SKIP" for g in got)
-
-
 class Bar:
     """Cells of one entry against a bar of ``margin`` x the same-run floor plus one tick, and
     the peers as fast as or faster than it in each cell."""
@@ -90,7 +86,7 @@ def pool_table(paths):
     for sd in STATES:
         for e, name in POOL_ENTRIES:
             got = [at.get((sd, e, B)) for B in Bs]
-            if not _untimed(got):
+            if not all(g is None or g["status"] == "SKIP" for g in got):   # timed somewhere
                 out.append(f"| {sd} | {name} | " + " | ".join(cell(g) for g in got) + " |")
         for B in Bs:
             bar.judge(f"{sd} B={B}", at.get((sd, "auto", B)), at.get((sd, "floor", B)),
@@ -123,7 +119,7 @@ def verify_tables(paths):
                 first = True
                 for e in VERIFY_ENTRIES:
                     got = [at.get((sd, T, form, e, B)) for B in Bs]
-                    if _untimed(got):
+                    if all(g is None or g["status"] == "SKIP" for g in got):
                         continue
                     head = f"| {sd} | {T} | {form} |" if first else "| | | |"
                     first = False
