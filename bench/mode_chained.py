@@ -198,9 +198,6 @@ def layer_slots(B, L, HV, V, K, elem, l2, min_bytes=serving.MIN_POOL_BYTES) -> t
 
 # ----------------------------------------------------------------------------- the entries
 
-Skip = entries.Skip
-
-
 @dataclass
 class Runner:
     """One entry in one cell: ``layer[l]()`` runs layer l's decode in the chain; ``alone(idx)``
@@ -219,9 +216,10 @@ def runner(name, level, ch, shape) -> Runner:
     (None when not measured).  Raises Skip with the reason."""
     if name == "floor":
         if shape is None:
-            raise Skip("the pool floor was not measured in this cell (see its standalone row)")
+            raise entries.Skip("the pool floor was not measured in this cell (see its standalone "
+                               "row)")
         if level != "off" and torch.cuda.get_device_capability() < (9, 0):
-            raise Skip("PDL (griddepcontrol) needs compute capability >= 9.0")
+            raise entries.Skip("PDL (griddepcontrol) needs compute capability >= 9.0")
         s = ch.storage
         launches = [floor.chained_launcher(
             floor.PoolTarget(ch.bufs[i], s.page, s.slot, ch.B, ch.index[i], None), shape,
@@ -233,7 +231,7 @@ def runner(name, level, ch, shape) -> Runner:
     x = ch.x
     if name == "flashinfer-pool":
         if ch.sd not in serving.FI_STATES:
-            raise Skip("FlashInfer's pool API is timed with bf16 state only")
+            raise entries.Skip("FlashInfer's pool API is timed with bf16 state only")
         fi = entries.flashinfer_gdn("gated_delta_rule_decode_pretranspose")
         a, b = x.a.contiguous(), x.b.contiguous()
         views = ch.flat
@@ -336,7 +334,7 @@ def measure_entry(c, clocks_, ch, plan, shape, producers) -> list:
     """Rows of one entry in one cell: SKIP, FAIL, or its chained (and standalone) times."""
     try:
         r = runner(c.backend, c.mode, ch, shape)
-    except Skip as e:
+    except entries.Skip as e:
         return rows_of(c, clocks_, "SKIP", str(e), layers=plan.layers)
     issue = chain_call(ch, r)
     ch.slots.first()
