@@ -49,7 +49,6 @@ STATES = ("fp32", "bf16")
 LAYERS = 64
 LEVELS = ("off", "wait", "early")
 PEERS = ("vllm-packed", "flashinfer-pool")
-NULL_SLOT = 0
 BUDGET_S = 480.0
 PRODUCER_BLOCK = 1024
 CHAIN_SECONDS = 0.3                 # replays of one chain and its producers' graph
@@ -246,7 +245,7 @@ def runner(name, level, ch, shape) -> Runner:
         q, k, v = ch.packed[0]
         p, _ = validate(q, k, v, ch.pools[0], x.A_log, x.a, x.dt_bias, x.b, x.scale,
                         out=ch.outs[0], use_qk_l2norm=True, state_indices=ch.index[0],
-                        null_slot=NULL_SLOT, pdl=level)
+                        null_slot=serving.NULL_SLOT, pdl=level)
         entries.serve(name, p)
         views, note = ch.packed, f"gdnzoo.decode(algo={name!r}, pdl={level!r})"
 
@@ -254,7 +253,7 @@ def runner(name, level, ch, shape) -> Runner:
             q, k, v = ch.packed[layer]
             gdnzoo.decode(q, k, v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale,
                           out=ch.outs[layer], use_qk_l2norm=True, algo=name, state_indices=idx,
-                          null_slot=NULL_SLOT, pdl=level)
+                          null_slot=serving.NULL_SLOT, pdl=level)
     return Runner([functools.partial(call, i, ch.pools[i], ch.index[i]) for i in range(ch.L)],
                   lambda idx: call(0, ch.storage.state, idx), views.__getitem__, note)
 
