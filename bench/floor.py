@@ -642,8 +642,7 @@ def indexed_floor_times(target, iters: int = 100, reduce=clocks.span_us) -> dict
 
 def copy_bandwidth(nbytes: int | None = None, iters: int = 20) -> dict:
     """Device-to-device copy: (bytes read + bytes written) / CUPTI time of one large torch copy."""
-    l2 = clocks.l2_bytes()
-    nbytes = nbytes or max(16 * l2, 512 << 20)
+    nbytes = nbytes or max(16 * clocks.l2_bytes(), 512 << 20)
     src = torch.empty(nbytes // 4, device="cuda").uniform_()
     dst = torch.empty_like(src)
     samples, method = clocks.kernel_times(lambda i: dst.copy_(src), iters)

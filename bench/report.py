@@ -222,9 +222,8 @@ def write_results(rows, env, out_dir, cols=COLUMNS) -> list:
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{v:.6g}" if math.isfinite(v) else "") if isinstance(
-                v := r.get(k, ""), float) else v for k in cols})
+        w.writerows({k: (f"{v:.6g}" if math.isfinite(v) else "") if isinstance(
+            v := r.get(k, ""), float) else v for k in cols} for r in rows)
     head = json.dumps(_jsonable(dict(environment=env, columns=cols)), indent=1)
     body = ",\n".join(json.dumps(_jsonable([r.get(k, "") for k in cols]), separators=(",", ":"))
                       for r in rows)

@@ -195,8 +195,7 @@ def write_files(out, rows, lines, env):
     with open(out / "gpu_tune.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["sd", "B", "backend", "config", "us", "stage"])
         w.writeheader()
-        for r in rows:
-            w.writerow(dict(r, config=str(r["config"])))
+        w.writerows(dict(r, config=str(r["config"])) for r in rows)
     (out / "gpu_tune.json").write_text(json.dumps(dict(env=env, rows=rows), default=str, indent=1))
     (out / "gpu_tune.log").write_text("\n".join(lines) + "\n")
 
