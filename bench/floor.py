@@ -266,7 +266,7 @@ def _compiled(extra: str, names: tuple) -> tuple:
     return mod, {n: mod.get_function(n) for n in names}
 
 
-def _group(kind: str, *params) -> tuple:
+def _module_of(kind: str, *params) -> tuple:
     """(source, instantiations) of the module holding the kernels ``stream_<kind>``: ``inplace``
     and ``pool`` <vpt, block>, one module of every shape (and the empty kernel); ``verify``
     <form's index in VERIFY_FORMS, vpt, block>, one module per form; ``pool_chained`` <level,
@@ -282,8 +282,8 @@ def _group(kind: str, *params) -> tuple:
 
 
 def _kernel(kind: str, *params):
-    """The kernel ``stream_<kind><params>``, compiled with its module (:func:`_group`)."""
-    return _compiled(*_group(kind, *params))[1][f"stream_{kind}<{', '.join(map(str, params))}>"]
+    """The kernel ``stream_<kind><params>``, compiled with its module (:func:`_module_of`)."""
+    return _compiled(*_module_of(kind, *params))[1][f"stream_{kind}<{', '.join(map(str, params))}>"]
 
 
 def launchable(vpt: int, blk: int, *kind) -> tuple[bool, str]:
@@ -622,9 +622,10 @@ def best_indexed_launcher(target) -> dict:
     best, note, dropped, searched = _search(
         target.what, target.n4, target, _indexed_launcher, seqs=target.B,
         check=lambda v, b: launchable(v, b, *target.kind), prepare=target.prepare)
+    vpt, blk, grid = best
     return dict(launch=_indexed_launcher(target, best), shape=best, dropped=dropped,
-                searched=searched, config="float4 x{}/thread, {} threads, {} blocks per slot".format(
-                    *best) + f" x B={target.B}" + note)
+                searched=searched, config=f"float4 x{vpt}/thread, {blk} threads, {grid} blocks "
+                                          f"per slot x B={target.B}{note}")
 
 
 def indexed_floor_times(target, iters: int = 100, reduce=clocks.span_us) -> dict:
@@ -655,7 +656,7 @@ def empty_kernel_us(iters: int = 50) -> dict:
     ok, why = cupy_available()
     if not ok:
         return dict(us=float("nan"), note=f"not measured: {why}")
-    k = _compiled(*_group("inplace"))[0].get_function("empty_kernel")
+    k = _compiled(*_module_of("inplace"))[0].get_function("empty_kernel")
 
     def launch(i):
         with _stream():
