@@ -6,7 +6,9 @@ Importing this module imports no torch (``gdnzoo bench --help`` answers at once)
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -54,19 +56,23 @@ def positive_int(s):
     return n
 
 
-def positive_ints(s):
-    """A comma list of positive integers, e.g. 1,4,16; a value given twice counts once."""
+def _ints(s, what) -> list:
     ws = [x.strip() for x in str(s).split(",") if x.strip()]
     if not ws:
-        raise argparse.ArgumentTypeError(f"expected a comma list of positive integers, got {s!r}")
-    return list(dict.fromkeys(positive_int(w) for w in ws))
+        raise argparse.ArgumentTypeError(f"expected {what}, got {s!r}")
+    return [positive_int(w) for w in ws]
+
+
+def positive_ints(s):
+    """A comma list of positive integers, e.g. 1,4,16; a value given twice counts once."""
+    return list(dict.fromkeys(_ints(s, "a comma list of positive integers")))
 
 
 def non_negative_float(s):
     try:
         x = float(s)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {s!r}") from None
+        x = math.nan
     if not x >= 0:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {s!r}")
     return x
@@ -96,8 +102,7 @@ def one_of(valid, what):
 
 def modes(s):
     """--mode: one mode, or dense and dest together (``inplace`` is dense)."""
-    ws = [ALIASES.get(w, w) for w in one_of(tuple(MODES) + tuple(ALIASES), "modes")(s)]
-    ws = list(dict.fromkeys(ws))
+    ws = list(dict.fromkeys(ALIASES.get(w, w) for w in one_of((*MODES, *ALIASES), "modes")(s)))
     if len(ws) > 1 and any(w not in TOGETHER for w in ws):
         alone = next(w for w in ws if w not in TOGETHER)
         raise argparse.ArgumentTypeError(f"{alone} runs alone; got {s!r}")
@@ -115,11 +120,7 @@ def timings(s):
 def token_counts(s):
     """T: one positive integer, or (for --mode verify) a comma list of distinct ones, returned
     as a tuple."""
-    ws = [x.strip() for x in str(s).split(",") if x.strip()]
-    if not ws:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or a comma list of them, "
-                                         f"got {s!r}")
-    ts = [positive_int(w) for w in ws]
+    ts = _ints(s, "a positive integer or a comma list of them")
     if len(set(ts)) != len(ts):
         raise argparse.ArgumentTypeError(f"expected distinct token counts, got {s!r}")
     return ts[0] if len(ts) == 1 else tuple(ts)
@@ -145,20 +146,9 @@ class _Unset:
     value given on the command line."""
 
 
-class _UnsetList(_Unset, list):
-    pass
-
-
-class _UnsetInt(_Unset, int):
-    pass
-
-
-class _UnsetFloat(_Unset, float):
-    pass
-
-
-class _UnsetTuple(_Unset, tuple):
-    pass
+def _unset(value):
+    """``value`` marked as a default: an instance of its type's subclass of :class:`_Unset`."""
+    return type(f"_Unset{type(value).__name__}", (_Unset, type(value)), {})(value)
 
 
 def given(value) -> bool:
@@ -168,7 +158,7 @@ def given(value) -> bool:
 
 
 def add_bench_args(p):
-    p.add_argument("--mode", type=modes, default=_UnsetList(["dense"]),
+    p.add_argument("--mode", type=modes, default=_unset(["dense"]),
                    help="dense (in place; 'inplace' too), dest (destination passing; dense,dest "
                         "in one run), pool (the serving convention), verify (speculative verify), "
                         "chained (the decode in a graph of layers), prefill (the chunked "
@@ -176,26 +166,26 @@ def add_bench_args(p):
                         "call around FlashInfer beside gdnzoo's adapters); default dense")
     p.add_argument("--algo", type=names, default=None,
                    help="comma list of backends or 'all' (default: ALGO env, else the mode's)")
-    p.add_argument("--batch", type=positive_ints, default=_UnsetList(DEFAULT_BATCHES),
+    p.add_argument("--batch", type=positive_ints, default=_unset(list(DEFAULT_BATCHES)),
                    help="comma list of batch sizes (default: the mode's; dense "
                         "1,4,8,16,32,48,64,128,256,512)")
-    p.add_argument("--heads", type=heads, default=_UnsetTuple((4, 8)),
+    p.add_argument("--heads", type=heads, default=_unset((4, 8)),
                    help="H,HV (default 4,8: the contest geometry)")
     p.add_argument("--model", type=model, default=None,
                    help=f"the GDN geometry of a released model ({', '.join(MODELS)}): heads "
                         f"H/TP, HV/TP, K = V = {MODEL_DIM}; not with --heads")
     p.add_argument("--tp", type=positive_int, default=None,
                    help="--model: tensor-parallel ways, one of 1, 2, 4, 8 (default 1)")
-    p.add_argument("--dim", type=positive_int, default=_UnsetInt(128), help="K = V (default 128)")
-    p.add_argument("--tokens", type=token_counts, default=_UnsetInt(1),
+    p.add_argument("--dim", type=positive_int, default=_unset(128), help="K = V (default 128)")
+    p.add_argument("--tokens", type=token_counts, default=_unset(1),
                    help="T tokens per call (default 1); --mode verify: a comma list of T in "
                         "2..16 (default 2,4,8)")
     p.add_argument("--state-dtype", type=one_of(STATE_DTYPES, "state dtypes"),
-                   default=_UnsetList(["fp32"]), help="fp32, bf16 or fp32,bf16")
-    p.add_argument("--timing", type=timings, default=_UnsetList(CLOCKS),
+                   default=_unset(["fp32"]), help="fp32, bf16 or fp32,bf16")
+    p.add_argument("--timing", type=timings, default=_unset(list(CLOCKS)),
                    help="comma list of kernel,graph,host (default: every clock the mode has); "
                         "'chained' is --mode chained")
-    p.add_argument("--mix", type=_mix, default=None,
+    p.add_argument("--mix", type=mixes, default=None,
                    help="--mode prefill or engine-prefill: comma list of sequence mixes, NxL "
                         "(N sequences of L tokens) or ragged (default: the mode's mixes)")
     p.add_argument("--form", type=one_of(PREFILL_FORMS, "forms"), default=None,
@@ -215,7 +205,7 @@ def add_bench_args(p):
                    help="results directory (default gdnzoo-results/<gpu-slug>/ in the working "
                         "directory, a subfolder per serving mode; split runs need one each)")
     p.add_argument("--time-budget", type=non_negative_float,
-                   default=_UnsetFloat(DEFAULT_BUDGET_S),
+                   default=_unset(DEFAULT_BUDGET_S),
                    help=f"seconds; cells not started by then are SKIPped (slow backends run "
                         f"last); 0 = none (default: the mode's; dense {DEFAULT_BUDGET_S:g})")
     p.add_argument("--seed", type=int, default=0)
@@ -226,9 +216,18 @@ def add_bench_args(p):
     return p
 
 
-def _mix(s):
-    from gdnzoo.bench.mode_prefill import mix_arg
-    return mix_arg(s)
+MIX = re.compile(r"(\d+)x(\d+)(?:\+(\d+)pad)?")       # NxL, NxL+Kpad (a sequence mix)
+
+
+def mixes(s) -> list:
+    """``--mix``: a comma list of NxL, NxL+Kpad and ragged."""
+    out = words(s)
+    for w in out:
+        m = MIX.fullmatch(w)
+        if w != "ragged" and not (m and int(m[1]) >= 1 and int(m[2]) >= 1):
+            raise argparse.ArgumentTypeError(f"expected NxL (N sequences of L tokens), NxL+Kpad "
+                                             f"(and K padded entries) or ragged, got {w!r}")
+    return out
 
 
 def resolve(args) -> list:
@@ -239,7 +238,7 @@ def resolve(args) -> list:
     if list(args.timing) == ["chained"]:
         if given(args.mode) and args.mode != ["chained"]:
             usage_error(f"--timing chained is --mode chained; got --mode {','.join(args.mode)}")
-        args.mode, args.timing = ["chained"], _UnsetList(CLOCKS)
+        args.mode, args.timing = ["chained"], _unset(list(CLOCKS))
         notes.append("--timing chained: read as --mode chained")
     if args.layers is not None and args.mode != ["chained"]:
         usage_error("--layers: only with --mode chained")

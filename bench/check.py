@@ -15,10 +15,16 @@ elementwise rule and the relative-error bound), and ``state`` must come back unm
 from __future__ import annotations
 
 import sys
+import dataclasses
+import importlib
 import traceback
 from collections import defaultdict
 
 import torch
+
+import gdnzoo
+from gdnzoo import gate, operation
+from gdnzoo.bench import entries
 
 
 WORKLOAD_SETS = ("contest",)
@@ -41,12 +47,6 @@ def add_check_args(p):
     p.add_argument("--rtol", type=float, default=1e-2)
 
 
-def _names(algo, op="decode"):
-    from gdnzoo.bench import entries
-    return entries.named(None if algo is None or str(algo).strip() == "" else algo,
-                         lambda: entries.backends(op), op, command="gdnzoo check")
-
-
 def _reference(x, device):
     B, T, H, K = x.q.shape
     HV, V = x.v.shape[2], x.v.shape[3]
@@ -57,16 +57,6 @@ def _reference(x, device):
     return ref_out, ref_state
 
 
-def _problem(x):
-    """The destination-passing problem of inputs ``x`` (decode or prefill)."""
-    import dataclasses
-    if x.op == "prefill":
-        from gdnzoo.prefill_contract import validate
-    else:
-        from gdnzoo.contract import validate
-    return dataclasses.replace(validate(*x.args())[0], inplace=False)
-
-
 def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2, op="decode"):
     """Run one backend of ``op`` over ``workloads`` [(i, label, inputs, ref_out, ref_state)],
     each call judged by the gate (gdnzoo.gate: both rules, NaN-prefilled outputs, state
@@ -75,17 +65,15 @@ def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2, op="decode"):
 
     Returns ``(status, reason, rows)``: status PASS | FAIL | SKIP, rows one dict per workload run.
     """
-    import gdnzoo
-    from gdnzoo import gate
-    from gdnzoo.bench import entries
-
     ok, why = entries.available(name, device, op)
     if not ok:
         return "SKIP", why, []
     call = gdnzoo.get(name, op)
     rows, skipped = [], []
     for i, label, x, ref_out, ref_state in workloads:
-        ok, why = entries.can_serve(name, _problem(x))
+        contract = importlib.import_module(f"gdnzoo.{operation.get(x.op).contract}")
+        problem = dataclasses.replace(contract.validate(*x.args())[0], inplace=False)
+        ok, why = entries.can_serve(name, problem)
         if not ok:
             skipped.append((label, why))
             continue
@@ -94,13 +82,11 @@ def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2, op="decode"):
         try:
             j, _, _ = gate.gated_call(call, x, dest=True, ref=(ref_out, ref_state), atol=atol,
                                       rtol=rtol, state_tol=gate.state_tol_of(name, op))
+            row.update(ok=j.ok, out_abs=j.out.max_abs, out_rel=j.out.max_rel,
+                       state_abs=j.state.max_abs, state_rel=j.state.max_rel, reason=j.reason)
         except Exception as e:  # a crash is a FAIL of this backend, not of the check
             row["reason"] = f"raised {type(e).__name__}: {e}"
             traceback.print_exc(file=sys.stderr)
-            rows.append(row)
-            continue
-        row.update(ok=j.ok, out_abs=j.out.max_abs, out_rel=j.out.max_rel,
-                   state_abs=j.state.max_abs, state_rel=j.state.max_rel, reason=j.reason)
         rows.append(row)
     if not rows:
         return "SKIP", skipped[0][1] if skipped else "no workloads", rows
@@ -111,13 +97,6 @@ def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2, op="decode"):
     if skipped:
         reason = (reason + "; " if reason else "") + f"{len(skipped)} workloads skipped: {skipped[0][1]}"
     return status, reason, rows
-
-
-def _mix_label(lengths, state) -> str:
-    """``8x1024``, ``1x17``, ``7 ragged``; ``, no state`` for state=None."""
-    tag = (f"{len(lengths)}x{lengths[0]}" if len(set(lengths)) == 1 else
-           f"{len(lengths)} ragged")
-    return tag + ("" if state else ", no state")
 
 
 def prefill_workloads(seed, device, no_state=3):
@@ -132,19 +111,11 @@ def prefill_workloads(seed, device, no_state=3):
         for i, lengths, x in gen:
             if not state and i >= no_state:
                 break
-            out.append((i + (0 if state else n), _mix_label(lengths, state), x)
+            label = (f"{len(lengths)}x{lengths[0]}" if len(set(lengths)) == 1 else
+                     f"{len(lengths)} ragged") + ("" if state else ", no state")
+            out.append((i + (0 if state else n), label, x)
                        + tuple(x.reference(compute_dtype=torch.float32)))
     return out
-
-
-def _per_batch(rows):
-    by = defaultdict(list)
-    for r in rows:
-        by[r["B"]].append(r)
-    for B in (sorted(by) if all(isinstance(b, int) for b in by) else by):
-        rs = by[B]
-        yield (B, sum(r["ok"] for r in rs), len(rs), max(r["out_abs"] for r in rs),
-               max(r["state_abs"] for r in rs))
 
 
 def cmd_check(args) -> int:
@@ -157,8 +128,10 @@ def cmd_check(args) -> int:
         print(f"error: --workloads: unknown set {args.workloads!r} (known: contest)", file=sys.stderr)
         return 2
     op = getattr(args, "op", "decode") or "decode"
+    algo = getattr(args, "algo", None)
     try:
-        names = _names(getattr(args, "algo", None), op)
+        names = entries.named(None if algo is None or str(algo).strip() == "" else algo,
+                              lambda: entries.backends(op), op, command="gdnzoo check")
     except SystemExit as e:                 # an unknown name (said on stderr): exit status 2
         return e.code
     atol, rtol = getattr(args, "atol", 1e-2), getattr(args, "rtol", 1e-2)
@@ -194,8 +167,14 @@ def cmd_check(args) -> int:
     w = 18 if op == "prefill" else 4
     print(f"\n{'backend':<14} {key:>{w}} {'pass':>7} {'max|d| out':>11} {'max|d| state':>13}")
     for name, (status, reason, rows) in results.items():
-        for label, n_ok, n, oa, sa in _per_batch(rows):
-            print(f"{name:<14} {label!s:>{w}} {n_ok:>3}/{n:<3} {oa:>11.2e} {sa:>13.2e}")
+        by = defaultdict(list)
+        for r in rows:
+            by[r["B"]].append(r)
+        for label in (sorted(by) if all(isinstance(b, int) for b in by) else by):
+            rs = by[label]
+            print(f"{name:<14} {label!s:>{w}} {sum(r['ok'] for r in rs):>3}/{len(rs):<3} "
+                  f"{max(r['out_abs'] for r in rs):>11.2e} "
+                  f"{max(r['state_abs'] for r in rs):>13.2e}")
     print()
     for name, (status, reason, rows) in results.items():
         n_ok = sum(r["ok"] for r in rows)

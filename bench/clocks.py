@@ -33,9 +33,8 @@ UNIT_TOLERANCE = 0.02    # host and CUPTI ns clocks agree far better than 2% ove
 
 def l2_bytes(device=None) -> int:
     """L2 size of the CUDA device (0 on CPU)."""
-    if not torch.cuda.is_available():
-        return 0
-    return int(torch.cuda.get_device_properties(device or 0).L2_cache_size)
+    return (int(torch.cuda.get_device_properties(device or 0).L2_cache_size)
+            if torch.cuda.is_available() else 0)
 
 
 def rotation_count(set_bytes: int, l2: int, factor: int = L2_FACTOR, min_sets: int = MIN_SETS,
@@ -43,45 +42,28 @@ def rotation_count(set_bytes: int, l2: int, factor: int = L2_FACTOR, min_sets: i
     """How many distinct state sets make the rotated working set >= factor x L2.
 
     A set is re-touched only after every other set was read and written, so with this many sets
-    no byte of it can still be in L2.  Never fewer than ``min_sets``.
-    """
+    no byte of it can still be in L2.  Never fewer than ``min_sets``."""
     if set_bytes <= 0:
         raise ValueError(f"set_bytes: expected > 0, got {set_bytes}")
     need = math.ceil(factor * max(l2, 0) / set_bytes)
     return int(min(max(need, min_sets), max_sets))
 
 
-class Rotation:
-    """The cold-L2 rotation of every timed call: ``count`` distinct copies of ``state`` (and, for
-    destination passing, as many distinct ``new_state`` buffers), visited round robin by one
-    counter that every session of a cell shares, so that no session starts on sets the previous
-    one just wrote (they would still be in L2).  ``count`` defaults to :func:`rotation_count`
-    of the set size and this device's L2."""
+class Sets:
+    """A cold source of the bench's clocks: ``sets`` visited round robin by one counter that
+    every session of a cell shares, so that no session starts on sets the previous one just
+    wrote (they would still be in L2).  ``kernel(call)`` and ``graph(call)`` give launch(i) of
+    ``call(*set)`` on the next set; ``prepare``: nothing to refresh outside the timed window."""
+    prepare = None
 
-    def __init__(self, state, dest: bool = False, count: int | None = None, l2: int | None = None):
-        self.set_bytes = state.numel() * state.element_size()
-        l2 = l2_bytes() if l2 is None else l2
-        self.n = count or rotation_count(self.set_bytes, l2)
-        self.states = [state.clone() for _ in range(self.n)]
-        self.dests = [torch.empty_like(state) for _ in range(self.n)] if dest else None
-        self._turn = itertools.count()
+    def __init__(self, sets):
+        self.sets, self.n, self._turn = sets, len(sets), itertools.count()
 
     def next_index(self) -> int:
         return next(self._turn) % self.n
 
     def next(self):
-        """(state, new_state) of the next call; new_state is state itself in place."""
-        j = next(self._turn) % self.n
-        s = self.states[j]
-        return s, (s if self.dests is None else self.dests[j])
-
-    @property
-    def working_set_bytes(self) -> int:
-        return self.n * self.set_bytes * (1 if self.dests is None else 2)
-
-    # The cold-source protocol the bench's clocks take (shared with :class:`IndexBank`):
-    # ``kernel(call)`` and ``graph(call)`` give launch(i) of ``call`` on the next cold set.
-    prepare = None                           # nothing to refresh outside the timed window
+        return self.sets[self.next_index()]
 
     def kernel(self, call):
         return lambda i: call(*self.next())
@@ -89,10 +71,28 @@ class Rotation:
     graph = kernel
 
 
+class Rotation(Sets):
+    """The cold-L2 rotation of every timed call: ``count`` distinct copies of ``state`` (and, for
+    destination passing, as many distinct ``new_state`` buffers); a set is (state, new_state),
+    new_state the state itself in place.  ``count`` defaults to :func:`rotation_count` of the
+    set size and this device's L2."""
+
+    def __init__(self, state, dest: bool = False, count: int | None = None, l2: int | None = None):
+        self.set_bytes = state.numel() * state.element_size()
+        n = count or rotation_count(self.set_bytes, l2_bytes() if l2 is None else l2)
+        self.states = [state.clone() for _ in range(n)]
+        self.dests = [torch.empty_like(state) for _ in range(n)] if dest else None
+        super().__init__(list(zip(self.states, self.dests or self.states)))
+
+    @property
+    def working_set_bytes(self) -> int:
+        return self.n * self.set_bytes * (1 if self.dests is None else 2)
+
+
 ROW_ALIGN = 64          # index rows start every 64 int32 (256 bytes)
 
 
-class IndexBank:
+class IndexBank(Sets):
     """The index rows of one cell's calls on a state pool, made on the device before timing:
     ``parts`` maps a name to (values [R, ..., n] int, view shape of the n or None); row r's
     tensor of each part is an int32 view starting on a 256-byte boundary (every leading index
@@ -108,40 +108,29 @@ class IndexBank:
         import collections
         self.names = tuple(parts)
         self.Row = collections.namedtuple("Row", self.names + ("block",))
-        self.bank, views = {}, {}
+        self.bank, self._views = {}, {}
         for name, (values, view) in parts.items():
             n = values.shape[-1]
             b = torch.full(values.shape[:-1] + (-(-n // ROW_ALIGN) * ROW_ALIGN,), -1,
                            dtype=torch.int32)
             b[..., :n] = values.to(torch.int32)
-            self.bank[name], views[name] = b.to(device), (n, view)
-        self._views = views
+            self.bank[name], self._views[name] = b.to(device), (n, view)
         R = len(self.bank[self.names[0]])
         every = [self._row({k: v[r] for k, v in self.bank.items()}, r) for r in range(R)]
         self.rows, self.check = (every[:-1], every[-1]) if check else (every, None)
         self._index = {k: v[R - 1 if check else 0].clone() for k, v in self.bank.items()}
-        self.block, self._turn = R - 1 if check else 0, 0
+        self.block = R - 1 if check else 0
+        super().__init__(self.rows)
 
     def _row(self, full: dict, block: int):
-        out = {}
-        for k, t in full.items():
-            n, view = self._views[k]
-            out[k] = t[..., :n] if view is None else t[..., :n].view(view)
-        return self.Row(**out, block=block)
+        views = {k: (t[..., :n] if v is None else t[..., :n].view(v))
+                 for k, t in full.items() for n, v in [self._views[k]]}
+        return self.Row(**views, block=block)
 
     @property
     def index(self):
         """The persistent index tensors the kernel clock's calls pass (valid slots always)."""
         return self._row(self._index, self.block)
-
-    @property
-    def n(self) -> int:
-        return len(self.rows)
-
-    def next(self):
-        row = self.rows[self._turn % len(self.rows)]
-        self._turn += 1
-        return row
 
     def row(self, i):
         return self.rows[i % len(self.rows)]
@@ -159,8 +148,7 @@ class IndexBank:
             self._index[k].copy_(self.bank[k][0])
         self.block = 0
 
-    def prepare(self, i=None):
-        self.advance()
+    prepare = advance
 
     def kernel(self, call):
         return lambda i: call(self.index)
@@ -193,8 +181,8 @@ def cupti_python_available() -> tuple[bool, str]:
 
 
 def kernel_clock_method() -> str:
-    ok, _ = cupti_python_available()
-    return "cupti-python activity records" if ok else "torch.profiler (CUPTI) activity records"
+    return ("cupti-python" if cupti_python_available()[0] else "torch.profiler (CUPTI)") + \
+        " activity records"
 
 
 def span_us(recs) -> float:
@@ -213,8 +201,7 @@ def _group(windows, launch_of, gpu) -> tuple:
 
     windows: [(cpu_start, cpu_end)] per iteration; launch_of: {correlation id: cpu time of the
     API call}; gpu: [(start, end, correlation id)].  A record goes to the iteration whose window
-    holds its launching API call; without that link, to the last window starting before it.
-    """
+    holds its launching API call; without that link, to the last window starting before it."""
     import bisect
     starts = [w[0] for w in windows]
     per = [[] for _ in windows]
@@ -230,38 +217,26 @@ def _group(windows, launch_of, gpu) -> tuple:
     return per, dropped
 
 
-def _no_activity(per, n_gpu, dropped, i) -> RuntimeError:
-    many = sum(len(r) > 1 for r in per)
-    return RuntimeError(f"kernel clock: iteration {i} launched no GPU activity ({n_gpu} GPU "
-                        f"records: {dropped} launched outside every iteration, {many} "
-                        "iterations with more than one; does this backend run on the GPU?)")
-
-
-def _spans(windows, launch_of, gpu, reduce=span_us):
-    """``reduce`` (default :func:`span_us`) of each iteration's GPU records (:func:`_group`);
-    an iteration without any is an error."""
-    per, dropped = _group(windows, launch_of, gpu)
-    for i, recs in enumerate(per):
-        if not recs:
-            raise _no_activity(per, len(gpu), dropped, i)
-    return [reduce(recs) for recs in per]
-
-
 # torch.profiler now and then links no record to one tiny call of hundreds (seen: one of 200
 # on an H200, torch 2.11): up to this share of iterations may come back empty.
 LOST_SHARE = 0.02
 
 
-def _spans_losing_few(windows, launch_of, gpu, reduce=span_us) -> tuple:
-    """(samples, note) as :func:`_spans`, except that up to :data:`LOST_SHARE` of the
-    iterations may have no record: those are dropped, and so is every iteration holding more
-    records than most do (a lost record may have landed there), and the note says how many."""
+def _spans(windows, launch_of, gpu, reduce=span_us, lose=0.0) -> tuple:
+    """(samples, note): ``reduce`` (default :func:`span_us`) of each iteration's GPU records
+    (:func:`_group`).  Up to ``lose`` (a share, e.g. :data:`LOST_SHARE`) of the iterations may
+    have no record: those are dropped, and so is every iteration holding more records than
+    most do (a lost record may have landed there), and the note says how many; beyond that an
+    iteration without any is an error."""
     per, dropped = _group(windows, launch_of, gpu)
     empty = [i for i, recs in enumerate(per) if not recs]
     if not empty:
         return [reduce(recs) for recs in per], ""
-    if len(empty) > LOST_SHARE * len(per):
-        raise _no_activity(per, len(gpu), dropped, empty[0])
+    if len(empty) > lose * len(per):
+        raise RuntimeError(f"kernel clock: iteration {empty[0]} launched no GPU activity "
+                           f"({len(gpu)} GPU records: {dropped} launched outside every "
+                           f"iteration, {sum(len(r) > 1 for r in per)} iterations with more than "
+                           f"one; does this backend run on the GPU?)")
     counts = sorted(len(r) for r in per if r)
     usual = counts[len(counts) // 2]
     keep = [recs for recs in per if 0 < len(recs) <= usual]
@@ -276,8 +251,7 @@ def _detach_cupti(cupti):
     torch.profiler (Kineto) registers an activity timestamp callback (``getApproximateTime``:
     raw TSC ticks on x86) that outlives its profiling session; records taken after it are in
     ticks, not ns (a 2.1 GHz TSC read 100 us as ~206 us).  cuptiFinalize forgets every callback,
-    so CUPTI's own ns clock is back; CUPTI re-attaches on the next call.
-    """
+    so CUPTI's own ns clock is back; CUPTI re-attaches on the next call."""
     try:
         cupti.finalize()
     except Exception:
@@ -301,8 +275,7 @@ def _fine_timestamps(cupti):
     far below 2**53, where a double is exact, and the same host reads 32 ns steps, as under
     torch.profiler, whose callback returns small numbers too (bench/results/h100-80gb-hbm3/clock/).
     CUPTI wants the callback before any activity kind is enabled.  A CUPTI that refuses it
-    keeps its own clock, and the note says so.
-    """
+    keeps its own clock, and the note says so."""
     base = time.perf_counter_ns()
 
     def now():
@@ -318,8 +291,7 @@ def _fine_timestamps(cupti):
 def ns_per_tick(first, last) -> float:
     """How many ns one unit of the CUPTI timestamp is, from two (host ns, CUPTI) pairs.
 
-    1.0 when CUPTI counts ns, as it should; anything else means a foreign timestamp callback.
-    """
+    1.0 when CUPTI counts ns, as it should; anything else means a foreign timestamp callback."""
     dh, dc = last[0] - first[0], last[1] - first[1]
     if dh <= 0 or dc <= 0:
         return 1.0
@@ -379,7 +351,7 @@ def _kernel_times_cupti(launch, iters, start, cupti=None, sync=None, reduce=span
         cupti.finalize()
     scale = ns_per_tick(first, last)
     # A record stands in for its own launch: it goes to the window its start falls in.
-    per = _spans(windows, {j: s for j, (s, _) in enumerate(gpu)},
+    per, _ = _spans(windows, {j: s for j, (s, _) in enumerate(gpu)},
                  [(s, e, j) for j, (s, e) in enumerate(gpu)],
                  lambda recs: reduce([(s * scale, e * scale) for s, e in recs]))
     note = "" if scale == 1.0 else f" (CUPTI timestamps were not ns: rescaled by {scale:.4f} ns/tick)"
@@ -422,7 +394,7 @@ def _kernel_times_torch_profiler(launch, iters, start, reduce=span_us, prepare=N
     windows, launch_of, gpu = _profiler_records(prof.profiler.kineto_results.events(), tag)
     if sorted(windows) != list(range(iters)):
         raise RuntimeError("kernel clock: torch.profiler lost iteration markers")
-    return _spans_losing_few([windows[i] for i in range(iters)], launch_of, gpu, reduce)
+    return _spans([windows[i] for i in range(iters)], launch_of, gpu, reduce, LOST_SHARE)
 
 
 def kernel_times(launch, iters: int, warmup: int = 3, start: int = 0,
@@ -442,8 +414,8 @@ def kernel_times(launch, iters: int, warmup: int = 3, start: int = 0,
         launch(start + i)
     torch.cuda.synchronize()
     start += warmup
-    ok, _ = cupti_python_available()
-    if ok:
+    method = "torch.profiler"
+    if cupti_python_available()[0]:
         try:
             samples, note = _kernel_times_cupti(launch, iters, start, reduce=reduce,
                                                 prepare=prepare)
@@ -451,11 +423,9 @@ def kernel_times(launch, iters: int, warmup: int = 3, start: int = 0,
         except RuntimeError:
             raise
         except Exception as e:   # CUPTI busy (another profiler attached): fall back, say so
-            samples, note = _kernel_times_torch_profiler(launch, iters, start, reduce, prepare)
-            return samples, (f"torch.profiler (cupti-python failed: {type(e).__name__}: {e})"
-                             + note)
+            method = f"torch.profiler (cupti-python failed: {type(e).__name__}: {e})"
     samples, note = _kernel_times_torch_profiler(launch, iters, start, reduce, prepare)
-    return samples, "torch.profiler" + note
+    return samples, method + note
 
 
 def interleaved_kernel_times(launches, reps: int, warmup: int = 3,
@@ -468,8 +438,7 @@ def interleaved_kernel_times(launches, reps: int, warmup: int = 3,
     warm-up calls cannot shift the attribution.  Only for candidates with the same cache
     policy (the floor's shapes): lines stored with normal L2 priority outlive a rotation of
     evict-first (``st.global.cs``) traffic, so mixing policies can warm a neighbour's state.
-    ``prepare``: see :func:`kernel_times`.
-    """
+    ``prepare``: see :func:`kernel_times`."""
     m = len(launches)
     ran = []
 
@@ -550,8 +519,7 @@ def host_times(call, batches: int, per_batch: int, warmup: int = 5, warm_s: floa
     then more calls until ``warm_s`` seconds have passed (at most 20000 calls).  Why a time-based
     warm-up: on a lent H100 machine, cells of 200 calls right after the other clocks read 14-15 us
     per call where the same calls read 8.4-10.7 us after 200 warm-up calls in 1000-call batches;
-    our guess (unverified) is a host core that needs some ms of work to reach its full clock.
-    """
+    our guess (unverified) is a host core that needs some ms of work to reach its full clock."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     i = 0

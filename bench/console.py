@@ -35,8 +35,7 @@ def grid(rows, with_floor=True, by="B") -> list:
     keys = list(dict.fromkeys(r[by] for r in rows))
     if all(isinstance(k, int) for k in keys):
         keys.sort()
-    names = list(dict.fromkeys(r["backend"] for r in rows))
-    names = [n for n in names if n == FLOOR] + [n for n in names if n != FLOOR]
+    names = sorted(dict.fromkeys(r["backend"] for r in rows), key=lambda n: n != FLOOR)
     cell = {(r["backend"], r[by]): r for r in rows}
     pick = {}
     for r in rows:
@@ -55,10 +54,29 @@ def grid(rows, with_floor=True, by="B") -> list:
     return lines
 
 
-def not_timed(table) -> list:
-    """One line for the entries checked but not timed (no CUDA device) with their cells, one
-    per FAIL or ERROR (entry, reason), one per SKIP reason naming its entries."""
-    lines, seen, skips, checked = [], set(), {}, {}
+def render(table, env, plan, files=(), drawn="") -> str:
+    mode = plan.mode
+    lines = [f"gdnzoo bench --mode {','.join(plan.words)} on {env.get('gpu')} (driver "
+             f"{env.get('driver')}, CUDA {env.get('cuda')}, torch "
+             f"{(env.get('versions') or {}).get('torch')}), commit {env.get('commit')}"]
+    calls = mode.headline.format(tokens=",".join(map(str, plan.tokens)), l2norm=plan.l2norm,
+                                 layers=plan.layers, kernel_clock=env.get("kernel_clock", "n/a"))
+    lines.append(f"H={plan.H} HV={plan.HV} K={plan.K} V={plan.V}, {calls}"
+                 + (mode.k_first if plan.layout == "k-first" else ""))
+    ref = env.get("device_reference") or {}
+    copy, empty = ref.get("copy") or {}, ref.get("empty_kernel") or {}
+    if finite(copy.get("gbps")):
+        lines.append(f"D2D copy {copy['gbps'] / 1e3:.2f} TB/s (read+write); empty kernel "
+                     f"{us(empty.get('us'))} us; kernel clock: {env.get('kernel_clock')}")
+    for title, keep, with_floor, *by in mode.sections(plan, table):
+        rows = [r for r in table if keep(r)]
+        if any(r["status"] == "PASS" and finite(r["median_us"]) for r in rows):
+            lines += [title] if isinstance(title, str) else title
+            lines += grid(rows, with_floor, *by)
+    lines += mode.extra_lines(table, plan)
+    # the entries checked but not timed (no CUDA device) with their cells, a line per FAIL or
+    # ERROR (entry, reason), one per SKIP reason naming its entries
+    seen, skips, checked = set(), {}, {}
     for r in table:
         if r["status"] == "PASS" and "checked, not timed" in r["note"]:
             rows, clocks = checked.setdefault(r["backend"], [0, set()])
@@ -73,37 +91,10 @@ def not_timed(table) -> list:
             lines.append(f"{r['status']} {r['backend']} ({r['state_dtype']} B={r['B']}): "
                          f"{r['note'][:200]}")
         elif r["status"] == "SKIP":
-            names = skips.setdefault(r["note"], [])
-            if r["backend"] not in names:
-                names.append(r["backend"])
-    return lines + [f"SKIP {', '.join(names)}: {note[:200]}" for note, names in skips.items()]
-
-
-def run_line(env, command="gdnzoo bench") -> str:
-    """A console's first line: the command, GPU, driver, CUDA, torch and commit of the run."""
-    return (f"{command} on {env.get('gpu')} (driver {env.get('driver')}, CUDA {env.get('cuda')}, "
-            f"torch {(env.get('versions') or {}).get('torch')}), commit {env.get('commit')}")
-
-
-def render(table, env, plan, files=(), drawn="") -> str:
-    mode = plan.mode
-    lines = [run_line(env, f"gdnzoo bench --mode {','.join(plan.words)}")]
-    lines.append(f"H={plan.H} HV={plan.HV} K={plan.K} V={plan.V}, {mode.headline(plan, env)}")
-    ref = env.get("device_reference") or {}
-    copy, empty = ref.get("copy") or {}, ref.get("empty_kernel") or {}
-    if finite(copy.get("gbps")):
-        lines.append(f"D2D copy {copy['gbps'] / 1e3:.2f} TB/s (read+write); empty kernel "
-                     f"{us(empty.get('us'))} us; kernel clock: {env.get('kernel_clock')}")
-    for title, keep, with_floor, *by in mode.sections(plan, table):
-        rows = [r for r in table if keep(r)]
-        if any(r["status"] == "PASS" and finite(r["median_us"]) for r in rows):
-            lines += [title] if isinstance(title, str) else title
-            lines += grid(rows, with_floor, *by)
-    lines += mode.extra_lines(table, plan)
-    lines += not_timed(table)
-    shown = {r["note"] for r in table if r["status"] == "SKIP"}
+            skips.setdefault(r["note"], {})[r["backend"]] = None       # ordered, once each
+    lines += [f"SKIP {', '.join(names)}: {note[:200]}" for note, names in skips.items()]
     lines += [f"note: {n}" for n in plan.notes   # not what a SKIP line already said
-              if n not in shown and not any(n.endswith(f"({w})") and len(w) <= 200 for w in shown)]
+              if n not in skips and not any(n.endswith(f"({w})") and len(w) <= 200 for w in skips)]
     if drawn:
         lines.append(f"plots: {drawn}")
     if files:

@@ -11,22 +11,16 @@ medians; ``(x)`` is the multiple of the same run's floor.
 """
 from __future__ import annotations
 
-import json
 import sys
-from pathlib import Path
 
 TICK = 0.032                                     # one step of the kernel clock, µs
 STATES = ("fp32", "bf16")
 
 
 def load_rows(paths):
-    """Every row of the results files, each a dict keyed by the file's ``columns``."""
-    rows = []
-    for p in paths:
-        doc = json.loads(Path(p).read_text())
-        rows += [dict(zip(doc["columns"], r)) if isinstance(r, list) else dict(r)
-                 for r in doc["rows"]]
-    return rows
+    """Every row of the results files (report.read_results)."""
+    from gdnzoo.bench.report import read_results
+    return [r for p in paths for r in read_results(p)[0]]
 
 
 def fmt_us(x):
@@ -43,10 +37,6 @@ def cell(r):
     if r["backend"] == "floor" or r["x_floor"] is None:
         return fmt_us(r["median_us"])
     return f"{fmt_us(r['median_us'])} ({r['x_floor']:.2f})"
-
-
-def _untimed(got):
-    return all(g is None or g["status"] == "SKIP" for g in got)
 
 
 class Bar:
@@ -96,7 +86,7 @@ def pool_table(paths):
     for sd in STATES:
         for e, name in POOL_ENTRIES:
             got = [at.get((sd, e, B)) for B in Bs]
-            if not _untimed(got):
+            if not all(g is None or g["status"] == "SKIP" for g in got):   # timed somewhere
                 out.append(f"| {sd} | {name} | " + " | ".join(cell(g) for g in got) + " |")
         for B in Bs:
             bar.judge(f"{sd} B={B}", at.get((sd, "auto", B)), at.get((sd, "floor", B)),
@@ -129,7 +119,7 @@ def verify_tables(paths):
                 first = True
                 for e in VERIFY_ENTRIES:
                     got = [at.get((sd, T, form, e, B)) for B in Bs]
-                    if _untimed(got):
+                    if all(g is None or g["status"] == "SKIP" for g in got):
                         continue
                     head = f"| {sd} | {T} | {form} |" if first else "| | | |"
                     first = False

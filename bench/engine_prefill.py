@@ -23,6 +23,16 @@ with its signature (:func:`stand_in`).
 """
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
+
+import gdnzoo
+from gdnzoo import prefill_contract
+from gdnzoo.inputs import make_prefill_inputs, paged_pool
+from gdnzoo.integrations import sglang as sg, vllm as vl
+from gdnzoo.pool import Pool
+from gdnzoo.prefill_reference import reference_prefill
+
 H, HV = 4, 8
 
 
@@ -35,9 +45,6 @@ def flashinfer_chunk():
 def stand_in(algo):
     """FlashInfer's call (linear gate alpha, fp32 states) served by gdnzoo's dense prefill on
     ``algo``: the engines' sequences on a machine without FlashInfer (tests, CPU)."""
-    import torch
-
-    import gdnzoo
 
     def run(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
             use_qk_l2norm_in_kernel):
@@ -50,7 +57,6 @@ def stand_in(algo):
 # ------------------------------------------------------------------ the engines' sequences
 
 def vllm_sequence(fi, q, k, v, g, beta, ssm_state, idx, has_init, cu):
-    import torch
     initial_state = ssm_state[idx]
     initial_state[~has_init, ...] = 0
     o, final = fi(q=q.squeeze(0).contiguous(), k=k.squeeze(0).contiguous(),
@@ -63,8 +69,6 @@ def vllm_sequence(fi, q, k, v, g, beta, ssm_state, idx, has_init, cu):
 
 
 def sglang_sequence(fi, q, k, v, g, beta, ssm_states, cache_indices, query_start_loc):
-    import torch
-    import torch.nn.functional as F
     T = q.shape[1]
     q_fi = F.normalize(q[0].contiguous().float(), dim=-1, eps=1e-6).to(q.dtype)
     k_fi = F.normalize(k[0].contiguous().float(), dim=-1, eps=1e-6).to(k.dtype)
@@ -84,10 +88,6 @@ def sglang_sequence(fi, q, k, v, g, beta, ssm_states, cache_indices, query_start
 
 def make_case(engine, lengths, pads, K, state_dtype, seed, device, heads=(H, HV)):
     """The engine's tensors for ``lengths`` (+ ``pads`` padded entries), as a dict."""
-    import torch
-    import torch.nn.functional as F
-
-    from gdnzoo.inputs import make_prefill_inputs, paged_pool
     nh, nhv = heads
     lengths = list(lengths) + [0] * pads
     N = len(lengths)
@@ -100,25 +100,21 @@ def make_case(engine, lengths, pads, K, state_dtype, seed, device, heads=(H, HV)
         q, k = (F.normalize(t.float(), dim=-1, eps=1e-6).to(t.dtype)[None] for t in (x.q, x.k))
         v = x.v[None].contiguous()
     else:
-        W = 2 * nh * K + nhv * K
+        HK, W = nh * K, 2 * nh * K + nhv * K
         rows = torch.empty(T, W + 64, dtype=x.q.dtype, device=device)
-        rows[:, :nh * K], rows[:, nh * K:2 * nh * K] = x.q.flatten(1), x.k.flatten(1)
-        rows[:, 2 * nh * K:W] = x.v.flatten(1)
-        q = rows[None, :, :nh * K].unflatten(2, (nh, K))
-        k = rows[None, :, nh * K:2 * nh * K].unflatten(2, (nh, K))
-        v = rows[None, :, 2 * nh * K:W].unflatten(2, (nhv, K))
+        q, k, v = (rows[None, :, a:b].unflatten(2, (h, K))
+                   for a, b, h in ((0, HK, nh), (HK, 2 * HK, nh), (2 * HK, W, nhv)))
+        for view, t in zip((q, k, v), (x.q, x.k, x.v)):
+            view[0].copy_(t)
     P = 2 * N + 8
     pp = paged_pool(P, nhv, K, K, dtype=state_dtype, device=device, gen=gen)
     slots = (torch.randperm(P - 2, generator=gen)[:N] + 1).tolist()    # never 0 or P-1
-    for n in range(N - pads, N):
-        slots[n] = 0 if engine == "vllm" else -1
+    slots[N - pads:] = [0 if engine == "vllm" else -1] * pads
     idx = torch.tensor(slots, dtype=torch.int32, device=device)
     has_init = torch.tensor([n % 4 != 1 for n in range(N)], device=device)
     if engine == "sglang":                    # SGLang zeroes a fresh sequence's slot
-        for n in range(N - pads):
-            if not has_init[n]:
-                pp.state[slots[n]] = 0
-    named = [s for n, s in enumerate(slots) if n < N - pads]
+        pp.state[slots[1:N - pads:4]] = 0     # (has_init False: n % 4 == 1)
+    named = slots[:N - pads]
     return dict(q=q, k=k, v=v, g=g, beta=beta, buf=pp.buf, pool=pp.state, idx=idx,
                 has_init=has_init, cu=x.cu_seqlens, named=named, pads=pads, lengths=lengths)
 
@@ -143,7 +139,6 @@ def engine_call(engine, fi, c, pool):
 def adapter_call(engine, c, pool, algo):
     """call() -> out [1, T, HV, V]: gdnzoo's adapter (backend ``algo``, None: automatic) on
     ``pool`` in place."""
-    from gdnzoo.integrations import sglang as sg, vllm as vl
     if engine == "vllm":
         return lambda: vl.chunked_prefill(c["q"], c["k"], c["v"], c["g"], c["beta"], pool,
                                           c["idx"], c["has_init"], c["cu"], algo=algo)
@@ -154,8 +149,6 @@ def adapter_call(engine, c, pool, algo):
 def adapter_problem(engine, c):
     """The prefill Problem the case's adapter call poses (what the registry decides who
     serves): the arguments ``adapter_call`` hands gdnzoo.prefill through the adapter."""
-    from gdnzoo import prefill_contract
-    from gdnzoo.integrations import sglang as sg, vllm as vl
     vllm = engine == "vllm"
     problem, _ = prefill_contract.validate(
         c["q"][0], c["k"][0], c["v"][0], c["pool"], cu_seqlens=c["cu"], g=c["g"][0],
@@ -167,10 +160,6 @@ def adapter_problem(engine, c):
 
 def oracle(engine, c):
     """Float64 output [T, HV, V] and pool after the case's prefill (per-token loop)."""
-    import torch
-
-    from gdnzoo.pool import Pool
-    from gdnzoo.prefill_reference import reference_prefill
     null = 0 if engine == "vllm" else -1
     T, K, nhv = c["q"].shape[1], c["q"].shape[3], c["v"].shape[2]
     ref_pool = c["pool"].double()
@@ -187,7 +176,6 @@ def oracle(engine, c):
 def rest_untouched(c, buf, before, pool) -> bool:
     """Whether the pool's storage outside the case's named slots is bit-identical to
     ``before``."""
-    import torch
     keep = torch.ones_like(buf, dtype=torch.bool)
     page, block = pool.stride(0), pool[0].numel()
     base = pool.storage_offset() - buf.storage_offset()
@@ -198,7 +186,6 @@ def rest_untouched(c, buf, before, pool) -> bool:
 
 def pad_rows_zero(c, o) -> bool:
     """Whether the padded entries' output rows of ``o`` [1, T, HV, V] are zeros."""
-    import torch
     cu = c["cu"].tolist()
     n_real = len(c["lengths"]) - c["pads"]
     return bool(torch.count_nonzero(o[0, cu[n_real]:cu[-1]]) == 0)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import importlib
 
+import gdnzoo
+from gdnzoo import registry
+
 
 class Skip(Exception):
     """An entry that cannot run in this cell (the message says why)."""
@@ -21,7 +24,6 @@ def backends(op: str = "decode", *, pools=None, verify=None, pdl=None, native: b
     ``pdl``: True keeps those whose registry entry says so (False: those that do not);
     ``native``: leave out the torch (``language: python``) ones; ``language``: that language's
     only; ``tunable``: those with launch tables (gdnzoo.registry.tunables)."""
-    from gdnzoo import registry
 
     def keep(s, feature, want):
         return want is None or (getattr(s, feature, False) is True) == want
@@ -56,7 +58,6 @@ def named(algo, default, op: str = "decode", command: str = "gdnzoo bench") -> l
 
 def raw(name: str, op: str = "decode"):
     """Backend ``name``'s entry point ``run(call, *, config=None)`` (for :func:`launch`)."""
-    from gdnzoo import registry
     return registry.runner(name, op)
 
 
@@ -95,13 +96,11 @@ def launch(run, x, state, out, new_state, l2, *, config=None, **kw):
 
 def available(name, device, op: str = "decode") -> tuple:
     """(ok, why not): whether backend ``name`` runs on ``device`` here."""
-    from gdnzoo import registry
     return registry.availability(name, device, op)
 
 
 def can_serve(name, problem) -> tuple:
     """(ok, why not): whether backend ``name`` serves ``problem`` (a gdnzoo.contract.Problem)."""
-    from gdnzoo import registry
     return registry.can_serve(name, problem)
 
 
@@ -118,7 +117,6 @@ def public(algo, x, out, state, kw):
     """call(ix): gdnzoo's validated callable (``gdnzoo.decode`` when ``algo`` is None, else
     ``gdnzoo.get(algo)``) on ``x`` with ``state``, ``out``, use_qk_l2norm=True and the pool
     keywords ``kw(ix)`` of the index row ``ix``; returns ``out``."""
-    import gdnzoo
     fn = gdnzoo.decode if algo is None else gdnzoo.get(algo)
 
     def call(ix):
@@ -129,7 +127,6 @@ def public(algo, x, out, state, kw):
 
 def auto_note(x, out, state, **kw) -> str:
     """``auto -> NAME (source)``: what gdnzoo.decode picks for these arguments (Skip if none)."""
-    import gdnzoo
     try:
         sel = gdnzoo.select(*x.args(state), out=out, use_qk_l2norm=True, **kw)
     except ValueError as e:
@@ -139,7 +136,6 @@ def auto_note(x, out, state, **kw) -> str:
 
 def choice(problem) -> str:
     """The backend the automatic choice picks for ``problem`` ("" when none can serve it)."""
-    from gdnzoo import registry
     try:
         return registry.select(problem).name
     except ValueError:

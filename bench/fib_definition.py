@@ -38,6 +38,11 @@ def run(q, k, v, state, A_log, a, dt_bias, b, scale):
 '''
 
 
+# the contest's heads and head size (both definitions)
+HEADS = dict(num_q_heads=dict(type="const", value=4), num_k_heads=dict(type="const", value=4),
+             num_v_heads=dict(type="const", value=8), head_size=dict(type="const", value=128))
+
+
 def _tensor(shape, dtype, desc=None) -> dict:
     """A TensorSpec of the definition JSON (shape None: a scalar)."""
     return dict(shape=shape, dtype=dtype, **({"description": desc} if desc else {}))
@@ -51,9 +56,7 @@ def definition_dict() -> dict:
         description="Gated delta rule decode, Qwen3-Next linear attention at TP=4, k-last state "
                     "(local copy written by gdnzoo for its own evaluation).",
         tags=["stage:decode", "model:qwen3-next", "layout:k-last", "tp:4"],
-        axes=dict(batch_size=dict(type="var"), seq_len=dict(type="const", value=1),
-                  num_q_heads=dict(type="const", value=4), num_k_heads=dict(type="const", value=4),
-                  num_v_heads=dict(type="const", value=8), head_size=dict(type="const", value=128)),
+        axes=dict(batch_size=dict(type="var"), seq_len=dict(type="const", value=1), **HEADS),
         constraints=["num_v_heads >= num_q_heads", "num_v_heads % num_q_heads == 0",
                      "num_k_heads == num_q_heads"],
         inputs=dict(
@@ -128,9 +131,7 @@ def prefill_definition_dict() -> dict:
                     "linear attention at TP=4, k-last state (local copy written by gdnzoo for its "
                     "own evaluation).",
         tags=["stage:prefill", "model:qwen3-next", "layout:k-last", "tp:4"],
-        axes=dict(total_seq_len=dict(type="var"), num_seqs=dict(type="var"),
-                  num_q_heads=dict(type="const", value=4), num_k_heads=dict(type="const", value=4),
-                  num_v_heads=dict(type="const", value=8), head_size=dict(type="const", value=128),
+        axes=dict(total_seq_len=dict(type="var"), num_seqs=dict(type="var"), **HEADS,
                   len_cu_seqlens=dict(type="var")),
         constraints=["len_cu_seqlens == num_seqs + 1"],
         inputs=dict(

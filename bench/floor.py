@@ -7,16 +7,13 @@ flight per thread, exact or persistent grid) is searched per size, timed with th
 and the same cold-L2 rotation as the backends.  Also here: device-to-device copy bandwidth and an
 empty-kernel time, measured in the same run.  Without CuPy, a torch ``mul_`` stands in (no search).
 
-The pool floor (:func:`indexed_floor_times` of a :class:`PoolTarget`) is the same streaming kernel for a state pool: each
-sequence's slot index is loaded first, then that slot's [HV, V, K] block is read and written
-back, through the index tensor of the measured calls (same pool, same slots); its launch shape
-(float4s per thread, threads, blocks per slot) is searched the same way.  Without CuPy it is
-not measured.
-
-The verify floor (:func:`indexed_floor_times` of a :class:`VerifyTarget`) shares the streaming loop:
-each sequence's indices are loaded first, its state block is read once and stored wherever the
-speculative-verify form stores states (T intermediate states, the final state, one slot per
-token, or a commit's one copy), through the measured calls' own index tensors.
+The pool floor (:func:`indexed_floor_times` of a :class:`PoolTarget`) streams a state pool:
+each sequence's slot index is loaded first, then that slot's [HV, V, K] block is read and
+written back, through the measured calls' index tensor (same pool, same slots), its launch shape
+(float4s per thread, threads, blocks per slot) searched the same way; without CuPy it is not
+measured.  The verify floor (a :class:`VerifyTarget`) shares the loop: each sequence's indices
+are loaded first, its block is read once and stored wherever the speculative-verify form stores
+states (T intermediate states, the final state, one slot per token, or a commit's one copy).
 
 The chained floor (:func:`chained_launcher`) is the pool floor kernel as one layer of a model's
 graph runs it, right behind the kernel that writes mixed_qkv: it also reads one value of it per
@@ -26,7 +23,9 @@ sequence, and it is launched with programmatic dependent launch at the decode's 
 from __future__ import annotations
 
 import functools
+import itertools
 
+import numpy as np
 import torch
 
 from gdnzoo.bench import clocks
@@ -259,48 +258,39 @@ def cupy_available() -> tuple[bool, str]:
 
 
 @functools.lru_cache(maxsize=None)
-def _module():
-    """(module, kernels) for every instantiation: kernels[(vpt, block)] streams one buffer,
-    kernels[("pool", vpt, block)] the slots of a pool."""
+def _compiled(extra: str, names: tuple) -> tuple:
+    """(module, {name: kernel}) of :data:`_SRC` and ``extra`` compiled (CuPy, NVRTC) for the
+    template instantiations ``names``."""
     import cupy
-    keys = [(v, b) for v in VPTS for b in BLOCKS] + [("pool", v, b) for v in VPTS for b in BLOCKS]
-    names = [f"stream_{'pool' if len(k) == 3 else 'inplace'}<{k[-2]}, {k[-1]}>" for k in keys]
-    mod = cupy.RawModule(code=_SRC, options=("-std=c++17",), name_expressions=names)
-    return mod, {k: mod.get_function(n) for k, n in zip(keys, names)}
+    mod = cupy.RawModule(code=_SRC + extra, options=("-std=c++17",), name_expressions=list(names))
+    return mod, {n: mod.get_function(n) for n in names}
 
 
-@functools.lru_cache(maxsize=None)
-def _verify_module(form: str):
-    """(module, kernels) of the verify floor of ``form`` (one of :data:`VERIFY_FORMS`):
-    kernels[(vpt, block)]."""
-    import cupy
-    f = VERIFY_FORMS.index(form)
-    keys = [(v, b) for v in VPTS for b in BLOCKS]
-    names = [f"stream_verify<{f}, {v}, {b}>" for v, b in keys]
-    mod = cupy.RawModule(code=_SRC + _VERIFY_SRC, options=("-std=c++17",),
-                         name_expressions=names)
-    return mod, {k: mod.get_function(n) for k, n in zip(keys, names)}
+def _module_of(kind: str, *params) -> tuple:
+    """(source, instantiations) of the module holding the kernels ``stream_<kind>``: ``inplace``
+    and ``pool`` <vpt, block>, one module of every shape (and the empty kernel); ``verify``
+    <form's index in VERIFY_FORMS, vpt, block>, one module per form; ``pool_chained`` <level,
+    vpt, block>, one module per launch shape holding every level."""
+    if kind == "verify":
+        return _VERIFY_SRC, tuple(f"stream_verify<{params[0]}, {v}, {b}>" for v in VPTS
+                                  for b in BLOCKS)
+    if kind == "pool_chained":
+        return _CHAINED_SRC, tuple(f"stream_pool_chained<{lv}, {params[1]}, {params[2]}>"
+                                   for lv in PDL_LEVELS)
+    return "", tuple(f"stream_{k}<{v}, {b}>" for k in ("inplace", "pool") for v in VPTS
+                     for b in BLOCKS)
 
 
-@functools.lru_cache(maxsize=None)
-def _chained_module(vpt: int, blk: int):
-    """(module, kernels) of the chained floor of launch shape (vpt, blk): kernels[level], level
-    in :data:`PDL_LEVELS`."""
-    import cupy
-    names = [f"stream_pool_chained<{level}, {vpt}, {blk}>" for level in PDL_LEVELS]
-    mod = cupy.RawModule(code=_SRC + _CHAINED_SRC, options=("-std=c++17",),
-                         name_expressions=names)
-    return mod, {level: mod.get_function(n) for level, n in zip(PDL_LEVELS, names)}
+def _kernel(kind: str, *params):
+    """The kernel ``stream_<kind><params>``, compiled with its module (:func:`_module_of`)."""
+    return _compiled(*_module_of(kind, *params))[1][f"stream_{kind}<{', '.join(map(str, params))}>"]
 
 
-def launchable(vpt: int, blk: int, pool: bool = False, form: str | None = None) -> tuple[bool, str]:
-    """Whether the compiled (vpt, blk) kernel (``pool``: the pool floor's; ``form``: the verify
-    floor's of that form) can start ``blk`` threads (registers, limits)."""
+def launchable(vpt: int, blk: int, *kind) -> tuple[bool, str]:
+    """Whether the compiled (vpt, blk) kernel can start ``blk`` threads (registers, limits);
+    ``kind``: :func:`_kernel`'s kind and leading parameters (default the dense floor's)."""
     try:
-        if form is not None:
-            f = _verify_module(form)[1][(vpt, blk)]
-        else:
-            f = _module()[1][("pool", vpt, blk) if pool else (vpt, blk)]
+        f = _kernel(*(kind or ("inplace",)), vpt, blk)
         m = int(f.max_threads_per_block)
     except Exception as e:
         return False, f"x{vpt}/{blk}: {type(e).__name__}: {e}"
@@ -319,37 +309,30 @@ def configs(n4: int, sms: int, ok=None, seqs: int = 1):
 
     ``ok(vpt, blk) -> bool`` drops the shapes the compiled kernel cannot launch.  ``seqs``: the
     pool floor's sequences, each streaming its own n4 float4s with ``grid`` blocks (a
-    persistent grid shares its SM slots among them).
-    """
-    seen, out = set(), []
-    for vpt in VPTS:
-        for blk in BLOCKS:
-            if ok is not None and not ok(vpt, blk):
-                continue
+    persistent grid shares its SM slots among them)."""
+    out = {}                            # an ordered set
+    for vpt, blk in itertools.product(VPTS, BLOCKS):
+        if ok is None or ok(vpt, blk):
             exact = max(1, -(-n4 // (blk * vpt)))
             for w in WAVES:
-                grid = exact if w is None else min(exact, max(1, sms * w * max(1, 2048 // blk)
-                                                              // seqs))
-                if (vpt, blk, grid) not in seen:
-                    seen.add((vpt, blk, grid))
-                    out.append((vpt, blk, grid))
-    return out
+                out[vpt, blk, exact if w is None else min(
+                    exact, max(1, sms * w * max(1, 2048 // blk) // seqs))] = None
+    return list(out)
 
 
 def _launcher(rot, cfg, alpha=1.0, beta=0.0):
     """launch(i): launch shape ``cfg`` on the next buffer of ``rot`` (a clocks.Rotation of
     float buffers, shared by every session over them; the session's index ``i`` is unused)."""
-    import numpy as np
-    _, kern = _module()
     import cupy
+    vpt, blk, grid = cfg
+    f = _kernel("inplace", vpt, blk)
     arrs = [cupy.asarray(b) for b in rot.states]
     n4 = np.int64(rot.set_bytes // 16)
     one, zero = np.float32(alpha), np.float32(beta)
-    vpt, blk, grid = cfg
 
     def launch(i):
         with _stream():
-            kern[(vpt, blk)]((grid,), (blk,), (arrs[rot.next_index()], n4, one, zero))
+            f((grid,), (blk,), (arrs[rot.next_index()], n4, one, zero))
     return launch
 
 
@@ -359,8 +342,7 @@ def search_configs(n4: int, sms: int, probe=None, seqs: int = 1, check=None, mak
     A shape must pass the kernel's attributes (``check(vpt, blk)``, default :func:`launchable`)
     and one probe launch on ``probe`` through ``make(probe, cfg)`` (default :func:`_launcher`: a
     rotation of buffers of n4 float4s; alpha=1, beta=0 leaves them unchanged), so a resource
-    error never reaches a timed run.  ``seqs``: see :func:`configs`.
-    """
+    error never reaches a timed run.  ``seqs``: see :func:`configs`."""
     notes = []
     check = check or launchable
     make = make or _launcher
@@ -385,6 +367,7 @@ def search_configs(n4: int, sms: int, probe=None, seqs: int = 1, check=None, mak
 
 
 FINALISTS = 3   # shapes re-timed in the search's second round
+SEARCH_REPS = 8  # calls per shape in the search's first round
 
 
 def pick_fastest(cfgs, make, search_reps, prepare=None):
@@ -405,52 +388,54 @@ def pick_fastest(cfgs, make, search_reps, prepare=None):
     return cfgs[order[0]]
 
 
-def best_launcher(set_bytes: int, search_reps: int = 8, l2: int | None = None) -> dict:
+def _search(what, n4, probe, make, seqs=1, check=None, prepare=None) -> tuple:
+    """(the fastest launch shape for n4 float4s, a note on the shapes dropped, those shapes'
+    notes, the number searched): :func:`search_configs` probing ``make(probe, cfg)``, then
+    :func:`pick_fastest`; RuntimeError naming ``what`` when no shape launches."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    cfgs, dropped = search_configs(n4, sms, probe=probe, seqs=seqs, check=check, make=make)
+    if not cfgs:
+        raise RuntimeError(f"{what}: no launch shape could be launched: " + "; ".join(dropped[:4]))
+    best = pick_fastest(cfgs, lambda c: make(probe, c), SEARCH_REPS, prepare=prepare)
+    note = f" ({len(dropped)} shapes not launchable, skipped)" if dropped else ""
+    return best, note, dropped, len(cfgs)
+
+
+def best_launcher(set_bytes: int) -> dict:
     """The floor's launch shape for ``set_bytes``, searched on the kernel clock, and a cold
     rotating launcher of it: ``dict(launch, config, n_sets, dropped, searched, rot)``, with
     ``launch`` None (and ``config`` saying why) when CuPy is missing (no search possible)."""
     if set_bytes % 16:
         raise ValueError(f"floor: set_bytes must be a multiple of 16, got {set_bytes}")
     # drawn on the host: a failed graph capture elsewhere can leave the GPU's generator unusable
-    rot = clocks.Rotation(torch.randn(set_bytes // 4).to("cuda"), l2=l2)
+    rot = clocks.Rotation(torch.randn(set_bytes // 4).to("cuda"))
     ok, why = cupy_available()
     if not ok:
         return dict(launch=None, config=why, n_sets=rot.n, dropped=[], searched=0, rot=rot)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cfgs, dropped = search_configs(set_bytes // 16, sms, probe=rot)
-    if not cfgs:
-        raise RuntimeError("floor: no launch shape could be launched: " + "; ".join(dropped[:4]))
-    best = pick_fastest(cfgs, lambda c: _launcher(rot, c), search_reps)
-    vpt, blk, grid = best
-    config = f"float4 x{vpt}/thread, {blk} threads, grid {grid}"
-    if dropped:
-        config += f" ({len(dropped)} shapes not launchable, skipped)"
-    return dict(launch=_launcher(rot, best), config=config, n_sets=rot.n, dropped=dropped,
-                searched=len(cfgs), rot=rot)
+    best, note, dropped, searched = _search("floor", set_bytes // 16, rot, _launcher)
+    return dict(launch=_launcher(rot, best), n_sets=rot.n, dropped=dropped, searched=searched,
+                config="float4 x{}/thread, {} threads, grid {}".format(*best) + note, rot=rot)
 
 
-def floor_times(set_bytes: int, iters: int = 100, search_reps: int = 8, l2: int | None = None) -> dict:
+def floor_times(set_bytes: int, iters: int = 100) -> dict:
     """Best in-place streaming time over ``set_bytes`` (us samples) and the winning launch shape,
     timed in a session of its own after the search (the search's best median is biased low:
-    the minimum of many noisy medians)."""
-    f = best_launcher(set_bytes, search_reps, l2)
-    if f["launch"] is None:
+    the minimum of many noisy medians); without CuPy, a torch ``mul_`` over the rotation."""
+    f = best_launcher(set_bytes)
+    launch, rot = f.pop("launch"), f.pop("rot")
+    if launch is None:
         alpha = torch.ones((), device="cuda")
-        rot = f["rot"]
 
         def launch(i):
             rot.next()[0].mul_(alpha)
-        samples, method = clocks.kernel_times(launch, iters)
-        return dict(samples=samples, config=f"torch mul_ (no shape search: {f['config']})",
-                    n_sets=f["n_sets"], method=method)
-    samples, method = clocks.kernel_times(f["launch"], iters)
-    return dict(samples=samples, config=f["config"], n_sets=f["n_sets"], method=method,
-                searched=f["searched"], dropped=f["dropped"])
+        f["config"] = f"torch mul_ (no shape search: {f['config']})"
+    f["samples"], f["method"] = clocks.kernel_times(launch, iters)
+    return f
 
 
-def _check_storage(what, buf, page_elems: int, slot_elems: int, B: int):
-    """A pool floor's storage: flat, contiguous, 16-byte aligned pages and slots; B fits the
-    grid's y axis.  Raises ValueError naming ``what``."""
+def _check_storage(what, buf, page_elems: int, slot_elems: int, B: int) -> tuple:
+    """(page, slot) in float4s of a pool floor's storage: flat, contiguous, 16-byte aligned
+    pages and slots; B fits the grid's y axis.  Raises ValueError naming ``what``."""
     e = buf.element_size()
     if buf.dim() != 1 or not buf.is_contiguous() or buf.data_ptr() % 16:
         raise ValueError(f"{what}: buf must be a flat contiguous tensor on a 16-byte boundary "
@@ -460,6 +445,7 @@ def _check_storage(what, buf, page_elems: int, slot_elems: int, B: int):
                          f"({slot_elems * e} bytes) must be multiples of 16 bytes")
     if not 1 <= B <= 65535:
         raise ValueError(f"{what}: B must be in 1..65535 (the grid's y axis), got {B}")
+    return page_elems * e // 16, slot_elems * e // 16
 
 
 class PoolTarget:
@@ -468,29 +454,30 @@ class PoolTarget:
     ``index`` ([B] int32 on the device, the measured calls' index tensor), which
     ``prepare(i)`` refreshes before call i, outside the timed window (the measured calls'
     fresh slots, from the counter they share)."""
+    what, kind = "pool floor", ("pool",)
 
     def __init__(self, buf, page_elems: int, slot_elems: int, B: int, index, prepare):
-        _check_storage("pool floor", buf, page_elems, slot_elems, B)
-        e = buf.element_size()
+        self.page4, self.n4 = _check_storage("pool floor", buf, page_elems, slot_elems, B)
         if index.dtype != torch.int32 or tuple(index.shape) != (B,) or not index.is_contiguous():
             raise ValueError(f"pool floor: index must be a contiguous int32 [B={B}] tensor")
         self.buf, self.B, self.index, self.prepare = buf, B, index, prepare
-        self.page4, self.n4 = page_elems * e // 16, slot_elems * e // 16
 
     @property
     def bytes_moved(self) -> int:
         return 2 * self.B * self.n4 * 16
 
+    def args(self, alpha, beta) -> tuple:
+        """The pool floor kernel's arguments."""
+        return (np.uint64(self.buf.data_ptr()), np.uint64(self.index.data_ptr()),  # pointers
+                np.int64(self.page4), np.int64(self.n4), np.float32(alpha), np.float32(beta))
 
-def _pool_launcher(target: PoolTarget, cfg, alpha=1.0, beta=0.0):
-    """launch(i): launch shape ``cfg`` (vpt, block, blocks per slot) over the slots that
-    ``target.index`` holds (the session's index ``i`` is unused)."""
-    import numpy as np
-    _, kern = _module()
+
+def _indexed_launcher(target, cfg, alpha=1.0, beta=0.0):
+    """launch(i): launch shape ``cfg`` (vpt, block, blocks per slot) of the pool floor (a
+    :class:`PoolTarget`) or a verify floor (a :class:`VerifyTarget`) over what ``target``'s
+    index tensors hold (the session's index ``i`` is unused)."""
     vpt, blk, grid = cfg
-    f = kern[("pool", vpt, blk)]
-    args = (np.uint64(target.buf.data_ptr()), np.uint64(target.index.data_ptr()),  # pointers
-            np.int64(target.page4), np.int64(target.n4), np.float32(alpha), np.float32(beta))
+    f, args = _kernel(*target.kind, vpt, blk), target.args(alpha, beta)
 
     def launch(i):
         with _stream():
@@ -520,7 +507,7 @@ def chained_launcher(target: PoolTarget, shape, level: int, mixed, alpha: float 
         raise ValueError(f"chained floor: mixed must be a bf16 [B={B}, D] tensor with a unit "
                          f"last stride on the pool's device")
     vpt, blk, per_slot = shape
-    func = _chained_module(vpt, blk)[1][level]
+    func = _kernel("pool_chained", level, vpt, blk)
     if int(func.max_threads_per_block) < blk:      # also loads a lazily loaded function
         raise ValueError(f"chained floor: x{vpt}/{blk} cannot start {blk} threads per block")
     grid = per_slot * B
@@ -581,7 +568,7 @@ class VerifyTarget:
         if form not in VERIFY_FORMS:
             raise ValueError(f"verify floor: form must be one of {', '.join(VERIFY_FORMS)}, "
                              f"got {form!r}")
-        _check_storage("verify floor", buf, page_elems, slot_elems, B)
+        self.page4, self.n4 = _check_storage("verify floor", buf, page_elems, slot_elems, B)
         e = buf.element_size()
         if not 1 <= T <= MAX_TOKENS:
             raise ValueError(f"verify floor: T must be in 1..{MAX_TOKENS}, got {T}")
@@ -602,7 +589,7 @@ class VerifyTarget:
         self.form, self.buf, self.B, self.T, self.prepare = form, buf, B, T, prepare
         self.index, self.inter, self.rows, self.counts = index, inter, rows, counts
         self.ld = index.stride(0) if form == "slots" else 1
-        self.page4, self.n4 = page_elems * e // 16, slot_elems * e // 16
+        self.what, self.kind = f"verify floor ({form})", ("verify", VERIFY_FORMS.index(form))
 
     @property
     def stores(self) -> int:
@@ -614,84 +601,49 @@ class VerifyTarget:
         """State bytes read (one block per sequence) and written (:attr:`stores` per sequence)."""
         return (1 + self.stores) * self.B * self.n4 * 16
 
+    def args(self, alpha, beta) -> tuple:
+        """The verify floor kernel's arguments."""
 
-def _verify_launcher(target: VerifyTarget, cfg, alpha=1.0, beta=0.0):
-    """launch(i): launch shape ``cfg`` (vpt, block, blocks per sequence) of the verify floor
-    over what ``target``'s index tensors hold (the session's index ``i`` is unused)."""
-    import numpy as np
-    vpt, blk, grid = cfg
-    f = _verify_module(target.form)[1][(vpt, blk)]
-
-    def ptr(x):
-        return np.uint64(0 if x is None else x.data_ptr())
-    args = (ptr(target.buf), ptr(target.inter), ptr(target.index), ptr(target.rows),
-            ptr(target.counts), np.int64(target.ld), np.int32(target.T), np.int64(target.page4),
-            np.int64(target.row4), np.int64(target.step4), np.int64(target.n4),
-            np.float32(alpha), np.float32(beta))
-
-    def launch(i):
-        with _stream():
-            f((grid, target.B), (blk,), args)
-    return launch
+        def ptr(x):
+            return np.uint64(0 if x is None else x.data_ptr())
+        return (ptr(self.buf), ptr(self.inter), ptr(self.index), ptr(self.rows), ptr(self.counts),
+                np.int64(self.ld), np.int32(self.T), np.int64(self.page4), np.int64(self.row4),
+                np.int64(self.step4), np.int64(self.n4), np.float32(alpha), np.float32(beta))
 
 
-def best_indexed_launcher(target, search_reps: int = 8) -> dict:
-    """The launch shape of the pool floor (a :class:`PoolTarget`) or the verify floor of a form
-    (a :class:`VerifyTarget`) for ``target``, searched on the kernel clock over the target's
-    slots (:func:`search_configs`, :func:`pick_fastest`), and its launcher: ``dict(launch,
-    config, shape, dropped, searched)`` (``shape``: the winning (vpt, block, blocks per
-    sequence)), ``launch`` and ``shape`` None (and ``config`` saying why) without CuPy."""
+def best_indexed_launcher(target) -> dict:
+    """The pool or verify floor's launch shape for ``target``, searched on the kernel clock over
+    its slots (:func:`_search`), and its launcher: ``dict(launch, config, shape, dropped,
+    searched)``, ``launch`` and ``shape`` None (``config`` saying why) without CuPy."""
     ok, why = cupy_available()
     if not ok:
         return dict(launch=None, config=f"not measured: {why}", shape=None, dropped=[],
                     searched=0)
-    if isinstance(target, VerifyTarget):
-        what, make = f"verify floor ({target.form})", _verify_launcher
-
-        def check(v, b):
-            return launchable(v, b, form=target.form)
-    else:
-        what, make = "pool floor", _pool_launcher
-
-        def check(v, b):
-            return launchable(v, b, pool=True)
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    cfgs, dropped = search_configs(target.n4, sms, probe=target, seqs=target.B, check=check,
-                                   make=make)
-    if not cfgs:
-        raise RuntimeError(f"{what}: no launch shape could be launched: " + "; ".join(dropped[:4]))
-    vpt, blk, grid = best = pick_fastest(cfgs, lambda c: make(target, c), search_reps,
-                                         prepare=target.prepare)
-    config = f"float4 x{vpt}/thread, {blk} threads, {grid} blocks per slot x B={target.B}"
-    if dropped:
-        config += f" ({len(dropped)} shapes not launchable, skipped)"
-    return dict(launch=make(target, best), config=config, shape=best, dropped=dropped,
-                searched=len(cfgs))
+    best, note, dropped, searched = _search(
+        target.what, target.n4, target, _indexed_launcher, seqs=target.B,
+        check=lambda v, b: launchable(v, b, *target.kind), prepare=target.prepare)
+    vpt, blk, grid = best
+    return dict(launch=_indexed_launcher(target, best), shape=best, dropped=dropped,
+                searched=searched, config=f"float4 x{vpt}/thread, {blk} threads, {grid} blocks "
+                                          f"per slot x B={target.B}{note}")
 
 
-def indexed_floor_times(target, iters: int = 100, search_reps: int = 8,
-                        reduce=clocks.span_us) -> dict:
-    """The pool floor (a :class:`PoolTarget`: a streaming read-modify-write of exactly the
-    slots each call names) or the verify floor (a :class:`VerifyTarget`: each sequence's block
-    read once and stored wherever the form stores states), through the measured calls' own
-    index tensors (``target.prepare`` refreshes them before each call as theirs are), with its
-    best launch shape (:func:`best_indexed_launcher`), timed after the search in a session of
-    its own (``reduce``: see :func:`clocks.kernel_times`).  Returns dict(samples, config, shape,
-    method, searched, dropped), or ``samples`` and ``shape`` None and ``config`` saying why."""
-    best = best_indexed_launcher(target, search_reps)
-    if best["launch"] is None:
-        return dict(samples=None, config=best["config"], shape=None, method="", searched=0,
-                    dropped=[])
-    samples, method = clocks.kernel_times(best["launch"], iters, reduce=reduce,
-                                          prepare=target.prepare)
-    return dict(samples=samples, config=best["config"], shape=best["shape"], method=method,
-                searched=best["searched"], dropped=best["dropped"])
+def indexed_floor_times(target, iters: int = 100, reduce=clocks.span_us) -> dict:
+    """The pool or verify floor of ``target`` through the measured calls' own index tensors
+    (``target.prepare`` refreshes them before each call as theirs are), at its best launch shape
+    (:func:`best_indexed_launcher`), timed after the search in a session of its own (``reduce``:
+    see :func:`clocks.kernel_times`): dict(samples, config, shape, method, searched, dropped),
+    ``samples`` and ``shape`` None (``config`` saying why) without CuPy."""
+    f = best_indexed_launcher(target)
+    launch = f.pop("launch")
+    f["samples"], f["method"] = (None, "") if launch is None else clocks.kernel_times(
+        launch, iters, reduce=reduce, prepare=target.prepare)
+    return f
 
 
 def copy_bandwidth(nbytes: int | None = None, iters: int = 20) -> dict:
     """Device-to-device copy: (bytes read + bytes written) / CUPTI time of one large torch copy."""
-    l2 = clocks.l2_bytes()
-    nbytes = nbytes or max(16 * l2, 512 << 20)
+    nbytes = nbytes or max(16 * clocks.l2_bytes(), 512 << 20)
     src = torch.empty(nbytes // 4, device="cuda").uniform_()
     dst = torch.empty_like(src)
     samples, method = clocks.kernel_times(lambda i: dst.copy_(src), iters)
@@ -704,8 +656,7 @@ def empty_kernel_us(iters: int = 50) -> dict:
     ok, why = cupy_available()
     if not ok:
         return dict(us=float("nan"), note=f"not measured: {why}")
-    mod, _ = _module()
-    k = mod.get_function("empty_kernel")
+    k = _compiled(*_module_of("inplace"))[0].get_function("empty_kernel")
 
     def launch(i):
         with _stream():

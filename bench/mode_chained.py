@@ -15,15 +15,25 @@ row is SKIP.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import statistics
 from dataclasses import dataclass
 
 import torch
 
+import gdnzoo
+from gdnzoo import gate
 from gdnzoo.bench import clocks, entries, floor
 from gdnzoo.bench import mode_pool as serving
-from gdnzoo.bench.pipeline import Entry, Group, Mode, failure, rows_of, timed
+from gdnzoo.bench.args import given, usage_error
+from gdnzoo.bench.console import us
+from gdnzoo.bench.pipeline import (ERRS, Entry, Group, Mode, Progress, errors, failure, guarded,
+                                   judged, rows_of, section, timed)
+from gdnzoo.bench.report import finite
+from gdnzoo.contract import PDL_LEVELS, validate
+from gdnzoo.inputs import DTYPES, Inputs, distinct_slots, page_elems
+from gdnzoo.reference import reference_outputs
 
 try:                                 # the producer kernel; without Triton nothing can be chained
     import triton
@@ -39,7 +49,6 @@ STATES = ("fp32", "bf16")
 LAYERS = 64
 LEVELS = ("off", "wait", "early")
 PEERS = ("vllm-packed", "flashinfer-pool")
-NULL_SLOT = 0
 BUDGET_S = 480.0
 PRODUCER_BLOCK = 1024
 CHAIN_SECONDS = 0.3                 # replays of one chain and its producers' graph
@@ -120,7 +129,6 @@ def chain_bank(P, L, B, rows, device, seed=0):
     """Every layer's slots: ``rows`` rows of B distinct slots in [1, P) per layer (no slot in
     two rows of a layer), one clocks.IndexBank (part ``slots`` [L, B], each layer's row on a
     256-byte boundary, no check row: row 0 is the check's)."""
-    from gdnzoo.inputs import distinct_slots
     if rows * B > P - 1:
         raise ValueError(f"chain slots: {rows} rows of B={B} need {rows * B} slots per "
                          f"layer; a layer's pool has {P - 1} besides the null slot")
@@ -140,7 +148,6 @@ class Chain:
 
     def __init__(self, B, sd, L, H, HV, K, V, device, l2, seed=0,
                  min_bytes=serving.MIN_POOL_BYTES):
-        from gdnzoo.inputs import DTYPES
         elem = DTYPES[sd].itemsize
         self.B, self.sd, self.L = B, sd, L
         self.P, rows = layer_slots(B, L, HV, V, K, elem, l2, min_bytes)
@@ -164,6 +171,7 @@ class Chain:
         self.flat = [(y[:B * HK].view(B, 1, H, K), y[B * HK:2 * B * HK].view(B, 1, H, K),
                       y[2 * B * HK:].view(B, 1, HV, V)) for y in self.ys]
         self.rows = rows
+        self.working_set = rows * L * B * s.slot * elem    # bytes the replays cycle through
 
     def produce(self, layer):
         produce(self.xs[layer], self.ys[layer])
@@ -172,16 +180,6 @@ class Chain:
         """Layer ``layer``'s slots in row 0, the check's."""
         return self.slots.rows[0].slots[layer]
 
-    @property
-    def working_set_bytes(self) -> int:
-        """State bytes the chain's replays cycle through: rows x L x B slots."""
-        s = self.storage
-        return self.rows * self.L * self.B * s.slot * s.buf.element_size()
-
-    def notes(self) -> str:
-        s = self.storage
-        return (f"{self.sd} B={self.B}: {self.L} pools of {self.P} slots "
-                f"({s.nbytes / 2**30:.2f} GiB in all), {self.rows} index row(s) per layer")
 
 
 def layer_slots(B, L, HV, V, K, elem, l2, min_bytes=serving.MIN_POOL_BYTES) -> tuple:
@@ -189,7 +187,6 @@ def layer_slots(B, L, HV, V, K, elem, l2, min_bytes=serving.MIN_POOL_BYTES) -> t
     bytes >= 4x L2 (at least one row); the L pools together hold at least ``min_bytes`` and 4x
     L2 of pages, and room for the standalone clock's rows over the whole storage (its check
     row and one null slot included)."""
-    from gdnzoo.inputs import page_elems
     slot = HV * V * K * elem
     page = page_elems(HV, V, K) * elem
     rows = clocks.rotation_count(L * B * slot, l2, min_sets=1)
@@ -199,9 +196,6 @@ def layer_slots(B, L, HV, V, K, elem, l2, min_bytes=serving.MIN_POOL_BYTES) -> t
 
 
 # ----------------------------------------------------------------------------- the entries
-
-Skip = entries.Skip
-
 
 @dataclass
 class Runner:
@@ -215,67 +209,53 @@ class Runner:
     note: str
 
 
-def _gdnzoo_runner(name, level, ch) -> Runner:
-    import gdnzoo
-    from gdnzoo.contract import validate
-    x = ch.x
-    q, k, v = ch.packed[0]
-    p, _ = validate(q, k, v, ch.pools[0], x.A_log, x.a, x.dt_bias, x.b, x.scale, out=ch.outs[0],
-                    use_qk_l2norm=True, state_indices=ch.index[0], null_slot=NULL_SLOT,
-                    pdl=level)
-    entries.serve(name, p)
-
-    def call(layer, state, idx):
-        q, k, v = ch.packed[layer]
-        gdnzoo.decode(q, k, v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out=ch.outs[layer],
-                      use_qk_l2norm=True, algo=name, state_indices=idx, null_slot=NULL_SLOT,
-                      pdl=level)
-    return Runner([functools.partial(call, i, ch.pools[i], ch.index[i]) for i in range(ch.L)],
-                  lambda idx: call(0, ch.storage.state, idx), lambda i: ch.packed[i],
-                  f"gdnzoo.decode(algo={name!r}, pdl={level!r})")
-
-
-def _flashinfer_runner(ch) -> Runner:
-    if ch.sd not in serving.FI_STATES:
-        raise Skip("FlashInfer's pool API is timed with bf16 state only")
-    fi = entries.flashinfer_gdn("gated_delta_rule_decode_pretranspose")
-    x = ch.x
-    a, b = x.a.contiguous(), x.b.contiguous()
-
-    def call(layer, state, idx):
-        q, k, v = ch.flat[layer]
-        fi(q, k, v, None, x.A_log, a, x.dt_bias, b, scale=x.scale, output=ch.outs[layer],
-           use_qk_l2norm=True, initial_state=state, initial_state_indices=idx,
-           backend="flashinfer")
-    return Runner([functools.partial(call, i, ch.pools[i], ch.index[i]) for i in range(ch.L)],
-                  lambda idx: call(0, ch.storage.state, idx), lambda i: ch.flat[i],
-                  "FlashInfer pool API; q, k, v contiguous blocks of the producer's output")
-
-
-def _floor_runner(level, ch, shape) -> Runner:
-    from gdnzoo.contract import PDL_LEVELS
-    if shape is None:
-        raise Skip("the pool floor was not measured in this cell (see its standalone row)")
-    if level != "off" and torch.cuda.get_device_capability() < (9, 0):
-        raise Skip("PDL (griddepcontrol) needs compute capability >= 9.0")
-    s = ch.storage
-    launches = [floor.chained_launcher(
-        floor.PoolTarget(ch.bufs[i], s.page, s.slot, ch.B, ch.index[i], None), shape,
-        PDL_LEVELS[level], ch.mixed[i]) for i in range(ch.L)]
-    vpt, blk, per = shape
-    return Runner(launches, None, None,
-                  f"pool floor kernel float4 x{vpt}/thread, {blk} threads, {per} blocks per "
-                  f"slot, reading mixed_qkv[n, 0]")
-
-
 def runner(name, level, ch, shape) -> Runner:
-    """Entry (name, level) in cell ``ch``; ``shape``: the pool floor's launch shape (None when
-    not measured).  Raises Skip with the reason."""
+    """Entry (name, level) in cell ``ch``: the chained floor, FlashInfer's pool API or a gdnzoo
+    backend through ``gdnzoo.decode(..., pdl=level)``; ``shape``: the pool floor's launch shape
+    (None when not measured).  Raises Skip with the reason."""
     if name == "floor":
-        return _floor_runner(level, ch, shape)
+        if shape is None:
+            raise entries.Skip("the pool floor was not measured in this cell (see its standalone "
+                               "row)")
+        if level != "off" and torch.cuda.get_device_capability() < (9, 0):
+            raise entries.Skip("PDL (griddepcontrol) needs compute capability >= 9.0")
+        s = ch.storage
+        launches = [floor.chained_launcher(
+            floor.PoolTarget(ch.bufs[i], s.page, s.slot, ch.B, ch.index[i], None), shape,
+            PDL_LEVELS[level], ch.mixed[i]) for i in range(ch.L)]
+        vpt, blk, per = shape
+        return Runner(launches, None, None,
+                      f"pool floor kernel float4 x{vpt}/thread, {blk} threads, {per} blocks per "
+                      f"slot, reading mixed_qkv[n, 0]")
+    x = ch.x
     if name == "flashinfer-pool":
-        return _flashinfer_runner(ch)
-    return _gdnzoo_runner(name, level, ch)
+        if ch.sd not in serving.FI_STATES:
+            raise entries.Skip("FlashInfer's pool API is timed with bf16 state only")
+        fi = entries.flashinfer_gdn("gated_delta_rule_decode_pretranspose")
+        a, b = x.a.contiguous(), x.b.contiguous()
+        views = ch.flat
+        note = "FlashInfer pool API; q, k, v contiguous blocks of the producer's output"
+
+        def call(layer, state, idx):
+            q, k, v = ch.flat[layer]
+            fi(q, k, v, None, x.A_log, a, x.dt_bias, b, scale=x.scale, output=ch.outs[layer],
+               use_qk_l2norm=True, initial_state=state, initial_state_indices=idx,
+               backend="flashinfer")
+    else:
+        q, k, v = ch.packed[0]
+        p, _ = validate(q, k, v, ch.pools[0], x.A_log, x.a, x.dt_bias, x.b, x.scale,
+                        out=ch.outs[0], use_qk_l2norm=True, state_indices=ch.index[0],
+                        null_slot=serving.NULL_SLOT, pdl=level)
+        entries.serve(name, p)
+        views, note = ch.packed, f"gdnzoo.decode(algo={name!r}, pdl={level!r})"
+
+        def call(layer, state, idx):
+            q, k, v = ch.packed[layer]
+            gdnzoo.decode(q, k, v, state, x.A_log, x.a, x.dt_bias, x.b, x.scale,
+                          out=ch.outs[layer], use_qk_l2norm=True, algo=name, state_indices=idx,
+                          null_slot=serving.NULL_SLOT, pdl=level)
+    return Runner([functools.partial(call, i, ch.pools[i], ch.index[i]) for i in range(ch.L)],
+                  lambda idx: call(0, ch.storage.state, idx), views.__getitem__, note)
 
 
 # ----------------------------------------------------------------------------- checking
@@ -295,10 +275,7 @@ def check_chain(ch, run, issue) -> dict:
     slots by the gate against the float64 reference of what their producers wrote (the floor:
     its slots bit-identical, as alpha=1, beta=0, gamma=0 store what they read).  Their slots
     are then restored, so a failing entry leaves the next check its starting states.  Returns
-    dict(ok, reason, max_abs_err_out, max_abs_err_state, rel_err_out, rel_err_state, n_bad)."""
-    from gdnzoo import gate
-    from gdnzoo.inputs import Inputs
-    from gdnzoo.reference import reference_outputs
+    a check's dict (pipeline.judged's keys)."""
     ch.slots.first()
     layers = sorted({0, ch.L - 1})
     rows = {i: ch.check_rows(i).long() for i in layers}
@@ -308,29 +285,24 @@ def check_chain(ch, run, issue) -> dict:
     issue()
     if ch.ys.is_cuda:
         torch.cuda.synchronize()
-    res = dict(reasons=[], max_abs_err_out=0.0, max_abs_err_state=0.0, rel_err_out=0.0,
-               rel_err_state=0.0, n_bad=0)
-    x = ch.x
+    reasons, res, x = [], dict(dict.fromkeys(ERRS, 0.0), n_bad=0), ch.x
     for i in layers:
         after = ch.pools[i].index_select(0, rows[i])
         ch.pools[i].index_copy_(0, rows[i], before[i])
         if run.views is None:
             if not torch.equal(after, before[i]):
-                res["reasons"].append(f"layer {i}: the floor changed the slots it streams")
+                reasons.append(f"layer {i}: the floor changed the slots it streams")
             continue
         q, k, v = run.views(i)
         ref = reference_outputs(Inputs(q, k, v, before[i], x.A_log, x.a, x.dt_bias, x.b,
                                        x.scale), use_qk_l2norm=True)
         j = gate.judge(ch.outs[i], after, *ref, out_dtype=torch.bfloat16,
                        state_dtype=after.dtype)
-        res["reasons"] += [f"layer {i}: {r}" for r in j.reasons]
-        for key, val in (("max_abs_err_out", j.out.max_abs), ("max_abs_err_state", j.state.max_abs),
-                         ("rel_err_out", j.rel_err_out), ("rel_err_state", j.rel_err_state)):
-            res[key] = max(res[key], val) if math.isfinite(val) else val
-        res["n_bad"] += j.n_bad
-    res["ok"] = not res["reasons"]
-    res["reason"] = "; ".join(res.pop("reasons"))
-    return res
+        reasons += [f"layer {i}: {r}" for r in j.reasons]
+        for key, val in errors(judged(j)).items():
+            res[key] = (res[key] + val if key == "n_bad" else max(res[key], val)
+                        if math.isfinite(val) else val)
+    return dict(res, ok=not reasons, reason="; ".join(reasons))
 
 
 # ----------------------------------------------------------------------------- timing
@@ -355,55 +327,34 @@ def replay_times(graphs, prepare, reps, warmup=2) -> list:
             for j in range(len(graphs))]
 
 
-def chain_times(graph, producers, ch) -> tuple:
-    """(added latency per layer per replay pair (us), producers' time per layer (us), method):
-    the producers' graph and the chain's replayed in turn, the next slot row before each."""
-    est = [statistics.median(t) for t in replay_times((producers, graph), ch.slots.advance, 1)]
-    reps = int(min(max(CHAIN_SECONDS * 1e6 / max(sum(est), 1.0), MIN_REPLAYS), MAX_REPLAYS))
-    prod, chain = replay_times((producers, graph), ch.slots.advance, reps)
-    added = [(c - p) / ch.L for p, c in zip(prod, chain)]
-    return (added, statistics.median(prod) / ch.L,
-            f"{reps} replay pairs of CUDA graphs of {ch.L} layers (chain - producers) / L")
-
-
 # ----------------------------------------------------------------------------- measuring
-
-def measure_pool_floor(c, ch, plan) -> tuple:
-    """(the floor's standalone row: the pool floor on the whole storage, its launch shape or
-    None when not measured)."""
-    from gdnzoo.bench.pipeline import records
-    s = ch.storage
-    target = floor.PoolTarget(s.buf, s.page, s.slot, ch.B, ch.alone.index.slots,
-                              ch.alone.advance)
-    f = floor.indexed_floor_times(target, iters=min(plan.iters, 100), reduce=clocks.busy_and_count)
-    row = dict(cell=c, clock="standalone", note=f["config"], flags="", layers=plan.layers)
-    if f["samples"] is None:
-        return dict(row, status="SKIP"), None
-    return dict(row, status="PASS", method=f["method"], samples=[t for t, _ in f["samples"]],
-                n_sets=ch.alone.n,
-                kernels_per_call=records([n for _, n in f["samples"]])[0]), f["shape"]
-
 
 def measure_entry(c, clocks_, ch, plan, shape, producers) -> list:
     """Rows of one entry in one cell: SKIP, FAIL, or its chained (and standalone) times."""
     try:
         r = runner(c.backend, c.mode, ch, shape)
-    except Skip as e:
+    except entries.Skip as e:
         return rows_of(c, clocks_, "SKIP", str(e), layers=plan.layers)
     issue = chain_call(ch, r)
     ch.slots.first()
     issue()                              # every kernel compiled, loaded, memoized: then capture
     graph = clocks.capture(issue)
     chk = check_chain(ch, r, graph.replay)
-    errs = {k: chk[k] for k in ("max_abs_err_out", "max_abs_err_state", "rel_err_out",
-                                "rel_err_state", "n_bad")} if r.views is not None else {}
+    errs = errors(chk) if r.views is not None else {}
     if not chk["ok"]:
         return rows_of(c, clocks_, "FAIL", chk["reason"], layers=plan.layers, **errs)
-    added, prod, method = chain_times(graph, producers, ch)
-    del graph
-    rows = [dict(cell=c, clock="chained", status="PASS", note=r.note, flags="", samples=added,
-                 producer_us=prod, method=method, n_sets=ch.rows, layers=plan.layers,
-                 working_set_mib=ch.working_set_bytes / 2**20, **errs)]
+    # added latency per layer per replay pair: the producers' graph and the chain's replayed in
+    # turn, the next slot row before each
+    pair = (producers, graph)
+    est = [statistics.median(t) for t in replay_times(pair, ch.slots.advance, 1)]
+    reps = int(min(max(CHAIN_SECONDS * 1e6 / max(sum(est), 1.0), MIN_REPLAYS), MAX_REPLAYS))
+    prod, chain = replay_times(pair, ch.slots.advance, reps)
+    del graph, pair
+    rows = [dict(cell=c, clock="chained", status="PASS", note=r.note, flags="",
+                 samples=[(t - p) / ch.L for p, t in zip(prod, chain)],
+                 producer_us=statistics.median(prod) / ch.L, n_sets=ch.rows, layers=plan.layers,
+                 method=f"{reps} replay pairs of CUDA graphs of {ch.L} layers (chain - producers)"
+                        f" / L", working_set_mib=ch.working_set / 2**20, **errs)]
     if r.alone is not None:
         e = Entry(lambda ix: r.alone(ix.slots), None, ch.alone, r.note)
         alone = timed(c, ("kernel",), e, plan, busy=True, base=dict(errs, layers=plan.layers))
@@ -411,44 +362,9 @@ def measure_entry(c, clocks_, ch, plan, shape, producers) -> list:
     return rows
 
 
-def measure_cell(group, ch, plan, log=lambda s: None) -> list:
-    """Every entry of one cell: the pool floor first (its launch shape serves the chained
-    floor), the producers' graph, then each entry's chain; ``log(line)`` after each entry."""
-    (fc, _), *cells = group.cells
-    shape = None
-    try:
-        row, shape = measure_pool_floor(fc, ch, plan)
-        rows = [row]
-    except Exception as e:
-        plan.sync()
-        rows = rows_of(fc, ("standalone",), "ERROR", failure(e), layers=plan.layers)
-    try:
-        for i in range(ch.L):                     # compiled before the capture
-            ch.produce(i)
-        producers = clocks.capture(lambda: [ch.produce(i) for i in range(ch.L)])
-    except Exception as e:
-        plan.sync()
-        why = f"the producers' graph: {failure(e)}"
-        return rows + [x for c, k in cells for x in rows_of(c, k, "ERROR", why,
-                                                           layers=plan.layers)]
-    for c, k in cells:
-        try:
-            got = measure_entry(c, k, ch, plan, shape, producers)
-        except Exception as e:
-            plan.sync()
-            got = rows_of(c, k, "ERROR", failure(e), layers=plan.layers)
-        rows += got
-        r = got[0]
-        log(f"  {ch.sd} B={ch.B} {c.backend}[{c.mode}]: " + (
-            f"{statistics.median(r['samples']):.2f} us per layer" if r["status"] == "PASS"
-            else f"{r['status']} {r['note'][:120]}"))
-    return rows
-
-
 # ----------------------------------------------------------------------------- the table
 
-def _verdict(ok) -> str:
-    return "PASS" if ok else "MISS"
+VERDICT = {True: "PASS", False: "MISS"}
 
 
 def bars(table, ours):
@@ -456,7 +372,6 @@ def bars(table, ours):
     TICK_US), ``bar_off`` (a PDL level: <= the same backend's PDL off + TICK_US),
     ``bar_standalone`` (B >= STANDALONE_MIN_B: <= STANDALONE_BAR x its standalone time); each
     "PASS", "MISS" or "" (not applicable or not measured)."""
-    from gdnzoo.bench.report import finite
     med = {(r["backend"], r["mode"], r["clock"], r["B"], r["state_dtype"]): r["median_us"]
            for r in table if r["status"] == "PASS" and finite(r["median_us"])}
     for r in table:
@@ -467,20 +382,18 @@ def bars(table, ours):
         B, sd = r["B"], r["state_dtype"]
         fl = med.get(("floor", r["mode"], "chained", B, sd))
         if fl:
-            r["bar_floor"] = _verdict(m <= FLOOR_BAR * fl + TICK_US)
+            r["bar_floor"] = VERDICT[m <= FLOOR_BAR * fl + TICK_US]
         off = med.get((r["backend"], "off", "chained", B, sd))
         if r["mode"] != "off" and off is not None:
-            r["bar_off"] = _verdict(m <= off + TICK_US)
+            r["bar_off"] = VERDICT[m <= off + TICK_US]
         alone = med.get((r["backend"], r["mode"], "standalone", B, sd))
         if B >= STANDALONE_MIN_B and alone is not None:
-            r["bar_standalone"] = _verdict(m <= STANDALONE_BAR * alone)
+            r["bar_standalone"] = VERDICT[m <= STANDALONE_BAR * alone]
     return table
 
 
 def bar_lines(table, sd, ours, batches) -> list:
     """One line per (B, ours at a level) with a chained time: the numbers behind each bar."""
-    from gdnzoo.bench.console import us
-    from gdnzoo.bench.report import finite
     med = {(r["backend"], r["mode"], r["clock"], r["B"]): r["median_us"] for r in table
            if r["state_dtype"] == sd and r["status"] == "PASS" and finite(r["median_us"])}
     sel = [r for r in table if r["state_dtype"] == sd and r["clock"] == "chained"
@@ -509,20 +422,21 @@ def bar_lines(table, sd, ours, batches) -> list:
 
 class Chained(Mode):
     name = "chained"
+    floors = {"chained": {}, "standalone": {"mode": "off"}}
+    progress = ("chained", True)
+    headline = ("T=1, use_qk_l2norm=True, pools in place; a CUDA graph of {layers} layers "
+                "[producer (Triton, no PDL), decode]; added latency per layer = (chain - "
+                "producers) / {layers}; standalone: kernel clock (sum of a call's records)")
     method = METHOD
     columns = COLUMNS
     clocks = CLOCKS
     defaults = dict(batch=BATCHES, state_dtype=STATES, time_budget=BUDGET_S)
     cpu = "skip"
     subdir = "chained"
-
-    def cpu_reason(self, plan):
-        return (f"{plan.why_not_gpu}: the chained clock replays CUDA graphs of producer and "
-                f"decode kernels on a GPU (and times the pool floor and each decode alone with "
-                f"CUPTI); nothing was measured")
+    gpu_only = ("the chained clock replays CUDA graphs of producer and decode kernels on a GPU "
+                "(and times the pool floor and each decode alone with CUPTI)")
 
     def plan(self, plan, args):
-        from gdnzoo.bench.args import given, usage_error
         if given(args.timing):
             usage_error(f"--timing: --mode chained times its own clocks (chained, standalone), "
                         f"got {','.join(args.timing)}")
@@ -533,30 +447,53 @@ class Chained(Mode):
         plan.layers = plan.layers or LAYERS
         plan.backends = tuple(n for n in entries.named(args.algo, lambda: entries.backends(
             pdl=True)) if n not in PEERS)
-        plan.entries = (tuple(("floor", lv) for lv in LEVELS)
-                        + tuple((n, lv) for n in plan.backends for lv in LEVELS)
-                        + tuple((p, "off") for p in PEERS))
-        for sd in plan.states:
-            for B in plan.batches:
-                plan.groups.append(Group(f"{sd} B={B}", [
-                    (plan.cell("floor", "off", B, sd), ("standalone",))] + [
-                    (plan.cell(n, lv, B, sd), clocks_of(n)) for n, lv in plan.entries],
-                    key=(B, sd), skip=f"the producer kernel needs Triton: {NO_TRITON}; nothing "
-                                      f"was measured" if NO_TRITON else ""))
+        plan.entries = (*itertools.product(("floor", *plan.backends), LEVELS),
+                        *((p, "off") for p in PEERS))
+        for sd, B in itertools.product(plan.states, plan.batches):
+            plan.groups.append(Group(f"{sd} B={B}", [
+                (plan.cell("floor", "off", B, sd), ("standalone",))] + [
+                (plan.cell(n, lv, B, sd), clocks_of(n)) for n, lv in plan.entries],
+                key=(B, sd), skip=f"the producer kernel needs Triton: {NO_TRITON}; nothing "
+                                  f"was measured" if NO_TRITON else ""))
 
     def measure(self, group, plan):
-        from gdnzoo.bench.pipeline import Progress
+        """Every entry of one cell: the pool floor first (its launch shape serves the chained
+        floor), the producers' graph, then each entry's chain, a progress line after each."""
         B, sd = group.key
         ch = Chain(B, sd, plan.layers, plan.H, plan.HV, plan.K, plan.V, plan.device, plan.l2,
                    plan.seed)
-        plan.notes.append(ch.notes())
-        return measure_cell(group, ch, plan, Progress(0, plan.quiet).log)
-
-    def summary(self, rows):
-        return serving.summary_line(rows, "chained", forms=True)
-
-    def floor_of(self, row):
-        return {"chained": {}, "standalone": {"mode": "off"}}.get(row["clock"])
+        plan.notes.append(f"{sd} B={B}: {ch.L} pools of {ch.P} slots "
+                          f"({ch.storage.nbytes / 2**30:.2f} GiB in all), {ch.rows} index row(s) "
+                          f"per layer")
+        log = Progress(0, plan.quiet).log
+        (fc, _), *cells = group.cells
+        s, shape = ch.storage, None
+        try:
+            target = floor.PoolTarget(s.buf, s.page, s.slot, ch.B, ch.alone.index.slots,
+                                      ch.alone.advance)
+            rows, shape = serving.indexed_floor(fc, target, ch.alone, plan, "standalone",
+                                                layers=plan.layers)
+        except Exception as e:
+            plan.sync()
+            rows = rows_of(fc, ("standalone",), "ERROR", failure(e), layers=plan.layers)
+        try:
+            for i in range(ch.L):                     # compiled before the capture
+                ch.produce(i)
+            producers = clocks.capture(lambda: [ch.produce(i) for i in range(ch.L)])
+        except Exception as e:
+            plan.sync()
+            why = f"the producers' graph: {failure(e)}"
+            return rows + [x for c, k in cells for x in rows_of(c, k, "ERROR", why,
+                                                               layers=plan.layers)]
+        for c, k in cells:
+            got = guarded(lambda: measure_entry(c, k, ch, plan, shape, producers), [(c, k)], plan,
+                          layers=plan.layers)
+            rows += got
+            r = got[0]
+            log(f"  {ch.sd} B={ch.B} {c.backend}[{c.mode}]: " + (
+                f"{statistics.median(r['samples']):.2f} us per layer" if r["status"] == "PASS"
+                else f"{r['status']} {r['note'][:120]}"))
+        return rows
 
     def problem(self, c, plan, **kw):
         return super().problem(c, plan, pool=True, pdl="" if c.mode == "off" else c.mode)
@@ -564,18 +501,11 @@ class Chained(Mode):
     def derive(self, table, plan):
         bars(table, plan.backends)
 
-    def headline(self, plan, env):
-        return (f"T=1, use_qk_l2norm=True, pools in place; a CUDA graph of {plan.layers} layers "
-                f"[producer (Triton, no PDL), decode]; added latency per layer = (chain - "
-                f"producers) / {plan.layers}; standalone: kernel clock (sum of a call's records)")
-
     def sections(self, plan, table):
-        def keep(sd, level, clock):
-            return lambda r: (r["state_dtype"] == sd and r["mode"] == level
-                              and r["clock"] == clock)
         what = {"chained": "us per layer / x the chained floor at this level",
                 "standalone": "us per call (kernel clock) / x the pool floor"}
-        return [(f"{sd} state, PDL {level}, {clock}: {what[clock]}", keep(sd, level, clock), True)
+        return [section(f"{sd} state, PDL {level}, {clock}: {what[clock]}", True, state_dtype=sd,
+                        mode=level, clock=clock)
                 for sd in plan.states for level in LEVELS for clock in CLOCKS]
 
     def extra_lines(self, table, plan):

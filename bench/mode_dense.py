@@ -8,8 +8,21 @@ Without a CUDA device: the host clock only.
 
 from __future__ import annotations
 
-from gdnzoo.bench import entries
-from gdnzoo.bench.pipeline import Entry, Mode, gated, judged
+import dataclasses
+import itertools
+import os
+
+import torch
+
+import gdnzoo
+from gdnzoo import gate, registry
+from gdnzoo.bench import clocks, entries, floor
+from gdnzoo.bench.console import ratio, us
+from gdnzoo.bench.pipeline import Entry, Group, Mode, judged, state_bytes
+from gdnzoo.bench.report import finite
+from gdnzoo.contract import validate
+from gdnzoo.inputs import make_inputs
+from gdnzoo.reference import reference_outputs
 
 RUN_LAST = ("pt-compiled",)          # slow to compile per shape: a time budget cuts it first
 
@@ -29,31 +42,9 @@ METHOD = (
     "searched, same clock and rotation. Medians with p20/p80.")
 
 
-def state_set_bytes(c) -> int:
-    return c.B * c.HV * c.V * c.K * (4 if c.state_dtype == "fp32" else 2)
-
-
-def _flags(name) -> str:
-    from gdnzoo import registry
-    f = getattr(registry.backend_module(name), "allocates_state", None)
-    try:
-        return "warm write target" if callable(f) and f() else ""
-    except Exception:
-        return ""
-
-
 def dense_entry(c, plan) -> Entry:
     """Backend ``c.backend`` in cell ``c``: its inputs, the gate, the raw and public calls over
     one cold rotation; Skip where it cannot serve the cell."""
-    import os
-
-    import torch
-
-    import gdnzoo
-    from gdnzoo import gate
-    from gdnzoo.bench import clocks
-    from gdnzoo.contract import validate
-    from gdnzoo.inputs import make_inputs
     dest = c.mode == "dest"
     layout = plan.layout
     x = make_inputs(B=c.B, T=c.T, H=c.H, HV=c.HV, K=c.K, V=c.V, state_dtype=c.state_dtype,
@@ -85,21 +76,16 @@ def dense_entry(c, plan) -> Entry:
         st, ns = rot.next()
         public(*args[:3], st, *args[4:], out=out, new_state=None if ns is st else ns,
                use_qk_l2norm=c.l2norm, state_layout=layout)
-    return Entry(call, check, rot, host=host, base=dict(flags=_flags(c.backend)))
-
-
-def floor_rows(c, plan) -> list:
-    from gdnzoo.bench import floor
-    f = floor.floor_times(state_set_bytes(c), iters=min(plan.iters, 100))
-    return [dict(cell=c, clock="kernel", status="PASS", note=f["config"], flags="",
-                 samples=f["samples"], n_sets=f["n_sets"], method=f["method"],
-                 working_set_mib=f["n_sets"] * state_set_bytes(c) / 2**20)]
+    warm = getattr(registry.backend_module(c.backend), "allocates_state", None)
+    try:
+        warm = callable(warm) and warm()
+    except Exception:
+        warm = False
+    return Entry(call, check, rot, host=host, base=dict(flags="warm write target" * bool(warm)))
 
 
 def published(rows, B, sd, form, clock) -> list:
     """Algorithm | Median (us) | Speedup | vs FlashInfer at one batch size, fastest first."""
-    from gdnzoo.bench.console import ratio, us
-    from gdnzoo.bench.report import finite
     sel = [r for r in rows if r["B"] == B and r["state_dtype"] == sd and r["mode"] == form
            and r["clock"] == clock and r["backend"] != "floor"]
     sel.sort(key=lambda r: (r["status"] != "PASS", not finite(r["median_us"]),
@@ -119,12 +105,14 @@ class Dense(Mode):
     name = "dense"
     method = METHOD
     nvbench = True
+    k_first = ", K-first state [B, HV, K, V]"
+    floors = dict.fromkeys(("kernel", "nvbench"), {"bench": "dense", "mode": "inplace",
+                                                   "clock": "kernel"})
 
     def bench_of(self, form) -> str:
         return "dest" if form == "dest" else "dense"
 
     def plan(self, plan, args):
-        from gdnzoo import registry
         names = entries.named(args.algo or registry.env_algo(), entries.backends)
         order = [n for n in names if n not in RUN_LAST] + [n for n in names if n in RUN_LAST]
         avail = {n: entries.available(n, plan.device) for n in names}
@@ -136,27 +124,26 @@ class Dense(Mode):
                               "contiguous), gated against the k-last reference; the floor moves "
                               "the same bytes")
         plan.notes += [f"{n}: skipped ({why})" for n, (ok, why) in avail.items() if not ok]
-        from gdnzoo.bench.pipeline import Group
         forms = ["dest" if w == "dest" else "inplace" for w in plan.words]
-        for form in forms:              # dtype innermost: a time budget cuts whole backends last
-            for n in order:
-                for B in plan.batches:
-                    for sd in plan.states:
-                        plan.groups.append(Group(f"{n} B={B} {sd} {form}",
-                                                 [(plan.cell(n, form, B, sd), plan.clocks)],
-                                                 skip=avail[n][1] if not avail[n][0] else ""))
+        # dtype innermost: a time budget cuts whole backends last
+        for form, n, B, sd in itertools.product(forms, order, plan.batches, plan.states):
+            plan.groups.append(Group(f"{n} B={B} {sd} {form}", [(plan.cell(n, form, B, sd),
+                                                                 plan.clocks)],
+                                     skip="" if avail[n][0] else avail[n][1]))
         if plan.device == "cuda" and "kernel" in plan.clocks:
-            for B in plan.batches:
-                for sd in plan.states:
-                    plan.groups.append(Group(f"floor B={B} {sd}", [(plan.cell(
-                        "floor", "inplace", B, sd), ("kernel",))], budgeted=False))
+            for B, sd in itertools.product(plan.batches, plan.states):
+                plan.groups.append(Group(f"floor B={B} {sd}", [(plan.cell(
+                    "floor", "inplace", B, sd), ("kernel",))], budgeted=False))
         plan.backends = plan.entries = tuple(names)
 
-    def measure(self, group, plan):
-        (c, clocks), = group.cells
-        if c.backend == "floor":
-            return floor_rows(c, plan)
-        return gated(c, clocks, lambda: dense_entry(c, plan), plan)
+    def entry(self, c, ctx, plan):
+        return dense_entry(c, plan)
+
+    def floor_rows(self, c, ctx, plan):
+        f = floor.floor_times(state_bytes(c), iters=min(plan.iters, 100))
+        return [dict(cell=c, clock="kernel", status="PASS", note=f["config"], flags="",
+                     samples=f["samples"], n_sets=f["n_sets"], method=f["method"],
+                     working_set_mib=f["n_sets"] * state_bytes(c) / 2**20)]
 
     def finish(self, rows, plan, args):
         if args is not None and args.nvbench and plan.layout != "k-last":
@@ -168,38 +155,26 @@ class Dense(Mode):
             rows += extra
             plan.notes.append(note)
 
-    def floor_of(self, row):
-        if row["clock"] in ("kernel", "nvbench"):
-            return {"bench": "dense", "mode": "inplace", "clock": "kernel"}
-        return None
-
     def problem(self, c, plan, **kw):
         return super().problem(c, plan, inplace=c.mode == "inplace",
                                k_first=plan.layout == "k-first")
 
-    def headline(self, plan, env) -> str:
-        return super().headline(plan, env) + (", K-first state [B, HV, K, V]"
-                                              if plan.layout == "k-first" else "")
-
     def sections(self, plan, table) -> list:
-        from gdnzoo.bench.report import finite
         clock = next((k for k in ("kernel", "host") if any(
             r["clock"] == k and finite(r["median_us"]) and r["backend"] != "floor"
             for r in table)), "kernel")
-        out = []
-        for form in dict.fromkeys(r["mode"] for r in table if r["backend"] != "floor"):
-            for sd in plan.states:
-                Bs = sorted({r["B"] for r in table if r["state_dtype"] == sd})
-                if not Bs:
-                    continue
-                B0 = 1 if 1 in Bs else Bs[0]
-                head = [f"\n{sd} state, {form}, B={B0}, {clock} clock (Speedup vs pt-reference; "
-                        f"* = warm write target):"] + published(table, B0, sd, form, clock)
-                head.append(f"{clock} clock, us" + ("/x floor" if clock == "kernel" else "")
-                            + ":")
-                out.append((head, lambda r, sd=sd, form=form: (
-                    r["state_dtype"] == sd and r["clock"] == clock
-                    and (r["mode"] == form or r["backend"] == "floor")), clock == "kernel"))
+        out, forms = [], dict.fromkeys(r["mode"] for r in table if r["backend"] != "floor")
+        for form, sd in itertools.product(forms, plan.states):
+            Bs = sorted({r["B"] for r in table if r["state_dtype"] == sd})
+            if not Bs:
+                continue
+            B0 = 1 if 1 in Bs else Bs[0]
+            head = ([f"\n{sd} state, {form}, B={B0}, {clock} clock (Speedup vs pt-reference; "
+                     f"* = warm write target):"] + published(table, B0, sd, form, clock)
+                    + [f"{clock} clock, us" + ("/x floor" if clock == "kernel" else "") + ":"])
+            out.append((head, lambda r, sd=sd, form=form: (
+                r["state_dtype"] == sd and r["clock"] == clock
+                and (r["mode"] == form or r["backend"] == "floor")), clock == "kernel"))
         return out
 
 
@@ -208,14 +183,6 @@ class DenseCell:
     inputs, their reference, a cold rotation; ``dest``: destination passing."""
 
     def __init__(self, sd, B, dest, T, geometry, seed=3):
-        import dataclasses
-
-        import torch
-
-        from gdnzoo.bench import clocks
-        from gdnzoo.contract import validate
-        from gdnzoo.inputs import make_inputs
-        from gdnzoo.reference import reference_outputs
         self.sd, self.B, self.dest, self.T = sd, B, dest, T
         self.x = make_inputs(B=B, T=T, **geometry, state_dtype=sd, device="cuda", seed=seed)
         self.problem = dataclasses.replace(validate(*self.x.args())[0], inplace=not dest)
@@ -226,13 +193,11 @@ class DenseCell:
         self.prepare = None
 
     def floor_launcher(self):
-        from gdnzoo.bench import floor
         return floor.best_launcher(self.rot.set_bytes)
 
     def checked(self, run, config):
         """launch(i) of one candidate, after the gate passed it; raises if it cannot be built,
         launched, or is wrong."""
-        from gdnzoo import gate
         x = self.x
 
         def fn(q, k, v, state, A_log, a, dt_bias, b, scale, *, out, new_state, use_qk_l2norm):

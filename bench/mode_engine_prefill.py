@@ -10,10 +10,18 @@ engine_prefill`'s.  How: :data:`METHOD`.
 """
 from __future__ import annotations
 
+import itertools
+
+import torch
+
+from gdnzoo import gate, registry
 from gdnzoo.bench import engine_prefill as ep
 from gdnzoo.bench import entries
-from gdnzoo.bench.mode_prefill import mixes_here, no_graph, parse_mix, too_long_here
-from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, judged
+from gdnzoo.bench.args import given, words
+from gdnzoo.bench.clocks import Sets
+from gdnzoo.bench.mode_prefill import PrefillMode, mixes_here, no_graph, parse_mix, too_long_here
+from gdnzoo.bench.pipeline import Cell, Entry, Group, judged, section
+from gdnzoo.bench.report import finite
 
 ENGINES = ("vllm", "sglang")
 # a zero-length sequence is left out: the engines never schedule one, and FlashInfer 0.7.2
@@ -51,29 +59,16 @@ def mix_lengths(mix: str) -> tuple:
     return MIXES[mix] if mix in MIXES else parse_mix(mix)
 
 
-class OneSet:
-    """The cold source of an engine cell: one input set (the pool updated in place)."""
-    n = 1
-    prepare = None
-
-    def kernel(self, call):
-        return lambda i: call()
-
-    graph = kernel
-
-
 def engine_kernel(device):
     """FlashInfer's chunk kernel (Skip where it cannot run here)."""
-    from gdnzoo.bench.entries import Skip
     ok, why = entries.available("fi-baseline", device, "prefill")
     if not ok:
-        raise Skip(f"the engines call FlashInfer's chunk kernel: {why}")
+        raise entries.Skip(f"the engines call FlashInfer's chunk kernel: {why}")
     return ep.flashinfer_chunk()
 
 
 def case_of(c: Cell, plan):
     """The cell's engine case and its float64 oracle, made once per (engine, mix, dtype)."""
-    import torch
     keys = dict(c.keys)
     key = ("case", c.mode, keys["mix"], c.state_dtype, c.H, c.HV)
     if key not in plan.cache:
@@ -88,14 +83,13 @@ def case_of(c: Cell, plan):
 def engine_entry(c: Cell, plan) -> Entry:
     """Entry ``c.backend`` (``engine``, or a prefill backend / ``auto`` under the adapter) of
     cell ``c``; Skip with the reason where it cannot run."""
-    from gdnzoo import gate
     engine = c.mode
     case, (ref_out, ref_pool) = case_of(c, plan)
     buf, pool = ep.pool_copy(case)
-    named = case["named"]
+    named, cold = case["named"], Sets([()])
+    tol = gate.state_tol_of("fi-baseline" if c.backend == "engine" else c.backend, "prefill")
     if c.backend == "engine":
         fn = ep.engine_call(engine, engine_kernel(plan.device), case, pool)
-        tol, cold = gate.state_tol_of("fi-baseline", "prefill"), OneSet()
         cold.graph = no_graph(NO_GRAPH)
     else:
         if c.backend != "auto":
@@ -104,7 +98,6 @@ def engine_entry(c: Cell, plan) -> Entry:
                 raise entries.Skip(why)
             entries.serve(c.backend, ep.adapter_problem(engine, case))
         fn = ep.adapter_call(engine, case, pool, None if c.backend == "auto" else c.backend)
-        tol, cold = gate.state_tol_of(c.backend, "prefill"), OneSet()
 
     def check():
         before = buf.clone()
@@ -119,25 +112,21 @@ def engine_entry(c: Cell, plan) -> Entry:
         buf.copy_(before)
         return judged(j)
 
-    return Entry(lambda: fn(), check, cold, host=lambda i: fn(),
+    return Entry(fn, check, cold, host=lambda i: fn(),
                  note="" if c.backend != "auto" else "auto: the adapter's automatic choice")
 
 
-class EnginePrefill(Mode):
+class EnginePrefill(PrefillMode):
     name = "engine-prefill"
-    op = "prefill"
     not_rivals = ("engine",)
+    floors = {}
+    headline = "the engines' g/beta, q/k normalized outside, page-strided pools in place"
     method = METHOD
-    keys = ("mix",)
     columns = {"kernels_per_call": "", "engine_over": float("nan")}
     defaults = {"state_dtype": ("fp32",), "time_budget": BUDGET_S}
-    cpu = "check"
-    busy = True
     subdir = "engine-prefill"
 
     def plan(self, plan, args):
-        from gdnzoo import registry
-        from gdnzoo.bench.args import given, words
         algo = args.algo or registry.env_algo()
         picked = [w for w in words(algo) if w not in ("auto", "engine")] if algo else []
         def default():
@@ -152,27 +141,16 @@ class EnginePrefill(Mode):
             plan.notes.append(f"--dim {args.dim}: FlashInfer's chunk kernel (the engine's call) "
                               f"serves K = V = {DIM} only")
         mixes = mixes_here(plan, args, list(MIXES), CPU_MIXES)
-        for engine in ENGINES:
-            for mix in mixes:
-                L, pads = mix_lengths(mix)
-                for sd in plan.states:
-                    cells = [(Cell("engine-prefill", n, len(L) + pads, sum(L), plan.H, plan.HV,
-                                   plan.K, plan.V, sd, engine, False, (("mix", mix),)),
-                              plan.clocks) for n in names]
-                    plan.groups.append(Group(f"{engine} {mix} {sd}", cells,
-                                             skip=too_long_here(plan, sum(L))))
+        for engine, mix, sd in itertools.product(ENGINES, mixes, plan.states):
+            L, pads = mix_lengths(mix)
+            cells = [(Cell("engine-prefill", n, len(L) + pads, sum(L), plan.H, plan.HV, plan.K,
+                           plan.V, sd, engine, False, (("mix", mix),)), plan.clocks) for n in names]
+            plan.groups.append(Group(f"{engine} {mix} {sd}", cells,
+                                     skip=too_long_here(plan, sum(L))))
         plan.backends = plan.entries = tuple(names)
 
-    def measure(self, group, plan):
-        """Each entry on its own: one that raises is an ERROR row naming the exception, the
-        others of the cell still measured."""
-        from gdnzoo.bench.pipeline import gated, guarded
-        return [r for c, clocks in group.cells for r in guarded(
-            lambda c=c, clocks=clocks: gated(c, clocks, lambda: engine_entry(c, plan), plan),
-            [(c, clocks)], plan)]
-
-    def floor_of(self, row):
-        return None
+    def entry(self, c, ctx, plan):
+        return engine_entry(c, plan)
 
     def problem(self, c, plan, **kw):
         """The Problem the cell's adapter call poses (the automatic choice's, shown beside the
@@ -182,7 +160,6 @@ class EnginePrefill(Mode):
     def derive(self, table, plan):
         """engine_over: the engine's median over this entry's, per cell and clock (> 1: the
         adapter is faster)."""
-        from gdnzoo.bench.report import finite
         eng = {(r["mode"], r["mix"], r["state_dtype"], r["clock"]): r["median_us"]
                for r in table if r["backend"] == "engine" and r["status"] == "PASS"}
         for r in table:
@@ -190,25 +167,14 @@ class EnginePrefill(Mode):
             if r["backend"] != "engine" and e and finite(r["median_us"]) and r["median_us"] > 0:
                 r["engine_over"] = e / r["median_us"]
 
-    def headline(self, plan, env):
-        return "the engines' g/beta, q/k normalized outside, page-strided pools in place"
-
     def sections(self, plan, table):
-        out = []
-        for engine in ENGINES:
-            for sd in plan.states:
-                for clock in plan.clocks:
-                    def keep(r, engine=engine, sd=sd, clock=clock):
-                        return (r["mode"], r["state_dtype"], r["clock"]) == (engine, sd, clock)
-                    if any(keep(r) for r in table):
-                        out.append((f"\n{engine}, {sd} state, {clock} clock, us:", keep, False,
-                                    "mix"))
-        return out
+        return [section(f"\n{engine}, {sd} state, {clock} clock, us:", by="mix", mode=engine,
+                        state_dtype=sd, clock=clock)
+                for engine in ENGINES for sd in plan.states for clock in plan.clocks]
 
     def extra_lines(self, table, plan):
         """The bar: our best adapter entry at least 1.3x faster than the engine's call, per
         cell and clock."""
-        from gdnzoo.bench.report import finite
         best = {}
         for r in table:
             if r["backend"] != "engine" and finite(r.get("engine_over", float("nan"))):

@@ -14,11 +14,21 @@ rows for the default table's ``table_pool``.  Without a CUDA device every row is
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 from dataclasses import dataclass
 
-from gdnzoo.bench import entries
-from gdnzoo.bench.pipeline import Entry, Group, Mode, gated, guarded, judged, records
+import torch
+
+from gdnzoo import gate
+from gdnzoo.bench import clocks, entries, floor
+from gdnzoo.bench.args import usage_error
+from gdnzoo.bench.pipeline import Entry, Group, Mode, judged, records, rows_of, section
+from gdnzoo.contract import validate
+from gdnzoo.inputs import (DTYPES, Inputs, distinct_slots, make_inputs, packed, page_elems,
+                           paged_pool)
+from gdnzoo.pool import Pool as Slots
+from gdnzoo.reference import reference_outputs
 
 POOL_BATCHES = (1, 4, 8, 16, 32, 64, 128, 256, 512)
 STATES = ("fp32", "bf16")
@@ -51,7 +61,6 @@ METHOD = (
 
 def rows_for(B, slot_bytes, l2, T=1) -> int:
     """Index rows of a cell: rows * B*T * slot bytes >= 4x L2 (at least 2)."""
-    from gdnzoo.bench import clocks
     return clocks.rotation_count(B * T * slot_bytes, l2)
 
 
@@ -59,7 +68,6 @@ def pool_slots(cells, HV, V, K, elem, l2, min_bytes=MIN_POOL_BYTES, width=lambda
     """Slots of the pool of one state dtype: at least ``min_bytes`` and 4x L2 of pages, and
     room for every (B, T) cell's rows and its check row, ``width(B, T)`` slots a row, slot 0
     aside."""
-    from gdnzoo.inputs import page_elems
     page = page_elems(HV, V, K) * elem
     need = max((rows_for(B, HV * V * K * elem, l2, T) + 1) * width(B, T) for B, T in cells) + 1
     return max(math.ceil(max(min_bytes, 4 * l2) / page), need)
@@ -67,23 +75,13 @@ def pool_slots(cells, HV, V, K, elem, l2, min_bytes=MIN_POOL_BYTES, width=lambda
 
 def state_pool(P, HV, V, K, sd, device, seed=0):
     """The bench's pool (:class:`gdnzoo.inputs.PagedPool`): drawn in place on the device."""
-    import torch
-    from gdnzoo.inputs import paged_pool
     return paged_pool(P, HV, V, K, dtype=sd, device=device, fill="normal",
                       gen=torch.Generator(device=device).manual_seed(seed))
-
-
-def pool_note(sd, sp) -> str:
-    return (f"{sd} pool: {sp.P} slots, {sp.nbytes / 2**30:.2f} GiB, page {sp.page} elements "
-            f"(slot {sp.slot})")
 
 
 def slot_bank(P, B, rows, device, seed=0):
     """``rows`` rows of B distinct slots in [1, P), no slot in two rows, and a check row of B
     other slots (clocks.IndexBank, part ``slots``)."""
-    import torch
-    from gdnzoo.bench import clocks
-    from gdnzoo.inputs import distinct_slots
     if rows * B + B > P - 1:
         raise ValueError(f"slots: {rows} rows and a check row of B={B} need {rows * B + B} "
                          f"slots; the pool has {P - 1} besides the null slot")
@@ -102,14 +100,23 @@ class PoolCtx:
     out: object
     ref: tuple = None        # float64 (out, state of the check slots), made by the first check
 
-    def kw(self, ix) -> dict:
+    def kw(self, ix, form="pool") -> dict:
+        """gdnzoo.decode's pool keywords of a call on index row ``ix``."""
         return dict(state_indices=ix.slots, null_slot=NULL_SLOT)
+
+    def problem(self, form="pool"):
+        """The Problem of the check row's call in ``form`` (what a backend must serve)."""
+        return validate(*self.x.args(self.pool.state), out=self.out, use_qk_l2norm=True,
+                        **self.kw(self.bank.check, form))[0]
+
+    def target(self, form="pool"):
+        """The pool floor's target: this cell's slots, through its persistent index tensor."""
+        sp, bank = self.pool, self.bank
+        return floor.PoolTarget(sp.buf, sp.page, sp.slot, self.B, bank.index.slots, bank.advance)
 
 
 def cell_inputs(B, T, sd, geometry, device, seed) -> tuple:
     """(packed inputs of :func:`gdnzoo.inputs.make_inputs`, out [B, T, HV, V])."""
-    import torch
-    from gdnzoo.inputs import make_inputs, packed
     x = packed(make_inputs(B=B, T=T, **geometry, state_dtype=sd, device=device, seed=seed))
     return x, torch.empty(B, T, geometry["HV"], geometry["V"], dtype=x.v.dtype, device=device)
 
@@ -122,22 +129,21 @@ def make_ctx(B, sd, sp, H, HV, K, V, device, seed, l2) -> PoolCtx:
     return PoolCtx(B, sd, sp, x, bank, out)
 
 
-def pool_problem(ctx, **kw):
-    from gdnzoo.contract import validate
-    return validate(*ctx.x.args(ctx.pool.state), out=ctx.out, use_qk_l2norm=True,
-                    **(kw or ctx.kw(ctx.bank.check)))[0]
-
-
 def snapshot(ctx) -> tuple:
     inter = getattr(ctx, "inter", None)
     return (ctx.pool.buf.clone(), ctx.x.rows.clone(), ctx.x.ab.clone(),
             None if inter is None else inter.clone())
 
 
-def unchanged(ctx, snap, pool_reason) -> list:
-    """Reasons a call changed what it must not: the pool's storage (``pool_reason``), the
-    intermediate store, the packed activations; each restored."""
-    buf, rows, ab, inter = snap
+def restore(ctx, snap, pool_reason, slots=None, rows=None) -> list:
+    """Put back what a call was allowed to write (the pool's ``slots``, the intermediate store's
+    ``rows``) from ``snap``, then the reasons it changed what it must not: the pool's storage
+    (``pool_reason``), the intermediate store, the packed activations; each restored."""
+    st, (buf, xrows, ab, inter) = ctx.pool.state, snap
+    if slots is not None:
+        st.index_copy_(0, slots, buf.as_strided(st.size(), st.stride()).index_select(0, slots))
+    if rows is not None:
+        ctx.inter.index_copy_(0, rows, inter.index_select(0, rows))
     reasons = []
     if not ctx.pool.buf.equal(buf):
         reasons.append(pool_reason)
@@ -145,7 +151,7 @@ def unchanged(ctx, snap, pool_reason) -> list:
     if inter is not None and not ctx.inter.equal(inter):
         reasons.append("intermediate_states: changed outside the call's rows")
         ctx.inter.copy_(inter)
-    if not ctx.x.rows.equal(rows) or not ctx.x.ab.equal(ab):
+    if not ctx.x.rows.equal(xrows) or not ctx.x.ab.equal(ab):
         reasons.append("mixed_qkv or a/b: modified by the call")
     return reasons
 
@@ -154,33 +160,39 @@ def check_slots(call, ctx) -> dict:
     """One call on the check row, judged by the gate against the float64 reference (out and
     the written slots); then the check slots are restored, and nothing else of the pool's
     storage (other slots, page gaps) nor the packed activations may have changed."""
-    from gdnzoo import gate
-    from gdnzoo.inputs import Inputs
-    from gdnzoo.reference import reference_outputs
     st, ix = ctx.pool.state, ctx.bank.check
-    rows = ix.slots.long()
-    before = st.index_select(0, rows)
+    slots = ix.slots.long()
     if ctx.ref is None:
-        ctx.ref = reference_outputs(Inputs(*ctx.x.args(before)), use_qk_l2norm=True)
+        ctx.ref = reference_outputs(Inputs(*ctx.x.args(st.index_select(0, slots))),
+                                    use_qk_l2norm=True)
     snap = snapshot(ctx)
     ctx.out.fill_(float("nan"))
     call(ix)
-    j = gate.judge(ctx.out, st.index_select(0, rows), *ctx.ref, out_dtype=ctx.out.dtype,
+    j = gate.judge(ctx.out, st.index_select(0, slots), *ctx.ref, out_dtype=ctx.out.dtype,
                    state_dtype=st.dtype)
-    st.index_copy_(0, rows, before)
-    j.reasons += unchanged(ctx, snap, "pool: changed outside the slots of the call (other "
-                                      "slots or page gaps)")
+    j.reasons += restore(ctx, snap, "pool: changed outside the slots of the call (other slots "
+                                    "or page gaps)", slots)
     return judged(j)
 
 
 # ----------------------------------------------------------------------------- the entries
 
+def gdnzoo_call(name, ctx, form="pool") -> tuple:
+    """(call(ix), note) of ``auto`` (gdnzoo.decode's own choice) or gdnzoo backend ``name``
+    through its public callable in ``form``; raises Skip with the reason."""
+    def kw(ix):
+        return ctx.kw(ix, form)
+    x, st = ctx.x, ctx.pool.state
+    if name == "auto":
+        return (entries.public(None, x, ctx.out, st, kw),
+                entries.auto_note(x, ctx.out, st, **kw(ctx.bank.check)))
+    entries.serve(name, ctx.problem(form))
+    return entries.public(name, x, ctx.out, st, kw), ""
+
+
 def pool_call(name, ctx) -> tuple:
     """(call(ix), note) of entry ``name`` in this cell; raises Skip with the reason."""
     x, st = ctx.x, ctx.pool.state
-    if name == "auto":
-        return (entries.public(None, x, ctx.out, st, ctx.kw),
-                entries.auto_note(x, ctx.out, st, **ctx.kw(ctx.bank.check)))
     if name == "flashinfer-pool":
         if ctx.sd not in FI_STATES:
             raise entries.Skip("FlashInfer's pool API is timed with bf16 state only")
@@ -203,26 +215,20 @@ def pool_call(name, ctx) -> tuple:
             mod.packed_decode(x.mixed, x.a2, x.b2, x.A_log, x.dt_bias, x.scale, st, ctx.out,
                               ix.slots, use_qk_l2norm_in_kernel=True)
         return call, f"{ADAPTERS[name]}.packed_decode"
-    entries.serve(name, pool_problem(ctx))
-    return entries.public(name, x, ctx.out, st, ctx.kw), ""
+    return gdnzoo_call(name, ctx)
 
 
-def pool_target(ctx):
-    """The pool floor's target: this cell's slots, through its persistent index tensor."""
-    from gdnzoo.bench import floor
-    sp, bank = ctx.pool, ctx.bank
-    return floor.PoolTarget(sp.buf, sp.page, sp.slot, ctx.B, bank.index.slots, bank.advance)
-
-
-def indexed_floor(c, f, bank) -> list:
-    """The row of a floor timed over an index bank (``f``: floor.indexed_floor_times' or
-    (the verify floor's), busy samples), SKIP where it was not measured."""
-    row = dict(cell=c, clock="kernel", flags="", n_sets=bank.n, note=f["config"],
+def indexed_floor(c, target, bank, plan, clock="kernel", **extra) -> tuple:
+    """([row], launch shape) of the pool floor or a verify floor (``target``) timed over the
+    index bank ``bank`` (floor.indexed_floor_times, busy samples); SKIP (and shape None) where
+    it was not measured."""
+    f = floor.indexed_floor_times(target, iters=min(plan.iters, 100), reduce=clocks.busy_and_count)
+    row = dict(extra, cell=c, clock=clock, flags="", n_sets=bank.n, note=f["config"],
                method=f["method"])
     if f["samples"] is None:
-        return [dict(row, status="SKIP")]
+        return [dict(row, status="SKIP")], None
     return [dict(row, status="PASS", samples=[s for s, _ in f["samples"]],
-                 kernels_per_call=records([n for _, n in f["samples"]])[0])]
+                 kernels_per_call=records([n for _, n in f["samples"]])[0])], f["shape"]
 
 
 def flag_adapters(rows):
@@ -234,26 +240,6 @@ def flag_adapters(rows):
         ref = auto.get((r["cell"].B, r["cell"].state_dtype))
         if r["cell"].backend in ADAPTERS and r["clock"] == "kernel" and n and ref and n != ref:
             r["flags"] = f"records {n:g} != decode's {ref:g}"
-
-
-def summary_line(rows, clock="kernel", forms=False) -> str:
-    """One progress line: each timed median on ``clock`` and its multiple of the floor of its
-    form, then the entries checked but not timed or not passed."""
-    import statistics
-    med = {(r["cell"].backend, r["cell"].mode): statistics.median(r["samples"]) for r in rows
-           if r["clock"] == clock and r["status"] == "PASS" and r.get("samples")}
-
-    def label(c):
-        return f"{c.backend}[{c.mode}]" if forms else c.backend
-    parts = []
-    for (name, form), us in med.items():
-        fl = med.get(("floor", form))
-        parts.append(f"{name}[{form}] {us:.2f}" if forms else f"{name} {us:.2f}")
-        parts[-1] += f" {us / fl:.2f}x" if fl and name != "floor" else ""
-    other = [f"{label(r['cell'])} {'checked' if r['status'] == 'PASS' else r['status']}"
-             for r in rows if r["clock"] == clock and r["status"] != "SKIP"
-             and not r.get("samples")]
-    return " | ".join(parts + other) or "nothing ran"
 
 
 # ----------------------------------------------------------------------------- the mode
@@ -281,26 +267,21 @@ class Serving(Mode):
 
     def pool(self, sd, plan):
         """The run's pool of state dtype ``sd`` (made once, sized for every cell)."""
-        from gdnzoo.inputs import DTYPES
         if sd not in plan.cache:
             if not self.keep_pools:
                 plan.cache.clear()
             P = pool_slots(self.cells(plan), plan.HV, plan.V, plan.K, DTYPES[sd].itemsize,
                            plan.l2, MIN_POOL_BYTES if plan.gpu else 0, width=self.width)
-            plan.cache[sd] = state_pool(P, plan.HV, plan.V, plan.K, sd, plan.device, plan.seed)
-            plan.notes.append(pool_note(sd, plan.cache[sd]))
+            sp = plan.cache[sd] = state_pool(P, plan.HV, plan.V, plan.K, sd, plan.device,
+                                             plan.seed)
+            plan.notes.append(f"{sd} pool: {sp.P} slots, {sp.nbytes / 2**30:.2f} GiB, page "
+                              f"{sp.page} elements (slot {sp.slot})")
         return plan.cache[sd]
 
-    def measure(self, group, plan):
-        ctx = self.context(group.key, plan)
-        rows = []
-        for c, clocks in group.cells:
-            if c.backend == "floor":
-                rows += guarded(lambda: self.floor_rows(c, ctx, plan), [(c, clocks)], plan)
-            else:
-                rows += guarded(lambda: gated(c, clocks, lambda: self.setup(c, ctx), plan),
-                                [(c, clocks)], plan)
-        return rows
+    def floor_rows(self, c, ctx, plan):
+        if not plan.gpu:
+            return rows_of(c, ("kernel",), "SKIP", "not on a CUDA device")
+        return indexed_floor(c, ctx.target(c.mode), ctx.bank, plan)[0]
 
     def problem(self, c, plan, **kw):
         """The automatic choice's Problem: its calls read and write a pool."""
@@ -309,18 +290,18 @@ class Serving(Mode):
 
 class Pool(Serving):
     name = "pool"
+    headline = ("T=1, use_qk_l2norm=True, in place; kernel clock: {kernel_clock} (sum of a call's "
+                "records)")
     method = METHOD
     defaults = dict(batch=POOL_BATCHES, state_dtype=STATES, time_budget=BUDGET_S)
     cpu = "skip"
     graph_entries = GRAPH_ENTRIES
     subdir = "pool"
-
-    def cpu_reason(self, plan):
-        return (f"{plan.why_not_gpu}: the serving benchmark times GPU kernels (CUPTI kernel "
-                f"clock, CUDA graphs, the pool floor); nothing was measured")
+    progress = ("kernel", False)
+    gpu_only = ("the serving benchmark times GPU kernels (CUPTI kernel clock, CUDA graphs, the "
+                "pool floor)")
 
     def plan(self, plan, args):
-        from gdnzoo.bench.args import usage_error
         if plan.tokens != (1,):
             usage_error(f"--tokens: the serving benchmark is a decode step, T=1; got "
                         f"{plan.tokens[0]}")
@@ -328,44 +309,29 @@ class Pool(Serving):
         plan.backends = tuple(entries.named(args.algo, lambda: entries.backends(
             pools=True, native=True)))
         plan.entries = ("floor", "auto", *plan.backends, *PEERS)
-        for B in plan.batches:
-            for sd in plan.states:
-                plan.groups.append(Group(f"{sd} B={B}", [
-                    (plan.cell(n, "pool", B, sd), self.clocks_of(n, plan)) for n in plan.entries],
-                    key=(B, sd)))
+        for B, sd in itertools.product(plan.batches, plan.states):
+            plan.groups.append(Group(f"{sd} B={B}", [
+                (plan.cell(n, "pool", B, sd), self.clocks_of(n, plan)) for n in plan.entries],
+                key=(B, sd)))
 
     def context(self, key, plan):
         B, sd = key
         return make_ctx(B, sd, self.pool(sd, plan), plan.H, plan.HV, plan.K, plan.V,
                         plan.device, plan.seed, plan.l2)
 
-    def setup(self, c, ctx):
+    def entry(self, c, ctx, plan):
         call, note = pool_call(c.backend, ctx)
         return Entry(call, lambda: check_slots(call, ctx), ctx.bank, note)
-
-    def floor_rows(self, c, ctx, plan):
-        from gdnzoo.bench import clocks, floor
-        return indexed_floor(c, floor.indexed_floor_times(pool_target(ctx), iters=min(plan.iters, 100),
-                                                       reduce=clocks.busy_and_count), ctx.bank)
 
     def finish(self, rows, plan, args):
         flag_adapters(rows)
 
-    def summary(self, rows):
-        return summary_line(rows)
-
-    def headline(self, plan, env):
-        return (f"T=1, use_qk_l2norm=True, in place; kernel clock: "
-                f"{env.get('kernel_clock', 'n/a')} (sum of a call's records)")
-
     def sections(self, plan, table):
-        out = []
-        for sd in plan.states:
-            out += [(f"\n{sd} state, kernel clock, us / x the same-run pool floor:",
-                     lambda r, sd=sd: r["state_dtype"] == sd and r["clock"] == "kernel", True),
-                    (f"{sd} state, graph clock (CUDA graph of N calls), us per call:",
-                     lambda r, sd=sd: r["state_dtype"] == sd and r["clock"] == "graph", False)]
-        return out
+        return [s for sd in plan.states for s in (
+            section(f"\n{sd} state, kernel clock, us / x the same-run pool floor:", True,
+                    state_dtype=sd, clock="kernel"),
+            section(f"{sd} state, graph clock (CUDA graph of N calls), us per call:",
+                    state_dtype=sd, clock="graph"))]
 
     def extra_lines(self, table, plan):
         lines = []
@@ -384,27 +350,27 @@ class Pool(Serving):
 
 class PoolCell:
     """One (state dtype, B) of a pool shape search (``gdnzoo tune --shapes --mode pool``): a
-    cell of this mode over a shared pool ``sp``, each candidate checked by :func:`check_slots`
-    (subclassed by the verify search's)."""
+    cell of this mode over a shared pool ``sp`` in ``FORM``, each candidate checked as the
+    bench checks it (subclassed by the verify search's)."""
+    FORM = "pool"
 
     def __init__(self, sd, sp, B, geometry, seed=3):
-        from gdnzoo.bench import clocks
         self.sd, self.B, self.sp = sd, B, sp
-        self.ctx = make_ctx(B, sd, sp, **geometry, device="cuda", seed=seed,
-                            l2=clocks.l2_bytes())
-        self.problem = pool_problem(self.ctx)
+        self.ctx = self.context(geometry, seed)
+        self.problem = self.ctx.problem(self.FORM)
         self.prepare = self.ctx.bank.advance    # the next row into the index, before each call
 
+    def context(self, geometry, seed):
+        return make_ctx(self.B, self.sd, self.sp, **geometry, device="cuda", seed=seed,
+                        l2=clocks.l2_bytes())
+
     def floor_launcher(self):
-        from gdnzoo.bench import floor
-        return floor.best_indexed_launcher(pool_target(self.ctx))
+        return floor.best_indexed_launcher(self.ctx.target(self.FORM))
 
     def call(self, run, config, **kw):
         """call(ix): ``run`` with ``config`` on index row ``ix``, the pool keywords
         gdnzoo.decode passes a backend (and ``kw``, e.g. verify's)."""
-        from gdnzoo.pool import Pool as Slots
-        ctx = self.ctx
-        st = ctx.pool.state
+        ctx, st = self.ctx, self.ctx.pool.state
 
         def call(ix):
             entries.launch(run, ctx.x, st, ctx.out, st, True, config=config,

@@ -11,11 +11,20 @@ oracle (its relative RMS errors of output and final state are the rows' ``rel_er
 """
 from __future__ import annotations
 
+import itertools
 import math
-import re
+import statistics
 
-from gdnzoo.bench import args as A, entries
-from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, gated, judged
+import torch
+
+import gdnzoo
+from gdnzoo import gate, prefill_contract, registry
+from gdnzoo.bench import args as A, entries, floor
+from gdnzoo.bench.clocks import GraphUnsupported, Sets
+from gdnzoo.bench.pipeline import Cell, Entry, Group, Mode, judged, state_bytes
+from gdnzoo.bench.report import finite
+from gdnzoo.inputs import DTYPES, make_prefill_inputs
+from gdnzoo.prefill_contract import Problem
 
 GEOMETRIES = ((4, 8), (16, 32), (16, 48), (16, 64), (2, 8))
 MIXES = ("1x8192", "1x32768", "8x1024", "16x256", "64x64", "ragged")
@@ -76,119 +85,61 @@ METHOD = (
     "p20/p80.")
 
 
-MIX = re.compile(r"(\d+)x(\d+)(?:\+(\d+)pad)?")
-
-
 def parse_mix(mix: str) -> tuple:
     """(lengths, padded entries) of ``NxL`` (N sequences of L tokens), ``NxL+Kpad`` (and K
     padded entries: ``--mode engine-prefill`` only) or ``ragged``."""
     if mix == "ragged":
         return list(RAGGED), 0
-    m = MIX.fullmatch(mix)
+    m = A.MIX.fullmatch(mix)
     return [int(m[2])] * int(m[1]), int(m[3] or 0)
-
-
-def lengths(mix: str) -> list:
-    """A mix's sequence lengths (its padded entries are not sequences)."""
-    return parse_mix(mix)[0]
-
-
-def mix_arg(s) -> list:
-    """``--mix``: a comma list of NxL, NxL+Kpad and ragged."""
-    import argparse
-    from gdnzoo.bench.args import words
-    out = words(s)
-    for w in out:
-        m = MIX.fullmatch(w)
-        if w != "ragged" and not (m and int(m[1]) >= 1 and int(m[2]) >= 1):
-            raise argparse.ArgumentTypeError(f"expected NxL (N sequences of L tokens), NxL+Kpad "
-                                             f"(and K padded entries) or ragged, got {w!r}")
-    return out
-
-
-def flops(c: Cell) -> float:
-    """FlashInfer's count: 4 * T * HV * K * V per call."""
-    return 4.0 * c.T * c.HV * c.K * c.V
 
 
 def prefill_bytes(c: Cell) -> int:
     """q, k, v, a, b read and out written (bf16), the state read and written once."""
-    state = 2 * c.B * c.HV * c.V * c.K * (4 if c.state_dtype == "fp32" else 2)
-    return 2 * c.T * (2 * c.H * c.K + 2 * c.HV * c.V + 2 * c.HV) + state
+    return 2 * c.T * (2 * c.H * c.K + 2 * c.HV * c.V + 2 * c.HV) + 2 * state_bytes(c)
 
 
-class InputSets:
-    """The cold source of a cell: ``n`` copies of its inputs (and states, and pools) visited
-    round robin; ``call(x, state, kw)`` takes one set."""
-
-    def __init__(self, x, form, n, device, seed, layout="k-last"):
-        import torch
-        self.sets = []
-        for i in range(n):
-            y = x.clone()
-            if form == "pool":
-                N = y.cu_seqlens.shape[0] - 1
-                P = 2 * N + 3
-                g = torch.Generator().manual_seed(seed + i)
-                pool = torch.randn((P, *y.state.shape[1:]), generator=g).mul(0.05).to(
-                    y.state.dtype).to(device)
-                slots = torch.randperm(P, generator=g)[:N].to(torch.int32).to(device)
-                pool[slots.long()] = y.state
-                self.sets.append((y, entries.in_layout(pool, layout),
-                                  dict(state_indices=slots)))
-            else:
-                self.sets.append((y, entries.in_layout(y.state, layout), {}))
-        self.n = len(self.sets)
-        self._turn = 0
-        y, st, _ = self.sets[0]
-        self.working_set_bytes = n * (sum(t.numel() * t.element_size() for t in (
-            y.q, y.k, y.v, y.a, y.b)) + st.numel() * st.element_size())
-
-    def next(self):
-        s = self.sets[self._turn % self.n]
-        self._turn += 1
-        return s
-
-    prepare = None
-
-    def kernel(self, call):
-        return lambda i: call(*self.next())
-
-    graph = kernel
-
-
-def rotation(x, l2) -> int:
-    """Input sets of a cell: at least 2, and 2x the L2 of bytes, at most 8."""
+def input_sets(x, form, l2, device, seed, layout="k-last"):
+    """The cold source of a cell (clocks.Sets): copies of its inputs (and states, and pools),
+    at least 2 and 2x the L2 of bytes, at most 8; ``call(x, state, kw)`` takes one set."""
     one = sum(t.numel() * t.element_size() for t in (x.q, x.k, x.v, x.a, x.b, x.state))
-    return max(2, min(8, math.ceil(2 * l2 / max(one, 1))))
+    n, sets = max(2, min(8, math.ceil(2 * l2 / max(one, 1)))), []
+    for i in range(n):
+        y = x.clone()
+        if form == "pool":
+            N = y.cu_seqlens.shape[0] - 1
+            P = 2 * N + 3
+            g = torch.Generator().manual_seed(seed + i)
+            pool = torch.randn((P, *y.state.shape[1:]), generator=g).mul(0.05).to(
+                y.state.dtype).to(device)
+            slots = torch.randperm(P, generator=g)[:N].to(torch.int32).to(device)
+            pool[slots.long()] = y.state
+            sets.append((y, entries.in_layout(pool, layout), dict(state_indices=slots)))
+        else:
+            sets.append((y, entries.in_layout(y.state, layout), {}))
+    cold = Sets(sets)
+    y, st, _ = sets[0]
+    cold.working_set_bytes = n * (sum(t.numel() * t.element_size() for t in (
+        y.q, y.k, y.v, y.a, y.b)) + st.numel() * st.element_size())
+    return cold
 
 
 def prefill_entry(c: Cell, plan) -> Entry:
     """Entry ``c.backend`` (a prefill backend, or ``auto``) in cell ``c``; Skip with the reason
     where it cannot serve it."""
-    import torch
-
-    import gdnzoo
-    from gdnzoo import gate, prefill_contract
-    from gdnzoo.inputs import make_prefill_inputs
-    keys = dict(c.keys)
-    form = c.mode
-    x = make_prefill_inputs(lengths(keys["mix"]), H=c.H, HV=c.HV, K=c.K, V=c.V,
+    mix, form, layout = dict(c.keys)["mix"], c.mode, plan.layout
+    x = make_prefill_inputs(parse_mix(mix)[0], H=c.H, HV=c.HV, K=c.K, V=c.V,
                             state_dtype=c.state_dtype, device=plan.device, seed=plan.seed)
-    ref = plan.cache.get(("ref", c.H, c.HV, keys["mix"], c.state_dtype))
-    if ref is None:
-        ref = plan.cache[("ref", c.H, c.HV, keys["mix"], c.state_dtype)] = x.reference(True)
+    key = ("ref", c.H, c.HV, mix, c.state_dtype)
+    ref = plan.cache.get(key) or plan.cache.setdefault(key, x.reference(True))
     fn = gdnzoo.prefill if c.backend == "auto" else gdnzoo.get(c.backend, op="prefill")
-    layout = plan.layout
-    sets = InputSets(x, form, rotation(x, plan.l2 or 0), plan.device, plan.seed, layout)
+    sets = input_sets(x, form, plan.l2 or 0, plan.device, plan.seed, layout)
     y0, st0, kw0 = sets.sets[0]
-    kw0 = dict(kw0, state_layout=layout)
-    problem, _ = prefill_contract.validate(*y0.args()[:3], st0, *y0.args()[4:],
-                                           use_qk_l2norm=True, **kw0)
+    args0, kw0 = (*y0.args()[:3], st0, *y0.args()[4:]), dict(kw0, state_layout=layout)
+    problem, _ = prefill_contract.validate(*args0, use_qk_l2norm=True, **kw0)
     note = ""
     if c.backend == "auto":
-        sel = gdnzoo.select(*y0.args()[:3], st0, *y0.args()[4:], op="prefill",
-                            use_qk_l2norm=True, **kw0)
+        sel = gdnzoo.select(*args0, op="prefill", use_qk_l2norm=True, **kw0)
         note = f"auto -> {sel.name} ({sel.source})"
     else:
         entries.serve(c.backend, problem)
@@ -203,8 +154,7 @@ def prefill_entry(c: Cell, plan) -> Entry:
         y, pool, kw = sets.sets[0]
         before = pool.clone()
         out.fill_(float("nan"))
-        fn(*y.args()[:3], pool, *y.args()[4:], out=out, use_qk_l2norm=True, **kw,
-           state_layout=layout)
+        call(y, pool, kw)
         slots = kw["state_indices"].long()
         got = pool.index_select(0, slots)
         j = gate.judge(out, got if layout == "k-last" else got.transpose(-1, -2), *ref,
@@ -220,45 +170,22 @@ def prefill_entry(c: Cell, plan) -> Entry:
         fn(*y.args()[:3], st, *y.args()[4:], out=out, use_qk_l2norm=True, **kw,
            state_layout=layout)
 
-    def host(i):
-        call(*sets.next())
     if c.backend in HOST_SYNC:
         sets.graph = no_graph(HOST_SYNC[c.backend])
-    return Entry(call, check, sets, note=note, host=host)
+    return Entry(call, check, sets, note=note, host=lambda i: call(*sets.next()))
 
 
 def no_graph(why):
     """A cold source's ``graph`` for an entry no CUDA graph can hold."""
-    from gdnzoo.bench.clocks import GraphUnsupported
 
     def graph(call):
         raise GraphUnsupported(why)
     return graph
 
 
-def floor_row(c: Cell, plan) -> list:
-    """The cell's floor: max(memory floor, compute floor) from this run's measured copy
-    bandwidth and bf16 matmul rate."""
-    rates = plan.cache.get("rates")
-    if rates is None:
-        rates = plan.cache["rates"] = measured_rates()
-    mem = prefill_bytes(c) / (rates["copy_gbps"] * 1e3)      # us
-    comp = flops(c) / (rates["tflops"] * 1e6)               # us
-    which = "memory" if mem >= comp else "compute"
-    return [dict(cell=c, clock="kernel", status="PASS", flags="", samples=[max(mem, comp)],
-                 note=f"{which} floor (memory {mem:.1f} us at {rates['copy_gbps']:.0f} GB/s, "
-                      f"compute {comp:.1f} us at {rates['tflops']:.0f} TFLOP/s)",
-                 method="computed from this run's copy bandwidth and bf16 matmul rate")]
-
-
 def measured_rates() -> dict:
     """This GPU's device-to-device copy bandwidth (read + write) and bf16 matmul rate on random
     data (8192^3, median of 10 after warm-up), measured now."""
-    import statistics
-
-    import torch
-
-    from gdnzoo.bench import floor
     copy = floor.copy_bandwidth()
     g = torch.Generator().manual_seed(0)           # on the host (see HOST_SYNC)
     a, b = (torch.randn(8192, 8192, generator=g).to("cuda", torch.bfloat16) for _ in "ab")
@@ -275,31 +202,35 @@ def measured_rates() -> dict:
     return dict(copy_gbps=copy["gbps"], tflops=2 * 8192**3 / statistics.median(times) / 1e6)
 
 
-class Prefill(Mode):
+class PrefillMode(Mode):
+    """What the prefill modes share: cells keyed by a sequence mix, checked (not timed) without
+    a CUDA device, a call's CUPTI records summed on the kernel clock."""
+    op, keys, cpu, busy = "prefill", ("mix",), "check", True
+
+
+class Prefill(PrefillMode):
     name = "prefill"
-    op = "prefill"
+    headline = "q/k/v bf16, K=V=128, use_qk_l2norm=True, cu_seqlens int32"
+    k_first = ", K-first states [N, HV, K, V]"
+    floors = {"kernel": {"mode": "dense", "clock": "kernel"}}
+    bytes_moved = staticmethod(prefill_bytes)
     method = METHOD
-    keys = ("mix",)
     columns = {"tflops": float("nan"), "kernels_per_call": ""}
     defaults = {"state_dtype": ("fp32", "bf16"), "time_budget": BUDGET_S}
-    cpu = "check"
-    busy = True
     subdir = "prefill"
 
     def plan(self, plan, args):
-        from gdnzoo import registry
-        from gdnzoo.bench.args import given
         mixes = mixes_here(plan, args, MIXES, CPU_MIXES)
         padded = [m for m in mixes if parse_mix(m)[1]]
         if padded:
             A.usage_error(f"--mix {','.join(padded)}: padded entries are for --mode "
                           f"engine-prefill (--mode prefill pads through pools in its tests)")
-        geoms = [(plan.H, plan.HV)] if given(args.heads) or args.model else list(GEOMETRIES)
-        if given(args.dim) and args.dim != DIM:
+        geoms = [(plan.H, plan.HV)] if A.given(args.heads) or args.model else list(GEOMETRIES)
+        if A.given(args.dim) and args.dim != DIM:
             plan.notes.append(f"--dim {args.dim}: prefill cells are K = V = {DIM} (the peers')")
-        every = entries.backends("prefill")
         names = entries.named(args.algo or registry.env_algo(),
-                              lambda: [n for n in every if n not in SLOW], "prefill")
+                              lambda: [n for n in entries.backends("prefill") if n not in SLOW],
+                              "prefill")
         names = ["auto"] + [n for n in names if n != "auto"]
         avail = {n: entries.available(n, plan.device, "prefill") for n in names if n != "auto"}
         plan.notes += [f"{n}: skipped ({why})" for n, (ok, why) in avail.items() if not ok]
@@ -308,79 +239,62 @@ class Prefill(Mode):
             plan.notes.append("--state-layout k-first: every state (and pool) is K-first "
                               "[.., HV, K, V] (V contiguous), gated against the k-last "
                               "reference")
-        for form in getattr(args, "form", None) or FORMS:
-            for H, HV in geoms:
-                for mix in mixes:
-                    for sd in plan.states:
-                        L = lengths(mix)
-                        cells = [(Cell("prefill", n, len(L), sum(L), H, HV, DIM, DIM, sd, form,
-                                       True, (("mix", mix),)), plan.clocks) for n in names]
-                        if plan.gpu and "kernel" in plan.clocks and form == "dense":
-                            cells.append((Cell("prefill", "floor", len(L), sum(L), H, HV, DIM,
-                                               DIM, sd, form, True, (("mix", mix),)),
-                                          ("kernel",)))
-                        plan.groups.append(Group(f"{H}/{HV} {mix} {sd} {form}", cells,
-                                                 skip=too_long_here(plan, sum(L))))
+        forms = getattr(args, "form", None) or FORMS
+        for form, (H, HV), mix, sd in itertools.product(forms, geoms, mixes, plan.states):
+            L = parse_mix(mix)[0]
+            timed_floor = plan.gpu and "kernel" in plan.clocks and form == "dense"
+            cells = [(Cell("prefill", n, len(L), sum(L), H, HV, DIM, DIM, sd, form, True,
+                           (("mix", mix),)), ("kernel",) if n == "floor" else plan.clocks)
+                     for n in names + ["floor"] * timed_floor]
+            plan.groups.append(Group(f"{H}/{HV} {mix} {sd} {form}", cells,
+                                     skip=too_long_here(plan, sum(L))))
         plan.backends = plan.entries = tuple(names)
 
-    def measure(self, group, plan):
-        rows = []
-        for c, clocks in group.cells:
-            if c.backend == "floor":
-                rows += floor_row(c, plan)
-            else:
-                rows += gated(c, clocks, lambda c=c: prefill_entry(c, plan), plan)
-        return rows
+    def entry(self, c, ctx, plan):
+        return prefill_entry(c, plan)
 
-    def floor_of(self, row):
-        return {"mode": "dense", "clock": "kernel"} if row["clock"] == "kernel" else None
-
-    def bytes_moved(self, c):
-        return prefill_bytes(c)
+    def floor_rows(self, c, ctx, plan):
+        """The cell's floor: max(memory floor, compute floor) from this run's measured copy
+        bandwidth and bf16 matmul rate."""
+        rates = plan.cache.get("rates") or plan.cache.setdefault("rates", measured_rates())
+        mem = prefill_bytes(c) / (rates["copy_gbps"] * 1e3)      # us
+        comp = 4.0 * c.T * c.HV * c.K * c.V / (rates["tflops"] * 1e6)    # us, FlashInfer's flops
+        which = "memory" if mem >= comp else "compute"
+        return [dict(cell=c, clock="kernel", status="PASS", flags="", samples=[max(mem, comp)],
+                     note=f"{which} floor (memory {mem:.1f} us at {rates['copy_gbps']:.0f} GB/s, "
+                          f"compute {comp:.1f} us at {rates['tflops']:.0f} TFLOP/s)",
+                     method="computed from this run's copy bandwidth and bf16 matmul rate")]
 
     def problem(self, c, plan, **kw):
         """The prefill Problem of cell ``c`` (the automatic choice's, shown beside the timed
         ``auto`` entry)."""
-        import torch
-
-        from gdnzoo.inputs import DTYPES
-        from gdnzoo.prefill_contract import Problem
         return Problem(N=c.B, T=c.T, H=c.H, HV=c.HV, K=c.K, V=c.V,
                        state_dtype=DTYPES[c.state_dtype], io_dtype=torch.bfloat16,
                        device=plan.device, use_qk_l2norm=True, cc=plan.cc,
                        pool=c.mode == "pool", k_first=plan.layout == "k-first")
 
     def derive(self, table, plan):
-        from gdnzoo.bench.report import finite
         for r in table:
             m = r["median_us"]
             if r["backend"] != "floor" and finite(m) and m > 0:
                 r["tflops"] = 4.0 * r["T"] * r["HV"] * r["K"] * r["V"] / m / 1e6
 
-    def headline(self, plan, env):
-        return "q/k/v bf16, K=V=128, use_qk_l2norm=True, cu_seqlens int32" + (
-            ", K-first states [N, HV, K, V]" if plan.layout == "k-first" else "")
-
     def sections(self, plan, table):
         out = []
-        for form in FORMS:
-            for H, HV in dict.fromkeys((r["H"], r["HV"]) for r in table):
-                for sd in plan.states:
-                    for clock in plan.clocks:
-                        def keep(r, H=H, HV=HV, sd=sd, clock=clock, form=form):
-                            return (r["H"], r["HV"], r["state_dtype"], r["clock"]) == \
-                                (H, HV, sd, clock) and (r["mode"] == form or
-                                                        r["backend"] == "floor")
-                        if any(keep(r) and r["mode"] == form for r in table):
-                            out.append((f"\n{H}/{HV}, {sd} state, {form}, {clock} clock, us"
-                                        + (" / x the floor" if clock == "kernel" else "")
-                                        + ":", keep, clock == "kernel", "mix"))
+        geoms = dict.fromkeys((r["H"], r["HV"]) for r in table)
+        for form, (H, HV), sd, clock in itertools.product(FORMS, geoms, plan.states, plan.clocks):
+            def keep(r, H=H, HV=HV, sd=sd, clock=clock, form=form):
+                return (r["H"], r["HV"], r["state_dtype"], r["clock"]) == (H, HV, sd, clock) \
+                    and (r["mode"] == form or r["backend"] == "floor")
+            if any(keep(r) and r["mode"] == form for r in table):
+                out.append((f"\n{H}/{HV}, {sd} state, {form}, {clock} clock, us"
+                            + (" / x the floor" if clock == "kernel" else "") + ":", keep,
+                            clock == "kernel", "mix"))
         return out
 
     def extra_lines(self, table, plan):
         """The prefill bars: our best entry against FLA and FlashInfer per cell and clock, and
         the errors against float64."""
-        from gdnzoo.bench.report import finite
         cells = {}
         for r in table:
             if r["status"] == "PASS" and finite(r["median_us"]) and r["backend"] != "floor":

@@ -15,11 +15,21 @@ floor.  How: :data:`METHOD`.  Without a CUDA device cells with B <= 4 are checke
 
 from __future__ import annotations
 
+import importlib
+import itertools
 from dataclasses import dataclass, field
 
-from gdnzoo.bench import entries
+import torch
+
+import gdnzoo
+from gdnzoo import gate
+from gdnzoo.bench import clocks, entries, floor
 from gdnzoo.bench import mode_pool as serving
-from gdnzoo.bench.pipeline import Entry, Group, io_bytes, judged
+from gdnzoo.bench.args import usage_error
+from gdnzoo.bench.pipeline import Entry, Group, io_bytes, judged, section, state_bytes
+from gdnzoo.inputs import Inputs, accepted_counts, distinct_slots, intermediate_buffer
+from gdnzoo.reference import reference_commit, reference_verify_outputs
+from gdnzoo.verify import Verify as Keep
 
 BATCHES = (1, 4, 16, 64, 256)
 TOKENS = (2, 4, 8)
@@ -30,10 +40,12 @@ NULL_SLOT = serving.NULL_SLOT
 BUDGET_S = 480.0
 CPU_MAX_B = 4                       # without a GPU, cells up to this B are checked
 VLLM_MODULE = "vllm.third_party.flash_linear_attention.ops.fused_sigmoid_gating"
+# the forms a peer is timed in (the other entries: every form)
 PEER_FORMS = {"vllm-spec": ("slots",), "flashinfer-mtp": FORMS,
               "flashinfer-pretranspose": ("states", "states+update")}
 PEERS = tuple(PEER_FORMS)
 GRAPH_ENTRIES = ("auto", "vllm-spec")
+OUTSIDE = "pool: changed outside the call's slots (other slots or page gaps)"
 
 METHOD = (
     "Speculative verify in the serving convention: state pool >= max(2 GiB, 4x L2), page "
@@ -56,11 +68,6 @@ METHOD = (
     "v, gates, out for the entries). Medians with p20/p80.")
 
 
-def forms_of(name) -> tuple:
-    """The forms an entry is timed in."""
-    return PEER_FORMS.get(name, FORMS)
-
-
 # ----------------------------------------------------------------------------- the inputs
 
 def verify_bank(P, B, T, n, accepted, device, seed=0):
@@ -68,9 +75,6 @@ def verify_bank(P, B, T, n, accepted, device, seed=0):
     ``grid`` [B, T], ``read`` [B]): pool slots in [1, P), no slot in two rows or two places;
     row i's intermediate rows a permutation of block i (rows iB .. iB + B - 1); ``accepted``
     [B] (counts in 1..T) picks each row's per-token read column."""
-    import torch
-    from gdnzoo.bench import clocks
-    from gdnzoo.inputs import distinct_slots
     R = n + 1
     if R * B * (T + 1) > P - 1:
         raise ValueError(f"indices: {n} rows and a check row of B={B}, T={T} need "
@@ -101,13 +105,18 @@ class VerifyCtx(serving.PoolCtx):
         return dict(state_indices=ix.slots, null_slot=NULL_SLOT, intermediate_states=self.inter,
                     intermediate_indices=ix.rows, update_state=form == "states+update")
 
+    def target(self, form="states"):
+        """The verify floor's target of ``form`` over this cell's persistent index tensors."""
+        sp, c = self.pool, self.bank.index
+        counts = self.accepted if form == "slots" else (self.steps if form == COMMIT else None)
+        return floor.VerifyTarget(form, sp.buf, sp.page, sp.slot, self.B, self.T,
+                                  c.grid if form == "slots" else c.slots, self.bank.advance,
+                                  inter=None if form == "slots" else self.inter,
+                                  rows=None if form == "slots" else c.rows, counts=counts)
+
     def reference(self, form):
         """float64 (out [B, T, HV, V], states [B, T, HV, V, K]) of the check row's call in
         ``form``, from the initial states it reads (made once per read kind)."""
-        import torch
-        from gdnzoo.inputs import Inputs
-        from gdnzoo.reference import reference_verify_outputs
-        from gdnzoo.verify import Verify
         key = "slots" if form == "slots" else "states"
         if key not in self.refs:
             c = self.bank.check
@@ -115,17 +124,15 @@ class VerifyCtx(serving.PoolCtx):
             buf = torch.empty((self.B, self.T) + tuple(init.shape[1:]), dtype=init.dtype,
                               device=init.device)
             out, _, states = reference_verify_outputs(
-                Inputs(*self.x.args(init)), Verify(buf, None, True, False, None),
+                Inputs(*self.x.args(init)), Keep(buf, None, True, False, None),
                 use_qk_l2norm=True)
             self.refs[key] = (out, states)
         return self.refs[key]
 
 
-def verify_ctx(B, T, sd, sp, geometry, l2, device, seed) -> VerifyCtx:
-    """One cell's inputs, index bank and intermediate store on the pool ``sp``."""
-    import torch
-    from gdnzoo.inputs import accepted_counts, intermediate_buffer
-    g = dict(H=geometry.H, HV=geometry.HV, K=geometry.K, V=geometry.V)
+def verify_ctx(B, T, sd, sp, g, l2, device, seed) -> VerifyCtx:
+    """One cell's inputs, index bank and intermediate store on the pool ``sp`` (geometry ``g``:
+    H, HV, K, V)."""
     n = serving.rows_for(B, sp.slot * sp.buf.element_size(), l2, T)
     accepted = accepted_counts(B, T, torch.Generator().manual_seed(seed + 7919 * B + T),
                                torch.int32)
@@ -136,10 +143,6 @@ def verify_ctx(B, T, sd, sp, geometry, l2, device, seed) -> VerifyCtx:
     bank = verify_bank(sp.P, B, T, n, accepted, device, seed + B + 1000 * T)
     return VerifyCtx(B, sd, sp, x, bank, out, T=T, inter=inter,
                accepted=accepted.to(device), steps=(accepted - 1).to(device))
-
-
-def verify_problem(ctx, form):
-    return serving.pool_problem(ctx, **ctx.kw(ctx.bank.check, form))
 
 
 # ----------------------------------------------------------------------------- the entries
@@ -153,27 +156,17 @@ class Call:
 
 def verify_call(name, form, ctx) -> Call:
     """Entry ``name`` in ``form`` in this cell; raises Skip with the reason."""
-    x, st = ctx.x, ctx.pool.state
-    if form not in forms_of(name):
-        raise entries.Skip(f"{name} is timed in the {', '.join(forms_of(name))} form only")
-
-    def kw(ix):
-        return ctx.kw(ix, form)
-    if name == "auto":
-        return Call(entries.public(None, x, ctx.out, st, kw),
-                    entries.auto_note(x, ctx.out, st, **kw(ctx.bank.check)))
+    forms = PEER_FORMS.get(name, FORMS)
+    if form not in forms:
+        raise entries.Skip(f"{name} is timed in the {', '.join(forms)} form only")
     if name == "vllm-spec":
         return vllm_call(ctx)
     if name.startswith("flashinfer-"):
         return flashinfer_call(ctx, name, form)
-    entries.serve(name, verify_problem(ctx, form))
-    return Call(entries.public(name, x, ctx.out, st, kw), "")
+    return Call(*serving.gdnzoo_call(name, ctx, form))
 
 
 def vllm_call(ctx) -> Call:
-    import importlib
-
-    import torch
     entries.on_gpu(ctx.pool.buf.device, "vLLM's Triton verify kernel")
     try:
         fn = importlib.import_module(VLLM_MODULE).fused_sigmoid_gating_delta_rule_update
@@ -184,14 +177,13 @@ def vllm_call(ctx) -> Call:
     q1, k1, v1 = (t.reshape(1, B * T, *t.shape[2:]) for t in (q, k, v))
     a1, b1 = a.reshape(B * T, -1), b.reshape(B * T, -1)
     cu = torch.arange(0, B * T + 1, T, dtype=torch.int32, device=q.device)
-    shape = ctx.out.shape
 
     def call(ix):
         o, _ = fn(A_log=x.A_log, a=a1, b=b1, dt_bias=x.dt_bias, q=q1, k=k1, v=v1,
                   scale=x.scale, initial_state=st, inplace_final_state=True, cu_seqlens=cu,
                   ssm_state_indices=ix.grid, num_accepted_tokens=ctx.accepted,
                   use_qk_l2norm_in_kernel=True)
-        return o.view(shape)
+        return o.view(ctx.out.shape)
     return Call(call, "vLLM fused_sigmoid_gating_delta_rule_update, [1, B*T] with cu_seqlens, "
                       "q/k/v/a/b contiguous outside the timed calls")
 
@@ -217,41 +209,22 @@ def flashinfer_call(ctx, name, form) -> Call:
         return dict(initial_state_indices=ix.slots, disable_state_update=form == "states",
                     intermediate_states_buffer=ctx.inter[ix.block * B:(ix.block + 1) * B])
 
-    if mtp:
-        def call(ix):
-            fi(q, k, v, initial_state=st, A_log=x.A_log, a=a, dt_bias=x.dt_bias, b=b,
-               scale=x.scale, output=out, use_qk_l2norm=True, **kwargs(ix))
-            return out
-    else:
-        def call(ix):
-            fi(q, k, v, None, x.A_log, a, x.dt_bias, b, scale=x.scale, output=out,
-               use_qk_l2norm=True, initial_state=st, backend="flashinfer", **kwargs(ix))
-            return out
+    head = (q, k, v) if mtp else (q, k, v, None, x.A_log, a, x.dt_bias, b)
+    own = (dict(initial_state=st, A_log=x.A_log, a=a, dt_bias=x.dt_bias, b=b) if mtp else
+           dict(initial_state=st, backend="flashinfer"))
+
+    def call(ix):
+        fi(*head, scale=x.scale, output=out, use_qk_l2norm=True, **own, **kwargs(ix))
+        return out
     where = "ssm_state_indices [B, T]" if form == "slots" else "batch-scoped intermediate buffer"
     return Call(call, f"FlashInfer {api}, {where}, q/k/v/a/b contiguous outside the timed "
                       f"calls", batch_rows=form != "slots")
 
 
-def restore(ctx, snap, slots, rows, form) -> list:
-    """Put back what the call was allowed to write, then the reasons anything else of the pool,
-    the intermediate store or the activations changed (each restored)."""
-    st = ctx.pool.state
-    buf, inter = snap[0], snap[3]
-    if slots is not None:
-        st.index_copy_(0, slots, buf.as_strided(st.size(), st.stride()).index_select(0, slots))
-    if rows is not None:
-        ctx.inter.index_copy_(0, rows, inter.index_select(0, rows))
-    return serving.unchanged(ctx, snap, "pool: changed although update_state=False"
-                             if form == "states" else
-                             "pool: changed outside the call's slots (other slots or page gaps)")
-
-
 def check_form(e: Call, ctx, form) -> dict:
     """One call on the check row, judged by the gate against the float64 reference: out and
     every state the form stores (intermediate rows, final slots, per-token slots); then those
-    are restored and nothing else may have changed (:func:`restore`)."""
-    import torch
-    from gdnzoo import gate
+    are restored and nothing else may have changed (mode_pool.restore)."""
     st, ix, B = ctx.pool.state, ctx.bank.check, ctx.B
     ref_out, ref_states = ctx.reference(form)
     snap = serving.snapshot(ctx)
@@ -271,25 +244,21 @@ def check_form(e: Call, ctx, form) -> dict:
             got = torch.cat([got, st.index_select(0, slots)])
             want = torch.cat([want, ref_states[:, -1]])
     j = gate.judge(out, got, ref_out, want, out_dtype=ctx.out.dtype, state_dtype=st.dtype)
-    j.reasons += restore(ctx, snap, slots, rows, form)
+    j.reasons += serving.restore(ctx, snap, "pool: changed although update_state=False"
+                                 if form == "states" else OUTSIDE, slots, rows)
     return judged(j)
 
 
 def commit_call(ctx):
     """call(ix): gdnzoo.commit of step accepted[n] - 1 of row ix.rows[n] into slot
     ix.slots[n]."""
-    import gdnzoo
-
-    def call(ix):
-        gdnzoo.commit(ctx.inter, ix.rows, ctx.steps, ctx.pool.state, ix.slots, null_slot=NULL_SLOT)
-    return call
+    return lambda ix: gdnzoo.commit(ctx.inter, ix.rows, ctx.steps, ctx.pool.state, ix.slots,
+                                    null_slot=NULL_SLOT)
 
 
 def check_commit(call, ctx) -> dict:
     """One commit on the check row: every committed slot must equal
     ``gdnzoo.reference.reference_commit``'s copy exactly; nothing else may change."""
-    import torch
-    from gdnzoo.reference import reference_commit
     st, ix = ctx.pool.state, ctx.bank.check
     want = torch.empty((ctx.B,) + tuple(st.shape[1:]), dtype=st.dtype, device=st.device)
     reference_commit(ctx.inter, ix.rows, ctx.steps, want, None)
@@ -299,25 +268,19 @@ def check_commit(call, ctx) -> dict:
     wrong = int((st.index_select(0, slots) != want).flatten(1).any(1).sum())
     reasons = [f"state: {wrong} of B={ctx.B} committed slots differ from "
                f"intermediate_states[row, step]"] if wrong else []
-    reasons += restore(ctx, snap, slots, None, COMMIT)
+    reasons += serving.restore(ctx, snap, OUTSIDE, slots)
     return dict(ok=not reasons, reason="; ".join(reasons))
-
-
-def floor_target(ctx, form):
-    """The verify floor's target of ``form`` over this cell's persistent index tensors."""
-    from gdnzoo.bench import floor
-    sp, c = ctx.pool, ctx.bank.index
-    counts = ctx.accepted if form == "slots" else (ctx.steps if form == COMMIT else None)
-    return floor.VerifyTarget(form, sp.buf, sp.page, sp.slot, ctx.B, ctx.T,
-                              c.grid if form == "slots" else c.slots, ctx.bank.advance,
-                              inter=None if form == "slots" else ctx.inter,
-                              rows=None if form == "slots" else c.rows, counts=counts)
 
 
 # ----------------------------------------------------------------------------- the mode
 
 class Verify(serving.Serving):
     name = "verify"
+    floors = {"kernel": {}}
+    progress = ("kernel", True)
+    headline = ("use_qk_l2norm=True; forms: states (intermediate_states, update_state=False), "
+                "states+update, slots (state_indices [B, T] + num_accepted_tokens); kernel clock: "
+                "{kernel_clock} (sum of a call's records)")
     method = METHOD
     defaults = dict(batch=BATCHES, state_dtype=STATES, tokens=TOKENS, time_budget=BUDGET_S)
     cpu = "check"
@@ -326,31 +289,25 @@ class Verify(serving.Serving):
     subdir = "verify"
 
     def plan(self, plan, args):
-        from gdnzoo.bench.args import usage_error
-        from gdnzoo.bench.floor import MAX_TOKENS
-        bad = [t for t in plan.tokens if not 2 <= t <= MAX_TOKENS]
+        bad = [t for t in plan.tokens if not 2 <= t <= floor.MAX_TOKENS]
         if bad:
-            usage_error(f"--tokens: a verify call checks 2..{MAX_TOKENS} draft tokens, got "
+            usage_error(f"--tokens: a verify call checks 2..{floor.MAX_TOKENS} draft tokens, got "
                         f"{','.join(map(str, bad))}")
         plan.l2norm = True
         plan.backends = tuple(entries.named(args.algo, lambda: entries.backends(
             verify=True, native=True)))
         plan.entries = ("auto", *plan.backends, *PEERS)
-        import torch
-        why = "--device cpu" if torch.cuda.is_available() else "no CUDA device"
-        for sd in plan.states:
-            for T in plan.tokens:
-                for B in plan.batches:
-                    names = [(n, f) for f in FORMS
-                             for n in ("floor",) + plan.entries if f in forms_of(n)]
-                    if T == max(plan.tokens):
-                        names += [("floor", COMMIT), (COMMIT, COMMIT)]
-                    skip = (f"{why}: only B <= {CPU_MAX_B} is checked on "
-                            f"the CPU, nothing is timed"
-                            if plan.device != "cuda" and B > CPU_MAX_B else "")
-                    plan.groups.append(Group(f"{sd} T={T} B={B}", [
-                        (plan.cell(n, f, B, sd, T=T), self.clocks_of(n, plan)) for n, f in names],
-                        key=(B, T, sd), skip=skip))
+        why = plan.why_not_gpu
+        for sd, T, B in itertools.product(plan.states, plan.tokens, plan.batches):
+            names = [(n, f) for f in FORMS for n in ("floor",) + plan.entries
+                     if f in PEER_FORMS.get(n, FORMS)]
+            if T == max(plan.tokens):
+                names += [("floor", COMMIT), (COMMIT, COMMIT)]
+            skip = (f"{why}: only B <= {CPU_MAX_B} is checked on the CPU, nothing is timed"
+                    if plan.device != "cuda" and B > CPU_MAX_B else "")
+            plan.groups.append(Group(f"{sd} T={T} B={B}", [
+                (plan.cell(n, f, B, sd, T=T), self.clocks_of(n, plan)) for n, f in names],
+                key=(B, T, sd), skip=skip))
         if plan.device != "cuda":
             plan.notes.insert(0, f"{why}: nothing is timed (CUPTI kernel "
                                  f"clock, CUDA graphs, floors); cells with B <= {CPU_MAX_B} are "
@@ -365,9 +322,10 @@ class Verify(serving.Serving):
 
     def context(self, key, plan):
         B, T, sd = key
-        return verify_ctx(B, T, sd, self.pool(sd, plan), plan, plan.l2, plan.device, plan.seed)
+        g = dict(H=plan.H, HV=plan.HV, K=plan.K, V=plan.V)
+        return verify_ctx(B, T, sd, self.pool(sd, plan), g, plan.l2, plan.device, plan.seed)
 
-    def setup(self, c, ctx):
+    def entry(self, c, ctx, plan):
         if c.backend == COMMIT:
             call = commit_call(ctx)
             return Entry(call, lambda: check_commit(call, ctx), ctx.bank,
@@ -375,27 +333,10 @@ class Verify(serving.Serving):
         e = verify_call(c.backend, c.mode, ctx)
         return Entry(e.call, lambda: check_form(e, ctx, c.mode), ctx.bank, e.note)
 
-    def floor_rows(self, c, ctx, plan):
-        from gdnzoo.bench import clocks, floor
-        from gdnzoo.bench.pipeline import rows_of
-        if not plan.gpu:
-            return rows_of(c, ("kernel",), "SKIP", "not on a CUDA device")
-        f = floor.indexed_floor_times(floor_target(ctx, c.mode), iters=min(plan.iters, 100),
-                                     reduce=clocks.busy_and_count)
-        return serving.indexed_floor(c, f, ctx.bank)
-
-    def summary(self, rows):
-        return serving.summary_line(rows, forms=True)
-
-    def floor_of(self, row):
-        return {} if row["clock"] == "kernel" else None
-
     def bytes_moved(self, c) -> int:
         """State bytes read (one block per sequence) and stored (floor.verify_stores), plus,
         for an entry that decodes (not a floor, not commit), its activations (io_bytes)."""
-        from gdnzoo.bench.floor import verify_stores
-        s = (1 + verify_stores(c.mode, c.T)) * c.B * c.HV * c.V * c.K * (
-            4 if c.state_dtype == "fp32" else 2)
+        s = (1 + floor.verify_stores(c.mode, c.T)) * state_bytes(c)
         return s + (0 if c.backend == "floor" or c.mode == COMMIT else io_bytes(c))
 
     def problem(self, c, plan, **kw):
@@ -404,25 +345,18 @@ class Verify(serving.Serving):
         return super().problem(c, plan, verify=c.mode,
                                intermediate="" if c.mode == "slots" else "indexed")
 
-    def headline(self, plan, env):
-        return (f"use_qk_l2norm=True; forms: states (intermediate_states, update_state=False), "
-                f"states+update, slots (state_indices [B, T] + num_accepted_tokens); kernel "
-                f"clock: {env.get('kernel_clock', 'n/a')} (sum of a call's records)")
-
     def sections(self, plan, table):
         out = []
-        for sd in plan.states:
-            for T in plan.tokens:
-                def keep(sd, T, form, clock):
-                    return lambda r: (r["state_dtype"] == sd and r["T"] == T
-                                      and r["mode"] == form and r["clock"] == clock)
-                out += [(f"\n{sd} state, T={T}, {form}, kernel clock, us / x the same-run floor "
-                         f"of the form:", keep(sd, T, form, "kernel"), True) for form in FORMS]
-                out += [(f"{sd} state, T={T}, {form}, graph clock (CUDA graph of N calls), us "
-                         f"per call:", keep(sd, T, form, "graph"), False) for form in FORMS]
-                out.append((f"{sd} state, commit (intermediate_states T_max={T}), kernel clock, "
-                            f"us / x the same-run copy floor:", keep(sd, T, COMMIT, "kernel"),
-                            True))
+        for sd, T in itertools.product(plan.states, plan.tokens):
+            out += [section(f"\n{sd} state, T={T}, {form}, kernel clock, us / x the same-run "
+                            f"floor of the form:", True, state_dtype=sd, T=T, mode=form,
+                            clock="kernel") for form in FORMS]
+            out += [section(f"{sd} state, T={T}, {form}, graph clock (CUDA graph of N calls), "
+                            f"us per call:", state_dtype=sd, T=T, mode=form, clock="graph")
+                    for form in FORMS]
+            out.append(section(f"{sd} state, commit (intermediate_states T_max={T}), kernel "
+                               f"clock, us / x the same-run copy floor:", True, state_dtype=sd,
+                               T=T, mode=COMMIT, clock="kernel"))
         return out
 
     def extra_lines(self, table, plan):
@@ -435,26 +369,19 @@ class Verify(serving.Serving):
 class VerifyCell(serving.PoolCell):
     """One (state dtype, B) of a verify shape search at T tokens (``gdnzoo tune --shapes --mode
     verify``): a cell of this mode over a shared pool ``sp`` in the ``states`` form (update_state
-    False), each candidate checked by :func:`check`."""
+    False), each candidate checked by :func:`check_form`."""
     FORM = "states"
 
     def __init__(self, sd, sp, B, T, geometry, seed=3):
-        from types import SimpleNamespace
+        self.T = T
+        super().__init__(sd, sp, B, geometry, seed)
 
-        from gdnzoo.bench import clocks
-        self.sd, self.B, self.T, self.sp = sd, B, T, sp
-        device = sp.buf.device
+    def context(self, geometry, seed):
+        device = self.sp.buf.device
         l2 = clocks.l2_bytes(device) if device.type == "cuda" else 0
-        self.ctx = verify_ctx(B, T, sd, sp, SimpleNamespace(**geometry), l2, device, seed)
-        self.problem = verify_problem(self.ctx, self.FORM)
-        self.prepare = self.ctx.bank.advance    # the next row into the indices, before each call
-
-    def floor_launcher(self):
-        from gdnzoo.bench import floor
-        return floor.best_indexed_launcher(floor_target(self.ctx, self.FORM))
+        return verify_ctx(self.B, self.T, self.sd, self.sp, geometry, l2, device, seed)
 
     def call(self, run, config):
-        from gdnzoo.verify import Verify as Keep
         return super().call(run, config,
                             verify=lambda ix: Keep(self.ctx.inter, ix.rows, False, False, None))
 

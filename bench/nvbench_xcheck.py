@@ -16,23 +16,22 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+
+from gdnzoo.bench import clocks, entries
+from gdnzoo.bench.pipeline import Cell, get_mode
+from gdnzoo.contract import validate
+from gdnzoo.inputs import make_inputs
+
 
 def _name(c):
     return f"{c['backend']}|B={c['B']}|{c['state_dtype']}|{c['mode']}"
 
 
-def installed():
-    if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bench") is None:
-        return False, "cuda-bench (NVBench Python) not installed"
-    return True, ""
-
-
 def cross_check(rows, args, timeout_per_cell=4.0):
     """Extra rows (clock 'nvbench') for every cell that passed on the kernel clock, and a note."""
-    import torch
-    ok, why = installed()
-    if not ok:
-        return [], f"nvbench cross-check skipped: {why}"
+    if importlib.util.find_spec("cuda") is None or importlib.util.find_spec("cuda.bench") is None:
+        return [], "nvbench cross-check skipped: cuda-bench (NVBench Python) not installed"
     if not torch.cuda.is_available():
         return [], "nvbench cross-check skipped: no CUDA device"
     cells = {}
@@ -55,15 +54,12 @@ def cross_check(rows, args, timeout_per_cell=4.0):
             tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
             return [], f"nvbench cross-check failed (rc {p.returncode}): {' | '.join(tail)}"
         res = parse(json.loads(out.read_text()))
-    extra = []
-    for name, c in cells.items():
-        v = res.get(name)
-        if v is None:
-            extra.append(dict(cell=c, clock="nvbench", status="PASS", note="n/a (no NVBench result)"))
-            continue
-        extra.append(dict(cell=c, clock="nvbench", status="PASS", note=v["stat"], median_us=v["us"],
-                          p20_us=float("nan"), p80_us=float("nan"), n=v["n"],
-                          method="NVBench cold GPU time (L2 flushed per sample)"))
+    extra = [dict(cell=c, clock="nvbench", status="PASS", note="n/a (no NVBench result)")
+             if (v := res.get(name)) is None else
+             dict(cell=c, clock="nvbench", status="PASS", note=v["stat"], median_us=v["us"],
+                  p20_us=float("nan"), p80_us=float("nan"), n=v["n"],
+                  method="NVBench cold GPU time (L2 flushed per sample)")
+             for name, c in cells.items()]
     return extra, f"nvbench cross-check: {len(res)}/{len(cells)} cells measured"
 
 
@@ -74,11 +70,8 @@ def parse(doc):
         for st in b.get("states", []):
             if st.get("is_skipped"):
                 continue
-            summ = {}
-            for s in st.get("summaries") or []:
-                for dat in s.get("data", []):
-                    if dat.get("name") == "value":
-                        summ[s["tag"]] = dat.get("value")
+            summ = {s["tag"]: dat.get("value") for s in st.get("summaries") or []
+                    for dat in s.get("data", []) if dat.get("name") == "value"}
             for tag, stat in (("nv/cold/time/gpu/median", "median"), ("nv/cold/time/gpu/mean", "mean")):
                 if summ.get(tag) is not None:
                     us = float(summ[tag]) * 1e6
@@ -90,11 +83,6 @@ def parse(doc):
 
 
 def _bench(c, seed):
-    import torch
-    from gdnzoo.bench import clocks, entries
-    from gdnzoo.bench.pipeline import Cell, get_mode
-    from gdnzoo.contract import validate
-    from gdnzoo.inputs import make_inputs
     cell = Cell(**dict(c, keys=tuple(map(tuple, c.get("keys", ())))))
 
     def fn(state):

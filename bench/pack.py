@@ -36,6 +36,8 @@ import json
 import sys
 from pathlib import Path
 
+from gdnzoo import operation, registry
+from gdnzoo.bench import entries
 from gdnzoo.bench.vendor import VENDOR, PackError, vendor
 
 DEFINITION = "gdn_decode_qk4_v8_d128_k_last"
@@ -144,28 +146,14 @@ def check_op(op: str) -> str:
     """``op`` if it has a contest definition to pack for; ValueError saying why not."""
     if op in _OPS:
         return op
-    from gdnzoo import operation
     if op in operation.OPERATIONS:
         raise ValueError(f"--op {op}: the {op} operation has no flashinfer-bench contest "
                          f"definition to pack for; --op takes {' or '.join(_OPS)}")
     raise ValueError(f"--op: unknown operation {op!r}; --op takes {' or '.join(_OPS)}")
 
 
-def _spec(name: str, op: str = "decode"):
-    from gdnzoo import registry
-    from gdnzoo.bench import entries
-    valid = entries.backends(op)
-    if name not in valid:
-        others = [o for o in _OPS if o != op and name in entries.backends(o)]
-        what = (f"{name!r} is a {others[0]} backend, not a {op} one" if others else
-                f"unknown {op} backend {name!r}")
-        raise ValueError(f"--algo: {what}; valid names for --op {op}: {', '.join(valid)}")
-    return registry.spec(name, op)
-
-
 def entry_source(name: str, op: str, spec, definition: str) -> str:
     """The text of the packed entry file ``kernel.py`` for backend ``name`` of ``op``."""
-    from gdnzoo import operation
     limits = dict(devices=list(spec.devices), min_cc=list(spec.min_cc) if spec.min_cc else None,
                   state_dtypes=list(spec.state_dtypes), max_T=spec.max_T,
                   head_dims=list(spec.head_dims) if spec.head_dims else None)
@@ -183,10 +171,15 @@ def build_solution(name: str, author: str = "gdnzoo", definition: str | None = N
                    op: str = "decode") -> dict:
     """The Solution for backend ``name`` of operation ``op`` (decode, prefill) as a JSON-ready
     dict (flashinfer-bench 0.1.2 schema), for ``definition`` (default: the op's contest one)."""
-    from gdnzoo import operation
     op = check_op(op)
     definition = definition or DEFINITIONS[op]
-    spec = _spec(name, op)
+    valid = entries.backends(op)
+    if name not in valid:
+        others = [o for o in _OPS if o != op and name in entries.backends(o)]
+        what = (f"{name!r} is a {others[0]} backend, not a {op} one" if others else
+                f"unknown {op} backend {name!r}")
+        raise ValueError(f"--algo: {what}; valid names for --op {op}: {', '.join(valid)}")
+    spec = registry.spec(name, op)
     modname = spec.module_name
     if not modname.startswith("gdnzoo."):
         raise PackError(f"{name}: entry module {modname} is outside gdnzoo; cannot vendor it")
@@ -234,14 +227,6 @@ def load_entry(sol: dict, workdir) -> callable:
     return getattr(mod, sym)
 
 
-def write_solution(sol: dict, out_dir) -> Path:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / "solution.json"
-    path.write_text(json.dumps(sol, indent=2) + "\n")
-    return path
-
-
 def cmd_pack(args) -> int:
     try:
         op = check_op(getattr(args, "op", None) or "decode")
@@ -251,8 +236,10 @@ def cmd_pack(args) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     checked = validate_with_fib(sol)
-    default_out = f"gdnzoo-pack-{args.algo}" if op == "decode" else f"gdnzoo-pack-{op}-{args.algo}"
-    path = write_solution(sol, args.out or default_out)
+    out = Path(args.out or f"gdnzoo-pack-{'' if op == 'decode' else op + '-'}{args.algo}")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "solution.json"
+    path.write_text(json.dumps(sol, indent=2) + "\n")
     print(f"wrote {path}: Solution {sol['name']!r} for {sol['definition']}, "
           f"{len(sol['sources'])} source files, entry {sol['spec']['entry_point']} "
           f"(language {sol['spec']['language']}, destination-passing)")

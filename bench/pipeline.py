@@ -10,8 +10,8 @@ Design.  A run is plan -> gate -> clocks -> floor -> report -> results:
   through the check the mode's entry carries) before any clock; a failing entry is FAIL and gets
   no time (:func:`gated`).
 * clocks: :func:`timed` runs the kernel, graph and host clocks (bench/clocks.py) over a cold
-  source: ``clocks.Rotation`` (rotated dense state sets) or ``clocks.IndexBank`` (fresh pool
-  slots); a mode may time clocks of its own (chained).
+  source (``clocks.Sets``: rotated dense state sets, fresh pool slots, prefill input sets); a
+  mode may time clocks of its own (chained).
 * floor: the mode's floor rows, measured in the same run (bench/floor.py).
 * report: one table (bench/report.py): long-format rows, the derived columns (``x_floor``
   through ``Mode.floor_of``, bandwidth through ``Mode.bytes_moved``, the automatic choice
@@ -20,22 +20,26 @@ Design.  A run is plan -> gate -> clocks -> floor -> report -> results:
   (bench/console.py: a grid per ``Mode.sections`` and the mode's ``extra_lines``), plots.
 
 A mode is one module (bench/mode_*.py), registered by name in ``args.MODES``: a :class:`Mode`
-whose hooks supply its plan, inputs, entries (ours and the peers'), check, floor, bytes moved,
-its extra columns and cell keys (``columns``, ``keys``), console sections and bars.  A new mode
-(prefill: cells keyed by a sequence mix, TFLOP/s and error columns, a compute floor) is a new
-module and touches nothing here.
+whose hooks supply its plan, a group's ``context``, each cell's ``entry`` (ours and the peers',
+its inputs and check) or ``floor_rows``, bytes moved, its extra columns and cell keys
+(``columns``, ``keys``), console sections and bars.  A new mode (prefill: cells keyed by a
+sequence mix, TFLOP/s and error columns, a compute floor) is a new module and touches nothing
+here.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 import math
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from gdnzoo.bench import args as A
+from gdnzoo.bench import args as A, entries
 from gdnzoo.bench.args import add_bench_args  # noqa: F401  (gdnzoo bench's options)
-from gdnzoo.bench.entries import Skip
 
 CELL_SECONDS = 0.15                  # target measuring time per clock per cell
 WARMUP_CALLS = 8                     # untimed calls per entry before any clock
@@ -136,6 +140,13 @@ class Mode:
     busy = False             # kernel clock: the sum of a call's records (and their number)
     subdir = ""              # its folder under the default results folder
     nvbench = False
+    gpu_only = ""            # why nothing is measured without a CUDA device (cpu "skip")
+    progress = None          # its progress line: (clock, name the forms) of summary_line
+    # what the console says of the run's calls after their geometry (str.format of the run's
+    # ``tokens``, ``l2norm``, ``layers``, ``kernel_clock``), and of a K-first state
+    headline = "T={tokens}, use_qk_l2norm={l2norm}"
+    k_first = ""
+    floors = {"kernel": {"clock": "kernel"}}   # clock -> the floor row's columns that differ
 
     def bench_of(self, form) -> str:
         return self.name
@@ -144,22 +155,31 @@ class Mode:
         raise NotImplementedError
 
     def measure(self, group: Group, plan: Plan) -> list:
-        raise NotImplementedError
+        """Each cell of the group on its own over the group's ``context`` (an exception is ERROR
+        rows of its entry alone): the floor's rows (``floor_rows``), or an entry's
+        (:func:`gated` of ``entry``: an :class:`Entry`, or Skip where it cannot run)."""
+        ctx = self.context(group.key, plan)
+        return [r for c, k in group.cells for r in guarded(
+            lambda: self.floor_rows(c, ctx, plan) if c.backend == "floor"
+            else gated(c, k, lambda: self.entry(c, ctx, plan), plan), [(c, k)], plan)]
+
+    def context(self, key, plan: Plan):
+        """What the entries of the group of ``key`` share (None: nothing)."""
 
     def finish(self, rows, plan: Plan, args):
         """After the last group (flags, cross-checks)."""
 
     def cpu_reason(self, plan: Plan) -> str:
-        return f"{plan.why_not_gpu}: --mode {self.name} times GPU kernels; nothing was measured"
+        return (f"{plan.why_not_gpu}: {self.gpu_only or f'--mode {self.name} times GPU kernels'}"
+                f"; nothing was measured")
 
     def floor_of(self, row) -> dict | None:
         """Which floor row divides ``row`` (its key columns that differ), None: none."""
-        return {"clock": "kernel"} if row["clock"] == "kernel" else None
+        return self.floors.get(row["clock"])
 
     def bytes_moved(self, c: Cell) -> int:
         """State read + written, plus (not the floor) :func:`io_bytes`."""
-        state = 2 * c.B * c.HV * c.V * c.K * (4 if c.state_dtype == "fp32" else 2)
-        return state + (0 if c.backend == "floor" else io_bytes(c))
+        return 2 * state_bytes(c) + (0 if c.backend == "floor" else io_bytes(c))
 
     def problem(self, c: Cell, plan: Plan, **kw):
         """The Problem the automatic choice sees for cell ``c`` (None: no automatic choice)."""
@@ -171,10 +191,6 @@ class Mode:
     def derive(self, table, plan: Plan):
         """Columns of its own on the built table (bars)."""
 
-    def headline(self, plan: Plan, env) -> str:
-        """What the console says of the run's calls, after their geometry."""
-        return f"T={','.join(map(str, plan.tokens))}, use_qk_l2norm={plan.l2norm}"
-
     def sections(self, plan: Plan, table) -> list:
         """Console grids: [(title line(s), keep(row) -> bool, show x floor[, the column whose
         values are the grid's rows (default B)])]."""
@@ -184,8 +200,9 @@ class Mode:
         return []
 
     def summary(self, rows) -> str | None:
-        """A progress line after each group (None: a progress bar only)."""
-        return None
+        """A progress line after each group (:func:`summary_line` of the mode's ``progress``:
+        (clock, name the forms); None: a progress bar only)."""
+        return None if self.progress is None else summary_line(rows, *self.progress)
 
 
 def host_batches(call_us: float, iters: int) -> tuple:
@@ -202,13 +219,17 @@ def host_batches(call_us: float, iters: int) -> tuple:
     return per, nb
 
 
+def state_bytes(c: Cell) -> int:
+    """One set of the cell's states: B x [HV, V, K] of its state dtype."""
+    return c.B * c.HV * c.V * c.K * (4 if c.state_dtype == "fp32" else 2)
+
+
 def io_bytes(c: Cell) -> int:
     """q, k, v, a, b read and out written (bf16), A_log and dt_bias read (fp32)."""
     return 2 * c.B * c.T * (2 * c.H * c.K + 2 * c.HV * c.V + 2 * c.HV) + 2 * c.HV * 4
 
 
 def get_mode(name) -> Mode:
-    import importlib
     return importlib.import_module(f"gdnzoo.bench.{A.MODES[name]}").MODES[name]
 
 
@@ -219,8 +240,9 @@ def rows_of(cell, clocks, status, note="", **extra) -> list:
             for k in clocks]
 
 
-def group_rows(group, status, note) -> list:
-    return [r for cell, clocks in group.cells for r in rows_of(cell, clocks, status, note)]
+def section(title, with_floor=False, by="B", **match) -> tuple:
+    """A console grid of ``Mode.sections``: the rows whose columns equal ``match``."""
+    return title, lambda r: all(r[k] == v for k, v in match.items()), with_floor, by
 
 
 def joined(*notes) -> str:
@@ -229,6 +251,22 @@ def joined(*notes) -> str:
 
 def errors(chk) -> dict:
     return {k: chk[k] for k in ERRS if k in chk}
+
+
+def summary_line(rows, clock="kernel", forms=False) -> str:
+    """One progress line: each timed median on ``clock`` and its multiple of the floor of its
+    form, then the entries checked but not timed or not passed."""
+    med = {(r["cell"].backend, r["cell"].mode): statistics.median(r["samples"]) for r in rows
+           if r["clock"] == clock and r["status"] == "PASS" and r.get("samples")}
+
+    def label(name, form):
+        return f"{name}[{form}]" if forms else name
+    parts = [f"{label(n, f)} {us:.2f}" + (f" {us / fl:.2f}x" if (fl := med.get(("floor", f)))
+                                          and n != "floor" else "") for (n, f), us in med.items()]
+    other = [f"{label(r['cell'].backend, r['cell'].mode)} "
+             f"{'checked' if r['status'] == 'PASS' else r['status']}" for r in rows
+             if r["clock"] == clock and r["status"] != "SKIP" and not r.get("samples")]
+    return " | ".join(parts + other) or "nothing ran"
 
 
 def judged(j) -> dict:
@@ -242,18 +280,18 @@ def failure(e) -> str:
     return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
 
 
-def guarded(fn, cells, plan) -> list:
-    """fn()'s rows, or ERROR rows for ``cells`` ([(Cell, clocks)]) naming the exception."""
+def guarded(fn, cells, plan, **extra) -> list:
+    """fn()'s rows, or ERROR rows for ``cells`` ([(Cell, clocks)]) naming the exception (and
+    carrying ``extra``)."""
     try:
         return fn()
     except Exception as e:
         plan.sync()
-        return [r for c, k in cells for r in rows_of(c, k, "ERROR", failure(e))]
+        return [r for c, k in cells for r in rows_of(c, k, "ERROR", failure(e), **extra)]
 
 
 def records(counts) -> tuple:
     """(median records per call, a note when they varied)."""
-    import statistics
     lo, hi = min(counts), max(counts)
     return statistics.median(counts), ("" if lo == hi else f"records per call {lo}-{hi}")
 
@@ -263,9 +301,8 @@ def records(counts) -> tuple:
 @dataclass
 class Entry:
     """One checked-then-timed entry: ``call(*args)`` launches one call on what the cold source
-    hands it (``cold``: a clocks.Rotation or clocks.IndexBank, or a function making one after
-    the check); ``check()``: the gate's dict; ``host(i)``: the host clock's call; ``base``:
-    columns every row carries."""
+    ``cold`` (a clocks.Sets) hands it; ``check()``: the gate's dict; ``host(i)``: the host
+    clock's call; ``base``: columns every row carries."""
     call: object
     check: object
     cold: object
@@ -279,7 +316,7 @@ def gated(cell, clocks, setup, plan) -> list:
     timed (no CUDA device, a mode that checks there), or :func:`timed`'s."""
     try:
         e = setup()
-    except Skip as s:
+    except entries.Skip as s:
         return rows_of(cell, clocks, "SKIP", str(s))
     chk = e.check()
     base = {**e.base, **errors(chk)}
@@ -297,7 +334,7 @@ def timed(cell, clock_names, e: Entry, plan, busy=False, base=None) -> list:
     cold source (one counter for all of them).  ``busy``: the kernel clock sums a call's
     records and counts them (``kernels_per_call``)."""
     from gdnzoo.bench import clocks
-    cold = e.cold() if callable(e.cold) else e.cold
+    cold = e.cold
     base = dict(base or {}, n_sets=cold.n)
     if hasattr(cold, "working_set_bytes"):
         base["working_set_mib"] = cold.working_set_bytes / 2**20
@@ -373,11 +410,9 @@ class Progress:
             print(f"\r[{self.i}/{self.total}] {label:<40}", end="", file=sys.stderr, flush=True)
 
     def log(self, line):
-        if self.quiet:
-            return
         if self.bar is not None:
             self.bar.write(line, file=sys.stderr)
-        else:
+        elif not self.quiet:
             print(f"\r{line}", file=sys.stderr, flush=True)
 
     def close(self):
@@ -454,7 +489,6 @@ def measure(plan: Plan, args=None) -> tuple:
     """Every group of the plan (budget, skips, errors), the mode's finish, the automatic
     choice of each cell: (raw rows, device reference)."""
     import torch
-    from gdnzoo.bench import entries
     mode, rows = plan.mode, []
     ref = reference(plan)
     off = not plan.gpu and mode.cpu == "skip"
@@ -468,7 +502,7 @@ def measure(plan: Plan, args=None) -> tuple:
         if not why and g.budgeted and plan.budget and time.perf_counter() - t0 > plan.budget:
             why = f"time budget ({plan.budget:g} s) exhausted"
         if why:
-            rows += group_rows(g, "SKIP", why)
+            rows += [r for c, k in g.cells for r in rows_of(c, k, "SKIP", why)]
             continue
         got = guarded(lambda: mode.measure(g, plan), g.cells, plan)
         rows += got
@@ -480,29 +514,20 @@ def measure(plan: Plan, args=None) -> tuple:
             torch.cuda.empty_cache()
     bar.close()
     mode.finish(rows, plan, args)
-    picks = {}
+    pick = functools.lru_cache(maxsize=None)(     # per cell, whatever its entry
+        lambda cell: "" if (p := mode.problem(cell, plan)) is None else entries.choice(p))
     for r in rows:
-        c = r["cell"]
-        if c.backend != "floor":
-            key = dataclasses.replace(c, backend="")
-            if key not in picks:
-                p = mode.problem(c, plan)
-                picks[key] = "" if p is None else entries.choice(p)
-            r["auto"] = picks[key]
+        if r["cell"].backend != "floor":
+            r["auto"] = pick(dataclasses.replace(r["cell"], backend=""))
     return rows, ref
-
-
-def default_out(mode) -> str:
-    from pathlib import Path
-    from gdnzoo.bench import report
-    return str(Path(report.default_out_dir()) / mode.subdir)
 
 
 def cmd_bench(args) -> int:
     """``gdnzoo bench``: exit 2 on a bad option (before anything is measured), 1 if an entry
     failed its check or broke, else 0 (also when nothing could be measured: the rows say why)."""
+    from gdnzoo.bench.report import default_out_dir
     plan = make_plan(args)
-    out = A.check_out(args.out or default_out(plan.mode))
+    out = A.check_out(args.out or Path(default_out_dir()) / plan.mode.subdir)
     rows, ref = measure(plan, args)
     table, _ = results(plan, rows, ref, out, plots=not args.no_plots)
     return 1 if any(r["status"] in ("FAIL", "ERROR") for r in table) else 0

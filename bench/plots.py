@@ -9,15 +9,6 @@ from gdnzoo.bench.report import FLOOR, finite
 NEEDS = "skipped: they need matplotlib (pip install 'gdnzoo[bench]')"
 
 
-def _clock(rows) -> str | None:
-    """The clock the plots show: kernel, else host (a run without a GPU), else none."""
-    for clock in ("kernel", "host"):
-        if any(r["clock"] == clock and r["status"] == "PASS" and finite(r["median_us"])
-               for r in rows):
-            return clock
-    return None
-
-
 def _series(rows, sd, clock="kernel"):
     """{label: [(B, median_us, pct_copy_bw, bytes_moved)]} of the PASS rows of one state dtype
     and clock: an entry per line, named with its form and T where the rows have several."""
@@ -68,7 +59,8 @@ def plot_all(rows, env, out_dir, plan=None) -> str:
         import matplotlib.pyplot as plt
     except ImportError:
         return NEEDS
-    clock = _clock(rows)
+    clock = next((k for k in ("kernel", "host") if any(     # kernel, else host (no GPU)
+        r["clock"] == k and r["status"] == "PASS" and finite(r["median_us"]) for r in rows)), None)
     dtypes = [d for d in ("fp32", "bf16") if any(r["state_dtype"] == d for r in rows)]
     if clock is None or not dtypes:
         return "none: nothing was timed"

@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import csv
 import datetime
+import functools
 import json
 import os
 import math
 import subprocess
+from importlib import metadata
 from pathlib import Path
 
+import torch
+
+from gdnzoo import gate
+from gdnzoo.bench import clocks
 from gdnzoo.bench.clocks import summarize
 
 COLUMNS = ["backend", "B", "T", "H", "HV", "K", "V", "state_dtype", "mode", "l2norm", "clock",
@@ -80,15 +86,9 @@ def derive(rows, mode):
     taken over the entries held to the automatic choice's own state bound: not the mode's
     ``not_rivals``, nor a backend judged with the peers' bound because it rounds the state
     (``rounds_state``), which the automatic choice never picks."""
-    from gdnzoo import gate
     keys = KEYS + tuple(mode.keys)
-    rivals = {}
-
-    def rival(name):
-        if name not in rivals:
-            rivals[name] = (name not in mode.not_rivals
-                            and gate.state_tol_of(name, mode.op) is None)
-        return rivals[name]
+    rival = functools.lru_cache(maxsize=None)(
+        lambda name: name not in mode.not_rivals and gate.state_tol_of(name, mode.op) is None)
 
     def key(r, **over):
         return tuple({**r, **over}.get(k) for k in keys)
@@ -121,7 +121,6 @@ def derive(rows, mode):
 
 def gpu_name():
     try:
-        import torch
         if torch.cuda.is_available():
             return torch.cuda.get_device_name()
     except Exception:
@@ -142,45 +141,36 @@ def default_out_dir():
 
 
 def _version(dist):
-    from importlib import metadata
     try:
         return metadata.version(dist)
     except Exception:
         return None
 
 
+def _run(*cmd, cwd=None, timeout=5):
+    """A command's stripped output, or None when it fails."""
+    try:
+        c = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    except Exception:
+        return None
+    return c.stdout.strip() if c.returncode == 0 else None
+
+
 def _git_commit():
     """``$GDNZOO_COMMIT`` when set (a copy of the tree on a lent GPU machine may carry a stale
     .git), else HEAD of the checkout (``-dirty`` if modified), else None."""
+    if os.environ.get("GDNZOO_COMMIT"):
+        return os.environ["GDNZOO_COMMIT"]
     here = Path(__file__).resolve().parent.parent
-    env = os.environ.get("GDNZOO_COMMIT")
-    if env:
-        return env
-    try:
-        c = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True,
-                           timeout=5)
-        if c.returncode != 0:
-            return None
-        d = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                           capture_output=True, text=True, timeout=5)
-        return c.stdout.strip() + ("-dirty" if d.stdout.strip() else "")
-    except Exception:
-        return None
-
-
-def _driver():
-    try:
-        c = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=10)
-        return c.stdout.strip().splitlines()[0] if c.returncode == 0 and c.stdout.strip() else None
-    except Exception:
-        return None
+    head = _run("git", "rev-parse", "HEAD", cwd=here)
+    dirty = head and _run("git", "status", "--porcelain", "--untracked-files=no", cwd=here)
+    return head and head + ("-dirty" if dirty else "")
 
 
 def environment(method, ref=None, notes=()):
-    import torch
-    from gdnzoo.bench import clocks
-    env = dict(gpu=gpu_name(), driver=_driver(), cuda=torch.version.cuda,
+    driver = _run("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", timeout=10)
+    env = dict(gpu=gpu_name(), driver=driver.splitlines()[0] if driver else None,
+               cuda=torch.version.cuda,
                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                commit=_git_commit(), method=method, notes=list(notes),
                versions={d: _version(d) for d in (
@@ -215,21 +205,12 @@ def read_results(path):
     rows = []
     for r in doc["rows"]:
         d = dict(zip(cols, r)) if isinstance(r, list) else dict(r)
-        for k in ("median_us", "p20_us", "p80_us"):
-            if d.get(k) is None:
-                d[k] = NAN
-        if not d.get("bench"):
-            d["bench"] = LEGACY_BENCH.get(d.get("mode"), "")
+        d.update({k: NAN for k in ("median_us", "p20_us", "p80_us") if d.get(k) is None})
+        d["bench"] = d.get("bench") or LEGACY_BENCH.get(d.get("mode"), "")
         for k in COLUMNS:
             d.setdefault(k, None)
         rows.append(d)
     return rows, doc.get("environment") or {}
-
-
-def _fmt_csv(x):
-    if isinstance(x, float):
-        return "" if not math.isfinite(x) else f"{x:.6g}"
-    return x
 
 
 def write_results(rows, env, out_dir, cols=COLUMNS) -> list:
@@ -241,8 +222,8 @@ def write_results(rows, env, out_dir, cols=COLUMNS) -> list:
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols)
         w.writeheader()
-        for r in rows:
-            w.writerow({k: _fmt_csv(r.get(k, "")) for k in cols})
+        w.writerows({k: (f"{v:.6g}" if math.isfinite(v) else "") if isinstance(
+            v := r.get(k, ""), float) else v for k in cols} for r in rows)
     head = json.dumps(_jsonable(dict(environment=env, columns=cols)), indent=1)
     body = ",\n".join(json.dumps(_jsonable([r.get(k, "") for k in cols]), separators=(",", ":"))
                       for r in rows)

@@ -15,15 +15,11 @@ Per (state dtype, B) at the launch tables' geometry (H=4, HV=8, K=V=128):
    changes only where the winner reads at least ``--margin`` (1%) faster there.
 
 A candidate that fails the gate, or fails to compile or launch, is reported and never timed.
-``--mode pool`` measures the cells of ``gdnzoo bench --mode pool`` (a page-strided
-pool of at least 2 GiB, fresh random distinct slots every call through per-call index rows,
-q/k/v views of a packed mixed_qkv, use_qk_l2norm=True, T=1), beside the pool floor, and writes
-rows with ``mode: pool`` (what a pool call prefers).  ``--mode verify`` (``--tokens`` T >= 2)
-measures in the serving convention of ``gdnzoo bench --mode verify``, its ``states`` form (its
-inputs over a page-strided pool, T intermediate states a sequence into ``intermediate_states``
-with ``update_state=False``, fresh random distinct slots and intermediate rows every call), each
-candidate checked by that bench's check, beside the verify floor of that form, and writes rows
-with ``mode: verify``, ``tokens: T`` (what a verify call prefers).
+``--mode pool`` and ``--mode verify`` (``--tokens`` T >= 2) measure the cells of ``gdnzoo bench
+--mode pool`` (T=1) and of ``--mode verify``'s ``states`` form (``update_state=False``) in their
+serving convention (page-strided pool, fresh random distinct slots and intermediate rows every
+call), each candidate checked by that bench's check beside that bench's floor, and write rows
+with ``mode: pool`` or ``mode: verify, tokens: T`` (what such a call prefers).
 
 Writes ``gpu_tune.{csv,json,log}`` under ``--out`` after every cell (a time-out keeps what was
 measured) and prints the rows; ``--write`` puts them into this GPU's table file (a new file for
@@ -99,8 +95,8 @@ def make_cells(args, sd, pools):
         elem, HV, V, K = DTYPES[sd].itemsize, GEOMETRY["HV"], GEOMETRY["V"], GEOMETRY["K"]
         T = args.tokens if args.mode == "verify" else 1
         P = mode_pool.pool_slots([(B, T) for B in args.batch], HV, V, K, elem, clocks.l2_bytes(),
-                                 width=(lambda B, T: B * (T + 1)) if args.mode == "verify"
-                                 else (lambda B, T: B))
+                                 width=mode_verify.Verify.width if args.mode == "verify"
+                                 else mode_pool.Serving.width)
         pools.clear()                                 # one pool at a time
         pools[sd] = mode_pool.state_pool(P, HV, V, K, sd, "cuda")
     if args.mode == "pool":
@@ -109,16 +105,16 @@ def make_cells(args, sd, pools):
 
 
 def time_candidates(cands, reps, rounds=1, prepare=None):
-    """{(backend, config): samples}: ``cands`` are (backend, config, launch); each candidate in
-    its own kernel-clock session, all of them once per round (slow drift spreads over all).
-    ``prepare``: the cell's untimed step before each call (clocks.kernel_times)."""
+    """({(backend, config): median us}, method): ``cands`` are (backend, config, launch); each
+    candidate in its own kernel-clock session, all of them once per round (slow drift spreads
+    over all).  ``prepare``: the cell's untimed step before each call (clocks.kernel_times)."""
     per = {(b, c): [] for b, c, _ in cands}
     method = ""
     for _ in range(rounds):
         for b, c, launch in cands:
             samples, method = clocks.kernel_times(launch, reps, prepare=prepare)
             per[(b, c)] += samples
-    return per, method
+    return {k: statistics.median(v) for k, v in per.items()}, method
 
 
 def stage(cell, todo, reps, log, rounds=1):
@@ -130,15 +126,8 @@ def stage(cell, todo, reps, log, rounds=1):
         except Exception as e:
             log(f"  skip {b} {c}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
             torch.cuda.synchronize()
-    per, method = time_candidates(cands, reps, rounds, cell.prepare)
-    return {k: statistics.median(v) for k, v in per.items()}, cands, method
-
-
-def keep_or_change(winner_us, table_us, margin):
-    """'change' only where the winner reads at least ``margin`` (a fraction) faster than the
-    committed row in the same confirm sessions, else 'keep': the confirm's spread is about 1%,
-    and a table should not churn on noise."""
-    return "change" if winner_us <= table_us * (1 - margin) else "keep"
+    med, method = time_candidates(cands, reps, rounds, cell.prepare)
+    return med, cands, method
 
 
 def search_cell(cell, names, args, log, rows):
@@ -175,7 +164,6 @@ def search_cell(cell, names, args, log, rows):
                 log(f"  committed row {b} {committed[b]}: {type(e).__name__}: {str(e)[:120]}")
                 del committed[b]
     conf, _ = time_candidates(picks, args.confirm_iters, args.confirm_rounds, cell.prepare)
-    conf = {k: statistics.median(v) for k, v in conf.items()}
     fmed = conf[("floor", "floor")]
     out, summary = {}, [f"{cell.sd} B={cell.B:<4d} floor {fmed:7.2f}"]
     for (b, c), us in conf.items():
@@ -189,7 +177,11 @@ def search_cell(cell, names, args, log, rows):
         pick = (c, us, fmed, True)
         if b in committed:
             t_us = conf[(b, committed[b])] if committed[b] != c else us
-            verdict = keep_or_change(us, t_us, args.margin) if committed[b] != c else "same"
+            # "change" only where the winner reads at least the margin faster than the committed
+            # row in the same confirm sessions: their spread is about 1%, and a table should
+            # not churn on noise
+            verdict = ("same" if committed[b] == c else
+                       "change" if us <= t_us * (1 - args.margin) else "keep")
             text += f" vs committed {t_us:7.2f} ({t_us / fmed:.3f}) {committed[b]}: {verdict}"
             if verdict != "change":
                 pick = (committed[b], t_us, fmed, False)
@@ -203,21 +195,19 @@ def write_files(out, rows, lines, env):
     with open(out / "gpu_tune.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["sd", "B", "backend", "config", "us", "stage"])
         w.writeheader()
-        for r in rows:
-            w.writerow(dict(r, config=str(r["config"])))
+        w.writerows(dict(r, config=str(r["config"])) for r in rows)
     (out / "gpu_tune.json").write_text(json.dumps(dict(env=env, rows=rows), default=str, indent=1))
     (out / "gpu_tune.log").write_text("\n".join(lines) + "\n")
 
 
 def new_rows(lt, gpu, results, args, source_id):
-    """The row sets of this tune and the sources they cite besides the tune's own.
-
-    Per (backend, state dtype): the chosen config per measured B, merged
-    (tables.merge_measured) into the row set that served these calls on this GPU before, so
-    that what was not measured keeps serving what it served; a changed row cites the tune, a
-    kept one its old source (a row inherited from another file, e.g. a fallback's, cites that
-    source under ``<file>:<id>``).  Rows measured at T=1 are of their mode, rows of several
-    tokens measured in place serve either mode; rows of a verify search serve verify calls."""
+    """The row sets of this tune and the sources they cite besides the tune's own.  Per
+    (backend, state dtype): the chosen config per measured B, merged (tables.merge_measured)
+    into the row set that served these calls on this GPU before, so that what was not measured
+    keeps serving what it served; a changed row cites the tune, a kept one its old source (a row
+    inherited from another file, e.g. a fallback's, cites ``<file>:<id>``).  Rows measured at
+    T=1 are of their mode, rows of several tokens in place serve either mode, rows of a verify
+    search serve verify calls."""
     mode = args.mode if args.tokens == 1 or args.mode in ("dest", "verify") else "any"
     tokens = args.rows_from_tokens or args.tokens
     own = lt.file_for(gpu)
@@ -231,19 +221,15 @@ def new_rows(lt, gpu, results, args, source_id):
             sid = r.source if f is own else f"{f.slug}:{r.source}"
             cited.setdefault(sid, f.sources[r.source])
             existing.append((r.lo, r.hi, (fields.normalize(r.config), sid)))
-        chosen = {B: (cfg, source_id if changed else _source_at(existing, B, source_id))
-                  for B, (cfg, _, _, changed) in per_b.items()}
+        chosen = {B: (cfg, source_id if changed else next(     # a kept row keeps its source
+                      (v[1] for lo, hi, v in existing if lo <= B and (hi is None or B <= hi)),
+                      source_id)) for B, (cfg, _, _, changed) in per_b.items()}
         merged = tables.merge_measured(existing, chosen)
         if merged == existing:               # every measured row kept: nothing to write
             continue
         made += [tables.LaunchRow(b, sd, mode, tokens, lo, hi, fields.as_dict(cfg), src,
                                   hv=GEOMETRY["HV"]) for lo, hi, (cfg, src) in merged]
     return made, cited
-
-
-def _source_at(existing, B, default):
-    """The source of the existing row at B (a kept row keeps it), else ``default``."""
-    return next((v[1] for lo, hi, v in existing if lo <= B and (hi is None or B <= hi)), default)
 
 
 def write_table(gpu, made, source):
@@ -272,14 +258,6 @@ def fresh_source_id(base: str, taken) -> str:
         i += 1
         sid = f"{base}-{i}"
     return sid
-
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the working directory where it lies below it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
 
 
 def cmd_shapes(args) -> int:
@@ -321,6 +299,10 @@ def cmd_shapes(args) -> int:
             torch.cuda.empty_cache()
     sid = fresh_source_id(f"tune-{datetime.date.today().isoformat()}-{args.mode}-t{args.tokens}",
                           tables.launch_tables().file_for(gpu).sources)
+    try:                                      # the csv relative to the working directory
+        shown = str((out / "gpu_tune.csv").resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        shown = str(out / "gpu_tune.csv")
     conv = {"pool": " in the serving convention of gdnzoo bench --mode pool (page-strided pool, "
                     "fresh random slots every call, packed mixed_qkv, use_qk_l2norm=True)",
             "verify": " in the verify serving convention of gdnzoo bench --mode verify, "
@@ -332,7 +314,7 @@ def cmd_shapes(args) -> int:
                          f"--tokens {args.tokens} on {gpu}{conv}: winners beside the committed "
                          f"rows, changed where >= {args.margin:.0%} faster",
                      date=datetime.date.today().isoformat(), commit=env.get("commit"),
-                     results=[_shown(out / "gpu_tune.csv")])}
+                     results=[shown])}
     made, cited = new_rows(tables.launch_tables(), gpu, results, args, sid)
     src.update(cited)
     log("\nrow sets with a change (the winner beat the committed row by the margin; the other "

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
 import re
 from pathlib import Path
 
 import yaml
 
-from gdnzoo.bench import args as bench_args, entries, shapes
+from gdnzoo import registry
+from gdnzoo.bench import args as bench_args, entries, report, shapes
+from gdnzoo.bench.report import finite
 from gdnzoo.operation import DECODE
 from gdnzoo.tables import GEOMETRY_KEYS
 
@@ -73,8 +74,7 @@ def fastest(rows, state_dtype, mode="inplace", clock="kernel", top=3, T=1, bench
         if (r["state_dtype"] != state_dtype or r["mode"] != mode or r["clock"] != clock
                 or (bench is not None and r.get("bench") != bench)
                 or int(r.get("T") or 1) != T
-                or r["status"] != "PASS" or r["backend"] == "floor"
-                or not isinstance(m, (int, float)) or not math.isfinite(m)
+                or r["status"] != "PASS" or r["backend"] == "floor" or not finite(m)
                 or any(f in (r.get("flags") or "") for f in EXCLUDE_FLAGS)):
             continue
         by_b.setdefault(r["B"], []).append((r["backend"], float(m)))
@@ -85,36 +85,27 @@ def merge_ranges(choice):
     """{B: backend} -> [(lo, hi, backend)]: adjacent measured sizes with one winner form a range.
 
     The first range starts at 1, a range ends just before the next winner's first measured size,
-    and the last is open (hi None).
-    """
-    Bs = sorted(choice)
+    and the last is open (hi None)."""
     out = []
-    for B in Bs:
-        if out and out[-1][2] == choice[B]:
-            continue
-        if out:
+    for B in sorted(choice):
+        if out and out[-1][2] != choice[B]:
             out[-1] = (out[-1][0], B - 1, out[-1][2])
-        out.append((1 if not out else B, None, choice[B]))
+        if not out or out[-1][2] != choice[B]:
+            out.append((B if out else 1, None, choice[B]))
     return out
 
 
 def state_layout(env) -> str:
     """The state layout a run timed: its environment's ``state_layout`` (runs before that key:
     the note ``--state-layout k-first`` left)."""
-    if "state_layout" in env:
-        return env["state_layout"]
-    notes = env.get("notes") or []
-    return "k-first" if any(str(n).startswith("--state-layout k-first") for n in notes) \
-        else "k-last"
+    return env.get("state_layout") or ("k-first" if any(
+        str(n).startswith("--state-layout k-first") for n in env.get("notes") or []) else "k-last")
 
 
 def load_runs(paths, base=None):
-    """Rows and provenance merged from several results.json files of one GPU.
-
-    Returns (gpu, rows, dict(results_file, commit, versions, date)).  A (backend, B, dtype, mode,
-    clock) measured in more than one file is an error: two runs would silently disagree.
-    """
-    from gdnzoo.bench import report
+    """(gpu, rows, dict(results_file, commit, versions, date)) merged from several results.json
+    files of one GPU.  A (backend, B, dtype, mode, clock) measured in more than one file is an
+    error: two runs would silently disagree."""
     files = [Path(x) for p in paths for x in str(p).split(",") if x.strip()]
     if not files:
         raise SystemExit("tune --from: no results file given")
@@ -134,10 +125,10 @@ def load_runs(paths, base=None):
                 continue
             k = tuple(r.get(c) for c in ("backend", "B", "T", "H", "HV", "K", "V", "state_dtype",
                                          "mode", "l2norm", "clock"))
-            if k in seen and r.get("status") == "PASS":
-                raise SystemExit(f"tune --from: {k[0]} B={k[1]} {k[7]} {k[8]} {k[10]} is in both "
-                                 f"{seen[k]} and {f}")
             if r.get("status") == "PASS":
+                if k in seen:
+                    raise SystemExit(f"tune --from: {k[0]} B={k[1]} {k[7]} {k[8]} {k[10]} is in "
+                                     f"both {seen[k]} and {f}")
                 seen[k] = f
             rows.append(r)
     gpus = sorted({str(e.get("gpu")) for e in envs})
@@ -176,11 +167,6 @@ def geometry(results) -> dict:
     return dict(zip(GEOMETRY_KEYS, map(int, at.pop())))
 
 
-def row_geometry(at: dict) -> dict:
-    """The ``geometry:`` of a row by geometry measured at ``at`` (:func:`geometry`): H, HV."""
-    return {k: at[k] for k in ("H", "HV")}
-
-
 def make_row(gpu, results, *, results_file=None, commit=None, versions=None, date=None,
              geometry_row=False):
     """The ``defaults:`` entry for this GPU from dense-mode rows (kernel clock): ``table`` from the
@@ -210,7 +196,7 @@ def make_row(gpu, results, *, results_file=None, commit=None, versions=None, dat
                 commit=commit, results=results_file, values_us=values["inplace"])
     row = dict(gpu=gpu, provenance=prov, measured_at=at, table=tables["inplace"])
     if geometry_row:
-        row["geometry"] = row_geometry(at)
+        row["geometry"] = {k: at[k] for k in ("H", "HV")}      # a row by geometry: its heads
     for mode in ("dest", "tokens"):
         if mode in tables:
             prov[f"values_us_{mode}"] = values[mode]
@@ -259,16 +245,13 @@ def verify_winners(results, top=3):
     for r in results:
         m = r.get("median_us")
         if (r.get("bench") == "verify" and r["backend"] in able and r["mode"] != "commit"
-                and r["clock"] == "kernel" and r["status"] == "PASS"
-                and isinstance(m, (int, float)) and math.isfinite(m)):
+                and r["clock"] == "kernel" and r["status"] == "PASS" and finite(m)):
             cells.setdefault((r["state_dtype"], r["B"]), {}).setdefault(
                 (r["T"], r["mode"]), {})[r["backend"]] = float(m)
     table, values = {}, {}
     for sd in ("fp32", "bf16"):
         choice = {}
-        for (d, B), by_cell in sorted(cells.items()):
-            if d != sd:
-                continue
+        for (_, B), by_cell in sorted(c for c in cells.items() if c[0][0] == sd):
             ratios = {}
             for times in by_cell.values():
                 for be, us in times.items():
@@ -297,15 +280,10 @@ def existing_row(path, gpu, geometry=None):
         data = data.get(key) or {} if isinstance(data, dict) else {}
     for d in data or []:
         if str(d.get("gpu")) == gpu and d.get("geometry") == geometry:
-            row = dict(gpu=gpu, provenance=dict(d["provenance"]))
-            for key in ("measured_at", "geometry"):
-                if d.get(key):
-                    row[key] = dict(d[key])
-            for key in DECODE.tables:
-                if d.get(key):
-                    row[key] = {sd: [(r["batch"][0], r["batch"][1], r["backend"]) for r in rs]
-                                for sd, rs in d[key].items()}
-            return row
+            return dict(gpu=gpu, provenance=dict(d["provenance"]),
+                        **{k: dict(d[k]) for k in ("measured_at", "geometry") if d.get(k)},
+                        **{k: {sd: [(r["batch"][0], r["batch"][1], r["backend"]) for r in rs]
+                               for sd, rs in d[k].items()} for k in DECODE.tables if d.get(k)})
     return None
 
 
@@ -340,13 +318,9 @@ def render_row(row, indent=2):
     lines = [f"{pad}- gpu: {yaml.safe_dump(row['gpu'], default_style=None).splitlines()[0]}",
              f"{pad}  provenance:"]
     lines += [f"{pad}    {ln}" for ln in prov.rstrip("\n").splitlines()]
-    for key in ("measured_at", "geometry"):
-        if row.get(key):
-            lines.append(f"{pad}  {key}: {{" + ", ".join(f"{k}: {v}" for k, v in row[key].items())
-                         + "}")
-    for key in DECODE.tables:
-        if key not in row:
-            continue
+    lines += [f"{pad}  {key}: {{" + ", ".join(f"{k}: {v}" for k, v in row[key].items()) + "}"
+              for key in ("measured_at", "geometry") if row.get(key)]
+    for key in (k for k in DECODE.tables if k in row):
         lines.append(f"{pad}  {key}:")
         for sd, ranges in row[key].items():
             lines.append(f"{pad}    {sd}:")
@@ -409,20 +383,18 @@ def replace_row(text, row):
 
 def write_registry(path, row):
     """Replace this GPU's row in the file at ``path``, after checking the result still validates."""
-    from gdnzoo.registry import parse_registry
     path = Path(path)
     text = replace_row(path.read_text(), row)
-    parse_registry(yaml.safe_load(text), path)
+    registry.parse_registry(yaml.safe_load(text), path)
     path.write_text(text)
     return text
 
 
 def _emit(args, row, gpu):
-    from gdnzoo.registry import registry_path, reset_caches
     if args.write:
-        path = args.registry or str(registry_path())
+        path = args.registry or str(registry.registry_path())
         write_registry(path, row)
-        reset_caches()
+        registry.reset_caches()
         print(f"\nwrote the {gpu} row of {path}")
     else:
         print("\n# this GPU's row for registry.yaml `defaults:` (use --write to write it)")
@@ -431,14 +403,13 @@ def _emit(args, row, gpu):
 
 
 def cmd_tune(args) -> int:
-    from gdnzoo.bench import report
     if args.shapes:
         return shapes.cmd_shapes(args)
-    from gdnzoo.registry import registry_path
     if getattr(args, "from_files", None):
-        path = args.registry or registry_path()
+        path = args.registry or registry.registry_path()
         gpu, rows, prov = load_runs(args.from_files, Path(path).resolve().parent)
-        geo = row_geometry(geometry(rows)) if args.geometry_row else None
+        geo = ({k: v for k, v in geometry(rows).items() if k in ("H", "HV")}
+               if args.geometry_row else None)
         old = existing_row(path, gpu, geo)
         dense = [r for r in rows if r.get("bench") in ("dense", "dest")]
         if dense:
@@ -482,7 +453,7 @@ def cmd_tune(args) -> int:
     rows, env = pipeline.results(plan, raw, ref, bench_args.check_out(out))
     res = (out / "results.json").resolve()
     try:
-        res = res.relative_to(Path(registry_path()).resolve().parent)
+        res = res.relative_to(Path(registry.registry_path()).resolve().parent)
     except ValueError:
         pass
     row = make_row(env["gpu"], rows, results_file=str(res), commit=env["commit"],

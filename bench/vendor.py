@@ -20,13 +20,6 @@ class PackError(RuntimeError):
     """The backend cannot be vendored as is; the message says what and where."""
 
 
-def _module_file(modname: str) -> Path:
-    spec = importlib.util.find_spec(modname)
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        raise PackError(f"cannot locate the source of module {modname}")
-    return Path(spec.origin)
-
-
 def _is_pkg(modname: str) -> bool:
     spec = importlib.util.find_spec(modname)
     return bool(spec and spec.submodule_search_locations is not None)
@@ -141,7 +134,10 @@ def vendor(modname: str) -> dict:
         if m in seen:
             continue
         seen.add(m)
-        path = _module_file(m)
+        spec = importlib.util.find_spec(m)
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            raise PackError(f"cannot locate the source of module {m}")
+        path = Path(spec.origin)
         src = path.read_text()
         tree = ast.parse(src)
         imports = _gdnzoo_imports(tree, m)
@@ -156,13 +152,6 @@ def vendor(modname: str) -> dict:
             files[str(Path(VENDOR, *parts[:-1], name))] = f.read_text()
         for f, rel in _package_data(tree).items():
             files[str(Path(VENDOR, rel))] = f.read_text()
-    pkgs = {Path(p).parent for p in files}
-    for d in list(pkgs):
-        while str(d) not in (".", ""):
-            pkgs.add(d)
-            d = d.parent
-    for d in pkgs:
-        if str(d) not in (".", ""):
-            files.setdefault(str(d / "__init__.py"),
-                             '"""Vendored from gdnzoo by `gdnzoo pack`."""\n')
+    for d in {d for p in files for d in Path(p).parents if str(d) not in (".", "")}:
+        files.setdefault(str(d / "__init__.py"), '"""Vendored from gdnzoo by `gdnzoo pack`."""\n')
     return files

@@ -96,9 +96,10 @@ def test_spans_group_by_launch_window():
     windows = [(0, 10), (100, 110)]
     launch_of = {1: 5, 2: 6, 3: 105}
     gpu = [(20, 30, 1), (31, 50, 2), (120, 125, 3)]          # ns
-    assert clocks._spans(windows, launch_of, gpu) == [pytest.approx(0.030), pytest.approx(0.005)]
+    assert clocks._spans(windows, launch_of, gpu)[0] == [pytest.approx(0.030),
+                                                         pytest.approx(0.005)]
     with pytest.raises(RuntimeError, match="no GPU activity"):
-        clocks._spans(windows, launch_of, gpu[:2])
+        clocks._spans(windows, launch_of, gpu[:2])[0]
 
 
 def test_profiler_spans_drop_a_rare_lost_record_and_say_so():
@@ -109,21 +110,21 @@ def test_profiler_spans_drop_a_rare_lost_record_and_say_so():
     windows = [(1000 * i, 1000 * i + 100) for i in range(n)]
     launch_of = {i: 1000 * i + 5 for i in range(n)}
     gpu = [(1000 * i + 10, 1000 * i + 10 + 7 + i % 3, i) for i in range(n)]
-    want = clocks._spans(windows, launch_of, gpu)
-    got, note = clocks._spans_losing_few(windows, launch_of, gpu)
+    want = clocks._spans(windows, launch_of, gpu)[0]
+    got, note = clocks._spans(windows, launch_of, gpu, lose=clocks.LOST_SHARE)
     assert got == want and note == ""
     lost = list(gpu)
     lost[40] = (39_990, 39_997, -1)            # unlinked, started inside window 39
-    got, note = clocks._spans_losing_few(windows, launch_of, lost)
+    got, note = clocks._spans(windows, launch_of, lost, lose=clocks.LOST_SHARE)
     assert got == [w for i, w in enumerate(want) if i not in (39, 40)]
     assert note == " (1 of 100 iterations without a record and 1 with more than 1 dropped)"
     with pytest.raises(RuntimeError, match="iteration 40 launched no GPU activity"):
-        clocks._spans(windows, launch_of, lost)
+        clocks._spans(windows, launch_of, lost)[0]
     three = [r for i, r in enumerate(gpu) if i not in (10, 20, 30)]        # 3% lost: an error
     with pytest.raises(RuntimeError, match="iteration 10 launched no GPU activity"):
-        clocks._spans_losing_few(windows, launch_of, three)
+        clocks._spans(windows, launch_of, three, lose=clocks.LOST_SHARE)
     with pytest.raises(RuntimeError, match="no GPU activity"):            # a CPU backend
-        clocks._spans_losing_few(windows, launch_of, [])
+        clocks._spans(windows, launch_of, [], lose=clocks.LOST_SHARE)
 
 
 class _Ev:
@@ -162,7 +163,7 @@ def test_profiler_records_leave_out_the_markers_gpu_copy():
     windows, launch_of, gpu = clocks._profiler_records(events, tag)
     assert windows == {0: (0, 10)} and launch_of == {7: 2, 8: 4}
     assert gpu == [(20, 30, 7), (31, 60, 8)]
-    got = clocks._spans([windows[0]], launch_of, gpu, clocks.busy_and_count)
+    got = clocks._spans([windows[0]], launch_of, gpu, clocks.busy_and_count)[0]
     assert got == [(pytest.approx(0.039), 2)]
 
 

@@ -151,7 +151,8 @@ def _ctx(B=2, T=3, sd="fp32", seed=0):
     P = pool.pool_slots([(B, T)], plan.HV, plan.V, plan.K, DTYPES[sd].itemsize, 0, min_bytes=0,
                         width=lambda B, T: B * (T + 1))
     sp = pool.state_pool(P + 3, plan.HV, plan.V, plan.K, sd, "cpu", seed)
-    return verify.verify_ctx(B, T, sd, sp, plan, 0, "cpu", seed), plan
+    g = dict(H=plan.H, HV=plan.HV, K=plan.K, V=plan.V)
+    return verify.verify_ctx(B, T, sd, sp, g, 0, "cpu", seed), plan
 
 
 @pytest.mark.parametrize("sd", ["fp32", "bf16"])
@@ -231,7 +232,7 @@ def test_entries_say_why_they_cannot_run_here():
         with pytest.raises(entries.Skip, match=match):
             verify.verify_call(name, form, ctx)
     for name, form in (("fla-tma", "states"), ("vllm-packed", "slots"), ("cuda-v4", "slots")):
-        ok, why = registry.can_serve(name, verify.verify_problem(ctx, form))   # the registry's reason
+        ok, why = registry.can_serve(name, ctx.problem(form))   # the registry's reason
         assert not ok                                 # K=V=16 or no GPU or no verify, each
         with pytest.raises(entries.Skip, match=re.escape(why)):
             verify.verify_call(name, form, ctx)
@@ -340,7 +341,7 @@ def test_verify_floor_stores_where_the_form_stores(form):
                            rows=None if form == "slots" else c.rows,
                            counts={"slots": accepted, "commit": steps}.get(form))
     before, inter0 = sp.state.clone(), inter.clone()
-    floor._verify_launcher(t, (4, 128, 2))(0)
+    floor._indexed_launcher(t, (4, 128, 2))(0)
     torch.cuda.synchronize()
     r, s = c.rows.long(), c.slots.long()
     if form == "slots":
