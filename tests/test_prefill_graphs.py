@@ -26,8 +26,7 @@ SLOTS = ([5, -1, 0, 2], [1, 3, -1, 4], [5, -1, 0, 2])
 
 
 def _inputs(seed, lengths, pool=False):
-    """The inputs; with ``pool`` their state is a pool of 6 slots, and ``.slots`` the
-    sequences' slots."""
+    """The inputs; with ``pool`` their state is a pool of 6 slots (SLOTS name the sequences')."""
     x = make_prefill_inputs(lengths, H=2, HV=4, K=128, V=128, device="cuda", seed=seed)
     if pool:
         gen = torch.Generator(device="cuda").manual_seed(seed)
