@@ -9,7 +9,6 @@ entry's first call is checked against the float64 oracle (the gate) before it is
 """
 from __future__ import annotations
 
-import argparse
 
 import torch
 
@@ -18,7 +17,7 @@ from gdnzoo import dispatch, gate
 from gdnzoo.backends import cuda_v4
 from gdnzoo.inputs import make_inputs
 from gdnzoo.operation import DECODE
-from lab.kfirst_rows import time_us
+from lab.kfirst_rows import batches, parser, time_us
 
 
 def sets_for(B, H, HV, sd, n):
@@ -51,20 +50,13 @@ def checked(name, x, kfirst, fn):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--geom", default="16/32")
-    p.add_argument("--batches", default="1,4,16,64,256")
+    p = parser(__doc__, "1,4,16,64,256")
     p.add_argument("--shapes", default="1:4,1:8,1:16,2:8,2:16,4:16",
                    help="explicit K-first launch shapes W:LK[:HINT]")
-    p.add_argument("--state-dtype", default="fp32")
     p.add_argument("--dest", action="store_true", help="destination passing (else in place)")
     a = p.parse_args(argv)
-    H, HV = (int(v) for v in a.geom.split("/"))
     sd = {"fp32": torch.float32, "bf16": torch.bfloat16}[a.state_dtype]
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    for B in (int(b) for b in a.batches.split(",")):
-        size = B * HV * 128 * 128 * sd.itemsize
-        n = max(2, min(64, -(-2 * l2 // size)))
+    for H, HV, B, n in batches(a):
         sets = sets_for(B, H, HV, sd, n)
         kw = dict(use_qk_l2norm=True)
 

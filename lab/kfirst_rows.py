@@ -15,6 +15,7 @@ import statistics
 import torch
 
 from gdnzoo.backends import fla_recurrent as fr
+from gdnzoo.bench.clocks import rotation_count
 from gdnzoo.inputs import make_inputs
 
 
@@ -49,20 +50,32 @@ def time_us(fn, sets, rounds=20):
     return statistics.median(per)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser(doc: str, batches: str) -> argparse.ArgumentParser:
+    """The K-first lab scripts' common options: --geom H/HV, --batches, --state-dtype."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--geom", default="16/32")
-    p.add_argument("--batches", default="1,4,16")
-    p.add_argument("--block-v", default="4,8,16",
-                   help="tiles: BV or BV:num_warps (1 warp when not given)")
-    p.add_argument("--state-dtype", default="fp32")
-    a = p.parse_args(argv)
+    p.add_argument("--batches", default=batches)
+    p.add_argument("--state-dtype", default="fp32", choices=("fp32", "bf16"))
+    return p
+
+
+def batches(a):
+    """(H, HV, B, sets) per batch of the parsed options ``a``: the sets whose states fill
+    twice the L2 (2 to 64 of them)."""
     H, HV = (int(v) for v in a.geom.split("/"))
-    sd = a.state_dtype
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     for B in (int(b) for b in a.batches.split(",")):
-        size = B * HV * 128 * 128 * (4 if sd == "fp32" else 2)
-        n = max(2, min(64, -(-2 * l2 // size)))
+        size = B * HV * 128 * 128 * (4 if a.state_dtype == "fp32" else 2)
+        yield H, HV, B, rotation_count(size, l2, 2, 2, 64)
+
+
+def main(argv=None):
+    p = parser(__doc__, "1,4,16")
+    p.add_argument("--block-v", default="4,8,16",
+                   help="tiles: BV or BV:num_warps (1 warp when not given)")
+    a = p.parse_args(argv)
+    sd = a.state_dtype
+    for H, HV, B, n in batches(a):
         row = [f"{a.geom} B={B} {sd} ({n} sets)"]
         for kfirst in (False, True):
             sets = sets_for(B, H, HV, sd, n, kfirst)
