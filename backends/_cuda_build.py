@@ -282,42 +282,6 @@ def launch_raw_pdl(config, func, device_index: int, argv_addr: int) -> None:
         config.launch(func, stream, argv_addr)
 
 
-MAX_DYNAMIC_SHARED = 8            # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-_sized: set = set()
-
-
-def sized_kernel(cu_path: Path, name: str, defs, device_index: int, shared: int) -> Kernel:
-    """:func:`get_kernel` with the kernel's dynamic shared memory limit raised to ``shared``
-    bytes (once per variant)."""
-    kern = get_kernel(cu_path, name, defs, device_index)
-    key = (device_index, str(cu_path), name, defs)
-    if key not in _sized:
-        from cupy_backends.cuda.api import driver
-        driver.funcSetAttribute(kern.func, MAX_DYNAMIC_SHARED, shared)
-        _sized.add(key)
-    return kern
-
-
-def launch_block(func, grid: int, block: int, device_index: int, params: bytes, shared: int,
-                 pdl: bool = False) -> None:
-    """One launch of a kernel whose only parameter is the by-value block ``params`` (packed
-    per call), with programmatic dependent launch when ``pdl``."""
-    buf = ctypes.create_string_buffer(params)
-    argv = (ctypes.c_void_p * 1)(ctypes.addressof(buf))
-    if pdl:
-        from gdnzoo.backends._pdl_launch import PdlConfig
-        launch_raw_pdl(PdlConfig(grid, block, shared), func, device_index, ctypes.addressof(argv))
-    else:
-        launch_raw(func, grid, block, device_index, ctypes.addressof(argv), shared)
-
-
-def rows_aligned(*tensors) -> bool:
-    """Whether every row of these 16-bit tensors (innermost axis contiguous) starts on 16 bytes:
-    what a kernel copying rows in 16-byte pieces (cp.async) needs."""
-    return all(t.data_ptr() % 16 == 0 and all(s % 8 == 0 for s in t.stride()[:-1])
-               for t in tensors)
-
-
 class Launch:
     """One kernel, grid and block with a prebuilt parameter block: per call only the ``head``
     fields (by default GdnParams' pointers, :data:`HEAD_FIELDS` at HEAD_OFFSET) are written,

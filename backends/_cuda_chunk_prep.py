@@ -5,6 +5,7 @@ Triton prep kernel into the same workspace.  One launch per call, one CTA of 128
 import time."""
 from __future__ import annotations
 
+import ctypes
 import struct
 from pathlib import Path
 
@@ -22,6 +23,9 @@ PARAMS = struct.Struct("<9Q16qd")
 # dynamic shared memory of PrepSmem: q and k tiles (their space reused for the stored rows),
 # A/M and T in fp32, four warps' 16 x 16 scratch, four [C] vectors and a total
 SMEM = 2 * CHUNK * (HEAD_DIM + 8) * 2 + 2 * CHUNK * 68 * 4 + 4 * 16 * 20 * 4 + 4 * CHUNK * 4 + 16
+MAX_DYNAMIC_SHARED = 8            # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+_sized: set = set()
 
 
 def serves(K: int, io_dtype, precision: str, chunk: int):
@@ -37,6 +41,15 @@ def serves(K: int, io_dtype, precision: str, chunk: int):
     return True, ""
 
 
+def _kernel(defs, device_index: int):
+    kern = cuda_build.get_kernel(SOURCE, NAME, defs, device_index)
+    if (defs, device_index) not in _sized:
+        from cupy_backends.cuda.api import driver
+        driver.funcSetAttribute(kern.func, MAX_DYNAMIC_SHARED, SMEM)
+        _sized.add((defs, device_index))
+    return kern
+
+
 def launch(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c, *,
            neg=False, pdl=False):
     """The prep kernel into the workspace (mats, vecs), with the arguments of triton-chunk's
@@ -50,13 +63,18 @@ def launch(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gate
         GDN_ALOG_DT=code[A_log.dtype], GDN_DTB_DT=code[dt_bias.dtype], GDN_NEG=int(bool(neg)),
         GDN_PDL=int(bool(pdl)), GDN_STORE3=int(c.precision == "bf16x3")).items()))
     grid = (T // CHUNK + N) * HV
-    func = cuda_build.sized_kernel(SOURCE, NAME, defs, dev, SMEM).func
+    func = _kernel(defs, dev).func
     # packed per call (the grid and T change with every prompt); the driver copies the block
-    params = PARAMS.pack(
+    params = ctypes.create_string_buffer(PARAMS.pack(
         q.data_ptr(), k.data_ptr(), ga.data_ptr(), gb.data_ptr(), A_log.data_ptr(),
         dt_bias.data_ptr(), cu_seqlens.data_ptr(), mats.data_ptr(), vecs.data_ptr(),
         N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1),
         gb.stride(0), gb.stride(1), A_log.stride(0) if A_log.dim() else 0,
         dt_bias.stride(0) if dt_bias.dim() else 0, H, HV, int(bool(l2)),
-        int(cu_seqlens.dtype == torch.int64), float(scale))
-    cuda_build.launch_block(func, grid, 128, dev, params, SMEM, pdl)
+        int(cu_seqlens.dtype == torch.int64), float(scale)))
+    argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+    if pdl:
+        from gdnzoo.backends._pdl_launch import PdlConfig
+        cuda_build.launch_raw_pdl(PdlConfig(grid, 128, SMEM), func, dev, ctypes.addressof(argv))
+    else:
+        cuda_build.launch_raw(func, grid, 128, dev, ctypes.addressof(argv), SMEM)

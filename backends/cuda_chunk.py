@@ -13,7 +13,6 @@ Serves K = 128, bf16 q/k on a CUDA GPU (compute capability >= 8.0) with CuPy; re
 with the reason (triton-chunk serves them).
 """
 from gdnzoo.backends import _cuda_build
-from gdnzoo.backends import _cuda_chunk_chain as _chain
 from gdnzoo.backends import _cuda_chunk_prep as _prep
 from gdnzoo.backends import triton_chunk as _tc
 
@@ -32,12 +31,9 @@ def supports(problem):
         return ok, why
     if problem.device == "cpu":
         return False, "its prep kernel is CUDA C++: it needs a CUDA GPU"
-    ok, why = _prep.serves(problem.K, problem.io_dtype, "bf16x3", _prep.CHUNK)
-    return _chain.serves(problem.K, problem.V, problem.io_dtype, "bf16x3", _prep.CHUNK,
-                         _chain.BLOCK_V[0]) if ok else (ok, why)
+    return _prep.serves(problem.K, problem.io_dtype, "bf16x3", _prep.CHUNK)
 
 
 def run(call, *, config=None):
-    """triton-chunk's entry point with ``prep`` and ``chain`` "cuda" (the rest of ``config`` as
-    given)."""
-    _tc.run(call, config=_tc.normalize(config)._replace(prep="cuda", chain="cuda"))
+    """triton-chunk's entry point with ``prep`` "cuda" (the rest of ``config`` as given)."""
+    _tc.run(call, config=_tc.normalize(config)._replace(prep="cuda"))

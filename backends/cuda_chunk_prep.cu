@@ -23,7 +23,9 @@
 #define SL 20           // a warp's fp32 [16, 16] scratch row
 #define LOG_DECAY_MIN (-128.0f)    // as triton-chunk: exp of it is 0 in fp32 already
 
-#include "gdn_chunk_mma.cuh"                   // mma, ldm4, cp16, split2 (gdn_common.cuh)
+#include "gdn_common.cuh"                      // mma16816, gdn_ld, gdn_pack2/unpack2
+
+typedef unsigned short bf16_t;
 
 // by value, every field 8 bytes (backends/_cuda_chunk_prep.py packs it)
 struct PrepParams {
@@ -33,6 +35,30 @@ struct PrepParams {
     long long l2norm, cu64;
     double scale;
 };
+
+// d += a b with a's four fragment registers in an array
+__device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                    unsigned b1) {
+    mma16816(d, a[0], a[1], a[2], a[3], b0, b1);
+}
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void ldm4(unsigned (&r)[4], const bf16_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :: "r"(smem_u32(dst)), "l"(src), "r"(ok ? 16 : 0));
+}
+// the pair (a, b) as bf16 hi and lo parts, a in the low halves
+__device__ __forceinline__ void split2(float a, float b, unsigned& hi, unsigned& lo) {
+    hi = gdn_pack2<GDN_BF16>(a, b);
+    float ha, hb;
+    gdn_unpack2<GDN_BF16>(hi, ha, hb);
+    lo = gdn_pack2<GDN_BF16>(a - ha, b - hb);
+}
 
 // fp32 operands in shared memory as bf16 hi/lo fragments.  A: the 16 x 16 tile at ``p`` (row
 // stride ld).  B: n-tile nt (8 columns) of the 16 x 16 (k, n) tile at ``p``.

@@ -90,7 +90,7 @@ from typing import NamedTuple
 
 import torch
 
-from gdnzoo.backends import _cuda_build, _cuda_chunk_chain, _cuda_chunk_prep
+from gdnzoo.backends import _cuda_chunk_prep
 from gdnzoo.backends import _triton_launch as tlaunch
 
 NAME = "triton-chunk"
@@ -128,11 +128,7 @@ class Config(NamedTuple):
     prep kernel inverts by forward substitution (base - 1 serial steps) before log2(C / base)
     merge levels of two C x C products each; ``prep``: "triton" (the Triton prep kernel) or
     "cuda" (the same workspace from ``backends/cuda_chunk_prep.cu``: cuda-chunk's, K = 128,
-    bf16 q/k, chunk 64, precision "bf16x3" or "bf16" only); ``chain``: "triton" (the Triton
-    sequential kernel) or "cuda" (``backends/cuda_chunk_chain.cu``, on the same workspace:
-    cuda-chunk's, K = 128, bf16 q/k/v, chunk 64, block_v 16 or 32, precision "bf16x3" or
-    "bf16"; ``warps``, ``stages``, ``v_ahead`` and ``segments`` are the Triton kernels' and
-    do not apply)."""
+    bf16 q/k, chunk 64, precision "bf16x3" or "bf16" only)."""
     block_v: int = 0
     warps: int = 0
     stages: int = 0
@@ -143,11 +139,9 @@ class Config(NamedTuple):
     v_ahead: int = -1
     segments: int = 0
     prep: str = "triton"
-    chain: str = "triton"
 
 
 PREPS = ("triton", "cuda")
-CHAINS = ("triton", "cuda")
 
 
 def normalize(config) -> Config:
@@ -239,16 +233,6 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int =
                                           c.precision, c.chunk)
         if not ok:
             raise ValueError(f"config: prep 'cuda': {why}")
-    if c.chain not in CHAINS:
-        raise ValueError(f"config: chain must be one of {CHAINS}, got {c.chain!r}")
-    if c.chain == "cuda":
-        if device.type != "cuda":
-            raise ValueError("config: chain 'cuda' needs a CUDA device")
-        ok, why = _cuda_chunk_chain.serves(_cuda_chunk_chain.HEAD_DIM, V, torch.bfloat16,
-                                           c.precision, c.chunk, bv)
-        if not ok:
-            raise ValueError(f"config: chain 'cuda': {why}")
-        c = c._replace(segments=1)
     if not 0 <= c.segments <= MAX_SEGMENTS:
         raise ValueError(f"config: segments must be 0 (auto) to {MAX_SEGMENTS}, "
                          f"got {c.segments}")
@@ -405,13 +389,6 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
                     neg=allow_neg_eigval and g is None, pdl_kw=pdl_kw)
     slots = dict(state_indices=state_indices, new_state_indices=new_state_indices,
                  null_slot=null_slot, has_initial_state=has_initial_state, k_first=k_first)
-    if "cuda" in (c.prep, c.chain) and not _cuda_build.rows_aligned(q, k, v):
-        # the CUDA kernels copy q, k, v rows in 16-byte pieces: other rows go to Triton's
-        c = c._replace(prep="triton", chain="triton")
-    if c.chain == "cuda":
-        ok, why = _cuda_chunk_chain.serves(K, V, q.dtype, c.precision, C, c.block_v)
-        if not ok:
-            raise ValueError(f"config: chain 'cuda': {why}")
     if c.segments > 1:
         launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots)
     else:
@@ -460,13 +437,6 @@ def launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
     N = cu_seqlens.shape[0] - 1
     pool, idx, new_idx, init, src, ss = _read_slots(cu_seqlens, state, new_state, state_indices,
                                                     new_state_indices, has_initial_state, k_first)
-    if c.chain == "cuda":
-        _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c,
-                                 pool=pool, idx=idx, new_idx=new_idx, init=init, src=src, ss=ss,
-                                 has_init=has_initial_state is not None, null_slot=null_slot,
-                                 checkpoints=checkpoints, checkpoint_every=checkpoint_every,
-                                 k_first=k_first, pdl=bool(pdl_kw))
-        return
     sn = tlaunch.state_strides(new_state, k_first)
     # Without checkpoints CKPT is left at its default: the kernel compiles as it did before.
     ck = {} if checkpoints is None else dict(CKPT=1)

@@ -23,8 +23,6 @@
 #   bash lab/gpu_session.sh segments OUT # triton-chunk's segments (context parallelism): its
 #                                        # GPU tests, then lab.chunk_ablate's seg* variants
 #                                        # with errors (no bundle needed)
-#   bash lab/gpu_session.sh chain OUT    # cuda-chunk's CUDA sequential kernel beside Triton's
-#                                        # (lab.chain_cuda $CHAIN_ARGS), then its GPU tests
 #
 # Each part writes its logs into OUT/logs_PART.tgz and prints a short summary last.  Correctness shards run
 # side by side (no clock is read in them); the timing part runs alone.
@@ -215,18 +213,6 @@ segments)                   # triton-chunk's segmented form: GPU tests, then tim
     VARIANTS=${VARIANTS:-base,seg2,seg2w4,seg2w4s2,seg3w4,seg4w4} ARGS=--errors OUT="$OUT" \
     timeout 300 bash lab/chunk_ablate_gpu.sh > "$OUT/ablate_run.log" 2>&1
   echo "lab.chunk_ablate: exit $?"; grep -v "^ *$" "$OUT/ablate.log" | tail -30
-  ;;
-chain)                      # cuda-chunk's CUDA sequential kernel: lab.chain_cuda, then its tests
-  t0=$SECONDS
-  timeout ${CHAIN_SECS:-240} python3 -m lab.chain_cuda ${CHAIN_ARGS:-} > "$OUT/chain.log" 2>&1
-  echo "lab.chain_cuda: exit $? in $((SECONDS - t0)) s"; grep -v "^ *$" "$OUT/chain.log" | tail -40
-  t0=$SECONDS
-  timeout ${TEST_SECS:-280} python3 -m pytest -q -rfE -p no:cacheprovider --tb=short -x \
-    tests/test_cuda_chunk.py tests/test_prefill.py tests/test_forms.py \
-    tests/test_prefill_checkpoints.py tests/test_prefill_graphs.py tests/test_triton_chunk_pdl.py \
-    -k "${TEST_K:-cuda-chunk or cuda_chunk or prep_kernel}" > "$OUT/pytest_chain.log" 2>&1
-  echo "tests: exit $? in $((SECONDS - t0)) s: $(tail -1 "$OUT/pytest_chain.log")"
-  grep -h "^FAILED\|^ERROR" "$OUT/pytest_chain.log" | cut -c1-300 | head -20
   ;;
 *) echo "unknown part $PART"; exit 2 ;;
 esac

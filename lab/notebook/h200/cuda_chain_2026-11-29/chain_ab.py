@@ -7,7 +7,8 @@ From the repository root, on a GPU with cupy:
 
 Variants: base; no_mma (every mma.sync dropped: loads, ldmatrix, exchanges and barriers left);
 no_load (the chunk loads after the first dropped: products on stale operands); no_sync (the two
-barriers inside a chunk dropped); stages3 (three chunk buffers); rows32 (32 state rows a CTA).
+barriers inside a chunk dropped); cs1, cs2, cs4 (clusters of at most 1, 2, 4 CTAs instead of
+8); stages3 (three chunk buffers); rows32 (32 state rows a CTA).
 """
 from __future__ import annotations
 
@@ -27,11 +28,15 @@ from lab.prefill_gpu import make, ours                     # noqa: E402
 
 SRC = chain.SOURCE.read_text()
 INCLUDE = '#include "gdn_chunk_mma.cuh"\n'
-# name -> (source substitutions, stages, block_v)
+# name -> (source substitutions, stages, block_v[, cluster size cap])
 VARIANTS = {
     "base": ([], 2, 16),
+    "cs1": ([], 2, 16, 1),
+    "cs2": ([], 2, 16, 2),
+    "cs4": ([], 2, 16, 4),
     "no_mma": ([(INCLUDE, INCLUDE + "#define mma(d, a, b0, b1) ((void)0)\n")], 2, 16),
-    "no_load": ([("            if (jn < n_chunks)\n", "            if (jn < 0)\n")], 2, 16),
+    "no_load": ([("            if (jn < n_chunks)\n", "            if (jn < 0)\n"),
+                 ("        mbar_wait(&st.full,", "        if (j == 0) mbar_wait(&st.full,")], 2, 16),
     "no_sync": ([("        __syncthreads();                        // R complete\n", ""),
                  ("        __syncthreads();                        // V'^T complete\n", "")],
                 2, 16),
@@ -65,7 +70,8 @@ def main():
         for prec in args.precisions.split(","):
             line = []
             for name in args.variants.split(","):
-                subs, stages, bv = VARIANTS[name]
+                subs, stages, bv, *cs = VARIANTS[name]
+                chain.CLUSTER_MAX = cs[0] if cs else 8
                 if chain.smem_bytes(bv, prec, stages) > 227 * 1024:
                     line.append(f"{name} (no room)")
                     continue
