@@ -6,7 +6,10 @@ stride of a K row), -D constants and compiled-in strides.
 
 It serves T >= 1 tokens, a dense state or a pool (padding, separate write slots), fp32 and bf16
 states, raw or precomputed gates, ``allow_neg_eigval`` and PDL (both levels wait before any
-global access: the state's loads do not start early).  Not the speculative verify's forms.
+global access: the state's loads do not start early), and the speculative verify's forms as
+cuda-v4's k-last kernel serves them (the same GDN_POOL, GDN_INTER and GDN_UPDATE switches):
+K-first intermediate states (rows n or ``intermediate_indices``), the final store or a
+deferred commit, and vLLM's per-token slots with ``num_accepted_tokens``.
 
 The launch shape: ``warps`` a block, which split the K rows, and ``lanes`` of a warp along K;
 the other 32 / lanes lanes of a warp read a row side by side, one 16-byte vector each (4 fp32 or
@@ -79,12 +82,9 @@ def shape(state_size: int, BHV: int, K: int, V: int, inplace: bool = True,
     return max(warps, 1), lanes, 3 if inplace or small else 0
 
 
-def serves(K: int, V: int, state_size: int, verify: bool) -> str:
+def serves(K: int, V: int, state_size: int) -> str:
     """Why a K-first call cannot be served by this kernel ("" when it can): with 16-byte
     vectors (the element-load variant has more shapes still)."""
-    if verify:
-        return ("its K-first kernel has no speculative-verify stores (fla-recurrent serves a "
-                "K-first verify)")
     why = refusal(K, V, state_size, *shape(state_size, 1, K, V)[:2], True)
     return f"K-first state: {why}" if why else ""
 
@@ -97,8 +97,6 @@ def launch(bound, vec16: bool, warps: int, lanes: int, hint: int, fast_gates: in
     B, T, H, K, HV, V = bound.shape
     sd, io, ad, bd, dd = bound.dtypes
     size = cuda_build.ELEM_SIZE[sd]
-    if bound.verify:                 # supports() refuses it; a record launched directly too
-        raise ValueError(f"cuda-v4: {serves(K, V, size, True)}")
     why = refusal(K, V, size, warps, lanes, vec16)
     if why:
         raise ValueError(f"cuda-v4: launch config invalid for a K-first state: {why}")

@@ -307,8 +307,8 @@ def supports(problem):
                for w, rw, *_ in [launch_config(dataclasses.replace(problem, inplace=inplace), gpu)])
     if grid > MAX_GRID_X:
         return False, f"grid of {grid} blocks exceeds {MAX_GRID_X} (B*HV={problem.B * problem.HV})"
-    why = kfirst.serves(problem.K, problem.V, cuda_build.ELEM_SIZE[problem.state_dtype],
-                        bool(problem.verify)) if problem.k_first else ""
+    why = kfirst.serves(problem.K, problem.V, cuda_build.ELEM_SIZE[problem.state_dtype]) \
+        if problem.k_first else ""
     return (False, why) if why else (True, "")
 
 

@@ -17,19 +17,29 @@
 // codes, GDN_L2NORM, GDN_W (warps a block: the K split), GDN_LK (lanes of a warp along K),
 // GDN_VEC16 (16-byte vectors; 0: one column a lane, element loads), GDN_HINT (bit 0 .nc state
 // loads, bit 1 streaming state stores; 16-byte vectors only), GDN_FASTGATE, GDN_DENSE,
-// GDN_POOL (0 dense, 1 and 2 a pool, as cuda_v4.cu), GDN_IDX64, GDN_GATES, GDN_NEG, GDN_PDL (1:
-// wait before any global access).
+// GDN_POOL (0 dense, 1 and 2 a pool, 3 and 4 per-token slots, as cuda_v4.cu), GDN_IDX64,
+// GDN_GATES, GDN_NEG, GDN_PDL (1: wait before any global access); the speculative verify's
+// GDN_INTER (the state after token t to intermediate row n, 1, or inter_idx[n], 2: K-first
+// [K, V] blocks) and GDN_UPDATE (0: no final store), both or neither, as cuda_v4.cu.
 #include "gdn_common.cuh"
 
 #ifndef GDN_PDL
 #define GDN_PDL 0
+#endif
+#if defined(GDN_INTER) != defined(GDN_UPDATE)
+#error "GDN_INTER and GDN_UPDATE: both (a verify variant) or neither (a plain decode)"
+#endif
+#ifndef GDN_INTER
+#define GDN_INTER 0
+#define GDN_UPDATE 1
 #endif
 #define GDN_CHAIN 0
 #if !defined(GDN_K) || !defined(GDN_V) || !defined(GDN_T) || !defined(GDN_HV) || \
     !defined(GDN_GVA) || !defined(GDN_STATE_DT) || !defined(GDN_IO_DT) || !defined(GDN_A_DT) || \
     !defined(GDN_B_DT) || !defined(GDN_DTB_DT) || !defined(GDN_L2NORM) || !defined(GDN_W) || \
     !defined(GDN_LK) || !defined(GDN_VEC16) || !defined(GDN_HINT) || !defined(GDN_FASTGATE) || \
-    !defined(GDN_DENSE) || !defined(GDN_POOL) || (GDN_POOL && !defined(GDN_IDX64))
+    !defined(GDN_DENSE) || !defined(GDN_POOL) || \
+    ((GDN_POOL || GDN_INTER == 2) && !defined(GDN_IDX64))
 #error "compile with the -D options of backends/_cuda_v4_kfirst.py"
 #endif
 
@@ -46,7 +56,9 @@ constexpr unsigned FULL = 0xffffffffu;
 static_assert(LK >= 1 && LK <= 32 && 32 % LK == 0 && K % (W * LK) == 0,
               "LK: a power of two; W * LK dividing K");
 static_assert(V % CW == 0, "whole blocks of columns a head");
-static_assert(W >= 1 && W <= 8 && T >= 1 && HV % GVA == 0 && GDN_POOL <= 2, "bad constants");
+static_assert(W >= 1 && W <= 8 && T >= 1 && HV % GVA == 0 && GDN_POOL <= 4, "bad constants");
+static_assert(GDN_INTER >= 0 && GDN_INTER <= 2 && (GDN_POOL < 3 || (GDN_UPDATE && !GDN_INTER)),
+              "per-token slots (GDN_POOL 3, 4) store every token's state themselves");
 
 #include "cuda_v4_lane.cuh"                        // ld_vec, st_vec, tree_sum, qk_shfl
 
@@ -72,8 +84,9 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4_kfirst(const 
     const long long o_t = GDN_STRIDE(o_t, HV * V);
     const long long o0 = n * GDN_STRIDE(o_n, T * HV * V) + h * GDN_STRIDE(o_h, V) + col;
 #if GDN_POOL
-    // A padded sequence: zero outputs, no state read or written.
-    const GdnSlots slot = gdn_pool_slots<GDN_POOL, GDN_IDX64>(p, n);
+    // A padded sequence: zero outputs, no state read or written (no intermediate state either).
+    const GdnSlots slot =
+        gdn_slots_from<GDN_POOL, T, GDN_IDX64>(p, n, gdn_first_index<GDN_POOL, T, GDN_IDX64>(p, n));
     if (!slot.rd) {
         if (warp == 0 && kl == 0)
             for (int t = 0; t < T; ++t)
@@ -83,18 +96,22 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4_kfirst(const 
     }
     const long long s_head = GDN_READ_OFFSET(slot.read, h);
     const long long ns_head = GDN_WRITE_OFFSET(slot.write, h);
-    const bool store = slot.wr;
+    const bool store = GDN_UPDATE && slot.wr;          // per-token slots: wr false
 #elif GDN_DENSE
     const long long s_head = (long long)nh * (V * K), ns_head = s_head;
-    constexpr bool store = true;
+    constexpr bool store = GDN_UPDATE;
 #else
     const long long s_head = GDN_READ_OFFSET(n, h), ns_head = GDN_WRITE_OFFSET(n, h);
-    constexpr bool store = true;
+    constexpr bool store = GDN_UPDATE;
 #endif
     // s_v and ns_v are the stride of a K row here (V when dense).
     const long long s_k = GDN_STRIDE(s_v, V), ns_k = GDN_STRIDE(ns_v, V);
     const ST* src = static_cast<const ST*>(p.state) + s_head;
     ST* dst = static_cast<ST*>(p.new_state) + ns_head;
+#if GDN_INTER
+    bool ikeep;                                         // a row outside 0..S-1 stores nothing
+    ST* const inter = intermediate_block<ST>(p, n, h, ikeep);
+#endif
     float S[KR][VEC];
 #pragma unroll
     for (int i = 0; i < KR; ++i) ld_vec<SD, VEC, NC>(src, (row0 + i) * s_k + col, S[i]);
@@ -210,6 +227,22 @@ extern "C" __global__ void __launch_bounds__(32 * W) gdn_decode_v4_kfirst(const 
 #pragma unroll
             for (int c = 0; c < VEC; ++c) S[i][c] = gd * S[i][c] + kn * u[c];
         }
+#if GDN_INTER
+        if (ikeep) {                                    // the state after token t, step t
+            ST* const step = inter + t * GDN_SLOT_STRIDE(i_t);
+#pragma unroll
+            for (int i = 0; i < KR; ++i) st_vec<SD, VEC, CS>(step, (row0 + i) * V + col, S[i]);
+        }
+#elif GDN_POOL >= 3
+        {                                               // token t's slot idx[n, t]
+            const long long ts = gdn_index_at<(GDN_IDX64 & 1) != 0>(p.idx, (long long)n * T + t);
+            if (gdn_token_slot_ok(p, ts)) {
+                ST* const tok = static_cast<ST*>(p.new_state) + GDN_WRITE_OFFSET(ts, h);
+#pragma unroll
+                for (int i = 0; i < KR; ++i) st_vec<SD, VEC, CS>(tok, (row0 + i) * ns_k + col, S[i]);
+            }
+        }
+#endif
         if (warp == 0 && kl == 0) {                    // one vector where a lane's are 16 bytes
             const long long oi = o0 + t * o_t;
             if (VEC * IOBYTES == 16 &&

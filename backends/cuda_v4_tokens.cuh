@@ -1,24 +1,8 @@
-// cuda-v4's multi-token pieces (included by cuda_v4.cu after its launch constants): the
-// intermediate states' addresses (verify), the tokens' Gram entries from the block (GDN_CHUNK
-// 1), every token's inputs, gates and slots loaded ahead of the state's arithmetic (GDN_CHUNK,
-// GDN_AHEAD), and the head's per-token scalars from the block (GDN_HSC).
+// cuda-v4's multi-token pieces (included by cuda_v4.cu after its launch constants): the tokens'
+// Gram entries from the block (GDN_CHUNK 1), every token's inputs, gates and slots loaded ahead
+// of the state's arithmetic (GDN_CHUNK, GDN_AHEAD), and the head's per-token scalars from the
+// block (GDN_HSC).
 #pragma once
-
-#if GDN_INTER
-// Sequence n's intermediate block of head h: row n or inter_idx[n]; a row outside 0..S-1
-// stores nothing (keep false; its address stays at row 0).  Each [HV, V, K] block is contiguous.
-template <typename ST>
-__device__ __forceinline__ ST* intermediate_block(const GdnParams& p, unsigned n,
-                                                  unsigned h, bool& keep) {
-#if GDN_INTER == 1
-    const long long irow = n;
-#else
-    const long long irow = gdn_index_at<(GDN_IDX64 & 4) != 0>(p.inter_idx, n);
-#endif
-    keep = (unsigned long long)irow < (unsigned long long)p.S;
-    return static_cast<ST*>(p.inter) + (keep ? irow : 0) * GDN_SLOT_STRIDE(i_n) + h * (V * K);
-}
-#endif
 
 #if GDN_CHUNK
 // The Gram entries of GDN_CHUNK, over the raw q and k rows of the T tokens: k_j.k_t at

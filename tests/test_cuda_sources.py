@@ -105,7 +105,8 @@ POOL_VARIANTS = [
                                                                  IDX64=1)),
 ]
 # cuda-v4's K-first kernel (cuda_v4_kfirst.cu): lanes along K (LK), 16-byte and element loads,
-# dense, runtime and compiled-in strides, pools, the gate forms, PDL, K != V.
+# dense, runtime and compiled-in strides, pools, the gate forms, PDL, K != V, and the verify
+# forms (intermediate rows n or indexed, the final store or not, per-token slots).
 def _kf(V=128, T=1, HV=8, GVA=2, W=1, LK=8, VEC16=1, HINT=3, FAST=1, DENSE=1, POOL=0,
         IDX64=None, **form):
     d = dict(v=V, t=T, hv=HV, gva=GVA, w=W, lk=LK, vec16=VEC16, hint=HINT, fastgate=FAST,
@@ -122,6 +123,13 @@ KFIRST_VARIANTS = [(cuda_v4_kfirst.SOURCE, *rest) for rest in [
     (BF16, F32, BF16, BF16, F32, 128, True, _kf(V=96, HV=6, GVA=3, LK=16, POOL=2, IDX64=2,
                                                  neg=1, pdl=1)),
     (F32, BF16, BF16, BF16, F32, 128, False, _kf(LK=2, VEC16=0, HINT=0, FAST=0, DENSE=0)),
+    (F32, BF16, BF16, BF16, F32, 128, True, _kf(T=4, POOL=1, IDX64=0, inter=1, update=0)),
+    (BF16, BF16, BF16, BF16, F32, 128, False, _kf(T=3, W=2, DENSE=0, POOL=1, IDX64=5, inter=2,
+                                                   update=1)),
+    (F32, BF16, BF16, BF16, F32, 64, True, _kf(V=64, T=2, DENSE=1, inter=1, update=1)),
+    (F32, BF16, BF16, BF16, F32, 128, True, _kf(T=4, VEC16=0, HINT=0, POOL=4, IDX64=9,
+                                                 inter=0, update=1)),
+    (BF16, BF16, BF16, BF16, F32, 128, False, _kf(T=2, POOL=3, IDX64=0, inter=0, update=1)),
 ]]
 ARCHS = [(9, 0), (10, 0)]
 

@@ -4,8 +4,8 @@ and state, the transposed state, under the correctness gate): B, T, GVA 1/2/3, K
 and V != K, fp32 and bf16 states, bf16 and fp16 io, the L2 norm, in place and destination
 passing, precomputed gates and allow_neg_eigval, every launch shape the kernel takes (explicit
 configs), the element-load variant (a state at a 4-byte offset), a page-strided pool with
-padding, and a CUDA graph replayed with new data.  On the CPU: the launch-shape rule and its
-refusals."""
+padding, a CUDA graph replayed with new data, and the speculative verify's forms against
+pt-reference.  On the CPU: the launch-shape rule and its refusals."""
 from __future__ import annotations
 
 import pytest
@@ -196,26 +196,80 @@ def test_launch_shape_rule_and_refusals():
     assert "state values a lane" in kf.refusal(128, 128, 2, 1, 2, True)
     assert "lanes along K" in kf.refusal(128, 128, 4, 1, 32, True)
     assert "dividing K" in kf.refusal(64, 64, 4, 8, 16, True)
-    assert "speculative-verify" in kf.serves(128, 128, 4, True)
-    assert kf.serves(128, 128, 4, False) == ""
+    assert kf.serves(128, 128, 4) == ""
 
 
-def test_a_k_first_verify_record_launched_directly_is_refused():
-    """supports() refuses a K-first verify; a record launched directly (the bench's and the
-    tests' route past the selection) is refused too, before any kernel is built: the kernel
-    has no intermediate stores, and would have overwritten the state."""
-    from gdnzoo import dispatch
-    from gdnzoo.backends import cuda_v4
-    from gdnzoo.operation import DECODE
-    x = make_inputs(B=2, T=2, H=2, HV=4, K=64, V=64, seed=11)
-    state = kfirst(x.state)
-    inter = torch.full((2, 2, 4, 64, 64), float("nan"))
-    named = {arg.name: arg.default for arg in DECODE.args}
-    named.update(q=x.q, k=x.k, v=x.v, state=state, A_log=x.A_log, a=x.a, dt_bias=x.dt_bias,
-                 b=x.b, scale=x.scale, out=torch.empty_like(x.v), algo=None,
-                 intermediate_states=inter, update_state=False, state_layout="k-first")
-    rec = dispatch.record(DECODE, tuple(named[n] for n in DECODE.names), "cuda-v4")
-    before = state.clone()
-    with pytest.raises(ValueError, match="K-first kernel has no speculative-verify stores"):
-        cuda_v4.run(rec, config=dict(warps=2, row_groups=1, lanes_per_row=8, hint=3))
-    assert torch.equal(state, before) and torch.isnan(inter).all()
+def _verify_call(name, case, l2, ibuf, shape, strides):
+    """A verify call of ``case`` (gdnzoo.inputs.make_verify_case, k-last) on a K-first copy of
+    its state storage and a copy of ``ibuf``, K-first intermediate storage viewed as ``shape``
+    and ``strides``: (out, pool, intermediate storage, its view)."""
+    x = case.x
+    pool = kfirst(x.state)
+    kw = case.kwargs()
+    buf = view = None
+    if ibuf is not None:
+        buf = ibuf.clone()
+        view = kw["intermediate_states"] = buf.as_strided(shape, strides)
+    out, _ = gdnzoo.decode(*x.args()[:3], pool, *x.args()[4:], use_qk_l2norm=l2,
+                           state_layout="k-first", algo=name, **kw)
+    return out, pool, buf, view
+
+
+VERIFY_FORMS = [  # (form, update, rows, pad, dense)
+    ("states", False, "indexed", None, False), ("states", True, "default", "neg", False),
+    ("states", False, "indexed", "row", False), ("states", True, "indexed", "null", False),
+    ("states", True, "default", None, True), ("slots", True, "indexed", None, False),
+    ("slots", True, "indexed", "col", False), ("slots", True, "indexed", "acc", False),
+]
+
+
+@gpu
+@pytest.mark.parametrize("sd", (F32, BF16), ids=("fp32", "bf16"))
+@pytest.mark.parametrize("form,update,rows,pad,dense", VERIFY_FORMS,
+                         ids=[f"{f}{'+upd' if u else ''}-{r}-{p or 'nopad'}{'-dense' * d}"
+                              for f, u, r, p, d in VERIFY_FORMS])
+def test_verify_forms_match_pt_reference(form, update, rows, pad, dense, sd):
+    """The speculative verify's forms on a K-first state and K-first intermediate states:
+    cuda-v4 against pt-reference on the same call (pt-reference's forms are held to the float64
+    oracle in tests/test_verify.py): the outputs, the whole state storage (written slots under
+    the gate, the rest bit-identical) and the whole intermediate storage, gaps between its
+    steps and rows included (the same elements written, under the gate; the rest
+    bit-identical)."""
+    from gdnzoo.inputs import intermediate_buffer, make_verify_case
+    from verify_cases import _blocks_mask, expected_writes
+    for T, H, HV, K, l2, idx in ((2, 2, 4, 128, False, torch.int32),
+                                 (4, 2, 6, 64, True, torch.int64),
+                                 (3, 4, 4, 128, True, torch.int32)):
+        case = make_verify_case(form, B=5, T=T, H=H, HV=HV, K=K, V=K, state_dtype=sd,
+                                device="cuda", seed=T + 10 * K, pad=pad, update=update,
+                                dense=dense, index_dtype=idx, rows=rows)
+        ibuf, shape, strides = None, None, None
+        if case.inter is not None:                     # K-first [S, T_max, HV, K, V], gaps
+            S, T_max = case.inter.shape[:2]
+            ibuf, view = intermediate_buffer(S, T_max, HV, K, K, dtype=sd, device="cuda",
+                                             step_gap=64, row_gap=96,
+                                             gen=torch.Generator().manual_seed(T))
+            shape, strides = view.shape, view.stride()
+        ref = _verify_call("pt-reference", case, l2, ibuf, shape, strides)
+        got = _verify_call("cuda-v4", case, l2, ibuf, shape, strides)
+        what = f"T={T} {H}/{HV} K={K}"
+        padded, slots, inter = expected_writes(case)
+        rows_w = sorted(slots)
+        j = gate.judge(got[0], got[1][rows_w], ref[0], ref[1][rows_w], state_dtype=sd)
+        assert j.ok, f"{what}: out or state: {j.reason}"
+        for n in padded:
+            assert not got[0][n].any(), f"{what}: padded sequence {n}'s outputs not zero"
+        other = torch.ones(got[1].shape[0], dtype=torch.bool, device="cuda")
+        other[rows_w] = False
+        assert torch.equal(got[1][other], kfirst(case.x.state)[other]), \
+            f"{what}: a slot written that the call does not write"
+        if ibuf is not None:
+            blocks = [(r, t) for r, t, _ in inter]
+            assert blocks or pad == "row", what
+            if blocks:
+                j = gate.judge(got[0], torch.stack([got[3][b_] for b_ in blocks]), ref[0],
+                               torch.stack([ref[3][b_] for b_ in blocks]), state_dtype=sd)
+                assert j.ok, f"{what}: intermediate states: {j.reason}"
+            keep = _blocks_mask(got[2], got[3], blocks)
+            assert torch.equal(got[2][keep], ibuf[keep]), \
+                f"{what}: intermediate storage written outside the stored steps"
