@@ -329,8 +329,9 @@ def test_nothing_below_the_face_imports_it():
 
 def test_prefill_has_its_own_default_table():
     """The prefill operation's default table is its own (read at tokens per sequence, T/N),
-    apart from decode's: the H200's measured row picks cuda-chunk for fp32 and bf16 states
-    (where it cannot serve, the fallback order's triton-chunk)."""
+    apart from decode's: the H200's measured row picks cuda-chunk for fp32 and bf16 states;
+    the fallback order (GPUs without a row) tries cuda-chunk, then triton-chunk (which serves
+    what cuda-chunk cannot)."""
     import dataclasses
 
     from gdnzoo import prefill_contract
@@ -339,7 +340,8 @@ def test_prefill_has_its_own_default_table():
     assert row is not None and row.provenance["results"].startswith("bench/results/h200/prefill")
     p = prefill_contract.validate(*make_prefill_inputs([3, 5], H=2, HV=4, K=16, V=16).args())[0]
     assert tables.table_choice(row, p) == "cuda-chunk"
-    assert registry.load_registry().op("prefill").fallback["cuda"][0] == "triton-chunk"
+    assert registry.load_registry().op("prefill").fallback["cuda"][:2] == ["cuda-chunk",
+                                                                           "triton-chunk"]
     assert tables.table_choice(row, dataclasses.replace(p, state_dtype=torch.bfloat16)) \
         == "cuda-chunk"
     assert p.table_heads is None and tables.read_point(
