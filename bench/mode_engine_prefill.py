@@ -29,7 +29,7 @@ ENGINES = ("vllm", "sglang")
 MIXES = {"1x8192": ([8192], 0), "8x1024": ([1024] * 8, 0), "16x256": ([256] * 16, 0),
          "64x64": ([64] * 64, 0), "ragged": ([2048, 1, 700, 2, 63, 65, 1500], 0),
          "8x256+2pad": ([256] * 8, 2)}
-OURS = ("auto", "triton-chunk", "triton-chunk-bf16")
+OURS = ("auto", "cuda-chunk", "triton-chunk", "triton-chunk-bf16")
 CPU_MIXES = ("1x130", "4x64+2pad")
 DIM = 128
 BUDGET_S = 300.0
