@@ -12,6 +12,11 @@
   without pool or verify rows keeps the row's tables of that mode.  A row's ``table_kfirst``
   (a K-first state) has no stage here: it is written by hand from a ``gdnzoo bench
   --state-layout k-first`` run, which ``--from`` refuses, and a re-tune keeps it.
+* ``gdnzoo tune --from PREFILL_RESULTS.json,... [--write]``: this GPU's row of the prefill
+  operation's default table from ``gdnzoo bench --mode prefill`` runs (:func:`make_prefill_row`):
+  per tokens per sequence (T/N, what that table is read at) the registered backend held to the
+  call's own state bound that is fastest across the cells (``table``; the pool form's cells give
+  ``table_pool``).
 * ``gdnzoo tune --shapes [--write]``: the launch rows of the tunable backends on this GPU
   (:mod:`gdnzoo.bench.shapes`), into ``backends/tables/<gpu>.yaml``.
 """
@@ -24,10 +29,10 @@ from pathlib import Path
 
 import yaml
 
-from gdnzoo import registry
+from gdnzoo import gate, registry
 from gdnzoo.bench import args as bench_args, entries, report, shapes
 from gdnzoo.bench.report import finite
-from gdnzoo.operation import DECODE
+from gdnzoo.operation import DECODE, PREFILL
 from gdnzoo.tables import GEOMETRY_KEYS
 
 EXCLUDE_FLAGS = ("warm write target",)     # flattered measurements never win a table slot
@@ -267,23 +272,90 @@ def verify_winners(results, top=3):
 
 
 # table key -> (provenance how, chooser over a run's rows, key of the values behind the choice)
+PREFILL_HOW = ("gdnzoo bench --mode prefill: CUPTI kernel-clock medians (a call's records summed), "
+               "in place; per tokens per sequence (T/N, what the prefill table is read at) the "
+               "registered backend held to the call's own state bound (not the entries that "
+               "round the state to bf16) with the lowest mean multiple of each cell's fastest "
+               "(mean_multiple: those means), over the cells that time it in every cell of that "
+               "T/N")
+
+
+def prefill_winners(results, form="dense"):
+    """({state dtype: [(lo, hi, backend)]}, {state dtype: {T/N: {backend: mean multiple}}}) of
+    the ``form`` ("dense" or "pool") rows of ``gdnzoo bench --mode prefill`` runs: per state
+    dtype and tokens per sequence, the candidate (a registered prefill backend judged with the
+    state's own bound) with the lowest mean of its kernel time over each cell's fastest
+    candidate, among those timed in every cell of that T/N (cells of several geometries and
+    mixes may share one)."""
+    able = {n for n in entries.backends("prefill") if gate.state_tol_of(n, "prefill") is None}
+    cells = {}
+    for r in results:
+        m = r.get("median_us")
+        if (r.get("bench") != "prefill" or r["mode"] != form or r["clock"] != "kernel"
+                or r["status"] != "PASS" or r["backend"] not in able or not finite(m)
+                or any(f in (r.get("flags") or "") for f in EXCLUDE_FLAGS)):
+            continue
+        cell = tuple(r.get(k) for k in ("state_dtype", "H", "HV", "K", "V", "B", "T", "mix"))
+        cells.setdefault(cell, {})[r["backend"]] = float(m)
+    table, values = {}, {}
+    for sd in ("fp32", "bf16"):
+        by_key = {}
+        for cell, times in cells.items():
+            if cell[0] == sd:
+                key = max(1, int(cell[6]) // max(1, int(cell[5])))
+                by_key.setdefault(key, []).append({b: t / min(times.values())
+                                                   for b, t in times.items()})
+        means = {}
+        for key, ratios in sorted(by_key.items()):
+            every = set.intersection(*(set(x) for x in ratios))
+            if every:
+                means[key] = {b: round(sum(x[b] for x in ratios) / len(ratios), 3)
+                              for b in sorted(every)}
+        if means:
+            table[sd] = merge_ranges({k: min(v, key=v.get) for k, v in means.items()})
+            values[sd] = means
+    return table, values
+
+
+def make_prefill_row(gpu, results, *, results_file=None, commit=None, versions=None, date=None):
+    """The prefill operation's ``defaults:`` entry for this GPU from ``gdnzoo bench --mode
+    prefill`` rows: ``table`` from the dense in-place cells, ``table_pool`` from the pool
+    form's where the runs have them (:func:`prefill_winners`)."""
+    table, values = prefill_winners(results, "dense")
+    if not table:
+        raise ValueError("tune: no correct in-place kernel-clock prefill results of a backend "
+                         "held to the state's own bound to choose from")
+    geos = sorted({f"{r['H']}/{r['HV']} K={r['K']} V={r['V']}" for r in results
+                   if r.get("bench") == "prefill" and r["status"] == "PASS"})
+    prov = dict(how=f"{PREFILL_HOW}; geometries {', '.join(geos)}",
+                measured=date or datetime.date.today().isoformat(),
+                versions={k: v for k, v in (versions or {}).items() if v}, commit=commit,
+                results=results_file, mean_multiple=values)
+    row = dict(gpu=gpu, provenance=prov, table=table)
+    pool, pool_values = prefill_winners(results, "pool")
+    if pool:
+        row["table_pool"] = pool
+        prov["mean_multiple_pool"] = pool_values
+    return row
+
+
 MODE_TABLES = {"table_pool": (POOL_HOW, pool_winners, "values_us"),
                "table_verify": (VERIFY_HOW, verify_winners, "mean_multiple")}
 
 
-def existing_row(path, gpu, geometry=None):
-    """This GPU's ``defaults:`` item of the registry file at ``path`` (its general row, or its
-    row at ``geometry``) as :func:`make_row` builds one (tables as (lo, hi, backend)), or
-    None."""
+def existing_row(path, gpu, geometry=None, op=DECODE):
+    """This GPU's ``defaults:`` item of operation ``op`` in the registry file at ``path`` (its
+    general row, or its row at ``geometry``) as :func:`make_row` builds one (tables as (lo, hi,
+    backend)), or None."""
     data = yaml.safe_load(Path(path).read_text()) or {}
-    for key in PATH:
+    for key in row_path(op):
         data = data.get(key) or {} if isinstance(data, dict) else {}
     for d in data or []:
         if str(d.get("gpu")) == gpu and d.get("geometry") == geometry:
             return dict(gpu=gpu, provenance=dict(d["provenance"]),
                         **{k: dict(d[k]) for k in ("measured_at", "geometry") if d.get(k)},
                         **{k: {sd: [(r["batch"][0], r["batch"][1], r["backend"]) for r in rs]
-                               for sd, rs in d[k].items()} for k in DECODE.tables if d.get(k)})
+                               for sd, rs in d[k].items()} for k in op.tables if d.get(k)})
     return None
 
 
@@ -311,8 +383,9 @@ def with_mode_table(row, old, results, prov, key):
     return row
 
 
-def render_row(row, indent=2):
-    """YAML text of one ``defaults:`` list item, in the style of registry.yaml."""
+def render_row(row, indent=2, op=DECODE):
+    """YAML text of one ``defaults:`` list item of operation ``op``, in the style of
+    registry.yaml."""
     pad = " " * indent
     prov = yaml.safe_dump(row["provenance"], sort_keys=False, default_flow_style=None, width=110)
     lines = [f"{pad}- gpu: {yaml.safe_dump(row['gpu'], default_style=None).splitlines()[0]}",
@@ -320,7 +393,7 @@ def render_row(row, indent=2):
     lines += [f"{pad}    {ln}" for ln in prov.rstrip("\n").splitlines()]
     lines += [f"{pad}  {key}: {{" + ", ".join(f"{k}: {v}" for k, v in row[key].items()) + "}"
               for key in ("measured_at", "geometry") if row.get(key)]
-    for key in (k for k in DECODE.tables if k in row):
+    for key in (k for k in op.tables if k in row):
         lines.append(f"{pad}  {key}:")
         for sd, ranges in row[key].items():
             lines.append(f"{pad}    {sd}:")
@@ -330,7 +403,11 @@ def render_row(row, indent=2):
 
 
 _ITEM = re.compile(r"^(\s*)- gpu:\s*(.*?)\s*$")
-PATH = ("operations", "decode", "defaults")      # where registry.yaml keeps the decode rows
+
+
+def row_path(op) -> tuple:
+    """Where registry.yaml keeps operation ``op``'s default-table rows."""
+    return ("operations", op.name, "defaults")
 
 
 def _key_block(lines, lo, hi, key, indent):
@@ -348,28 +425,29 @@ def _key_block(lines, lo, hi, key, indent):
     return at, end
 
 
-def replace_row(text, row):
-    """registry.yaml text with this GPU's item of the decode operation's ``defaults:`` list
+def replace_row(text, row, op=DECODE):
+    """registry.yaml text with this GPU's item of operation ``op``'s ``defaults:`` list
     replaced (or appended); the rest untouched."""
+    path = row_path(op)
     lines = text.splitlines(keepends=True)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
     lo, hi = 0, len(lines)
-    for depth, key in enumerate(PATH[:-1]):
+    for depth, key in enumerate(path[:-1]):
         block = _key_block(lines, lo, hi, key, 2 * depth)
         if block is None:
-            raise ValueError(f"registry: no {'.'.join(PATH[:depth + 1])} to hold the row")
+            raise ValueError(f"registry: no {'.'.join(path[:depth + 1])} to hold the row")
         lo, hi = block[0] + 1, block[1]
-    block = _key_block(lines, lo, hi, PATH[-1], 2 * (len(PATH) - 1))
+    block = _key_block(lines, lo, hi, path[-1], 2 * (len(path) - 1))
     if block is None:
-        return "".join(lines[:hi] + [f"{'  ' * (len(PATH) - 1)}{PATH[-1]}:\n",
-                                     render_row(row, 2 * len(PATH))] + lines[hi:])
+        return "".join(lines[:hi] + [f"{'  ' * (len(path) - 1)}{path[-1]}:\n",
+                                     render_row(row, 2 * len(path), op)] + lines[hi:])
     d, end = block
     if re.match(r"^\s*defaults\s*:\s*\[\s*\]", lines[d]):
-        lines[d] = f"{'  ' * (len(PATH) - 1)}{PATH[-1]}:\n"
+        lines[d] = f"{'  ' * (len(path) - 1)}{path[-1]}:\n"
     items = [i for i in range(d + 1, end) if _ITEM.match(lines[i])]
-    indent = len(_ITEM.match(lines[items[0]]).group(1)) if items else 2 * len(PATH)
-    new = render_row(row, indent).splitlines(keepends=True)
+    indent = len(_ITEM.match(lines[items[0]]).group(1)) if items else 2 * len(path)
+    new = render_row(row, indent, op).splitlines(keepends=True)
     for n, i in enumerate(items):
         stop = items[n + 1] if n + 1 < len(items) else end
         item = yaml.safe_load("".join(lines[i:stop]))[0]
@@ -381,25 +459,50 @@ def replace_row(text, row):
     return "".join(lines[:end] + new + lines[end:])
 
 
-def write_registry(path, row):
-    """Replace this GPU's row in the file at ``path``, after checking the result still validates."""
+def write_registry(path, row, op=DECODE):
+    """Replace this GPU's row of operation ``op`` in the file at ``path``, after checking the
+    result still validates."""
     path = Path(path)
-    text = replace_row(path.read_text(), row)
+    text = replace_row(path.read_text(), row, op)
     registry.parse_registry(yaml.safe_load(text), path)
     path.write_text(text)
     return text
 
 
-def _emit(args, row, gpu):
+def _emit(args, row, gpu, op=DECODE):
     if args.write:
         path = args.registry or str(registry.registry_path())
-        write_registry(path, row)
+        write_registry(path, row, op)
         registry.reset_caches()
-        print(f"\nwrote the {gpu} row of {path}")
+        print(f"\nwrote the {gpu} row of {path} ({op.name})")
     else:
-        print("\n# this GPU's row for registry.yaml `defaults:` (use --write to write it)")
-        print(render_row(row), end="")
+        print(f"\n# this GPU's row for registry.yaml `operations.{op.name}.defaults:` (use "
+              f"--write to write it)")
+        print(render_row(row, 2, op), end="")
     return 0
+
+
+def tune_prefill(args, gpu, rows, prov) -> int:
+    """``tune --from`` on ``gdnzoo bench --mode prefill`` results: the prefill operation's row
+    (:func:`make_prefill_row`); other modes' rows beside them are refused (tune them apart)."""
+    other = sorted({r.get("bench") for r in rows if r.get("bench") != "prefill"})
+    if other:
+        raise SystemExit(f"tune --from: prefill results beside {other} results: tune the "
+                         f"prefill row from prefill runs alone")
+    if args.geometry_row:
+        raise SystemExit("tune --from: --geometry-row: the prefill table is read at tokens per "
+                         "sequence whatever the heads, so it has no rows by geometry")
+    try:
+        row = make_prefill_row(gpu, rows, results_file=prov["results_file"],
+                               commit=prov["commit"], versions=prov["versions"],
+                               date=prov["date"])
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    for key, form in zip(PREFILL.tables, ("in place", "state pool")):
+        for sd, ranges in row.get(key, {}).items():
+            print(f"{gpu} prefill {sd} {form}: "
+                  + ", ".join(f"T/N {lo}..{hi or ''} {be}" for lo, hi, be in ranges))
+    return _emit(args, row, gpu, PREFILL)
 
 
 def cmd_tune(args) -> int:
@@ -408,6 +511,8 @@ def cmd_tune(args) -> int:
     if getattr(args, "from_files", None):
         path = args.registry or registry.registry_path()
         gpu, rows, prov = load_runs(args.from_files, Path(path).resolve().parent)
+        if any(r.get("bench") == "prefill" for r in rows):
+            return tune_prefill(args, gpu, rows, prov)
         geo = ({k: v for k, v in geometry(rows).items() if k in ("H", "HV")}
                if args.geometry_row else None)
         old = existing_row(path, gpu, geo)
