@@ -68,16 +68,7 @@
 //                              both GDN_INTER and GDN_UPDATE, a plain decode neither
 //   GDN_PDL       (default 0)  programmatic dependent launch: 1 wait first, 2 the state early
 //                              (cuda_v4.py's docstring: which loads may precede the wait)
-#if defined(GDN_INTER) != defined(GDN_UPDATE)
-#error "GDN_INTER and GDN_UPDATE: both (a verify variant) or neither (a plain decode)"
-#endif
-#ifndef GDN_INTER
-#define GDN_INTER 0
-#define GDN_UPDATE 1
-#endif
-#ifndef GDN_PDL
-#define GDN_PDL 0
-#endif
+#include "cuda_v4_switches.cuh"               // GDN_INTER, GDN_UPDATE, GDN_PDL defaults
 #ifndef GDN_CHUNK
 #define GDN_CHUNK 0
 #endif

@@ -23,16 +23,7 @@
 // [K, V] blocks) and GDN_UPDATE (0: no final store), both or neither, as cuda_v4.cu.
 #include "gdn_common.cuh"
 
-#ifndef GDN_PDL
-#define GDN_PDL 0
-#endif
-#if defined(GDN_INTER) != defined(GDN_UPDATE)
-#error "GDN_INTER and GDN_UPDATE: both (a verify variant) or neither (a plain decode)"
-#endif
-#ifndef GDN_INTER
-#define GDN_INTER 0
-#define GDN_UPDATE 1
-#endif
+#include "cuda_v4_switches.cuh"               // GDN_INTER, GDN_UPDATE, GDN_PDL defaults
 #define GDN_CHAIN 0
 #if !defined(GDN_K) || !defined(GDN_V) || !defined(GDN_T) || !defined(GDN_HV) || \
     !defined(GDN_GVA) || !defined(GDN_STATE_DT) || !defined(GDN_IO_DT) || !defined(GDN_A_DT) || \
