@@ -271,7 +271,6 @@ def verify_winners(results, top=3):
     return table, values
 
 
-# table key -> (provenance how, chooser over a run's rows, key of the values behind the choice)
 PREFILL_HOW = ("gdnzoo bench --mode prefill: CUPTI kernel-clock medians (a call's records summed), "
                "in place; per tokens per sequence (T/N, what the prefill table is read at) the "
                "registered backend held to the call's own state bound (not the entries that "
@@ -339,23 +338,24 @@ def make_prefill_row(gpu, results, *, results_file=None, commit=None, versions=N
     return row
 
 
+# table key -> (provenance how, chooser over a run's rows, key of the values behind the choice)
 MODE_TABLES = {"table_pool": (POOL_HOW, pool_winners, "values_us"),
                "table_verify": (VERIFY_HOW, verify_winners, "mean_multiple")}
 
 
-def existing_row(path, gpu, geometry=None, op=DECODE):
-    """This GPU's ``defaults:`` item of operation ``op`` in the registry file at ``path`` (its
-    general row, or its row at ``geometry``) as :func:`make_row` builds one (tables as (lo, hi,
-    backend)), or None."""
+def existing_row(path, gpu, geometry=None):
+    """This GPU's decode ``defaults:`` item of the registry file at ``path`` (its general row,
+    or its row at ``geometry``) as :func:`make_row` builds one (tables as (lo, hi, backend)), or
+    None."""
     data = yaml.safe_load(Path(path).read_text()) or {}
-    for key in row_path(op):
+    for key in row_path(DECODE):
         data = data.get(key) or {} if isinstance(data, dict) else {}
     for d in data or []:
         if str(d.get("gpu")) == gpu and d.get("geometry") == geometry:
             return dict(gpu=gpu, provenance=dict(d["provenance"]),
                         **{k: dict(d[k]) for k in ("measured_at", "geometry") if d.get(k)},
                         **{k: {sd: [(r["batch"][0], r["batch"][1], r["backend"]) for r in rs]
-                               for sd, rs in d[k].items()} for k in op.tables if d.get(k)})
+                               for sd, rs in d[k].items()} for k in DECODE.tables if d.get(k)})
     return None
 
 
