@@ -230,8 +230,9 @@ VERIFY_FORMS = [  # (form, update, rows, pad, dense)
                               for f, u, r, p, d in VERIFY_FORMS])
 def test_verify_forms_match_pt_reference(form, update, rows, pad, dense, sd):
     """The speculative verify's forms on a K-first state and K-first intermediate states:
-    cuda-v4 against pt-reference on the same call (pt-reference's forms are held to the float64
-    oracle in tests/test_verify.py): the outputs, the whole state storage (written slots under
+    cuda-v4 against pt-reference on the same call (the reference's verify code, whose forms
+    tests/test_verify.py holds to the float64 oracle, on transposed views of the K-first
+    states): the outputs, the whole state storage (written slots under
     the gate, the rest bit-identical) and the whole intermediate storage, gaps between its
     steps and rows included (the same elements written, under the gate; the rest
     bit-identical)."""
