@@ -60,6 +60,15 @@ def as_f32(mats, T, HV):
     return m[:, :, :, 0] + m[:, :, :, 1]
 
 
+def cell_inputs(cell, seed=0):
+    """The inputs (lab.prefill_gpu.make) of a cell "H/HV:mix", the mix NxL or one of
+    :data:`MIXES`."""
+    geom, mix = cell.split(":")
+    H, HV = map(int, geom.split("/"))
+    lens = MIXES.get(mix) or [int(mix.split("x")[1])] * int(mix.split("x")[0])
+    return make(lens, H, HV, seed=seed)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cells", default="4/8:1x8192,16/32:1x8192")
@@ -67,11 +76,8 @@ def main():
     ap.add_argument("--oracle", action="store_true")
     args = ap.parse_args()
     for cell in args.cells.split(","):
-        geom, mix = cell.split(":")
-        H, HV = map(int, geom.split("/"))
-        lens = MIXES.get(mix) or [int(mix.split("x")[1])] * int(mix.split("x")[0])
-        x = make(lens, H, HV, seed=0)
-        T = x["q"].shape[0]
+        x = cell_inputs(cell)
+        T, HV = x["q"].shape[0], x["v"].shape[1]
         mats_t, vecs_t, T_all, c = prep(x, "bf16x3")
         mats = torch.full_like(mats_t, float("nan"))
         vecs = torch.full_like(vecs_t, float("nan"))

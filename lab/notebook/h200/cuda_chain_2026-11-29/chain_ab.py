@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT))
 from gdnzoo.backends import _cuda_chunk_chain as chain    # noqa: E402
 from lab.chain_cuda import CELLS                           # noqa: E402
 from lab.chunk_ablate import kernel_medians                # noqa: E402
-from lab.chunk_prep_cuda import MIXES                      # noqa: E402
-from lab.prefill_gpu import make, ours                     # noqa: E402
+from lab.chunk_prep_cuda import cell_inputs                # noqa: E402
+from lab.prefill_gpu import ours                           # noqa: E402
 
 SRC = chain.SOURCE.read_text()
 INCLUDE = '#include "gdn_chunk_mma.cuh"\n'
@@ -63,10 +63,7 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
     for cell in args.cells.split(","):
-        geom, mix = cell.split(":")
-        H, HV = map(int, geom.split("/"))
-        lens = MIXES.get(mix) or [int(mix.split("x")[1])] * int(mix.split("x")[0])
-        x = make(lens, H, HV, seed=0)
+        x = cell_inputs(cell)
         for prec in args.precisions.split(","):
             line = []
             for name in args.variants.split(","):

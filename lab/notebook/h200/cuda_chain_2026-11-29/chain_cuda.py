@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lab.chunk_ablate import kernel_medians                # noqa: E402
-from lab.chunk_prep_cuda import MIXES, rel                 # noqa: E402
-from lab.prefill_gpu import make, oracle, ours             # noqa: E402
+from lab.chunk_prep_cuda import cell_inputs, rel          # noqa: E402
+from lab.prefill_gpu import oracle, ours                   # noqa: E402
 
 CELLS = "4/8:1x8192,4/8:8x1024,4/8:16x256,4/8:ragged,16/32:1x8192,16/32:8x1024,2/8:1x8192"
 
@@ -33,10 +33,7 @@ def main():
     ap.add_argument("--no-oracle", action="store_true")
     args = ap.parse_args()
     for cell in args.cells.split(","):
-        geom, mix = cell.split(":")
-        H, HV = map(int, geom.split("/"))
-        lens = MIXES.get(mix) or [int(mix.split("x")[1])] * int(mix.split("x")[0])
-        x = make(lens, H, HV, seed=0)
+        x = cell_inputs(cell)
         ref = None if args.no_oracle else oracle(x, True)
         for prec in args.precisions.split(","):
             got = {}
