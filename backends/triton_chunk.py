@@ -45,7 +45,9 @@ K = V = 128 on Hopper, timed side by side on an H200 (lab/notebook/h200/prefill_
 * ``block_v`` from :func:`pick_block_v`: a single long sequence is a chain of chunk updates
   with only N*HV independent recurrences (8 at the contest shape), so the tile is as small as
   the tensor-core products allow (16 rows) while the programs fit in one wave of SMs (1 x 8
-  heads: 64 programs); past one wave, 32 rows (64 rows spill: 17-28% slower at 16/64).
+  heads: 64 programs); past one wave, 32 rows (64 rows spill: 17-28% slower at 16/64); with
+  "bf16" products, 64 rows at 4 warps once even those fill more than one wave (one warpgroup
+  on warpgroup MMAs: 1.03x-1.55x faster there).
 * ``warps`` from :func:`pick_warps`: 8 at 16 rows (the products split their columns over the
   warps; 168 registers, no spills); at 32 rows 8 while the programs fit one wave of SMs (8-10%
   faster there), else 4 (255 registers, 136 bytes spilled, yet faster than 8 warps once the
@@ -157,12 +159,22 @@ def normalize(config) -> Config:
                          f"that order, got {config!r} ({e})") from None
 
 
-def pick_block_v(recurrences: int, V: int, n_sm: int) -> int:
+def pick_block_v(recurrences: int, V: int, n_sm: int, precision: str = "bf16x3") -> int:
     """16 rows when the N*HV recurrences at 16 rows a program fill at most one wave of SMs (a
     long sequence is bound by its chain of chunk updates: small tiles shorten each step),
-    else 32.  Measured on an H200 (lab/notebook/h200/prefill_configs_2026-11-28.log, one run,
-    events): 32 rows with 4 warps beat 64 with 8 by 17-28% at 64 and more recurrences (the
-    64-row kernel spills) and matched 64 at 8 x 1024 tokens of 4/8."""
+    else 32; with "bf16" products 64 rows (one warpgroup: Triton emits warpgroup MMAs, 255
+    registers, no spills) when even 64-row programs fill more than one wave.  Measured on an
+    H200 (lab/notebook/h200/prefill_configs_2026-11-28.log, one run, events): 32 rows with 4
+    warps beat 64 with 8 by 17-28% at 64 and more recurrences (the 64-row kernel spills) and
+    matched 64 at 8 x 1024 tokens of 4/8.  With "bf16", 64 rows and 4 warps against the rule
+    without them (sequential kernel alone, medians of 20,
+    lab/notebook/h200/chunk_bf16_rows64_2026-11-29.log): 16/32 heads 8 x 1024 tokens (512
+    programs) 220 -> 142 us, 16/64 8 x 1024 428 -> 281, 2/8 16 x 256 33 -> 22, 4/8 64 x 128
+    80 -> 57; 4/8 8 x 1024 (128 programs) 55.5 -> 53.8; slower within one wave (4/8 4 x 2048
+    73 -> 98, 1 x 8192 174 -> 377); with "bf16x3" 64 rows at 4 warps spill and were slower
+    everywhere (16/32 8 x 1024 344 -> 544)."""
+    if precision == "bf16" and V % 64 == 0 and recurrences * (V // 64) > n_sm:
+        return 64
     if V % 16 == 0 and recurrences * (V // 16) <= n_sm:
         return 16
     return 32 if V % 32 == 0 else min(16, V)
@@ -202,7 +214,7 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int =
     bv = c.block_v
     if not bv:
         # the interpreter (no SMs): fewest programs is fastest
-        bv = pick_block_v(N * HV, V, n_sm) if n_sm else V
+        bv = pick_block_v(N * HV, V, n_sm, c.precision) if n_sm else V
     if c.v_ahead not in (-1, 0, 1):
         raise ValueError(f"config: v_ahead must be -1 (auto), 0 or 1, got {c.v_ahead!r}")
     ahead = int(bv == 16) if c.v_ahead == -1 else c.v_ahead

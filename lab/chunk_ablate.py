@@ -73,11 +73,21 @@ VARIANTS = {
     "bv16": ([], dict(block_v=16)),
     "bv16w4": ([], dict(block_v=16, warps=4)),
     "bv64w8": ([], dict(block_v=64, warps=8)),
+    "bv64w4": ([], dict(block_v=64, warps=4)),
     # 8 warps at 32 rows: no spills under Triton 3.6 (4 warps: 136 B of stack; lab.chunk_resources)
     "bv32w8": ([], dict(block_v=32, warps=8)),
     "bv32w4": ([], dict(block_v=32, warps=4)),
     "bf16_bv32w4": ([], dict(precision="bf16", block_v=32, warps=4)),
     "bf16_bv32w8": ([], dict(precision="bf16", block_v=32, warps=8)),
+    # one warpgroup of 64 rows: Triton emits warpgroup MMAs (28 HGMMA a chunk, no spills at
+    # "bf16" under Triton 3.9; lab.chunk_resources)
+    "bf16_bv16": ([], dict(precision="bf16", block_v=16)),
+    "bf16_bv64w4": ([], dict(precision="bf16", block_v=64, warps=4)),
+    "bf16_bv64w4s1": ([], dict(precision="bf16", block_v=64, warps=4, stages=1)),
+    "bf16_bv64w4s3": ([], dict(precision="bf16", block_v=64, warps=4, stages=3)),
+    "bf16_bv64w4_seg2": ([], dict(precision="bf16", block_v=64, warps=4, segments=2)),
+    "bf16_bv64w4_seg4": ([], dict(precision="bf16", block_v=64, warps=4, segments=4)),
+    "bf16_bv32w4_seg2": ([], dict(precision="bf16", block_v=32, warps=4, segments=2)),
     # each sequence in segments run side by side (4 warps: two programs an SM)
     "seg2": ([], dict(segments=2)),
     "seg2w4": ([], dict(segments=2, warps=4)),

@@ -346,6 +346,18 @@ def test_block_v_is_16_while_one_wave_holds_them_else_32():
     assert tc.pick_block_v(1024, 16, 132) == 16
 
 
+def test_block_v_with_bf16_products_is_64_once_64_row_programs_fill_more_than_one_wave():
+    assert tc.pick_block_v(8, 128, 132, "bf16") == 16          # 4/8 at one sequence
+    assert tc.pick_block_v(32, 128, 132, "bf16") == 32         # 4/8 at 4 sequences
+    assert tc.pick_block_v(66, 128, 132, "bf16") == 32         # 132 programs: one wave
+    assert tc.pick_block_v(67, 128, 132, "bf16") == 64
+    assert tc.pick_block_v(256, 128, 132, "bf16") == 64        # 16/32 at 8 sequences
+    assert tc.pick_block_v(256, 128, 132) == 32                # bf16x3 spills at 64 rows
+    assert tc.pick_block_v(1024, 32, 132, "bf16") == 32        # V not a multiple of 64
+    c = tc.resolve(dict(precision="bf16"), 8, 32, 128, torch.device("cpu"))
+    assert c.block_v == 128                                    # the interpreter: fewest programs
+
+
 def test_warps_8_at_16_rows_and_at_32_rows_within_one_wave_else_4():
     assert tc.pick_warps(16, 64, 132) == 8
     assert tc.pick_warps(16, 4096, 132) == 8
