@@ -1,0 +1,152 @@
+"""The warpgroup-MMA chain prototype (``wgmma_chain.cu``) against triton-chunk's sequential kernel
+with "bf16" products, on one workspace: errors against float64 and against the Triton chain,
+then each chain kernel alone (torch.profiler records, medians).  On an sm_90 GPU with cupy,
+from the repository root:
+
+    python -m lab.wgmma_chain                               # the default cells
+    python -m lab.wgmma_chain --cells 4/8:1x8192 --reps 50
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import statistics
+import struct
+from pathlib import Path
+
+import torch
+
+from gdnzoo.backends import _cuda_build as cuda_build
+from gdnzoo.backends import triton_chunk as tc
+from lab.prefill_gpu import make, oracle
+
+SOURCE = Path(__file__).with_name("wgmma_chain.cu")
+NAME = "gdn_wgmma_chain"
+PARAMS = struct.Struct("<9Q13q")
+ROWS, C, K = 64, 64, 128
+STAGE = -(-(2 * C * K * 2 + 2 * C * C * 2 + C * 72 * 2 + 4 * C * 4 + 16) // 1024) * 1024
+SMEM = 3 * STAGE            # room for up to 3 stages
+CELLS = "2/4:1000+64+0+130+7,4/8:1x8192,16/32:1x8192,16/32:8x1024,4/8:16x256"
+ABLATIONS = (("GDN_NO_LOAD",), ("GDN_NO_WAIT",), ("GDN_NO_FENCE",), ("GDN_NO_WAIT", "GDN_NO_FENCE"),
+             ("GDN_ONLY_LOAD",), ("GDN_ONLY_LOAD", "GDN_NO_FENCE"), ("GDN_ONLY_LOAD", "GDN_STAGES3"))
+_sized: set = set()
+
+
+def define(name):
+    """An ablation name as a -D pair: a trailing number is the value (GDN_STAGES3: GDN_STAGES=3)."""
+    stem = name.rstrip("0123456789")
+    return (stem, int(name[len(stem):])) if stem != name else (name, 1)
+
+
+def kernel(state0: bool, dev: int, ablate=()):
+    defs = (("GDN_SMEM", SMEM), ("GDN_STATE0", int(state0)),
+            *(define(a) for a in ablate))
+    kern = cuda_build.get_kernel(SOURCE, NAME, defs, dev)
+    if defs not in _sized:
+        from cupy_backends.cuda.api import driver
+        driver.funcSetAttribute(kern.func, 8, SMEM)     # max dynamic shared memory
+        _sized.add(defs)
+    return kern.func
+
+
+def launch(x, mats, vecs, out, new_state, ablate=()):
+    q, k, v, cu, state = x["q"], x["k"], x["v"], x["cu"], x["state"]
+    T, H, _ = q.shape
+    HV, V = v.shape[1], v.shape[2]
+    N = cu.shape[0] - 1
+    dev = q.device.index or 0
+    params = ctypes.create_string_buffer(PARAMS.pack(
+        q.data_ptr(), k.data_ptr(), v.data_ptr(), cu.data_ptr(), mats.data_ptr(),
+        vecs.data_ptr(), out.data_ptr(), state.data_ptr(), new_state.data_ptr(),
+        N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        out.stride(0), out.stride(1), H, HV, V))
+    argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+    cuda_build.launch_raw(kernel(True, dev, ablate), N * HV * (V // ROWS), 128, dev,
+                          ctypes.addressof(argv), SMEM)
+
+
+def rel(got, want):
+    return float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30))
+
+
+def medians(calls: dict, reps: int) -> dict:
+    """{name: median kernel time in us} of each call alone, torch.profiler records (every
+    record of the call summed per repetition)."""
+    res = {}
+    for name, call in calls.items():
+        for _ in range(3):
+            call()
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                call()
+            torch.cuda.synchronize()
+        times = [e.time_range.elapsed_us() for e in prof.events()
+                 if e.device_type == torch.autograd.DeviceType.CUDA]
+        res[name] = statistics.median(times) if len(times) == reps else float("nan")
+    return res
+
+
+def parse(cell):
+    geom, mix = cell.split(":")
+    H, HV = map(int, geom.split("/"))
+    if "x" in mix:
+        n, L = map(int, mix.split("x"))
+        return H, HV, [L] * n
+    return H, HV, [int(s) for s in mix.split("+")]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cells", default=CELLS)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--ablate", action="store_true",
+                    help="also time the ablations (stages, copy order, and timing-only ablations)")
+    args = ap.parse_args()
+    print(f"# smem {SMEM} bytes a CTA", flush=True)
+    for cell in args.cells.split(","):
+        H, HV, lens = parse(cell)
+        x = make(lens, H, HV, seed=0)
+        T = sum(lens)
+        cfg = tc.resolve(dict(precision="bf16"), len(lens), HV, x["v"].shape[2],
+                         x["q"].device, tokens=T)._replace(segments=1)
+        ws = tc.workspace_for(max(T, 1), HV, cfg)
+        mats, vecs = tc._workspace(ws, max(T, 1), HV, cfg, x["q"].device)
+        tc.launch(x["q"], x["k"], x["v"], x["state"], x["A_log"], x["a"], x["dt_bias"], x["b"],
+                  x["cu"], None, x["out"], x["new_state"], True, config=cfg, workspace=ws)
+        ref_out, ref_state = x["out"].clone(), x["new_state"].clone()
+        out = torch.full_like(x["out"], float("nan"))
+        ns = torch.full_like(x["new_state"], float("nan"))
+        launch(x, mats, vecs, out, ns)
+        torch.cuda.synchronize()
+        o64, s64 = oracle(x, True)
+        line = (f"{cell:22s} triton bv{cfg.block_v}: out {rel(ref_out, o64):.3e} state "
+                f"{rel(ref_state, s64):.3e} | wgmma: out {rel(out, o64):.3e} state "
+                f"{rel(ns, s64):.3e} | wgmma vs triton: out {rel(out, ref_out):.2e} "
+                f"state {rel(ns, ref_state):.2e} nan {int(out.isnan().sum() + ns.isnan().sum())}")
+        print(line, flush=True)
+        if T < 4096:
+            continue
+        calls = {
+            "triton": lambda: tc.launch_state(x["q"], x["k"], x["v"], x["cu"], mats, vecs,
+                                              x["out"], x["state"], x["new_state"], cfg),
+            "wgmma": lambda: launch(x, mats, vecs, out, ns),
+        }
+        if args.ablate:
+            for abl in ABLATIONS:
+                if not any(a.startswith("GDN_NO_") for a in abl):     # computes the same: check
+                    out.fill_(float("nan"))
+                    ns.fill_(float("nan"))
+                    launch(x, mats, vecs, out, ns, abl)
+                    torch.cuda.synchronize()
+                    print(f"{cell:22s} {' '.join(abl)} vs triton: out {rel(out, ref_out):.2e} "
+                          f"state {rel(ns, ref_state):.2e}", flush=True)
+                calls[" ".join(abl)] = lambda abl=abl: launch(x, mats, vecs, out, ns, abl)
+        t = medians(calls, args.reps)
+        print(f"{cell:22s} chain alone (us): triton bv{cfg.block_v} w{cfg.warps} "
+              f"{t.pop('triton'):.1f} | " + " | ".join(f"{n} {v:.1f}" for n, v in t.items()),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
