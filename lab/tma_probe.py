@@ -23,24 +23,23 @@ SMEM = 100 * 1024
 _libcuda = None
 
 
-def tensor_map(t: torch.Tensor, box_rows: int, box_cols: int, swizzle=SWIZZLE_128B) -> bytes:
-    """The 128-byte CUtensorMap of a 2-D row-major bf16 tensor, boxes [box_rows, box_cols]."""
+def tensor_map(ptr: int, dims, strides, box, swizzle=SWIZZLE_128B) -> bytes:
+    """The 128-byte CUtensorMap of a bf16 tensor at ``ptr``: ``dims`` innermost first (dim 0
+    contiguous), ``strides`` the byte strides of dims 1.., ``box`` the box's extent per dim."""
     global _libcuda
     if _libcuda is None:
         _libcuda = ctypes.CDLL("libcuda.so.1")
         _libcuda.cuTensorMapEncodeTiled.restype = ctypes.c_int
-    rows, cols = t.shape
+    rank = len(dims)
     out = (ctypes.c_ubyte * 128)()
-    dims = (ctypes.c_uint64 * 2)(cols, rows)
-    strides = (ctypes.c_uint64 * 1)(t.stride(0) * t.element_size())
-    box = (ctypes.c_uint32 * 2)(box_cols, box_rows)
-    estr = (ctypes.c_uint32 * 2)(1, 1)
     rc = _libcuda.cuTensorMapEncodeTiled(
-        ctypes.byref(out), ctypes.c_int(BF16), ctypes.c_uint32(2), ctypes.c_void_p(t.data_ptr()),
-        dims, strides, box, estr, ctypes.c_int(0), ctypes.c_int(swizzle), ctypes.c_int(0),
-        ctypes.c_int(0))
+        ctypes.byref(out), ctypes.c_int(BF16), ctypes.c_uint32(rank), ctypes.c_void_p(ptr),
+        (ctypes.c_uint64 * rank)(*dims), (ctypes.c_uint64 * max(rank - 1, 1))(*strides),
+        (ctypes.c_uint32 * rank)(*box), (ctypes.c_uint32 * rank)(*([1] * rank)), ctypes.c_int(0),
+        ctypes.c_int(swizzle), ctypes.c_int(0), ctypes.c_int(0))
     if rc != 0:
-        raise RuntimeError(f"cuTensorMapEncodeTiled: CUresult {rc}")
+        raise RuntimeError(f"cuTensorMapEncodeTiled: CUresult {rc} (dims {dims}, strides "
+                           f"{strides}, box {box})")
     return bytes(out)
 
 
@@ -61,7 +60,7 @@ def main():
     g = torch.Generator().manual_seed(0)
     A = torch.randn(64, 16, generator=g).to(torch.bfloat16).cuda()
     B = torch.randn(64, 128, generator=g).to(torch.bfloat16).cuda()
-    tmap = tensor_map(B, 64, 64)
+    tmap = tensor_map(B.data_ptr(), (128, 64), (B.stride(0) * 2,), (64, 64))
     vals = (16, 128, 1024, 2048, 8192)
     for mode in (0, 1):
         func = cuda_build.get_kernel(SOURCE, "tma_probe", (("GDN_MODE", mode),), dev).func

@@ -1,5 +1,5 @@
-// A sequential (chain) kernel for the chunked prefill on Hopper's warpgroup MMAs (wgmma), a lab
-// prototype for issue 52: triton-chunk's chunk_state_kernel with "bf16" products
+// A sequential (chain) kernel for the chunked prefill on Hopper's warpgroup MMAs (wgmma) and TMA
+// copies, a lab prototype for issue 52: triton-chunk's chunk_state_kernel with "bf16" products
 // (backends/_triton_chunk_kernel.py), on the workspace its prep kernel (or cuda-chunk's) wrote
 // with precision "bf16".  Per chunk of C = 64 tokens, on a [64, K] tile of the state S0 (K = 128):
 //
@@ -11,35 +11,34 @@
 // columns 8 j + 2 (lane % 4), + 1), and every product takes its A operand from registers: the
 // accumulator of one product, rounded to bf16, is the next one's A fragment (C of two 8-column
 // chunks = A of one 16-wide k-step, as with mma.sync).  The B operands (k, q, the workspace rows
-// of T^T and M^T) are read by the tensor cores from shared memory in the no-swizzle core-matrix
-// layout (8 rows of 16 bytes a core matrix): the k tile serves X (K-major) and the update
-// (N-major, imm-trans-b 1) alike.  A chunk's operands are copied with cp.async one chunk ahead
-// (GDN_STAGES stages, two by default).
+// of T^T and M^T) and v come by TMA tensor copies (one thread issues seven boxes of [64 tokens,
+// 64 columns] a chunk, 128-byte swizzle, counted on a stage's mbarrier); the k tile serves X
+// (K-major) and the update (MN-major, imm-trans-b 1) alike.  Tokens past the tensor's end are
+// zero-filled by TMA; those past the sequence's end (the next sequence's rows) meet zero factors
+// (copied by cp.async with a mask), which zero every term they would enter.  GDN_STAGES stages.
+//
+// A full chunk's outputs go through shared memory to one TMA store; a sequence's last, partial
+// chunk is stored directly (a box would write the next sequence's rows).
+//
+// (The first form copied with cp.async, 16 bytes a thread: ~1.8 us a chunk for its 58 KB at one
+// CTA an SM, whatever the order, depth or index arithmetic: lab/notebook/h200/wgmma_chain_2026-11-29.)
 //
 // Dense states only (no pools), fp32 k-last [N, HV, V, K]; has_initial_state by GDN_STATE0.
-// -D constants: GDN_STATE0 (1: read ``state``, 0: zeros), GDN_SMEM (checked against the layout);
-// for timing ablations only (they compute something else): GDN_NO_OUT (no Y, O products, no
-// stores), GDN_NO_LOAD (every chunk reuses the first chunk's operands), GDN_NO_R (R = X).
+// -D constants: GDN_STATE0 (1: read ``state``, 0: zeros), GDN_SMEM (checked against the layout),
+// GDN_STAGES; for timing ablations only (they compute something else): GDN_NO_OUT (no Y, O
+// products, no stores), GDN_NO_LOAD (every chunk reuses the first chunk's operands),
+// GDN_ONLY_LOAD (the copies and their waits, no products).
 #ifndef GDN_NO_OUT
 #define GDN_NO_OUT 0
 #endif
 #ifndef GDN_NO_LOAD
 #define GDN_NO_LOAD 0
 #endif
-#ifndef GDN_NO_R
-#define GDN_NO_R 0
-#endif
-#ifndef GDN_NO_WAIT
-#define GDN_NO_WAIT 0        // timing only: no wait for the copies (a race)
-#endif
 #ifndef GDN_ONLY_LOAD
-#define GDN_ONLY_LOAD 0      // timing only: the copies and their waits, no products
+#define GDN_ONLY_LOAD 0
 #endif
-#ifndef GDN_NO_FENCE
-#define GDN_NO_FENCE 0       // timing only: no generic-to-async proxy fence after the copies
-#endif
-#ifndef GDN_LOAD_LATE
-#define GDN_LOAD_LATE 0      // 1: a chunk's copy issued after X and Y are, not before
+#ifndef GDN_STAGES
+#define GDN_STAGES 2
 #endif
 
 typedef unsigned short bf16_t;
@@ -47,38 +46,36 @@ typedef unsigned short bf16_t;
 #define C_ 64
 #define K_ 128
 #define ROWS 64
-#define VPITCH 72          // the v tile's row (a token's 64 state rows) padded: conflict-free reads
+#define BOX (C_ * 64)            // bf16 elements of a [64 tokens, 64 columns] box (8 KB)
 
-struct ChainParams {       // by value, every field 8 bytes (lab/wgmma_chain.py packs it)
-    const bf16_t* q; const bf16_t* k; const bf16_t* v; const long long* cu; const bf16_t* mats;
-    const float* vecs; bf16_t* out; const float* state; float* new_state;
-    long long N, T_all, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, H, HV, V;
+struct alignas(64) TMap { unsigned long long v[16]; };      // a CUtensorMap
+struct ChainParams {       // by value (lab/wgmma_chain.py packs it)
+    TMap tk, tq, tm, tv;   // [T, H, K] k and q, [T, HV, 2 C] workspace rows, [T, HV, V] v
+    TMap to;               // [T, HV, V] out
+    const long long* cu; const float* vecs; bf16_t* out; const float* state; float* new_state;
+    long long N, T_all, so_t, so_h, H, HV, V;
 };
 
-// core-matrix layouts (bytes): k and q [C tokens i][K columns c]: core (i / 8, c / 8) at
-// ((i / 8) * 16 + c / 8) * 128; T^T and M^T rows [C tokens i][C columns j]: core (i / 8, j / 8)
-// at ((i / 8) * 8 + j / 8) * 128; inside a core matrix row i % 8 at 16 bytes, column % 8 at 2.
+// Every box 1024-byte aligned (the swizzle's 8-row groups).
 struct alignas(1024) Stage {
-    bf16_t k[C_ * K_];
-    bf16_t q[C_ * K_];
-    bf16_t t[C_ * C_];
-    bf16_t m[C_ * C_];
-    bf16_t v[C_ * VPITCH];
+    bf16_t k[2 * BOX];          // columns 0..63, then 64..127
+    bf16_t q[2 * BOX];
+    bf16_t t[BOX];              // T^T rows
+    bf16_t m[BOX];              // M^T rows
+    bf16_t v[BOX];              // the chunk's v rows of the tile's 64 state rows
     float f[4][C_];             // beta, beta rk e^G, scale rq e^G, rk e^(G_last - G)
     float glast[4];
 };
-#ifndef GDN_STAGES
-#define GDN_STAGES 2
-#endif
-struct alignas(1024) ChainSmem { Stage st[GDN_STAGES]; };
+struct alignas(1024) ChainSmem {
+    Stage st[GDN_STAGES];
+    bf16_t ob[2][BOX];          // a full chunk's outputs [64 tokens, 64 rows] (swizzled), for TMA
+    unsigned long long bar[GDN_STAGES];
+};
 static_assert(sizeof(ChainSmem) <= GDN_SMEM, "GDN_SMEM too small");
+#define TMA_BYTES (7 * BOX * 2)
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp16(void* dst, const void* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :: "r"(smem_u32(dst)), "l"(src), "r"(ok ? 16 : 0) : "memory");
 }
 __device__ __forceinline__ void cp4(void* dst, const void* src, bool ok) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
@@ -92,12 +89,14 @@ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
 __device__ __forceinline__ float bf2f(bf16_t x) {
     return __uint_as_float(static_cast<unsigned>(x) << 16);
 }
-// the matrix descriptor: start address, leading (K-direction) and stride (M/N-direction) byte
-// offsets between core matrices, no swizzle (lab/wgmma_probe.cu settled the roles)
-__device__ __forceinline__ unsigned long long desc(const void* p, unsigned lbo, unsigned sbo) {
-    return (unsigned long long)((smem_u32(p) & 0x3FFFF) >> 4)
+// the matrix descriptor of a tile TMA wrote with the 128-byte swizzle (rows of 128 bytes, each
+// 8-row group 1024 bytes): K-major, the start ``bytes`` into it (k-step s of a 64-column box at
+// 32 s), SBO 1024; MN-major, k-step s at 2048 s, LBO 8192 (the next 64-wide box along N), SBO
+// 1024 (lab/tma_probe.py settled these on the H200)
+__device__ __forceinline__ unsigned long long desc(const void* p, unsigned bytes, unsigned lbo) {
+    return (unsigned long long)(((smem_u32(p) + bytes) & 0x3FFFF) >> 4)
          | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16)
-         | ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32);
+         | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
 }
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() {
@@ -163,78 +162,61 @@ __device__ __forceinline__ void frag(unsigned (&a)[4], const float (&d)[R], int 
     a[3] = pack2(d[8 * s + 6], d[8 * s + 7]);
 }
 
-// The copies of a chunk's operands.  Each thread's rows and 16-byte pieces are the same every
-// chunk (a warp's lanes take 8 rows of a core matrix, then the next core matrix along the row:
-// each 8 lanes fill 128 contiguous bytes of shared memory), so the copier keeps one global
-// pointer per operand, advanced a chunk at a time, and 32-bit steps between its rows: a chunk
-// costs its 31 copies and a few adds.  (Per-piece index arithmetic, 64-bit products and all,
-// cost ~1000 instructions a thread a chunk: ~2 us at one warp per scheduler.)
-struct Copier {
-    const char* k; const char* q; const char* m; const char* v; const char* f;
-    long long k_c, q_c, m_c, v_c;        // bytes a chunk
-    unsigned k_s, q_s, m_s, v_s, f_s;    // bytes between a thread's successive rows
-    unsigned sk, st, sv, sf;             // this thread's shared-memory offsets in a stage
-    int i_kq, i_m, i_v, i_f, glast;      // its first rows; glast: bytes from f to e^G_last
-    __device__ Copier(const ChainParams& p, long long bos, int i_h, int i_hv, int row0, int tid) {
-        const int lo = tid & 7;
-        i_kq = lo;                       // k, q: rows 8 r + lo, piece tid >> 3 (of 16)
-        k = reinterpret_cast<const char*>(p.k + (bos + lo) * p.sk_t + i_h * p.sk_h + (tid >> 3) * 8);
-        q = reinterpret_cast<const char*>(p.q + (bos + lo) * p.sq_t + i_h * p.sq_h + (tid >> 3) * 8);
-        k_c = C_ * p.sk_t * 2; q_c = C_ * p.sq_t * 2;
-        k_s = (unsigned)(8 * p.sk_t * 2); q_s = (unsigned)(8 * p.sq_t * 2);
-        sk = (tid >> 3) * 128 + lo * 16;
-        const long long mt = p.HV * 2 * C_;
-        i_m = 8 * (tid >> 6) + lo;       // T^T, M^T: rows 16 r + i_m, piece (tid >> 3) & 7
-        m = reinterpret_cast<const char*>(p.mats + (bos + i_m) * mt + i_hv * 2 * C_
-                                          + ((tid >> 3) & 7) * 8);
-        m_c = C_ * mt * 2; m_s = (unsigned)(16 * mt * 2);
-        st = ((tid >> 6) * 8 + ((tid >> 3) & 7)) * 128 + lo * 16;
-        i_v = tid >> 3;                  // v: rows 16 r + i_v, piece lo
-        v = reinterpret_cast<const char*>(p.v + (bos + i_v) * p.sv_t + i_hv * p.sv_h + row0 + lo * 8);
-        v_c = C_ * p.sv_t * 2; v_s = (unsigned)(16 * p.sv_t * 2);
-        sv = (i_v * VPITCH + lo * 8) * 2;
-        i_f = tid & 63;                  // factors 2 r + (tid >> 6), token i_f
-        f = reinterpret_cast<const char*>(p.vecs + (i_hv * 5 + (tid >> 6)) * p.T_all + bos + i_f);
-        f_s = (unsigned)(2 * p.T_all * 4);
-        sf = ((tid >> 6) * C_ + i_f) * 4;
-        glast = (int)((4 * p.T_all - i_f) * 4);      // thread 0 only
-    }
-    // chunk jc into ``st`` (``rem``: its tokens before the sequence's end; zeros past it)
-    __device__ __forceinline__ void load(Stage& stg, long long jc, long long rem, int tid) const {
-        const char* kr = k + jc * k_c;
-        const char* qr = q + jc * q_c;
-        const char* mr = m + jc * m_c;
-        const char* vr = v + jc * v_c;
-        const char* fr = f + jc * (C_ * 4);
-        const bool full = rem >= C_;
-#pragma unroll
-        for (int r = 0; r < 8; ++r) {
-            const bool ok = full || 8 * r + i_kq < rem;
-            cp16(reinterpret_cast<unsigned char*>(&stg.k[0]) + sk + r * 2048, ok ? kr + r * k_s : k, ok);
-            cp16(reinterpret_cast<unsigned char*>(&stg.q[0]) + sk + r * 2048, ok ? qr + r * q_s : q, ok);
-        }
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const bool ok = full || 16 * r + i_m < rem;
-            const char* src = ok ? mr + r * m_s : m;
-            cp16(reinterpret_cast<unsigned char*>(&stg.t[0]) + st + r * 2048, src, ok);
-            cp16(reinterpret_cast<unsigned char*>(&stg.m[0]) + st + r * 2048, src + 2 * C_, ok);
-        }
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const bool ok = full || 16 * r + i_v < rem;
-            cp16(reinterpret_cast<unsigned char*>(&stg.v[0]) + sv + r * (16 * VPITCH * 2), ok ? vr + r * v_s : v, ok);
-        }
-        const bool okf = full || i_f < rem;
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-            cp4(reinterpret_cast<unsigned char*>(&stg.f[0]) + sf + r * (2 * C_ * 4), okf ? fr + r * f_s : f, okf);
-        if (tid == 0)      // e^G_last: factor 4 of the chunk's first token
-            cp4(reinterpret_cast<unsigned char*>(&stg.glast[0]), fr + glast, rem > 0);
-    }
-};
+__device__ __forceinline__ void tma3(void* dst, const TMap& map, int c0, int c1, int c2,
+                                     unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4}], [%5];"
+                 :: "r"(smem_u32(dst)), "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0),
+                    "r"(c1), "r"(c2), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void wait_bar(unsigned bar, unsigned parity) {
+    asm volatile("{\n\t.reg .pred P1;\n\tWAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
+                 "@!P1 bra WAIT_%=;\n}" :: "r"(bar), "r"(parity) : "memory");
+}
+// the place of (token i, tile row r) in a swizzled [64, 64] box (16-byte piece r / 8 of row i
+// at piece (r / 8) ^ (i % 8))
+__device__ __forceinline__ int sw(int i, int r) {
+    return i * 64 + ((((r >> 3) ^ (i & 7))) << 3) + (r & 7);
+}
+__device__ __forceinline__ void tma_store3(const TMap& map, int c0, int c1, int c2,
+                                           const void* src) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];"
+                 :: "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(c2),
+                    "r"(smem_u32(src)) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
 
-extern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_chain(const ChainParams p) {
+// chunk jc's operands into stage ``s``: the boxes by thread 0, the factors by cp.async (zeros
+// past the sequence's end)
+__device__ __forceinline__ void load_chunk(ChainSmem& sm, int s, const ChainParams& p,
+                                           long long t0, long long eos, int i_h, int i_hv,
+                                           int row0, int tid) {
+    Stage& st = sm.st[s];
+    if (tid == 0) {
+        const unsigned bar = smem_u32(&sm.bar[s]);
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                     :: "r"(bar), "r"(TMA_BYTES) : "memory");
+        const int t = (int)t0;
+        tma3(st.k, p.tk, 0, i_h, t, bar);
+        tma3(st.k + BOX, p.tk, 64, i_h, t, bar);
+        tma3(st.q, p.tq, 0, i_h, t, bar);
+        tma3(st.q + BOX, p.tq, 64, i_h, t, bar);
+        tma3(st.t, p.tm, 0, i_hv, t, bar);
+        tma3(st.m, p.tm, C_, i_hv, t, bar);
+        tma3(st.v, p.tv, row0, i_hv, t, bar);
+    }
+    const long long rem = eos - t0;
+    const int i = tid & 63;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int f = 2 * r + (tid >> 6);
+        cp4(&st.f[f][i], p.vecs + (i_hv * 5 + f) * p.T_all + t0 + (i < rem ? i : 0), i < rem);
+    }
+    if (tid == 0) cp4(&st.glast[0], p.vecs + (i_hv * 5 + 4) * p.T_all + t0, rem > 0);
+}
+
+extern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_chain(const __grid_constant__ ChainParams p) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     ChainSmem& sm = *reinterpret_cast<ChainSmem*>(smem_raw);
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
@@ -257,31 +239,38 @@ extern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_chain(const Chain
             S[4 * j + e] = GDN_STATE0 ? p.state[sbase + (r0 + 8 * (e >> 1)) * K_ + 8 * j + 2 * t4
                                                 + (e & 1)] : 0.f;
     const long long n_chunks = (eos - bos + C_ - 1) / C_;
-    const Copier cp(p, bos, i_h, i_hv, row0, tid);
+    if (tid == 0) {
+#pragma unroll
+        for (int s = 0; s < GDN_STAGES; ++s)
+            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_u32(&sm.bar[s])));
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
     // chunks 0 .. GDN_STAGES - 2 ahead, then chunk jc + GDN_STAGES - 1 during chunk jc
 #pragma unroll
     for (int s = 0; s < GDN_STAGES - 1; ++s) {
         if (s < n_chunks && (s == 0 || !GDN_NO_LOAD))
-            cp.load(sm.st[s], s, eos - bos - s * C_, tid);
+            load_chunk(sm, s, p, bos + s * C_, eos, i_h, i_hv, row0, tid);
         asm volatile("cp.async.commit_group;" ::: "memory");
     }
     for (long long jc = 0; jc < n_chunks; ++jc) {
         const long long t0 = bos + jc * C_;
         const long long ja = jc + GDN_STAGES - 1;
-        if (!GDN_LOAD_LATE) {
-            if (ja < n_chunks && !GDN_NO_LOAD)
-                cp.load(sm.st[ja % GDN_STAGES], ja, eos - bos - ja * C_, tid);
-            asm volatile("cp.async.commit_group;" ::: "memory");
-        }
-        if (!GDN_NO_WAIT)
-            asm volatile("cp.async.wait_group %0;" :: "n"(GDN_STAGES - 1 - GDN_LOAD_LATE) : "memory");
-        if (!GDN_NO_FENCE) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        __syncthreads();
+        if (ja < n_chunks && !GDN_NO_LOAD)
+            load_chunk(sm, (int)(ja % GDN_STAGES), p, bos + ja * C_, eos, i_h, i_hv, row0, tid);
+        asm volatile("cp.async.commit_group;" ::: "memory");
+        asm volatile("cp.async.wait_group %0;" :: "n"(GDN_STAGES - 1) : "memory");
+        // the output store of chunk jc - 2 has read its buffer (released by the barrier below)
+        if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+        const int sj = GDN_NO_LOAD ? 0 : (int)(jc % GDN_STAGES);
+        if (!GDN_NO_LOAD || jc == 0)
+            wait_bar(smem_u32(&sm.bar[sj]), (unsigned)((jc / GDN_STAGES) & 1));
+        __syncthreads();                        // the factors, copied by every thread
         if (GDN_ONLY_LOAD) {
             __syncthreads();
             continue;
         }
-        const Stage& st = sm.st[GDN_NO_LOAD ? 0 : jc % GDN_STAGES];
+        const Stage& st = sm.st[sj];
         // X = S0 k^T and Y = S0 q^T
         unsigned sa[8][4];
 #pragma unroll
@@ -289,18 +278,13 @@ extern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_chain(const Chain
         float X[32], Y[32];
         wg_fence();
 #pragma unroll
-        for (int s = 0; s < 8; ++s) mma64<0>(X, sa[s], desc(st.k + 128 * s, 128, 2048), s);
+        for (int s = 0; s < 8; ++s) mma64<0>(X, sa[s], desc(st.k + (s >> 2) * BOX, 32 * (s & 3), 16), s);
         wg_commit();
         if (!GDN_NO_OUT) {
 #pragma unroll
-            for (int s = 0; s < 8; ++s) mma64<0>(Y, sa[s], desc(st.q + 128 * s, 128, 2048), s);
+            for (int s = 0; s < 8; ++s) mma64<0>(Y, sa[s], desc(st.q + (s >> 2) * BOX, 32 * (s & 3), 16), s);
         }
         wg_commit();
-        if (GDN_LOAD_LATE) {                    // the next copy issued behind the products
-            if (ja < n_chunks && !GDN_NO_LOAD)
-                cp.load(sm.st[ja % GDN_STAGES], ja, eos - bos - ja * C_, tid);
-            asm volatile("cp.async.commit_group;" ::: "memory");
-        }
         wg_wait<1>();
         pin(X);
         // R = v^T diag(beta) - X diag(bk), in X's registers
@@ -309,9 +293,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_chain(const Chain
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
-                if (!GDN_NO_R)
-                    X[4 * j + e] = bf2f(st.v[i * VPITCH + r]) * st.f[0][i]
-                                 - X[4 * j + e] * st.f[1][i];
+                X[4 * j + e] = bf2f(st.v[sw(i, r)]) * st.f[0][i] - X[4 * j + e] * st.f[1][i];
             }
         unsigned ra[4][4];
 #pragma unroll
@@ -319,7 +301,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_chain(const Chain
         // V'^T = R T^T (into X's registers)
         wg_fence();
 #pragma unroll
-        for (int s = 0; s < 4; ++s) mma64<1>(X, ra[s], desc(st.t + 1024 * s, 1024, 128), s);
+        for (int s = 0; s < 4; ++s) mma64<1>(X, ra[s], desc(st.t, 2048 * s, 8192), s);
         wg_commit();
         wg_wait<1>();                           // Y
         pin(Y);
@@ -331,7 +313,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_chain(const Chain
         wg_fence();
         if (!GDN_NO_OUT) {
 #pragma unroll
-            for (int s = 0; s < 4; ++s) mma64<1>(Y, ra[s], desc(st.m + 1024 * s, 1024, 128), 1);
+            for (int s = 0; s < 4; ++s) mma64<1>(Y, ra[s], desc(st.m, 2048 * s, 8192), 1);
         }
         wg_commit();
         wg_wait<1>();                           // V'^T
@@ -349,25 +331,39 @@ extern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_chain(const Chain
         // S = e^G_last S0 + V'^T diag(fk) k
         wg_fence();
 #pragma unroll
-        for (int s = 0; s < 4; ++s) mma128t(S, va[s], desc(st.k + 16 * K_ * s, 2048, 128));
+        for (int s = 0; s < 4; ++s) mma128t(S, va[s], desc(st.k, 2048 * s, 8192));
         wg_commit();
         wg_wait<1>();                           // O
         pin(Y);
         const long long rem = eos - t0;
+        const bool full = rem >= C_;
+        bf16_t* ob = sm.ob[jc & 1];
+        if (GDN_NO_OUT) {
+        } else if (full) {                      // staged, then one TMA store (below)
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+            for (int j = 0; j < 8; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
-                if (i < rem && !GDN_NO_OUT) {
-                    const unsigned h = pack2(Y[4 * j + e], 0.f) & 0xFFFF;
-                    p.out[(t0 + i) * p.so_t + i_hv * p.so_h + row0 + r] = (bf16_t)h;
+                for (int e = 0; e < 4; ++e)
+                    ob[sw(8 * j + 2 * t4 + (e & 1), r0 + 8 * (e >> 1))]
+                        = (bf16_t)(pack2(Y[4 * j + e], 0.f) & 0xFFFF);
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        } else {                                // a sequence's last, partial chunk
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
+                    if (i < rem)
+                        p.out[(t0 + i) * p.so_t + i_hv * p.so_h + row0 + r]
+                            = (bf16_t)(pack2(Y[4 * j + e], 0.f) & 0xFFFF);
                 }
-            }
+        }
         wg_wait<0>();
         pin(S);
         __syncthreads();                        // the stage is free for the copy two chunks on
+        if (tid == 0 && full && !GDN_NO_OUT) tma_store3(p.to, row0, i_hv, (int)t0, ob);
     }
+    if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #pragma unroll
     for (int j = 0; j < 16; ++j)
 #pragma unroll
