@@ -1,44 +1,37 @@
 // A sequential (chain) kernel for the chunked prefill on Hopper's warpgroup MMAs (wgmma) and TMA
-// copies, a lab prototype for issue 52: triton-chunk's chunk_state_kernel with "bf16" products
-// (backends/_triton_chunk_kernel.py), on the workspace its prep kernel (or cuda-chunk's) wrote
-// with precision "bf16".  Per chunk of C = 64 tokens, on a [64, K] tile of the state S0 (K = 128):
+// copies, warp-specialized; a lab prototype for issue 52: triton-chunk's chunk_state_kernel with
+// "bf16" products (backends/_triton_chunk_kernel.py), on the workspace its prep kernel (or
+// cuda-chunk's) wrote with precision "bf16".  Per chunk of C = 64 tokens, on a [64, K] tile of the
+// state S0 (K = 128):
 //
 //     X = S0 k^T,  R = v^T diag(beta) - X diag(beta rk e^G),  V'^T = R T^T,
 //     O^T = (S0 q^T) diag(scale rq e^G) + R M^T,  S = e^G_last S0 + V'^T diag(rk e^(G_last-G)) k
 //
-// One CTA = one warpgroup (128 threads) per (sequence, value head, 64 state rows).  The state
-// tile lives in wgmma accumulators (warp w: rows 16 w + lane / 4 and + 8; registers 4 j .. 4 j + 3:
-// columns 8 j + 2 (lane % 4), + 1), and every product takes its A operand from registers: the
-// accumulator of one product, rounded to bf16, is the next one's A fragment (C of two 8-column
-// chunks = A of one 16-wide k-step, as with mma.sync).  The B operands (k, q, the workspace rows
-// of T^T and M^T) and v come by TMA tensor copies (one thread issues seven boxes of [64 tokens,
-// 64 columns] a chunk, 128-byte swizzle, counted on a stage's mbarrier); the k tile serves X
-// (K-major) and the update (MN-major, imm-trans-b 1) alike.  Tokens past the tensor's end are
-// zero-filled by TMA; those past the sequence's end (the next sequence's rows) meet zero factors
-// (copied by cp.async with a mask), which zero every term they would enter.  GDN_STAGES stages.
+// One CTA per (sequence, value head, 64 state rows), three roles:
+// * warpgroup 0, the chain: the state tile in wgmma accumulators (warp w: rows 16 w + lane / 4
+//   and + 8; registers 4 j .. 4 j + 3: columns 8 j + 2 (lane % 4), + 1); X, R, V'^T and the
+//   update, each product's A operand from registers (the previous accumulator rounded to bf16:
+//   C of two 8-column chunks = A of one k-step).  It hands S0 and R (bf16) to warpgroup 1
+//   through shared memory (no-swizzle core-matrix tiles, two buffers).
+// * warpgroup 1, the outputs, a chunk behind: Y = S0 q^T and O = Y diag(fq) + R M^T with both
+//   operands from shared memory, then the chunk's [64 tokens, 64 rows] outputs through a
+//   swizzled buffer to one TMA store (a sequence's last, partial chunk stored directly: a box
+//   would write the next sequence's rows).
+// * warp 8, the producer: per chunk seven TMA boxes of [64 tokens, 64 columns] (k twice, q
+//   twice, the workspace rows of T^T and M^T, v), 128-byte swizzle, and the factors by cp.async
+//   (zeros past the sequence's end), all counted on the stage's "full" mbarrier; a stage is
+//   refilled once both warpgroups released it ("empty").
+// Tokens past the tensor's end are zero-filled by TMA; those past the sequence's end (the next
+// sequence's rows) meet zero factors, which zero every term they would enter.
+// Descriptors (lab/tma_probe.py, lab/wgmma_probe.cu): swizzled K-major: SBO 1024, k-steps at +32
+// bytes in a 64-column box; swizzled MN-major: LBO 8192 (the next box along N), SBO 1024,
+// k-steps at +2048; no swizzle: LBO the core-matrix stride along K, SBO along M/N.
 //
-// A full chunk's outputs go through shared memory to one TMA store; a sequence's last, partial
-// chunk is stored directly (a box would write the next sequence's rows).
-//
-// (The first form copied with cp.async, 16 bytes a thread: ~1.8 us a chunk for its 58 KB at one
-// CTA an SM, whatever the order, depth or index arithmetic: lab/notebook/h200/wgmma_chain_2026-11-29.)
-//
-// Dense states only (no pools), fp32 k-last [N, HV, V, K]; has_initial_state by GDN_STATE0.
-// -D constants: GDN_STATE0 (1: read ``state``, 0: zeros), GDN_SMEM (checked against the layout),
-// GDN_STAGES; for timing ablations only (they compute something else): GDN_NO_OUT (no Y, O
-// products, no stores), GDN_NO_LOAD (every chunk reuses the first chunk's operands),
-// GDN_ONLY_LOAD (the copies and their waits, no products).
+// Dense states only (no pools), fp32 k-last [N, HV, V, K]; GDN_STATE0 (1: read ``state``, 0:
+// zeros).  GDN_SMEM: the dynamic shared memory the host sizes (checked against the layout).
+// GDN_NO_OUT (timing only): warpgroup 1 releases every chunk without computing its outputs.
 #ifndef GDN_NO_OUT
 #define GDN_NO_OUT 0
-#endif
-#ifndef GDN_NO_LOAD
-#define GDN_NO_LOAD 0
-#endif
-#ifndef GDN_ONLY_LOAD
-#define GDN_ONLY_LOAD 0
-#endif
-#ifndef GDN_STAGES
-#define GDN_STAGES 2
 #endif
 
 typedef unsigned short bf16_t;
@@ -47,6 +40,8 @@ typedef unsigned short bf16_t;
 #define K_ 128
 #define ROWS 64
 #define BOX (C_ * 64)            // bf16 elements of a [64 tokens, 64 columns] box (8 KB)
+#define STAGES 2
+#define NTHR 288                 // two warpgroups and the producer warp
 
 struct alignas(64) TMap { unsigned long long v[16]; };      // a CUtensorMap
 struct ChainParams {       // by value (lab/wgmma_chain.py packs it)
@@ -66,10 +61,15 @@ struct alignas(1024) Stage {
     float f[4][C_];             // beta, beta rk e^G, scale rq e^G, rk e^(G_last - G)
     float glast[4];
 };
+struct alignas(1024) Handover {  // chain -> outputs, no swizzle: core (r / 8, c / 8) rows of 16 B
+    bf16_t s0[ROWS * K_];       // S0 [64, 128]: core at (r / 8) 2048 + (c / 8) 128 bytes
+    bf16_t r[ROWS * C_];        // R [64, 64]: core at (r / 8) 1024 + (i / 8) 128 bytes
+};
 struct alignas(1024) ChainSmem {
-    Stage st[GDN_STAGES];
-    bf16_t ob[2][BOX];          // a full chunk's outputs [64 tokens, 64 rows] (swizzled), for TMA
-    unsigned long long bar[GDN_STAGES];
+    Stage st[STAGES];
+    Handover hb[2];
+    bf16_t ob[2][BOX];          // a full chunk's outputs [64 tokens, 64 rows] (swizzled)
+    unsigned long long full[STAGES], empty[STAGES], hfull[2], hempty[2];
 };
 static_assert(sizeof(ChainSmem) <= GDN_SMEM, "GDN_SMEM too small");
 #define TMA_BYTES (7 * BOX * 2)
@@ -187,39 +187,48 @@ __device__ __forceinline__ void tma_store3(const TMap& map, int c0, int c1, int 
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
 
-// chunk jc's operands into stage ``s``: the boxes by thread 0, the factors by cp.async (zeros
-// past the sequence's end)
-__device__ __forceinline__ void load_chunk(ChainSmem& sm, int s, const ChainParams& p,
-                                           long long t0, long long eos, int i_h, int i_hv,
-                                           int row0, int tid) {
-    Stage& st = sm.st[s];
-    if (tid == 0) {
-        const unsigned bar = smem_u32(&sm.bar[s]);
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                     :: "r"(bar), "r"(TMA_BYTES) : "memory");
-        const int t = (int)t0;
-        tma3(st.k, p.tk, 0, i_h, t, bar);
-        tma3(st.k + BOX, p.tk, 64, i_h, t, bar);
-        tma3(st.q, p.tq, 0, i_h, t, bar);
-        tma3(st.q + BOX, p.tq, 64, i_h, t, bar);
-        tma3(st.t, p.tm, 0, i_hv, t, bar);
-        tma3(st.m, p.tm, C_, i_hv, t, bar);
-        tma3(st.v, p.tv, row0, i_hv, t, bar);
-    }
-    const long long rem = eos - t0;
-    const int i = tid & 63;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int f = 2 * r + (tid >> 6);
-        cp4(&st.f[f][i], p.vecs + (i_hv * 5 + f) * p.T_all + t0 + (i < rem ? i : 0), i < rem);
-    }
-    if (tid == 0) cp4(&st.glast[0], p.vecs + (i_hv * 5 + 4) * p.T_all + t0, rem > 0);
+// the descriptor of a no-swizzle core-matrix tile (LBO along K, SBO along M/N)
+__device__ __forceinline__ unsigned long long desc_ns(const void* p, unsigned bytes,
+                                                      unsigned lbo, unsigned sbo) {
+    return (unsigned long long)(((smem_u32(p) + bytes) & 0x3FFFF) >> 4)
+         | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16)
+         | ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32);
+}
+// d (+)= A B, A [64, 16] and B by descriptors; m64n64k16
+template <int TB>
+__device__ __forceinline__ void mma64ss(float (&d)[32], unsigned long long da,
+                                        unsigned long long db, int acc) {
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %34, 0;\n\t"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, "
+                 "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1, 0, %35;\n}"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+                   "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(acc), "n"(TB));
+}
+__device__ __forceinline__ void bar_init(unsigned long long* b, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_u32(b)), "r"(count));
+}
+__device__ __forceinline__ void bar_arrive(unsigned long long* b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void sts32(void* p, unsigned x) {
+    asm volatile("st.shared.b32 [%0], %1;" :: "r"(smem_u32(p)), "r"(x) : "memory");
+}
+__device__ __forceinline__ void wg1_sync() {       // warpgroup 1's own barrier
+    asm volatile("bar.sync 1, 128;" ::: "memory");
 }
 
-extern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_chain(const __grid_constant__ ChainParams p) {
+extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
+        const __grid_constant__ ChainParams p) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     ChainSmem& sm = *reinterpret_cast<ChainSmem*>(smem_raw);
-    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, w = (tid >> 5) & 3;
     const int g = lane >> 2, t4 = lane & 3;
     const int HV = (int)p.HV, NV = (int)(p.V / ROWS);
     const int i_v = (int)(blockIdx.x % NV);
@@ -229,7 +238,119 @@ extern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_chain(const __gri
     const int i_h = i_hv / (HV / (int)p.H);
     const long long bos = p.cu[i_n], eos = p.cu[i_n + 1];
     const int row0 = i_v * ROWS;
-    const int r0 = 16 * w + g;                  // this thread's rows r0, r0 + 8 of the tile
+    const int r0 = 16 * w + g;                  // a warpgroup thread's rows r0, r0 + 8
+    const long long n_chunks = (eos - bos + C_ - 1) / C_;
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            bar_init(&sm.full[s], 1 + 32);      // the producer's expect_tx + its lanes' copies
+            bar_init(&sm.empty[s], 256);        // every thread of both warpgroups
+        }
+        for (int b = 0; b < 2; ++b) {
+            bar_init(&sm.hfull[b], 128);
+            bar_init(&sm.hempty[b], 128);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 2) {                              // the producer warp
+        for (long long jc = 0; jc < n_chunks; ++jc) {
+            const int s = (int)(jc % STAGES);
+            if (jc >= STAGES) wait_bar(smem_u32(&sm.empty[s]), (unsigned)((jc / STAGES - 1) & 1));
+            Stage& st = sm.st[s];
+            const long long t0 = bos + jc * C_, rem = eos - t0;
+            const unsigned full = smem_u32(&sm.full[s]);
+            if (lane == 0) {
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                             :: "r"(full), "r"(TMA_BYTES) : "memory");
+                const int t = (int)t0;
+                tma3(st.k, p.tk, 0, i_h, t, full);
+                tma3(st.k + BOX, p.tk, 64, i_h, t, full);
+                tma3(st.q, p.tq, 0, i_h, t, full);
+                tma3(st.q + BOX, p.tq, 64, i_h, t, full);
+                tma3(st.t, p.tm, 0, i_hv, t, full);
+                tma3(st.m, p.tm, C_, i_hv, t, full);
+                tma3(st.v, p.tv, row0, i_hv, t, full);
+            }
+#pragma unroll
+            for (int x = 0; x < 8; ++x) {       // factor x / 2, tokens 32 (x % 2) + lane
+                const int f = x >> 1, i = 32 * (x & 1) + lane;
+                cp4(&st.f[f][i], p.vecs + (i_hv * 5 + f) * p.T_all + t0 + (i < rem ? i : 0),
+                    i < rem);
+            }
+            if (lane == 0) cp4(&st.glast[0], p.vecs + (i_hv * 5 + 4) * p.T_all + t0, rem > 0);
+            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(full)
+                         : "memory");
+        }
+        return;
+    }
+
+    if (wg == 1) {                              // the outputs, a chunk behind the chain
+        const int ti = tid - 128;
+        for (long long jc = 0; jc < n_chunks; ++jc) {
+            const int s = (int)(jc % STAGES), b = (int)(jc & 1);
+            const long long t0 = bos + jc * C_, rem = eos - t0;
+            wait_bar(smem_u32(&sm.full[s]), (unsigned)((jc / STAGES) & 1));
+            wait_bar(smem_u32(&sm.hfull[b]), (unsigned)((jc >> 1) & 1));
+            const Stage& st = sm.st[s];
+            const Handover& hb = sm.hb[b];
+            if (GDN_NO_OUT) {
+                bar_arrive(&sm.hempty[b]);
+                bar_arrive(&sm.empty[s]);
+                continue;
+            }
+            float Y[32];
+            wg_fence();
+#pragma unroll
+            for (int k = 0; k < 8; ++k)
+                mma64ss<0>(Y, desc_ns(hb.s0, 256 * k, 128, 2048),
+                           desc(st.q + (k >> 2) * BOX, 32 * (k & 3), 16), k);
+            wg_commit();
+            wg_wait<0>();
+            pin(Y);
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) Y[4 * j + e] *= st.f[2][8 * j + 2 * t4 + (e & 1)];
+            wg_fence();
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                mma64ss<1>(Y, desc_ns(hb.r, 256 * k, 128, 1024), desc(st.m, 2048 * k, 8192), 1);
+            wg_commit();
+            wg_wait<0>();
+            pin(Y);
+            bar_arrive(&sm.hempty[b]);          // S0 and R of this chunk read
+            bar_arrive(&sm.empty[s]);           // q, M^T and fq read
+            if (rem >= C_) {                    // staged, then one TMA store
+                bf16_t* ob = sm.ob[b];
+                if (ti == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+                wg1_sync();                     // the store of chunk jc - 2 has read ``ob``
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        ob[sw(8 * j + 2 * t4 + (e & 1), r0 + 8 * (e >> 1))]
+                            = (bf16_t)(pack2(Y[4 * j + e], 0.f) & 0xFFFF);
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                wg1_sync();
+                if (ti == 0) tma_store3(p.to, row0, i_hv, (int)t0, ob);
+            } else {                            // a sequence's last, partial chunk
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
+                        if (i < rem)
+                            p.out[(t0 + i) * p.so_t + i_hv * p.so_h + row0 + r]
+                                = (bf16_t)(pack2(Y[4 * j + e], 0.f) & 0xFFFF);
+                    }
+            }
+        }
+        if (ti == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        return;
+    }
+
+    // warpgroup 0: the chain
     float S[64];                                // the state tile [64, 128] as an m64n128 accumulator
     const long long sbase = ((i_n * HV + i_hv) * p.V + row0) * K_;
 #pragma unroll
@@ -238,54 +359,32 @@ extern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_chain(const __gri
         for (int e = 0; e < 4; ++e)
             S[4 * j + e] = GDN_STATE0 ? p.state[sbase + (r0 + 8 * (e >> 1)) * K_ + 8 * j + 2 * t4
                                                 + (e & 1)] : 0.f;
-    const long long n_chunks = (eos - bos + C_ - 1) / C_;
-    if (tid == 0) {
-#pragma unroll
-        for (int s = 0; s < GDN_STAGES; ++s)
-            asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(smem_u32(&sm.bar[s])));
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    // chunks 0 .. GDN_STAGES - 2 ahead, then chunk jc + GDN_STAGES - 1 during chunk jc
-#pragma unroll
-    for (int s = 0; s < GDN_STAGES - 1; ++s) {
-        if (s < n_chunks && (s == 0 || !GDN_NO_LOAD))
-            load_chunk(sm, s, p, bos + s * C_, eos, i_h, i_hv, row0, tid);
-        asm volatile("cp.async.commit_group;" ::: "memory");
-    }
+    // this thread's words in the handover tiles: rows r0 (+ 8), columns 8 j + 2 t4 (+ 1)
+    const int hs = (2 * w) * 2048 + g * 16 + t4 * 4, hr = (2 * w) * 1024 + g * 16 + t4 * 4;
     for (long long jc = 0; jc < n_chunks; ++jc) {
-        const long long t0 = bos + jc * C_;
-        const long long ja = jc + GDN_STAGES - 1;
-        if (ja < n_chunks && !GDN_NO_LOAD)
-            load_chunk(sm, (int)(ja % GDN_STAGES), p, bos + ja * C_, eos, i_h, i_hv, row0, tid);
-        asm volatile("cp.async.commit_group;" ::: "memory");
-        asm volatile("cp.async.wait_group %0;" :: "n"(GDN_STAGES - 1) : "memory");
-        // the output store of chunk jc - 2 has read its buffer (released by the barrier below)
-        if (tid == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
-        const int sj = GDN_NO_LOAD ? 0 : (int)(jc % GDN_STAGES);
-        if (!GDN_NO_LOAD || jc == 0)
-            wait_bar(smem_u32(&sm.bar[sj]), (unsigned)((jc / GDN_STAGES) & 1));
-        __syncthreads();                        // the factors, copied by every thread
-        if (GDN_ONLY_LOAD) {
-            __syncthreads();
-            continue;
-        }
-        const Stage& st = sm.st[sj];
-        // X = S0 k^T and Y = S0 q^T
+        const int s = (int)(jc % STAGES), b = (int)(jc & 1);
+        wait_bar(smem_u32(&sm.full[s]), (unsigned)((jc / STAGES) & 1));
+        const Stage& st = sm.st[s];
         unsigned sa[8][4];
 #pragma unroll
-        for (int s = 0; s < 8; ++s) frag(sa[s], S, s);
-        float X[32], Y[32];
+        for (int k = 0; k < 8; ++k) frag(sa[k], S, k);
+        float X[32];
         wg_fence();
 #pragma unroll
-        for (int s = 0; s < 8; ++s) mma64<0>(X, sa[s], desc(st.k + (s >> 2) * BOX, 32 * (s & 3), 16), s);
+        for (int k = 0; k < 8; ++k)
+            mma64<0>(X, sa[k], desc(st.k + (k >> 2) * BOX, 32 * (k & 3), 16), k);
         wg_commit();
-        if (!GDN_NO_OUT) {
+        // S0 to the handover buffer (free once the outputs of chunk jc - 2 are done)
+        if (jc >= 2) wait_bar(smem_u32(&sm.hempty[b]), (unsigned)(((jc >> 1) - 1) & 1));
+        unsigned char* h = reinterpret_cast<unsigned char*>(&sm.hb[b]);
 #pragma unroll
-            for (int s = 0; s < 8; ++s) mma64<0>(Y, sa[s], desc(st.q + (s >> 2) * BOX, 32 * (s & 3), 16), s);
+        for (int k = 0; k < 8; ++k) {
+            sts32(h + hs + (2 * k) * 128, sa[k][0]);
+            sts32(h + hs + 2048 + (2 * k) * 128, sa[k][1]);
+            sts32(h + hs + (2 * k + 1) * 128, sa[k][2]);
+            sts32(h + hs + 2048 + (2 * k + 1) * 128, sa[k][3]);
         }
-        wg_commit();
-        wg_wait<1>();
+        wg_wait<0>();
         pin(X);
         // R = v^T diag(beta) - X diag(bk), in X's registers
 #pragma unroll
@@ -297,26 +396,23 @@ extern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_chain(const __gri
             }
         unsigned ra[4][4];
 #pragma unroll
-        for (int s = 0; s < 4; ++s) frag(ra[s], X, s);
+        for (int k = 0; k < 4; ++k) frag(ra[k], X, k);
         // V'^T = R T^T (into X's registers)
         wg_fence();
 #pragma unroll
-        for (int s = 0; s < 4; ++s) mma64<1>(X, ra[s], desc(st.t, 2048 * s, 8192), s);
+        for (int k = 0; k < 4; ++k) mma64<1>(X, ra[k], desc(st.t, 2048 * k, 8192), k);
         wg_commit();
-        wg_wait<1>();                           // Y
-        pin(Y);
+        unsigned char* hrb = reinterpret_cast<unsigned char*>(sm.hb[b].r);
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) Y[4 * j + e] *= st.f[2][8 * j + 2 * t4 + (e & 1)];
-        // O^T = Y diag(fq) + R M^T
-        wg_fence();
-        if (!GDN_NO_OUT) {
-#pragma unroll
-            for (int s = 0; s < 4; ++s) mma64<1>(Y, ra[s], desc(st.m, 2048 * s, 8192), 1);
+        for (int k = 0; k < 4; ++k) {
+            sts32(hrb + hr + (2 * k) * 128, ra[k][0]);
+            sts32(hrb + hr + 1024 + (2 * k) * 128, ra[k][1]);
+            sts32(hrb + hr + (2 * k + 1) * 128, ra[k][2]);
+            sts32(hrb + hr + 1024 + (2 * k + 1) * 128, ra[k][3]);
         }
-        wg_commit();
-        wg_wait<1>();                           // V'^T
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        bar_arrive(&sm.hfull[b]);               // S0 and R of chunk jc for the outputs
+        wg_wait<0>();
         pin(X);
 #pragma unroll
         for (int j = 0; j < 8; ++j)
@@ -324,46 +420,19 @@ extern "C" __global__ void __launch_bounds__(128, 1) gdn_wgmma_chain(const __gri
             for (int e = 0; e < 4; ++e) X[4 * j + e] *= st.f[3][8 * j + 2 * t4 + (e & 1)];
         unsigned va[4][4];
 #pragma unroll
-        for (int s = 0; s < 4; ++s) frag(va[s], X, s);
+        for (int k = 0; k < 4; ++k) frag(va[k], X, k);
         const float gl = st.glast[0];
 #pragma unroll
         for (int i = 0; i < 64; ++i) S[i] *= gl;
         // S = e^G_last S0 + V'^T diag(fk) k
         wg_fence();
 #pragma unroll
-        for (int s = 0; s < 4; ++s) mma128t(S, va[s], desc(st.k, 2048 * s, 8192));
+        for (int k = 0; k < 4; ++k) mma128t(S, va[k], desc(st.k, 2048 * k, 8192));
         wg_commit();
-        wg_wait<1>();                           // O
-        pin(Y);
-        const long long rem = eos - t0;
-        const bool full = rem >= C_;
-        bf16_t* ob = sm.ob[jc & 1];
-        if (GDN_NO_OUT) {
-        } else if (full) {                      // staged, then one TMA store (below)
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    ob[sw(8 * j + 2 * t4 + (e & 1), r0 + 8 * (e >> 1))]
-                        = (bf16_t)(pack2(Y[4 * j + e], 0.f) & 0xFFFF);
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        } else {                                // a sequence's last, partial chunk
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
-                    if (i < rem)
-                        p.out[(t0 + i) * p.so_t + i_hv * p.so_h + row0 + r]
-                            = (bf16_t)(pack2(Y[4 * j + e], 0.f) & 0xFFFF);
-                }
-        }
         wg_wait<0>();
         pin(S);
-        __syncthreads();                        // the stage is free for the copy two chunks on
-        if (tid == 0 && full && !GDN_NO_OUT) tma_store3(p.to, row0, i_hv, (int)t0, ob);
+        bar_arrive(&sm.empty[s]);               // k, T^T, v and the factors read
     }
-    if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 #pragma unroll
     for (int j = 0; j < 16; ++j)
 #pragma unroll

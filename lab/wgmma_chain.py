@@ -26,22 +26,15 @@ NAME = "gdn_wgmma_chain"
 PARAMS = struct.Struct("<5Q7q")     # after the four tensor maps; the struct is padded to 64
 ROWS, C, K = 64, 64, 128
 STAGE = -(-(2 * C * K * 2 + 3 * C * C * 2 + 4 * C * 4 + 16) // 1024) * 1024
-SMEM = 3 * STAGE + 2 * C * 64 * 2 + 1024    # up to 3 stages, the output buffers, barriers
+# two stages, two handover buffers (S0 and R in bf16), two output buffers, the barriers
+SMEM = 2 * STAGE + 2 * (ROWS * K + ROWS * C) * 2 + 2 * C * 64 * 2 + 1024
+THREADS = 288
 CELLS = "2/4:1000+64+0+130+7,4/8:1x8192,16/32:1x8192,16/32:8x1024,4/8:16x256"
-ABLATIONS = (("GDN_STAGES3",), ("GDN_NO_LOAD",), ("GDN_ONLY_LOAD",), ("GDN_NO_OUT",),
-             ("GDN_NO_OUT", "GDN_NO_LOAD"))
 _sized: set = set()
 
 
-def define(name):
-    """An ablation name as a -D pair: a trailing number is the value (GDN_STAGES3: GDN_STAGES=3)."""
-    stem = name.rstrip("0123456789")
-    return (stem, int(name[len(stem):])) if stem != name else (name, 1)
-
-
-def kernel(state0: bool, dev: int, ablate=()):
-    defs = (("GDN_SMEM", SMEM), ("GDN_STATE0", int(state0)),
-            *(define(a) for a in ablate))
+def kernel(state0: bool, dev: int, no_out: bool = False):
+    defs = (("GDN_SMEM", SMEM), ("GDN_STATE0", int(state0)), *((("GDN_NO_OUT", 1),) * no_out))
     kern = cuda_build.get_kernel(SOURCE, NAME, defs, dev)
     if defs not in _sized:
         from cupy_backends.cuda.api import driver
@@ -65,7 +58,7 @@ def maps(x, mats, out):
         tensor_map(out.data_ptr(), (V, HV, T), (out.stride(1) * 2, out.stride(0) * 2), box)))
 
 
-def launch(x, mats, vecs, out, new_state, ablate=(), tmaps=None):
+def launch(x, mats, vecs, out, new_state, tmaps=None, no_out=False):
     q, v, cu, state = x["q"], x["v"], x["cu"], x["state"]
     T, H, _ = q.shape
     HV, V = v.shape[1], v.shape[2]
@@ -76,7 +69,7 @@ def launch(x, mats, vecs, out, new_state, ablate=(), tmaps=None):
         N, T, out.stride(0), out.stride(1), H, HV, V)
     params = ctypes.create_string_buffer(body + bytes(-len(body) % 64))
     argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-    cuda_build.launch_raw(kernel(True, dev, ablate), N * HV * (V // ROWS), 128, dev,
+    cuda_build.launch_raw(kernel(True, dev, no_out), N * HV * (V // ROWS), THREADS, dev,
                           ctypes.addressof(argv), SMEM)
 
 
@@ -115,8 +108,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cells", default=CELLS)
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--ablate", action="store_true",
-                    help="also time the ablations (stages, copy order, and timing-only ablations)")
+    ap.add_argument("--no-out", action="store_true",
+                    help="also time the chain without its outputs (GDN_NO_OUT; timing only)")
     args = ap.parse_args()
     print(f"# smem {SMEM} bytes a CTA", flush=True)
     for cell in args.cells.split(","):
@@ -146,18 +139,11 @@ def main():
         calls = {
             "triton": lambda: tc.launch_state(x["q"], x["k"], x["v"], x["cu"], mats, vecs,
                                               x["out"], x["state"], x["new_state"], cfg),
-            "wgmma": lambda: launch(x, mats, vecs, out, ns, tmaps=tm),
+            "wgmma": lambda: launch(x, mats, vecs, out, ns, tm),
         }
-        if args.ablate:
-            for abl in ABLATIONS:
-                if not any(a.startswith(("GDN_NO_", "GDN_ONLY_")) for a in abl):   # the same: check
-                    out.fill_(float("nan"))
-                    ns.fill_(float("nan"))
-                    launch(x, mats, vecs, out, ns, abl)
-                    torch.cuda.synchronize()
-                    print(f"{cell:22s} {' '.join(abl)} vs triton: out {rel(out, ref_out):.2e} "
-                          f"state {rel(ns, ref_state):.2e}", flush=True)
-                calls[" ".join(abl)] = lambda abl=abl: launch(x, mats, vecs, out, ns, abl, tm)
+        if args.no_out:
+            calls["wgmma, no outputs (timing only)"] = lambda: launch(x, mats, vecs, out, ns, tm,
+                                                                      no_out=True)
         t = medians(calls, args.reps)
         print(f"{cell:22s} chain alone (us): triton bv{cfg.block_v} w{cfg.warps} "
               f"{t.pop('triton'):.1f} | " + " | ".join(f"{n} {v:.1f}" for n, v in t.items()),
