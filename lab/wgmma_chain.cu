@@ -27,11 +27,52 @@
 // bytes in a 64-column box; swizzled MN-major: LBO 8192 (the next box along N), SBO 1024,
 // k-steps at +2048; no swizzle: LBO the core-matrix stride along K, SBO along M/N.
 //
-// Dense states only (no pools), fp32 k-last [N, HV, V, K]; GDN_STATE0 (1: read ``state``, 0:
-// zeros).  GDN_SMEM: the dynamic shared memory the host sizes (checked against the layout).
+// The state's rules are triton-chunk's: pools (GDN_POOL 0 dense, 1 the read slots written, 2
+// separate write slots; a negative index, ``null_slot`` or one past the pool pads the sequence:
+// zero outputs, no state read or written, no checkpoint), GDN_HAS_INIT (a False row starts from
+// zeros, its slot unread), GDN_STATE0 (0: no state, zeros), k-last or K-first by strides,
+// GDN_S_DT / GDN_NS_DT / GDN_C_DT (state, new state, checkpoint dtypes: 0 fp32, 1 bf16),
+// GDN_CKPT (the state after every ``every`` tokens of a real sequence, rows counted over
+// cu_seqlens), GDN_PDL (wait for the kernel before, then let the next one launch), GDN_CU64 /
+// GDN_IDX64 / GDN_NIDX64 (int64 cu_seqlens and slot indices).  GDN_SMEM: the dynamic shared
+// memory the host sizes (checked against the layout).
 // GDN_NO_OUT (timing only): warpgroup 1 releases every chunk without computing its outputs.
 #ifndef GDN_NO_OUT
 #define GDN_NO_OUT 0
+#endif
+#include "gdn_common.cuh"             // gdn_ld, gdn_st (fp32 / bf16 states)
+#ifndef GDN_STATE0
+#define GDN_STATE0 1
+#endif
+#ifndef GDN_POOL
+#define GDN_POOL 0
+#endif
+#ifndef GDN_HAS_INIT
+#define GDN_HAS_INIT 0
+#endif
+#ifndef GDN_CKPT
+#define GDN_CKPT 0
+#endif
+#ifndef GDN_PDL
+#define GDN_PDL 0
+#endif
+#ifndef GDN_S_DT
+#define GDN_S_DT 0
+#endif
+#ifndef GDN_NS_DT
+#define GDN_NS_DT 0
+#endif
+#ifndef GDN_C_DT
+#define GDN_C_DT 0
+#endif
+#ifndef GDN_CU64
+#define GDN_CU64 1
+#endif
+#ifndef GDN_IDX64
+#define GDN_IDX64 1
+#endif
+#ifndef GDN_NIDX64
+#define GDN_NIDX64 1
 #endif
 
 typedef unsigned short bf16_t;
@@ -47,8 +88,11 @@ struct alignas(64) TMap { unsigned long long v[16]; };      // a CUtensorMap
 struct ChainParams {       // by value (lab/wgmma_chain.py packs it)
     TMap tk, tq, tm, tv;   // [T, H, K] k and q, [T, HV, 2 C] workspace rows, [T, HV, V] v
     TMap to;               // [T, HV, V] out
-    const long long* cu; const float* vecs; bf16_t* out; const float* state; float* new_state;
+    const void* cu; const float* vecs; bf16_t* out; const void* state; void* new_state;
+    const void* idx; const void* new_idx; const unsigned char* has_init; void* ckpt;
     long long N, T_all, so_t, so_h, H, HV, V;
+    long long ss_n, ss_h, ss_v, ss_k, sn_n, sn_h, sn_v, sn_k, sc_n, sc_h, sc_v, sc_k;
+    long long P, PN, null_slot, every;
 };
 
 // Every box 1024-byte aligned (the swizzle's 8-row groups).
@@ -224,6 +268,37 @@ __device__ __forceinline__ void wg1_sync() {       // warpgroup 1's own barrier
     asm volatile("bar.sync 1, 128;" ::: "memory");
 }
 
+__device__ __forceinline__ long long cu_at(const ChainParams& p, long long i) {
+    return GDN_CU64 ? static_cast<const long long*>(p.cu)[i] : static_cast<const int*>(p.cu)[i];
+}
+// a sequence's bounds held inside [0, T] (cu_seqlens values are the caller's, checked on request)
+__device__ __forceinline__ void held(long long& bos, long long& eos, long long T) {
+    bos = bos < 0 ? 0 : (bos > T ? T : bos);
+    eos = eos < bos ? bos : (eos > T ? T : eos);
+}
+// the first checkpoint row of sequence n: the sum of L_i // every over i < n
+__device__ __forceinline__ long long checkpoint_row0(const ChainParams& p, long long n) {
+    long long row = 0;
+    for (long long i = 0; i < n; ++i) {
+        long long b = cu_at(p, i), e = cu_at(p, i + 1);
+        held(b, e, p.T_all);
+        row += (e - b) / p.every;
+    }
+    return row;
+}
+// this thread's fragments of the tile (rows r0, r0 + 8; columns 8 j + 2 t4, + 1) at ``base`` of
+// a [.., V, K] (or, by the strides, K-first) tensor of dtype DT
+template <int DT>
+__device__ __forceinline__ void store_tile(const float (&S)[64], void* dst, long long base,
+                                           long long s_v, long long s_k, int r0, int t4) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            gdn_st<DT>(dst, base + (r0 + 8 * (e >> 1)) * s_v + (8 * j + 2 * t4 + (e & 1)) * s_k,
+                       S[4 * j + e]);
+}
+
 extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
         const __grid_constant__ ChainParams p) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -236,7 +311,28 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
     const long long i_n = i_nh / HV;
     const int i_hv = (int)(i_nh % HV);
     const int i_h = i_hv / (HV / (int)p.H);
-    const long long bos = p.cu[i_n], eos = p.cu[i_n + 1];
+#if GDN_PDL
+    asm volatile("griddepcontrol.wait;" ::: "memory");    // the prep kernel's workspace
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+    long long bos = cu_at(p, i_n), eos = cu_at(p, i_n + 1);
+    held(bos, eos, p.T_all);
+    long long slot_r = i_n, slot_w = i_n;
+    bool rd = true, wr = true;
+#if GDN_POOL
+    {
+        const long long r = GDN_IDX64 ? static_cast<const long long*>(p.idx)[i_n]
+                                      : static_cast<const int*>(p.idx)[i_n];
+        long long wv = r;
+        if (GDN_POOL == 2)
+            wv = GDN_NIDX64 ? static_cast<const long long*>(p.new_idx)[i_n]
+                            : static_cast<const int*>(p.new_idx)[i_n];
+        rd = r >= 0 && r < p.P && r != p.null_slot;
+        wr = rd && wv >= 0 && wv < p.PN && wv != p.null_slot;
+        slot_r = rd ? r : 0;
+        slot_w = wr ? wv : 0;
+    }
+#endif
     const int row0 = i_v * ROWS;
     const int r0 = 16 * w + g;                  // a warpgroup thread's rows r0, r0 + 8
     const long long n_chunks = (eos - bos + C_ - 1) / C_;
@@ -312,6 +408,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
             for (int j = 0; j < 8; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) Y[4 * j + e] *= st.f[2][8 * j + 2 * t4 + (e & 1)];
+            const float keep = rd ? 1.f : 0.f;        // a padded sequence's outputs are zeros
             wg_fence();
 #pragma unroll
             for (int k = 0; k < 4; ++k)
@@ -330,7 +427,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
                         ob[sw(8 * j + 2 * t4 + (e & 1), r0 + 8 * (e >> 1))]
-                            = (bf16_t)(pack2(Y[4 * j + e], 0.f) & 0xFFFF);
+                            = (bf16_t)(pack2(keep * Y[4 * j + e], 0.f) & 0xFFFF);
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                 wg1_sync();
                 if (ti == 0) tma_store3(p.to, row0, i_hv, (int)t0, ob);
@@ -342,7 +439,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
                         const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
                         if (i < rem)
                             p.out[(t0 + i) * p.so_t + i_hv * p.so_h + row0 + r]
-                                = (bf16_t)(pack2(Y[4 * j + e], 0.f) & 0xFFFF);
+                                = (bf16_t)(pack2(keep * Y[4 * j + e], 0.f) & 0xFFFF);
                     }
             }
         }
@@ -352,13 +449,20 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
 
     // warpgroup 0: the chain
     float S[64];                                // the state tile [64, 128] as an m64n128 accumulator
-    const long long sbase = ((i_n * HV + i_hv) * p.V + row0) * K_;
+    bool init = rd && GDN_STATE0;
+#if GDN_HAS_INIT
+    init = init && p.has_init[i_n] != 0;
+#endif
+    const long long rbase = slot_r * p.ss_n + i_hv * p.ss_h + row0 * p.ss_v;
 #pragma unroll
     for (int j = 0; j < 16; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-            S[4 * j + e] = GDN_STATE0 ? p.state[sbase + (r0 + 8 * (e >> 1)) * K_ + 8 * j + 2 * t4
-                                                + (e & 1)] : 0.f;
+            S[4 * j + e] = init ? gdn_ld<GDN_S_DT>(p.state, rbase + (r0 + 8 * (e >> 1)) * p.ss_v
+                                                   + (8 * j + 2 * t4 + (e & 1)) * p.ss_k) : 0.f;
+#if GDN_CKPT
+    const long long crow0 = checkpoint_row0(p, i_n), n_tok = eos - bos;
+#endif
     // this thread's words in the handover tiles: rows r0 (+ 8), columns 8 j + 2 t4 (+ 1)
     const int hs = (2 * w) * 2048 + g * 16 + t4 * 4, hr = (2 * w) * 1024 + g * 16 + t4 * 4;
     for (long long jc = 0; jc < n_chunks; ++jc) {
@@ -432,10 +536,17 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
         wg_wait<0>();
         pin(S);
         bar_arrive(&sm.empty[s]);               // k, T^T, v and the factors read
+#if GDN_CKPT
+        {   // the state after chunk jc, where a checkpoint falls inside the sequence
+            const long long end = (jc + 1) * C_;
+            if (rd && end % p.every == 0 && crow0 + end / p.every <= p.T_all / p.every
+                    && end <= n_tok)
+                store_tile<GDN_C_DT>(S, p.ckpt, (crow0 + end / p.every - 1) * p.sc_n
+                                     + i_hv * p.sc_h + row0 * p.sc_v, p.sc_v, p.sc_k, r0, t4);
+        }
+#endif
     }
-#pragma unroll
-    for (int j = 0; j < 16; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-            p.new_state[sbase + (r0 + 8 * (e >> 1)) * K_ + 8 * j + 2 * t4 + (e & 1)] = S[4 * j + e];
+    if (wr)
+        store_tile<GDN_NS_DT>(S, p.new_state, slot_w * p.sn_n + i_hv * p.sn_h + row0 * p.sn_v,
+                              p.sn_v, p.sn_k, r0, t4);
 }
