@@ -9,9 +9,10 @@
   registered backend that serves pools, per batch size, in the serving convention), rows of
   ``--mode verify`` its ``table_verify`` (:func:`verify_winners`): with no in-place rows beside
   them, these are added to this GPU's existing row, every other table of it kept; a re-tune
-  without pool or verify rows keeps the row's tables of that mode.  A row's ``table_kfirst``
-  (a K-first state) has no stage here: it is written by hand from a ``gdnzoo bench
-  --state-layout k-first`` run, which ``--from`` refuses, and a re-tune keeps it.
+  without pool or verify rows keeps the row's tables of that mode.  Rows of a ``gdnzoo bench
+  --state-layout k-first`` run give its ``table_kfirst`` (in place) and ``table_kfirst_dest``
+  (destination passing) the same way (:func:`with_kfirst_tables`), their batch sizes read by
+  (sequence, head) pairs at the row's ``measured_at``.
 * ``gdnzoo tune --from PREFILL_RESULTS.json,... [--write]``: this GPU's row of the prefill
   operation's default table from ``gdnzoo bench --mode prefill`` runs (:func:`make_prefill_row`):
   per tokens per sequence (T/N, what that table is read at) the registered backend held to the
@@ -119,17 +120,13 @@ def load_runs(paths, base=None):
         if not f.is_file():
             raise SystemExit(f"tune --from: {f}: no such file")
         rs, env = report.read_results(f)
-        if state_layout(env) != "k-last":
-            raise SystemExit(f"tune --from: {f} timed a {state_layout(env)} state "
-                             f"(--state-layout): the default table's tables are measured on a "
-                             f"k-last one; a row's table_kfirst is written from such a run by "
-                             f"hand")
         envs.append(env)
         for r in rs:
             if r.get("backend") == "floor":
                 continue
+            r["layout"] = state_layout(env)          # K-first rows make the K-first tables
             k = tuple(r.get(c) for c in ("backend", "B", "T", "H", "HV", "K", "V", "state_dtype",
-                                         "mode", "l2norm", "clock"))
+                                         "mode", "l2norm", "clock", "layout"))
             if r.get("status") == "PASS":
                 if k in seen:
                     raise SystemExit(f"tune --from: {k[0]} B={k[1]} {k[7]} {k[8]} {k[10]} is in "
@@ -338,6 +335,63 @@ def make_prefill_row(gpu, results, *, results_file=None, commit=None, versions=N
     return row
 
 
+KFIRST_HOW = ("gdnzoo tune: CUPTI kernel-clock medians of a gdnzoo bench --state-layout k-first run, "
+              "cold L2 (rotated state sets), T=1; table_kfirst: fastest correct backend per "
+              "measured batch size in place, table_kfirst_dest: with destination passing")
+
+
+def kfirst_tables(rows, at) -> tuple:
+    """({table key: {state dtype: [(lo, hi, backend)]}}, {values key: {state dtype: {B:
+    {backend: us}}}}, a note on the geometry) of the K-first rows of ``gdnzoo bench
+    --state-layout k-first`` runs: per state dtype the fastest backend at each measured batch
+    size, in place (``table_kfirst``) and with destination passing (``table_kfirst_dest``).
+    The row's tables are read at ``at`` (its ``measured_at``), so a batch size B measured at
+    HV value heads stands at B * HV / at["HV"] (as many (sequence, head) pairs); HV must be a
+    multiple of at["HV"], K and V the same."""
+    run = geometry(rows)
+    if (run["K"], run["V"]) != (at["K"], at["V"]) or run["HV"] % at["HV"]:
+        raise ValueError(f"tune: the K-first results are at {run}; the row's tables are read at "
+                         f"{at}: K and V must match and HV be a multiple of {at['HV']}")
+    f = run["HV"] // at["HV"]
+    tables, values = {}, {}
+    for key, mode, vkey in (("table_kfirst", "inplace", "values_us"),
+                            ("table_kfirst_dest", "dest", "values_us_dest")):
+        for sd in ("fp32", "bf16"):
+            best = fastest(rows, sd, mode)
+            if best:
+                tables.setdefault(key, {})[sd] = merge_ranges({B * f: v[0][0]
+                                                               for B, v in best.items()})
+                values.setdefault(vkey, {})[sd] = {B: {n: round(us, 2) for n, us in v}
+                                                   for B, v in best.items()}
+    note = (f"measured at H={run['H']} HV={run['HV']}" + (
+        f", batch sizes read by (sequence, head) pairs at HV={at['HV']} (x{f})" if f > 1 else ""))
+    return tables, values, note
+
+
+def with_kfirst_tables(row, old, rows, prov):
+    """``row`` with its ``table_kfirst`` and ``table_kfirst_dest`` from the K-first rows among
+    ``rows`` (:func:`kfirst_tables`; provenance under ``provenance.kfirst``), else the ones
+    ``old`` (this GPU's row before) had."""
+    if rows:
+        tables, values, note = kfirst_tables(rows, row["measured_at"])
+        if "table_kfirst" not in tables:
+            raise ValueError("tune: no correct in-place kernel-clock results of the K-first run "
+                             "to choose from")
+        row.pop("table_kfirst_dest", None)             # a run without dest rows: none
+        row.update(tables)
+        row["provenance"]["kfirst"] = {
+            "how": f"{KFIRST_HOW}; {note}", "measured": prov["date"],
+            "versions": {k: v for k, v in prov["versions"].items() if v},
+            "commit": prov["commit"], "results": prov["results_file"], **values}
+    elif old:
+        for key in ("table_kfirst", "table_kfirst_dest"):
+            if old.get(key):
+                row[key] = old[key]
+        if "kfirst" in old["provenance"]:
+            row["provenance"]["kfirst"] = old["provenance"]["kfirst"]
+    return row
+
+
 # table key -> (provenance how, chooser over a run's rows, key of the values behind the choice)
 MODE_TABLES = {"table_pool": (POOL_HOW, pool_winners, "values_us"),
                "table_verify": (VERIFY_HOW, verify_winners, "mean_multiple")}
@@ -516,28 +570,30 @@ def cmd_tune(args) -> int:
         geo = ({k: v for k, v in geometry(rows).items() if k in ("H", "HV")}
                if args.geometry_row else None)
         old = existing_row(path, gpu, geo)
-        dense = [r for r in rows if r.get("bench") in ("dense", "dest")]
+        kfirst = [r for r in rows if r["layout"] == "k-first"]
+        dense = [r for r in rows if r.get("bench") in ("dense", "dest") and r["layout"] != "k-first"]
         if dense:
             row = make_row(gpu, dense, results_file=prov["results_file"], commit=prov["commit"],
                            versions=prov["versions"], date=prov["date"],
                            geometry_row=args.geometry_row)
         elif old is None:
-            raise SystemExit(f"tune --from: pool or verify results only, and {path} has no row for "
-                             f"{gpu}{'' if geo is None else f' at {geo}'} to add their tables to "
-                             f"(tune the in-place table first)")
+            raise SystemExit(f"tune --from: pool, verify or K-first results only, and {path} has "
+                             f"no row for {gpu}{'' if geo is None else f' at {geo}'} to add their "
+                             f"tables to (tune the in-place table first)")
         else:
             row = old
-        if not dense and not any(MODE_TABLES[k][1](rows)[0] for k in MODE_TABLES):
+        if not dense and not kfirst and not any(MODE_TABLES[k][1](rows)[0] for k in MODE_TABLES):
             raise SystemExit("tune --from: no correct kernel-clock results of a registered pool "
                              "or verify backend to choose from")
-        for key in MODE_TABLES:
-            row = with_mode_table(row, old, rows, prov, key)
-        if old and old.get("table_kfirst") and row is not old:     # no tune stage: kept as is
-            row["table_kfirst"] = old["table_kfirst"]
-            if "kfirst" in old["provenance"]:
-                row["provenance"]["kfirst"] = old["provenance"]["kfirst"]
+        try:
+            for key in MODE_TABLES:
+                row = with_mode_table(row, old, rows, prov, key)
+            row = with_kfirst_tables(row, old, kfirst, prov)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
         for key, mode in zip(DECODE.tables, ("in place", "destination passing", "T >= 2 tokens",
-                                          "state pool", "speculative verify", "K-first state")):
+                                          "state pool", "speculative verify", "K-first state",
+                                          "K-first state, destination passing")):
             for sd, ranges in row.get(key, {}).items():
                 print(f"{gpu} {sd} {mode}: "
                       + ", ".join(f"B {lo}..{hi or ''} {be}" for lo, hi, be in ranges))

@@ -132,7 +132,9 @@ class Problem(ProblemBase):
         """(key, how it reads) of the default-table row's tables that may serve this call, in
         the order consulted (then ``table``, measured in place at T = 1)."""
         kfirst = self.k_first and self.T == 1 and not self.pool and not self.verify
-        return ((("table_kfirst", " with a K-first state"),) * kfirst
+        return ((("table_kfirst_dest", " with a K-first state and destination passing"),)
+                * (kfirst and not self.inplace)
+                + (("table_kfirst", " with a K-first state"),) * kfirst
                 + (("table_verify", " in a speculative verify"),) * bool(self.verify)
                 + (("table_pool", " in a state pool"),) * self.pool
                 + (("table_tokens", f" with {self.T} tokens per call"),) * (self.T > 1)

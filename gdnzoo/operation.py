@@ -109,7 +109,7 @@ DECODE = Operation(
     contract="contract",
     reference="reference:run",
     tables=("table", "table_dest", "table_tokens", "table_pool", "table_verify",
-            "table_kfirst"),
+            "table_kfirst", "table_kfirst_dest"),
     features=(("pools", "pool", "serve state pools (state_indices)"),
               ("verify", "verify", "serve speculative verify (intermediate_states, "
                                    "update_state=False, per-token state_indices)"),

@@ -210,9 +210,9 @@ def lookup(rows, problem):
 
 def table_kind(row: DefaultRow, problem) -> tuple[str, str]:
     """(key, how it reads) of the row's table that serves ``problem``: the first of its
-    ``default_tables()`` (decode: a dense T = 1 call on a K-first state, then verify, then pool,
-    then T >= 2 tokens, then destination passing) that the row has for its state dtype; else
-    ``table``."""
+    ``default_tables()`` (decode: a dense T = 1 call on a K-first state, with destination
+    passing first, then verify, then pool, then T >= 2 tokens, then destination passing) that
+    the row has for its state dtype; else ``table``."""
     for key, how in problem.default_tables():
         if problem.state_name in row.tables.get(key, {}):
             return key, how

@@ -1093,39 +1093,84 @@ def test_prefill_on_cpu_checks_small_cells_and_says_why_not_the_rest(tmp_path, c
     assert e.value.code == 2 and "engine-prefill" in capsys.readouterr().err
 
 
-def test_tune_refuses_a_k_first_run_and_keeps_the_rows_table_kfirst(tmp_path, capsys):
-    """A K-first run (--state-layout k-first) would make k-last tables of K-first times: tune
-    --from refuses it (the environment's state_layout, or the note of a run before that key);
-    a re-tune from k-last runs keeps the row's hand-written table_kfirst and its provenance."""
-    from gdnzoo.registry import parse_registry, registry_path
+def _h200_row(text):
+    from gdnzoo.registry import parse_registry
+    return [d for d in parse_registry(yaml.safe_load(text)).op("decode").defaults
+            if d.gpu == "NVIDIA H200" and not d.geometry][0]
+
+
+def test_tune_writes_the_k_first_tables_from_a_k_first_run(tmp_path, capsys):
+    """tune --from a K-first run (--state-layout k-first; the environment's state_layout, or
+    the note of a run before that key) writes the row's table_kfirst (in place) and
+    table_kfirst_dest (destination passing): at each measured B the fastest correct entry of
+    the file, B read by (sequence, head) pairs at the row's measured_at; every other table of
+    the row kept.  A re-tune from k-last runs keeps both and their provenance."""
+    from gdnzoo.registry import registry_path
     R = Path(__file__).resolve().parent.parent / "bench" / "results" / "h200" / "kfirst"
-    p = tune.add_tune_args(argparse.ArgumentParser())
-    with pytest.raises(SystemExit, match="timed a k-first state"):
-        tune.cmd_tune(p.parse_args(["--from", str(R / "results.json")]))
     args = _args(tmp_path, "--state-layout", "k-first", "--batch", "1")
     assert pipeline.cmd_bench(args) == 0
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     assert tune.state_layout(doc["environment"]) == "k-first"
     reg = tmp_path / "registry.yaml"
-    shutil.copy(registry_path(), reg)
-    assert tune.cmd_tune(p.parse_args(["--from", str(R / "klast" / "results.json"), "--write",
+    text = registry_path().read_text()
+    reg.write_text(text)
+    p = tune.add_tune_args(argparse.ArgumentParser())
+    before = _h200_row(text)
+    assert tune.cmd_tune(p.parse_args(["--from", str(R / "results.json"), "--write",
                                        "--registry", str(reg)])) == 0
-    h200 = lambda r: [d for d in r.op("decode").defaults        # noqa: E731
-                      if d.gpu == "NVIDIA H200" and not d.geometry][0]
-    before = h200(parse_registry(yaml.safe_load(registry_path().read_text())))
-    after = h200(parse_registry(yaml.safe_load(reg.read_text())))
-    assert after.table_kfirst == before.table_kfirst and after.table_kfirst
-    assert after.provenance["kfirst"] == before.provenance["kfirst"]
-    assert "K-first state" in capsys.readouterr().out
+    after = _h200_row(reg.read_text())
+    from gdnzoo.inputs import make_problem
+    from gdnzoo.tables import table_choice
+    rows, _ = report.read_results(R / "results.json")
+    for mode in ("inplace", "dest"):
+        for sd, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+            timed = {}
+            for r in rows:
+                if (r["mode"], r["state_dtype"], r["clock"], r["status"]) == (
+                        mode, sd, "kernel", "PASS") and r["backend"] not in ("floor", "auto"):
+                    timed.setdefault(r["B"], {})[r["backend"]] = r["median_us"]
+            assert timed
+            for B, t in timed.items():
+                call = make_problem(B=B, H=rows[0]["H"], HV=rows[0]["HV"], k_first=True,
+                                    state_dtype=dt, inplace=mode == "inplace")
+                pick = table_choice(after, call)
+                assert t[pick] == min(t.values()), (mode, sd, B, t, pick)
+    for key in ("table", "table_dest", "table_tokens", "table_pool", "table_verify"):
+        assert getattr(after, key) == getattr(before, key)
+    assert "k-first" in after.provenance["kfirst"]["how"]
+    assert after.provenance["kfirst"]["values_us_dest"]
+    assert "K-first state, destination passing" in capsys.readouterr().out
+    # a re-tune from k-last runs keeps them
+    reg2 = tmp_path / "registry2.yaml"
+    reg2.write_text(reg.read_text())
+    assert tune.cmd_tune(p.parse_args(["--from", str(R / "klast" / "results.json"), "--write",
+                                       "--registry", str(reg2)])) == 0
+    kept = _h200_row(reg2.read_text())
+    assert (kept.table_kfirst, kept.table_kfirst_dest) == (after.table_kfirst,
+                                                           after.table_kfirst_dest)
+    assert kept.provenance["kfirst"] == after.provenance["kfirst"]
+
+
+def test_tune_refuses_k_first_results_at_heads_the_row_cannot_read_them_at(tmp_path):
+    """K-first batch sizes are read by (sequence, head) pairs at the row's measured_at: a run
+    whose value heads are not a multiple of the row's is refused with the reason."""
+    rows = [dict(backend="cuda-v4", B=1, T=1, H=3, HV=6, K=128, V=128, state_dtype="fp32",
+                 mode="inplace", clock="kernel", status="PASS", median_us=1.0)]
+    with pytest.raises(ValueError, match="HV be a multiple of 8"):
+        tune.kfirst_tables(rows, dict(H=4, HV=8, K=128, V=128))
+    t, v, note = tune.kfirst_tables([dict(rows[0], H=16, HV=32)], dict(H=4, HV=8, K=128, V=128))
+    assert t == {"table_kfirst": {"fp32": [(1, None, "cuda-v4")]}} and "(x4)" in note
+    assert v == {"values_us": {"fp32": {1: {"cuda-v4": 1.0}}}}
 
 
 def test_a_dense_k_first_call_reads_table_kfirst():
-    """A dense T = 1 call on a K-first state reads the row's table_kfirst first, in place or
-    not; a pool, several tokens or a verify call on one read their own tables."""
+    """A dense T = 1 call on a K-first state reads the row's table_kfirst first in place,
+    table_kfirst_dest with destination passing; a pool, several tokens or a verify call on one
+    read their own tables."""
     from gdnzoo import registry, tables
     from gdnzoo.inputs import make_problem
     rows = tables.default_rows(registry.load_registry().op("decode").defaults, "NVIDIA H200")
-    for kw, key in ((dict(), "table_kfirst"), (dict(inplace=False), "table_kfirst"),
+    for kw, key in ((dict(), "table_kfirst"), (dict(inplace=False), "table_kfirst_dest"),
                     (dict(pool=True), "table_pool"), (dict(T=2), "table_tokens"),
                     (dict(T=2, verify="states"), "table_verify")):
         p = make_problem(B=3, H=16, HV=32, k_first=True, **kw)
