@@ -18,12 +18,12 @@ import statistics
 import sys
 from pathlib import Path
 
-import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gdnzoo.backends import triton_chunk as tc        # noqa: E402
+from lab.harness import profiled                         # noqa: E402
 from lab.prefill_gpu import make, oracle               # noqa: E402
 
 KMOD = "gdnzoo.backends._triton_chunk_kernel"
@@ -123,18 +123,7 @@ def load_variant(name, subs):
 
 
 def kernel_medians(call, reps):
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            call()
-        torch.cuda.synchronize()
-    by = {}
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA and ("chunk_" in e.name
-                                                                 or "cp_" in e.name):
-            by.setdefault(e.name, []).append(e.time_range.elapsed_us())
+    by = {n: t for n, t in profiled(call, reps).items() if "chunk_" in n or "cp_" in n}
     med = {name: statistics.median(v) for name, v in by.items()}
     # "state": the sequential kernel, or the segmented form's three kernels summed
     return {"prep": sum(t for n, t in med.items() if "prep" in n),

@@ -6,11 +6,17 @@ and judges with the one gate (:func:`gdnzoo.gate.gated_call`), as ``gdnzoo bench
     lab.part("cuda-v4 cases", fn)        # an exception is logged with its traceback; the rest runs
     lab.log("...")                       # printed and kept
     lab.save()                           # $OUT/<name>.log and $OUT/<name>.json (lab.results)
+
+``profiled(call, reps)``: per kernel name the torch.profiler record times of ``reps`` calls.
+``inlined(path)``: a lab CUDA source with its ``#include "wgmma.cuh"`` written out, for the
+NVRTC build (whose include path is backends/ only).
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
+import tempfile
 import sys
 import time
 import traceback
@@ -86,3 +92,35 @@ def run(name: str, fn, needs_cuda: bool = False):
     lab = Lab(name)
     fn(lab)
     sys.exit(lab.save())
+
+
+@functools.lru_cache(maxsize=None)
+def inlined(cu_path) -> Path:
+    """``cu_path`` (a lab .cu file) with its ``#include "wgmma.cuh"`` line replaced by that
+    header (lab/wgmma.cuh), written under the temp directory: the path to build."""
+    cu_path = Path(cu_path)
+    header = (Path(__file__).with_name("wgmma.cuh")).read_text()
+    text = cu_path.read_text().replace('#include "wgmma.cuh"', header)
+    out = Path(tempfile.gettempdir()) / "gdnzoo-lab" / cu_path.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not out.is_file() or out.read_text() != text:
+        out.write_text(text)
+    return out
+
+
+def profiled(call, reps: int, warm: int = 3) -> dict:
+    """{kernel name: [record time, us]} of ``reps`` calls of ``call`` under torch.profiler
+    (after ``warm`` untimed calls)."""
+    import torch
+    for _ in range(warm):
+        call()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            call()
+        torch.cuda.synchronize()
+    by = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            by.setdefault(e.name, []).append(e.time_range.elapsed_us())
+    return by

@@ -16,8 +16,9 @@ from pathlib import Path
 import torch
 
 from gdnzoo.backends import _cuda_build as cuda_build
+from lab.harness import inlined
 
-SOURCE = Path(__file__).with_name("tma_probe.cu")
+SOURCE = Path(__file__).with_name("tma_probe.cu")   # built through lab.harness.inlined
 BF16, SWIZZLE_128B = 9, 3          # CUtensorMapDataType, CUtensorMapSwizzle
 SMEM = 100 * 1024
 _libcuda = None
@@ -63,7 +64,8 @@ def main():
     tmap = tensor_map(B.data_ptr(), (128, 64), (B.stride(0) * 2,), (64, 64))
     vals = (16, 128, 1024, 2048, 8192)
     for mode in (0, 1):
-        func = cuda_build.get_kernel(SOURCE, "tma_probe", (("GDN_MODE", mode),), dev).func
+        func = cuda_build.get_kernel(inlined(SOURCE), "tma_probe", (("GDN_MODE", mode),),
+                                     dev).func
         from cupy_backends.cuda.api import driver
         driver.funcSetAttribute(func, 8, SMEM)      # max dynamic shared memory
         nn = 64 if mode == 0 else 128

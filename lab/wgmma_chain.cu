@@ -41,6 +41,7 @@
 #define GDN_NO_OUT 0
 #endif
 #include "gdn_common.cuh"             // gdn_ld, gdn_st (fp32 / bf16 states)
+#include "wgmma.cuh"                  // the wgmma wrappers (lab/wgmma.cuh)
 #ifndef GDN_STATE0
 #define GDN_STATE0 1
 #endif
@@ -118,9 +119,6 @@ struct alignas(1024) ChainSmem {
 static_assert(sizeof(ChainSmem) <= GDN_SMEM, "GDN_SMEM too small");
 #define TMA_BYTES (7 * BOX * 2)
 
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ void cp4(void* dst, const void* src, bool ok) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
                  :: "r"(smem_u32(dst)), "l"(src), "r"(ok ? 4 : 0) : "memory");
@@ -138,66 +136,8 @@ __device__ __forceinline__ float bf2f(bf16_t x) {
 // 32 s), SBO 1024; MN-major, k-step s at 2048 s, LBO 8192 (the next 64-wide box along N), SBO
 // 1024 (lab/tma_probe.py settled these on the H200)
 __device__ __forceinline__ unsigned long long desc(const void* p, unsigned bytes, unsigned lbo) {
-    return (unsigned long long)(((smem_u32(p) + bytes) & 0x3FFFF) >> 4)
-         | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16)
-         | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
-}
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
-}
-// keeps the compiler from touching accumulators between an async wgmma and its wait
-template <int R>
-__device__ __forceinline__ void pin(float (&d)[R]) {
-#pragma unroll
-    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
-}
-
-// d (+)= A B, A [64, 16] from registers, B [16, 64] by descriptor; m64n64k16
-template <int TB>
-__device__ __forceinline__ void mma64(float (&d)[32], const unsigned (&a)[4],
-                                      unsigned long long db, int acc) {
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %37, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, "
-                 "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
-}
-// d += A B, A [64, 16] from registers, B [16, 128] N-major by descriptor; m64n128k16
-__device__ __forceinline__ void mma128t(float (&d)[64], const unsigned (&a)[4],
-                                        unsigned long long db) {
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 1, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, "
-                 "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, "
-                 "%47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "
-                 "%62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-                   "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-                   "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
-// A fragments of k-step s (columns 16 s .. 16 s + 15) from an accumulator's registers
+    return wg_desc(smem_u32(p) + bytes, lbo, 1024, 1);
+}// A fragments of k-step s (columns 16 s .. 16 s + 15) from an accumulator's registers
 template <int R>
 __device__ __forceinline__ void frag(unsigned (&a)[4], const float (&d)[R], int s) {
     a[0] = pack2(d[8 * s + 0], d[8 * s + 1]);
@@ -234,28 +174,8 @@ __device__ __forceinline__ void tma_store3(const TMap& map, int c0, int c1, int 
 // the descriptor of a no-swizzle core-matrix tile (LBO along K, SBO along M/N)
 __device__ __forceinline__ unsigned long long desc_ns(const void* p, unsigned bytes,
                                                       unsigned lbo, unsigned sbo) {
-    return (unsigned long long)(((smem_u32(p) + bytes) & 0x3FFFF) >> 4)
-         | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16)
-         | ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32);
-}
-// d (+)= A B, A [64, 16] and B by descriptors; m64n64k16
-template <int TB>
-__device__ __forceinline__ void mma64ss(float (&d)[32], unsigned long long da,
-                                        unsigned long long db, int acc) {
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %34, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, "
-                 "%17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-                 "%32, %33, p, 1, 1, 0, %35;\n}"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db), "r"(acc), "n"(TB));
-}
-__device__ __forceinline__ void bar_init(unsigned long long* b, int count) {
+    return wg_desc(smem_u32(p) + bytes, lbo, sbo, 0);
+}__device__ __forceinline__ void bar_init(unsigned long long* b, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_u32(b)), "r"(count));
 }
 __device__ __forceinline__ void bar_arrive(unsigned long long* b) {
@@ -476,7 +396,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
         wg_fence();
 #pragma unroll
         for (int k = 0; k < 8; ++k)
-            mma64<0>(X, sa[k], desc(st.k + (k >> 2) * BOX, 32 * (k & 3), 16), k);
+            mma64rs<0>(X, sa[k], desc(st.k + (k >> 2) * BOX, 32 * (k & 3), 16), k);
         wg_commit();
         // S0 to the handover buffer (free once the outputs of chunk jc - 2 are done)
         if (jc >= 2) wait_bar(smem_u32(&sm.hempty[b]), (unsigned)(((jc >> 1) - 1) & 1));
@@ -504,7 +424,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
         // V'^T = R T^T (into X's registers)
         wg_fence();
 #pragma unroll
-        for (int k = 0; k < 4; ++k) mma64<1>(X, ra[k], desc(st.t, 2048 * k, 8192), k);
+        for (int k = 0; k < 4; ++k) mma64rs<1>(X, ra[k], desc(st.t, 2048 * k, 8192), k);
         wg_commit();
         unsigned char* hrb = reinterpret_cast<unsigned char*>(sm.hb[b].r);
 #pragma unroll
@@ -531,7 +451,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
         // S = e^G_last S0 + V'^T diag(fk) k
         wg_fence();
 #pragma unroll
-        for (int k = 0; k < 4; ++k) mma128t(S, va[k], desc(st.k, 2048 * k, 8192));
+        for (int k = 0; k < 4; ++k) mma128rs<1>(S, va[k], desc(st.k, 2048 * k, 8192), 1);
         wg_commit();
         wg_wait<0>();
         pin(S);

@@ -22,8 +22,9 @@ from gdnzoo.backends import _cuda_build as cuda_build
 from gdnzoo.backends import triton_chunk as tc
 from lab.prefill_gpu import make, oracle
 from lab.tma_probe import tensor_map
+from lab.harness import inlined, profiled
 
-SOURCE = Path(__file__).with_name("wgmma_chain.cu")
+SOURCE = Path(__file__).with_name("wgmma_chain.cu")   # built through lab.harness.inlined
 NAME = "gdn_wgmma_chain"
 # after the five tensor maps: 9 pointers, then 23 integers; the struct is padded to 64 bytes
 PARAMS = struct.Struct("<9Q23q")
@@ -38,7 +39,7 @@ _sized: set = set()
 
 def kernel(defs: tuple, dev: int):
     defs = (("GDN_SMEM", SMEM), *defs)
-    kern = cuda_build.get_kernel(SOURCE, NAME, defs, dev)
+    kern = cuda_build.get_kernel(inlined(SOURCE), NAME, defs, dev)
     if defs not in _sized:
         from cupy_backends.cuda.api import driver
         driver.funcSetAttribute(kern.func, 8, SMEM)     # max dynamic shared memory
@@ -105,19 +106,11 @@ def rel(got, want):
 
 
 def medians(calls: dict, reps: int) -> dict:
-    """{name: median kernel time in us} of each call alone, torch.profiler records (every
-    record of the call summed per repetition)."""
+    """{name: median kernel time in us} of each call alone (one kernel a call; NaN when the
+    records do not come one a call)."""
     res = {}
     for name, call in calls.items():
-        for _ in range(3):
-            call()
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(reps):
-                call()
-            torch.cuda.synchronize()
-        times = [e.time_range.elapsed_us() for e in prof.events()
-                 if e.device_type == torch.autograd.DeviceType.CUDA]
+        times = [t for v in profiled(call, reps).values() for t in v]
         res[name] = statistics.median(times) if len(times) == reps else float("nan")
     return res
 

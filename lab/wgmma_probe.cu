@@ -10,28 +10,12 @@
 // (n % 8) 2.  D = A B^T [64, 64]
 // fp32, written row-major from the assumed accumulator layout: warp w rows 16 w + lane / 4 (+ 8),
 // n-chunk j columns 8 j + 2 (lane % 4) (+ 1) in registers 4 j .. 4 j + 3.
+#include "wgmma.cuh"
 typedef unsigned short bf16_t;
 struct ProbeParams {
     const bf16_t* A; const bf16_t* B; float* D;
     long long a_so, a_si, a_lbo, a_sbo, b_s1, b_s2, b_lbo, b_sbo;
 };
-__device__ __forceinline__ unsigned smem_u32(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-// the matrix descriptor: start address, leading and stride byte offsets (each >> 4), no swizzle
-__device__ __forceinline__ unsigned long long desc(const void* p, long long lbo, long long sbo) {
-    return (unsigned long long)((smem_u32(p) & 0x3FFFF) >> 4)
-         | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16)
-         | ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32);
-}
-__device__ __forceinline__ void wgmma_64x64x16(float (&d)[32], unsigned long long da,
-                                               unsigned long long db) {
-    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, 0, 0;\n\t"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, %34;\n}"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-                 : "l"(da), "l"(db), "n"(GDN_BT));
-}
 extern "C" __global__ void __launch_bounds__(128) wgmma_probe(const ProbeParams p) {
     __shared__ __align__(1024) bf16_t sa[4096];
     __shared__ __align__(1024) bf16_t sb[4096];
@@ -52,10 +36,11 @@ extern "C" __global__ void __launch_bounds__(128) wgmma_probe(const ProbeParams 
     float d[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) d[i] = 0.f;
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    wgmma_64x64x16(d, desc(sa, p.a_lbo, p.a_sbo), desc(sb, p.b_lbo, p.b_sbo));
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    wg_fence();
+    mma64ss<GDN_BT>(d, wg_desc(smem_u32(sa), (unsigned)p.a_lbo, (unsigned)p.a_sbo, 0),
+                    wg_desc(smem_u32(sb), (unsigned)p.b_lbo, (unsigned)p.b_sbo, 0), 0);
+    wg_commit();
+    wg_wait<0>();
     const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
