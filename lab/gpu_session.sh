@@ -23,6 +23,9 @@
 #   bash lab/gpu_session.sh segments OUT # triton-chunk's segments (context parallelism): its
 #                                        # GPU tests, then lab.chunk_ablate's seg* variants
 #                                        # with errors (no bundle needed)
+#   bash lab/gpu_session.sh wgmma OUT    # lab.wgmma_chain: the state forms against triton-chunk,
+#                                        # compute-sanitizer over them, the timing cells (no
+#                                        # bundle needed)
 #
 # Each part writes its logs into OUT/logs_PART.tgz and prints a short summary last.  Correctness shards run
 # side by side (no clock is read in them); the timing part runs alone.
@@ -213,6 +216,19 @@ segments)                   # triton-chunk's segmented form: GPU tests, then tim
     VARIANTS=${VARIANTS:-base,seg2,seg2w4,seg2w4s2,seg3w4,seg4w4} ARGS=--errors OUT="$OUT" \
     timeout 300 bash lab/chunk_ablate_gpu.sh > "$OUT/ablate_run.log" 2>&1
   echo "lab.chunk_ablate: exit $?"; grep -v "^ *$" "$OUT/ablate.log" | tail -30
+  ;;
+wgmma)                      # the wgmma chain prototype: its state forms against triton-chunk,
+  t0=$SECONDS                 # compute-sanitizer over them, then timed (no bundle needed)
+  timeout 200 python3 -m lab.wgmma_chain --cases --cells none > "$OUT/wgmma_cases.log" 2>&1
+  echo "wgmma cases: exit $? in $((SECONDS - t0)) s"; grep -v -i warn "$OUT/wgmma_cases.log" | tail -12
+  for tool in memcheck racecheck; do
+    timeout 150 compute-sanitizer --tool $tool python3 -m lab.wgmma_chain --cases --cells none \
+      > "$OUT/wgmma_$tool.log" 2>&1
+    echo "compute-sanitizer $tool: exit $?: $(grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" \
+      "$OUT/wgmma_$tool.log" | tail -1)"
+  done
+  timeout 200 python3 -m lab.wgmma_chain --no-out > "$OUT/wgmma_timing.log" 2>&1
+  echo "wgmma timing: exit $?"; grep "chain alone\|vs triton" "$OUT/wgmma_timing.log" | cut -c1-200
   ;;
 *) echo "unknown part $PART"; exit 2 ;;
 esac

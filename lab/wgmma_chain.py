@@ -223,7 +223,7 @@ def cases():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cells", default=CELLS)
+    ap.add_argument("--cells", default=CELLS, help="H/HV:mix list, or none")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-out", action="store_true",
                     help="also time the chain without its outputs (GDN_NO_OUT; timing only)")
@@ -233,7 +233,7 @@ def main():
     print(f"# smem {SMEM} bytes a CTA", flush=True)
     if args.cases:
         cases()
-    for cell in args.cells.split(","):
+    for cell in (c for c in args.cells.split(",") if c not in ("", "none")):
         H, HV, lens = parse(cell)
         x = make(lens, H, HV, seed=0)
         T = sum(lens)
