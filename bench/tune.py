@@ -215,15 +215,15 @@ VERIFY_HOW = ("gdnzoo bench --mode verify: CUPTI kernel-clock medians per (T, fo
               "fastest (mean_multiple: those means)")
 
 
-def winners(rows, mode, **kw) -> tuple:
+def winners(rows, mode, scale=1, **kw) -> tuple:
     """({state dtype: [(lo, hi, backend)]}, {state dtype: {B: {backend: us}}}): per state dtype
-    the fastest backends of ``rows`` in ``mode`` (:func:`fastest`), as table ranges and the
-    measured values behind them."""
+    the fastest backends of ``rows`` in ``mode`` (:func:`fastest`), as table ranges (each
+    measured B standing at B * ``scale``) and the measured values behind them."""
     table, values = {}, {}
     for sd in ("fp32", "bf16"):
         f = fastest(rows, sd, mode, **kw)
         if f:
-            table[sd] = merge_ranges({B: v[0][0] for B, v in f.items()})
+            table[sd] = merge_ranges({B * scale: v[0][0] for B, v in f.items()})
             values[sd] = {B: {n: round(us, 2) for n, us in v} for B, v in f.items()}
     return table, values
 
@@ -356,13 +356,9 @@ def kfirst_tables(rows, at) -> tuple:
     tables, values = {}, {}
     for key, mode, vkey in (("table_kfirst", "inplace", "values_us"),
                             ("table_kfirst_dest", "dest", "values_us_dest")):
-        for sd in ("fp32", "bf16"):
-            best = fastest(rows, sd, mode)
-            if best:
-                tables.setdefault(key, {})[sd] = merge_ranges({B * f: v[0][0]
-                                                               for B, v in best.items()})
-                values.setdefault(vkey, {})[sd] = {B: {n: round(us, 2) for n, us in v}
-                                                   for B, v in best.items()}
+        t, v = winners(rows, mode, scale=f)
+        if t:
+            tables[key], values[vkey] = t, v
     note = (f"measured at H={run['H']} HV={run['HV']}" + (
         f", batch sizes read by (sequence, head) pairs at HV={at['HV']} (x{f})" if f > 1 else ""))
     return tables, values, note
@@ -373,7 +369,7 @@ def with_kfirst_tables(row, old, rows, prov):
     ``rows`` (:func:`kfirst_tables`; provenance under ``provenance.kfirst``), else the ones
     ``old`` (this GPU's row before) had."""
     if rows:
-        tables, values, note = kfirst_tables(rows, row["measured_at"])
+        tables, values, note = kfirst_tables(rows, row.setdefault("measured_at", geometry(rows)))
         if "table_kfirst" not in tables:
             raise ValueError("tune: no correct in-place kernel-clock results of the K-first run "
                              "to choose from")
@@ -543,6 +539,9 @@ def tune_prefill(args, gpu, rows, prov) -> int:
     if other:
         raise SystemExit(f"tune --from: prefill results beside {other} results: tune the "
                          f"prefill row from prefill runs alone")
+    if any(r["layout"] != "k-last" for r in rows):
+        raise SystemExit("tune --from: a prefill run on a K-first state (--state-layout "
+                         "k-first): the prefill table is measured on a k-last one")
     if args.geometry_row:
         raise SystemExit("tune --from: --geometry-row: the prefill table is read at tokens per "
                          "sequence whatever the heads, so it has no rows by geometry")
@@ -571,7 +570,8 @@ def cmd_tune(args) -> int:
                if args.geometry_row else None)
         old = existing_row(path, gpu, geo)
         kfirst = [r for r in rows if r["layout"] == "k-first"]
-        dense = [r for r in rows if r.get("bench") in ("dense", "dest") and r["layout"] != "k-first"]
+        dense = [r for r in rows
+                 if r.get("bench") in ("dense", "dest") and r["layout"] != "k-first"]
         if dense:
             row = make_row(gpu, dense, results_file=prov["results_file"], commit=prov["commit"],
                            versions=prov["versions"], date=prov["date"],

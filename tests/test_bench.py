@@ -1151,7 +1151,16 @@ def test_tune_writes_the_k_first_tables_from_a_k_first_run(tmp_path, capsys):
     assert kept.provenance["kfirst"] == after.provenance["kfirst"]
 
 
-def test_tune_refuses_k_first_results_at_heads_the_row_cannot_read_them_at(tmp_path):
+def test_tune_refuses_a_k_first_prefill_run():
+    """The prefill table is measured on a k-last state: tune --from a prefill run on a K-first
+    one (bench/results/h200/kfirst/) is refused with the reason."""
+    R = Path(__file__).resolve().parent.parent / "bench" / "results" / "h200" / "kfirst"
+    p = tune.add_tune_args(argparse.ArgumentParser())
+    with pytest.raises(SystemExit, match="prefill run on a K-first state"):
+        tune.cmd_tune(p.parse_args(["--from", str(R / "prefill_kfirst_results.json")]))
+
+
+def test_tune_refuses_k_first_results_at_heads_the_row_cannot_read_them_at():
     """K-first batch sizes are read by (sequence, head) pairs at the row's measured_at: a run
     whose value heads are not a multiple of the row's is refused with the reason."""
     rows = [dict(backend="cuda-v4", B=1, T=1, H=3, HV=6, K=128, V=128, state_dtype="fp32",
