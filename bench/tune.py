@@ -368,23 +368,34 @@ def with_kfirst_tables(row, old, rows, prov):
     """``row`` with its ``table_kfirst`` and ``table_kfirst_dest`` from the K-first rows among
     ``rows`` (:func:`kfirst_tables`; provenance under ``provenance.kfirst``), else the ones
     ``old`` (this GPU's row before) had."""
+    tables, values, how = {}, {}, KFIRST_HOW
     if rows:
         tables, values, note = kfirst_tables(rows, row.setdefault("measured_at", geometry(rows)))
         if "table_kfirst" not in tables:
             raise ValueError("tune: no correct in-place kernel-clock results of the K-first run "
                              "to choose from")
-        row.pop("table_kfirst_dest", None)             # a run without dest rows: none
+        how = f"{KFIRST_HOW}; {note}"
+    return staged(row, old, "kfirst", ("table_kfirst", "table_kfirst_dest"), tables, how, prov,
+                  values)
+
+
+def staged(row, old, name, keys, tables, how, prov, values):
+    """``row`` with the tables of one tune stage (``keys``): ``tables`` ({key: table}, the
+    stage's other keys dropped) and their provenance under ``provenance.<name>`` (``how``, the
+    runs' date, versions, commit, results and ``values``); with no ``tables``, the ones ``old``
+    (this GPU's row before) had, and its provenance."""
+    if tables:
+        for key in keys:
+            row.pop(key, None)
         row.update(tables)
-        row["provenance"]["kfirst"] = {
-            "how": f"{KFIRST_HOW}; {note}", "measured": prov["date"],
+        row["provenance"][name] = {
+            "how": how, "measured": prov["date"],
             "versions": {k: v for k, v in prov["versions"].items() if v},
             "commit": prov["commit"], "results": prov["results_file"], **values}
     elif old:
-        for key in ("table_kfirst", "table_kfirst_dest"):
-            if old.get(key):
-                row[key] = old[key]
-        if "kfirst" in old["provenance"]:
-            row["provenance"]["kfirst"] = old["provenance"]["kfirst"]
+        row.update({k: old[k] for k in keys if old.get(k)})
+        if name in old["provenance"]:
+            row["provenance"][name] = old["provenance"][name]
     return row
 
 
@@ -421,16 +432,8 @@ def with_mode_table(row, old, results, prov, key):
         if row.setdefault("measured_at", at) != at:
             raise ValueError(f"tune: the {name} results are at {at}, the row's tables at "
                              f"{row['measured_at']}")
-        row[key] = table
-        row["provenance"][name] = {
-            "how": how, "measured": prov["date"],
-            "versions": {k: v for k, v in prov["versions"].items() if v},
-            "commit": prov["commit"], "results": prov["results_file"], values_key: values}
-    elif old and old.get(key):
-        row[key] = old[key]
-        if name in old["provenance"]:
-            row["provenance"][name] = old["provenance"][name]
-    return row
+    return staged(row, old, name, (key,), {key: table} if table else {}, how, prov,
+                  {values_key: values})
 
 
 def render_row(row, indent=2, op=DECODE):
