@@ -175,14 +175,31 @@ __device__ __forceinline__ void tma_store3(const TMap& map, int c0, int c1, int 
 __device__ __forceinline__ unsigned long long desc_ns(const void* p, unsigned bytes,
                                                       unsigned lbo, unsigned sbo) {
     return wg_desc(smem_u32(p) + bytes, lbo, sbo, 0);
-}__device__ __forceinline__ void bar_init(unsigned long long* b, int count) {
+}__device__ __forceinline__ void sts32(void* p, unsigned x) {
+    asm volatile("st.shared.b32 [%0], %1;" :: "r"(smem_u32(p)), "r"(x) : "memory");
+}
+// the A fragments of k-step k (rows r0, r0 + 8 of the thread; columns of n-chunks 2k, 2k + 1)
+// into a no-swizzle handover tile whose 8-row groups are ``group`` bytes apart; ``at``: the
+// thread's word of row r0, column 2 t4 of n-chunk 0
+__device__ __forceinline__ void put_frag(unsigned char* at, const unsigned (&a)[4], int k,
+                                         int group) {
+    sts32(at + (2 * k) * 128, a[0]);
+    sts32(at + group + (2 * k) * 128, a[1]);
+    sts32(at + (2 * k + 1) * 128, a[2]);
+    sts32(at + group + (2 * k + 1) * 128, a[3]);
+}
+// an m64n64 accumulator's columns (the chunk's tokens) times one factor each
+__device__ __forceinline__ void scale_tokens(float (&d)[32], const float* f, int t4) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d[4 * j + e] *= f[8 * j + 2 * t4 + (e & 1)];
+}
+__device__ __forceinline__ void bar_init(unsigned long long* b, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_u32(b)), "r"(count));
 }
 __device__ __forceinline__ void bar_arrive(unsigned long long* b) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_u32(b)) : "memory");
-}
-__device__ __forceinline__ void sts32(void* p, unsigned x) {
-    asm volatile("st.shared.b32 [%0], %1;" :: "r"(smem_u32(p)), "r"(x) : "memory");
 }
 __device__ __forceinline__ void wg1_sync() {       // warpgroup 1's own barrier
     asm volatile("bar.sync 1, 128;" ::: "memory");
@@ -324,10 +341,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
             wg_commit();
             wg_wait<0>();
             pin(Y);
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) Y[4 * j + e] *= st.f[2][8 * j + 2 * t4 + (e & 1)];
+            scale_tokens(Y, st.f[2], t4);
             const float keep = rd ? 1.f : 0.f;        // a padded sequence's outputs are zeros
             wg_fence();
 #pragma unroll
@@ -403,10 +417,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
         unsigned char* h = reinterpret_cast<unsigned char*>(&sm.hb[b]);
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
-            sts32(h + hs + (2 * k) * 128, sa[k][0]);
-            sts32(h + hs + 2048 + (2 * k) * 128, sa[k][1]);
-            sts32(h + hs + (2 * k + 1) * 128, sa[k][2]);
-            sts32(h + hs + 2048 + (2 * k + 1) * 128, sa[k][3]);
+            put_frag(h + hs, sa[k], k, 2048);
         }
         wg_wait<0>();
         pin(X);
@@ -429,19 +440,13 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
         unsigned char* hrb = reinterpret_cast<unsigned char*>(sm.hb[b].r);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            sts32(hrb + hr + (2 * k) * 128, ra[k][0]);
-            sts32(hrb + hr + 1024 + (2 * k) * 128, ra[k][1]);
-            sts32(hrb + hr + (2 * k + 1) * 128, ra[k][2]);
-            sts32(hrb + hr + 1024 + (2 * k + 1) * 128, ra[k][3]);
+            put_frag(hrb + hr, ra[k], k, 1024);
         }
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         bar_arrive(&sm.hfull[b]);               // S0 and R of chunk jc for the outputs
         wg_wait<0>();
         pin(X);
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) X[4 * j + e] *= st.f[3][8 * j + 2 * t4 + (e & 1)];
+        scale_tokens(X, st.f[3], t4);
         unsigned va[4][4];
 #pragma unroll
         for (int k = 0; k < 4; ++k) frag(va[k], X, k);
