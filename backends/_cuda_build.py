@@ -340,6 +340,14 @@ def dense(q, k, v, state, A_log, a, dt_bias, b, out, new_state) -> bool:
     return all(t.is_contiguous() for t in (q, k, v, state, A_log, a, dt_bias, b, out, new_state))
 
 
+def aligned16(*tensors) -> bool:
+    """Each tensor can be read in 16-byte pieces along its last dim (cp.async, TMA): non-empty,
+    the last dim contiguous, the base and every other stride a multiple of 16 bytes."""
+    return all(t.numel() and t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+               and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
+               for t in tensors)
+
+
 def signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):
     """Everything a bound launcher of the CUDA and Triton backends depends on except data
     pointers: shapes, dtypes, strides, the L2 norm, ``scale`` (None where it is passed per

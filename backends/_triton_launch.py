@@ -67,6 +67,18 @@ def prefill_slots(cu_seqlens, state_indices, new_state_indices, has_initial_stat
             has_initial_state if has_initial_state is not None else cu_seqlens)
 
 
+def chain_slots(cu_seqlens, state, new_state, state_indices, new_state_indices,
+                has_initial_state, k_first) -> tuple:
+    """(pool form, read and write indices, has_initial_state, the state read (``new_state``
+    standing in for None), its strides (zeros for None)) of a chunked prefill's sequential
+    launch (triton-chunk's and cuda-chunk-bf16's)."""
+    pool, idx, new_idx, init = prefill_slots(cu_seqlens, state_indices, new_state_indices,
+                                             has_initial_state)
+    src = new_state if state is None else state
+    ss = state_strides(src, k_first) if state is not None else (0, 0, 0, 0)
+    return pool, idx, new_idx, init, src, ss
+
+
 def interpreter_on() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 

@@ -10,7 +10,9 @@ kernel on an H200 (lab/chunk_prep_cuda.py): the workspaces agree to ~5e-7 relati
 prep takes 1.3x-1.65x less time (165 against 265 us at 16/32 1 x 8192 tokens).
 
 Serves K = 128, bf16 q/k on a CUDA GPU (compute capability >= 8.0) with CuPy; refuses the rest
-with the reason (triton-chunk serves them).
+with the reason (triton-chunk serves them).  The kernel copies q and k in 16-byte pieces: views
+whose base or strides are off that grain (legal: only the last axis must be contiguous) take
+the Triton prep kernel.
 """
 from gdnzoo.backends import _cuda_build
 from gdnzoo.backends import _cuda_chunk_prep as _prep

@@ -92,6 +92,8 @@ from typing import NamedTuple
 
 import torch
 
+from gdnzoo.backends import _cuda_build as cuda_build
+from gdnzoo.backends import _cuda_chunk_chain
 from gdnzoo.backends import _cuda_chunk_prep
 from gdnzoo.backends import _triton_launch as tlaunch
 
@@ -130,7 +132,11 @@ class Config(NamedTuple):
     prep kernel inverts by forward substitution (base - 1 serial steps) before log2(C / base)
     merge levels of two C x C products each; ``prep``: "triton" (the Triton prep kernel) or
     "cuda" (the same workspace from ``backends/cuda_chunk_prep.cu``: cuda-chunk's, K = 128,
-    bf16 q/k, chunk 64, precision "bf16x3" or "bf16" only)."""
+    bf16 q/k, chunk 64, precision "bf16x3" or "bf16" only); ``chain``: "triton" (the Triton
+    sequential kernel) or "cuda" (``backends/cuda_chunk_chain.cu``, warpgroup MMAs and TMA:
+    cuda-chunk-bf16's, compute capability 9.0, K = 128, V a multiple of 64, bf16 q/k/v,
+    chunk 64, precision "bf16" only, one segment; ``block_v`` and ``warps`` then only steer
+    the Triton kernel it falls back on where TMA cannot address the tensors)."""
     block_v: int = 0
     warps: int = 0
     stages: int = 0
@@ -141,9 +147,11 @@ class Config(NamedTuple):
     v_ahead: int = -1
     segments: int = 0
     prep: str = "triton"
+    chain: str = "triton"
 
 
 PREPS = ("triton", "cuda")
+CHAINS = ("triton", "cuda")
 
 
 def normalize(config) -> Config:
@@ -245,6 +253,17 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int =
                                           c.precision, c.chunk)
         if not ok:
             raise ValueError(f"config: prep 'cuda': {why}")
+    if c.chain not in CHAINS:
+        raise ValueError(f"config: chain must be one of {CHAINS}, got {c.chain!r}")
+    if c.chain == "cuda":
+        if device.type != "cuda":
+            raise ValueError("config: chain 'cuda' needs a CUDA device")
+        ok, why = _cuda_chunk_chain.serves(torch.cuda.get_device_capability(device),
+                                           _cuda_chunk_chain.HEAD_DIM, V, torch.bfloat16,
+                                           c.precision, c.chunk)
+        if not ok:
+            raise ValueError(f"config: chain 'cuda': {why}")
+        c = c._replace(segments=1)
     if not 0 <= c.segments <= MAX_SEGMENTS:
         raise ValueError(f"config: segments must be 0 (auto) to {MAX_SEGMENTS}, "
                          f"got {c.segments}")
@@ -371,6 +390,14 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     c = resolve(config, N, HV, V, q.device, tokens=T)
     C = c.chunk
     scale = float(scale) if scale else 1.0 / math.sqrt(K)
+    if c.prep == "cuda":
+        ok, why = _cuda_chunk_prep.serves(K, q.dtype, c.precision, C)
+        if not ok:
+            raise ValueError(f"config: prep 'cuda': {why}")
+    if c.chain == "cuda":
+        ok, why = _cuda_chunk_chain.serves(None, K, V, q.dtype, c.precision, C)
+        if not ok:
+            raise ValueError(f"config: chain 'cuda': {why}")
     if checkpoints is not None and checkpoint_every % C:
         raise ValueError(f"config: chunk={C} must divide checkpoint_every={checkpoint_every} "
                          f"(checkpoints are stored at chunk ends)")
@@ -390,10 +417,9 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     # PDL left at its default without it (the kernels compile as they did before PDL);
     # launch_pdl: Triton's launcher launches with programmatic dependent launch
     pdl_kw = dict(PDL=1, launch_pdl=True) if pdl else {}
-    if T > 0 and c.prep == "cuda":
-        ok, why = _cuda_chunk_prep.serves(K, q.dtype, c.precision, C)
-        if not ok:
-            raise ValueError(f"config: prep 'cuda': {why}")
+    # the CUDA kernels copy q, k (and the chain v, out) in 16-byte pieces: views off that
+    # grain take the Triton kernels, which write the same workspace and compute the same chain
+    if T > 0 and c.prep == "cuda" and cuda_build.aligned16(q, k):
         _cuda_chunk_prep.launch(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2,
                                 gates, c, neg=allow_neg_eigval and g is None, pdl=pdl)
     elif T > 0:
@@ -403,6 +429,10 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
                  null_slot=null_slot, has_initial_state=has_initial_state, k_first=k_first)
     if c.segments > 1:
         launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots)
+    elif c.chain == "cuda" and T > 0 and cuda_build.aligned16(q, k, v, out):
+        _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, **slots,
+                                 checkpoints=checkpoints, checkpoint_every=checkpoint_every,
+                                 pdl=pdl)
     else:
         launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots,
                      checkpoints=checkpoints, checkpoint_every=checkpoint_every, pdl_kw=pdl_kw)
@@ -426,17 +456,6 @@ def launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2,
         **(dict(NEG=1) if neg else {}))
 
 
-def _read_slots(cu_seqlens, state, new_state, state_indices, new_state_indices,
-                has_initial_state, k_first) -> tuple:
-    """(pool form, read and write indices, has_initial_state, the state read (``new_state``
-    standing in for None), its strides (zeros for None)) of a sequential launch."""
-    pool, idx, new_idx, init = tlaunch.prefill_slots(cu_seqlens, state_indices,
-                                                     new_state_indices, has_initial_state)
-    src = new_state if state is None else state
-    ss = tlaunch.state_strides(src, k_first) if state is not None else (0, 0, 0, 0)
-    return pool, idx, new_idx, init, src, ss
-
-
 def launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
                  state_indices=None, new_state_indices=None, null_slot=-1,
                  has_initial_state=None, k_first=False, checkpoints=None, checkpoint_every=None,
@@ -447,8 +466,8 @@ def launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
-    pool, idx, new_idx, init, src, ss = _read_slots(cu_seqlens, state, new_state, state_indices,
-                                                    new_state_indices, has_initial_state, k_first)
+    pool, idx, new_idx, init, src, ss = tlaunch.chain_slots(
+        cu_seqlens, state, new_state, state_indices, new_state_indices, has_initial_state, k_first)
     sn = tlaunch.state_strides(new_state, k_first)
     # Without checkpoints CKPT is left at its default: the kernel compiles as it did before.
     ck = {} if checkpoints is None else dict(CKPT=1)
@@ -475,8 +494,8 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N, S, C, bv = cu_seqlens.shape[0] - 1, c.segments, c.chunk, c.block_v
-    pool, idx, new_idx, init, src, ss = _read_slots(cu_seqlens, state, new_state, state_indices,
-                                                    new_state_indices, has_initial_state, k_first)
+    pool, idx, new_idx, init, src, ss = tlaunch.chain_slots(
+        cu_seqlens, state, new_state, state_indices, new_state_indices, has_initial_state, k_first)
     dev = q.device
     zero_row = torch.zeros(V, dtype=v.dtype, device=dev)      # the identity chains' v
     obuf = torch.empty(2, max(T, 1), HV, V, dtype=torch.float32, device=dev)

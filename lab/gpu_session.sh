@@ -23,9 +23,9 @@
 #   bash lab/gpu_session.sh segments OUT # triton-chunk's segments (context parallelism): its
 #                                        # GPU tests, then lab.chunk_ablate's seg* variants
 #                                        # with errors (no bundle needed)
-#   bash lab/gpu_session.sh wgmma OUT    # lab.wgmma_chain: the state forms against triton-chunk,
-#                                        # compute-sanitizer over them, the timing cells (no
-#                                        # bundle needed)
+#   bash lab/gpu_session.sh chunk-bf16 OUT  # cuda-chunk-bf16: its tests and the matrices on it,
+#                                        # check --op prefill, compute-sanitizer, the chain timed
+#                                        # (no bundle needed)
 #
 # Each part writes its logs into OUT/logs_PART.tgz and prints a short summary last.  Correctness shards run
 # side by side (no clock is read in them); the timing part runs alone.
@@ -217,18 +217,27 @@ segments)                   # triton-chunk's segmented form: GPU tests, then tim
     timeout 300 bash lab/chunk_ablate_gpu.sh > "$OUT/ablate_run.log" 2>&1
   echo "lab.chunk_ablate: exit $?"; grep -v "^ *$" "$OUT/ablate.log" | tail -30
   ;;
-wgmma)                      # the wgmma chain prototype: its state forms against triton-chunk,
-  t0=$SECONDS                 # compute-sanitizer over them, then timed (no bundle needed)
-  timeout 200 python3 -m lab.wgmma_chain --cases --cells none > "$OUT/wgmma_cases.log" 2>&1
-  echo "wgmma cases: exit $? in $((SECONDS - t0)) s"; grep -v -i warn "$OUT/wgmma_cases.log" | tail -12
+chunk-bf16)                 # cuda-chunk-bf16: its kernel tests and the registry's matrices on it,
+  t0=$SECONDS               # compute-sanitizer over the chain tests, then lab.wgmma_chain timed
+  shard chain 300 --tb=short tests/test_cuda_chunk_chain.py tests/test_cuda_chunk.py
+  shard matrices 400 --tb=short -k "cuda-chunk-bf16" tests/test_prefill.py tests/test_forms.py \
+    tests/test_prefill_checkpoints.py tests/test_prefill_graphs.py tests/test_triton_chunk_pdl.py \
+    tests/test_pack_prefill.py
+  ( timeout 200 gdnzoo check --op prefill --algo cuda-chunk-bf16,triton-chunk-bf16 \
+      > "$OUT/check_prefill.log" 2>&1; echo "check --op prefill: exit $?" > "$OUT/check.summary" ) &
+  wait
   for tool in memcheck racecheck; do
-    timeout 150 compute-sanitizer --tool $tool python3 -m lab.wgmma_chain --cases --cells none \
-      > "$OUT/wgmma_$tool.log" 2>&1
+    timeout 150 compute-sanitizer --tool $tool python3 -m pytest -q -p no:cacheprovider \
+      tests/test_cuda_chunk_chain.py -k bit_for_bit > "$OUT/sanitizer_$tool.log" 2>&1
     echo "compute-sanitizer $tool: exit $?: $(grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" \
-      "$OUT/wgmma_$tool.log" | tail -1)"
+      "$OUT/sanitizer_$tool.log" | tail -1)" > "$OUT/sanitizer_$tool.summary"
   done
-  timeout 200 python3 -m lab.wgmma_chain --no-out > "$OUT/wgmma_timing.log" 2>&1
-  echo "wgmma timing: exit $?"; grep "chain alone\|vs triton" "$OUT/wgmma_timing.log" | cut -c1-200
+  timeout 120 python3 -m lab.wgmma_chain --no-out > "$OUT/wgmma_timing.log" 2>&1
+  echo "lab.wgmma_chain: exit $?" > "$OUT/wgmma.summary"
+  echo "== failures"; grep -h "^FAILED\|^ERROR" "$OUT"/pytest_*.log | cut -c1-300 | head -30
+  echo "== check"; grep -v "^ " "$OUT/check_prefill.log" | tail -12
+  echo "== timing"; grep "chain alone\|vs triton" "$OUT/wgmma_timing.log" | cut -c1-200
+  echo "== summary ($((SECONDS - t0)) s)"; cat "$OUT"/*.summary
   ;;
 *) echo "unknown part $PART"; exit 2 ;;
 esac

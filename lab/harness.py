@@ -8,15 +8,12 @@ and judges with the one gate (:func:`gdnzoo.gate.gated_call`), as ``gdnzoo bench
     lab.save()                           # $OUT/<name>.log and $OUT/<name>.json (lab.results)
 
 ``profiled(call, reps)``: per kernel name the torch.profiler record times of ``reps`` calls.
-``inlined(path)``: a lab CUDA source with its ``#include "wgmma.cuh"`` written out, for the
-NVRTC build (whose include path is backends/ only).
 """
 from __future__ import annotations
 
 import functools
 import json
 import os
-import tempfile
 import sys
 import time
 import traceback
@@ -95,19 +92,6 @@ def run(name: str, fn, needs_cuda: bool = False):
 
 
 @functools.lru_cache(maxsize=None)
-def inlined(cu_path) -> Path:
-    """``cu_path`` (a lab .cu file) with its ``#include "wgmma.cuh"`` line replaced by that
-    header (lab/wgmma.cuh), written under the temp directory: the path to build."""
-    cu_path = Path(cu_path)
-    header = (Path(__file__).with_name("wgmma.cuh")).read_text()
-    text = cu_path.read_text().replace('#include "wgmma.cuh"', header)
-    out = Path(tempfile.gettempdir()) / "gdnzoo-lab" / cu_path.name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if not out.is_file() or out.read_text() != text:
-        out.write_text(text)
-    return out
-
-
 def profiled(call, reps: int, warm: int = 3) -> dict:
     """{kernel name: [record time, us]} of ``reps`` calls of ``call`` under torch.profiler
     (after ``warm`` untimed calls)."""

@@ -1,6 +1,7 @@
 // A probe of TMA tensor copies (cuTensorMapEncodeTiled maps, 128-byte swizzle) feeding Hopper's
-// wgmma B operand from the swizzled tiles, for the chain kernel of lab/wgmma_chain.cu: which
-// descriptor offsets make wgmma read a TMA-written tile as the products need it.
+// wgmma B operand from the swizzled tiles, for cuda-chunk-bf16's chain kernel
+// (backends/cuda_chunk_chain.cu): which descriptor offsets make wgmma read a TMA-written tile as
+// the products need it.
 //
 // B global: [64 rows][128] bf16 row-major (a chunk's k rows: row = token).  Two TMA boxes of
 // [64 rows][64 columns] (128 bytes a row, 128-byte swizzle) land at sb and sb + 8 KB; the raw

@@ -16,32 +16,10 @@ from pathlib import Path
 import torch
 
 from gdnzoo.backends import _cuda_build as cuda_build
-from lab.harness import inlined
+from gdnzoo.backends._tma import tensor_map
 
-SOURCE = Path(__file__).with_name("tma_probe.cu")   # built through lab.harness.inlined
-BF16, SWIZZLE_128B = 9, 3          # CUtensorMapDataType, CUtensorMapSwizzle
+SOURCE = Path(__file__).with_name("tma_probe.cu")
 SMEM = 100 * 1024
-_libcuda = None
-
-
-def tensor_map(ptr: int, dims, strides, box, swizzle=SWIZZLE_128B) -> bytes:
-    """The 128-byte CUtensorMap of a bf16 tensor at ``ptr``: ``dims`` innermost first (dim 0
-    contiguous), ``strides`` the byte strides of dims 1.., ``box`` the box's extent per dim."""
-    global _libcuda
-    if _libcuda is None:
-        _libcuda = ctypes.CDLL("libcuda.so.1")
-        _libcuda.cuTensorMapEncodeTiled.restype = ctypes.c_int
-    rank = len(dims)
-    out = (ctypes.c_ubyte * 128)()
-    rc = _libcuda.cuTensorMapEncodeTiled(
-        ctypes.byref(out), ctypes.c_int(BF16), ctypes.c_uint32(rank), ctypes.c_void_p(ptr),
-        (ctypes.c_uint64 * rank)(*dims), (ctypes.c_uint64 * max(rank - 1, 1))(*strides),
-        (ctypes.c_uint32 * rank)(*box), (ctypes.c_uint32 * rank)(*([1] * rank)), ctypes.c_int(0),
-        ctypes.c_int(swizzle), ctypes.c_int(0), ctypes.c_int(0))
-    if rc != 0:
-        raise RuntimeError(f"cuTensorMapEncodeTiled: CUresult {rc} (dims {dims}, strides "
-                           f"{strides}, box {box})")
-    return bytes(out)
 
 
 def swizzled(B: torch.Tensor) -> torch.Tensor:
@@ -64,7 +42,7 @@ def main():
     tmap = tensor_map(B.data_ptr(), (128, 64), (B.stride(0) * 2,), (64, 64))
     vals = (16, 128, 1024, 2048, 8192)
     for mode in (0, 1):
-        func = cuda_build.get_kernel(inlined(SOURCE), "tma_probe", (("GDN_MODE", mode),),
+        func = cuda_build.get_kernel(SOURCE, "tma_probe", (("GDN_MODE", mode),),
                                      dev).func
         from cupy_backends.cuda.api import driver
         driver.funcSetAttribute(func, 8, SMEM)      # max dynamic shared memory

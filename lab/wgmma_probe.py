@@ -16,9 +16,8 @@ from pathlib import Path
 import torch
 
 from gdnzoo.backends import _cuda_build as cuda_build
-from lab.harness import inlined
 
-SOURCE = Path(__file__).with_name("wgmma_probe.cu")   # built through lab.harness.inlined
+SOURCE = Path(__file__).with_name("wgmma_probe.cu")
 PARAMS = struct.Struct("<3Q8q")
 PLACES = ((256, 128), (128, 256))      # (outer stride, K stride) of the core matrices, bytes
 
@@ -38,7 +37,7 @@ def main():
     B = torch.randn(64, 16, generator=g).to(torch.bfloat16).cuda()          # [N, K]
     want = A.float() @ B.float().T
     for bt in (0, 1):
-        func = cuda_build.get_kernel(inlined(SOURCE), "wgmma_probe", (("GDN_BT", bt),),
+        func = cuda_build.get_kernel(SOURCE, "wgmma_probe", (("GDN_BT", bt),),
                                      dev).func
         Bin = B if bt == 0 else B.T.contiguous()                            # BT 1: [K, N]
         good = []

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from gdnzoo.backends import _cuda_build as cuda_build
+from gdnzoo.backends import _cuda_chunk_chain as cuda_chunk_chain
 from gdnzoo.backends import _cuda_chunk_prep as cuda_chunk_prep
 from gdnzoo.backends import _cuda_v4_kfirst as cuda_v4_kfirst
 from gdnzoo.backends import _cuda_v4_tc as tc_verify
@@ -181,6 +182,23 @@ PREP_VARIANTS = [dict(GATES=0, A_DT=1, B_DT=1, ALOG_DT=0, DTB_DT=0, NEG=0, PDL=0
 def test_chunk_prep_variants_compile_with_nvcc():
     _run([(cuda_chunk_prep.SOURCE, tuple(sorted((f"GDN_{n}", v) for n, v in d.items())), cc)
           for d in PREP_VARIANTS for cc in ARCHS])
+
+
+# cuda-chunk-bf16's chain kernel (sm_90a only: warpgroup MMAs): dense, pools, checkpoints,
+# state dtypes, PDL, index widths
+CHAIN_VARIANTS = [dict(STATE0=1, POOL=0, HAS_INIT=0, CKPT=0, PDL=0, S_DT=0, NS_DT=0, C_DT=0),
+                  dict(STATE0=1, POOL=1, HAS_INIT=1, CKPT=0, PDL=1, S_DT=1, NS_DT=1, IDX64=0),
+                  dict(STATE0=1, POOL=2, HAS_INIT=0, CKPT=1, PDL=0, S_DT=0, NS_DT=1, C_DT=1,
+                       CU64=0, IDX64=1, NIDX64=0),
+                  dict(STATE0=0, POOL=0, CKPT=1, NO_OUT=1)]
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")
+def test_chunk_chain_variants_compile_with_nvcc():
+    smem = (("GDN_SMEM", cuda_chunk_chain.SMEM),)
+    _run([(cuda_chunk_chain.SOURCE,
+           smem + tuple(sorted((f"GDN_{n}", v) for n, v in d.items())), (9, 0))
+          for d in CHAIN_VARIANTS])
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")

@@ -164,7 +164,7 @@ def test_pdl_is_checked_before_anything_runs(bad, exc):
 def test_who_serves_pdl():
     served = {n for n in registry.names("prefill")
               if registry.spec(n, "prefill").features.get("pdl") is True}
-    assert served == {"triton-chunk", "triton-chunk-bf16", "cuda-chunk"}
+    assert served == {"triton-chunk", "triton-chunk-bf16", "cuda-chunk", "cuda-chunk-bf16"}
     for n in set(registry.names("prefill")) - served:
         why = registry.spec(n, "prefill").features.get("pdl")
         assert isinstance(why, str) and len(why) > 20, n
@@ -184,9 +184,12 @@ def test_pdl_needs_a_cuda_gpu():
 
 @pytest.mark.skipif(not HAS_CUDA or torch.cuda.is_available() and
                     torch.cuda.get_device_capability() < (9, 0), reason="needs an SM90+ GPU")
-@pytest.mark.parametrize("algo", ["triton-chunk", "triton-chunk-bf16", "cuda-chunk"])
+@pytest.mark.parametrize("algo", ["triton-chunk", "triton-chunk-bf16", "cuda-chunk",
+                                  "cuda-chunk-bf16"])
 @pytest.mark.parametrize("level", ["wait", "early"])
 def test_pdl_results_are_bit_identical_to_off(algo, level):
+    if algo == "cuda-chunk-bf16" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("cuda-chunk-bf16's chain kernel is sm_90a only")
     x = make_prefill_inputs([300, 0, 64, 1000], H=4, HV=8, K=128, V=128, device="cuda")
     res = {}
     for pdl in ("off", level):

@@ -1,15 +1,13 @@
-// Hopper warpgroup MMA (wgmma) from raw PTX for the lab kernels (wgmma_probe.cu, tma_probe.cu,
-// wgmma_chain.cu): bf16 operands, fp32 accumulators, m64n64k16 and m64n128k16, A from registers
-// ("rs") or by descriptor ("ss"), B by descriptor; the fences, commits and waits around them.
+// Hopper warpgroup MMA (wgmma) from raw PTX for cuda_chunk_chain.cu and the lab probes
+// (lab/wgmma_probe.cu, lab/tma_probe.cu): bf16 operands, fp32 accumulators, m64n64k16 and
+// m64n128k16, A from registers ("rs") or by descriptor ("ss"), B by descriptor; the fences,
+// commits and waits around them.
 // Descriptors: start address, leading byte offset (LBO), stride byte offset (SBO), swizzle
 // (0 none, 1 128-byte), each offset >> 4 in its field.  Settled on an H200
 // (lab/notebook/h200/wgmma_probe_2026-11-29.log, wgmma_chain_2026-11-29/tma_probe.log): no
 // swizzle, LBO is the core-matrix stride along K and SBO along M/N; 128-byte swizzle, K-major:
 // SBO 1024, k-steps at +32 bytes in a 64-column box; MN-major: LBO 8192 (the next 64-wide box
 // along N), SBO 1024, k-steps at +2048.
-//
-// The lab harnesses compile these files through lab.wgmma_chain.source(), which inlines this
-// header (NVRTC's include path is backends/ only).
 #pragma once
 
 __device__ __forceinline__ unsigned smem_u32(const void* p) {

@@ -1,8 +1,9 @@
-// A sequential (chain) kernel for the chunked prefill on Hopper's warpgroup MMAs (wgmma) and TMA
-// copies, warp-specialized; a lab prototype for issue 52: triton-chunk's chunk_state_kernel with
-// "bf16" products (backends/_triton_chunk_kernel.py), on the workspace its prep kernel (or
-// cuda-chunk's) wrote with precision "bf16".  Per chunk of C = 64 tokens, on a [64, K] tile of the
-// state S0 (K = 128):
+// cuda-chunk-bf16's sequential (chain) kernel: the chunked prefill's chain of state updates on
+// Hopper's warpgroup MMAs (wgmma) and TMA copies, warp-specialized (sm_90a only).  It computes
+// what triton-chunk's chunk_state_kernel computes with "bf16" products
+// (backends/_triton_chunk_kernel.py; bit-identical outputs and states in every form measured on
+// an H200), on the workspace the prep kernel wrote with precision "bf16".  Per chunk of C = 64
+// tokens, on a [64, K] tile of the state S0 (K = 128):
 //
 //     X = S0 k^T,  R = v^T diag(beta) - X diag(beta rk e^G),  V'^T = R T^T,
 //     O^T = (S0 q^T) diag(scale rq e^G) + R M^T,  S = e^G_last S0 + V'^T diag(rk e^(G_last-G)) k
@@ -23,9 +24,9 @@
 //   refilled once both warpgroups released it ("empty").
 // Tokens past the tensor's end are zero-filled by TMA; those past the sequence's end (the next
 // sequence's rows) meet zero factors, which zero every term they would enter.
-// Descriptors (lab/tma_probe.py, lab/wgmma_probe.cu): swizzled K-major: SBO 1024, k-steps at +32
-// bytes in a 64-column box; swizzled MN-major: LBO 8192 (the next box along N), SBO 1024,
-// k-steps at +2048; no swizzle: LBO the core-matrix stride along K, SBO along M/N.
+// Descriptors (settled by lab/tma_probe.py and lab/wgmma_probe.cu): swizzled K-major: SBO 1024,
+// k-steps at +32 bytes in a 64-column box; swizzled MN-major: LBO 8192 (the next box along N),
+// SBO 1024, k-steps at +2048; no swizzle: LBO the core-matrix stride along K, SBO along M/N.
 //
 // The state's rules are triton-chunk's: pools (GDN_POOL 0 dense, 1 the read slots written, 2
 // separate write slots; a negative index, ``null_slot`` or one past the pool pads the sequence:
@@ -36,12 +37,13 @@
 // cu_seqlens), GDN_PDL (wait for the kernel before, then let the next one launch), GDN_CU64 /
 // GDN_IDX64 / GDN_NIDX64 (int64 cu_seqlens and slot indices).  GDN_SMEM: the dynamic shared
 // memory the host sizes (checked against the layout).
-// GDN_NO_OUT (timing only): warpgroup 1 releases every chunk without computing its outputs.
+// GDN_NO_OUT (timing only, lab/wgmma_chain.py --no-out): warpgroup 1 releases every chunk without
+// computing its outputs.
 #ifndef GDN_NO_OUT
 #define GDN_NO_OUT 0
 #endif
 #include "gdn_common.cuh"             // gdn_ld, gdn_st (fp32 / bf16 states)
-#include "wgmma.cuh"                  // the wgmma wrappers (lab/wgmma.cuh)
+#include "wgmma.cuh"                  // the wgmma wrappers
 #ifndef GDN_STATE0
 #define GDN_STATE0 1
 #endif
@@ -86,7 +88,7 @@ typedef unsigned short bf16_t;
 #define NTHR 288                 // two warpgroups and the producer warp
 
 struct alignas(64) TMap { unsigned long long v[16]; };      // a CUtensorMap
-struct ChainParams {       // by value (lab/wgmma_chain.py packs it)
+struct ChainParams {       // by value (backends/_cuda_chunk_chain.py packs it)
     TMap tk, tq, tm, tv;   // [T, H, K] k and q, [T, HV, 2 C] workspace rows, [T, HV, V] v
     TMap to;               // [T, HV, V] out
     const void* cu; const float* vecs; bf16_t* out; const void* state; void* new_state;
@@ -137,7 +139,8 @@ __device__ __forceinline__ float bf2f(bf16_t x) {
 // 1024 (lab/tma_probe.py settled these on the H200)
 __device__ __forceinline__ unsigned long long desc(const void* p, unsigned bytes, unsigned lbo) {
     return wg_desc(smem_u32(p) + bytes, lbo, 1024, 1);
-}// A fragments of k-step s (columns 16 s .. 16 s + 15) from an accumulator's registers
+}
+// A fragments of k-step s (columns 16 s .. 16 s + 15) from an accumulator's registers
 template <int R>
 __device__ __forceinline__ void frag(unsigned (&a)[4], const float (&d)[R], int s) {
     a[0] = pack2(d[8 * s + 0], d[8 * s + 1]);
@@ -175,7 +178,8 @@ __device__ __forceinline__ void tma_store3(const TMap& map, int c0, int c1, int 
 __device__ __forceinline__ unsigned long long desc_ns(const void* p, unsigned bytes,
                                                       unsigned lbo, unsigned sbo) {
     return wg_desc(smem_u32(p) + bytes, lbo, sbo, 0);
-}__device__ __forceinline__ void sts32(void* p, unsigned x) {
+}
+__device__ __forceinline__ void sts32(void* p, unsigned x) {
     asm volatile("st.shared.b32 [%0], %1;" :: "r"(smem_u32(p)), "r"(x) : "memory");
 }
 // the A fragments of k-step k (rows r0, r0 + 8 of the thread; columns of n-chunks 2k, 2k + 1)

@@ -1,0 +1,121 @@
+"""cuda-chunk-bf16's sequential kernel (``cuda_chunk_chain.cu``): the chain of chunk-to-chunk
+state updates with "bf16" products on Hopper's warpgroup MMAs, its inputs copied by TMA.  It
+reads the workspace the prep kernel wrote (triton-chunk's layout) and takes triton-chunk's
+``launch_state`` arguments, so every state form (pools, padding, ``has_initial_state``, K-first,
+bf16 states, checkpoints, PDL) is triton-chunk's; outputs and states were bit-identical to
+triton-chunk's "bf16" sequential kernel in every form measured on an H200
+(lab/notebook/h200/wgmma_chain_2026-11-29/).  Compiled through CuPy's NVRTC for sm_90a only.
+
+One CTA of 288 threads per (sequence, value head, 64 state rows): a producer warp (TMA copies),
+the chain warpgroup (the state in wgmma accumulators) and the outputs warpgroup, 185 KB of
+shared memory.  Calls TMA cannot address (a zero-token batch, a base or a stride of q, k, v or
+out not a multiple of 16 bytes) run triton-chunk's sequential kernel with the same products."""
+from __future__ import annotations
+
+import ctypes
+import struct
+from pathlib import Path
+
+import torch
+
+from gdnzoo.backends import _cuda_build as cuda_build
+from gdnzoo.backends import _tma
+from gdnzoo.backends import _triton_launch as tlaunch
+
+SOURCE = Path(__file__).with_name("cuda_chunk_chain.cu")
+NAME = "gdn_wgmma_chain"
+CC = (9, 0)                      # wgmma and the sm_90a target
+ROWS, CHUNK, HEAD_DIM = 64, 64, 128
+THREADS = 288
+# after the five tensor maps: 9 pointers, then 23 integers; the block is padded to 64 bytes
+PARAMS = struct.Struct("<9Q23q")
+# a stage: k and q [64, 128], the workspace rows of T^T and M^T and v [64, 64] (bf16), four
+# [C] factors and the last gate, rounded up to 1 KB
+STAGE = -(-(2 * CHUNK * HEAD_DIM * 2 + 3 * CHUNK * CHUNK * 2 + 4 * CHUNK * 4 + 16) // 1024) * 1024
+# two stages, two handover buffers (S0 and R in bf16), two output buffers, the barriers
+SMEM = 2 * STAGE + 2 * (ROWS * HEAD_DIM + ROWS * CHUNK) * 2 + 2 * CHUNK * 64 * 2 + 1024
+MAX_DYNAMIC_SHARED = 8           # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+_sized: set = set()
+
+
+def serves(cc, K: int, V: int, io_dtype, precision: str, chunk: int):
+    """(ok, reason): what the kernel is written for (``cc`` None: not checked)."""
+    if cc is not None and tuple(cc) != CC:
+        return False, (f"its sequential kernel uses Hopper's warpgroup MMAs (sm_90a): needs "
+                       f"compute capability 9.0, got {tuple(cc)}")
+    if K != HEAD_DIM:
+        return False, f"its sequential kernel is written for K = {HEAD_DIM}, got K={K}"
+    if V % ROWS:
+        return False, f"its sequential kernel takes the state in {ROWS}-row tiles: V % {ROWS} " \
+                      f"must be 0, got V={V}"
+    if io_dtype != torch.bfloat16:
+        return False, f"its sequential kernel reads q, k and v as bfloat16, got {io_dtype}"
+    if precision != "bf16":
+        return False, f"its sequential kernel has 'bf16' products only, got {precision!r}"
+    if chunk != CHUNK:
+        return False, f"its sequential kernel is written for chunk={CHUNK}, got {chunk}"
+    return True, ""
+
+
+def _kernel(defs: tuple, device_index: int):
+    kern = cuda_build.get_kernel(SOURCE, NAME, (("GDN_SMEM", SMEM), *defs), device_index)
+    if (defs, device_index) not in _sized:
+        from cupy_backends.cuda.api import driver
+        driver.funcSetAttribute(kern.func, MAX_DYNAMIC_SHARED, SMEM)
+        _sized.add((defs, device_index))
+    return kern.func
+
+
+def tensor_maps(q, k, v, mats, out) -> bytes:
+    """The five tensor maps: k and q [T, H, K], the workspace rows [T, HV, 2 C], v and ``out``
+    [T, HV, V]; boxes of [64 tokens, 1 head, 64 columns]."""
+    T, H, K = q.shape
+    HV, V = v.shape[1], v.shape[2]
+    box = (64, 1, 64)
+
+    def tmap(t, inner, heads):
+        return _tma.tensor_map(t.data_ptr(), (inner, heads, T), (t.stride(1) * 2, t.stride(0) * 2),
+                               box)
+    rows = _tma.tensor_map(mats.data_ptr(), (2 * CHUNK, HV, T), (2 * CHUNK * 2, HV * 2 * CHUNK * 2),
+                           box)
+    return b"".join((tmap(k, K, H), tmap(q, K, H), rows, tmap(v, V, HV), tmap(out, V, HV)))
+
+
+def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indices=None,
+           new_state_indices=None, null_slot=-1, has_initial_state=None, k_first=False,
+           checkpoints=None, checkpoint_every=None, pdl=False, no_out=False):
+    """The chain kernel on the workspace (mats: bf16 rows, vecs: the factors) with the
+    arguments of triton-chunk's ``launch_state``.  Needs T >= 1 and q, k, v, out that TMA
+    can address (:func:`_cuda_build.aligned16`).  ``no_out``: timing only (the outputs warpgroup computes nothing)."""
+    T, H, _ = q.shape
+    HV, V = v.shape[1], v.shape[2]
+    N = cu_seqlens.shape[0] - 1
+    dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    pool, idx, new_idx, init, src, ss = tlaunch.chain_slots(
+        cu_seqlens, state, new_state, state_indices, new_state_indices, has_initial_state, k_first)
+    ckpt = new_state if checkpoints is None else checkpoints
+    code = cuda_build.DTYPE_CODE
+    defs = tuple(sorted(dict(
+        GDN_STATE0=int(state is not None), GDN_POOL=pool,
+        GDN_HAS_INIT=int(has_initial_state is not None), GDN_CKPT=int(checkpoints is not None),
+        GDN_PDL=int(bool(pdl)), GDN_S_DT=code[src.dtype], GDN_NS_DT=code[new_state.dtype],
+        GDN_C_DT=code[ckpt.dtype], GDN_CU64=int(cu_seqlens.dtype == torch.int64),
+        GDN_IDX64=int(idx.dtype == torch.int64), GDN_NIDX64=int(new_idx.dtype == torch.int64),
+        GDN_NO_OUT=int(bool(no_out))).items()))
+    func = _kernel(defs, dev)
+    body = tensor_maps(q, k, v, mats, out) + PARAMS.pack(
+        cu_seqlens.data_ptr(), vecs.data_ptr(), out.data_ptr(), src.data_ptr(),
+        new_state.data_ptr(), idx.data_ptr(), new_idx.data_ptr(), init.data_ptr(),
+        ckpt.data_ptr(), N, T, out.stride(0), out.stride(1), H, HV, V, *ss,
+        *tlaunch.state_strides(new_state, k_first), *tlaunch.state_strides(ckpt, k_first),
+        src.shape[0], new_state.shape[0], null_slot, checkpoint_every or 1)
+    # the driver copies the parameter block at launch
+    params = ctypes.create_string_buffer(body + bytes(-len(body) % 64))
+    argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+    grid = N * HV * (V // ROWS)
+    if pdl:
+        from gdnzoo.backends._pdl_launch import PdlConfig
+        cuda_build.launch_raw_pdl(PdlConfig(grid, THREADS, SMEM), func, dev,
+                                  ctypes.addressof(argv))
+    else:
+        cuda_build.launch_raw(func, grid, THREADS, dev, ctypes.addressof(argv), SMEM)

@@ -1,0 +1,36 @@
+"""cuda-chunk-bf16: cuda-chunk's CUDA prep kernel, then a sequential kernel on Hopper's
+warpgroup MMAs and TMA (``backends/cuda_chunk_chain.cu``), both with precision "bf16".
+
+The sequential kernel computes what triton-chunk-bf16's computes (every product of the state's
+chain with bf16 operands, fp32 accumulation, the state kept in fp32): outputs and states were
+bit-identical to it in every form measured on an H200, so the precision is triton-chunk-bf16's
+(~2.5e-3 relative state error at 8k tokens against float64, FlashInfer's ~3.9e-3), and it is
+named only, never the automatic choice.  Its time on an H200, the sequential kernel alone: 178
+against 285 us at 16/32 heads, 1 x 8192 tokens; 117 against 143 at 8 x 1024
+(lab/notebook/h200/wgmma_chain_2026-11-29/).
+
+Serves K = 128, V a multiple of 64, bf16 q/k/v on a compute capability 9.0 GPU with CuPy;
+refuses the rest with the reason (triton-chunk-bf16 serves them).  Tensors TMA cannot address
+(see :mod:`backends._cuda_chunk_chain`) run triton-chunk-bf16's sequential kernel.
+"""
+from gdnzoo.backends import _cuda_chunk_chain as _chain
+from gdnzoo.backends import cuda_chunk as _cuda_chunk
+from gdnzoo.backends import triton_chunk as _tc
+
+NAME = "cuda-chunk-bf16"
+available = _cuda_chunk.available
+
+
+def supports(problem):
+    """cuda-chunk's answer, then what the sequential kernel is written for."""
+    ok, why = _cuda_chunk.supports(problem)
+    if not ok:
+        return ok, why
+    return _chain.serves(problem.cc, problem.K, problem.V, problem.io_dtype, "bf16",
+                         _chain.CHUNK)
+
+
+def run(call, *, config=None):
+    """triton-chunk's entry point with ``prep`` and ``chain`` "cuda" and precision "bf16"."""
+    _tc.run(call, config=_tc.normalize(config)._replace(prep="cuda", chain="cuda",
+                                                        precision="bf16"))

@@ -1,0 +1,196 @@
+"""cuda-chunk-bf16's sequential kernel (backends/cuda_chunk_chain.cu: warpgroup MMAs, TMA copies)
+against triton-chunk's sequential kernel with the same "bf16" products, on the same workspace
+(both after cuda-chunk's prep): outputs, states, pools and checkpoints must be bit-identical in
+every state form (dense, K-first, pools with padding and has_initial_state, separate write slots,
+bf16 states, checkpoints, PDL, int32/int64 indices, V = 64, sequences shorter than a chunk), and
+views off the CUDA kernels' 16-byte grain must take the Triton kernels.  Outputs and states against the
+reference run in the registry's matrices (tests/test_prefill.py, test_forms.py,
+test_prefill_checkpoints.py, test_prefill_graphs.py).  Refusals, config checks and the TMA
+address rule run on CPU."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from gdnzoo.backends import _cuda_chunk_chain as chain
+from gdnzoo.backends import _cuda_chunk_prep as prep
+from gdnzoo.backends import _cuda_build as cuda_build
+from gdnzoo.backends import cuda_chunk_bf16
+from gdnzoo.backends import triton_chunk as tc
+from gdnzoo.inputs import make_prefill_inputs
+from gdnzoo.prefill_contract import Problem
+
+from helpers import cuda_missing
+
+BF16 = torch.bfloat16
+MISSING = cuda_missing((9, 0)) or (
+    None if torch.cuda.get_device_capability() == chain.CC
+    else f"the chain kernel is sm_90a only, this GPU is {torch.cuda.get_device_capability()}") \
+    or (None if cuda_chunk_bf16.available()[0] else cuda_chunk_bf16.available()[1])
+
+
+@pytest.mark.parametrize("cc, K, V, io, precision, chunk, word", [
+    ((8, 0), 128, 128, BF16, "bf16", 64, "compute capability 9.0"),
+    ((10, 0), 128, 128, BF16, "bf16", 64, "compute capability 9.0"),
+    ((9, 0), 64, 128, BF16, "bf16", 64, "K = 128"),
+    ((9, 0), 128, 96, BF16, "bf16", 64, "V % 64"),
+    ((9, 0), 128, 128, torch.float16, "bf16", 64, "bfloat16"),
+    ((9, 0), 128, 128, BF16, "bf16x3", 64, "'bf16' products only"),
+    ((9, 0), 128, 128, BF16, "bf16", 32, "chunk=64"),
+])
+def test_the_chain_kernel_refuses_what_it_is_not_written_for(cc, K, V, io, precision, chunk,
+                                                             word):
+    ok, why = chain.serves(cc, K, V, io, precision, chunk)
+    assert not ok and word in why
+    assert chain.serves((9, 0), 128, 64, BF16, "bf16", 64) == (True, "")
+
+
+def _problem(**kw):
+    base = dict(N=2, T=100, H=4, HV=8, K=128, V=128, state_dtype=torch.float32, io_dtype=BF16,
+                device="cuda", cc=(9, 0))
+    return Problem(**{**base, **kw})
+
+
+def test_cuda_chunk_bf16_says_why_it_cannot_serve():
+    assert cuda_chunk_bf16.supports(_problem()) == (True, "")
+    for kw, word in [(dict(cc=(8, 9)), "compute capability 9.0"), (dict(V=96), "V=96"),
+                     (dict(K=64), "K = 128"), (dict(io_dtype=torch.float16), "bfloat16"),
+                     (dict(device="cpu"), "CUDA GPU|Triton interpreter")]:
+        ok, why = cuda_chunk_bf16.supports(_problem(**kw))
+        assert not ok and re.search(word, why), (kw, why)
+
+
+def test_cuda_chunk_bf16_runs_triton_chunk_with_both_cuda_kernels(monkeypatch):
+    """Its entry point is triton-chunk's with prep and chain "cuda" and precision "bf16"."""
+    seen = {}
+    monkeypatch.setattr(tc, "run", lambda call, config: seen.update(config=config))
+    cuda_chunk_bf16.run(None, config=dict(block_v=16))
+    c = seen["config"]
+    assert (c.prep, c.chain, c.precision, c.block_v) == ("cuda", "cuda", "bf16", 16)
+
+
+def test_config_chain_is_checked_before_any_kernel():
+    fixed = dict(block_v=32, warps=4, segments=1)      # no SM count needed
+    with pytest.raises(ValueError, match="chain must be one of"):
+        tc.resolve(dict(fixed, chain="wgmma"), 1, 8, 128, torch.device("cpu"))
+    with pytest.raises(ValueError, match="chain 'cuda' needs a CUDA device"):
+        tc.resolve(dict(fixed, chain="cuda", precision="bf16"), 1, 8, 128, torch.device("cpu"))
+
+
+def test_the_16_byte_rule_of_the_cuda_kernels_copies():
+    x = torch.zeros(8, 4, 136, dtype=BF16)
+    assert cuda_build.aligned16(x[..., :128])             # rows of 272 bytes: 16-byte strides
+    assert not cuda_build.aligned16(x[..., 1:129])        # base 2 bytes off
+    assert not cuda_build.aligned16(torch.zeros(8, 4, 129, dtype=BF16)[..., :128])  # 258 B rows
+    assert not cuda_build.aligned16(x.transpose(0, 2))    # last dim not contiguous
+    assert not cuda_build.aligned16(x[:0])                # nothing to copy
+    assert cuda_build.aligned16(*(x[..., :128],) * 4)
+    assert not cuda_build.aligned16(x[..., :128], x[..., :128], x[..., 1:129], x[..., :128])
+
+
+def _run(x, state, new_state, out, chain_kind, **kw):
+    cfg = dict(precision="bf16", prep="cuda", chain=chain_kind)
+    tc.launch(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.cu_seqlens, x.scale, out,
+              new_state, True, config=cfg, **kw)
+    torch.cuda.synchronize()
+
+
+def _both(x, make_state, make_new, **kw):
+    """(out, state, new_state, checkpoints) of the Triton chain, then of the CUDA chain, each
+    on its own copies; ``make_new(state)`` gives the buffer written (``state`` for in place)."""
+    res = []
+    for kind in ("triton", "cuda"):
+        state = make_state()
+        new = make_new(state)
+        out = torch.full_like(x.v, float("nan"))
+        extra = dict(kw)
+        if "checkpoints" in extra:
+            extra["checkpoints"] = extra["checkpoints"].clone()
+        _run(x, state, new, out, kind, **extra)
+        res.append((out, state, new, extra.get("checkpoints")))
+    return res
+
+
+def _nan(t):
+    return torch.full_like(t, float("nan"))
+
+
+def _same(a, b, what):
+    if a is None:
+        assert b is None
+        return
+    assert torch.equal(a.isnan(), b.isnan()), f"{what}: NaN places differ"
+    assert torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)), \
+        f"{what}: max |diff| {(a.double() - b.double()).abs().nan_to_num(0).max():.3e}"
+
+
+FORMS = ["dense-bf16", "dense-bf16-pdl", "kfirst-inplace", "pool-inplace-padding",
+         "pool-write-slots-bf16", "checkpoints-no-state", "v64-short", "cu64"]
+
+
+@pytest.mark.skipif(MISSING is not None, reason=f"cuda-chunk-bf16 cannot run here: {MISSING}")
+@pytest.mark.parametrize("form", FORMS)
+def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form):
+    lens = {"v64-short": [5, 0, 63, 17], "cu64": [1000, 1, 130]}.get(form, [300, 64, 0, 200, 129])
+    H, HV, V = (1, 2, 64) if form == "v64-short" else (2, 4, 128)
+    x = make_prefill_inputs(lens, H=H, HV=HV, K=128, V=V, device="cuda", seed=len(form),
+                            index_dtype=torch.int64 if form == "cu64" else torch.int32)
+    T, N, dev = x.q.shape[0], len(lens), "cuda"
+    kw, pool = {}, None
+    if form.startswith("dense") or form in ("v64-short", "cu64"):
+        st = x.state.to(BF16) if form.startswith("dense") else x.state
+        runs = _both(x, st.clone, _nan, pdl=form.endswith("pdl"))
+    elif form == "kfirst-inplace":
+        kf = x.state.transpose(-1, -2).contiguous()
+        runs = _both(x, kf.clone, lambda s: s, k_first=True)
+    elif form == "pool-inplace-padding":
+        pool = torch.randn(7, HV, V, 128, device=dev) * 0.05
+        kw = dict(state_indices=torch.tensor([3, -1, 5, 0, 6], dtype=torch.int32, device=dev),
+                  null_slot=6, has_initial_state=torch.tensor([True, True, False, True, True],
+                                                              device=dev))
+        runs = _both(x, pool.clone, lambda s: s, **kw)
+    elif form == "pool-write-slots-bf16":
+        pool = torch.randn(7, HV, V, 128, device=dev) * 0.05
+        kw = dict(state_indices=torch.tensor([3, -1, 5, 0, 6], device=dev),
+                  new_state_indices=torch.tensor([8, 2, 1, -1, 4], device=dev))
+        runs = _both(x, lambda: pool, lambda s: _nan(torch.zeros(9, HV, V, 128, device=dev)
+                                                      .to(BF16)), **kw)
+    else:                                                   # checkpoints, no initial state
+        ck = torch.full((T // 128, HV, V, 128), float("nan"), device=dev)
+        runs = _both(x, lambda: None, lambda s: _nan(x.state), checkpoints=ck,
+                     checkpoint_every=128)
+    (o_t, _, n_t, c_t), (o_c, _, n_c, c_c) = runs
+    assert not o_c[: T].isnan().any(), "an output row left unwritten"
+    _same(o_c, o_t, "out")
+    _same(n_c, n_t, "state")
+    _same(c_c, c_t, "checkpoints")
+    assert N == x.cu_seqlens.numel() - 1
+
+
+@pytest.mark.skipif(MISSING is not None, reason=f"cuda-chunk-bf16 cannot run here: {MISSING}")
+@pytest.mark.parametrize("precision", ["bf16", "bf16x3"])
+def test_views_off_the_16_byte_grain_take_the_triton_kernels(monkeypatch, precision):
+    """q as a view 2 bytes off a 16-byte boundary: neither CUDA kernel is launched (their
+    16-byte copies would fault), and the results are those of triton-chunk's own kernels."""
+    x = make_prefill_inputs([200, 70], H=2, HV=4, device="cuda", seed=7)
+    wide = torch.zeros(x.q.shape[0], 2, 136, dtype=BF16, device="cuda")
+    wide[..., 1:129] = x.q
+    q_off = wide[..., 1:129]
+    launched = []
+    for mod in (chain, prep):
+        real = mod.launch
+        monkeypatch.setattr(mod, "launch", lambda *a, _r=real, **kw: (launched.append(1),
+                                                                     _r(*a, **kw)))
+    cuda = dict(prep="cuda", chain="cuda" if precision == "bf16" else "triton")
+    res = []
+    for q, kinds in ((q_off, cuda), (x.q, dict(prep="triton", chain="triton"))):
+        out, ns = torch.full_like(x.v, float("nan")), _nan(x.state)
+        tc.launch(q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.cu_seqlens, x.scale,
+                  out, ns, True, config=dict(precision=precision, **kinds))
+        torch.cuda.synchronize()
+        res.append((out, ns))
+    assert not launched
+    _same(res[0][0], res[1][0], "out")
+    _same(res[0][1], res[1][1], "state")
