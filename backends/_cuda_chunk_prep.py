@@ -1,8 +1,8 @@
 """cuda-chunk's prep kernel (``cuda_chunk_prep.cu``): compiled through CuPy's NVRTC like the
 other CUDA backends (:mod:`gdnzoo.backends._cuda_build`), launched in place of triton-chunk's
 Triton prep kernel into the same workspace.  One launch per call, one CTA of 128 threads per
-(chunk slot, value head): the grid of the Triton kernel.  Nothing here imports cupy at module
-import time."""
+(chunk slot, group of value heads sharing a k-head: :func:`pick_heads`).  Nothing here imports
+cupy at module import time."""
 from __future__ import annotations
 
 import ctypes
@@ -24,6 +24,8 @@ PARAMS = struct.Struct("<9Q16qd")
 # A/M and T in fp32, four warps' 16 x 16 scratch, four [C] vectors and a total
 SMEM = 2 * CHUNK * (HEAD_DIM + 8) * 2 + 2 * CHUNK * 68 * 4 + 4 * 16 * 20 * 4 + 4 * CHUNK * 4 + 16
 MAX_DYNAMIC_SHARED = 8            # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+CTAS_PER_SM = 3                   # resident at SMEM (~75 KB) on Hopper's 228 KB an SM
+MAX_HEADS = 4
 
 _sized: set = set()
 
@@ -41,6 +43,22 @@ def serves(K: int, io_dtype, precision: str, chunk: int):
     return True, ""
 
 
+def pick_heads(gva: int, ctas: int, n_sm: int) -> int:
+    """Value heads a CTA (GDN_HEADS) for ``ctas`` CTAs at one head each and GVA = HV / H.  A
+    group shares the loads of q and k, their norms and k k^T, q k^T, but runs its heads one
+    after the other.  The smallest divisor of GVA (up to :data:`MAX_HEADS`) whose CTAs fit one
+    wave of resident CTAs; past that, a group of 3 or 4 where GVA has one, else 1.  On an H200
+    (lab/notebook/h200/chunk_prep_cuda_2026-11-29/prep_heads_2026-11-29.log, us at 1, 2, 3 or 4
+    heads a CTA): 4/8 16x256 26.6 -> 21.1 at 2; 16/64 8x1024 317.9 -> 288.6 at 4; 16/48
+    8x1024 241.0 -> 229.6 at 3; 16/32 8x1024 168.8 at 1 against 172.0 at 2; 4/8 1x8192 45.5
+    at 1 against 44.1 at 2."""
+    divisors = [d for d in range(1, MAX_HEADS + 1) if gva % d == 0]
+    fit = [d for d in divisors if ctas <= CTAS_PER_SM * n_sm * d]
+    if fit:
+        return fit[0]
+    return max((d for d in divisors if d >= 3), default=1)
+
+
 def _kernel(defs, device_index: int):
     kern = cuda_build.get_kernel(SOURCE, NAME, defs, device_index)
     if (defs, device_index) not in _sized:
@@ -51,18 +69,24 @@ def _kernel(defs, device_index: int):
 
 
 def launch(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c, *,
-           neg=False, pdl=False):
+           neg=False, pdl=False, heads=None):
     """The prep kernel into the workspace (mats, vecs), with the arguments of triton-chunk's
-    ``launch_prep`` (``c`` a resolved Config whose precision and chunk :func:`serves` takes)."""
+    ``launch_prep`` (``c`` a resolved Config whose precision and chunk :func:`serves` takes);
+    ``heads``: value heads a CTA (None: :func:`pick_heads`)."""
     T, H, K = q.shape
     HV, N = ga.shape[1], cu_seqlens.shape[0] - 1
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
+    slots = T // CHUNK + N
+    if heads is None:
+        heads = pick_heads(HV // H, slots * HV,
+                           torch.cuda.get_device_properties(dev).multi_processor_count)
     code = cuda_build.DTYPE_CODE
     defs = tuple(sorted(dict(
         GDN_GATES=int(gates), GDN_A_DT=code[ga.dtype], GDN_B_DT=code[gb.dtype],
         GDN_ALOG_DT=code[A_log.dtype], GDN_DTB_DT=code[dt_bias.dtype], GDN_NEG=int(bool(neg)),
-        GDN_PDL=int(bool(pdl)), GDN_STORE3=int(c.precision == "bf16x3")).items()))
-    grid = (T // CHUNK + N) * HV
+        GDN_PDL=int(bool(pdl)), GDN_STORE3=int(c.precision == "bf16x3"),
+        GDN_HEADS=heads).items()))
+    grid = slots * (HV // heads)
     func = _kernel(defs, dev).func
     # packed per call (the grid and T change with every prompt); the driver copies the block
     params = ctypes.create_string_buffer(PARAMS.pack(

@@ -5,7 +5,9 @@
 // and M^T (GDN_STORE3 1: bf16 hi and lo parts, triton-chunk's "bf16x3"; 0: bf16, its "bf16"),
 // then five factors per token (beta, beta rk e^G, scale rq e^G, rk e^(G_last - G), e^G_last).
 //
-// One CTA of 4 warps per (chunk slot, value head); warp w owns the chunk's rows [16 w, 16 w + 16).
+// One CTA of 4 warps per (chunk slot, group of GDN_HEADS value heads of one k-head); warp w owns
+// the chunk's rows [16 w, 16 w + 16).  The group's heads share q, k, their norms and k k^T, q k^T
+// (loaded and formed once); the rest runs once per head, one head after the other.
 // T: the 16 x 16 diagonal blocks inverted by forward substitution (a lane per column), then the
 // blocks below by block forward substitution, T_rc = -D_r sum_{c <= k < r} A_rk T_kc, one block
 // row a step (three steps), every block product an mma.sync with its fp32 operands split into
@@ -14,7 +16,8 @@
 //
 // -D constants: GDN_GATES (0 raw a, b with A_log, dt_bias; 1 FLA's g, beta), GDN_A_DT, GDN_B_DT,
 // GDN_ALOG_DT, GDN_DTB_DT (0 fp32, 1 bf16, 2 fp16), GDN_NEG (raw beta = 2 sigmoid(b)), GDN_PDL
-// (wait for the kernel before, then let the next one launch), GDN_STORE3.
+// (wait for the kernel before, then let the next one launch), GDN_STORE3, GDN_HEADS (value heads
+// a CTA: a divisor of HV / H).
 
 #define C_ 64
 #define K_ 128
@@ -24,6 +27,9 @@
 #define LOG_DECAY_MIN (-128.0f)    // as triton-chunk: exp of it is 0 in fp32 already
 
 #include "gdn_common.cuh"                      // mma16816, gdn_ld, gdn_pack2/unpack2
+#ifndef GDN_HEADS
+#define GDN_HEADS 1
+#endif
 
 typedef unsigned short bf16_t;
 
@@ -124,11 +130,11 @@ extern "C" __global__ void __launch_bounds__(128) gdn_chunk_prep(const PrepParam
     asm volatile("griddepcontrol.wait;" ::: "memory");   // every input may be the producer's
     asm volatile("griddepcontrol.launch_dependents;");   // the sequential kernel waits for all
 #endif
-    const int HV = (int)p.HV, N = (int)p.N;
+    const int HV = (int)p.HV, N = (int)p.N, groups = HV / GDN_HEADS;
     const long long T_all = p.T_all;
-    const int i_hv = (int)(blockIdx.x % HV);
-    const long long slot = blockIdx.x / HV;
-    const int i_h = i_hv / (HV / (int)p.H);
+    const int hv0 = (int)(blockIdx.x % groups) * GDN_HEADS;    // the group's first value head
+    const long long slot = blockIdx.x / groups;
+    const int i_h = hv0 / (HV / (int)p.H);
     // the slot's sequence: the count of sequences whose first slot cu[n] / C + n is <= slot
     int count = 0;
     for (int n0 = 0; n0 < N; n0 += 128) {
@@ -151,9 +157,12 @@ extern "C" __global__ void __launch_bounds__(128) gdn_chunk_prep(const PrepParam
         cp16(&sm.u.in.k[r][c], p.k + t * p.sk_t + i_h * p.sk_h + c, ok);
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
-    float gam = 0.f;
-    if (tid < C_) {
-        float beta = 0.f;
+    // every head's gates of token tid while the copies land
+    float gams[GDN_HEADS], betas[GDN_HEADS];
+#pragma unroll
+    for (int hh = 0; hh < GDN_HEADS; ++hh) {
+        const int i_hv = hv0 + hh;
+        float gam = 0.f, beta = 0.f;
         if (tid < rem) {
             const long long t = t0 + tid;
             const float xa = gdn_ld<GDN_A_DT>(p.a, t * p.sa_t + i_hv * p.sa_h);
@@ -171,19 +180,11 @@ extern "C" __global__ void __launch_bounds__(128) gdn_chunk_prep(const PrepParam
             beta = xb;
 #endif
         }
-        gam = gam < LOG_DECAY_MIN ? LOG_DECAY_MIN : gam;
-        sm.beta[tid] = beta;
+        gams[hh] = gam < LOG_DECAY_MIN ? LOG_DECAY_MIN : gam;
+        betas[hh] = beta;
     }
-    // G: inclusive sums of gam over the chunk (warps 0 and 1)
-#pragma unroll
-    for (int d = 1; d < 32; d <<= 1) {
-        const float y = __shfl_up_sync(0xffffffffu, gam, d);
-        if (lane >= d) gam += y;
-    }
-    if (tid == 31) sm.total = gam;
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
-    if (tid < C_) sm.G[tid] = tid >= 32 ? gam + sm.total : gam;
     {   // 1 / ||row|| of q and k (two threads a row)
         const int r = tid >> 1, c0 = (tid & 1) * 64;
         float sq = 0.f, sk = 0.f;
@@ -227,134 +228,156 @@ extern "C" __global__ void __launch_bounds__(128) gdn_chunk_prep(const PrepParam
             mma(QK[2 * np + 1], aq, bk[2], bk[3]);
         }
     }
-    __syncthreads();                 // G, rq, rk written
     const float scale = (float)p.scale;
-    // A (to shared memory) and P (kept in QK)
+#pragma unroll 1
+    for (int hh = 0; hh < GDN_HEADS; ++hh) {
+        const int i_hv = hv0 + hh;
+        if (hh) __syncthreads();         // the last head's factors read
+        {   // G: inclusive sums of the head's gam over the chunk (warps 0 and 1)
+            float gam = gams[0], beta = betas[0];
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+            for (int j = 1; j < GDN_HEADS; ++j)      // registers, not a local array indexed by hh
+                if (j == hh) gam = gams[j], beta = betas[j];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int i = 16 * w + g + 8 * h;
-            const float Gi = sm.G[i], bi = sm.beta[i] * sm.rk[i], si = scale * sm.rq[i];
-            float av[2];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int j = 8 * nt + 2 * t4 + e;
-                const float dec = expf(i >= j ? Gi - sm.G[j] : 0.f) * sm.rk[j];
-                av[e] = i > j ? KK[nt][2 * h + e] * dec * bi : 0.f;
-                QK[nt][2 * h + e] = i >= j ? QK[nt][2 * h + e] * dec * si : 0.f;
+            for (int d = 1; d < 32; d <<= 1) {
+                const float y = __shfl_up_sync(0xffffffffu, gam, d);
+                if (lane >= d) gam += y;
             }
-            *reinterpret_cast<float2*>(&sm.A[i][8 * nt + 2 * t4]) = make_float2(av[0], av[1]);
+            if (tid == 31) sm.total = gam;
+            if (tid < C_) sm.beta[tid] = beta;
+            __syncthreads();             // total, beta, rq, rk written
+            if (tid < C_) sm.G[tid] = tid >= 32 ? gam + sm.total : gam;
+            __syncthreads();
         }
-    __syncthreads();
-    // the diagonal block D_w = (I + A_ww)^-1: lane c (c < 16) forms its column c
-    {
-        const int c = lane & 15;
-        float d[16];
+        // A (to shared memory) and P
+        float P[8][4];
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            float s = i == c ? 1.f : 0.f;
+        for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-            for (int j = 0; j < i; ++j)
-                s -= sm.A[16 * w + i][16 * w + j] * d[j];
-            d[i] = s;
-        }
-        if (lane < 16) {
+            for (int h = 0; h < 2; ++h) {
+                const int i = 16 * w + g + 8 * h;
+                const float Gi = sm.G[i], bi = sm.beta[i] * sm.rk[i], si = scale * sm.rq[i];
+                float av[2];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int j = 8 * nt + 2 * t4 + e;
+                    const float dec = expf(i >= j ? Gi - sm.G[j] : 0.f) * sm.rk[j];
+                    av[e] = i > j ? KK[nt][2 * h + e] * dec * bi : 0.f;
+                    P[nt][2 * h + e] = i >= j ? QK[nt][2 * h + e] * dec * si : 0.f;
+                }
+                *reinterpret_cast<float2*>(&sm.A[i][8 * nt + 2 * t4]) = make_float2(av[0], av[1]);
+            }
+        __syncthreads();
+        // the diagonal block D_w = (I + A_ww)^-1: lane c (c < 16) forms its column c
+        {
+            const int c = lane & 15;
+            float d[16];
 #pragma unroll
             for (int i = 0; i < 16; ++i) {
-                sm.T[16 * w + i][16 * w + c] = d[i];
+                float s = i == c ? 1.f : 0.f;
 #pragma unroll
-                for (int cb = 0; cb < 4; ++cb)
-                    if (cb > w) sm.T[16 * w + i][16 * cb + c] = 0.f;
+                for (int j = 0; j < i; ++j)
+                    s -= sm.A[16 * w + i][16 * w + j] * d[j];
+                d[i] = s;
+            }
+            if (lane < 16) {
+#pragma unroll
+                for (int i = 0; i < 16; ++i) {
+                    sm.T[16 * w + i][16 * w + c] = d[i];
+#pragma unroll
+                    for (int cb = 0; cb < 4; ++cb)
+                        if (cb > w) sm.T[16 * w + i][16 * cb + c] = 0.f;
+                }
             }
         }
-    }
-    __syncthreads();
-    // the blocks below: block row r a step, warp c < r forms T_rc
-    for (int r = 1; r < 4; ++r) {
-        if (w < r) {
-            const int c = w;
-            float S[2][4] = {};
-            for (int kb = c; kb < r; ++kb) {
-                const Frag fa = frag_a(&sm.A[16 * r][16 * kb], LD, g, t4);
+        __syncthreads();
+        // the blocks below: block row r a step, warp c < r forms T_rc
+        for (int r = 1; r < 4; ++r) {
+            if (w < r) {
+                const int c = w;
+                float S[2][4] = {};
+                for (int kb = c; kb < r; ++kb) {
+                    const Frag fa = frag_a(&sm.A[16 * r][16 * kb], LD, g, t4);
+#pragma unroll
+                    for (int nt = 0; nt < 2; ++nt) {
+                        unsigned bh[2], bl[2];
+                        frag_b(&sm.T[16 * kb][16 * c], LD, nt, g, t4, bh, bl);
+                        mma3(S[nt], fa, bh, bl);
+                    }
+                }
+                put16(&sm.S[w][0][0], SL, S, 1.f, g, t4);
+                __syncwarp();
+                const Frag fd = frag_a(&sm.T[16 * r][16 * r], LD, g, t4);
+                float X[2][4] = {};
 #pragma unroll
                 for (int nt = 0; nt < 2; ++nt) {
                     unsigned bh[2], bl[2];
-                    frag_b(&sm.T[16 * kb][16 * c], LD, nt, g, t4, bh, bl);
-                    mma3(S[nt], fa, bh, bl);
+                    frag_b(&sm.S[w][0][0], SL, nt, g, t4, bh, bl);
+                    mma3(X[nt], fd, bh, bl);
                 }
+                put16(&sm.T[16 * r][16 * c], LD, X, -1.f, g, t4);
             }
-            put16(&sm.S[w][0][0], SL, S, 1.f, g, t4);
-            __syncwarp();
-            const Frag fd = frag_a(&sm.T[16 * r][16 * r], LD, g, t4);
-            float X[2][4] = {};
+            __syncthreads();
+        }
+        // M = P T, rows [16 w, 16 w + 16): only the blocks at or below the diagonal
+        float M[8][4] = {};
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-                unsigned bh[2], bl[2];
-                frag_b(&sm.S[w][0][0], SL, nt, g, t4, bh, bl);
-                mma3(X[nt], fd, bh, bl);
+        for (int ks = 0; ks < 4; ++ks) {
+            if (ks > w) break;
+            Frag fp;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int nt = 2 * ks + (i >> 1), h = i & 1;
+                split2(P[nt][2 * h], P[nt][2 * h + 1], fp.hi[i], fp.lo[i]);
             }
-            put16(&sm.T[16 * r][16 * c], LD, X, -1.f, g, t4);
+#pragma unroll
+            for (int nt = 0; nt < 2 * ks + 2; ++nt) {
+                unsigned bh[2], bl[2];
+                frag_b(&sm.T[16 * ks][8 * (nt & ~1)], LD, nt & 1, g, t4, bh, bl);
+                mma3(M[nt], fp, bh, bl);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                *reinterpret_cast<float2*>(&sm.A[16 * w + g + 8 * h][8 * nt + 2 * t4]) =
+                    make_float2(M[nt][2 * h], M[nt][2 * h + 1]);
+        __syncthreads();
+        // the stored rows: row i = column i of T (then of M); "bf16x3": hi parts then lo parts
+        constexpr int NP = GDN_STORE3 ? 2 : 1, ROW = 2 * NP * C_;
+        for (int it = tid; it < 2 * C_ * 8; it += 128) {
+            const int i = it & 63, c8 = (it >> 6) & 7, mtx = it >> 9;
+            const float* src = mtx ? &sm.A[0][0] : &sm.T[0][0];
+            unsigned hi[4], lo[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const float x0 = src[(8 * c8 + 2 * u) * LD + i];
+                const float x1 = src[(8 * c8 + 2 * u + 1) * LD + i];
+                if (GDN_STORE3) split2(x0, x1, hi[u], lo[u]);
+                else hi[u] = gdn_pack2<GDN_BF16>(x0, x1);
+            }
+            bf16_t* row = &sm.u.out[i][mtx * NP * C_ + 8 * c8];
+            *reinterpret_cast<uint4*>(row) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            if (GDN_STORE3)
+                *reinterpret_cast<uint4*>(row + C_) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
         }
         __syncthreads();
-    }
-    // M = P T, rows [16 w, 16 w + 16): only the blocks at or below the diagonal
-    float M[8][4] = {};
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-        if (ks > w) break;
-        Frag fp;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int nt = 2 * ks + (i >> 1), h = i & 1;
-            split2(QK[nt][2 * h], QK[nt][2 * h + 1], fp.hi[i], fp.lo[i]);
+        for (int it = tid; it < C_ * (ROW / 8); it += 128) {
+            const int i = it / (ROW / 8), c = (it % (ROW / 8)) * 8;
+            if (i < rem)
+                *reinterpret_cast<uint4*>(p.mats + ((t0 + i) * HV + i_hv) * ROW + c) =
+                    *reinterpret_cast<const uint4*>(&sm.u.out[i][c]);
         }
-#pragma unroll
-        for (int nt = 0; nt < 2 * ks + 2; ++nt) {
-            unsigned bh[2], bl[2];
-            frag_b(&sm.T[16 * ks][8 * (nt & ~1)], LD, nt & 1, g, t4, bh, bl);
-            mma3(M[nt], fp, bh, bl);
+        if (tid < rem) {
+            const float G = sm.G[tid], GL = sm.G[C_ - 1], eG = expf(G);
+            const float rk = sm.rk[tid], beta = sm.beta[tid];
+            float* v = p.vecs + (long long)i_hv * 5 * T_all + t0 + tid;
+            v[0] = beta;
+            v[T_all] = beta * rk * eG;
+            v[2 * T_all] = scale * sm.rq[tid] * eG;
+            v[3 * T_all] = rk * expf(GL - G);
+            v[4 * T_all] = expf(GL);
         }
-    }
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-            *reinterpret_cast<float2*>(&sm.A[16 * w + g + 8 * h][8 * nt + 2 * t4]) =
-                make_float2(M[nt][2 * h], M[nt][2 * h + 1]);
-    __syncthreads();
-    // the stored rows: row i = column i of T (then of M); "bf16x3": hi parts then lo parts
-    constexpr int NP = GDN_STORE3 ? 2 : 1, ROW = 2 * NP * C_;
-    for (int it = tid; it < 2 * C_ * 8; it += 128) {
-        const int i = it & 63, c8 = (it >> 6) & 7, mtx = it >> 9;
-        const float* src = mtx ? &sm.A[0][0] : &sm.T[0][0];
-        unsigned hi[4], lo[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            const float x0 = src[(8 * c8 + 2 * u) * LD + i], x1 = src[(8 * c8 + 2 * u + 1) * LD + i];
-            if (GDN_STORE3) split2(x0, x1, hi[u], lo[u]);
-            else hi[u] = gdn_pack2<GDN_BF16>(x0, x1);
-        }
-        bf16_t* row = &sm.u.out[i][mtx * NP * C_ + 8 * c8];
-        *reinterpret_cast<uint4*>(row) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        if (GDN_STORE3)
-            *reinterpret_cast<uint4*>(row + C_) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-    }
-    __syncthreads();
-    for (int it = tid; it < C_ * (ROW / 8); it += 128) {
-        const int i = it / (ROW / 8), c = (it % (ROW / 8)) * 8;
-        if (i < rem)
-            *reinterpret_cast<uint4*>(p.mats + ((t0 + i) * HV + i_hv) * ROW + c) =
-                *reinterpret_cast<const uint4*>(&sm.u.out[i][c]);
-    }
-    if (tid < rem) {
-        const float G = sm.G[tid], GL = sm.G[C_ - 1], eG = expf(G);
-        const float rk = sm.rk[tid], beta = sm.beta[tid];
-        float* v = p.vecs + (long long)i_hv * 5 * T_all + t0 + tid;
-        v[0] = beta;
-        v[T_all] = beta * rk * eG;
-        v[2 * T_all] = scale * sm.rq[tid] * eG;
-        v[3 * T_all] = rk * expf(GL - G);
-        v[4 * T_all] = expf(GL);
-    }
+    }                                // the group's heads
 }

@@ -44,14 +44,15 @@ def rel(got, want):
     return float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30))
 
 
-def cuda_prep(x, mats, vecs, T_all):
-    """cuda-chunk's prep kernel (backends/cuda_chunk_prep.cu) into (mats, vecs)."""
+def cuda_prep(x, mats, vecs, T_all, heads=None):
+    """cuda-chunk's prep kernel (backends/cuda_chunk_prep.cu) into (mats, vecs), ``heads`` value
+    heads a CTA (None: its pick)."""
     from gdnzoo.backends import _cuda_chunk_prep
     gates, ga, gb, A_log, dt_bias = tlaunch.prefill_gates(x["A_log"], x["a"], x["dt_bias"],
                                                           x["b"], None, None)
     c = tc.normalize(None)
     _cuda_chunk_prep.launch(x["q"], x["k"], ga, gb, A_log, dt_bias, x["cu"], mats, vecs,
-                            K ** -0.5, True, gates, c)
+                            K ** -0.5, True, gates, c, heads=heads)
 
 
 def as_f32(mats, T, HV):
@@ -74,6 +75,9 @@ def main():
     ap.add_argument("--cells", default="4/8:1x8192,16/32:1x8192")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--oracle", action="store_true")
+    ap.add_argument("--heads", default="",
+                    help="comma list of value heads a CTA to time beside the pick (each checked "
+                         "bit-identical to one head a CTA)")
     args = ap.parse_args()
     for cell in args.cells.split(","):
         x = cell_inputs(cell)
@@ -109,6 +113,21 @@ def main():
         tcu = kernel_medians(lambda: cuda_prep(x, mats, vecs, T_all), args.reps)["prep"]
         print(f"{cell:14s} prep kernel: triton {tt:8.1f} us   cuda {tcu:8.1f} us   "
               f"({tt / tcu:.2f}x)", flush=True)
+        gva = HV // x["q"].shape[1]
+        heads = [int(h) for h in args.heads.split(",") if h and gva % int(h) == 0]
+        if heads:
+            one = [torch.full_like(mats, float("nan")), torch.full_like(vecs, float("nan"))]
+            cuda_prep(x, *one, T_all, heads=1)
+            parts = []
+            for h in heads:
+                got = [torch.full_like(mats, float("nan")), torch.full_like(vecs, float("nan"))]
+                cuda_prep(x, *got, T_all, heads=h)
+                torch.cuda.synchronize()
+                same = all(torch.equal(a.nan_to_num(0), b.nan_to_num(0))
+                           and torch.equal(a.isnan(), b.isnan()) for a, b in zip(got, one))
+                t = kernel_medians(lambda: cuda_prep(x, *got, T_all, heads=h), args.reps)["prep"]
+                parts.append(f"heads {h}: {t:7.1f} us{'' if same else ' DIFFERS from heads 1'}")
+            print(f"{cell:14s} cuda prep " + " | ".join(parts), flush=True)
 
 
 if __name__ == "__main__":

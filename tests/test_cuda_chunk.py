@@ -1,7 +1,8 @@
 """cuda-chunk's prep kernel (backends/cuda_chunk_prep.cu) against triton-chunk's Triton prep
 kernel: both write the workspace for the same inputs, which must agree (T^T and M^T as their
 stored parts, the five factors per token) over gate forms, dtypes, precisions, GVA ratios and
-ragged batches with a zero-length sequence.  Outputs and states of cuda-chunk against the
+ragged batches with a zero-length sequence; grouping a k-head's value heads in one CTA must
+not change a bit of it.  Outputs and states of cuda-chunk against the
 reference run in the registry's matrices (tests/test_prefill.py, test_forms.py,
 test_prefill_checkpoints.py).  The refusals and the config checks run on CPU."""
 from __future__ import annotations
@@ -45,7 +46,16 @@ def test_config_prep_is_checked_before_any_kernel():
         tc.resolve(dict(fixed, prep="cuda"), 1, 8, 128, torch.device("cpu"))
 
 
-def _workspace(x, gates, precision, neg, use_cuda):
+def test_value_heads_a_cta_fill_one_wave_then_groups_of_three_or_four():
+    wave = 132 * prep.CTAS_PER_SM
+    assert prep.pick_heads(2, wave, 132) == 1                       # one wave at one head
+    assert prep.pick_heads(2, wave + 1, 132) == 2                   # one wave at two
+    assert prep.pick_heads(4, 3 * wave, 132) == 4                   # the smallest that fits
+    assert prep.pick_heads(4, 2 * wave, 132) == 2
+    assert [prep.pick_heads(g, 10**6, 132) for g in (1, 2, 3, 4, 6, 8)] == [1, 1, 3, 4, 3, 4]
+
+
+def _workspace(x, gates, precision, neg, use_cuda, heads=None):
     c = tc.resolve(dict(precision=precision, segments=1), x.cu_seqlens.numel() - 1,
                    x.v.shape[1], x.v.shape[2], x.q.device, tokens=x.q.shape[0])
     T, HV = x.q.shape[0], x.v.shape[1]
@@ -58,7 +68,7 @@ def _workspace(x, gates, precision, neg, use_cuda):
     else:
         args = tlaunch.prefill_gates(x.A_log, x.a, x.dt_bias, x.b, None, None)
     kind, ga, gb, A_log, dt_bias = args
-    launch = prep.launch if use_cuda else (
+    launch = (lambda *a, **kw: prep.launch(*a, **kw, heads=heads)) if use_cuda else (
         lambda *a, neg, pdl: tc.launch_prep(*a, neg=neg))
     launch(x.q, x.k, ga, gb, A_log, dt_bias, x.cu_seqlens, mats, vecs, x.scale or 128 ** -0.5,
            True, kind, c, neg=neg, pdl=False)
@@ -78,6 +88,7 @@ CASES = [
     ([200, 64, 0, 129], 2, 6, True, "bf16x3", False, torch.float32, torch.int32),
     ([200, 64, 0, 129], 4, 8, False, "bf16", True, torch.float32, torch.int32),
     ([1, 17, 500], 1, 1, False, "bf16", False, torch.bfloat16, torch.int64),
+    ([700, 0, 90], 2, 8, False, "bf16x3", False, torch.bfloat16, torch.int32),
 ]
 
 
@@ -101,6 +112,24 @@ def test_the_cuda_prep_writes_the_triton_prep_workspace(i):
     tol = 1e-4 if neg else 2e-5
     assert _rel(mg, mw) < tol, f"T^T / M^T differ: {_rel(mg, mw):.2e}"
     assert _rel(got[1], want[1]) < 2e-5, f"per-token factors differ: {_rel(got[1], want[1]):.2e}"
+
+
+@pytest.mark.skipif(MISSING is not None, reason=f"cuda-chunk cannot run here: {MISSING}")
+@pytest.mark.parametrize("i", range(len(CASES)))
+def test_value_heads_grouped_in_a_cta_write_the_same_workspace_bit_for_bit(i):
+    """Every divisor of GVA up to prep.MAX_HEADS as the value heads a CTA: the workspace one
+    head a CTA writes, bit for bit (each head's arithmetic is the same)."""
+    lens, H, HV, gates, precision, neg, gdt, cdt = CASES[i]
+    x = make_prefill_inputs(lens, H=H, HV=HV, device="cuda", seed=i, index_dtype=cdt)
+    x = dataclasses.replace(x, a=x.a.to(gdt), b=x.b.to(gdt))
+    torch.manual_seed(i)
+    one = _workspace(x, gates, precision, neg, use_cuda=True, heads=1)
+    for h in (d for d in range(2, prep.MAX_HEADS + 1) if (HV // H) % d == 0):
+        torch.manual_seed(i)
+        got = _workspace(x, gates, precision, neg, use_cuda=True, heads=h)
+        for a, b in zip(got, one):
+            assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0),
+                                                                     b.nan_to_num(0)), h
 
 
 @pytest.mark.skipif(not tc.available()[0], reason=tc.available()[1])

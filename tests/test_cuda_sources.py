@@ -172,10 +172,15 @@ def test_kfirst_variants_compile_with_nvcc():
     _compile_all(KFIRST_VARIANTS)
 
 
-# cuda-chunk's prep kernel: raw and precomputed gates, every gate dtype, NEG, PDL, both stores
+# cuda-chunk's prep kernel: raw and precomputed gates, every gate dtype, NEG, PDL, both stores,
+# one to four value heads a CTA
 PREP_VARIANTS = [dict(GATES=0, A_DT=1, B_DT=1, ALOG_DT=0, DTB_DT=0, NEG=0, PDL=0, STORE3=1),
-                 dict(GATES=1, A_DT=0, B_DT=2, ALOG_DT=0, DTB_DT=0, NEG=0, PDL=1, STORE3=0),
-                 dict(GATES=0, A_DT=2, B_DT=0, ALOG_DT=1, DTB_DT=2, NEG=1, PDL=0, STORE3=1)]
+                 dict(GATES=1, A_DT=0, B_DT=2, ALOG_DT=0, DTB_DT=0, NEG=0, PDL=1, STORE3=0,
+                      HEADS=2),
+                 dict(GATES=0, A_DT=2, B_DT=0, ALOG_DT=1, DTB_DT=2, NEG=1, PDL=0, STORE3=1,
+                      HEADS=3),
+                 dict(GATES=0, A_DT=1, B_DT=1, ALOG_DT=0, DTB_DT=0, NEG=0, PDL=0, STORE3=0,
+                      HEADS=4)]
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")
