@@ -5,9 +5,10 @@ The sequential kernel computes what triton-chunk-bf16's computes (every product 
 chain with bf16 operands, fp32 accumulation, the state kept in fp32): outputs and states were
 bit-identical to it in every form measured on an H200, so the precision is triton-chunk-bf16's
 (~2.5e-3 relative state error at 8k tokens against float64, FlashInfer's ~3.9e-3), and it is
-named only, never the automatic choice.  Its time on an H200, the sequential kernel alone: 178
-against 285 us at 16/32 heads, 1 x 8192 tokens; 117 against 143 at 8 x 1024
-(lab/notebook/h200/wgmma_chain_2026-11-29/).
+named only, never the automatic choice.  On an H200, the sequential kernel alone: 181 against
+Triton's 280 us at 16/32 heads, 1 x 8192 tokens; 116 against 143 at 8 x 1024
+(lab/notebook/h200/wgmma_chain_2026-11-29/); the whole call beside FlashInfer's kernel:
+bench/results/h200/prefill_cuda_chunk_bf16/.
 
 Serves K = 128, V a multiple of 64, bf16 q/k/v on a compute capability 9.0 GPU with CuPy;
 refuses the rest with the reason (triton-chunk-bf16 serves them).  Tensors TMA cannot address
