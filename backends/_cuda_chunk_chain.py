@@ -86,7 +86,8 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
            checkpoints=None, checkpoint_every=None, pdl=False, no_out=False):
     """The chain kernel on the workspace (mats: bf16 rows, vecs: the factors) with the
     arguments of triton-chunk's ``launch_state``.  Needs T >= 1 and q, k, v, out that TMA
-    can address (:func:`_cuda_build.aligned16`).  ``no_out``: timing only (the outputs warpgroup computes nothing)."""
+    can address (:func:`_cuda_build.aligned16`).  ``no_out``: timing only (the outputs
+    warpgroup computes nothing)."""
     T, H, _ = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1

@@ -1,7 +1,7 @@
 """cuda-chunk-bf16's sequential kernel (``backends/cuda_chunk_chain.cu``, warpgroup MMAs and
 TMA) against triton-chunk's with "bf16" products, on one workspace: errors against float64 and
-against the Triton chain, then each chain kernel alone (torch.profiler records, medians).  The state forms against
-triton-chunk: tests/test_cuda_chunk_chain.py.  On an sm_90 GPU with cupy, from the repository
+against the Triton chain, then each chain kernel alone (torch.profiler records, medians).  The
+state forms against triton-chunk: tests/test_cuda_chunk_chain.py.  On an sm_90 GPU with cupy, from the repository
 root:
 
     python -m lab.wgmma_chain                               # the default cells

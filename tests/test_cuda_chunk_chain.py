@@ -2,11 +2,11 @@
 against triton-chunk's sequential kernel with the same "bf16" products, on the same workspace
 (both after cuda-chunk's prep): outputs, states, pools and checkpoints must be bit-identical in
 every state form (dense, K-first, pools with padding and has_initial_state, separate write slots,
-bf16 states, checkpoints, PDL, int32/int64 indices, V = 64, sequences shorter than a chunk), and
-views off the CUDA kernels' 16-byte grain must take the Triton kernels.  Outputs and states against the
-reference run in the registry's matrices (tests/test_prefill.py, test_forms.py,
-test_prefill_checkpoints.py, test_prefill_graphs.py).  Refusals, config checks and the TMA
-address rule run on CPU."""
+bf16 states, checkpoints, PDL, int32/int64 indices, V = 64, sequences shorter than a chunk),
+and views off the CUDA kernels' 16-byte grain must take the Triton kernels.  Outputs and states
+against the reference run in the registry's matrices (tests/test_prefill.py, test_forms.py,
+test_prefill_checkpoints.py, test_prefill_graphs.py).  Refusals, config checks and the 16-byte
+rule run on CPU."""
 from __future__ import annotations
 
 import re
