@@ -310,8 +310,8 @@ def test_config_checked():
     assert (ahead.v_ahead, ahead.stages) == (1, 3)
     assert (c.v_ahead, c.stages) == (0, 2)
     assert tc.resolve(dict(block_v=16, v_ahead=0), 1, 8, 128, torch.device("cpu")).stages == 2
-    assert tc.resolve(dict(block_v=32, v_ahead=1, stages=2), 1, 8, 128,
-                      torch.device("cpu"))[2:] == (2, 4, 64, "bf16x3", 8, 1, 1, "triton")
+    assert tc.resolve(dict(block_v=32, v_ahead=1, stages=2), 1, 8, 128, torch.device("cpu"))[2:] \
+        == (2, 4, 64, "bf16x3", 8, 1, 1, "triton", "triton")
     for bad in (-1, tc.MAX_SEGMENTS + 1):
         with pytest.raises(ValueError, match="config: segments"):
             tc.resolve(dict(segments=bad), 1, 8, 128, torch.device("cpu"))
