@@ -2,9 +2,9 @@
 kernel: both write the workspace for the same inputs, which must agree (T^T and M^T as their
 stored parts, the five factors per token) over gate forms, dtypes, precisions, GVA ratios and
 ragged batches with a zero-length sequence; grouping a k-head's value heads in one CTA must
-not change a bit of it.  Outputs and states of cuda-chunk against the
-reference run in the registry's matrices (tests/test_prefill.py, test_forms.py,
-test_prefill_checkpoints.py).  The refusals and the config checks run on CPU."""
+not change a bit of it.  Outputs and states of cuda-chunk against the reference run in the
+registry's matrices (tests/test_prefill.py, test_forms.py, test_prefill_checkpoints.py).  The
+refusals and the config checks run on CPU."""
 from __future__ import annotations
 
 import dataclasses
