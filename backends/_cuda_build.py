@@ -190,9 +190,15 @@ def _compile(source: str, options: list, kind: str) -> bytes:
         nvrtc.destroyProgram(prog)
 
 
-def get_kernel(cu_path: Path, name: str, defs, device_index: int) -> Kernel:
-    """Compile (or load from the caches) kernel ``name`` of ``cu_path`` for this device."""
-    key = (device_index, str(cu_path), name, defs)
+MAX_DYNAMIC_SHARED = 8         # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+DEFAULT_SHARED = 48 * 1024     # dynamic shared memory a launch may take without that attribute
+
+
+def get_kernel(cu_path: Path, name: str, defs, device_index: int, shared: int = 0) -> Kernel:
+    """Compile (or load from the caches) kernel ``name`` of ``cu_path`` for this device.
+    ``shared``: the dynamic shared memory its launches take; above 48 KB the function's limit
+    is raised to it once, when loaded."""
+    key = (device_index, str(cu_path), name, defs, shared)
     kern = _kernels.get(key)
     if kern is not None:
         return kern
@@ -225,6 +231,8 @@ def get_kernel(cu_path: Path, name: str, defs, device_index: int) -> Kernel:
                          static_smem=driver.funcGetAttribute(1, func),
                          local_bytes=driver.funcGetAttribute(3, func),
                          num_regs=driver.funcGetAttribute(4, func))
+            if shared > DEFAULT_SHARED:
+                driver.funcSetAttribute(func, MAX_DYNAMIC_SHARED, shared)
         kern = Kernel(func, module, arch, options, attrs)
         _kernels[key] = kern
         return kern

@@ -34,8 +34,6 @@ PARAMS = struct.Struct("<9Q23q")
 STAGE = -(-(2 * CHUNK * HEAD_DIM * 2 + 3 * CHUNK * CHUNK * 2 + 4 * CHUNK * 4 + 16) // 1024) * 1024
 # two stages, two handover buffers (S0 and R in bf16), two output buffers, the barriers
 SMEM = 2 * STAGE + 2 * (ROWS * HEAD_DIM + ROWS * CHUNK) * 2 + 2 * CHUNK * 64 * 2 + 1024
-MAX_DYNAMIC_SHARED = 8           # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-_sized: set = set()
 
 
 def serves(cc, K: int, V: int, io_dtype, precision: str, chunk: int):
@@ -55,15 +53,6 @@ def serves(cc, K: int, V: int, io_dtype, precision: str, chunk: int):
     if chunk != CHUNK:
         return False, f"its sequential kernel is written for chunk={CHUNK}, got {chunk}"
     return True, ""
-
-
-def _kernel(defs: tuple, device_index: int):
-    kern = cuda_build.get_kernel(SOURCE, NAME, (("GDN_SMEM", SMEM), *defs), device_index)
-    if (defs, device_index) not in _sized:
-        from cupy_backends.cuda.api import driver
-        driver.funcSetAttribute(kern.func, MAX_DYNAMIC_SHARED, SMEM)
-        _sized.add((defs, device_index))
-    return kern.func
 
 
 def tensor_maps(q, k, v, mats, out) -> bytes:
@@ -103,7 +92,7 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
         GDN_C_DT=code[ckpt.dtype], GDN_CU64=int(cu_seqlens.dtype == torch.int64),
         GDN_IDX64=int(idx.dtype == torch.int64), GDN_NIDX64=int(new_idx.dtype == torch.int64),
         GDN_NO_OUT=int(bool(no_out))).items()))
-    func = _kernel(defs, dev)
+    func = cuda_build.get_kernel(SOURCE, NAME, (("GDN_SMEM", SMEM), *defs), dev, SMEM).func
     body = tensor_maps(q, k, v, mats, out) + PARAMS.pack(
         cu_seqlens.data_ptr(), vecs.data_ptr(), out.data_ptr(), src.data_ptr(),
         new_state.data_ptr(), idx.data_ptr(), new_idx.data_ptr(), init.data_ptr(),

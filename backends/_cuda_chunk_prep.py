@@ -23,12 +23,8 @@ PARAMS = struct.Struct("<9Q16qd")
 # dynamic shared memory of PrepSmem: q and k tiles (their space reused for the stored rows),
 # A/M and T in fp32, four warps' 16 x 16 scratch, four [C] vectors and a total
 SMEM = 2 * CHUNK * (HEAD_DIM + 8) * 2 + 2 * CHUNK * 68 * 4 + 4 * 16 * 20 * 4 + 4 * CHUNK * 4 + 16
-MAX_DYNAMIC_SHARED = 8            # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 CTAS_PER_SM = 3                   # resident at SMEM (~75 KB) on Hopper's 228 KB an SM
 MAX_HEADS = 4
-
-_sized: set = set()
-
 
 def serves(K: int, io_dtype, precision: str, chunk: int):
     """(ok, reason): what the kernel is written for."""
@@ -59,15 +55,6 @@ def pick_heads(gva: int, ctas: int, n_sm: int) -> int:
     return max((d for d in divisors if d >= 3), default=1)
 
 
-def _kernel(defs, device_index: int):
-    kern = cuda_build.get_kernel(SOURCE, NAME, defs, device_index)
-    if (defs, device_index) not in _sized:
-        from cupy_backends.cuda.api import driver
-        driver.funcSetAttribute(kern.func, MAX_DYNAMIC_SHARED, SMEM)
-        _sized.add((defs, device_index))
-    return kern
-
-
 def launch(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c, *,
            neg=False, pdl=False, heads=None):
     """The prep kernel into the workspace (mats, vecs), with the arguments of triton-chunk's
@@ -87,7 +74,7 @@ def launch(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gate
         GDN_PDL=int(bool(pdl)), GDN_STORE3=int(c.precision == "bf16x3"),
         GDN_HEADS=heads).items()))
     grid = slots * (HV // heads)
-    func = _kernel(defs, dev).func
+    func = cuda_build.get_kernel(SOURCE, NAME, defs, dev, SMEM).func
     # packed per call (the grid and T change with every prompt); the driver copies the block
     params = ctypes.create_string_buffer(PARAMS.pack(
         q.data_ptr(), k.data_ptr(), ga.data_ptr(), gb.data_ptr(), A_log.data_ptr(),

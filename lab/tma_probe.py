@@ -42,10 +42,8 @@ def main():
     tmap = tensor_map(B.data_ptr(), (128, 64), (B.stride(0) * 2,), (64, 64))
     vals = (16, 128, 1024, 2048, 8192)
     for mode in (0, 1):
-        func = cuda_build.get_kernel(SOURCE, "tma_probe", (("GDN_MODE", mode),),
-                                     dev).func
-        from cupy_backends.cuda.api import driver
-        driver.funcSetAttribute(func, 8, SMEM)      # max dynamic shared memory
+        func = cuda_build.get_kernel(SOURCE, "tma_probe", (("GDN_MODE", mode),), dev,
+                                     SMEM).func
         nn = 64 if mode == 0 else 128
         steps = (0, 1, 5) if mode == 0 else (0, 1, 3)
         good = {}
