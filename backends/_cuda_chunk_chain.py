@@ -34,6 +34,10 @@ PARAMS = struct.Struct("<9Q23q")
 STAGE = -(-(2 * CHUNK * HEAD_DIM * 2 + 3 * CHUNK * CHUNK * 2 + 4 * CHUNK * 4 + 16) // 1024) * 1024
 # two stages, two handover buffers (S0 and R in bf16), two output buffers, the barriers
 SMEM = 2 * STAGE + 2 * (ROWS * HEAD_DIM + ROWS * CHUNK) * 2 + 2 * CHUNK * 64 * 2 + 1024
+MAX_SEGMENTS = 4
+# a segment's chain of chunks must outweigh the combine and the output pass (two launches):
+# at least 16 chunks a segment (an estimate from triton-chunk's segments, not measured here)
+SEGMENT_MIN_CHUNKS = 16
 
 
 def serves(cc, K: int, V: int, io_dtype, precision: str, chunk: int):
@@ -72,40 +76,65 @@ def tensor_maps(q, k, v, mats, out) -> bytes:
 
 def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indices=None,
            new_state_indices=None, null_slot=-1, has_initial_state=None, k_first=False,
-           checkpoints=None, checkpoint_every=None, pdl=False, no_out=False):
+           checkpoints=None, checkpoint_every=None, pdl=False, no_out=False, segments=0):
     """The chain kernel on the workspace (mats: bf16 rows, vecs: the factors) with the
     arguments of triton-chunk's ``launch_state``.  Needs T >= 1 and q, k, v, out that TMA
     can address (:func:`_cuda_build.aligned16`).  ``no_out``: timing only (the outputs
-    warpgroup computes nothing)."""
-    T, H, _ = q.shape
+    warpgroup computes nothing).  ``segments`` S > 1: the chains of triton-chunk's segmented
+    form (:mod:`backends._triton_chunk_cp`'s cp_chain_kernel: S segments from the state or
+    zeros, S - 1 identity chains, K == V), ``out`` its fp32 [2, T, HV, V] output buffer and
+    ``new_state`` its fp32 [2, N, S, HV, V, K] buffer of final tiles (no checkpoints, no
+    PDL); the pool arguments then only say where segment 0's state is read."""
+    T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
     pool, idx, new_idx, init, src, ss = tlaunch.chain_slots(
         cu_seqlens, state, new_state, state_indices, new_state_indices, has_initial_state, k_first)
-    ckpt = new_state if checkpoints is None else checkpoints
+    seg = segments if segments > 1 else 0
+    # the segmented form's buffers, viewed as one [T, HV, V] output and [.., HV, V, K] state
+    o2 = out[0] if seg else out
+    ns = new_state.view(-1, HV, V, K) if seg else new_state
+    ckpt = ns if checkpoints is None else checkpoints
     code = cuda_build.DTYPE_CODE
-    defs = tuple(sorted(dict(
+    defs = dict(
         GDN_STATE0=int(state is not None), GDN_POOL=pool,
         GDN_HAS_INIT=int(has_initial_state is not None), GDN_CKPT=int(checkpoints is not None),
-        GDN_PDL=int(bool(pdl)), GDN_S_DT=code[src.dtype], GDN_NS_DT=code[new_state.dtype],
+        GDN_PDL=int(bool(pdl)), GDN_S_DT=code[src.dtype], GDN_NS_DT=code[ns.dtype],
         GDN_C_DT=code[ckpt.dtype], GDN_CU64=int(cu_seqlens.dtype == torch.int64),
         GDN_IDX64=int(idx.dtype == torch.int64), GDN_NIDX64=int(new_idx.dtype == torch.int64),
-        GDN_NO_OUT=int(bool(no_out))).items()))
-    func = cuda_build.get_kernel(SOURCE, NAME, (("GDN_SMEM", SMEM), *defs), dev, SMEM).func
-    body = tensor_maps(q, k, v, mats, out) + PARAMS.pack(
+        GDN_NO_OUT=int(bool(no_out)))
+    if seg:
+        if pdl or checkpoints is not None or K != V:
+            raise ValueError("segments: K == V, no checkpoints and no PDL")
+        defs["GDN_SEG"] = seg
+    func = cuda_build.get_kernel(
+        SOURCE, NAME, (("GDN_SMEM", SMEM), *sorted(defs.items())), dev, SMEM).func
+    # with segments the outputs are stored directly (fp32): v's map stands in for out's
+    body = tensor_maps(q, k, v, mats, v if seg else out) + PARAMS.pack(
         cu_seqlens.data_ptr(), vecs.data_ptr(), out.data_ptr(), src.data_ptr(),
-        new_state.data_ptr(), idx.data_ptr(), new_idx.data_ptr(), init.data_ptr(),
-        ckpt.data_ptr(), N, T, out.stride(0), out.stride(1), H, HV, V, *ss,
-        *tlaunch.state_strides(new_state, k_first), *tlaunch.state_strides(ckpt, k_first),
-        src.shape[0], new_state.shape[0], null_slot, checkpoint_every or 1)
+        ns.data_ptr(), idx.data_ptr(), new_idx.data_ptr(), init.data_ptr(),
+        ckpt.data_ptr(), N, T, o2.stride(0), o2.stride(1), H, HV, V, *ss,
+        *tlaunch.state_strides(ns, k_first), *tlaunch.state_strides(ckpt, k_first),
+        src.shape[0], ns.shape[0], null_slot, checkpoint_every or 1)
     # the driver copies the parameter block at launch
     params = ctypes.create_string_buffer(body + bytes(-len(body) % 64))
     argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-    grid = N * HV * (V // ROWS)
+    grid = (2 * seg - 1 if seg else 1) * N * HV * (V // ROWS)
     if pdl:
         from gdnzoo.backends._pdl_launch import PdlConfig
         cuda_build.launch_raw_pdl(PdlConfig(grid, THREADS, SMEM), func, dev,
                                   ctypes.addressof(argv))
     else:
         cuda_build.launch_raw(func, grid, THREADS, dev, ctypes.addressof(argv), SMEM)
+
+
+def pick_segments(programs: int, n_sm: int, tokens: int, N: int) -> int:
+    """Segments S for ``programs`` CTAs (N * HV * V / 64) of one segment: the most, up to
+    :data:`MAX_SEGMENTS`, whose (2 S - 1) programs still fit one wave of SMs (one CTA an SM),
+    once the sequences average at least :data:`SEGMENT_MIN_CHUNKS` chunks a segment; else 1."""
+    best = 1
+    for S in range(2, MAX_SEGMENTS + 1):
+        if (2 * S - 1) * programs <= n_sm and tokens >= S * SEGMENT_MIN_CHUNKS * CHUNK * max(N, 1):
+            best = S
+    return best

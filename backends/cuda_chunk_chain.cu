@@ -77,6 +77,12 @@
 #ifndef GDN_NIDX64
 #define GDN_NIDX64 1
 #endif
+#ifndef GDN_SEG
+#define GDN_SEG 0
+#endif
+#if GDN_SEG && (GDN_CKPT || GDN_PDL)
+#error "GDN_SEG: no checkpoints, no PDL (the launcher runs one segment then)"
+#endif
 
 typedef unsigned short bf16_t;
 
@@ -249,7 +255,18 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
     const int HV = (int)p.HV, NV = (int)(p.V / ROWS);
     const int i_v = (int)(blockIdx.x % NV);
     const long long i_nh = blockIdx.x / NV;
+#if GDN_SEG
+    // task-major, as triton-chunk's cp_chain_kernel: tasks 0..S-1 the segments' chains, S..2S-2
+    // the identity chains of segments 1..S-1
+    const long long i_n = (i_nh / HV) % p.N;
+    const int task = (int)(i_nh / HV / p.N);
+    const bool ident = task >= GDN_SEG;
+    const int seg = ident ? task - GDN_SEG + 1 : task;
+#else
     const long long i_n = i_nh / HV;
+    constexpr bool ident = false;
+    constexpr int seg = 0;
+#endif
     const int i_hv = (int)(i_nh % HV);
     const int i_h = i_hv / (HV / (int)p.H);
 #if GDN_PDL
@@ -276,7 +293,18 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
 #endif
     const int row0 = i_v * ROWS;
     const int r0 = 16 * w + g;                  // a warpgroup thread's rows r0, r0 + 8
-    const long long n_chunks = (eos - bos + C_ - 1) / C_;
+    // this CTA's chunks: all of the sequence's, or those of its segment (ceil(chunks / S) a
+    // segment; later segments may be empty); c0: the first one's first token
+    long long n_chunks = (eos - bos + C_ - 1) / C_, c0 = bos;
+#if GDN_SEG
+    {
+        const long long per = (n_chunks + GDN_SEG - 1) / GDN_SEG;
+        const long long j0 = seg * per < n_chunks ? seg * per : n_chunks;
+        const long long j1 = j0 + per < n_chunks ? j0 + per : n_chunks;
+        c0 = bos + j0 * C_;
+        n_chunks = j1 - j0;
+    }
+#endif
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s) {
             bar_init(&sm.full[s], 1 + 32);      // the producer's expect_tx + its lanes' copies
@@ -295,7 +323,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
             const int s = (int)(jc % STAGES);
             if (jc >= STAGES) wait_bar(smem_u32(&sm.empty[s]), (unsigned)((jc / STAGES - 1) & 1));
             Stage& st = sm.st[s];
-            const long long t0 = bos + jc * C_, rem = eos - t0;
+            const long long t0 = c0 + jc * C_, rem = eos - t0;
             const unsigned full = smem_u32(&sm.full[s]);
             if (lane == 0) {
                 asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
@@ -326,7 +354,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
         const int ti = tid - 128;
         for (long long jc = 0; jc < n_chunks; ++jc) {
             const int s = (int)(jc % STAGES), b = (int)(jc & 1);
-            const long long t0 = bos + jc * C_, rem = eos - t0;
+            const long long t0 = c0 + jc * C_, rem = eos - t0;
             wait_bar(smem_u32(&sm.full[s]), (unsigned)((jc / STAGES) & 1));
             wait_bar(smem_u32(&sm.hfull[b]), (unsigned)((jc >> 1) & 1));
             const Stage& st = sm.st[s];
@@ -356,6 +384,20 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
             pin(Y);
             bar_arrive(&sm.hempty[b]);          // S0 and R of this chunk read
             bar_arrive(&sm.empty[s]);           // q, M^T and fq read
+#if GDN_SEG
+            {   // fp32 into the buffer of the task's role (o, then w), [T, HV, V] each
+                float* ob = reinterpret_cast<float*>(p.out) + (ident ? p.T_all * HV * p.V : 0);
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
+                        if (i < rem)
+                            ob[(t0 + i) * p.so_t + i_hv * p.so_h + row0 + r] = keep * Y[4 * j + e];
+                    }
+            }
+            continue;
+#endif
             if (rem >= C_) {                    // staged, then one TMA store
                 bf16_t* ob = sm.ob[b];
                 if (ti == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
@@ -387,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
 
     // warpgroup 0: the chain
     float S[64];                                // the state tile [64, 128] as an m64n128 accumulator
-    bool init = rd && GDN_STATE0;
+    bool init = rd && GDN_STATE0 && seg == 0 && !ident;
 #if GDN_HAS_INIT
     init = init && p.has_init[i_n] != 0;
 #endif
@@ -397,7 +439,10 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
 #pragma unroll
         for (int e = 0; e < 4; ++e)
             S[4 * j + e] = init ? gdn_ld<GDN_S_DT>(p.state, rbase + (r0 + 8 * (e >> 1)) * p.ss_v
-                                                   + (8 * j + 2 * t4 + (e & 1)) * p.ss_k) : 0.f;
+                                                   + (8 * j + 2 * t4 + (e & 1)) * p.ss_k)
+                         // an identity chain starts from the rows row0.. of I_K (K == V)
+                         : (ident && row0 + r0 + 8 * (e >> 1) == 8 * j + 2 * t4 + (e & 1)) ? 1.f
+                         : 0.f;
 #if GDN_CKPT
     const long long crow0 = checkpoint_row0(p, i_n), n_tok = eos - bos;
 #endif
@@ -431,7 +476,8 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
-                X[4 * j + e] = bf2f(st.v[sw(i, r)]) * st.f[0][i] - X[4 * j + e] * st.f[1][i];
+                X[4 * j + e] = (ident ? 0.f : bf2f(st.v[sw(i, r)]) * st.f[0][i])
+                               - X[4 * j + e] * st.f[1][i];
             }
         unsigned ra[4][4];
 #pragma unroll
@@ -475,7 +521,14 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
         }
 #endif
     }
+#if GDN_SEG
+    // Z (a segment's chain from zeros, or segment 0's from the state) or Phi (an identity
+    // chain) into the [2, N, S, HV, V, K] fp32 buffer the combine reads
+    store_tile<0>(S, p.new_state, ((((ident ? 1 : 0) * p.N + i_n) * GDN_SEG + seg) * HV + i_hv)
+                  * p.V * K_ + row0 * K_, K_, 1, r0, t4);
+#else
     if (wr)
         store_tile<GDN_NS_DT>(S, p.new_state, slot_w * p.sn_n + i_hv * p.sn_h + row0 * p.sn_v,
                               p.sn_v, p.sn_k, r0, t4);
+#endif
 }

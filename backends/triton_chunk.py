@@ -135,8 +135,10 @@ class Config(NamedTuple):
     bf16 q/k, chunk 64, precision "bf16x3" or "bf16" only); ``chain``: "triton" (the Triton
     sequential kernel) or "cuda" (``backends/cuda_chunk_chain.cu``, warpgroup MMAs and TMA:
     cuda-chunk-bf16's, compute capability 9.0, K = 128, V a multiple of 64, bf16 q/k/v,
-    chunk 64, precision "bf16" only, one segment; ``block_v`` and ``warps`` then only steer
-    the Triton kernel it falls back on where TMA cannot address the tensors)."""
+    chunk 64, precision "bf16" only; ``segments`` auto: its own pick,
+    :func:`_cuda_chunk_chain.pick_segments`; ``block_v`` and ``warps`` then steer the Triton
+    combine and output kernels of segments and the Triton chain it falls back on where TMA
+    cannot address the tensors)."""
     block_v: int = 0
     warps: int = 0
     stages: int = 0
@@ -263,7 +265,9 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int =
                                            c.precision, c.chunk)
         if not ok:
             raise ValueError(f"config: chain 'cuda': {why}")
-        c = c._replace(segments=1)
+        if not c.segments:
+            c = c._replace(segments=_cuda_chunk_chain.pick_segments(
+                N * HV * (V // _cuda_chunk_chain.ROWS), n_sm, tokens, N) if n_sm else 1)
     if not 0 <= c.segments <= MAX_SEGMENTS:
         raise ValueError(f"config: segments must be 0 (auto) to {MAX_SEGMENTS}, "
                          f"got {c.segments}")
@@ -427,9 +431,11 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
                     neg=allow_neg_eigval and g is None, pdl_kw=pdl_kw)
     slots = dict(state_indices=state_indices, new_state_indices=new_state_indices,
                  null_slot=null_slot, has_initial_state=has_initial_state, k_first=k_first)
+    if c.chain == "cuda" and not (T > 0 and cuda_build.aligned16(q, k, v, out)):
+        c = c._replace(chain="triton")
     if c.segments > 1:
         launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots)
-    elif c.chain == "cuda" and T > 0 and cuda_build.aligned16(q, k, v, out):
+    elif c.chain == "cuda":
         _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, **slots,
                                  checkpoints=checkpoints, checkpoint_every=checkpoint_every,
                                  pdl=pdl)
@@ -502,12 +508,19 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
     fbuf = torch.empty(2, N, S, HV, V, K, dtype=torch.float32, device=dev)
     starts = torch.empty(N, S, HV, V, K, dtype=torch.float32, device=dev)
     P, PN = src.shape[0], new_state.shape[0]
-    cp_chain_kernel[((2 * S - 1) * N * HV * (V // bv),)](
-        q, k, v, zero_row, cu_seqlens, mats, vecs, obuf, src, fbuf, idx, new_idx, init,
-        N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        *ss, P, PN, null_slot, H, HV, K, V, C, bv, c.precision, S, pool,
-        int(state is not None), int(has_initial_state is not None), c.stages, c.v_ahead,
-        num_warps=c.warps, num_stages=c.stages)
+    if c.chain == "cuda":
+        _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, obuf, state, fbuf,
+                                 state_indices=state_indices,
+                                 new_state_indices=new_state_indices, null_slot=null_slot,
+                                 has_initial_state=has_initial_state, k_first=k_first,
+                                 segments=S)
+    else:
+        cp_chain_kernel[((2 * S - 1) * N * HV * (V // bv),)](
+            q, k, v, zero_row, cu_seqlens, mats, vecs, obuf, src, fbuf, idx, new_idx, init,
+            N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+            *ss, P, PN, null_slot, H, HV, K, V, C, bv, c.precision, S, pool,
+            int(state is not None), int(has_initial_state is not None), c.stages, c.v_ahead,
+            num_warps=c.warps, num_stages=c.stages)
     cp_combine_kernel[(N * HV * (V // bv),)](
         cu_seqlens, fbuf, starts, new_state, idx, new_idx, N, T, P, PN, null_slot,
         *tlaunch.state_strides(new_state, k_first), H, HV, K, V, bv, c.precision, S, pool,

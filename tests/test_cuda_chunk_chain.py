@@ -90,8 +90,16 @@ def test_the_16_byte_rule_of_the_cuda_kernels_copies():
     assert not cuda_build.aligned16(x[..., :128], x[..., :128], x[..., 1:129], x[..., :128])
 
 
-def _run(x, state, new_state, out, chain_kind, **kw):
-    cfg = dict(precision="bf16", prep="cuda", chain=chain_kind)
+def test_segments_fill_one_wave_of_ctas_once_each_has_enough_chunks():
+    long = 8192
+    assert chain.pick_segments(16, 132, long, 1) == 4             # 4/8 heads: 112 CTAs
+    assert chain.pick_segments(64, 132, long, 1) == 1             # 16/32: 192 > 132
+    assert chain.pick_segments(16, 132, 2 * 16 * 64, 1) == 2      # 16 chunks a segment at most
+    assert chain.pick_segments(16, 132, long, 8) == 1             # 8 sequences of 1024
+
+
+def _run(x, state, new_state, out, chain_kind, segments=1, **kw):
+    cfg = dict(precision="bf16", prep="cuda", chain=chain_kind, segments=segments)
     tc.launch(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.cu_seqlens, x.scale, out,
               new_state, True, config=cfg, **kw)
     torch.cuda.synchronize()
@@ -167,6 +175,38 @@ def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form):
     _same(n_c, n_t, "state")
     _same(c_c, c_t, "checkpoints")
     assert N == x.cu_seqlens.numel() - 1
+
+
+@pytest.mark.skipif(MISSING is not None, reason=f"cuda-chunk-bf16 cannot run here: {MISSING}")
+@pytest.mark.parametrize("form", ["dense", "pool-padding-kfirst", "no-state-bf16"])
+@pytest.mark.parametrize("segments", [2, 3, 4])
+def test_segmented_chains_match_the_triton_segments_bit_for_bit(form, segments):
+    """Each sequence cut into segments (the chains side by side, then triton-chunk's combine and
+    output kernels): the CUDA chains against triton-chunk's cp_chain_kernel, outputs and final
+    states bit-identical (a long sequence, a short one, an empty one)."""
+    lens = [3000, 70, 0, 1200]
+    x = make_prefill_inputs(lens, H=2, HV=4, device="cuda", seed=segments)
+    dev, HV = "cuda", 4
+    res = []
+    for kind in ("triton", "cuda"):
+        out = torch.full_like(x.v, float("nan"))
+        kw = {}
+        if form == "dense":
+            state = x.state.clone()
+            new = _nan(state)
+        elif form == "pool-padding-kfirst":
+            state = (torch.randn(6, HV, 128, 128, device=dev) * 0.05).transpose(-1, -2)
+            state = state.contiguous()
+            new = state
+            kw = dict(state_indices=torch.tensor([4, 1, -1, 5], dtype=torch.int32, device=dev),
+                      null_slot=5, has_initial_state=torch.tensor([True, False, True, True],
+                                                                 device=dev), k_first=True)
+        else:
+            state, new = None, _nan(x.state).to(BF16)
+        _run(x, state, new, out, kind, segments=segments, **kw)
+        res.append((out, new))
+    _same(res[1][0], res[0][0], "out")
+    _same(res[1][1], res[0][1], "state")
 
 
 @pytest.mark.skipif(MISSING is not None, reason=f"cuda-chunk-bf16 cannot run here: {MISSING}")
