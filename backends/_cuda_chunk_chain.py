@@ -36,7 +36,9 @@ STAGE = -(-(2 * CHUNK * HEAD_DIM * 2 + 3 * CHUNK * CHUNK * 2 + 4 * CHUNK * 4 + 1
 SMEM = 2 * STAGE + 2 * (ROWS * HEAD_DIM + ROWS * CHUNK) * 2 + 2 * CHUNK * 64 * 2 + 1024
 MAX_SEGMENTS = 4
 # a segment's chain of chunks must outweigh the combine and the output pass (two launches):
-# at least 16 chunks a segment (an estimate from triton-chunk's segments, not measured here)
+# at least 16 chunks a segment.  At 4/8 heads, 1 x 4096 tokens on an H200, 4 segments of 16
+# chunks: chain 32.8 + combine 8.2 + outputs 15.4 us against 95.2 for one chain
+# (lab/notebook/h200/wgmma_segments_2026-11-29.log)
 SEGMENT_MIN_CHUNKS = 16
 
 

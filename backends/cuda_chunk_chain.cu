@@ -316,6 +316,11 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
+    if (ident) {    // an identity chain's v is zeros: its tiles cleared once, never loaded
+        for (int x = tid; x < STAGES * BOX / 8; x += NTHR)
+            reinterpret_cast<uint4*>(sm.st[x / (BOX / 8)].v)[x % (BOX / 8)] =
+                make_uint4(0, 0, 0, 0);
+    }
     __syncthreads();
 
     if (wg == 2) {                              // the producer warp
@@ -327,7 +332,8 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
             const unsigned full = smem_u32(&sm.full[s]);
             if (lane == 0) {
                 asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                             :: "r"(full), "r"(TMA_BYTES) : "memory");
+                             :: "r"(full), "r"(ident ? TMA_BYTES - 2 * BOX : TMA_BYTES)
+                             : "memory");
                 const int t = (int)t0;
                 tma3(st.k, p.tk, 0, i_h, t, full);
                 tma3(st.k + BOX, p.tk, 64, i_h, t, full);
@@ -335,7 +341,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
                 tma3(st.q + BOX, p.tq, 64, i_h, t, full);
                 tma3(st.t, p.tm, 0, i_hv, t, full);
                 tma3(st.m, p.tm, C_, i_hv, t, full);
-                tma3(st.v, p.tv, row0, i_hv, t, full);
+                if (!ident) tma3(st.v, p.tv, row0, i_hv, t, full);
             }
 #pragma unroll
             for (int x = 0; x < 8; ++x) {       // factor x / 2, tokens 32 (x % 2) + lane
@@ -385,16 +391,23 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
             bar_arrive(&sm.hempty[b]);          // S0 and R of this chunk read
             bar_arrive(&sm.empty[s]);           // q, M^T and fq read
 #if GDN_SEG
-            {   // fp32 into the buffer of the task's role (o, then w), [T, HV, V] each
-                float* ob = reinterpret_cast<float*>(p.out) + (ident ? p.T_all * HV * p.V : 0);
+            {   // fp32 into the buffer of the task's role (o, then w), [T, HV, V] each: this
+                // thread's tokens 8 j + 2 t4 (+ 1), rows r0 (+ 8)
+                const long long st_t = p.so_t;
+                float* o = reinterpret_cast<float*>(p.out) + (ident ? p.T_all * HV * p.V : 0)
+                           + (t0 + 2 * t4) * st_t + i_hv * p.so_h + row0 + r0;
 #pragma unroll
-                for (int j = 0; j < 8; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
-                        if (i < rem)
-                            ob[(t0 + i) * p.so_t + i_hv * p.so_h + row0 + r] = keep * Y[4 * j + e];
+                for (int j = 0; j < 8; ++j, o += 8 * st_t) {
+                    const int i = 8 * j + 2 * t4;
+                    if (i < rem) {
+                        o[0] = keep * Y[4 * j];
+                        o[8] = keep * Y[4 * j + 2];
                     }
+                    if (i + 1 < rem) {
+                        o[st_t] = keep * Y[4 * j + 1];
+                        o[st_t + 8] = keep * Y[4 * j + 3];
+                    }
+                }
             }
             continue;
 #endif
@@ -476,8 +489,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
-                X[4 * j + e] = (ident ? 0.f : bf2f(st.v[sw(i, r)]) * st.f[0][i])
-                               - X[4 * j + e] * st.f[1][i];
+                X[4 * j + e] = bf2f(st.v[sw(i, r)]) * st.f[0][i] - X[4 * j + e] * st.f[1][i];
             }
         unsigned ra[4][4];
 #pragma unroll

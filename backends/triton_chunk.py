@@ -503,7 +503,6 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
     pool, idx, new_idx, init, src, ss = tlaunch.chain_slots(
         cu_seqlens, state, new_state, state_indices, new_state_indices, has_initial_state, k_first)
     dev = q.device
-    zero_row = torch.zeros(V, dtype=v.dtype, device=dev)      # the identity chains' v
     obuf = torch.empty(2, max(T, 1), HV, V, dtype=torch.float32, device=dev)
     fbuf = torch.empty(2, N, S, HV, V, K, dtype=torch.float32, device=dev)
     starts = torch.empty(N, S, HV, V, K, dtype=torch.float32, device=dev)
@@ -515,6 +514,7 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
                                  has_initial_state=has_initial_state, k_first=k_first,
                                  segments=S)
     else:
+        zero_row = torch.zeros(V, dtype=v.dtype, device=dev)      # the identity chains' v
         cp_chain_kernel[((2 * S - 1) * N * HV * (V // bv),)](
             q, k, v, zero_row, cu_seqlens, mats, vecs, obuf, src, fbuf, idx, new_idx, init,
             N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),

@@ -187,6 +187,8 @@ def test_segmented_chains_match_the_triton_segments_bit_for_bit(form, segments):
     lens = [3000, 70, 0, 1200]
     x = make_prefill_inputs(lens, H=2, HV=4, device="cuda", seed=segments)
     dev, HV = "cuda", 4
+    gen = torch.Generator(device=dev).manual_seed(segments)
+    pool = (torch.randn(6, HV, 128, 128, device=dev, generator=gen) * 0.05).transpose(-1, -2)
     res = []
     for kind in ("triton", "cuda"):
         out = torch.full_like(x.v, float("nan"))
@@ -195,8 +197,7 @@ def test_segmented_chains_match_the_triton_segments_bit_for_bit(form, segments):
             state = x.state.clone()
             new = _nan(state)
         elif form == "pool-padding-kfirst":
-            state = (torch.randn(6, HV, 128, 128, device=dev) * 0.05).transpose(-1, -2)
-            state = state.contiguous()
+            state = pool.contiguous()          # a fresh copy for each kind
             new = state
             kw = dict(state_indices=torch.tensor([4, 1, -1, 5], dtype=torch.int32, device=dev),
                       null_slot=5, has_initial_state=torch.tensor([True, False, True, True],
