@@ -7,8 +7,12 @@ bit-identical to it in every form measured on an H200, so the precision is trito
 (~2.5e-3 relative state error at 8k tokens against float64, FlashInfer's ~3.9e-3), and it is
 named only, never the automatic choice.  On an H200, the sequential kernel alone: 181 against
 Triton's 280 us at 16/32 heads, 1 x 8192 tokens; 116 against 143 at 8 x 1024
-(lab/notebook/h200/wgmma_chain_2026-11-29/); the whole call beside FlashInfer's kernel:
-bench/results/h200/prefill_cuda_chunk_bf16/.
+(lab/notebook/h200/wgmma_chain_2026-11-29/).  Where a wave of SMs has room (4/8 heads, one
+long sequence) each sequence is cut into segments as triton-chunk's are, this kernel running
+the segments' chains and identity chains side by side (bit-identical to triton-chunk-bf16's
+segments): at 4/8 heads, 1 x 8192 tokens, 4 segments, the chain kernel 57 against 182 us
+(lab/notebook/h200/wgmma_segments_2026-11-29.log).  The whole call beside FlashInfer's
+kernel: bench/results/h200/prefill_cuda_chunk_bf16/.
 
 Serves K = 128, V a multiple of 64, bf16 q/k/v on a compute capability 9.0 GPU with CuPy;
 refuses the rest with the reason (triton-chunk-bf16 serves them).  Tensors TMA cannot address
