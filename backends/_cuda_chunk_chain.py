@@ -37,7 +37,7 @@ SMEM = 2 * STAGE + 2 * (ROWS * HEAD_DIM + ROWS * CHUNK) * 2 + 2 * CHUNK * 64 * 2
 MAX_SEGMENTS = 4
 # a segment's chain of chunks must outweigh the combine and the output pass (two launches):
 # at least 16 chunks a segment.  At 4/8 heads, 1 x 4096 tokens on an H200, 4 segments of 16
-# chunks: chain 32.8 + combine 8.2 + outputs 15.4 us against 95.2 for one chain
+# chunks: chain 30.1 + combine 8.2 + outputs 10.5 us against 95.2 for one chain
 # (lab/notebook/h200/wgmma_segments_2026-11-29.log)
 SEGMENT_MIN_CHUNKS = 16
 
@@ -62,15 +62,15 @@ def serves(cc, K: int, V: int, io_dtype, precision: str, chunk: int):
 
 
 def tensor_maps(q, k, v, mats, out) -> bytes:
-    """The five tensor maps: k and q [T, H, K], the workspace rows [T, HV, 2 C], v and ``out``
-    [T, HV, V]; boxes of [64 tokens, 1 head, 64 columns]."""
+    """The five tensor maps: k and q [T, H, K], the workspace rows [T, HV, 2 C], v [T, HV, V]
+    and ``out`` [rows, HV, V]; boxes of [64 tokens, 1 head, 64 columns]."""
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     box = (64, 1, 64)
 
     def tmap(t, inner, heads):
-        return _tma.tensor_map(t.data_ptr(), (inner, heads, T), (t.stride(1) * 2, t.stride(0) * 2),
-                               box)
+        return _tma.tensor_map(t.data_ptr(), (inner, heads, t.shape[0]),
+                               (t.stride(1) * 2, t.stride(0) * 2), box)
     rows = _tma.tensor_map(mats.data_ptr(), (2 * CHUNK, HV, T), (2 * CHUNK * 2, HV * 2 * CHUNK * 2),
                            box)
     return b"".join((tmap(k, K, H), tmap(q, K, H), rows, tmap(v, V, HV), tmap(out, V, HV)))
@@ -84,9 +84,10 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     can address (:func:`_cuda_build.aligned16`).  ``no_out``: timing only (the outputs
     warpgroup computes nothing).  ``segments`` S > 1: the chains of triton-chunk's segmented
     form (:mod:`backends._triton_chunk_cp`'s cp_chain_kernel: S segments from the state or
-    zeros, S - 1 identity chains, K == V), ``out`` its fp32 [2, T, HV, V] output buffer and
-    ``new_state`` its fp32 [2, N, S, HV, V, K] buffer of final tiles (no checkpoints, no
-    PDL); the pool arguments then only say where segment 0's state is read."""
+    zeros, S - 1 identity chains, K == V), ``out`` its bf16 [2, T, HV, V] output buffer (the
+    identity chains' outputs at tokens T..2T-1 of one [2 T, HV, V] map) and ``new_state`` its
+    fp32 [2, N, S, HV, V, K] buffer of final tiles (no checkpoints, no PDL); the pool
+    arguments then only say where segment 0's state is read."""
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
@@ -94,8 +95,8 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     pool, idx, new_idx, init, src, ss = tlaunch.chain_slots(
         cu_seqlens, state, new_state, state_indices, new_state_indices, has_initial_state, k_first)
     seg = segments if segments > 1 else 0
-    # the segmented form's buffers, viewed as one [T, HV, V] output and [.., HV, V, K] state
-    o2 = out[0] if seg else out
+    # the segmented form's buffers, viewed as one [2 T, HV, V] output and [.., HV, V, K] state
+    o2 = out.flatten(0, 1) if seg else out
     ns = new_state.view(-1, HV, V, K) if seg else new_state
     ckpt = ns if checkpoints is None else checkpoints
     code = cuda_build.DTYPE_CODE
@@ -107,13 +108,12 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
         GDN_IDX64=int(idx.dtype == torch.int64), GDN_NIDX64=int(new_idx.dtype == torch.int64),
         GDN_NO_OUT=int(bool(no_out)))
     if seg:
-        if pdl or checkpoints is not None or K != V:
-            raise ValueError("segments: K == V, no checkpoints and no PDL")
+        if pdl or checkpoints is not None or K != V or out.dtype != torch.bfloat16:
+            raise ValueError("segments: K == V, a bf16 buffer, no checkpoints and no PDL")
         defs["GDN_SEG"] = seg
     func = cuda_build.get_kernel(
         SOURCE, NAME, (("GDN_SMEM", SMEM), *sorted(defs.items())), dev, SMEM).func
-    # with segments the outputs are stored directly (fp32): v's map stands in for out's
-    body = tensor_maps(q, k, v, mats, v if seg else out) + PARAMS.pack(
+    body = tensor_maps(q, k, v, mats, o2) + PARAMS.pack(
         cu_seqlens.data_ptr(), vecs.data_ptr(), out.data_ptr(), src.data_ptr(),
         ns.data_ptr(), idx.data_ptr(), new_idx.data_ptr(), init.data_ptr(),
         ckpt.data_ptr(), N, T, o2.stride(0), o2.stride(1), H, HV, V, *ss,

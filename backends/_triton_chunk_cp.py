@@ -145,7 +145,7 @@ def cp_out_kernel(
     m = t < eos
     cols = tl.arange(0, V)
     row = t[:, None] * (HV * V) + i_hv * V
-    o = tl.load(obuf + row + cols[None, :], mask=m[:, None], other=0.0)
+    o = tl.load(obuf + row + cols[None, :], mask=m[:, None], other=0.0).to(tl.float32)
     _, per = segment_chunks(bos, eos, C, S)
     seg = ((t0 - bos) // C) // per
     if seg > 0:

@@ -10,7 +10,7 @@ Triton's 280 us at 16/32 heads, 1 x 8192 tokens; 116 against 143 at 8 x 1024
 (lab/notebook/h200/wgmma_chain_2026-11-29/).  Where a wave of SMs has room (4/8 heads, one
 long sequence) each sequence is cut into segments as triton-chunk's are, this kernel running
 the segments' chains and identity chains side by side (bit-identical to triton-chunk-bf16's
-segments): at 4/8 heads, 1 x 8192 tokens, 4 segments, the chain kernel 57 against 182 us
+segments): at 4/8 heads, 1 x 8192 tokens, 4 segments, the chain kernel 53 against 182 us
 (lab/notebook/h200/wgmma_segments_2026-11-29.log).  The whole call beside FlashInfer's
 kernel: bench/results/h200/prefill_cuda_chunk_bf16/.
 

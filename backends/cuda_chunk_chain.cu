@@ -390,27 +390,9 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
             pin(Y);
             bar_arrive(&sm.hempty[b]);          // S0 and R of this chunk read
             bar_arrive(&sm.empty[s]);           // q, M^T and fq read
-#if GDN_SEG
-            {   // fp32 into the buffer of the task's role (o, then w), [T, HV, V] each: this
-                // thread's tokens 8 j + 2 t4 (+ 1), rows r0 (+ 8)
-                const long long st_t = p.so_t;
-                float* o = reinterpret_cast<float*>(p.out) + (ident ? p.T_all * HV * p.V : 0)
-                           + (t0 + 2 * t4) * st_t + i_hv * p.so_h + row0 + r0;
-#pragma unroll
-                for (int j = 0; j < 8; ++j, o += 8 * st_t) {
-                    const int i = 8 * j + 2 * t4;
-                    if (i < rem) {
-                        o[0] = keep * Y[4 * j];
-                        o[8] = keep * Y[4 * j + 2];
-                    }
-                    if (i + 1 < rem) {
-                        o[st_t] = keep * Y[4 * j + 1];
-                        o[st_t + 8] = keep * Y[4 * j + 3];
-                    }
-                }
-            }
-            continue;
-#endif
+            // the row of the chunk's first token in ``out``: with segments an identity chain's
+            // outputs go to the second half of the [2 T, HV, V] buffer
+            const long long tw = ident ? t0 + p.T_all : t0;
             if (rem >= C_) {                    // staged, then one TMA store
                 bf16_t* ob = sm.ob[b];
                 if (ti == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
@@ -423,7 +405,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
                             = (bf16_t)(pack2(keep * Y[4 * j + e], 0.f) & 0xFFFF);
                 asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
                 wg1_sync();
-                if (ti == 0) tma_store3(p.to, row0, i_hv, (int)t0, ob);
+                if (ti == 0) tma_store3(p.to, row0, i_hv, (int)tw, ob);
             } else {                            // a sequence's last, partial chunk
 #pragma unroll
                 for (int j = 0; j < 8; ++j)
@@ -431,7 +413,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
                     for (int e = 0; e < 4; ++e) {
                         const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
                         if (i < rem)
-                            p.out[(t0 + i) * p.so_t + i_hv * p.so_h + row0 + r]
+                            p.out[(tw + i) * p.so_t + i_hv * p.so_h + row0 + r]
                                 = (bf16_t)(pack2(keep * Y[4 * j + e], 0.f) & 0xFFFF);
                     }
             }

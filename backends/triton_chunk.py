@@ -493,8 +493,10 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
                     has_initial_state=None, k_first=False):
     """The sequential part of :func:`launch` with each sequence cut into ``c.segments``
     segments (K == V): the chains, the join of the segments' states, the outputs (three
-    launches, :mod:`backends._triton_chunk_cp`).  Allocates fp32 buffers of 2 T HV V and
-    3 segments N HV V K elements."""
+    launches, :mod:`backends._triton_chunk_cp`).  Allocates buffers of 2 T HV V elements (the
+    chains' outputs: bf16 where the precision is "bf16" and the outputs are bf16, whose
+    products round them to bf16 anyway but for one rounding of a segment's own outputs
+    before the join adds to them; else fp32) and of 3 segments N HV V K fp32 elements."""
     from gdnzoo.backends._triton_chunk_cp import (cp_chain_kernel, cp_combine_kernel,
                                                   cp_out_kernel)
     T, H, K = q.shape
@@ -503,7 +505,9 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
     pool, idx, new_idx, init, src, ss = tlaunch.chain_slots(
         cu_seqlens, state, new_state, state_indices, new_state_indices, has_initial_state, k_first)
     dev = q.device
-    obuf = torch.empty(2, max(T, 1), HV, V, dtype=torch.float32, device=dev)
+    low = c.precision == "bf16" and out.dtype == torch.bfloat16
+    obuf = torch.empty(2, max(T, 1), HV, V, dtype=torch.bfloat16 if low else torch.float32,
+                       device=dev)
     fbuf = torch.empty(2, N, S, HV, V, K, dtype=torch.float32, device=dev)
     starts = torch.empty(N, S, HV, V, K, dtype=torch.float32, device=dev)
     P, PN = src.shape[0], new_state.shape[0]

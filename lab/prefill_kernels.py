@@ -1,18 +1,21 @@
 """The kernels of one eager gdnzoo.prefill call, each timed alone (torch.profiler records,
-medians over calls): where a cell's time goes, kernel by kernel.  On a GPU:
+medians over calls), and the call's errors against float64: where a cell's time goes, kernel
+by kernel.  On a GPU:
 
-    python3 -m lab.prefill_kernels --algo cuda-chunk-bf16 --heads 4,8 --lens 8192
+    python3 -m lab.prefill_kernels --algo cuda-chunk-bf16 --cells "4,8:8192;16,32:1024+1024"
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 
-import torch
-
 import gdnzoo
-from gdnzoo.inputs import make_prefill_inputs
 from lab.harness import profiled
+from lab.prefill_gpu import make, oracle
+
+
+def rel(got, want):
+    return float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30))
 
 
 def main():
@@ -24,17 +27,19 @@ def main():
     for cell in args.cells.split(";"):
         heads, lens = cell.split(":")
         H, HV = map(int, heads.split(","))
-        x = make_prefill_inputs([int(n) for n in lens.split("+")], H=H, HV=HV, device="cuda")
-        out, new = torch.empty_like(x.v), torch.empty_like(x.state)
+        x = make([int(n) for n in lens.split("+")], H, HV, seed=0)
+        o64, s64 = oracle(x, True)
         for algo in args.algo.split(","):
-            def call():
-                gdnzoo.prefill(x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b,
-                               x.cu_seqlens, out=out, new_state=new, use_qk_l2norm=True,
-                               algo=algo)
+            def call(state=x["state"].clone()):
+                return gdnzoo.prefill(x["q"], x["k"], x["v"], state, x["A_log"], x["a"],
+                                      x["dt_bias"], x["b"], x["cu"], out=x["out"],
+                                      new_state=x["new_state"], use_qk_l2norm=True, algo=algo)
+            out, new = call()
+            err = f"out {rel(out, o64):.3e} state {rel(new, s64):.3e}"
             by = profiled(call, args.reps)
             med = {name: statistics.median(t) for name, t in by.items()}
             total = sum(statistics.median(t) * len(t) / args.reps for t in by.values())
-            print(f"{cell} {algo}: {total:.1f} us of kernels a call: " + ", ".join(
+            print(f"{cell} {algo}: {err}; {total:.1f} us of kernels a call: " + ", ".join(
                 f"{name[:40]} {m:.1f} (x{len(by[name]) // args.reps})"
                 for name, m in sorted(med.items(), key=lambda kv: -kv[1])), flush=True)
 

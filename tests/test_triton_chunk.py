@@ -147,6 +147,11 @@ DENSE = [
                  dict(precision="bf16"), id="bf16state-bf16prec", marks=pytest.mark.skipif(
                      not torch.cuda.is_available(), reason="Triton 3.6's interpreter truncates "
                      "fp32 -> bf16 (the GPU rounds to nearest): its error is not the kernel's")),
+    # segments with "bf16" products keep their outputs in bf16 between the chains and the join
+    pytest.param([300, 70, 0, 200], 1, 2, 64, torch.bfloat16, True, torch.bfloat16, 17,
+                 dict(precision="bf16", segments=3), id="segments3-bf16prec",
+                 marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="Triton 3.6's "
+                     "interpreter truncates fp32 -> bf16 (the GPU rounds to nearest)")),
     # the tile "bf16" products take past one wave: 64 rows, one warpgroup (warpgroup MMAs)
     pytest.param([1, 64, 70, 200], 1, 2, 128, torch.bfloat16, True, torch.bfloat16, 16,
                  dict(precision="bf16", block_v=64, warps=4), id="bf16state-bf16prec-bv64w4",
