@@ -19,8 +19,9 @@ boundary reads it as is):
 
 1. :func:`cp_chain_kernel`, one program per (task, sequence, value head, tile of BV rows):
    tasks 0..S-1 the real chains (segment 0 from the initial state, the others from zeros),
-   tasks S..2S-2 the identity chains of segments 1..S-1; outputs into an fp32 buffer
-   ([2, T, HV, V]: o, then w), each chain's final tile into ``fbuf`` ([2, N, S, HV, V, K]:
+   tasks S..2S-2 the identity chains of segments 1..S-1; outputs into a buffer ([2, T, HV,
+   V]: o, then w; fp32, or bf16 for "bf16" products and bf16 outputs, whose products round w
+   to bf16 anyway), each chain's final tile into ``fbuf`` ([2, N, S, HV, V, K]:
    Z, then Phi).  A sequence's chunks split as ceil(chunks / S) a segment (later segments may
    be empty: Z = 0, Phi = I).
 2. :func:`cp_combine_kernel`, one program per (sequence, value head, tile): the segments'
