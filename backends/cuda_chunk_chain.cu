@@ -37,6 +37,11 @@
 // cu_seqlens), GDN_PDL (wait for the kernel before, then let the next one launch), GDN_CU64 /
 // GDN_IDX64 / GDN_NIDX64 (int64 cu_seqlens and slot indices).  GDN_SMEM: the dynamic shared
 // memory the host sizes (checked against the layout).
+// GDN_SEG = S > 1: triton-chunk's segmented form (backends/_triton_chunk_cp.py): the grid holds
+// 2 S - 1 tasks of N * HV * V / 64 CTAs each, the segments' chains over their chunks (segment 0
+// from the state, the others from zeros) and the identity chains of segments 1..S-1 (v = 0: its
+// tiles cleared once, never loaded); outputs into a bf16 [2 T, HV, V] buffer (the identity
+// chains' at T..2T-1), final tiles into fp32 [2, N, S, HV, V, K] for the combine kernel.
 // GDN_NO_OUT (timing only, lab/wgmma_chain.py --no-out): warpgroup 1 releases every chunk without
 // computing its outputs.
 #ifndef GDN_NO_OUT
