@@ -1,7 +1,8 @@
-"""Segmented chains, CUDA against Triton, buffer by buffer: the fp32 outputs (obuf) and final
-tiles (fbuf) of cuda-chunk-bf16's GDN_SEG chain kernel and triton-chunk's cp_chain_kernel on
-one workspace, max |diff| by role, sequence and segment; ``--time``: the CUDA chain kernel
-alone at 1, 2, 3, 4 segments, with and without its outputs.  On an sm_90 GPU:
+"""Segmented chains, CUDA against Triton, buffer by buffer: the outputs (obuf, bf16 since
+the segments keep them so; fp32 when the notebook's first runs were made) and final tiles
+(fbuf) of cuda-chunk-bf16's GDN_SEG chain kernel and triton-chunk's cp_chain_kernel on one
+workspace, max |diff| by role, sequence and segment; ``--time``: the CUDA chain kernel alone
+at 1, 2, 3, 4 segments, with and without its outputs.  On an sm_90 GPU:
 
     python -m lab.seg_debug [--time 4,8:8192]
 """
@@ -53,7 +54,8 @@ def run(lens, S, with_state, seed=0, kfirst_pool=False):
     zero_row = torch.zeros(V, dtype=v.dtype, device=v.device)
     bufs = []
     for kind in ("triton", "cuda"):
-        obuf = torch.full((2, T, HV, V), float("nan"), device=v.device)
+        # bf16, as triton-chunk's segments keep them with "bf16" products and bf16 outputs
+        obuf = torch.full((2, T, HV, V), float("nan"), dtype=torch.bfloat16, device=v.device)
         fbuf = torch.full((2, N, S, HV, V, K), float("nan"), device=v.device)
         if kind == "cuda":
             chain.launch(q, k, v, cu, mats, vecs, obuf, state, fbuf, segments=S, null_slot=null,
@@ -103,7 +105,7 @@ def timing(cell, reps=20):
             if S == 1:
                 obuf, fbuf = x["out"], x["new_state"]
             else:
-                obuf = torch.empty(2, T, HV, V, device="cuda")
+                obuf = torch.empty(2, T, HV, V, dtype=torch.bfloat16, device="cuda")
                 fbuf = torch.empty(2, 1, S, HV, V, K, device="cuda")
             by = profiled(lambda: chain.launch(x["q"], x["k"], x["v"], x["cu"], mats, vecs, obuf,
                                                x["state"], fbuf, segments=S, no_out=no_out),
