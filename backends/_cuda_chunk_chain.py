@@ -34,12 +34,8 @@ PARAMS = struct.Struct("<9Q23q")
 STAGE = -(-(2 * CHUNK * HEAD_DIM * 2 + 3 * CHUNK * CHUNK * 2 + 4 * CHUNK * 4 + 16) // 1024) * 1024
 # two stages, two handover buffers (S0 and R in bf16), two output buffers, the barriers
 SMEM = 2 * STAGE + 2 * (ROWS * HEAD_DIM + ROWS * CHUNK) * 2 + 2 * CHUNK * 64 * 2 + 1024
+# segments a sequence at most (triton_chunk.pick_segments): 4 at 4/8 heads fill 112 of 132 SMs
 MAX_SEGMENTS = 4
-# a segment's chain of chunks must outweigh the combine and the output pass (two launches):
-# at least 16 chunks a segment.  At 4/8 heads, 1 x 4096 tokens on an H200, 4 segments of 16
-# chunks: chain 30.1 + combine 8.2 + outputs 10.5 us against 95.2 for one chain
-# (lab/notebook/h200/wgmma_segments_2026-11-29.log)
-SEGMENT_MIN_CHUNKS = 16
 
 
 def serves(cc, K: int, V: int, io_dtype, precision: str, chunk: int):
@@ -130,13 +126,3 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     else:
         cuda_build.launch_raw(func, grid, THREADS, dev, ctypes.addressof(argv), SMEM)
 
-
-def pick_segments(programs: int, n_sm: int, tokens: int, N: int) -> int:
-    """Segments S for ``programs`` CTAs (N * HV * V / 64) of one segment: the most, up to
-    :data:`MAX_SEGMENTS`, whose (2 S - 1) programs still fit one wave of SMs (one CTA an SM),
-    once the sequences average at least :data:`SEGMENT_MIN_CHUNKS` chunks a segment; else 1."""
-    best = 1
-    for S in range(2, MAX_SEGMENTS + 1):
-        if (2 * S - 1) * programs <= n_sm and tokens >= S * SEGMENT_MIN_CHUNKS * CHUNK * max(N, 1):
-            best = S
-    return best

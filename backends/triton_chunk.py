@@ -66,8 +66,8 @@ K = V = 128 on Hopper, timed side by side on an H200 (lab/notebook/h200/prefill_
   wave of SMs and the sequences are long (one sequence at 2/4 heads, Qwen3-Next at tensor
   parallel 8: 300 -> 202 us at 1 x 8192 tokens on an H200, errors unchanged), else 1 (at
   4/8, 192 programs on 132 SMs, two segments took 392 against 334 us, 328 at 4 warps and 2
-  stages).  Each segment after
-  the first runs from zeros beside an identity chain, joined by two more launches; fp32
+  stages); up to 4 with cuda-chunk-bf16's chain (one CTA an SM at 64 rows).  Each segment
+  after the first runs from zeros beside an identity chain, joined by two more launches;
   buffers of 2 T HV V + 3 S N HV V K elements are allocated per call.
 * ``prep_warps`` 4: the prep kernel holds several C x C fp32 tiles; 247 registers, no spills,
   two programs an SM by registers and shared memory (2 warps spill; 8 were slower).
@@ -111,10 +111,12 @@ BASES = (8, 16, 32, 64)
 CPU_MAX_TOKEN_HEADS = 8192
 GRID_LIMIT = 2**31 - 1
 MAX_SEGMENTS = 16
-# Segments halve a sequence's chain (~2 us a chunk step at 16 rows on an H200) for two more
-# launches (~15 us at 1 x 8192 tokens): from about 16 chunks a sequence they gain.  32 is a
-# margin on that estimate, not a measured crossing.
-SEGMENT_MIN_CHUNKS = 32
+# A segment's chunks at least.  Two segments halve a sequence's chain (~2 us a chunk step at
+# 16 rows on an H200) for two more launches (~15 us at 1 x 8192 tokens): from about 8 chunks a
+# segment they gain (16: a margin on that estimate).  With cuda-chunk-bf16's chain, 4 segments
+# of 16 chunks at 4/8 heads 1 x 4096 tokens: chain 30.1 + combine 8.2 + outputs 10.5 us against
+# 95.2 for one chain (lab/notebook/h200/wgmma_segments_2026-11-29.log).
+SEGMENT_MIN_CHUNKS = 16
 
 
 class Config(NamedTuple):
@@ -136,7 +138,7 @@ class Config(NamedTuple):
     sequential kernel) or "cuda" (``backends/cuda_chunk_chain.cu``, warpgroup MMAs and TMA:
     cuda-chunk-bf16's, compute capability 9.0, K = 128, V a multiple of 64, bf16 q/k/v,
     chunk 64, precision "bf16" only; ``segments`` auto: its own pick,
-    :func:`_cuda_chunk_chain.pick_segments`; ``block_v`` and ``warps`` then steer the Triton
+    :func:`pick_segments` up to 4 segments; ``block_v`` and ``warps`` then steer the Triton
     combine and output kernels of segments and the Triton chain it falls back on where TMA
     cannot address the tensors)."""
     block_v: int = 0
@@ -205,14 +207,19 @@ def pick_warps(block_v: int, programs: int, n_sm: int, precision: str = "bf16x3"
     return 4
 
 
-def pick_segments(programs: int, n_sm: int, tokens: int, N: int, C: int) -> int:
-    """2 when the chains of two segments a sequence (3 x ``programs``: two real chains and one
-    identity chain each) still fit one wave of SMs and the sequences average at least
-    :data:`SEGMENT_MIN_CHUNKS` chunks, else 1.  Measured on an H200 (one program an SM at
-    block_v 16, lab/notebook/h200/chunk_ablate_2026-11-29b.log): 2/4 heads 1 x 8192 tokens
-    (32 programs) 300 -> 202 us; 4/8 (64 programs, 192 past 132 SMs) 334 -> 392 us."""
-    long_enough = tokens >= SEGMENT_MIN_CHUNKS * C * max(N, 1)
-    return 2 if long_enough and 3 * programs <= n_sm else 1
+def pick_segments(programs: int, n_sm: int, tokens: int, N: int, C: int, most: int = 2) -> int:
+    """The most segments S, up to ``most``, whose chains (2 S - 1 times ``programs``: S real
+    chains and S - 1 identity chains) still fit one wave of SMs, once the sequences average
+    at least :data:`SEGMENT_MIN_CHUNKS` chunks a segment; else 1.  ``most``: 2 for the Triton
+    chain (measured there), :data:`_cuda_chunk_chain.MAX_SEGMENTS` for cuda-chunk-bf16's.
+    Measured on an H200 (one program an SM at block_v 16,
+    lab/notebook/h200/chunk_ablate_2026-11-29b.log): 2/4 heads 1 x 8192 tokens (32 programs)
+    300 -> 202 us; 4/8 (64 programs, 192 past 132 SMs) 334 -> 392 us."""
+    best = 1
+    for S in range(2, most + 1):
+        if (2 * S - 1) * programs <= n_sm and tokens >= S * SEGMENT_MIN_CHUNKS * C * max(N, 1):
+            best = S
+    return best
 
 
 def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int = 0) -> Config:
@@ -266,8 +273,9 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int =
         if not ok:
             raise ValueError(f"config: chain 'cuda': {why}")
         if not c.segments:
-            c = c._replace(segments=_cuda_chunk_chain.pick_segments(
-                N * HV * (V // _cuda_chunk_chain.ROWS), n_sm, tokens, N) if n_sm else 1)
+            c = c._replace(segments=pick_segments(
+                N * HV * (V // _cuda_chunk_chain.ROWS), n_sm, tokens, N, c.chunk,
+                most=_cuda_chunk_chain.MAX_SEGMENTS) if n_sm else 1)
     if not 0 <= c.segments <= MAX_SEGMENTS:
         raise ValueError(f"config: segments must be 0 (auto) to {MAX_SEGMENTS}, "
                          f"got {c.segments}")

@@ -92,10 +92,12 @@ def test_the_16_byte_rule_of_the_cuda_kernels_copies():
 
 def test_segments_fill_one_wave_of_ctas_once_each_has_enough_chunks():
     long = 8192
-    assert chain.pick_segments(16, 132, long, 1) == 4             # 4/8 heads: 112 CTAs
-    assert chain.pick_segments(64, 132, long, 1) == 1             # 16/32: 192 > 132
-    assert chain.pick_segments(16, 132, 2 * 16 * 64, 1) == 2      # 16 chunks a segment at most
-    assert chain.pick_segments(16, 132, long, 8) == 1             # 8 sequences of 1024
+    def pick(programs, tokens, N):
+        return tc.pick_segments(programs, 132, tokens, N, 64, most=chain.MAX_SEGMENTS)
+    assert pick(16, long, 1) == 4             # 4/8 heads: 112 CTAs
+    assert pick(64, long, 1) == 1             # 16/32: 192 > 132
+    assert pick(16, 2 * 16 * 64, 1) == 2      # 16 chunks a segment at most
+    assert pick(16, long, 8) == 1             # 8 sequences of 1024
 
 
 def _run(x, state, new_state, out, chain_kind, segments=1, **kw):

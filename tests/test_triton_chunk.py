@@ -339,7 +339,7 @@ def test_segments_fall_back_to_one_chain(device, case):
 
 
 def test_two_segments_while_three_times_the_programs_fit_one_wave():
-    long = tc.SEGMENT_MIN_CHUNKS * 64
+    long = 2 * tc.SEGMENT_MIN_CHUNKS * 64      # two segments' worth
     assert tc.pick_segments(32, 132, 8192, 1, 64) == 2   # 2/4 heads, one sequence: 96 programs
     assert tc.pick_segments(44, 132, long, 1, 64) == 2
     assert tc.pick_segments(44, 132, 2 * long - 1, 2, 64) == 1   # the sequences too short
