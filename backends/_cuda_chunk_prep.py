@@ -20,11 +20,20 @@ HEAD_DIM = 128
 PRECISIONS = ("bf16x3", "bf16")
 # PrepParams: 9 pointers, 16 integers, the scale
 PARAMS = struct.Struct("<9Q16qd")
-# dynamic shared memory of PrepSmem: q and k tiles (their space reused for the stored rows),
-# A/M and T in fp32, four warps' 16 x 16 scratch, four [C] vectors and a total
-SMEM = 2 * CHUNK * (HEAD_DIM + 8) * 2 + 2 * CHUNK * 68 * 4 + 4 * 16 * 20 * 4 + 4 * CHUNK * 4 + 16
-CTAS_PER_SM = 3                   # resident at SMEM (~75 KB) on Hopper's 228 KB an SM
+# dynamic shared memory of PrepSmem: q and k tiles (their space reused for A/M and T in fp32),
+# the stored rows' staging 128 columns a pass (its space the warps' scratch before), four [C]
+# vectors and a total
+SMEM = 2 * CHUNK * (HEAD_DIM + 8) * 2 + CHUNK * (2 * CHUNK + 8) * 2 + 4 * CHUNK * 4 + 16
+# CTAs resident an SM on Hopper: 3 at the kernel's own ~147 registers, 4 when they are capped
+# at 128 (GDN_MIN_CTAS 4; a few spills).  The cap pays past one wave of uncapped CTAs; within
+# it only the spills show.  The prep alone on an H200 at 3 -> 4 CTAs an SM, "bf16" / "bf16x3"
+# (lab/notebook/h200/prep_occupancy_2026-11-29.log): 4/8 heads 1 x 8192 tokens 37.6 -> 33.1 /
+# 44.1 -> 38.5 us, 16/32 8 x 1024 149.5 -> 125.9 / 169.2 -> 138.6, 16/64 8 x 1024 272.5 ->
+# 222.7 / 289.1 -> 249.8; 4/8 16 x 256 (one wave of 320 CTAs) 19.6 -> 27.0 / 21.3 -> 29.3.
+CTAS_PER_SM = 3
+CTAS_PER_SM_CAPPED = 4
 MAX_HEADS = 4
+
 
 def serves(K: int, io_dtype, precision: str, chunk: int):
     """(ok, reason): what the kernel is written for."""
@@ -55,6 +64,12 @@ def pick_heads(gva: int, ctas: int, n_sm: int) -> int:
     return max((d for d in divisors if d >= 3), default=1)
 
 
+def min_ctas(grid: int, n_sm: int) -> int:
+    """GDN_MIN_CTAS for a grid of ``grid`` CTAs: the register cap only past one wave of
+    uncapped CTAs."""
+    return CTAS_PER_SM_CAPPED if grid > CTAS_PER_SM * n_sm else CTAS_PER_SM
+
+
 def launch(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c, *,
            neg=False, pdl=False, heads=None):
     """The prep kernel into the workspace (mats, vecs), with the arguments of triton-chunk's
@@ -64,16 +79,16 @@ def launch(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gate
     HV, N = ga.shape[1], cu_seqlens.shape[0] - 1
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
     slots = T // CHUNK + N
+    n_sm = torch.cuda.get_device_properties(dev).multi_processor_count
     if heads is None:
-        heads = pick_heads(HV // H, slots * HV,
-                           torch.cuda.get_device_properties(dev).multi_processor_count)
+        heads = pick_heads(HV // H, slots * HV, n_sm)
+    grid = slots * (HV // heads)
     code = cuda_build.DTYPE_CODE
     defs = tuple(sorted(dict(
         GDN_GATES=int(gates), GDN_A_DT=code[ga.dtype], GDN_B_DT=code[gb.dtype],
         GDN_ALOG_DT=code[A_log.dtype], GDN_DTB_DT=code[dt_bias.dtype], GDN_NEG=int(bool(neg)),
         GDN_PDL=int(bool(pdl)), GDN_STORE3=int(c.precision == "bf16x3"),
-        GDN_HEADS=heads).items()))
-    grid = slots * (HV // heads)
+        GDN_HEADS=heads, GDN_MIN_CTAS=min_ctas(grid, n_sm)).items()))
     func = cuda_build.get_kernel(SOURCE, NAME, defs, dev, SMEM).func
     # packed per call (the grid and T change with every prompt); the driver copies the block
     params = ctypes.create_string_buffer(PARAMS.pack(

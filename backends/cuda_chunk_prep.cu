@@ -17,7 +17,8 @@
 // -D constants: GDN_GATES (0 raw a, b with A_log, dt_bias; 1 FLA's g, beta), GDN_A_DT, GDN_B_DT,
 // GDN_ALOG_DT, GDN_DTB_DT (0 fp32, 1 bf16, 2 fp16), GDN_NEG (raw beta = 2 sigmoid(b)), GDN_PDL
 // (wait for the kernel before, then let the next one launch), GDN_STORE3, GDN_HEADS (value heads
-// a CTA: a divisor of HV / H).
+// a CTA: a divisor of HV / H), GDN_MIN_CTAS (CTAs an SM the registers must allow: 4 caps
+// them at 128, with a few spills; 3 leaves the kernel its ~147).
 
 #define C_ 64
 #define K_ 128
@@ -29,6 +30,9 @@
 #include "gdn_common.cuh"                      // mma16816, gdn_ld, gdn_pack2/unpack2
 #ifndef GDN_HEADS
 #define GDN_HEADS 1
+#endif
+#ifndef GDN_MIN_CTAS
+#define GDN_MIN_CTAS 4
 #endif
 
 typedef unsigned short bf16_t;
@@ -105,14 +109,18 @@ __device__ __forceinline__ void put16(float* p, int ld, const float (&d)[2][4], 
                 make_float2(s * d[nt][2 * h], s * d[nt][2 * h + 1]);
 }
 
+// 52 KB: four CTAs an SM on Hopper.  q and k are read only until k k^T and q k^T are in
+// registers; A and T then take their space.  The warps' scratch is done with before the stored
+// rows are assembled, 128 bf16 columns a pass.
 struct alignas(16) PrepSmem {
     union {
         struct { bf16_t q[C_][KP]; bf16_t k[C_][KP]; } in;
-        bf16_t out[C_][4 * C_ + 8];      // the stored rows, assembled
+        struct { float A[C_][LD]; float T[C_][LD]; } m;     // A, then M; T
     } u;
-    float A[C_][LD];                     // A, then M
-    float T[C_][LD];
-    float S[4][16][SL];
+    union {
+        float S[4][16][SL];
+        bf16_t out[C_][2 * C_ + 8];
+    } x;
     float G[C_], beta[C_], rk[C_], rq[C_];
     float total;
 };
@@ -121,7 +129,7 @@ __device__ __forceinline__ long long cu_at(const PrepParams& p, long long i) {
     return p.cu64 ? static_cast<const long long*>(p.cu)[i] : static_cast<const int*>(p.cu)[i];
 }
 
-extern "C" __global__ void __launch_bounds__(128) gdn_chunk_prep(const PrepParams p) {
+extern "C" __global__ void __launch_bounds__(128, GDN_MIN_CTAS) gdn_chunk_prep(const PrepParams p) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     PrepSmem& sm = *reinterpret_cast<PrepSmem*>(smem_raw);
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
@@ -265,7 +273,7 @@ extern "C" __global__ void __launch_bounds__(128) gdn_chunk_prep(const PrepParam
                     av[e] = i > j ? KK[nt][2 * h + e] * dec * bi : 0.f;
                     P[nt][2 * h + e] = i >= j ? QK[nt][2 * h + e] * dec * si : 0.f;
                 }
-                *reinterpret_cast<float2*>(&sm.A[i][8 * nt + 2 * t4]) = make_float2(av[0], av[1]);
+                *reinterpret_cast<float2*>(&sm.u.m.A[i][8 * nt + 2 * t4]) = make_float2(av[0], av[1]);
             }
         __syncthreads();
         // the diagonal block D_w = (I + A_ww)^-1: lane c (c < 16) forms its column c
@@ -277,16 +285,16 @@ extern "C" __global__ void __launch_bounds__(128) gdn_chunk_prep(const PrepParam
                 float s = i == c ? 1.f : 0.f;
 #pragma unroll
                 for (int j = 0; j < i; ++j)
-                    s -= sm.A[16 * w + i][16 * w + j] * d[j];
+                    s -= sm.u.m.A[16 * w + i][16 * w + j] * d[j];
                 d[i] = s;
             }
             if (lane < 16) {
 #pragma unroll
                 for (int i = 0; i < 16; ++i) {
-                    sm.T[16 * w + i][16 * w + c] = d[i];
+                    sm.u.m.T[16 * w + i][16 * w + c] = d[i];
 #pragma unroll
                     for (int cb = 0; cb < 4; ++cb)
-                        if (cb > w) sm.T[16 * w + i][16 * cb + c] = 0.f;
+                        if (cb > w) sm.u.m.T[16 * w + i][16 * cb + c] = 0.f;
                 }
             }
         }
@@ -297,25 +305,25 @@ extern "C" __global__ void __launch_bounds__(128) gdn_chunk_prep(const PrepParam
                 const int c = w;
                 float S[2][4] = {};
                 for (int kb = c; kb < r; ++kb) {
-                    const Frag fa = frag_a(&sm.A[16 * r][16 * kb], LD, g, t4);
+                    const Frag fa = frag_a(&sm.u.m.A[16 * r][16 * kb], LD, g, t4);
 #pragma unroll
                     for (int nt = 0; nt < 2; ++nt) {
                         unsigned bh[2], bl[2];
-                        frag_b(&sm.T[16 * kb][16 * c], LD, nt, g, t4, bh, bl);
+                        frag_b(&sm.u.m.T[16 * kb][16 * c], LD, nt, g, t4, bh, bl);
                         mma3(S[nt], fa, bh, bl);
                     }
                 }
-                put16(&sm.S[w][0][0], SL, S, 1.f, g, t4);
+                put16(&sm.x.S[w][0][0], SL, S, 1.f, g, t4);
                 __syncwarp();
-                const Frag fd = frag_a(&sm.T[16 * r][16 * r], LD, g, t4);
+                const Frag fd = frag_a(&sm.u.m.T[16 * r][16 * r], LD, g, t4);
                 float X[2][4] = {};
 #pragma unroll
                 for (int nt = 0; nt < 2; ++nt) {
                     unsigned bh[2], bl[2];
-                    frag_b(&sm.S[w][0][0], SL, nt, g, t4, bh, bl);
+                    frag_b(&sm.x.S[w][0][0], SL, nt, g, t4, bh, bl);
                     mma3(X[nt], fd, bh, bl);
                 }
-                put16(&sm.T[16 * r][16 * c], LD, X, -1.f, g, t4);
+                put16(&sm.u.m.T[16 * r][16 * c], LD, X, -1.f, g, t4);
             }
             __syncthreads();
         }
@@ -333,7 +341,7 @@ extern "C" __global__ void __launch_bounds__(128) gdn_chunk_prep(const PrepParam
 #pragma unroll
             for (int nt = 0; nt < 2 * ks + 2; ++nt) {
                 unsigned bh[2], bl[2];
-                frag_b(&sm.T[16 * ks][8 * (nt & ~1)], LD, nt & 1, g, t4, bh, bl);
+                frag_b(&sm.u.m.T[16 * ks][8 * (nt & ~1)], LD, nt & 1, g, t4, bh, bl);
                 mma3(M[nt], fp, bh, bl);
             }
         }
@@ -341,33 +349,40 @@ extern "C" __global__ void __launch_bounds__(128) gdn_chunk_prep(const PrepParam
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
-                *reinterpret_cast<float2*>(&sm.A[16 * w + g + 8 * h][8 * nt + 2 * t4]) =
+                *reinterpret_cast<float2*>(&sm.u.m.A[16 * w + g + 8 * h][8 * nt + 2 * t4]) =
                     make_float2(M[nt][2 * h], M[nt][2 * h + 1]);
         __syncthreads();
-        // the stored rows: row i = column i of T (then of M); "bf16x3": hi parts then lo parts
+        // the stored rows: row i = column i of T, then of M ("bf16x3": hi parts, then lo
+        // parts), assembled 128 columns a pass: both matrices at once with "bf16", one a pass
+        // with "bf16x3"
         constexpr int NP = GDN_STORE3 ? 2 : 1, ROW = 2 * NP * C_;
-        for (int it = tid; it < 2 * C_ * 8; it += 128) {
-            const int i = it & 63, c8 = (it >> 6) & 7, mtx = it >> 9;
-            const float* src = mtx ? &sm.A[0][0] : &sm.T[0][0];
-            unsigned hi[4], lo[4];
+#pragma unroll 1
+        for (int pass = 0; pass < NP; ++pass) {
+            if (pass) __syncthreads();   // the last pass's rows stored
+            for (int it = tid; it < (2 / NP) * C_ * 8; it += 128) {
+                const int i = it & 63, c8 = (it >> 6) & 7, m = it >> 9, mtx = pass + m;
+                const float* src = mtx ? &sm.u.m.A[0][0] : &sm.u.m.T[0][0];
+                unsigned hi[4], lo[4];
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                const float x0 = src[(8 * c8 + 2 * u) * LD + i];
-                const float x1 = src[(8 * c8 + 2 * u + 1) * LD + i];
-                if (GDN_STORE3) split2(x0, x1, hi[u], lo[u]);
-                else hi[u] = gdn_pack2<GDN_BF16>(x0, x1);
+                for (int u = 0; u < 4; ++u) {
+                    const float x0 = src[(8 * c8 + 2 * u) * LD + i];
+                    const float x1 = src[(8 * c8 + 2 * u + 1) * LD + i];
+                    if (GDN_STORE3) split2(x0, x1, hi[u], lo[u]);
+                    else hi[u] = gdn_pack2<GDN_BF16>(x0, x1);
+                }
+                bf16_t* row = &sm.x.out[i][m * C_ + 8 * c8];
+                *reinterpret_cast<uint4*>(row) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+                if (GDN_STORE3)
+                    *reinterpret_cast<uint4*>(row + C_) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
             }
-            bf16_t* row = &sm.u.out[i][mtx * NP * C_ + 8 * c8];
-            *reinterpret_cast<uint4*>(row) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-            if (GDN_STORE3)
-                *reinterpret_cast<uint4*>(row + C_) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-        }
-        __syncthreads();
-        for (int it = tid; it < C_ * (ROW / 8); it += 128) {
-            const int i = it / (ROW / 8), c = (it % (ROW / 8)) * 8;
-            if (i < rem)
-                *reinterpret_cast<uint4*>(p.mats + ((t0 + i) * HV + i_hv) * ROW + c) =
-                    *reinterpret_cast<const uint4*>(&sm.u.out[i][c]);
+            __syncthreads();
+            for (int it = tid; it < C_ * 16; it += 128) {
+                const int i = it >> 4, c = (it & 15) * 8;
+                if (i < rem)
+                    *reinterpret_cast<uint4*>(p.mats + ((t0 + i) * HV + i_hv) * ROW
+                                              + 2 * C_ * pass + c) =
+                        *reinterpret_cast<const uint4*>(&sm.x.out[i][c]);
+            }
         }
         if (tid < rem) {
             const float G = sm.G[tid], GL = sm.G[C_ - 1], eG = expf(G);

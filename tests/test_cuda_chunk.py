@@ -55,6 +55,12 @@ def test_value_heads_a_cta_fill_one_wave_then_groups_of_three_or_four():
     assert [prep.pick_heads(g, 10**6, 132) for g in (1, 2, 3, 4, 6, 8)] == [1, 1, 3, 4, 3, 4]
 
 
+def test_registers_are_capped_only_past_one_wave_of_uncapped_ctas():
+    wave = 132 * prep.CTAS_PER_SM
+    assert prep.min_ctas(wave, 132) == prep.CTAS_PER_SM
+    assert prep.min_ctas(wave + 1, 132) == prep.CTAS_PER_SM_CAPPED > prep.CTAS_PER_SM
+
+
 def _workspace(x, gates, precision, neg, use_cuda, heads=None):
     c = tc.resolve(dict(precision=precision, segments=1), x.cu_seqlens.numel() - 1,
                    x.v.shape[1], x.v.shape[2], x.q.device, tokens=x.q.shape[0])
