@@ -1,7 +1,7 @@
 """cuda-chunk's prep kernel as committed at a git revision, other copies (``--extra``) and the
 working tree's, side by side: per cell, whether each writes the first's workspace (bit for
 bit), and each kernel's median time alone (CUPTI records, the variants in turn over four rounds).  Dense, raw gates,
-K = V = 128, "bf16x3".  On a GPU with cupy, from the repository root:
+K = V = 128, "bf16x3" (or ``--precision bf16``).  On a GPU with cupy, from the repository root:
 
     python -m lab.prep_ab --rev HEAD --cells 4/8:1x8192,16/32:8x1024
 """
@@ -46,23 +46,21 @@ def cell_inputs(cell: str):
     return make_prefill_inputs([L] * n, H=H, HV=HV, device="cuda", seed=0)
 
 
-def run(variant, x, mats, vecs):
+def run(variant, x, mats, vecs, c, heads=None):
     prep.SOURCE, prep.SMEM = variant
-    prep._sized.clear()
     gates, ga, gb, A_log, dt_bias = tlaunch.prefill_gates(x.A_log, x.a, x.dt_bias, x.b, None,
                                                           None)
     prep.launch(x.q, x.k, ga, gb, A_log, dt_bias, x.cu_seqlens, mats, vecs, x.scale, True,
-                gates, tc.normalize(None))
+                gates, c, heads=heads)
 
 
 def blocks_per_sm(variant) -> int:
     """The driver's occupancy answer for a variant's kernel at 128 threads and its SMEM."""
     import ctypes
-    prep.SOURCE, prep.SMEM = variant
-    prep._sized.clear()
     defs = tuple(sorted(dict(GDN_GATES=0, GDN_A_DT=1, GDN_B_DT=1, GDN_ALOG_DT=0, GDN_DTB_DT=0,
-                             GDN_NEG=0, GDN_PDL=0, GDN_STORE3=1).items()))
-    func = prep._kernel(defs, torch.cuda.current_device()).func
+                             GDN_NEG=0, GDN_PDL=0, GDN_STORE3=1, GDN_HEADS=1).items()))
+    func = prep.cuda_build.get_kernel(variant[0], prep.NAME, defs, torch.cuda.current_device(),
+                                      variant[1]).func
     n = ctypes.c_int()
     ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveBlocksPerMultiprocessor(
         ctypes.byref(n), ctypes.c_void_p(func), 128, ctypes.c_size_t(variant[1]))
@@ -75,12 +73,15 @@ def main():
     ap.add_argument("--cells", default="4/8:1x8192,16/32:8x1024,4/8:64x64,16/32:1x8192")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--extra", default="", help="more variants, PATH.cu:SMEM,...")
+    ap.add_argument("--precision", default="bf16x3", choices=prep.PRECISIONS)
+    ap.add_argument("--heads", type=int, default=0, help="value heads a CTA (0: the pick)")
     a = ap.parse_args()
     variants = {a.rev: at_rev(a.rev)} if a.rev else {}
     for e in filter(None, a.extra.split(",")):
         path, smem = e.rsplit(":", 1)
         variants[Path(path).stem] = (Path(path).resolve(), int(smem))
     variants["tree"] = (prep.SOURCE, prep.SMEM)
+    c, heads = tc.normalize(dict(precision=a.precision)), a.heads or None
     torch.zeros(1, device="cuda")                  # a context before the driver calls
     print("blocks an SM: " + ", ".join(f"{n} {blocks_per_sm(v)}" for n, v in variants.items()))
     print(f"{'cell':16s} " + " ".join(f"{n[:12]:>12s}" for n in variants)
@@ -91,8 +92,8 @@ def main():
         ws = {}
         for name, v in variants.items():
             w = torch.full((tc.workspace_numel(T, HV),), float("nan"), device="cuda")
-            mats, vecs = tc._workspace(w, T, HV, tc.normalize(None), x.q.device)
-            run(v, x, mats, vecs)
+            mats, vecs = tc._workspace(w, T, HV, c, x.q.device)
+            run(v, x, mats, vecs, c, heads)
             ws[name] = (w, mats, vecs)
         first = next(iter(ws.values()))[0].view(torch.int32)
         same = [torch.equal(w[0].view(torch.int32), first) for w in ws.values()][1:]
@@ -100,7 +101,7 @@ def main():
         for _ in range(4):
             for name, v in variants.items():
                 _, mats, vecs = ws[name]
-                t, _ = kernel_times(lambda i: run(v, x, mats, vecs), max(a.reps // 4, 1),
+                t, _ = kernel_times(lambda i: run(v, x, mats, vecs, c, heads), max(a.reps // 4, 1),
                                     warmup=1)
                 times[name].extend(t)
         med = [statistics.median(t) for t in times.values()]
