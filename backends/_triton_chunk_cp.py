@@ -124,7 +124,7 @@ def cp_combine_kernel(
     h = tl.load(fbuf + (i_n * S * HV + i_hv) * (V * K) + tile)       # Z of segment 0
     for s in tl.static_range(1, S):
         at = ((i_n * S + s) * HV + i_hv) * (V * K)
-        tl.store(starts + at + tile, h)
+        tl.store(starts + at + tile, h.to(starts.dtype.element_ty))
         phi = tl.load(fbuf + N * S * HV * V * K + at + square)
         h = mm(h, phi, PREC) + tl.load(fbuf + at + tile)
     tl.store(new_state + slot_w * sn_n + i_hv * sn_h + rows_v[:, None] * sn_v
@@ -153,8 +153,8 @@ def cp_out_kernel(
         kk = tl.arange(0, K)
         w = tl.load(obuf + T_all * HV * V + row + kk[None, :], mask=m[:, None], other=0.0)
         at = ((i_n * S + seg) * HV + i_hv) * (V * K)
-        start_t = tl.load(starts + at + cols[None, :] * K + kk[:, None])      # [K, V]
-        o = o + mm(w, start_t, PREC)
+        start = tl.load(starts + at + cols[:, None] * K + kk[None, :])        # [V, K]
+        o = o + mm(w, tl.trans(start), PREC)
     tl.store(out + t[:, None] * so_t + i_hv * so_h + cols[None, :],
              o.to(out.dtype.element_ty), mask=m[:, None])
 

@@ -504,7 +504,8 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
     launches, :mod:`backends._triton_chunk_cp`).  Allocates buffers of 2 T HV V elements (the
     chains' outputs: bf16 where the precision is "bf16" and the outputs are bf16, whose
     products round them to bf16 anyway but for one rounding of a segment's own outputs
-    before the join adds to them; else fp32) and of 3 segments N HV V K fp32 elements."""
+    before the join adds to them; else fp32) and of 3 segments N HV V K elements (the
+    segments' final tiles in fp32; their start states, bf16 with "bf16" products)."""
     from gdnzoo.backends._triton_chunk_cp import (cp_chain_kernel, cp_combine_kernel,
                                                   cp_out_kernel)
     T, H, K = q.shape
@@ -517,7 +518,10 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
     obuf = torch.empty(2, max(T, 1), HV, V, dtype=torch.bfloat16 if low else torch.float32,
                        device=dev)
     fbuf = torch.empty(2, N, S, HV, V, K, dtype=torch.float32, device=dev)
-    starts = torch.empty(N, S, HV, V, K, dtype=torch.float32, device=dev)
+    # the segments' start states, read only as the outputs' product operand: in bf16 where
+    # that product rounds them to bf16 ("bf16"), half the bytes each output program reads
+    starts = torch.empty(N, S, HV, V, K, dtype=torch.bfloat16 if c.precision == "bf16"
+                         else torch.float32, device=dev)
     P, PN = src.shape[0], new_state.shape[0]
     if c.chain == "cuda":
         _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, obuf, state, fbuf,
