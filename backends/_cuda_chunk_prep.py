@@ -33,6 +33,7 @@ SMEM = 2 * CHUNK * (HEAD_DIM + 8) * 2 + CHUNK * (2 * CHUNK + 8) * 2 + 4 * CHUNK 
 CTAS_PER_SM = 3
 CTAS_PER_SM_CAPPED = 4
 MAX_HEADS = 4
+GROUP_WAVES = 2
 
 
 def serves(K: int, io_dtype, precision: str, chunk: int):
@@ -51,17 +52,14 @@ def serves(K: int, io_dtype, precision: str, chunk: int):
 def pick_heads(gva: int, ctas: int, n_sm: int) -> int:
     """Value heads a CTA (GDN_HEADS) for ``ctas`` CTAs at one head each and GVA = HV / H.  A
     group shares the loads of q and k, their norms and k k^T, q k^T, but runs its heads one
-    after the other.  The smallest divisor of GVA (up to :data:`MAX_HEADS`) whose CTAs fit one
-    wave of resident CTAs; past that, a group of 3 or 4 where GVA has one, else 1.  On an H200
-    (lab/notebook/h200/chunk_prep_cuda_2026-11-29/prep_heads_2026-11-29.log, us at 1, 2, 3 or 4
-    heads a CTA): 4/8 16x256 26.6 -> 21.1 at 2; 16/64 8x1024 317.9 -> 288.6 at 4; 16/48
-    8x1024 241.0 -> 229.6 at 3; 16/32 8x1024 168.8 at 1 against 172.0 at 2; 4/8 1x8192 45.5
-    at 1 against 44.1 at 2."""
-    divisors = [d for d in range(1, MAX_HEADS + 1) if gva % d == 0]
-    fit = [d for d in divisors if ctas <= CTAS_PER_SM * n_sm * d]
-    if fit:
-        return fit[0]
-    return max((d for d in divisors if d >= 3), default=1)
+    after the other: one head a CTA up to :data:`GROUP_WAVES` waves of capped CTAs, then a
+    group of 3 or 4 where GVA has one.  On an H200 (us, the prep alone, "bf16",
+    lab/notebook/h200/prep_occupancy_2026-11-29.log): 4/8 16x256 19.1 at 1 head (640 CTAs)
+    against 23.3 at 2 (one wave); 4/8 4x512 14.8 against 19.0; 16/32 8x1024 125.9 against
+    129.4; 16/64 8x1024 222.7 at 4 against 240.5 at 2."""
+    if ctas <= GROUP_WAVES * CTAS_PER_SM_CAPPED * n_sm:
+        return 1
+    return max((d for d in range(3, MAX_HEADS + 1) if gva % d == 0), default=1)
 
 
 def min_ctas(grid: int, n_sm: int) -> int:

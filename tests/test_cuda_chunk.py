@@ -46,13 +46,11 @@ def test_config_prep_is_checked_before_any_kernel():
         tc.resolve(dict(fixed, prep="cuda"), 1, 8, 128, torch.device("cpu"))
 
 
-def test_value_heads_a_cta_fill_one_wave_then_groups_of_three_or_four():
-    wave = 132 * prep.CTAS_PER_SM
-    assert prep.pick_heads(2, wave, 132) == 1                       # one wave at one head
-    assert prep.pick_heads(2, wave + 1, 132) == 2                   # one wave at two
-    assert prep.pick_heads(4, 3 * wave, 132) == 4                   # the smallest that fits
-    assert prep.pick_heads(4, 2 * wave, 132) == 2
-    assert [prep.pick_heads(g, 10**6, 132) for g in (1, 2, 3, 4, 6, 8)] == [1, 1, 3, 4, 3, 4]
+def test_one_value_head_a_cta_up_to_two_capped_waves_then_groups_of_three_or_four():
+    waves2 = prep.GROUP_WAVES * 132 * prep.CTAS_PER_SM_CAPPED
+    assert [prep.pick_heads(g, waves2, 132) for g in (1, 2, 3, 4, 6, 8)] == [1] * 6
+    assert [prep.pick_heads(g, waves2 + 1, 132) for g in (1, 2, 3, 4, 6, 8)] == \
+        [1, 1, 3, 4, 3, 4]
 
 
 def test_registers_are_capped_only_past_one_wave_of_uncapped_ctas():
