@@ -33,7 +33,7 @@ SMEM = 2 * CHUNK * (HEAD_DIM + 8) * 2 + CHUNK * (2 * CHUNK + 8) * 2 + 4 * CHUNK 
 CTAS_PER_SM = 3
 CTAS_PER_SM_CAPPED = 4
 MAX_HEADS = 4
-GROUP_WAVES = 2
+GROUP_WAVES = 4
 
 
 def serves(K: int, io_dtype, precision: str, chunk: int):
@@ -54,9 +54,10 @@ def pick_heads(gva: int, ctas: int, n_sm: int) -> int:
     group shares the loads of q and k, their norms and k k^T, q k^T, but runs its heads one
     after the other: one head a CTA up to :data:`GROUP_WAVES` waves of capped CTAs, then a
     group of 3 or 4 where GVA has one.  On an H200 (us, the prep alone, "bf16",
-    lab/notebook/h200/prep_occupancy_2026-11-29.log): 4/8 16x256 19.1 at 1 head (640 CTAs)
-    against 23.3 at 2 (one wave); 4/8 4x512 14.8 against 19.0; 16/32 8x1024 125.9 against
-    129.4; 16/64 8x1024 222.7 at 4 against 240.5 at 2."""
+    lab/notebook/h200/prep_occupancy_2026-11-29.log, at 1 / 2 / 3 or 4 heads a CTA): 4/8
+    16x256 (1.2 waves) 19.1 / 23.3; 4/8 4x512 14.8 / 19.0; 16/64 2x512 (2.2 waves) 34.7 /
+    32.8 / 41.2; 16/32 8x1024 125.9 / 129.4; 16/64 16x256 (9.7 waves) 126.5 / 123.7 / 115.9;
+    16/48 8x1024 (12 waves) 182.6 / - / 178.0; 16/64 8x1024 239.8 / 241.4 / 222.7."""
     if ctas <= GROUP_WAVES * CTAS_PER_SM_CAPPED * n_sm:
         return 1
     return max((d for d in range(3, MAX_HEADS + 1) if gva % d == 0), default=1)
