@@ -7,6 +7,8 @@ layout, value) naming the argument, what was expected and what came.
 """
 from __future__ import annotations
 
+import functools
+
 import math
 import numbers
 
@@ -224,17 +226,32 @@ def overlap_probe(op, named: dict, inplace: bool, slots=None):
     constants in it): the dispatcher's per-call check.  A slot named but not in ``named`` (an
     absent argument's 0) is never compared.
 
-    Generated once per signature, every pair unrolled: the dispatcher runs it only for data
-    pointers it has not seen with this signature."""
+    Generated once per shape of the test (the pairs compared and the slots), every pair
+    unrolled, the spans bound per signature: the dispatcher runs it only for data pointers it
+    has not seen with this signature."""
     span = {n: byte_span(x) for n, x in named.items()}
-    pairs = [(w, r) for w, r in aliasing_pairs(op, set(span), inplace) if span[w] and span[r]]
-    tests = [f"-{span[r]} < {r} - {w} < {span[w]}" for w, r in pairs]
-    names = list(slots or named)
-    src = (f"def probe(ptrs):\n    ({', '.join(names)},) = ptrs\n"
-           f"    return {' or '.join(tests) or 'False'}\n")
+    pairs = tuple((w, r) for w, r in aliasing_pairs(op, set(span), inplace)
+                  if span[w] and span[r])
+    names = tuple(slots or named)
+    make = _probe_maker(op.name, pairs, names)
+    return make(*(span[n] for pair in pairs for n in pair))
+
+
+@functools.lru_cache(maxsize=256)
+def _probe_maker(op_name: str, pairs: tuple, names: tuple):
+    """The compiled factory of :func:`overlap_probe`'s function for ``pairs`` over the slots
+    ``names``: it takes each pair's two byte spans in turn."""
+    spans = [f"_s{i}" for i in range(2 * len(pairs))]
+    tests = [f"-{spans[2 * i + 1]} < {r} - {w} < {spans[2 * i]}"
+             for i, (w, r) in enumerate(pairs)]
+    src = (f"def make({', '.join(spans)}):\n"
+           f"    def probe(ptrs):\n"
+           f"        ({', '.join(names)},) = ptrs\n"
+           f"        return {' or '.join(tests) or 'False'}\n"
+           f"    return probe\n")
     scope = {}
-    exec(compile(src, f"<gdnzoo {op.name} overlap probe>", "exec"), scope)
-    return scope["probe"]
+    exec(compile(src, f"<gdnzoo {op_name} overlap probe>", "exec"), scope)
+    return scope["make"]
 
 
 def tensor_signature(t):

@@ -155,6 +155,24 @@ def test_memoized_decode_still_refuses_overlapping_buffers(which):
     gdnzoo.decode(*x.args(), **good, algo="pt-reference")              # the good call still works
 
 
+def test_overlap_probes_of_one_shape_keep_their_own_spans():
+    # The probe's code is compiled once per shape of the test (which pairs, which slots); each
+    # signature binds its own byte spans: an `out` starting on the last byte of the state
+    # overlaps it, one byte further it does not, for a small and a large batch alike.
+    from gdnzoo import checks
+    op = gdnzoo.operation.DECODE
+    for B in (1, 6):
+        x = make_inputs(B=B, T=1, H=2, HV=4, K=16, V=16, seed=B)
+        named = dict(zip(("q", "k", "v", "state", "A_log", "a", "dt_bias", "b"), x.args()[:8]))
+        named["out"] = torch.empty_like(x.v)
+        probe = checks.overlap_probe(op, named, True)
+        ptrs = {n: (i + 1) << 40 for i, n in enumerate(named)}        # far apart
+        assert not probe(tuple(ptrs.values()))
+        end = ptrs["state"] + checks.byte_span(x.state)
+        assert probe(tuple(dict(ptrs, out=end - 1).values()))
+        assert not probe(tuple(dict(ptrs, out=end).values()))
+
+
 def _memo_probe(x, **kw):
     """What decode's memo answers for these inputs (None: it would validate from scratch)."""
     return dispatch.lookup(gdnzoo.operation.DECODE,
