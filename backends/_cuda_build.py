@@ -350,10 +350,38 @@ def dense(q, k, v, state, A_log, a, dt_bias, b, out, new_state) -> bool:
 
 def aligned16(*tensors) -> bool:
     """Each tensor can be read in 16-byte pieces along its last dim (cp.async, TMA): non-empty,
-    the last dim contiguous, the base and every other stride a multiple of 16 bytes."""
-    return all(t.numel() and t.stride(-1) == 1 and t.data_ptr() % 16 == 0
-               and all(s * t.element_size() % 16 == 0 for s in t.stride()[:-1])
-               for t in tensors)
+    the last dim contiguous, the base and every other stride a multiple of 16 bytes.  (Plain
+    loops: a prefill call asks twice, and generators cost ~10 us on a slow host.)"""
+    for t in tensors:
+        st = t.stride()
+        if st[-1] != 1 or t.data_ptr() % 16 or not t.numel():
+            return False
+        size = t.element_size()
+        for x in st[:-1]:
+            if x * size % 16:
+                return False
+    return True
+
+
+_SMS: dict = {}
+_CCS: dict = {}
+
+
+def sm_count(device) -> int:
+    """The SM count of a CUDA device (an index or a torch.device), asked of torch once per
+    device (three times a prefill call otherwise)."""
+    n = _SMS.get(device)
+    if n is None:
+        n = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return n
+
+
+def capability(device) -> tuple:
+    """The compute capability of a CUDA device (an index or a torch.device), asked once."""
+    cc = _CCS.get(device)
+    if cc is None:
+        cc = _CCS[device] = torch.cuda.get_device_capability(device)
+    return cc
 
 
 def signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):

@@ -78,7 +78,7 @@ def launch(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gate
     HV, N = ga.shape[1], cu_seqlens.shape[0] - 1
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
     slots = T // CHUNK + N
-    n_sm = torch.cuda.get_device_properties(dev).multi_processor_count
+    n_sm = cuda_build.sm_count(dev)
     if heads is None:
         heads = pick_heads(HV // H, slots * HV, n_sm)
     grid = slots * (HV // heads)

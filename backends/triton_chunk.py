@@ -226,7 +226,7 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int =
     """``config`` with its zeros filled in for a call of N sequences and ``tokens`` tokens in
     all, and checked (ValueError naming it)."""
     c = normalize(config)
-    n_sm = torch.cuda.get_device_properties(device).multi_processor_count \
+    n_sm = cuda_build.sm_count(device) \
         if device.type == "cuda" and not (c.block_v and c.segments and c.warps) else 0
     bv = c.block_v
     if not bv:
@@ -267,7 +267,7 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int =
     if c.chain == "cuda":
         if device.type != "cuda":
             raise ValueError("config: chain 'cuda' needs a CUDA device")
-        ok, why = _cuda_chunk_chain.serves(torch.cuda.get_device_capability(device),
+        ok, why = _cuda_chunk_chain.serves(cuda_build.capability(device),
                                            _cuda_chunk_chain.HEAD_DIM, V, torch.bfloat16,
                                            c.precision, c.chunk)
         if not ok:
