@@ -8,9 +8,9 @@ layout, value) naming the argument, what was expected and what came.
 from __future__ import annotations
 
 import functools
-
 import math
 import numbers
+import types
 
 import torch
 
@@ -223,7 +223,7 @@ def overlap_probe(op, named: dict, inplace: bool, slots=None):
     """A function of a call's data pointers (a tuple: one per name of ``slots``, default the
     names of ``named``) that returns True when :func:`check_aliasing` would raise for them, for
     every call of the signature of the tensors ``named`` ({name: tensor}; their byte spans are
-    constants in it): the dispatcher's per-call check.  A slot named but not in ``named`` (an
+    bound in it): the dispatcher's per-call check.  A slot named but not in ``named`` (an
     absent argument's 0) is never compared.
 
     Generated once per shape of the test (the pairs compared and the slots), every pair
@@ -232,26 +232,27 @@ def overlap_probe(op, named: dict, inplace: bool, slots=None):
     span = {n: byte_span(x) for n, x in named.items()}
     pairs = tuple((w, r) for w, r in aliasing_pairs(op, set(span), inplace)
                   if span[w] and span[r])
-    names = tuple(slots or named)
-    make = _probe_maker(op.name, pairs, names)
-    return make(*(span[n] for pair in pairs for n in pair))
+    code = _probe_code(op.name, pairs, tuple(slots or named))
+    # the spans as the one default argument: no closure cells for the garbage collector to
+    # walk in every memoized signature
+    return types.FunctionType(code, _PROBE_GLOBALS, "probe",
+                              (tuple(span[n] for pair in pairs for n in pair),))
+
+
+_PROBE_GLOBALS: dict = {}
 
 
 @functools.lru_cache(maxsize=256)
-def _probe_maker(op_name: str, pairs: tuple, names: tuple):
-    """The compiled factory of :func:`overlap_probe`'s function for ``pairs`` over the slots
-    ``names``: it takes each pair's two byte spans in turn."""
-    spans = [f"_s{i}" for i in range(2 * len(pairs))]
-    tests = [f"-{spans[2 * i + 1]} < {r} - {w} < {spans[2 * i]}"
-             for i, (w, r) in enumerate(pairs)]
-    src = (f"def make({', '.join(spans)}):\n"
-           f"    def probe(ptrs):\n"
-           f"        ({', '.join(names)},) = ptrs\n"
-           f"        return {' or '.join(tests) or 'False'}\n"
-           f"    return probe\n")
+def _probe_code(op_name: str, pairs: tuple, names: tuple):
+    """The compiled code of :func:`overlap_probe`'s function for ``pairs`` over the slots
+    ``names``: ``probe(ptrs, s)``, ``s`` each pair's two byte spans in turn."""
+    tests = [f"-s[{2 * i + 1}] < {r} - {w} < s[{2 * i}]" for i, (w, r) in enumerate(pairs)]
+    src = (f"def probe(ptrs, s):\n"
+           f"    ({', '.join(names)},) = ptrs\n"
+           f"    return {' or '.join(tests) or 'False'}\n")
     scope = {}
     exec(compile(src, f"<gdnzoo {op_name} overlap probe>", "exec"), scope)
-    return scope["make"]
+    return scope["probe"].__code__
 
 
 def tensor_signature(t):
