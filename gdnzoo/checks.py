@@ -195,22 +195,28 @@ def byte_span(x) -> int:
     strides and dtype, so a memoized signature can check overlaps from data pointers alone."""
     if x.numel() == 0:
         return 0
-    return (sum((n - 1) * st for n, st in zip(x.shape, x.stride())) + 1) * x.element_size()
+    last = 0
+    for n, st in zip(x.shape, x.stride()):
+        last += (n - 1) * st
+    return (last + 1) * x.element_size()
+
+
+def _disjoint(a0: int, sa: int, b0: int, sb: int) -> bool:
+    """Byte ranges [a0, a0 + sa) and [b0, b0 + sb) share no byte (an empty one shares none)."""
+    return not (sa > 0 and sb > 0 and a0 < b0 + sb and b0 < a0 + sa)
 
 
 def overlaps(x, y) -> bool:
-    sx, sy = byte_span(x), byte_span(y)
-    a0, b0 = x.data_ptr(), y.data_ptr()
-    return sx > 0 and sy > 0 and a0 < b0 + sy and b0 < a0 + sx
+    return not _disjoint(x.data_ptr(), byte_span(x), y.data_ptr(), byte_span(y))
 
 
 def check_aliasing(op, named: dict, inplace: bool):
     """Raise ValueError naming the first written argument of ``named`` ({name: tensor or
     None}) whose byte range overlaps another argument's (:func:`aliasing_pairs`)."""
-    given = {n for n, x in named.items() if x is not None}
+    at = {n: (x.data_ptr(), byte_span(x)) for n, x in named.items() if x is not None}
     dst, src = op.inplace or (None, None)
-    for w, r in aliasing_pairs(op, given, inplace):
-        if overlaps(named[w], named[r]):
+    for w, r in aliasing_pairs(op, set(at), inplace):
+        if not _disjoint(*at[w], *at[r]):
             if (w, r) == (dst, src):
                 raise ValueError(f"{dst}: expected a tensor distinct from {src} or {src} "
                                  f"itself, got a different view that overlaps {src}'s memory")

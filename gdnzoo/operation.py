@@ -13,6 +13,7 @@ This module imports no torch: the face is generated from it at ``import gdnzoo``
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass, field
 
@@ -58,7 +59,7 @@ class Operation:
     doc: str = ""                  # the public function's docstring (the contract's)
     extra: dict = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def names(self) -> tuple:
         return tuple(a.name for a in self.args)
 
