@@ -177,7 +177,7 @@ def decode_timing(lab, args):
             if "FLA" in res:
                 j = gate.judge(*res["gdnzoo"], *res["FLA"], state_dtype=torch.float32)
                 row["vs_fla"] = "ok" if j.ok else j.reason
-            launches = [lambda i, f=fn: f(**sets[i % n]) for fn in fns.values()]
+            launches = [lambda i, f=fn, s=sets, m=n: f(**s[i % m]) for fn in fns.values()]
             if DEV == "cuda":
                 per, method = clocks.interleaved_kernel_times(launches, args.reps)
                 row["kernel_method"] = method
