@@ -273,7 +273,8 @@ extern "C" __global__ void __launch_bounds__(128, GDN_MIN_CTAS) gdn_chunk_prep(c
                     av[e] = i > j ? KK[nt][2 * h + e] * dec * bi : 0.f;
                     P[nt][2 * h + e] = i >= j ? QK[nt][2 * h + e] * dec * si : 0.f;
                 }
-                *reinterpret_cast<float2*>(&sm.u.m.A[i][8 * nt + 2 * t4]) = make_float2(av[0], av[1]);
+                *reinterpret_cast<float2*>(&sm.u.m.A[i][8 * nt + 2 * t4]) =
+                    make_float2(av[0], av[1]);
             }
         __syncthreads();
         // the diagonal block D_w = (I + A_ww)^-1: lane c (c < 16) forms its column c
