@@ -22,6 +22,7 @@ Nothing here imports cupy at module import time.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import struct
@@ -363,25 +364,17 @@ def aligned16(*tensors) -> bool:
     return True
 
 
-_SMS: dict = {}
-_CCS: dict = {}
-
-
+@functools.lru_cache(maxsize=None)
 def sm_count(device) -> int:
     """The SM count of a CUDA device (an index or a torch.device), asked of torch once per
     device (three times a prefill call otherwise)."""
-    n = _SMS.get(device)
-    if n is None:
-        n = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    return n
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+@functools.lru_cache(maxsize=None)
 def capability(device) -> tuple:
     """The compute capability of a CUDA device (an index or a torch.device), asked once."""
-    cc = _CCS.get(device)
-    if cc is None:
-        cc = _CCS[device] = torch.cuda.get_device_capability(device)
-    return cc
+    return torch.cuda.get_device_capability(device)
 
 
 def signature_key(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, l2):

@@ -11,7 +11,6 @@ and judges with the one gate (:func:`gdnzoo.gate.gated_call`), as ``gdnzoo bench
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
@@ -91,7 +90,6 @@ def run(name: str, fn, needs_cuda: bool = False):
     sys.exit(lab.save())
 
 
-@functools.lru_cache(maxsize=None)
 def profiled(call, reps: int, warm: int = 3) -> dict:
     """{kernel name: [record time, us]} of ``reps`` calls of ``call`` under torch.profiler
     (after ``warm`` untimed calls)."""

@@ -46,10 +46,10 @@ def test_config_prep_is_checked_before_any_kernel():
         tc.resolve(dict(fixed, prep="cuda"), 1, 8, 128, torch.device("cpu"))
 
 
-def test_one_value_head_a_cta_up_to_two_capped_waves_then_groups_of_three_or_four():
-    waves2 = prep.GROUP_WAVES * 132 * prep.CTAS_PER_SM_CAPPED
-    assert [prep.pick_heads(g, waves2, 132) for g in (1, 2, 3, 4, 6, 8)] == [1] * 6
-    assert [prep.pick_heads(g, waves2 + 1, 132) for g in (1, 2, 3, 4, 6, 8)] == \
+def test_one_value_head_a_cta_up_to_group_waves_of_capped_ctas_then_groups_of_three_or_four():
+    waves = prep.GROUP_WAVES * 132 * prep.CTAS_PER_SM_CAPPED
+    assert [prep.pick_heads(g, waves, 132) for g in (1, 2, 3, 4, 6, 8)] == [1] * 6
+    assert [prep.pick_heads(g, waves + 1, 132) for g in (1, 2, 3, 4, 6, 8)] == \
         [1, 1, 3, 4, 3, 4]
 
 

@@ -173,10 +173,10 @@ def test_kfirst_variants_compile_with_nvcc():
 
 
 # cuda-chunk's prep kernel: raw and precomputed gates, every gate dtype, NEG, PDL, both stores,
-# one to four value heads a CTA
+# one to four value heads a CTA, registers capped for four CTAs an SM (the default) or three
 PREP_VARIANTS = [dict(GATES=0, A_DT=1, B_DT=1, ALOG_DT=0, DTB_DT=0, NEG=0, PDL=0, STORE3=1),
                  dict(GATES=1, A_DT=0, B_DT=2, ALOG_DT=0, DTB_DT=0, NEG=0, PDL=1, STORE3=0,
-                      HEADS=2),
+                      HEADS=2, MIN_CTAS=3),
                  dict(GATES=0, A_DT=2, B_DT=0, ALOG_DT=1, DTB_DT=2, NEG=1, PDL=0, STORE3=1,
                       HEADS=3),
                  dict(GATES=0, A_DT=1, B_DT=1, ALOG_DT=0, DTB_DT=0, NEG=0, PDL=0, STORE3=0,
