@@ -118,6 +118,7 @@ struct alignas(16) PrepSmem {
         struct { float A[C_][LD]; float T[C_][LD]; } m;     // A, then M; T
     } u;
     union {
+        long long cu[128];      // cu_seqlens read by the sequence search (N < 128)
         float S[4][16][SL];
         bf16_t out[C_][2 * C_ + 8];
     } x;
@@ -144,13 +145,18 @@ extern "C" __global__ void __launch_bounds__(128, GDN_MIN_CTAS) gdn_chunk_prep(c
     const long long slot = blockIdx.x / groups;
     const int i_h = hv0 / (HV / (int)p.H);
     // the slot's sequence: the count of sequences whose first slot cu[n] / C + n is <= slot
+    // (with N < 128 every bound cu[0..N] is read once, kept for the sequence's bounds: one
+    // global latency fewer before the copies)
     int count = 0;
     for (int n0 = 0; n0 < N; n0 += 128) {
         const int n = n0 + tid;
-        count += __syncthreads_count(n < N && cu_at(p, n) / C_ + n <= slot);
+        const long long c = n <= N ? cu_at(p, n) : 0;
+        if (N < 128) sm.x.cu[tid] = c;
+        count += __syncthreads_count(n < N && c / C_ + n <= slot);
     }
     const int n = count > 0 ? count - 1 : 0;
-    long long bos = cu_at(p, n), eos = cu_at(p, n + 1);
+    long long bos = N < 128 ? sm.x.cu[n] : cu_at(p, n);
+    long long eos = N < 128 ? sm.x.cu[n + 1] : cu_at(p, n + 1);
     bos = bos < 0 ? 0 : (bos > T_all ? T_all : bos);      // held inside [0, T], as triton-chunk
     eos = eos < bos ? bos : (eos > T_all ? T_all : eos);
     const long long t0 = count > 0 ? bos + (slot - (bos / C_ + n)) * C_ : eos;
