@@ -1,0 +1,127 @@
+"""A reformulated chain for cuda-chunk-bf16, its numerics only (CPU, no kernel): each chunk's
+X = S0 k^T formed from the chunk before instead of from the updated state,
+
+    X_c = e^(G_last, c-1) (S0_{c-1} k_c^T) + (V'^T diag(fk))_{c-1} (k_{c-1} k_c^T),
+
+so a chunk's chain of dependent products shortens from three (X, V'^T, the update) to two
+(V'^T, then the correction of the next X), the update and the next S0 k^T leaving the critical
+path (lab/notebook/h200/chain_anatomy_2026-11-30/session.log, section 3).  Its roundings
+differ from triton-chunk's chain (S0 rounded to bf16 a chunk earlier, k_{c-1} k_c^T rounded to
+bf16), so it cannot be bit-identical; this asks whether its errors against float64 stay those of
+the chain as it is.  Both chains are emulated with the kernel's bf16 operands (every product's
+operands rounded to bf16, fp32 sums) on the workspace the prep would write ("bf16": T^T and M^T
+rounded to bf16), against lab.prefill_gpu's float64 token-by-token oracle; "exact" runs the
+same algebra with no rounding (a check of the emulation: ~1e-6).
+
+    python -m lab.chain_lookahead --cells 4/8:1x8192,16/32:2x1024 --seeds 0,1
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.nn.functional as F
+
+from lab.prefill_gpu import gates64, make, oracle
+
+F32, F64, BF16 = torch.float32, torch.float64, torch.bfloat16
+C = 64
+
+
+def rel(got, want):
+    return float((got.double() - want.double()).norm() / want.double().norm())
+
+
+def prep(q, k, gam, beta, scale, rq, rk, rnd):
+    """The workspace of one chunk, every head at once: T^T, M^T (rounded by ``rnd``) and the
+    factors beta, beta rk e^G, scale rq e^G, rk e^(G_last - G), e^G_last.  q, k [HV, C, K]
+    (bf16 values), gam, beta, rq, rk [HV, C]."""
+    G = gam.double().cumsum(-1)
+    dec = torch.exp(G[:, :, None] - G[:, None, :]).tril()
+    kk = k.double() @ k.double().transpose(-1, -2)
+    qk = q.double() @ k.double().transpose(-1, -2)
+    rk64, rq64, b64 = rk.double(), rq.double(), beta.double()
+    A = (kk * dec * (b64 * rk64)[:, :, None] * rk64[:, None, :]).tril(-1)
+    eye = torch.eye(C, dtype=F64).expand_as(A)
+    T = torch.linalg.solve_triangular(eye + A, eye, upper=False)
+    P = qk * dec * (scale * rq64)[:, :, None] * rk64[:, None, :]
+    M = P @ T
+    eG, GL = torch.exp(G), G[:, -1:]
+    f = [b64, b64 * rk64 * eG, scale * rq64 * eG, rk64 * torch.exp(GL - G), torch.exp(GL)]
+    return rnd(T.float()), rnd(M.float()), [x.float() for x in f]
+
+
+def chain(x, lookahead: bool, exact: bool, neg: bool = False):
+    """Outputs [T, HV, V] and final states [N, HV, V, K] of the chunked chain (sequences of
+    whole chunks), ``lookahead``: X of chunk c from chunk c - 1; ``neg``: beta = 2 sigmoid(b)
+    (allow_neg_eigval)."""
+    rnd = (lambda t: t) if exact else (lambda t: t.to(BF16).float())
+    q, k, v = x["q"], x["k"], x["v"]
+    H, HV = q.shape[1], v.shape[1]
+    scale = q.shape[2] ** -0.5
+    qx = q.float().repeat_interleave(HV // H, dim=1)
+    kx = k.float().repeat_interleave(HV // H, dim=1)
+    rq = torch.rsqrt((qx * qx).sum(-1) + 1e-6)
+    rk = torch.rsqrt((kx * kx).sum(-1) + 1e-6)
+    sp = F.softplus(x["a"].float() + x["dt_bias"].float(), beta=1.0, threshold=20.0)
+    gam = (-torch.exp(x["A_log"].float()) * sp).clamp_min(-128.0)
+    beta = torch.sigmoid(x["b"].float()) * (2.0 if neg else 1.0)
+    cu = x["cu"].tolist()
+    out = torch.zeros(v.shape, dtype=F32)
+    final = torch.zeros(len(cu) - 1, HV, v.shape[2], q.shape[2], dtype=F32)
+    for n in range(len(cu) - 1):
+        S = x["state"][n].float().clone()                          # [HV, V, K]
+        prev = None
+        for t0 in range(cu[n], cu[n + 1], C):
+            sl = slice(t0, t0 + C)
+            if cu[n + 1] - t0 < C:
+                raise ValueError("whole chunks only")
+            qc, kc = qx[sl].transpose(0, 1), kx[sl].transpose(0, 1)     # [HV, C, K]
+            vc = v[sl].float().permute(1, 2, 0)                         # [HV, V, C]
+            Tb, Mb, (f0, f1, f2, f3, f4) = prep(qc, kc, gam[sl].T, beta[sl].T, scale,
+                                                rq[sl].T, rk[sl].T, rnd)
+            sa = rnd(S)
+            if lookahead and prev is not None:
+                sa_p, va_p, kp, g_p = prev
+                X = g_p[:, :, None] * (sa_p @ kc.transpose(-1, -2)) \
+                    + va_p @ rnd(kp @ kc.transpose(-1, -2))
+            else:
+                X = sa @ kc.transpose(-1, -2)                           # [HV, V, C]
+            R = vc * f0[:, None, :] - X * f1[:, None, :]
+            ra = rnd(R)
+            Vp = ra @ Tb.transpose(-1, -2)
+            va = rnd(Vp * f3[:, None, :])
+            O = (sa @ qc.transpose(-1, -2)) * f2[:, None, :] + ra @ Mb.transpose(-1, -2)
+            out[sl] = O.permute(2, 0, 1)
+            S = f4[:, :, None] * S + va @ kc
+            prev = (sa, va, kc, f4)
+        final[n] = S
+    return out, final
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cells", default="4/8:1x8192,16/32:2x1024")
+    ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--neg", action="store_true", help="beta = 2 sigmoid(b) (allow_neg_eigval)")
+    a = ap.parse_args()
+    print(f"{'cell':14s} {'seed':>4s} {'form':10s} {'out':>9s} {'state':>9s}   (relative RMS "
+          f"against float64)")
+    for cell in a.cells.split(","):
+        geom, mix = cell.split(":")
+        H, HV = map(int, geom.split("/"))
+        n, L = map(int, mix.split("x"))
+        for seed in map(int, a.seeds.split(",")):
+            x = {k: t.cpu() for k, t in make([L] * n, H, HV, seed=seed).items()}
+            beta = torch.sigmoid(x["b"].double()) * (2.0 if a.neg else 1.0)
+            o64, s64 = (t.cpu() for t in oracle(x, True, gates=(gates64(x)[0], beta)))
+            for form, la, ex in (("exact", False, True), ("as now", False, False),
+                                 ("lookahead", True, False), ("exact la", True, True)):
+                o, s = chain(x, la, ex, a.neg)
+                o = o if ex else o.to(BF16)
+                print(f"{cell:14s} {seed:4d} {form:10s} {rel(o, o64):9.3e} {rel(s, s64):9.3e}",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
