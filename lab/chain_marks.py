@@ -11,7 +11,6 @@ with cupy:
 from __future__ import annotations
 
 import argparse
-import ctypes
 import sys
 import tempfile
 from pathlib import Path
@@ -24,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from gdnzoo.backends import _cuda_chunk_chain as chain    # noqa: E402
 from gdnzoo.backends import triton_chunk as tc            # noqa: E402
-from lab.clock_marks import read_u64                      # noqa: E402
+from lab.clock_marks import clear, read_u64                      # noqa: E402
 from lab.wgmma_chain import config, make, parse, workspace  # noqa: E402
 
 CTAS, CHUNKS, SLOTS = 1024, 64, 10
@@ -92,11 +91,7 @@ def main():
         torch.cuda.synchronize()
         mod = [k for key, k in chain.cuda_build._kernels.items()
                if key[1] == str(chain.SOURCE)][0]
-        cu = ctypes.CDLL("libcuda.so.1")
-        ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
-        cu.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size),
-                                ctypes.c_void_p(int(mod.module)), b"gdn_marks")
-        cu.cuMemsetD8_v2(ptr, 0, size)
+        clear(mod.module, "gdn_marks")
         chain.launch(*args)
         m = read_u64(mod.module, "gdn_marks").reshape(CTAS, CHUNKS, SLOTS).astype(np.int64)
         ran = m[(m[:, 1:, 0] > 0).all(1)]                  # CTAs with all 64 chunks marked

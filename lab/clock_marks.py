@@ -24,3 +24,13 @@ def read_u64(module, name: str) -> np.ndarray:
     if r:
         raise RuntimeError(f"cuMemcpyDtoH({name!r}): CUDA error {r}")
     return a
+
+
+def clear(module, name: str) -> None:
+    """Zero the whole ``__device__`` array ``name`` of the loaded CUDA module ``module``."""
+    cu = ctypes.CDLL("libcuda.so.1")
+    ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
+    r = cu.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size), ctypes.c_void_p(int(module)),
+                                name.encode())
+    if r or cu.cuMemsetD8_v2(ptr, 0, size):
+        raise RuntimeError(f"clearing {name!r}: CUDA error")

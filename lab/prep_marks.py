@@ -10,7 +10,6 @@ little (fewer registers): a breakdown, not a timing.  On a GPU with cupy:
 from __future__ import annotations
 
 import argparse
-import ctypes
 import sys
 import tempfile
 from pathlib import Path
@@ -23,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from gdnzoo.backends import _cuda_chunk_prep as prep      # noqa: E402
 from gdnzoo.backends import triton_chunk as tc            # noqa: E402
-from lab.clock_marks import read_u64                      # noqa: E402
+from lab.clock_marks import clear, read_u64                      # noqa: E402
 from lab.prep_ab import cell_inputs, run                  # noqa: E402
 
 MARK = ("__device__ unsigned long long gdn_marks[1 << 16];\n#define GDN_MARK(k) do { if "
@@ -73,11 +72,7 @@ def main():
         run(variant, x, mats, vecs)                    # compiles, warms
         torch.cuda.synchronize()
         mod = [k for key, k in prep.cuda_build._kernels.items() if key[1] == str(variant[0])][0]
-        cu = ctypes.CDLL("libcuda.so.1")
-        ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
-        cu.cuModuleGetGlobal_v2(ctypes.byref(ptr), ctypes.byref(size),
-                                ctypes.c_void_p(int(mod.module)), b"gdn_marks")
-        cu.cuMemsetD8_v2(ptr, 0, size)
+        clear(mod.module, "gdn_marks")
         run(variant, x, mats, vecs)
         m = read_u64(mod.module, "gdn_marks")[:60000].reshape(-1, 10)[:, :9].astype(np.int64)
         ran = m[(m[:, 8] > m[:, 0]) & (m[:, 1] > 0)]
