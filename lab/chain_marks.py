@@ -2,8 +2,8 @@
 ``backends/cuda_chunk_chain.cu`` whose chain warpgroup (thread 0) and outputs warpgroup
 (thread 128) write clock64 marks at each step of every chunk (the first 64 chunks of the first
 1024 CTAs; the copy is made here, in a temporary folder), launched once per cell after a warm
-launch.  Prints each step's mean cycles over the CTAs and chunks 1..63 (chunk 0 fills the
-pipeline).  The marks change the code a little: a breakdown, not a timing.  On an H100/H200
+launch.  Prints each step's mean cycles over every chunk but a CTA's first (it fills the
+pipeline) and last.  The marks change the code a little: a breakdown, not a timing.  On an H100/H200
 with cupy:
 
     python -m lab.chain_marks --cells 16/32:8x1024,4/8:1x8192
@@ -71,6 +71,20 @@ STEPS = ("chain: wait inputs", "X = S0 k^T (+ S0 out)", "R, V' = R T^T", "S upda
          "store, to next")
 
 
+def breakdown(m):
+    """(CTAs counted, the mean period, each step's mean) from marks [CTAs, chunks, slots]: a
+    chunk counts when it is neither a CTA's first nor its last (chunk 0 fills the pipeline;
+    the last has no next), whatever the number of chunks each CTA ran."""
+    has = m[:, :, 0] > 0
+    use = has[:, :-1] & has[:, 1:]
+    use[:, 0] = False
+    cur, nxt = m[:, :-1][use], m[:, 1:][use]            # [chunks counted, slots]
+    c, o = cur[:, :5], cur[:, 5:9]
+    steps = [*np.diff(c, axis=1).mean(0), (nxt[:, 0] - c[:, 4]).mean(),
+             *np.diff(o, axis=1).mean(0), (nxt[:, 5] - o[:, 3]).mean()]
+    return int(use.any(1).sum()), float((nxt[:, 0] - c[:, 0]).mean()), steps
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cells", default="16/32:8x1024,4/8:1x8192")
@@ -94,14 +108,8 @@ def main():
         clear(mod.module, "gdn_marks")
         chain.launch(*args)
         m = read_u64(mod.module, "gdn_marks").reshape(CTAS, CHUNKS, SLOTS).astype(np.int64)
-        ran = m[(m[:, 1:, 0] > 0).all(1)]                  # CTAs with all 64 chunks marked
-        c, o = ran[:, :, :5], ran[:, :, 5:9]
-        steps = [np.diff(c, axis=2)[:, 1:-1].mean((0, 1))[k] for k in range(4)]
-        steps.append((c[:, 2:, 0] - c[:, 1:-1, 4]).mean())
-        steps += [np.diff(o, axis=2)[:, 1:-1].mean((0, 1))[k] for k in range(3)]
-        steps.append((o[:, 2:, 0] - o[:, 1:-1, 3]).mean())
-        period = (c[:, 2:, 0] - c[:, 1:-1, 0]).mean()
-        print(f"{cell:14s} {len(ran):5d} {period:7.0f} " + " ".join(f"{v:12.0f}" for v in steps),
+        ctas, period, steps = breakdown(m)
+        print(f"{cell:14s} {ctas:5d} {period:7.0f} " + " ".join(f"{v:12.0f}" for v in steps),
               flush=True)
 
 
