@@ -216,8 +216,92 @@ __device__ __forceinline__ void bar_init(unsigned long long* b, int count) {
 __device__ __forceinline__ void bar_arrive(unsigned long long* b) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_u32(b)) : "memory");
 }
-__device__ __forceinline__ void wg1_sync() {       // warpgroup 1's own barrier
+__device__ __forceinline__ void out_sync() {       // the outputs warpgroup's own barrier
     asm volatile("bar.sync 1, 128;" ::: "memory");
+}
+// the chunk's factors 0..3 (beta, beta rk e^G, scale rq e^G, rk e^(G_last - G)) into the
+// stage's ``f`` by the producer warp's lanes (zeros past the sequence's end)
+template <class St>
+__device__ __forceinline__ void load_factors(St& st, const ChainParams& p, int i_hv, long long t0,
+                                             long long rem, int lane) {
+#pragma unroll
+    for (int x = 0; x < 8; ++x) {               // factor x / 2, tokens 32 (x % 2) + lane
+        const int f = x >> 1, i = 32 * (x & 1) + lane;
+        cp4(&st.f[f][i], p.vecs + (i_hv * 5 + f) * p.T_all + t0 + (i < rem ? i : 0), i < rem);
+    }
+}
+// R = v^T diag(beta) - X diag(beta rk e^G) in X's registers (v: the chunk's swizzled box)
+__device__ __forceinline__ void form_r(float (&X)[32], const bf16_t* v, const float* f0,
+                                       const float* f1, int r0, int t4) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
+            X[4 * j + e] = bf2f(v[sw(i, r)]) * f0[i] - X[4 * j + e] * f1[i];
+        }
+}
+// R's A fragments from X's registers, then V'^T = R T^T issued into X's registers (committed,
+// not waited for); T^T the chunk's workspace rows
+__device__ __forceinline__ void issue_vp(float (&X)[32], unsigned (&ra)[4][4], const bf16_t* t) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) frag(ra[k], X, k);
+    wg_fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) mma64rs<1>(X, ra[k], desc(t, 2048 * k, 8192), k);
+    wg_commit();
+}
+// Y = S0 q^T, S0 from its no-swizzle handover tile, q the chunk's two swizzled boxes
+__device__ __forceinline__ void outputs_y(float (&Y)[32], const void* s0, const bf16_t* q) {
+    wg_fence();
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+        mma64ss<0>(Y, desc_ns(s0, 256 * k, 128, 2048), desc(q + (k >> 2) * BOX, 32 * (k & 3), 16),
+                   k);
+    wg_commit();
+    wg_wait<0>();
+    pin(Y);
+}
+// the chunk's outputs (keep Y) [64 tokens, 64 rows] at token ``tw`` of ``out``: a whole chunk
+// staged in ``ob`` for one TMA store (once the store two chunks back has read it), a sequence's
+// last, partial chunk stored directly (a box would write the next sequence's rows); the outputs
+// warpgroup's threads (``ti``: 0..127)
+__device__ __forceinline__ void store_chunk(const ChainParams& p, bf16_t* ob, const float (&Y)[32],
+                                            float keep, long long rem, long long tw, int row0,
+                                            int i_hv, int r0, int t4, int ti) {
+    if (rem >= C_) {
+        if (ti == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+        out_sync();
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                ob[sw(8 * j + 2 * t4 + (e & 1), r0 + 8 * (e >> 1))]
+                    = (bf16_t)(pack2(keep * Y[4 * j + e], 0.f) & 0xFFFF);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        out_sync();
+        if (ti == 0) tma_store3(p.to, row0, i_hv, (int)tw, ob);
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
+                if (i < rem)
+                    p.out[(tw + i) * p.so_t + i_hv * p.so_h + row0 + r]
+                        = (bf16_t)(pack2(keep * Y[4 * j + e], 0.f) & 0xFFFF);
+            }
+    }
+}
+// Y += R M^T, R from its no-swizzle handover tile, M^T the chunk's workspace rows
+__device__ __forceinline__ void outputs_rm(float (&Y)[32], const void* r, const bf16_t* m) {
+    wg_fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+        mma64ss<1>(Y, desc_ns(r, 256 * k, 128, 1024), desc(m, 2048 * k, 8192), 1);
+    wg_commit();
+    wg_wait<0>();
+    pin(Y);
 }
 
 __device__ __forceinline__ long long cu_at(const ChainParams& p, long long i) {
@@ -348,12 +432,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
                 tma3(st.m, p.tm, C_, i_hv, t, full);
                 if (!ident) tma3(st.v, p.tv, row0, i_hv, t, full);
             }
-#pragma unroll
-            for (int x = 0; x < 8; ++x) {       // factor x / 2, tokens 32 (x % 2) + lane
-                const int f = x >> 1, i = 32 * (x & 1) + lane;
-                cp4(&st.f[f][i], p.vecs + (i_hv * 5 + f) * p.T_all + t0 + (i < rem ? i : 0),
-                    i < rem);
-            }
+            load_factors(st, p, i_hv, t0, rem, lane);
             if (lane == 0) cp4(&st.glast[0], p.vecs + (i_hv * 5 + 4) * p.T_all + t0, rem > 0);
             asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(full)
                          : "memory");
@@ -376,52 +455,16 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
                 continue;
             }
             float Y[32];
-            wg_fence();
-#pragma unroll
-            for (int k = 0; k < 8; ++k)
-                mma64ss<0>(Y, desc_ns(hb.s0, 256 * k, 128, 2048),
-                           desc(st.q + (k >> 2) * BOX, 32 * (k & 3), 16), k);
-            wg_commit();
-            wg_wait<0>();
-            pin(Y);
+            outputs_y(Y, hb.s0, st.q);
             scale_tokens(Y, st.f[2], t4);
             const float keep = rd ? 1.f : 0.f;        // a padded sequence's outputs are zeros
-            wg_fence();
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-                mma64ss<1>(Y, desc_ns(hb.r, 256 * k, 128, 1024), desc(st.m, 2048 * k, 8192), 1);
-            wg_commit();
-            wg_wait<0>();
-            pin(Y);
+            outputs_rm(Y, hb.r, st.m);
             bar_arrive(&sm.hempty[b]);          // S0 and R of this chunk read
             bar_arrive(&sm.empty[s]);           // q, M^T and fq read
             // the row of the chunk's first token in ``out``: with segments an identity chain's
             // outputs go to the second half of the [2 T, HV, V] buffer
             const long long tw = ident ? t0 + p.T_all : t0;
-            if (rem >= C_) {                    // staged, then one TMA store
-                bf16_t* ob = sm.ob[b];
-                if (ti == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
-                wg1_sync();                     // the store of chunk jc - 2 has read ``ob``
-#pragma unroll
-                for (int j = 0; j < 8; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        ob[sw(8 * j + 2 * t4 + (e & 1), r0 + 8 * (e >> 1))]
-                            = (bf16_t)(pack2(keep * Y[4 * j + e], 0.f) & 0xFFFF);
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                wg1_sync();
-                if (ti == 0) tma_store3(p.to, row0, i_hv, (int)tw, ob);
-            } else {                            // a sequence's last, partial chunk
-#pragma unroll
-                for (int j = 0; j < 8; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
-                        if (i < rem)
-                            p.out[(tw + i) * p.so_t + i_hv * p.so_h + row0 + r]
-                                = (bf16_t)(pack2(keep * Y[4 * j + e], 0.f) & 0xFFFF);
-                    }
-            }
+            store_chunk(p, sm.ob[b], Y, keep, rem, tw, row0, i_hv, r0, t4, ti);
         }
         if (ti == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         return;
@@ -470,22 +513,9 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
         }
         wg_wait<0>();
         pin(X);
-        // R = v^T diag(beta) - X diag(bk), in X's registers
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
-                X[4 * j + e] = bf2f(st.v[sw(i, r)]) * st.f[0][i] - X[4 * j + e] * st.f[1][i];
-            }
+        form_r(X, st.v, st.f[0], st.f[1], r0, t4);
         unsigned ra[4][4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) frag(ra[k], X, k);
-        // V'^T = R T^T (into X's registers)
-        wg_fence();
-#pragma unroll
-        for (int k = 0; k < 4; ++k) mma64rs<1>(X, ra[k], desc(st.t, 2048 * k, 8192), k);
-        wg_commit();
+        issue_vp(X, ra, st.t);                  // V'^T = R T^T (into X's registers)
         unsigned char* hrb = reinterpret_cast<unsigned char*>(sm.hb[b].r);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {

@@ -52,10 +52,6 @@ static_assert(sizeof(LaSmem) <= LA_SMEM, "LA_SMEM too small");
 #define K_BYTES (2 * BOX * 2)
 #define R_BYTES (5 * BOX * 2)
 
-__device__ __forceinline__ void og_sync() {       // the outputs warpgroup's own barrier
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-}
-
 extern "C" __global__ void __launch_bounds__(LA_THREADS, 1) gdn_lookahead_chain(
         const __grid_constant__ ChainParams p) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -124,12 +120,7 @@ extern "C" __global__ void __launch_bounds__(LA_THREADS, 1) gdn_lookahead_chain(
                 tma3(st.v, p.tv, row0, i_hv, t, full);
                 cp4(&st.glast[0], p.vecs + (i_hv * 5 + 4) * p.T_all + t0, rem > 0);
             }
-#pragma unroll
-            for (int x = 0; x < 8; ++x) {       // factor x / 2, tokens 32 (x % 2) + lane
-                const int f = x >> 1, i = 32 * (x & 1) + lane;
-                cp4(&st.f[f][i], p.vecs + (i_hv * 5 + f) * p.T_all + t0 + (i < rem ? i : 0),
-                    i < rem);
-            }
+            load_factors(st, p, i_hv, t0, rem, lane);
             asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(full)
                          : "memory");
         };
@@ -174,53 +165,17 @@ extern "C" __global__ void __launch_bounds__(LA_THREADS, 1) gdn_lookahead_chain(
             wait_bar(smem_u32(&sm.rfull[c % RS]), (unsigned)((c / RS) & 1));
             wait_bar(smem_u32(&sm.sfull), ph);
             float Y[32];
-            wg_fence();
-#pragma unroll
-            for (int k = 0; k < 8; ++k)
-                mma64ss<0>(Y, desc_ns(sm.s0, 256 * k, 128, 2048),
-                           desc(rs.q + (k >> 2) * BOX, 32 * (k & 3), 16), k);
-            wg_commit();
-            wg_wait<0>();
-            pin(Y);
+            outputs_y(Y, sm.s0, rs.q);
             scale_tokens(Y, rs.f[2], t4);
             wait_bar(smem_u32(&sm.hfull), ph);
-            wg_fence();
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-                mma64ss<1>(Y, desc_ns(sm.r, 256 * k, 128, 1024), desc(rs.m, 2048 * k, 8192), 1);
-            wg_commit();
-            wg_wait<0>();
-            pin(Y);
+            outputs_rm(Y, sm.r, rs.m);
             bar_arrive(&sm.hempty);             // S0 and R of chunk c read
             bar_arrive(&sm.rempty[c % RS]);     // q, M^T and fq read
             if (ti < 32) {                      // the producer, two chunks ahead
                 if (c + 2 < n) load_r(c + 2);
                 if (c + 3 < n) load_k(c + 3);
             }
-            if (rem >= C_) {                    // staged, then one TMA store
-                bf16_t* ob = sm.ob[c & 1];
-                if (ti == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
-                og_sync();
-#pragma unroll
-                for (int j = 0; j < 8; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        ob[sw(8 * j + 2 * t4 + (e & 1), r0 + 8 * (e >> 1))]
-                            = (bf16_t)(pack2(Y[4 * j + e], 0.f) & 0xFFFF);
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                og_sync();
-                if (ti == 0) tma_store3(p.to, row0, i_hv, (int)t0, ob);
-            } else {                            // a sequence's last, partial chunk
-#pragma unroll
-                for (int j = 0; j < 8; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
-                        if (i < rem)
-                            p.out[(t0 + i) * p.so_t + i_hv * p.so_h + row0 + r]
-                                = (bf16_t)(pack2(Y[4 * j + e], 0.f) & 0xFFFF);
-                    }
-            }
+            store_chunk(p, sm.ob[c & 1], Y, 1.f, rem, t0, row0, i_hv, r0, t4, ti);
         }
         if (ti == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         return;
@@ -251,22 +206,9 @@ extern "C" __global__ void __launch_bounds__(LA_THREADS, 1) gdn_lookahead_chain(
             }
             const RStage& st = sm.rs[c % RS];
             wait_bar(smem_u32(&sm.rfull[c % RS]), (unsigned)((c / RS) & 1));
-            // R = v^T diag(beta) - X diag(bk), in X's registers
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
-                    X[4 * j + e] = bf2f(st.v[sw(i, r)]) * st.f[0][i] - X[4 * j + e] * st.f[1][i];
-                }
+            form_r(X, st.v, st.f[0], st.f[1], r0, t4);
             unsigned ra[4][4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) frag(ra[k], X, k);
-            // V'^T = R T^T (into X's registers)
-            wg_fence();
-#pragma unroll
-            for (int k = 0; k < 4; ++k) mma64rs<1>(X, ra[k], desc(st.t, 2048 * k, 8192), k);
-            wg_commit();
+            issue_vp(X, ra, st.t);              // V'^T = R T^T (into X's registers)
             if (c >= 1) wait_bar(smem_u32(&sm.hempty), (unsigned)((c - 1) & 1));
             unsigned char* hrb = reinterpret_cast<unsigned char*>(sm.r);
 #pragma unroll
