@@ -20,8 +20,8 @@ from __future__ import annotations
 import argparse
 
 import torch
-import torch.nn.functional as F
 
+from gdnzoo.prefill_reference import LOG_DECAY_MIN, chunked_sequence
 from lab.prefill_gpu import gates64, make, oracle
 
 F32, F64, BF16 = torch.float32, torch.float64, torch.bfloat16
@@ -35,7 +35,7 @@ def rel(got, want):
 def prep(q, k, gam, beta, scale, rq, rk, rnd):
     """The workspace of one chunk, every head at once: T^T, M^T (rounded by ``rnd``) and the
     factors beta, beta rk e^G, scale rq e^G, rk e^(G_last - G), e^G_last.  q, k [HV, C, K]
-    (bf16 values), gam, beta, rq, rk [HV, C]."""
+    (bf16 values), gam (the log decay), beta, rq, rk [HV, C]."""
     G = gam.double().cumsum(-1)
     dec = torch.exp(G[:, :, None] - G[:, None, :]).tril()
     kk = k.double() @ k.double().transpose(-1, -2)
@@ -52,50 +52,46 @@ def prep(q, k, gam, beta, scale, rq, rk, rnd):
 
 
 def chain(x, lookahead: bool, exact: bool, neg: bool = False):
-    """Outputs [T, HV, V] and final states [N, HV, V, K] of the chunked chain (sequences of
-    whole chunks), ``lookahead``: X of chunk c from chunk c - 1; ``neg``: beta = 2 sigmoid(b)
-    (allow_neg_eigval)."""
+    """Outputs [T, HV, V] and final states [N, HV, V, K] of the chunked chain, through
+    :func:`gdnzoo.prefill_reference.chunked_sequence` with this chain as its chunk step (raw q
+    and k: the kernel's products take them so, their norms as factors); ``lookahead``: X of
+    chunk c from chunk c - 1; ``neg``: beta = 2 sigmoid(b) (allow_neg_eigval)."""
     rnd = (lambda t: t) if exact else (lambda t: t.to(BF16).float())
-    q, k, v = x["q"], x["k"], x["v"]
-    H, HV = q.shape[1], v.shape[1]
-    scale = q.shape[2] ** -0.5
-    qx = q.float().repeat_interleave(HV // H, dim=1)
-    kx = k.float().repeat_interleave(HV // H, dim=1)
-    rq = torch.rsqrt((qx * qx).sum(-1) + 1e-6)
-    rk = torch.rsqrt((kx * kx).sum(-1) + 1e-6)
-    sp = F.softplus(x["a"].float() + x["dt_bias"].float(), beta=1.0, threshold=20.0)
-    gam = (-torch.exp(x["A_log"].float()) * sp).clamp_min(-128.0)
-    beta = torch.sigmoid(x["b"].float()) * (2.0 if neg else 1.0)
-    cu = x["cu"].tolist()
-    out = torch.zeros(v.shape, dtype=F32)
-    final = torch.zeros(len(cu) - 1, HV, v.shape[2], q.shape[2], dtype=F32)
-    for n in range(len(cu) - 1):
-        S = x["state"][n].float().clone()                          # [HV, V, K]
-        prev = None
-        for t0 in range(cu[n], cu[n + 1], C):
-            sl = slice(t0, t0 + C)
-            if cu[n + 1] - t0 < C:
-                raise ValueError("whole chunks only")
-            qc, kc = qx[sl].transpose(0, 1), kx[sl].transpose(0, 1)     # [HV, C, K]
-            vc = v[sl].float().permute(1, 2, 0)                         # [HV, V, C]
-            Tb, Mb, (f0, f1, f2, f3, f4) = prep(qc, kc, gam[sl].T, beta[sl].T, scale,
-                                                rq[sl].T, rk[sl].T, rnd)
+
+    def step_of_a_sequence():
+        prev = []                                                  # the chunk before
+
+        def step(S, q, k, v, lg, beta, scale):
+            qc, kc = q.transpose(0, 1), k.transpose(0, 1)           # [HV, C, K]
+            vc = v.permute(1, 2, 0)                                 # [HV, V, C]
+            rq = torch.rsqrt((qc * qc).sum(-1) + 1e-6)
+            rk = torch.rsqrt((kc * kc).sum(-1) + 1e-6)
+            Tb, Mb, (f0, f1, f2, f3, f4) = prep(qc, kc, lg.clamp_min(LOG_DECAY_MIN).T, beta.T,
+                                                scale, rq, rk, rnd)
             sa = rnd(S)
-            if lookahead and prev is not None:
+            if lookahead and prev:
                 sa_p, va_p, kp, g_p = prev
                 X = g_p[:, :, None] * (sa_p @ kc.transpose(-1, -2)) \
                     + va_p @ rnd(kp @ kc.transpose(-1, -2))
             else:
-                X = sa @ kc.transpose(-1, -2)                           # [HV, V, C]
+                X = sa @ kc.transpose(-1, -2)                       # [HV, V, C]
             R = vc * f0[:, None, :] - X * f1[:, None, :]
             ra = rnd(R)
-            Vp = ra @ Tb.transpose(-1, -2)
-            va = rnd(Vp * f3[:, None, :])
+            va = rnd((ra @ Tb.transpose(-1, -2)) * f3[:, None, :])
             O = (sa @ qc.transpose(-1, -2)) * f2[:, None, :] + ra @ Mb.transpose(-1, -2)
-            out[sl] = O.permute(2, 0, 1)
-            S = f4[:, :, None] * S + va @ kc
-            prev = (sa, va, kc, f4)
-        final[n] = S
+            prev[:] = (sa, va, kc, f4)
+            return O.permute(2, 0, 1), f4[:, :, None] * S + va @ kc
+        return step
+
+    cu = x["cu"].tolist()
+    out = torch.zeros(x["v"].shape, dtype=F32)
+    final = torch.zeros(x["state"].shape, dtype=F32)
+    for n in range(len(cu) - 1):
+        b, e = cu[n], cu[n + 1]
+        out[b:e], final[n] = chunked_sequence(
+            x["q"][b:e], x["k"][b:e], x["v"][b:e], x["state"][n].float(), x["A_log"],
+            x["a"][b:e], x["dt_bias"], x["b"][b:e], x["q"].shape[2] ** -0.5, False,
+            step_of_a_sequence(), neg=neg)
     return out, final
 
 
