@@ -307,21 +307,22 @@ def launcher_params(compiled):
 
 
 def raw_launch(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int,
-               scratch_ptr=None):
+               scratch_ptr=None, scale: bool = True):
     """A :class:`gdnzoo.cuda_build.Launch` of a compiled Triton kernel: cuLaunchKernel on a
     prebuilt parameter block, as the CUDA backends launch, where Triton's own C launcher parses
     all ~40 arguments from Python on every call; a kernel compiled with ``launch_pdl`` gets
     cuLaunchKernelEx with programmatic stream serialization, as Triton's launcher gives it
-    (``cuda_build.Launch(..., pdl=True)``).  Per call only the ``n_ptrs`` pointers and
-    ``scale`` (the next parameter: None arguments between them are absent constants, not
+    (``cuda_build.Launch(..., pdl=True)``).  Per call only the ``n_ptrs`` pointers and, with
+    ``scale``, the float after them (None arguments between them are absent constants, not
     parameters) are written; every parameter gets an 8-byte slot (the driver reads each one's
     size from the kernel).  Raises AttributeError when the kernel's parameters are not laid out
     so."""
     import struct
     params = launcher_params(compiled)
-    want = [f"arg{i}" for i, x in enumerate(args) if x is not None][:n_ptrs + 1]
-    if params is None or [n for n, _ in params[:n_ptrs + 1]] != want or \
-            any(c != "Q" for _, c in params[:n_ptrs]) or params[n_ptrs][1] != "f":
+    lead = n_ptrs + int(scale)
+    want = [f"arg{i}" for i, x in enumerate(args) if x is not None][:lead]
+    if params is None or [n for n, _ in params[:lead]] != want or \
+            any(c != "Q" for _, c in params[:n_ptrs]) or (scale and params[n_ptrs][1] != "f"):
         raise AttributeError("kernel parameters are not laid out as this launcher needs")
     if compiled.metadata.global_scratch_size and scratch_ptr is None:
         raise AttributeError("kernel needs global scratch but none was given")
@@ -329,6 +330,7 @@ def raw_launch(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int
     for i, (name, code) in enumerate(params):
         if name.startswith("arg"):
             val = args[int(name[3:])]
+            val = val.data_ptr() if isinstance(val, torch.Tensor) else val
         else:
             val = (scratch_ptr or 0) if name == "global_scratch" else 0
         struct.pack_into("<" + code, template, 8 * i, val)
@@ -336,9 +338,48 @@ def raw_launch(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int
     return cuda_build.Launch(compiled.function, grid0, 32 * compiled.metadata.num_warps,
                              device_index, template=template,
                              slots=range(0, 8 * len(params), 8),
-                             head=struct.Struct("<" + "Q" * n_ptrs + "f"),
+                             head=struct.Struct("<" + "Q" * n_ptrs + "f" * int(scale)),
                              shared=compiled.metadata.shared,
                              pdl=bool(getattr(compiled.metadata, "launch_pdl", False)))
+
+
+class LaunchCache:
+    """Launches of Triton kernels whose leading arguments are tensors and the rest plain values
+    (ints, strings, bools: prefill's kernels): the first call of a signature through Triton's
+    own ``kernel[grid](...)``, later ones through :func:`raw_launch` with only the tensors'
+    pointers written.  The signature is the kernel, grid, tensors' dtypes, every other argument
+    and keyword (Triton specializes ints equal to 1 and multiples of 16) and the device; calls
+    with a tensor not 16-byte aligned, or without CuPy (the raw launch's binding), always take
+    Triton's path.  Holds at most ``limit`` signatures (cleared when full: prompts of new
+    lengths keep coming)."""
+
+    def __init__(self, limit: int = 512):
+        self.limit = limit
+        self.fast = {}
+
+    def __call__(self, kernel, grid0: int, tensors: tuple, rest: tuple, **kw):
+        ptrs = tuple(t.data_ptr() for t in tensors)
+        key = None
+        if all(p % 16 == 0 for p in ptrs):
+            key = (kernel, grid0, tuple(t.dtype for t in tensors), rest, tuple(kw.items()),
+                   tensors[0].get_device())
+            fast = self.fast.get(key)
+            if fast:
+                fast(ptrs)
+                return
+        compiled = kernel[(grid0,)](*tensors, *rest, **kw)
+        if key is None or key in self.fast:
+            return
+        if len(self.fast) >= self.limit:
+            self.fast.clear()
+        try:
+            import importlib.util
+            if importlib.util.find_spec("cupy_backends") is None:
+                raise ImportError("no CuPy")
+            self.fast[key] = raw_launch(compiled, grid0, (*tensors, *rest), len(tensors),
+                                        key[-1], scale=False)
+        except Exception:
+            self.fast[key] = False
 
 
 def fast_launch(compiled, grid0: int, ptrs: tuple, scale: float, tail: tuple,

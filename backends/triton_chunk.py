@@ -222,9 +222,29 @@ def pick_segments(programs: int, n_sm: int, tokens: int, N: int, C: int, most: i
     return best
 
 
+_RESOLVED: dict = {}          # resolve()'s answers by call (cleared when it holds 1024)
+
+
 def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int = 0) -> Config:
     """``config`` with its zeros filled in for a call of N sequences and ``tokens`` tokens in
-    all, and checked (ValueError naming it)."""
+    all, and checked (ValueError naming it).  Answers are remembered per call shape (a model's
+    layers repeat them; a rejected config is checked again every call)."""
+    try:
+        key = (("dict", *sorted(config.items())) if isinstance(config, dict) else config,
+               N, HV, V, device, tokens)
+        c = _RESOLVED.get(key)
+    except TypeError:                   # an unhashable config value
+        key = c = None
+    if c is None:
+        c = _resolve(config, N, HV, V, device, tokens)
+        if key is not None:
+            if len(_RESOLVED) >= 1024:
+                _RESOLVED.clear()
+            _RESOLVED[key] = c
+    return c
+
+
+def _resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int) -> Config:
     c = normalize(config)
     n_sm = cuda_build.sm_count(device) \
         if device.type == "cuda" and not (c.block_v and c.segments and c.warps) else 0
@@ -285,6 +305,9 @@ def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int =
     return c
 
 
+# the Triton kernels' launches: Triton's own path once per signature, then raw launches
+_LAUNCH = tlaunch.LaunchCache()
+
 VECTORS = 5      # per token and value head: beta, beta rk e^G, scale rq e^G, rk e^(G_last - G), e^G_last
 
 
@@ -312,13 +335,24 @@ def _cached_workspace(need: int, device) -> torch.Tensor:
     return bufs[-1]
 
 
+_VIEWS: dict = {}             # the cached workspace's (mats, vecs) by call shape
+
+
 def _workspace(workspace, T: int, HV: int, c: Config, device) -> tuple:
     """(mats, vecs): the [T, HV, 2, NP, C] matrix rows (first: 16-byte aligned) and the
-    [HV, VECTORS, T] factors, views of one fp32 buffer."""
-    need = workspace_numel(T, HV, c)
+    [HV, VECTORS, T] factors, views of one fp32 buffer (the cached one's remembered per call
+    shape: a buffer it outgrew stays alive in the cache)."""
     if workspace is None:
-        workspace = _cached_workspace(need, device)
-    elif workspace.dtype != torch.float32 or workspace.device != device \
+        key = (T, HV, c.chunk, c.precision, device)
+        views = _VIEWS.get(key)
+        if views is None:
+            if len(_VIEWS) >= 1024:
+                _VIEWS.clear()
+            buf = _cached_workspace(workspace_numel(T, HV, c), device)
+            views = _VIEWS[key] = _workspace(buf, T, HV, c, device)
+        return views
+    need = workspace_numel(T, HV, c)
+    if workspace.dtype != torch.float32 or workspace.device != device \
             or not workspace.is_contiguous() or workspace.numel() < need:
         raise ValueError(f"workspace: expected a contiguous float32 tensor of >= {need} "
                          f"elements on {device}, got {workspace.dtype} "
@@ -461,13 +495,13 @@ def launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2,
     from gdnzoo.backends._triton_chunk_kernel import chunk_prep_kernel
     T, H, K = q.shape
     HV, N = ga.shape[1], cu_seqlens.shape[0] - 1
-    chunk_prep_kernel[((T // c.chunk + N) * HV,)](
-        q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, N, T,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1),
-        gb.stride(0), gb.stride(1), A_log.stride(0), dt_bias.stride(0),
-        H, HV, K, c.chunk, c.base, l2, gates, PREP_PRECISION.get(c.precision, c.precision),
-        c.precision, num_warps=c.prep_warps, num_stages=1, **(pdl_kw or {}),
-        **(dict(NEG=1) if neg else {}))
+    _LAUNCH(chunk_prep_kernel, (T // c.chunk + N) * HV,
+            (q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs),
+            (scale, N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0),
+             ga.stride(1), gb.stride(0), gb.stride(1), A_log.stride(0), dt_bias.stride(0),
+             H, HV, K, c.chunk, c.base, l2, gates, PREP_PRECISION.get(c.precision, c.precision),
+             c.precision), num_warps=c.prep_warps, num_stages=1, **(pdl_kw or {}),
+            **(dict(NEG=1) if neg else {}))
 
 
 def launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
@@ -531,17 +565,16 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
                                  segments=S)
     else:
         zero_row = torch.zeros(V, dtype=v.dtype, device=dev)      # the identity chains' v
-        cp_chain_kernel[((2 * S - 1) * N * HV * (V // bv),)](
-            q, k, v, zero_row, cu_seqlens, mats, vecs, obuf, src, fbuf, idx, new_idx, init,
-            N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-            *ss, P, PN, null_slot, H, HV, K, V, C, bv, c.precision, S, pool,
-            int(state is not None), int(has_initial_state is not None), c.stages, c.v_ahead,
-            num_warps=c.warps, num_stages=c.stages)
-    cp_combine_kernel[(N * HV * (V // bv),)](
-        cu_seqlens, fbuf, starts, new_state, idx, new_idx, N, T, P, PN, null_slot,
-        *tlaunch.state_strides(new_state, k_first), H, HV, K, V, bv, c.precision, S, pool,
-        num_warps=c.warps)
+        _LAUNCH(cp_chain_kernel, (2 * S - 1) * N * HV * (V // bv),
+                (q, k, v, zero_row, cu_seqlens, mats, vecs, obuf, src, fbuf, idx, new_idx, init),
+                (N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),
+                 v.stride(1), *ss, P, PN, null_slot, H, HV, K, V, C, bv, c.precision, S, pool,
+                 int(state is not None), int(has_initial_state is not None), c.stages,
+                 c.v_ahead), num_warps=c.warps, num_stages=c.stages)
+    _LAUNCH(cp_combine_kernel, N * HV * (V // bv),
+            (cu_seqlens, fbuf, starts, new_state, idx, new_idx),
+            (N, T, P, PN, null_slot, *tlaunch.state_strides(new_state, k_first), H, HV, K, V,
+             bv, c.precision, S, pool), num_warps=c.warps)
     if T > 0:
-        cp_out_kernel[((T // C + N) * HV,)](
-            cu_seqlens, obuf, starts, out, N, T, out.stride(0), out.stride(1), HV, K, V, C,
-            c.precision, S, num_warps=4)
+        _LAUNCH(cp_out_kernel, (T // C + N) * HV, (cu_seqlens, obuf, starts, out),
+                (N, T, out.stride(0), out.stride(1), HV, K, V, C, c.precision, S), num_warps=4)

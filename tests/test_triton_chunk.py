@@ -409,6 +409,40 @@ def test_workspace(device):
     judge(out, new_state, ref_out, ref_state, "explicit workspace")
 
 
+RAW = [
+    pytest.param(64, None, id="one-chain"),
+    pytest.param(64, dict(segments=3), id="segments3"),
+    pytest.param(128, dict(precision="bf16", prep="cuda", chain="cuda", segments=2),
+                 id="cuda-prep-chain-segments2", marks=pytest.mark.skipif(
+                     not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                     reason="the CUDA chain kernel needs compute capability 9.0")),
+]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="raw launches need a CUDA device")
+@pytest.mark.parametrize("K,config", RAW)
+def test_raw_launches_match_tritons_own(device, K, config):
+    """After a signature's first call, the Triton kernels of a call are launched raw (only their
+    pointers rewritten): a second call on new buffers gives what Triton's own launch gives."""
+    pytest.importorskip("cupy", reason="the raw launch binds cuLaunchKernel through CuPy")
+
+    def run(x):
+        out = nan_like((x["v"].shape[0], 2, K), torch.bfloat16, device)
+        new = nan_like((4, 2, K, K), torch.float32, device)
+        launch(x, x["states"], out, new, True, config=config)
+        return out, new
+
+    xs = [to_device(make([300, 70, 0, 200], 1, 2, K, K, seed=s), device) for s in (51, 52)]
+    tc._LAUNCH.fast.clear()
+    run(xs[0])
+    assert any(tc._LAUNCH.fast.values()), "no Triton kernel got a raw launch"
+    got = run(xs[1])
+    tc._LAUNCH.fast.clear()
+    want = run(xs[1])
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+
+
 @pytest.mark.slow
 def test_long_sequence_d128(device):
     """One 700-token sequence and a short one at K = V = 128, GVA 2."""
