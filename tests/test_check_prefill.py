@@ -8,6 +8,7 @@ import torch
 
 import gdnzoo
 from gdnzoo import inputs
+from gdnzoo.backends import _triton_launch as tlaunch
 from gdnzoo.bench import check
 
 SMALL_MIX = [[3, 0, 5], [1], [2, 2]]
@@ -38,6 +39,8 @@ def test_prefill_workloads_are_the_contest_definition(small_mix):
         assert ref_out.shape == (T, 8, 128) and ref_state.shape == (N, 8, 128, 128)
 
 
+@pytest.mark.skipif(not tlaunch.interpreter_on(), reason="triton-chunk on CPU needs the Triton "
+                    "interpreter (TRITON_INTERPRET=1), off on a machine with a GPU")
 def test_check_prefill_passes_the_reference_and_triton_chunk(small_mix, capsys):
     rc = check.cmd_check(_parser().parse_args(
         ["--op", "prefill", "--algo", "pt-reference,triton-chunk,fi-baseline", "--device",
