@@ -3,7 +3,7 @@
 (thread 128) write clock64 marks at each step of every chunk (the first 64 chunks of the first
 1024 CTAs; the copy is made here, in a temporary folder), launched once per cell after a warm
 launch.  Prints each step's mean cycles over every chunk but a CTA's first (it fills the
-pipeline) and last; then a CTA's life (``--cta``): entry to the state in registers, the chunk
+pipeline) and last; then a CTA's life: entry to the state in registers, the chunk
 loop, the outputs' tail after it, and the SMs' idle time between one CTA's end and the next
 one's start (``%globaltimer``, ns).  The marks change the code a little: a breakdown, not a timing.  On an H100/H200
 with cupy:
