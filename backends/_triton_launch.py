@@ -351,10 +351,12 @@ class LaunchCache:
     and keyword (Triton specializes ints equal to 1 and multiples of 16) and the device; calls
     with a tensor not 16-byte aligned, or without CuPy (the raw launch's binding), always take
     Triton's path.  Holds at most ``limit`` signatures (cleared when full: prompts of new
-    lengths keep coming)."""
+    lengths keep coming).  ``bind(compiled, grid0, args, n_ptrs, device_index)`` makes the raw
+    launch (default: :func:`raw_launch` without a scale, where CuPy is importable)."""
 
-    def __init__(self, limit: int = 512):
+    def __init__(self, limit: int = 512, bind=None):
         self.limit = limit
+        self.bind = bind or _bind_raw
         self.fast = {}
 
     def __call__(self, kernel, grid0: int, tensors: tuple, rest: tuple, **kw):
@@ -373,13 +375,16 @@ class LaunchCache:
         if len(self.fast) >= self.limit:
             self.fast.clear()
         try:
-            import importlib.util
-            if importlib.util.find_spec("cupy_backends") is None:
-                raise ImportError("no CuPy")
-            self.fast[key] = raw_launch(compiled, grid0, (*tensors, *rest), len(tensors),
-                                        key[-1], scale=False)
+            self.fast[key] = self.bind(compiled, grid0, (*tensors, *rest), len(tensors), key[-1])
         except Exception:
             self.fast[key] = False
+
+
+def _bind_raw(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int):
+    import importlib.util
+    if importlib.util.find_spec("cupy_backends") is None:    # launch_raw's binding
+        raise ImportError("no CuPy")
+    return raw_launch(compiled, grid0, args, n_ptrs, device_index, scale=False)
 
 
 def fast_launch(compiled, grid0: int, ptrs: tuple, scale: float, tail: tuple,

@@ -443,6 +443,44 @@ def test_raw_launches_match_tritons_own(device, K, config):
         assert torch.equal(g, w)
 
 
+def test_launch_cache_binds_once_per_signature():
+    """_triton_launch.LaunchCache: a signature's first call through Triton's own launch, later
+    ones through the bound raw launch with the new pointers; a tensor off 16 bytes, or a
+    signature whose raw launch cannot be made, always through Triton's; full, it starts over."""
+    from gdnzoo.backends import _triton_launch as tlaunch
+    triton_calls, raw_calls = [], []
+
+    class Kernel:                                   # kernel[grid](*args, **kw) -> "compiled"
+        def __getitem__(self, grid):
+            return lambda *args, **kw: triton_calls.append((grid, args, kw)) or "compiled"
+
+    def bind(compiled, grid0, args, n_ptrs, dev):
+        assert compiled == "compiled" and n_ptrs == 2 and dev == -1
+        if args[3] == "no raw":
+            raise AttributeError("parameters not laid out so")
+        return lambda ptrs: raw_calls.append((grid0, args[2:], ptrs))
+
+    cache, kern = tlaunch.LaunchCache(limit=3, bind=bind), Kernel()
+    a, b = torch.zeros(8), torch.zeros(8)
+    for _ in range(3):
+        cache(kern, 5, (a, b), (7, "x"), num_warps=4)
+    assert len(triton_calls) == 1 and raw_calls == [(5, (7, "x"), (a.data_ptr(), b.data_ptr()))] * 2
+    c = torch.zeros(8)
+    cache(kern, 5, (c, b), (7, "x"), num_warps=4)      # new pointers, the same signature
+    assert raw_calls[-1][2] == (c.data_ptr(), b.data_ptr()) and len(triton_calls) == 1
+    cache(kern, 5, (a, b), (8, "x"), num_warps=4)      # another int: another signature
+    cache(kern, 5, (a, b), (7, "x"), num_warps=8)      # another keyword: another signature
+    assert len(triton_calls) == 3
+    off = torch.zeros(9)[1:]                         # 4 bytes past a 16-byte boundary
+    for _ in range(2):
+        cache(kern, 5, (off, b), (7, "x"), num_warps=4)
+    assert len(triton_calls) == 5
+    for _ in range(2):
+        cache(kern, 5, (a, b), (7, "no raw"), num_warps=4)
+    assert len(triton_calls) == 7 and cache.fast[next(reversed(cache.fast))] is False
+    assert len(cache.fast) <= 3                      # cleared once full
+
+
 @pytest.mark.slow
 def test_long_sequence_d128(device):
     """One 700-token sequence and a short one at K = V = 128, GVA 2."""
