@@ -1,0 +1,127 @@
+"""Variants of cuda-chunk-bf16's chain kernel beside it: copies of ``backends/cuda_chunk_chain.cu``
+with named text edits (made here, in a temporary folder), each launched on the product call's
+workspace: whether its outputs and states are bit-identical to the product chain's (else their
+errors against float64), then each kernel alone (torch.profiler medians), with and without the
+outputs warpgroup.  The variants:
+
+    hoist   the state tile's loads issued before cu_seqlens is read and before the CTA barrier
+            (they depend on neither; a CTA spends ~3.5k cycles from its entry to its state in
+            registers, lab/notebook/h200/chain_cta_2026-11-30/): bit-identical by construction
+
+On an sm_90 GPU with cupy, from the repository root:
+
+    python -m lab.chain_ab --variants hoist --cells 16/32:8x1024,16/32:16x256,4/8:1x8192
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+import torch
+
+from gdnzoo.backends import _cuda_chunk_chain as chain
+from gdnzoo.backends import triton_chunk as tc
+from lab.prefill_gpu import make, oracle
+from lab.wgmma_chain import config, medians, parse, rel, workspace
+
+# the state's loads, as the chain warpgroup has them after the role split
+LOADS = ("    float S[64];" + " " * 32 + "// the state tile [64, 128] as an m64n128 accumulator\n"
+         """    bool init = rd && GDN_STATE0 && seg == 0 && !ident;
+#if GDN_HAS_INIT
+    init = init && p.has_init[i_n] != 0;
+#endif
+    const long long rbase = slot_r * p.ss_n + i_hv * p.ss_h + row0 * p.ss_v;
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            S[4 * j + e] = init ? gdn_ld<GDN_S_DT>(p.state, rbase + (r0 + 8 * (e >> 1)) * p.ss_v
+                                                   + (8 * j + 2 * t4 + (e & 1)) * p.ss_k)
+                         // an identity chain starts from the rows row0.. of I_K (K == V)
+                         : (ident && row0 + r0 + 8 * (e >> 1) == 8 * j + 2 * t4 + (e & 1)) ? 1.f
+                         : 0.f;
+""")
+CU = """    long long bos = cu_at(p, i_n), eos = cu_at(p, i_n + 1);
+    held(bos, eos, p.T_all);
+"""
+ROWS = """    const int row0 = i_v * ROWS;
+    const int r0 = 16 * w + g;                  // a warpgroup thread's rows r0, r0 + 8
+"""
+HOISTED = ROWS + """    float S[64];                // the state tile, loaded by the chain warpgroup
+    if (wg == 0) {
+        bool init = rd && GDN_STATE0 && seg == 0 && !ident;
+#if GDN_HAS_INIT
+        init = init && p.has_init[i_n] != 0;
+#endif
+        const long long rbase = slot_r * p.ss_n + i_hv * p.ss_h + row0 * p.ss_v;
+#pragma unroll
+        for (int j = 0; j < 16; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                S[4 * j + e] = init ? gdn_ld<GDN_S_DT>(p.state, rbase + (r0 + 8 * (e >> 1))
+                                                       * p.ss_v + (8 * j + 2 * t4 + (e & 1))
+                                                       * p.ss_k)
+                             : (ident && row0 + r0 + 8 * (e >> 1) == 8 * j + 2 * t4 + (e & 1))
+                             ? 1.f : 0.f;
+    }
+""" + CU
+EDITS = {"hoist": [(LOADS, ""), (CU, ""), (ROWS, HOISTED)]}
+
+
+def variant_source(name: str) -> Path:
+    """The product source with the edits of ``name`` ("a+b": both), each anchor met once."""
+    text = chain.SOURCE.read_text()
+    for part in name.split("+"):
+        for old, new in EDITS[part]:
+            if text.count(old) != 1:
+                raise SystemExit(f"variant {part}: an anchor is not in the source once: the "
+                                 "kernel changed")
+            text = text.replace(old, new)
+    path = Path(tempfile.mkdtemp()) / f"chain_{name.replace('+', '_')}.cu"
+    path.write_text(text)
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cells", default="16/32:8x1024,16/32:16x256,4/8:1x8192")
+    ap.add_argument("--variants", default="hoist")
+    ap.add_argument("--reps", type=int, default=20)
+    a = ap.parse_args()
+    product = chain.SOURCE
+    sources = {"product": product, **{v: variant_source(v) for v in a.variants.split(",")}}
+    for cell in a.cells.split(","):
+        H, HV, lens = parse(cell)
+        x = make(lens, H, HV, seed=0)
+        ws, mats, vecs = workspace(x, config(x))
+        tc.launch(x["q"], x["k"], x["v"], x["state"], x["A_log"], x["a"], x["dt_bias"], x["b"],
+                  x["cu"], None, x["out"], x["new_state"], True,
+                  config=dict(precision="bf16", prep="cuda", chain="cuda", segments=1),
+                  workspace=ws)
+        o64, s64 = oracle(x, True)
+        out, ns = torch.empty_like(x["out"]), torch.empty_like(x["new_state"])
+        args = (x["q"], x["k"], x["v"], x["cu"], mats, vecs, out, x["state"], ns)
+        calls = {}
+        for name, src in sources.items():
+            chain.SOURCE = src
+            out.fill_(float("nan"))
+            ns.fill_(float("nan"))
+            chain.launch(*args)
+            torch.cuda.synchronize()
+            same = torch.equal(out, x["out"]) and torch.equal(ns, x["new_state"])
+            print(f"{cell:14s} {name:10s} bit-identical to the product: {same} | out "
+                  f"{rel(out, o64):.3e} state {rel(ns, s64):.3e}", flush=True)
+            for no_out in (False, True):
+                def call(s=src, o=no_out):
+                    chain.SOURCE = s
+                    chain.launch(*args, no_out=o)
+                calls[f"{name}{' no-out' if no_out else ''}"] = call
+        t = medians(calls, a.reps)
+        chain.SOURCE = product
+        print(f"{cell:14s} chain alone (us): " + " | ".join(f"{n} {v:.1f}" for n, v in t.items()),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
