@@ -8,13 +8,15 @@ outputs warpgroup.  The variants:
             (they depend on neither; a CTA spends ~3.5k cycles from its entry to its state in
             registers, lab/notebook/h200/chain_cta_2026-11-30/): bit-identical by construction
 
-On an sm_90 GPU with cupy, from the repository root:
+``--edits FILE``: more variants, the ``EDITS`` dict of a Python file (each a list of (old, new)
+text pairs).  On an sm_90 GPU with cupy, from the repository root:
 
     python -m lab.chain_ab --variants hoist --cells 16/32:8x1024,16/32:16x256,4/8:1x8192
 """
 from __future__ import annotations
 
 import argparse
+import runpy
 import tempfile
 from pathlib import Path
 
@@ -88,7 +90,10 @@ def main():
     ap.add_argument("--cells", default="16/32:8x1024,16/32:16x256,4/8:1x8192")
     ap.add_argument("--variants", default="hoist")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--edits", help="a Python file whose EDITS dict adds variants")
     a = ap.parse_args()
+    if a.edits:
+        EDITS.update(runpy.run_path(a.edits)["EDITS"])
     product = chain.SOURCE
     sources = {"product": product, **{v: variant_source(v) for v in a.variants.split(",")}}
     for cell in a.cells.split(","):

@@ -1,34 +1,17 @@
 """Does cuda-chunk-bf16's chain wait on dependent warpgroup MMAs?  Variants of
-``backends/cuda_chunk_chain.cu`` (copies made here, in a temporary folder) whose chain products
-accumulate into two independent accumulators, summed after, instead of one:
+``backends/cuda_chunk_chain.cu`` whose chain products accumulate into two independent
+accumulators, summed after, instead of one (edits for ``lab/chain_ab.py``):
 
     X      X = S0 k^T: k-steps 0..3 and 4..7 (+32 registers)
     V      V'^T = R T^T: k-steps 0, 1 and 2, 3 (+32 registers)
     U      S = e^G_last S + va k: k-steps 0, 1 into S and 2, 3 into a fresh tile (+64)
 
-Each variant's errors against float64 beside the product's (the sums' order changes, so not
-bit-identical), then each chain kernel alone (torch.profiler medians), with and without the
-outputs warpgroup.  Every variant was slower (``session.log``, section 4).  As it was run, on
-an sm_90 GPU with cupy, from the repository root (tree of 2026-11-30):
+Every variant was slower (``session.log``, section 4; run then by a script of its own with the
+same steps as ``lab/chain_ab.py``).  From the repository root, on an sm_90 GPU with cupy:
 
-    python lab/notebook/h200/lookahead_2026-11-30/chain_split.py --variants X,V,U,X+V,X+V+U \
-        --cells 4/8:1x8192,16/32:8x1024
+    python -m lab.chain_ab --edits lab/notebook/h200/lookahead_2026-11-30/chain_split.py \
+        --variants X,V,U,X+V,X+V+U --cells 4/8:1x8192,16/32:8x1024
 """
-from __future__ import annotations
-
-import argparse
-import sys
-import tempfile
-from pathlib import Path
-
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
-
-from gdnzoo.backends import _cuda_chunk_chain as chain
-from gdnzoo.backends import triton_chunk as tc
-from lab.prefill_gpu import make, oracle
-from lab.wgmma_chain import config, medians, parse, rel, workspace
 
 X_OLD = """        float X[32];
         wg_fence();
@@ -105,62 +88,3 @@ EDITS = {"X": [(X_OLD, X_NEW), (X_WAIT_OLD, X_WAIT_NEW)],
          "V": [(V_OLD, V_NEW), (V_SIG_OLD, V_SIG_NEW), (V_CALL_OLD, V_CALL_NEW),
                (V_WAIT_OLD, V_WAIT_NEW)],
          "U": [(U_OLD, U_NEW)]}
-
-
-def variant_source(name: str) -> Path:
-    """The product source with the edits of ``name`` ("X+V": both)."""
-    text = chain.SOURCE.read_text()
-    for part in name.split("+"):
-        for old, new in EDITS[part]:
-            if text.count(old) != 1:
-                raise SystemExit(f"variant {part}: its anchor is not in the source once: the "
-                                 "kernel changed")
-            text = text.replace(old, new)
-    path = Path(tempfile.mkdtemp()) / f"chain_{name.replace('+', '_')}.cu"
-    path.write_text(text)
-    return path
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cells", default="4/8:1x8192,16/32:8x1024")
-    ap.add_argument("--variants", default="X,V,U,X+V,X+V+U")
-    ap.add_argument("--reps", type=int, default=20)
-    a = ap.parse_args()
-    product = chain.SOURCE
-    sources = {"product": product, **{v: variant_source(v) for v in a.variants.split(",")}}
-    for cell in a.cells.split(","):
-        H, HV, lens = parse(cell)
-        x = make(lens, H, HV, seed=0)
-        ws, mats, vecs = workspace(x, config(x))
-        tc.launch(x["q"], x["k"], x["v"], x["state"], x["A_log"], x["a"], x["dt_bias"], x["b"],
-                  x["cu"], None, x["out"], x["new_state"], True,
-                  config=dict(precision="bf16", prep="cuda", chain="cuda", segments=1),
-                  workspace=ws)
-        o64, s64 = oracle(x, True)
-        out, ns = torch.empty_like(x["out"]), torch.empty_like(x["new_state"])
-        args = (x["q"], x["k"], x["v"], x["cu"], mats, vecs, out, x["state"], ns)
-        calls = {}
-        for name, src in sources.items():
-            chain.SOURCE = src
-            out.fill_(float("nan"))
-            ns.fill_(float("nan"))
-            chain.launch(*args)
-            torch.cuda.synchronize()
-            print(f"{cell:14s} {name:8s} out {rel(out, o64):.3e} state {rel(ns, s64):.3e} | "
-                  f"apart from the product: out {rel(out, x['out']):.2e} state "
-                  f"{rel(ns, x['new_state']):.2e} | nan "
-                  f"{int(out.isnan().sum() + ns.isnan().sum())}", flush=True)
-            for no_out in (False, True):
-                def call(s=src, o=no_out):
-                    chain.SOURCE = s
-                    chain.launch(*args, no_out=o)
-                calls[f"{name}{' no-out' if no_out else ''}"] = call
-        t = medians(calls, a.reps)
-        chain.SOURCE = product
-        print(f"{cell:14s} chain alone (us): " + " | ".join(f"{n} {v:.1f}" for n, v in t.items()),
-              flush=True)
-
-
-if __name__ == "__main__":
-    main()
