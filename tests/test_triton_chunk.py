@@ -443,6 +443,19 @@ def test_raw_launches_match_tritons_own(device, K, config):
         assert torch.equal(g, w)
 
 
+def test_resolve_remembers_answers_not_refusals():
+    """resolve() answers a repeated call from its memo (the same Config), a config differing in
+    one field gets its own answer, and a refused config is refused on every call."""
+    cpu = torch.device("cpu")
+    a = tc.resolve(dict(block_v=32), 2, 4, 64, cpu, tokens=100)
+    assert tc.resolve(dict(block_v=32), 2, 4, 64, cpu, tokens=100) is a
+    assert tc.resolve(dict(block_v=16), 2, 4, 64, cpu, tokens=100).block_v == 16
+    assert tc.resolve(tc.Config(block_v=32), 2, 4, 64, cpu, tokens=100) == a
+    for _ in range(2):
+        with pytest.raises(ValueError, match="config: block_v"):
+            tc.resolve(dict(block_v=24), 2, 4, 64, cpu, tokens=100)
+
+
 def test_launch_cache_binds_once_per_signature():
     """_triton_launch.LaunchCache: a signature's first call through Triton's own launch, later
     ones through the bound raw launch with the new pointers; a tensor off 16 bytes, or a
