@@ -16,15 +16,13 @@ text pairs).  On an sm_90 GPU with cupy, from the repository root:
 from __future__ import annotations
 
 import argparse
-import runpy
-import tempfile
-from pathlib import Path
 
 import torch
 
 from gdnzoo.backends import _cuda_chunk_chain as chain
 from gdnzoo.backends import triton_chunk as tc
 from lab.prefill_gpu import make, oracle
+from lab.source_edits import edited, load
 from lab.wgmma_chain import config, medians, parse, rel, workspace
 
 # the state's loads, as the chain warpgroup has them after the role split
@@ -71,20 +69,6 @@ HOISTED = ROWS + """    float S[64];                // the state tile, loaded by
 EDITS = {"hoist": [(LOADS, ""), (CU, ""), (ROWS, HOISTED)]}
 
 
-def variant_source(name: str) -> Path:
-    """The product source with the edits of ``name`` ("a+b": both), each anchor met once."""
-    text = chain.SOURCE.read_text()
-    for part in name.split("+"):
-        for old, new in EDITS[part]:
-            if text.count(old) != 1:
-                raise SystemExit(f"variant {part}: an anchor is not in the source once: the "
-                                 "kernel changed")
-            text = text.replace(old, new)
-    path = Path(tempfile.mkdtemp()) / f"chain_{name.replace('+', '_')}.cu"
-    path.write_text(text)
-    return path
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cells", default="16/32:8x1024,16/32:16x256,4/8:1x8192")
@@ -93,9 +77,10 @@ def main():
     ap.add_argument("--edits", help="a Python file whose EDITS dict adds variants")
     a = ap.parse_args()
     if a.edits:
-        EDITS.update(runpy.run_path(a.edits)["EDITS"])
+        EDITS.update(load(a.edits))
     product = chain.SOURCE
-    sources = {"product": product, **{v: variant_source(v) for v in a.variants.split(",")}}
+    sources = {"product": product,
+               **{v: edited(product, EDITS, v) for v in a.variants.split(",")}}
     for cell in a.cells.split(","):
         H, HV, lens = parse(cell)
         x = make(lens, H, HV, seed=0)

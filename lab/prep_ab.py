@@ -1,9 +1,17 @@
-"""cuda-chunk's prep kernel as committed at a git revision, other copies (``--extra``) and the
-working tree's, side by side: per cell, whether each writes the first's workspace (bit for
-bit), and each kernel's median time alone (CUPTI records, the variants in turn over four rounds).  Dense, raw gates,
-K = V = 128, "bf16x3" (or ``--precision bf16``).  On a GPU with cupy, from the repository root:
+"""cuda-chunk's prep kernel as committed at a git revision, other copies (``--extra``), the
+working tree's with named edits (``--variants``; ``--edits FILE`` adds its ``EDITS``) and the
+working tree's, side by side: per cell, whether each writes the first's workspace (bit for bit,
+else the largest difference over the largest element), and each kernel's median time alone
+(CUPTI records, the variants in turn over four rounds).  Dense, raw gates, K = V = 128,
+"bf16x3" (or ``--precision bf16``).  The edits here:
+
+    fastexp  the decays e^(G_i - G_j) of A and P by __expf (ex2.approx of x log2 e, as the
+             Triton prep's exp), 2 instructions instead of ~9 for 32 a thread
+
+On a GPU with cupy, from the repository root:
 
     python -m lab.prep_ab --rev HEAD --cells 4/8:1x8192,16/32:8x1024
+    python -m lab.prep_ab --rev '' --variants fastexp --precision bf16 --cells 16/32:8x1024
 """
 from __future__ import annotations
 
@@ -25,6 +33,11 @@ from gdnzoo.backends import _triton_launch as tlaunch     # noqa: E402
 from gdnzoo.backends import triton_chunk as tc            # noqa: E402
 from gdnzoo.bench.clocks import kernel_times              # noqa: E402
 from gdnzoo.inputs import make_prefill_inputs             # noqa: E402
+from lab.source_edits import edited, load                 # noqa: E402
+
+EDITS = {"fastexp": [(
+    "                    const float dec = expf(i >= j ? Gi - sm.G[j] : 0.f) * sm.rk[j];",
+    "                    const float dec = __expf(i >= j ? Gi - sm.G[j] : 0.f) * sm.rk[j];")]}
 
 
 def at_rev(rev: str):
@@ -67,6 +80,16 @@ def blocks_per_sm(variant) -> int:
     return n.value
 
 
+def diff(w, first):
+    """True when workspace ``w`` is ``first`` bit for bit, else the largest difference of its
+    rows (mats) and of its factors (vecs), each over that part's largest element."""
+    if torch.equal(w[0].view(torch.int32), first[0].view(torch.int32)):
+        return True
+    part = lambda a, b: float((a.float() - b.float()).abs().max()  # noqa: E731
+                              / b.float().abs().max().clamp_min(1e-30))
+    return f"mats {part(w[1], first[1]):.1e} vecs {part(w[2], first[2]):.1e}"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rev", default="HEAD", help="'' for none (a GPU host's .git may be stale)")
@@ -75,12 +98,18 @@ def main():
     ap.add_argument("--extra", default="", help="more variants, PATH.cu:SMEM,...")
     ap.add_argument("--precision", default="bf16x3", choices=prep.PRECISIONS)
     ap.add_argument("--heads", type=int, default=0, help="value heads a CTA (0: the pick)")
+    ap.add_argument("--variants", default="", help=f"the tree's edited copies: {list(EDITS)}")
+    ap.add_argument("--edits", help="a Python file whose EDITS dict adds variants")
     a = ap.parse_args()
+    if a.edits:
+        EDITS.update(load(a.edits))
     variants = {a.rev: at_rev(a.rev)} if a.rev else {}
     for e in filter(None, a.extra.split(",")):
         path, smem = e.rsplit(":", 1)
         variants[Path(path).stem] = (Path(path).resolve(), int(smem))
     variants["tree"] = (prep.SOURCE, prep.SMEM)
+    for v in filter(None, a.variants.split(",")):
+        variants[v] = (edited(prep.SOURCE, EDITS, v), prep.SMEM)
     c, heads = tc.normalize(dict(precision=a.precision)), a.heads or None
     torch.zeros(1, device="cuda")                  # a context before the driver calls
     print("blocks an SM: " + ", ".join(f"{n} {blocks_per_sm(v)}" for n, v in variants.items()))
@@ -95,8 +124,8 @@ def main():
             mats, vecs = tc._workspace(w, T, HV, c, x.q.device)
             run(v, x, mats, vecs, c, heads)
             ws[name] = (w, mats, vecs)
-        first = next(iter(ws.values()))[0].view(torch.int32)
-        same = [torch.equal(w[0].view(torch.int32), first) for w in ws.values()][1:]
+        first = next(iter(ws.values()))
+        same = [diff(w, first) for w in ws.values()][1:]
         times = {name: [] for name in variants}
         for _ in range(4):
             for name, v in variants.items():
