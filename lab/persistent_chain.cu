@@ -9,7 +9,8 @@
 // (lab/notebook/h200/chain_cta_2026-11-30/).  Same products in the same order: outputs and
 // states bit-identical to the product chain's.  Dense calls only (a state of fp32 or bf16 rows
 // [N, HV, V, K] with K contiguous and 16-byte rows, or none), no pools, checkpoints, segments
-// or PDL.  Barrier phases count a CTA's chunks over all its tasks.
+// or PDL.  Barrier phases count a CTA's chunks over all its tasks.  (nvcc, sm_90a: 168 registers,
+// 8-12 bytes spilled once a task, outside the chunk loop.)
 #include "cuda_chunk_chain.cu"
 
 #define PC_LD (GDN_S_DT == 0 ? K_ + 4 : K_ + 8)     // the state buffer's row, in elements
@@ -29,23 +30,27 @@ struct PcTask {
     long long i_n, bos, eos, n;
     int i_hv, i_h, row0;
 };
-__device__ __forceinline__ PcTask pc_task(const ChainParams& p, long long task) {
+__device__ __forceinline__ PcTask pc_place(const ChainParams& p, long long task) {
     const int NV = (int)(p.V / ROWS), HV = (int)p.HV;
     PcTask t;
-    if (task >= p.N * HV * NV) {
-        t.i_n = t.bos = t.eos = t.n = 0;
-        t.i_hv = t.i_h = t.row0 = 0;
-        return t;
-    }
     const long long i_nh = task / NV;
     t.row0 = (int)(task % NV) * ROWS;
     t.i_n = i_nh / HV;
     t.i_hv = (int)(i_nh % HV);
     t.i_h = t.i_hv / (HV / (int)p.H);
-    t.bos = cu_at(p, t.i_n);
-    t.eos = cu_at(p, t.i_n + 1);
-    held(t.bos, t.eos, p.T_all);
-    t.n = (t.eos - t.bos + C_ - 1) / C_;
+    t.bos = t.eos = t.n = 0;
+    return t;
+}
+__device__ __forceinline__ void pc_bounds(const ChainParams& p, PcTask& t, long long bos,
+                                          long long eos) {
+    held(bos, eos, p.T_all);
+    t.bos = bos;
+    t.eos = eos;
+    t.n = (eos - bos + C_ - 1) / C_;
+}
+__device__ __forceinline__ PcTask pc_task(const ChainParams& p, long long task) {
+    PcTask t = pc_place(p, task);
+    pc_bounds(p, t, cu_at(p, t.i_n), cu_at(p, t.i_n + 1));
     return t;
 }
 // the chain warpgroup's copies of a task's state tile into the buffer (16 bytes each)
@@ -169,8 +174,12 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_persistent_chain(
 #pragma unroll
             for (int i = 0; i < 64; ++i) S[i] = 0.f;
         }
-        const PcTask nt = pc_task(p, task + gridDim.x);
-        if (GDN_STATE0 && task + gridDim.x < tasks) pc_copy_state(p, ps.s, nt, tid);
+        // the next task: its tile's copies issued now (its place is arithmetic), its
+        // cu_seqlens bounds loaded now and used after this task's chunks
+        const bool more = task + gridDim.x < tasks;
+        const PcTask np = pc_place(p, more ? task + gridDim.x : task);
+        if (GDN_STATE0 && more) pc_copy_state(p, ps.s, np, tid);
+        const long long nb = more ? cu_at(p, np.i_n) : 0, ne = more ? cu_at(p, np.i_n + 1) : 0;
         for (long long jc = 0; jc < t.n; ++jc) {
             const long long gc = g0 + jc;
             const int s = (int)(gc % STAGES), b = (int)(gc & 1);
@@ -219,6 +228,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_persistent_chain(
         store_tile<GDN_NS_DT>(S, p.new_state, t.i_n * p.sn_n + t.i_hv * p.sn_h + t.row0 * p.sn_v,
                               p.sn_v, p.sn_k, r0, t4);
         g0 += t.n;
-        t = nt;
+        t = np;
+        pc_bounds(p, t, nb, ne);
     }
 }
