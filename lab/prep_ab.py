@@ -7,6 +7,11 @@ else the largest difference over the largest element), and each kernel's median 
 
     fastexp  the decays e^(G_i - G_j) of A and P by __expf (ex2.approx of x log2 e, as the
              Triton prep's exp), 2 instructions instead of ~9 for 32 a thread
+    bf16mma  with "bf16" (one bf16 part stored), the block substitution's and M = P T's products
+             of bf16 parts only (one mma instead of three, no lo parts)
+
+``--errors``: each variant's whole call (cuda-chunk-bf16 with ``--precision bf16``, else
+cuda-chunk) against float64 instead of the timing: relative RMS of outputs and final states.
 
 On a GPU with cupy, from the repository root:
 
@@ -37,7 +42,11 @@ from lab.source_edits import edited, load                 # noqa: E402
 
 EDITS = {"fastexp": [(
     "                    const float dec = expf(i >= j ? Gi - sm.G[j] : 0.f) * sm.rk[j];",
-    "                    const float dec = __expf(i >= j ? Gi - sm.G[j] : 0.f) * sm.rk[j];")]}
+    "                    const float dec = __expf(i >= j ? Gi - sm.G[j] : 0.f) * sm.rk[j];")],
+    "bf16mma": [(
+        "    mma(d, a.lo, bh[0], bh[1]);\n    mma(d, a.hi, bl[0], bl[1]);\n",
+        "    if (!GDN_STORE3) {\n        mma(d, a.hi, bh[0], bh[1]);\n        return;\n    }\n"
+        "    mma(d, a.lo, bh[0], bh[1]);\n    mma(d, a.hi, bl[0], bl[1]);\n")]}
 
 
 def at_rev(rev: str):
@@ -90,6 +99,27 @@ def diff(w, first):
     return f"mats {part(w[1], first[1]):.1e} vecs {part(w[2], first[2]):.1e}"
 
 
+def errors(variants, cells, precision):
+    """Each variant's whole prefill call against float64 (relative RMS of outputs and states)."""
+    import gdnzoo
+    from lab.prefill_gpu import make, oracle
+    from lab.wgmma_chain import parse, rel
+    algo = "cuda-chunk-bf16" if precision == "bf16" else "cuda-chunk"
+    for cell in cells.split(","):
+        H, HV, lens = parse(cell)
+        x = make(lens, H, HV, seed=0)
+        o64, s64 = oracle(x, True)
+        line = []
+        for name, v in variants.items():
+            prep.SOURCE, prep.SMEM = v
+            out, ns = torch.empty_like(x["out"]), torch.empty_like(x["new_state"])
+            gdnzoo.prefill(x["q"], x["k"], x["v"], x["state"], x["A_log"], x["a"], x["dt_bias"],
+                           x["b"], x["cu"], out=out, new_state=ns, use_qk_l2norm=True, algo=algo)
+            torch.cuda.synchronize()
+            line.append(f"{name} out {rel(out, o64):.3e} state {rel(ns, s64):.3e}")
+        print(f"{cell:16s} {algo}: " + " | ".join(line), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rev", default="HEAD", help="'' for none (a GPU host's .git may be stale)")
@@ -100,6 +130,7 @@ def main():
     ap.add_argument("--heads", type=int, default=0, help="value heads a CTA (0: the pick)")
     ap.add_argument("--variants", default="", help=f"the tree's edited copies: {list(EDITS)}")
     ap.add_argument("--edits", help="a Python file whose EDITS dict adds variants")
+    ap.add_argument("--errors", action="store_true", help="each variant's call's errors instead")
     a = ap.parse_args()
     if a.edits:
         EDITS.update(load(a.edits))
@@ -110,6 +141,8 @@ def main():
     variants["tree"] = (prep.SOURCE, prep.SMEM)
     for v in filter(None, a.variants.split(",")):
         variants[v] = (edited(prep.SOURCE, EDITS, v), prep.SMEM)
+    if a.errors:
+        return errors(variants, a.cells, a.precision)
     c, heads = tc.normalize(dict(precision=a.precision)), a.heads or None
     torch.zeros(1, device="cuda")                  # a context before the driver calls
     print("blocks an SM: " + ", ".join(f"{n} {blocks_per_sm(v)}" for n, v in variants.items()))
