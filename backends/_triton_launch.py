@@ -330,7 +330,6 @@ def raw_launch(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int
     for i, (name, code) in enumerate(params):
         if name.startswith("arg"):
             val = args[int(name[3:])]
-            val = val.data_ptr() if isinstance(val, torch.Tensor) else val
         else:
             val = (scratch_ptr or 0) if name == "global_scratch" else 0
         struct.pack_into("<" + code, template, 8 * i, val)
@@ -375,16 +374,21 @@ class LaunchCache:
         if len(self.fast) >= self.limit:
             self.fast.clear()
         try:
-            self.fast[key] = self.bind(compiled, grid0, (*tensors, *rest), len(tensors), key[-1])
+            self.fast[key] = self.bind(compiled, grid0, (*ptrs, *rest), len(ptrs), key[-1])
         except Exception:
             self.fast[key] = False
 
 
 def _bind_raw(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int):
-    import importlib.util
-    if importlib.util.find_spec("cupy_backends") is None:    # launch_raw's binding
-        raise ImportError("no CuPy")
+    _need_cupy()
     return raw_launch(compiled, grid0, args, n_ptrs, device_index, scale=False)
+
+
+def _need_cupy() -> None:
+    """ImportError unless CuPy's driver binding (launch_raw's) is importable."""
+    import importlib.util
+    if importlib.util.find_spec("cupy_backends") is None:
+        raise ImportError("no CuPy")
 
 
 def fast_launch(compiled, grid0: int, ptrs: tuple, scale: float, tail: tuple,
@@ -393,10 +397,8 @@ def fast_launch(compiled, grid0: int, ptrs: tuple, scale: float, tail: tuple,
     :class:`FastLaunch` (Triton's C launcher without its Python binding), else None.
     ``absent``: the None pointer arguments between ``ptrs`` and ``scale``."""
     sp = None if scratch is None else scratch.data_ptr()
-    import importlib.util
     try:
-        if importlib.util.find_spec("cupy_backends") is None:    # launch_raw's binding
-            raise ImportError("no CuPy")
+        _need_cupy()
         return raw_launch(compiled, grid0, (*ptrs, *absent, float(scale), *tail), len(ptrs),
                           device_index, sp)
     except Exception:

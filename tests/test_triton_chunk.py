@@ -469,6 +469,7 @@ def test_launch_cache_binds_once_per_signature():
 
     def bind(compiled, grid0, args, n_ptrs, dev):
         assert compiled == "compiled" and n_ptrs == 2 and dev == -1
+        assert all(isinstance(x, int) for x in args[:2])        # the pointers, not the tensors
         if args[3] == "no raw":
             raise AttributeError("parameters not laid out so")
         return lambda ptrs: raw_calls.append((grid0, args[2:], ptrs))
