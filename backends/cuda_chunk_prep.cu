@@ -275,7 +275,10 @@ extern "C" __global__ void __launch_bounds__(128, GDN_MIN_CTAS) gdn_chunk_prep(c
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const int j = 8 * nt + 2 * t4 + e;
-                    const float dec = expf(i >= j ? Gi - sm.G[j] : 0.f) * sm.rk[j];
+                    // __expf (ex2.approx, as the Triton prep's exp): Gi - G_j <= 0, same
+                    // errors against float64, ~1% of the kernel (lab/notebook/h200/
+                    // prep_variants_2026-11-30/)
+                    const float dec = __expf(i >= j ? Gi - sm.G[j] : 0.f) * sm.rk[j];
                     av[e] = i > j ? KK[nt][2 * h + e] * dec * bi : 0.f;
                     P[nt][2 * h + e] = i >= j ? QK[nt][2 * h + e] * dec * si : 0.f;
                 }

@@ -5,8 +5,6 @@ else the largest difference over the largest element), and each kernel's median 
 (CUPTI records, the variants in turn over four rounds).  Dense, raw gates, K = V = 128,
 "bf16x3" (or ``--precision bf16``).  The edits here:
 
-    fastexp  the decays e^(G_i - G_j) of A and P by __expf (ex2.approx of x log2 e, as the
-             Triton prep's exp), 2 instructions instead of ~9 for 32 a thread
     bf16mma  with "bf16" (one bf16 part stored), the block substitution's and M = P T's products
              of bf16 parts only (one mma instead of three, no lo parts)
 
@@ -16,7 +14,7 @@ cuda-chunk) against float64 instead of the timing: relative RMS of outputs and f
 On a GPU with cupy, from the repository root:
 
     python -m lab.prep_ab --rev HEAD --cells 4/8:1x8192,16/32:8x1024
-    python -m lab.prep_ab --rev '' --variants fastexp --precision bf16 --cells 16/32:8x1024
+    python -m lab.prep_ab --rev '' --variants bf16mma --precision bf16 --cells 16/32:8x1024
 """
 from __future__ import annotations
 
@@ -40,9 +38,7 @@ from gdnzoo.bench.clocks import kernel_times              # noqa: E402
 from gdnzoo.inputs import make_prefill_inputs             # noqa: E402
 from lab.source_edits import edited, load                 # noqa: E402
 
-EDITS = {"fastexp": [(
-    "                    const float dec = expf(i >= j ? Gi - sm.G[j] : 0.f) * sm.rk[j];",
-    "                    const float dec = __expf(i >= j ? Gi - sm.G[j] : 0.f) * sm.rk[j];")],
+EDITS = {
     "bf16mma": [(
         "    mma(d, a.lo, bh[0], bh[1]);\n    mma(d, a.hi, bl[0], bl[1]);\n",
         "    if (!GDN_STORE3) {\n        mma(d, a.hi, bh[0], bh[1]);\n        return;\n    }\n"
