@@ -409,10 +409,13 @@ def test_workspace(device):
     judge(out, new_state, ref_out, ref_state, "explicit workspace")
 
 
-RAW = [
-    pytest.param(64, None, id="one-chain"),
-    pytest.param(64, dict(segments=3), id="segments3"),
-    pytest.param(128, dict(precision="bf16", prep="cuda", chain="cuda", segments=2),
+RAW = [                                             # K, tc.launch's keywords
+    pytest.param(64, {}, id="one-chain"),
+    pytest.param(64, dict(config=dict(segments=3)), id="segments3"),
+    pytest.param(64, dict(pdl=True), id="pdl", marks=pytest.mark.skipif(
+        not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
+        reason="programmatic dependent launch needs compute capability 9.0 or newer")),
+    pytest.param(128, dict(config=dict(precision="bf16", prep="cuda", chain="cuda", segments=2)),
                  id="cuda-prep-chain-segments2", marks=pytest.mark.skipif(
                      not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                      reason="the CUDA chain kernel needs compute capability 9.0")),
@@ -420,8 +423,8 @@ RAW = [
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="raw launches need a CUDA device")
-@pytest.mark.parametrize("K,config", RAW)
-def test_raw_launches_match_tritons_own(device, K, config):
+@pytest.mark.parametrize("K,kw", RAW)
+def test_raw_launches_match_tritons_own(device, K, kw):
     """After a signature's first call, the Triton kernels of a call are launched raw (only their
     pointers rewritten): a second call on new buffers gives what Triton's own launch gives."""
     pytest.importorskip("cupy", reason="the raw launch binds cuLaunchKernel through CuPy")
@@ -429,7 +432,7 @@ def test_raw_launches_match_tritons_own(device, K, config):
     def run(x):
         out = nan_like((x["v"].shape[0], 2, K), torch.bfloat16, device)
         new = nan_like((4, 2, K, K), torch.float32, device)
-        launch(x, x["states"], out, new, True, config=config)
+        launch(x, x["states"], out, new, True, **kw)
         return out, new
 
     xs = [to_device(make([300, 70, 0, 200], 1, 2, K, K, seed=s), device) for s in (51, 52)]
