@@ -4,14 +4,14 @@ workspace: whether its outputs and states are bit-identical to the product chain
 errors against float64), then each kernel alone (torch.profiler medians), with and without the
 outputs warpgroup.  The variants:
 
-    hoist   the state tile's loads issued before cu_seqlens is read and before the CTA barrier
-            (they depend on neither; a CTA spends ~3.5k cycles from its entry to its state in
-            registers, lab/notebook/h200/chain_cta_2026-11-30/): bit-identical by construction
+    (none kept: each measured one is an EDITS file in its notebook folder, e.g.
+    lab/notebook/h200/chain_experiments_2026-11-30/hoist.py)
 
 ``--edits FILE``: more variants, the ``EDITS`` dict of a Python file (each a list of (old, new)
 text pairs).  On an sm_90 GPU with cupy, from the repository root:
 
-    python -m lab.chain_ab --variants hoist --cells 16/32:8x1024,16/32:16x256,4/8:1x8192
+    python -m lab.chain_ab --edits lab/notebook/h200/chain_experiments_2026-11-30/hoist.py \
+        --variants hoist --cells 16/32:8x1024,16/32:16x256,4/8:1x8192
 """
 from __future__ import annotations
 
@@ -25,54 +25,13 @@ from lab.prefill_gpu import make, oracle
 from lab.source_edits import edited, load
 from lab.wgmma_chain import config, medians, parse, rel, workspace
 
-# the state's loads, as the chain warpgroup has them after the role split
-LOADS = ("    float S[64];" + " " * 32 + "// the state tile [64, 128] as an m64n128 accumulator\n"
-         """    bool init = rd && GDN_STATE0 && seg == 0 && !ident;
-#if GDN_HAS_INIT
-    init = init && p.has_init[i_n] != 0;
-#endif
-    const long long rbase = slot_r * p.ss_n + i_hv * p.ss_h + row0 * p.ss_v;
-#pragma unroll
-    for (int j = 0; j < 16; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-            S[4 * j + e] = init ? gdn_ld<GDN_S_DT>(p.state, rbase + (r0 + 8 * (e >> 1)) * p.ss_v
-                                                   + (8 * j + 2 * t4 + (e & 1)) * p.ss_k)
-                         // an identity chain starts from the rows row0.. of I_K (K == V)
-                         : (ident && row0 + r0 + 8 * (e >> 1) == 8 * j + 2 * t4 + (e & 1)) ? 1.f
-                         : 0.f;
-""")
-CU = """    long long bos = cu_at(p, i_n), eos = cu_at(p, i_n + 1);
-    held(bos, eos, p.T_all);
-"""
-ROWS = """    const int row0 = i_v * ROWS;
-    const int r0 = 16 * w + g;                  // a warpgroup thread's rows r0, r0 + 8
-"""
-HOISTED = ROWS + """    float S[64];                // the state tile, loaded by the chain warpgroup
-    if (wg == 0) {
-        bool init = rd && GDN_STATE0 && seg == 0 && !ident;
-#if GDN_HAS_INIT
-        init = init && p.has_init[i_n] != 0;
-#endif
-        const long long rbase = slot_r * p.ss_n + i_hv * p.ss_h + row0 * p.ss_v;
-#pragma unroll
-        for (int j = 0; j < 16; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                S[4 * j + e] = init ? gdn_ld<GDN_S_DT>(p.state, rbase + (r0 + 8 * (e >> 1))
-                                                       * p.ss_v + (8 * j + 2 * t4 + (e & 1))
-                                                       * p.ss_k)
-                             : (ident && row0 + r0 + 8 * (e >> 1) == 8 * j + 2 * t4 + (e & 1))
-                             ? 1.f : 0.f;
-    }
-""" + CU
-EDITS = {"hoist": [(LOADS, ""), (CU, ""), (ROWS, HOISTED)]}
+EDITS: dict = {}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cells", default="16/32:8x1024,16/32:16x256,4/8:1x8192")
-    ap.add_argument("--variants", default="hoist")
+    ap.add_argument("--variants", default="", help="names of EDITS (from --edits)")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--edits", help="a Python file whose EDITS dict adds variants")
     a = ap.parse_args()
@@ -80,7 +39,7 @@ def main():
         EDITS.update(load(a.edits))
     product = chain.SOURCE
     sources = {"product": product,
-               **{v: edited(product, EDITS, v) for v in a.variants.split(",")}}
+               **{v: edited(product, EDITS, v) for v in filter(None, a.variants.split(","))}}
     for cell in a.cells.split(","):
         H, HV, lens = parse(cell)
         x = make(lens, H, HV, seed=0)

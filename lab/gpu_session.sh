@@ -26,9 +26,6 @@
 #   bash lab/gpu_session.sh chunk-bf16 OUT  # cuda-chunk-bf16: its tests and the matrices on it,
 #                                        # check --op prefill, compute-sanitizer, the chain timed
 #                                        # (no bundle needed)
-#   bash lab/gpu_session.sh experiments OUT  # the A/Bs written without a GPU (lab.chain_ab hoist,
-#                                        # lab.persistent_chain, lab.prep_ab fastexp / bf16mma;
-#                                        # CELLS; no bundle needed)
 #
 # Each part writes its logs into OUT/logs_PART.tgz and prints a short summary last.  Correctness shards run
 # side by side (no clock is read in them); the timing part runs alone.
@@ -240,33 +237,6 @@ chunk-bf16)                 # cuda-chunk-bf16: its kernel tests and the registry
   echo "== failures"; grep -h "^FAILED\|^ERROR" "$OUT"/pytest_*.log | cut -c1-300 | head -30
   echo "== check"; grep -v "^ " "$OUT/check_prefill.log" | tail -12
   echo "== timing"; grep "chain alone\|vs triton" "$OUT/wgmma_timing.log" | cut -c1-200
-  echo "== summary ($((SECONDS - t0)) s)"; cat "$OUT"/*.summary
-  ;;
-experiments)                # the A/Bs written without a GPU: lab.chain_ab (hoist: the state's loads
-  t0=$SECONDS               # first), lab.persistent_chain (fp32 state, then none), lab.prep_ab
-  cells=${CELLS:-16/32:16x256,16/32:8x1024,4/8:1x8192,2/4:1000+64+0+130+7}   # (fastexp, bf16mma:
-  # times, then the calls' errors), alone
-  timeout 200 python3 -m lab.chain_ab --variants hoist --cells "$cells" > "$OUT/chain_ab.log" 2>&1
-  echo "lab.chain_ab: exit $?" > "$OUT/chain_ab.summary"
-  timeout 200 python3 -m lab.persistent_chain --cells "$cells" > "$OUT/persistent.log" 2>&1
-  echo "lab.persistent_chain: exit $?" > "$OUT/persistent.summary"
-  timeout 60 python3 -m lab.persistent_chain --no-state --cells 2/4:1000+64+0+130+7 \
-    >> "$OUT/persistent.log" 2>&1
-  if grep -q "bit-identical to the product chain: False\|Error" "$OUT/persistent.log"; then
-    timeout 120 compute-sanitizer --tool memcheck python3 -m lab.persistent_chain \
-      --cells 2/4:1000+64+0+130+7 > "$OUT/persistent_memcheck.log" 2>&1
-  fi
-  timeout 150 python3 -m lab.prep_ab --rev '' --variants fastexp,bf16mma,fastexp+bf16mma \
-    --precision bf16 --cells 16/32:8x1024,4/8:1x8192 > "$OUT/prep_ab.log" 2>&1
-  echo "lab.prep_ab: exit $?" > "$OUT/prep_ab.summary"
-  timeout 150 python3 -m lab.prep_ab --rev '' --variants fastexp,bf16mma,fastexp+bf16mma \
-    --precision bf16 --errors --cells 4/8:1x8192,16/32:8x1024,2/4:1000+64+0+130+7 \
-    >> "$OUT/prep_ab.log" 2>&1
-  for f in chain_ab persistent prep_ab; do
-    echo "== $f"; grep -v -i "warn" "$OUT/$f.log" | tail -14
-  done
-  [ -f "$OUT/persistent_memcheck.log" ] &&
-    grep -m8 "Invalid\|ERROR SUMMARY\|at 0x" "$OUT/persistent_memcheck.log"
   echo "== summary ($((SECONDS - t0)) s)"; cat "$OUT"/*.summary
   ;;
 *) echo "unknown part $PART"; exit 2 ;;

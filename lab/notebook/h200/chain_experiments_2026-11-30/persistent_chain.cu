@@ -1,4 +1,4 @@
-// A prototype (lab only, not yet run on a GPU) of a persistent chain kernel: cuda-chunk-bf16's
+// A prototype (measured on an H200 2026-11-30, not kept: README.md) of a persistent chain kernel: cuda-chunk-bf16's
 // chain (backends/cuda_chunk_chain.cu, whose helpers and structs it includes) with one CTA an SM
 // running task after task (sequence, value head, 64 state rows) in the product's grid order, so
 // that a task's start overlaps the one before's end: the producer runs ahead into the next

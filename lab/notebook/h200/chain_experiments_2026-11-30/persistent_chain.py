@@ -1,11 +1,12 @@
-"""The persistent chain prototype (``lab/persistent_chain.cu``; not yet run on a GPU) beside
-cuda-chunk-bf16's chain on one workspace (cuda-chunk's prep, "bf16", one segment): whether its
-outputs and final states are bit-identical to the product chain's (they should be: the same
-products in the same order), its errors against float64, and both kernels alone (torch.profiler
-records, medians).  Dense calls, one fp32 state per sequence (``--no-state``: none).  On an
-sm_90 GPU with cupy, from the repository root:
+"""The persistent chain prototype (``persistent_chain.cu`` beside this file; bit-identical,
+faster only with many short tasks: see ``README.md``) beside cuda-chunk-bf16's chain on one
+workspace (cuda-chunk's prep, "bf16", one segment): whether its outputs and final states are
+bit-identical to the product chain's, its errors against float64, and both kernels alone
+(torch.profiler records, medians).  Dense calls, one fp32 state per sequence (``--no-state``:
+none).  As it was run, on an sm_90 GPU with cupy, from the repository root (tree 14ef66e):
 
-    python -m lab.persistent_chain --cells 16/32:16x256,16/32:8x1024,4/8:1x8192,2/4:1000+64+0+130+7
+    python lab/notebook/h200/chain_experiments_2026-11-30/persistent_chain.py \
+        --cells 16/32:16x256,16/32:8x1024,4/8:1x8192,2/4:1000+64+0+130+7
 
 The kernel source is the product chain's source followed by the prototype's (its ``#include``
 of it dropped), written to a temporary file, so the compile cache sees both.
@@ -14,11 +15,13 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
 from gdnzoo.backends import _cuda_build as cuda_build
 from gdnzoo.backends import _cuda_chunk_chain as chain
 from gdnzoo.backends import _triton_launch as tlaunch
