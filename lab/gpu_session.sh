@@ -11,7 +11,7 @@
 #   bash lab/gpu_session.sh models OUT   # lab.models_gpu (FLA entry points, transformers;
 #                                        # MODELS_ARGS, default --io bfloat16: both io dtypes
 #                                        # ran past 540 s on an H200)
-#   bash lab/gpu_session.sh engine OUT   # gdnzoo bench --mode engine-prefill
+#   bash lab/gpu_session.sh engine OUT   # gdnzoo bench --mode engine-prefill (ENGINE_ARGS)
 #   bash lab/gpu_session.sh pool OUT     # gdnzoo bench --mode pool, both state dtypes (BUDGET s)
 #   bash lab/gpu_session.sh kfirst OUT   # tests/test_forms.py + test_tables.py beside
 #                                        # lab.models_gpu's correctness, then its decode timing
@@ -133,10 +133,11 @@ timing)                     # gdnzoo bench --mode prefill alone (about 9 min on 
   for f in "$OUT"/bench_prefill_*.log; do echo "== $f"; grep -A40 "^kernel" "$f" | head -45; done
   cat "$OUT/runs.txt"
   ;;
-engine)                     # gdnzoo bench --mode engine-prefill alone (the PDL tests: profile)
-  t0=$SECONDS
-  timeout 480 gdnzoo bench --mode engine-prefill --state-dtype fp32,bf16 --no-plots \
-    --out "$OUT/bench_engine" > "$OUT/bench_engine.log" 2>&1
+engine)                     # gdnzoo bench --mode engine-prefill alone (the PDL tests: profile);
+  t0=$SECONDS               # ENGINE_ARGS replaces --state-dtype fp32,bf16
+  # shellcheck disable=SC2086  # the arguments split on spaces
+  timeout 480 gdnzoo bench --mode engine-prefill ${ENGINE_ARGS:---state-dtype fp32,bf16} \
+    --no-plots --out "$OUT/bench_engine" > "$OUT/bench_engine.log" 2>&1
   echo "gdnzoo bench --mode engine-prefill: exit $? in $((SECONDS - t0)) s"
   tail -60 "$OUT/bench_engine.log"
   ;;
