@@ -4,11 +4,11 @@ after the sigmoid in the io dtype), each against its own float64 oracle (relativ
 outputs and the final states) and then timed on the kernel clock (CUPTI: a call's records,
 first start to last end, the sum of their durations -- the bench's kernel clock -- and their
 count), the four forms of one entry in turn over rounds, medians and each form's busy time
-over k-last raw's.  Dense, one fp32 state
-a sequence, destination passing (the state read cold is not the point here: one input set).
+over k-last raw's.  Dense, one fp32 state a sequence, destination passing (the state read
+cold is not the point here: one input set).
 
     python -m lab.prefill_forms --algo cuda-chunk-bf16,cuda-chunk \\
-        --cells "4,8:8192;4,8:1024x8;16,32:1024x8"
+        --cells 4/8:1x8192,4/8:8x1024,16/32:8x1024
     python -m lab.prefill_forms --smoke          # the logic on CPU (triton-chunk, tiny, no clock)
 """
 from __future__ import annotations
@@ -20,18 +20,9 @@ import torch
 
 import gdnzoo
 from lab import prefill_gpu as pg
+from lab.wgmma_chain import parse
 
 FORMS = ("k-last raw", "k-first raw", "k-last g/beta", "k-first g/beta")
-
-
-def parse_cell(cell: str):
-    """"H,HV:L+L+..." or "H,HV:LxN" -> (H, HV, lengths)."""
-    heads, lens = cell.split(":")
-    H, HV = map(int, heads.split(","))
-    if "x" in lens:
-        L, n = map(int, lens.split("x"))
-        return H, HV, [L] * n
-    return H, HV, [int(n) for n in lens.split("+")]
 
 
 def form_call(x, form: str, algo: str, refs: dict):
@@ -69,18 +60,18 @@ def errors(call, ref, k_first):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--algo", default="cuda-chunk-bf16,cuda-chunk")
-    ap.add_argument("--cells", default="4,8:8192;4,8:1024x8;16,32:1024x8",
-                    help="H,HV:lengths (L+L+... or LxN); several with ';'")
+    ap.add_argument("--cells", default="4/8:1x8192,4/8:8x1024,16/32:8x1024",
+                    help="H/HV:NxL (N sequences of L tokens) or H/HV:L+L+..., comma-separated")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--reps", type=int, default=10, help="calls a form a round")
     ap.add_argument("--smoke", action="store_true", help="CPU: triton-chunk, tiny cells, no clock")
     a = ap.parse_args(argv)
     if a.smoke:
         pg.SMOKE, pg.K, pg.V = True, 64, 64
-        a.algo, a.cells = "triton-chunk", "1,2:20+0+70"
+        a.algo, a.cells = "triton-chunk", "1/2:20+0+70"
     from gdnzoo.bench.clocks import busy_and_count, kernel_times
-    for cell in a.cells.split(";"):
-        H, HV, lens = parse_cell(cell)
+    for cell in a.cells.split(","):
+        H, HV, lens = parse(cell)
         x, refs = pg.make(lens, H, HV, seed=0), {}
         for algo in a.algo.split(","):
             calls, line = {}, []
