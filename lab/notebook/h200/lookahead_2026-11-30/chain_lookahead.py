@@ -13,7 +13,7 @@ operands rounded to bf16, fp32 sums) on the workspace the prep would write ("bf1
 rounded to bf16), against lab.prefill_gpu's float64 token-by-token oracle; "exact" runs the
 same algebra with no rounding (a check of the emulation: ~1e-6).
 
-    python lab/notebook/h200/lookahead_2026-11-30/chain_lookahead.py \
+    python lab/notebook/h200/lookahead_2026-11-30/chain_lookahead.py \\
         --cells 4/8:1x8192,16/32:2x1024 --seeds 0,1
 """
 from __future__ import annotations
