@@ -10,7 +10,7 @@ outputs warpgroup.  The variants:
 ``--edits FILE``: more variants, the ``EDITS`` dict of a Python file (each a list of (old, new)
 text pairs).  On an sm_90 GPU with cupy, from the repository root:
 
-    python -m lab.chain_ab --edits lab/notebook/h200/chain_experiments_2026-11-30/hoist.py \
+    python -m lab.chain_ab --edits lab/notebook/h200/chain_experiments_2026-11-30/hoist.py \\
         --variants hoist --cells 16/32:8x1024,16/32:16x256,4/8:1x8192
 """
 from __future__ import annotations

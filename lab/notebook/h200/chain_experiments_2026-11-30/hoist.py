@@ -2,7 +2,7 @@
 and no faster, ``chain_ab.log`` here): the chain warpgroup's state loads issued before
 cu_seqlens is read and before the CTA barrier.  Run it with
 
-    python -m lab.chain_ab --edits lab/notebook/h200/chain_experiments_2026-11-30/hoist.py \
+    python -m lab.chain_ab --edits lab/notebook/h200/chain_experiments_2026-11-30/hoist.py \\
         --variants hoist --cells 16/32:8x1024,16/32:16x256,4/8:1x8192
 
 (the edits match cuda_chunk_chain.cu as at commit 14ef66e).

@@ -5,7 +5,7 @@ bit-identical to the product chain's, its errors against float64, and both kerne
 (torch.profiler records, medians).  Dense calls, one fp32 state per sequence (``--no-state``:
 none).  As it was run, on an sm_90 GPU with cupy, from the repository root (tree 14ef66e):
 
-    python lab/notebook/h200/chain_experiments_2026-11-30/persistent_chain.py \
+    python lab/notebook/h200/chain_experiments_2026-11-30/persistent_chain.py \\
         --cells 16/32:16x256,16/32:8x1024,4/8:1x8192,2/4:1000+64+0+130+7
 
 The kernel source is the product chain's source followed by the prototype's (its ``#include``
