@@ -21,7 +21,7 @@ to last end of one call's GPU work, both sides timed side by side in one session
 (wall per eager call, back to back, no sync: max(dispatch, GPU)).
 (b') crossover: a dense fused_recurrent call of T = 2 ... 512 tokens per sequence through
 both of gdnzoo's routes (a decode step of T tokens, the chunked prefill), whichever
-DECODE_MAX_T would pick: which is faster, to place the constant.
+DECODE_MAX_T and DECODE_MAX_WORK would pick: which is faster, to place the constants.
 (c) generate: a random-init Qwen3.5-shaped model (bf16; 3 GDN layers with 16/32 heads,
 K = V = 128, and one attention layer; hidden 2048), greedy generate() of --new tokens after a
 --prompt token prompt at batch 1 and 32: transformers as imported (FLA's kernels when FLA is
@@ -202,11 +202,11 @@ def decode_timing(lab, args):
 
 def crossover(lab, args):
     """A dense fused_recurrent call of T tokens per sequence through each of gdnzoo's two
-    routes (decode step, chunked prefill), whichever DECODE_MAX_T would pick: per-call ms
+    routes (decode step, chunked prefill), whichever the routing constants would pick: per-call ms
     (CUDA events, input sets rotated), to place the constant."""
     K = args.head_dim
     H, HV = map(int, args.geoms.split(",")[0].split("/"))
-    limit = ours.DECODE_MAX_T
+    limit, work = ours.DECODE_MAX_T, ours.DECODE_MAX_WORK
     rows = []
     try:
         for B in map(int, args.cross_batches.split(",")):
@@ -219,7 +219,7 @@ def crossover(lab, args):
                         for kw in decode_sets(B, H, HV, K, 3, seed=T)]
                 row = dict(B=B, T=T)
                 for route, cap in (("decode", T), ("prefill", 0)):
-                    ours.DECODE_MAX_T = cap
+                    ours.DECODE_MAX_T, ours.DECODE_MAX_WORK = cap, B * T * HV if cap else 0
                     ours._PLANS.clear()
                     row[route] = served_by(ours.fused_recurrent_gated_delta_rule, sets[0])
                     row[f"{route}_ms"] = clocks.event_time_us(
@@ -231,7 +231,7 @@ def crossover(lab, args):
                         f"prefill {row['prefill_ms']:.3f} ms ({row['prefill']}): "
                         f"{row['faster']} faster")
     finally:
-        ours.DECODE_MAX_T = limit
+        ours.DECODE_MAX_T, ours.DECODE_MAX_WORK = limit, work
         ours._PLANS.clear()
     lab.results["crossover"] = rows
 

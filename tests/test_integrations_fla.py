@@ -209,6 +209,22 @@ def test_routes_by_shape_not_name(monkeypatch):
         assert [c[0] for c in spy.calls] == ["prefill"]
 
 
+def test_a_dense_call_past_the_decode_work_takes_the_prefill(monkeypatch):
+    """T <= DECODE_MAX_T is a decode step only while sequences x tokens x value heads stay
+    within DECODE_MAX_WORK (2 x 4 x 2 = 16 here); past it the same call is a prefill, with the
+    same results."""
+    spy = Spy(monkeypatch)
+    monkeypatch.setattr(fla, "_PLANS", {})      # the route is part of a signature's plan
+    kw, oracle = make(3, 2, 4, 1, 2)
+    for work, op in ((16, "decode"), (15, "prefill")):
+        monkeypatch.setattr(fla, "DECODE_MAX_WORK", work)
+        fla._PLANS.clear()
+        for fn in FNS.values():
+            spy.calls.clear()
+            check(fn, kw, oracle, f"work limit {work}")
+            assert [c[0] for c in spy.calls] == [op], (work, fn)
+
+
 def test_native_forms_and_no_copy_of_fp32_state(monkeypatch):
     """Raw gates (both flags, bf16) and precomputed gates reach gdnzoo as they are; the fp32
     initial state is read in place (destination passing into a fresh tensor); mixed forms go

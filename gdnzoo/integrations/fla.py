@@ -30,8 +30,9 @@ Both take FLA 0.6's arguments, positional order included, and keep its semantics
 Both are forward only (gdnzoo computes no gradients) and run wherever gdnzoo runs; a keyword
 ``algo=`` (not FLA's) names a gdnzoo backend.  The two differ only in their signatures: each call
 goes where it is fastest, by its shape, not by its name.  A dense call of at most
-:data:`DECODE_MAX_T` tokens per sequence is one :func:`gdnzoo.decode` step of T tokens;
-a packed call (``cu_seqlens``) or a longer one is a :func:`gdnzoo.prefill`.
+:data:`DECODE_MAX_T` tokens per sequence and :data:`DECODE_MAX_WORK` sequences x tokens x value
+heads is one :func:`gdnzoo.decode` step of T tokens; a packed call (``cu_seqlens``) or a larger
+one is a :func:`gdnzoo.prefill`.
 
 The gates reach gdnzoo in one of its two native forms: the raw form (``use_gate_in_kernel`` and
 ``use_beta_sigmoid_in_kernel`` both set, g and beta in bf16/fp16: gdnzoo's kernels compute decay
@@ -63,12 +64,20 @@ import torch.nn.functional as F
 
 import gdnzoo
 
-__all__ = ["fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "DECODE_MAX_T"]
+__all__ = ["fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "DECODE_MAX_T",
+           "DECODE_MAX_WORK"]
 
-# Dense calls of up to this many tokens per sequence are decode steps (the tokens applied in
-# turn, the state kept on chip, one launch); longer ones take the chunked prefill.  64 is the
-# prefill's chunk: a guess at the crossover, not measured yet.
-DECODE_MAX_T = 64
+# A dense call is one decode step of T tokens (the tokens applied in turn, the state kept on
+# chip, one launch) while that is the faster route: at most DECODE_MAX_T tokens a sequence and
+# at most DECODE_MAX_WORK sequences x tokens x value heads; any other call takes the chunked
+# prefill.  The decode step's time grows with its tokens times its (sequence, head) pairs, the
+# prefill's starts higher and grows slower.  Measured on an H200 (lab/models_gpu.py --parts
+# crossover, eager calls, 4/8, 16/32 and 16/64 heads, B = 1 ... 64, T = 8 ... 256;
+# lab/notebook/h200/crossover_2026-11-30/): this rule takes the faster route in 61 of 66 cells
+# and is at most 1.10x slower in the others, where T <= 64 alone missed 18 and was up to 7.4x
+# slower (16/64, B = 64, T = 64: 5.00 against 0.67 ms; 16/32: 2.54 against 0.35).
+DECODE_MAX_T = 128
+DECODE_MAX_WORK = 16384
 
 _RAW = (torch.bfloat16, torch.float16)     # the dtypes gdnzoo takes raw gates (a, b) in,
 _BETA = (torch.float32, torch.bfloat16, torch.float16)   # a precomputed beta in,
@@ -231,8 +240,8 @@ def _plan(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2n
     scale, sign = _scale(scale, K)
     raw = _check_gates(g, beta, A_log, dt_bias, use_gate_in_kernel, use_beta_sigmoid_in_kernel,
                        (B, T, HV))
-    return _Plan(B, T, HV, V, state, cu_seqlens is None and 0 < T <= DECODE_MAX_T, raw, scale,
-                 sign)
+    decode = cu_seqlens is None and 0 < T <= DECODE_MAX_T and B * T * HV <= DECODE_MAX_WORK
+    return _Plan(B, T, HV, V, state, decode, raw, scale, sign)
 
 
 # ------------------------------------------------------------------ the parts
