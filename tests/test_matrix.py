@@ -40,7 +40,11 @@ def _cases():
                 GEOMS, STATE, (False, True), (1, 2, 4), ("inplace", "dest"), (1, 33)))]
     large = [dict(geom=(4, 8), sd=sd, l2=False, T=1, mode=m, B=B, seed=900 + i, tier="full")
              for i, (sd, m, B) in enumerate(itertools.product(STATE, ("inplace", "dest"), (128, 512)))]
-    return [dict(c, tier="cycle") for c in _cycle(B=3)] + full + large
+    # the longest dense decode step the FLA entry points take (gdnzoo.integrations.fla's
+    # DECODE_MAX_T), at a real geometry
+    many = [dict(geom=(16, 32), sd=sd, l2=True, T=128, mode="dest", B=2, seed=950 + i,
+                 tier="full") for i, sd in enumerate(STATE)]
+    return [dict(c, tier="cycle") for c in _cycle(B=3)] + full + large + many
 
 
 CASES = _cases()
