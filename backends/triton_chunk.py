@@ -87,6 +87,7 @@ combines them).
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -222,26 +223,15 @@ def pick_segments(programs: int, n_sm: int, tokens: int, N: int, C: int, most: i
     return best
 
 
-_RESOLVED: dict = {}          # resolve()'s answers by call (cleared when it holds 1024)
-
-
 def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int = 0) -> Config:
     """``config`` with its zeros filled in for a call of N sequences and ``tokens`` tokens in
     all, and checked (ValueError naming it).  Answers are remembered per call shape (a model's
     layers repeat them; a rejected config is checked again every call)."""
+    c = normalize(config)
     try:
-        key = (("dict", *sorted(config.items())) if isinstance(config, dict) else config,
-               N, HV, V, device, tokens)
-        c = _RESOLVED.get(key)
-    except TypeError:                   # an unhashable config value
-        key = c = None
-    if c is None:
-        c = _resolve(config, N, HV, V, device, tokens)
-        if key is not None:
-            if len(_RESOLVED) >= 1024:
-                _RESOLVED.clear()
-            _RESOLVED[key] = c
-    return c
+        return _resolve_memo(c, N, HV, V, device, tokens)
+    except TypeError:                   # an unhashable field value: checked without the memo
+        return _resolve(c, N, HV, V, device, tokens)
 
 
 def _resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int) -> Config:
@@ -305,6 +295,9 @@ def _resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int)
     return c
 
 
+_resolve_memo = functools.lru_cache(maxsize=1024)(_resolve)   # raises are never remembered
+
+
 # the Triton kernels' launches: Triton's own path once per signature, then raw launches
 _LAUNCH = tlaunch.LaunchCache()
 
@@ -335,7 +328,10 @@ def _cached_workspace(need: int, device) -> torch.Tensor:
     return bufs[-1]
 
 
-_VIEWS: dict = {}             # the cached workspace's (mats, vecs) by call shape
+@functools.lru_cache(maxsize=1024)
+def _cached_views(T: int, HV: int, c: Config, device) -> tuple:
+    """The cached workspace's (mats, vecs) for a call shape."""
+    return _workspace(_cached_workspace(workspace_numel(T, HV, c), device), T, HV, c, device)
 
 
 def _workspace(workspace, T: int, HV: int, c: Config, device) -> tuple:
@@ -343,14 +339,7 @@ def _workspace(workspace, T: int, HV: int, c: Config, device) -> tuple:
     [HV, VECTORS, T] factors, views of one fp32 buffer (the cached one's remembered per call
     shape: a buffer it outgrew stays alive in the cache)."""
     if workspace is None:
-        key = (T, HV, c.chunk, c.precision, device)
-        views = _VIEWS.get(key)
-        if views is None:
-            if len(_VIEWS) >= 1024:
-                _VIEWS.clear()
-            buf = _cached_workspace(workspace_numel(T, HV, c), device)
-            views = _VIEWS[key] = _workspace(buf, T, HV, c, device)
-        return views
+        return _cached_views(T, HV, c, device)
     need = workspace_numel(T, HV, c)
     if workspace.dtype != torch.float32 or workspace.device != device \
             or not workspace.is_contiguous() or workspace.numel() < need:
