@@ -6,9 +6,11 @@ bf16 states, checkpoints, PDL) is triton-chunk's; outputs and states were bit-id
 triton-chunk's "bf16" sequential kernel in every form measured on an H200
 (lab/notebook/h200/wgmma_chain_2026-11-29/).  Compiled through CuPy's NVRTC for sm_90a only.
 
-One CTA of 288 threads per (sequence, value head, 64 state rows): a producer warp (TMA copies),
-the chain warpgroup (the state in wgmma accumulators) and the outputs warpgroup, 185 KB of
-shared memory.  Calls TMA cannot address (a zero-token batch, a base or a stride of q, k, v or
+One CTA per (sequence, value head, 64 state rows), in two forms: up to one wave of CTAs, 288
+threads (a producer warp for the TMA copies, the chain warpgroup with the state in wgmma
+accumulators, the outputs warpgroup a chunk behind) in 185 KB of shared memory, one CTA an SM;
+past one wave, "solo": one warpgroup of 128 threads for the chain and the outputs in 109 KB, two
+CTAs an SM (:func:`pick_solo`).  Calls TMA cannot address (a zero-token batch, a base or a stride of q, k, v or
 out not a multiple of 16 bytes) run triton-chunk's sequential kernel with the same products."""
 from __future__ import annotations
 
@@ -34,6 +36,25 @@ PARAMS = struct.Struct("<9Q23q")
 STAGE = -(-(2 * CHUNK * HEAD_DIM * 2 + 3 * CHUNK * CHUNK * 2 + 4 * CHUNK * 4 + 16) // 1024) * 1024
 # two stages, two handover buffers (S0 and R in bf16), two output buffers, the barriers
 SMEM = 2 * STAGE + 2 * (ROWS * HEAD_DIM + ROWS * CHUNK) * 2 + 2 * CHUNK * 64 * 2 + 1024
+# the "solo" form (GDN_SOLO): one warpgroup for the chain and the outputs, two CTAs an SM; two
+# stages of the chain's inputs (k, the T^T rows, v, the factors), one of the outputs' (q, the M^T
+# rows), two output buffers, the barriers
+SOLO_THREADS = 128
+CSTAGE = -(-(CHUNK * HEAD_DIM * 2 + 2 * CHUNK * CHUNK * 2 + 4 * CHUNK * 4 + 16) // 1024) * 1024
+SOLO_SMEM = 2 * CSTAGE + CHUNK * HEAD_DIM * 2 + CHUNK * CHUNK * 2 + 2 * CHUNK * 64 * 2 + 1024
+
+
+def pick_solo(grid: int, n_sm: int) -> bool:
+    """Whether a grid of ``grid`` CTAs runs the "solo" form (two CTAs an SM): past one wave of
+    the 185 KB form.  The chain alone on an H200, us, 185 KB / solo
+    (lab/notebook/h200/chain_solo_2026-11-30/, same outputs and states bit for bit): past one
+    wave 16/32 heads 8 x 1024 tokens (512 CTAs) 121.6 / 104.0, 16/32 16 x 256 91.6 / 83.1,
+    16/64 8 x 1024 234.6 / 193.7, 16/48 64 x 64 296.7 / 246.0, 4/8 16 x 256 (256 CTAs) 25.5 /
+    23.4; within one wave the single CTA an SM is faster: 4/8 8 x 1024 (128 CTAs) 32.3 / 36.2,
+    16/32 1 x 8192 (64) 188.3 / 223.3."""
+    return grid > n_sm
+
+
 # segments a sequence at most (triton_chunk.pick_segments): 4 at 4/8 heads fill 112 of 132 SMs
 MAX_SEGMENTS = 4
 
@@ -74,7 +95,8 @@ def tensor_maps(q, k, v, mats, out) -> bytes:
 
 def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indices=None,
            new_state_indices=None, null_slot=-1, has_initial_state=None, k_first=False,
-           checkpoints=None, checkpoint_every=None, pdl=False, no_out=False, segments=0):
+           checkpoints=None, checkpoint_every=None, pdl=False, no_out=False, segments=0,
+           solo=None):
     """The chain kernel on the workspace (mats: bf16 rows, vecs: the factors) with the
     arguments of triton-chunk's ``launch_state``.  Needs T >= 1 and q, k, v, out that TMA
     can address (:func:`_cuda_build.aligned16`).  ``no_out``: timing only (the outputs
@@ -83,7 +105,8 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     zeros, S - 1 identity chains, K == V), ``out`` its bf16 [2, T, HV, V] output buffer (the
     identity chains' outputs at tokens T..2T-1 of one [2 T, HV, V] map) and ``new_state`` its
     fp32 [2, N, S, HV, V, K] buffer of final tiles (no checkpoints, no PDL); the pool
-    arguments then only say where segment 0's state is read."""
+    arguments then only say where segment 0's state is read.  ``solo``: the one-warpgroup form
+    (None: :func:`pick_solo`)."""
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
@@ -107,8 +130,13 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
         if pdl or checkpoints is not None or K != V or out.dtype != torch.bfloat16:
             raise ValueError("segments: K == V, a bf16 buffer, no checkpoints and no PDL")
         defs["GDN_SEG"] = seg
+    grid = (2 * seg - 1 if seg else 1) * N * HV * (V // ROWS)
+    if solo is None:
+        solo = pick_solo(grid, cuda_build.sm_count(dev))
+    defs["GDN_SOLO"] = int(bool(solo))
+    threads, smem = (SOLO_THREADS, SOLO_SMEM) if solo else (THREADS, SMEM)
     func = cuda_build.get_kernel(
-        SOURCE, NAME, (("GDN_SMEM", SMEM), *sorted(defs.items())), dev, SMEM).func
+        SOURCE, NAME, (("GDN_SMEM", smem), *sorted(defs.items())), dev, smem).func
     body = tensor_maps(q, k, v, mats, o2) + PARAMS.pack(
         cu_seqlens.data_ptr(), vecs.data_ptr(), out.data_ptr(), src.data_ptr(),
         ns.data_ptr(), idx.data_ptr(), new_idx.data_ptr(), init.data_ptr(),
@@ -118,11 +146,10 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     # the driver copies the parameter block at launch
     params = ctypes.create_string_buffer(body + bytes(-len(body) % 64))
     argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-    grid = (2 * seg - 1 if seg else 1) * N * HV * (V // ROWS)
     if pdl:
         from gdnzoo.backends._pdl_launch import PdlConfig
-        cuda_build.launch_raw_pdl(PdlConfig(grid, THREADS, SMEM), func, dev,
+        cuda_build.launch_raw_pdl(PdlConfig(grid, threads, smem), func, dev,
                                   ctypes.addressof(argv))
     else:
-        cuda_build.launch_raw(func, grid, THREADS, dev, ctypes.addressof(argv), SMEM)
+        cuda_build.launch_raw(func, grid, threads, dev, ctypes.addressof(argv), smem)
 

@@ -22,6 +22,13 @@
 //   twice, the workspace rows of T^T and M^T, v), 128-byte swizzle, and the factors by cp.async
 //   (zeros past the sequence's end), all counted on the stage's "full" mbarrier; a stage is
 //   refilled once both warpgroups released it ("empty").
+// GDN_SOLO 1, the form for grids past one wave of that one (_cuda_chunk_chain.pick_solo): one
+// warpgroup of 128 threads computes the chain and the chunk's outputs (Y = S0 q^T from the same A
+// fragments as X, R M^T from R's) with no handover; two stages of the chain's inputs (k, T^T, v,
+// the factors: chunk jc + 2's copied in once chunk jc is done) and one of the outputs' (q, M^T:
+// the next chunk's copied in once this one's outputs products are done), issued by its warp 0;
+// 109 KB, two CTAs an SM, each hiding the other's copies and MMA latencies.  Same products, same
+// outputs and states.
 // Tokens past the tensor's end are zero-filled by TMA; those past the sequence's end (the next
 // sequence's rows) meet zero factors, which zero every term they would enter.
 // Descriptors (settled by lab/tma_probe.py and lab/wgmma_probe.cu): swizzled K-major: SBO 1024,
@@ -42,10 +49,13 @@
 // from the state, the others from zeros) and the identity chains of segments 1..S-1 (v = 0: its
 // tiles cleared once, never loaded); outputs into a bf16 [2 T, HV, V] buffer (the identity
 // chains' at T..2T-1), final tiles into fp32 [2, N, S, HV, V, K] for the combine kernel.
-// GDN_NO_OUT (timing only, lab/wgmma_chain.py --no-out): warpgroup 1 releases every chunk without
-// computing its outputs.
+// GDN_NO_OUT (timing only, lab/wgmma_chain.py --no-out): no outputs computed (warpgroup 1
+// releases every chunk at once; with GDN_SOLO the products Y are skipped).
 #ifndef GDN_NO_OUT
 #define GDN_NO_OUT 0
+#endif
+#ifndef GDN_SOLO
+#define GDN_SOLO 0
 #endif
 #include "gdn_common.cuh"             // gdn_ld, gdn_st (fp32 / bf16 states)
 #include "wgmma.cuh"                  // the wgmma wrappers
@@ -96,7 +106,13 @@ typedef unsigned short bf16_t;
 #define ROWS 64
 #define BOX (C_ * 64)            // bf16 elements of a [64 tokens, 64 columns] box (8 KB)
 #define STAGES 2
+#if GDN_SOLO
+#define NTHR 128                 // one warpgroup, its warp 0 the producer too
+#define CTAS_SM 2
+#else
 #define NTHR 288                 // two warpgroups and the producer warp
+#define CTAS_SM 1
+#endif
 
 struct alignas(64) TMap { unsigned long long v[16]; };      // a CUtensorMap
 struct ChainParams {       // by value (backends/_cuda_chunk_chain.py packs it)
@@ -123,14 +139,33 @@ struct alignas(1024) Handover {  // chain -> outputs, no swizzle: core (r / 8, c
     bf16_t s0[ROWS * K_];       // S0 [64, 128]: core at (r / 8) 2048 + (c / 8) 128 bytes
     bf16_t r[ROWS * C_];        // R [64, 64]: core at (r / 8) 1024 + (i / 8) 128 bytes
 };
+#if GDN_SOLO
+struct alignas(1024) CStage {   // the chain's inputs of a chunk (two of them: the next one lands
+    bf16_t k[2 * BOX];          // while this one is used)
+    bf16_t t[BOX];
+    bf16_t v[BOX];
+    float f[4][C_];
+    float glast[4];
+};
+struct alignas(1024) OStage {   // the outputs' inputs (one: the next chunk's land once the
+    bf16_t q[2 * BOX];          // outputs' products are done)
+    bf16_t m[BOX];
+};
+struct alignas(1024) ChainSmem {
+    CStage st[2];
+    OStage os;
+    bf16_t ob[2][BOX];
+    unsigned long long full[2], qfull;
+};
+#else
 struct alignas(1024) ChainSmem {
     Stage st[STAGES];
     Handover hb[2];
     bf16_t ob[2][BOX];          // a full chunk's outputs [64 tokens, 64 rows] (swizzled)
     unsigned long long full[STAGES], empty[STAGES], hfull[2], hempty[2];
 };
+#endif
 static_assert(sizeof(ChainSmem) <= GDN_SMEM, "GDN_SMEM too small");
-#define TMA_BYTES (7 * BOX * 2)
 
 __device__ __forceinline__ void cp4(void* dst, const void* src, bool ok) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
@@ -230,6 +265,36 @@ __device__ __forceinline__ void load_factors(St& st, const ChainParams& p, int i
         cp4(&st.f[f][i], p.vecs + (i_hv * 5 + f) * p.T_all + t0 + (i < rem ? i : 0), i < rem);
     }
 }
+// the chain's inputs of a chunk into ``st`` by one warp (``lane``): k (two boxes), the T^T rows
+// and v (not for an identity chain) by TMA from lane 0, the factors and the last gate by
+// cp.async, all counted on the ``full`` barrier with ``extra`` bytes more (the caller's copies)
+template <class St>
+__device__ __forceinline__ void load_chain_in(St& st, const ChainParams& p, unsigned full,
+                                              long long t0, long long rem, int i_h, int i_hv,
+                                              int row0, bool ident, int lane, unsigned extra) {
+    if (lane == 0) {
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                     :: "r"(full), "r"((ident ? 3 : 4) * BOX * 2 + extra) : "memory");
+        const int t = (int)t0;
+        tma3(st.k, p.tk, 0, i_h, t, full);
+        tma3(st.k + BOX, p.tk, 64, i_h, t, full);
+        tma3(st.t, p.tm, 0, i_hv, t, full);
+        if (!ident) tma3(st.v, p.tv, row0, i_hv, t, full);
+    }
+    load_factors(st, p, i_hv, t0, rem, lane);
+    if (lane == 0) cp4(&st.glast[0], p.vecs + (i_hv * 5 + 4) * p.T_all + t0, rem > 0);
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(full) : "memory");
+}
+#define OUT_BYTES (3 * BOX * 2)
+// the outputs' inputs of the chunk at token t (q, two boxes, and the M^T rows) by TMA from one
+// thread, counted on ``full`` (OUT_BYTES)
+template <class St>
+__device__ __forceinline__ void load_out_in(St& st, const ChainParams& p, unsigned full, int t,
+                                            int i_h, int i_hv) {
+    tma3(st.q, p.tq, 0, i_h, t, full);
+    tma3(st.q + BOX, p.tq, 64, i_h, t, full);
+    tma3(st.m, p.tm, C_, i_hv, t, full);
+}
 // R = v^T diag(beta) - X diag(beta rk e^G) in X's registers (v: the chunk's swizzled box)
 __device__ __forceinline__ void form_r(float (&X)[32], const bf16_t* v, const float* f0,
                                        const float* f1, int r0, int t4) {
@@ -304,6 +369,24 @@ __device__ __forceinline__ void outputs_rm(float (&Y)[32], const void* r, const 
     pin(Y);
 }
 
+// S = e^G_last S0 + V'^T diag(rk e^(G_last - G)) k, V'^T in X's registers (issued and committed,
+// not waited for)
+template <class St>
+__device__ __forceinline__ void issue_update(float (&S)[64], float (&X)[32], const St& st,
+                                             int t4) {
+    scale_tokens(X, st.f[3], t4);
+    unsigned va[4][4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) frag(va[k], X, k);
+    const float gl = st.glast[0];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) S[i] *= gl;
+    wg_fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) mma128rs<1>(S, va[k], desc(st.k, 2048 * k, 8192), 1);
+    wg_commit();
+}
+
 __device__ __forceinline__ long long cu_at(const ChainParams& p, long long i) {
     return GDN_CU64 ? static_cast<const long long*>(p.cu)[i] : static_cast<const int*>(p.cu)[i];
 }
@@ -335,7 +418,7 @@ __device__ __forceinline__ void store_tile(const float (&S)[64], void* dst, long
                        S[4 * j + e]);
 }
 
-extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
+extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
         const __grid_constant__ ChainParams p) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     ChainSmem& sm = *reinterpret_cast<ChainSmem*>(smem_raw);
@@ -395,14 +478,17 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
     }
 #endif
     if (tid == 0) {
-        for (int s = 0; s < STAGES; ++s) {
+        for (int s = 0; s < STAGES; ++s)
             bar_init(&sm.full[s], 1 + 32);      // the producer's expect_tx + its lanes' copies
-            bar_init(&sm.empty[s], 256);        // every thread of both warpgroups
-        }
+#if GDN_SOLO
+        bar_init(&sm.qfull, 1);
+#else
+        for (int s = 0; s < STAGES; ++s) bar_init(&sm.empty[s], 256);   // both warpgroups
         for (int b = 0; b < 2; ++b) {
             bar_init(&sm.hfull[b], 128);
             bar_init(&sm.hempty[b], 128);
         }
+#endif
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     if (ident) {    // an identity chain's v is zeros: its tiles cleared once, never loaded
@@ -412,34 +498,33 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
     }
     __syncthreads();
 
+#if GDN_SOLO
+    // the chain's inputs of chunks 0 and 1, the outputs' of chunk 0
+    for (int j = 0; j < 2; ++j)
+        if (w == 0 && j < n_chunks)
+            load_chain_in(sm.st[j], p, smem_u32(&sm.full[j]), c0 + j * C_, eos - c0 - j * C_, i_h,
+                          i_hv, row0, ident, lane, 0);
+    if (!GDN_NO_OUT && tid == 0 && n_chunks > 0) {
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                     :: "r"(smem_u32(&sm.qfull)), "r"(OUT_BYTES) : "memory");
+        load_out_in(sm.os, p, smem_u32(&sm.qfull), (int)c0, i_h, i_hv);
+    }
+#else
     if (wg == 2) {                              // the producer warp
         for (long long jc = 0; jc < n_chunks; ++jc) {
             const int s = (int)(jc % STAGES);
             if (jc >= STAGES) wait_bar(smem_u32(&sm.empty[s]), (unsigned)((jc / STAGES - 1) & 1));
-            Stage& st = sm.st[s];
-            const long long t0 = c0 + jc * C_, rem = eos - t0;
+            const long long t0 = c0 + jc * C_;
             const unsigned full = smem_u32(&sm.full[s]);
-            if (lane == 0) {
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                             :: "r"(full), "r"(ident ? TMA_BYTES - 2 * BOX : TMA_BYTES)
-                             : "memory");
-                const int t = (int)t0;
-                tma3(st.k, p.tk, 0, i_h, t, full);
-                tma3(st.k + BOX, p.tk, 64, i_h, t, full);
-                tma3(st.q, p.tq, 0, i_h, t, full);
-                tma3(st.q + BOX, p.tq, 64, i_h, t, full);
-                tma3(st.t, p.tm, 0, i_hv, t, full);
-                tma3(st.m, p.tm, C_, i_hv, t, full);
-                if (!ident) tma3(st.v, p.tv, row0, i_hv, t, full);
-            }
-            load_factors(st, p, i_hv, t0, rem, lane);
-            if (lane == 0) cp4(&st.glast[0], p.vecs + (i_hv * 5 + 4) * p.T_all + t0, rem > 0);
-            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(full)
-                         : "memory");
+            load_chain_in(sm.st[s], p, full, t0, eos - t0, i_h, i_hv, row0, ident, lane,
+                          OUT_BYTES);
+            if (lane == 0) load_out_in(sm.st[s], p, full, (int)t0, i_h, i_hv);
         }
         return;
     }
+#endif
 
+#if !GDN_SOLO
     if (wg == 1) {                              // the outputs, a chunk behind the chain
         const int ti = tid - 128;
         for (long long jc = 0; jc < n_chunks; ++jc) {
@@ -469,6 +554,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
         if (ti == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         return;
     }
+#endif
 
     // warpgroup 0: the chain
     float S[64];                                // the state tile [64, 128] as an m64n128 accumulator
@@ -489,12 +575,14 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
 #if GDN_CKPT
     const long long crow0 = checkpoint_row0(p, i_n), n_tok = eos - bos;
 #endif
+#if !GDN_SOLO
     // this thread's words in the handover tiles: rows r0 (+ 8), columns 8 j + 2 t4 (+ 1)
     const int hs = (2 * w) * 2048 + g * 16 + t4 * 4, hr = (2 * w) * 1024 + g * 16 + t4 * 4;
+#endif
     for (long long jc = 0; jc < n_chunks; ++jc) {
-        const int s = (int)(jc % STAGES), b = (int)(jc & 1);
+        const int s = (int)(jc % STAGES);
         wait_bar(smem_u32(&sm.full[s]), (unsigned)((jc / STAGES) & 1));
-        const Stage& st = sm.st[s];
+        const auto& st = sm.st[s];
         unsigned sa[8][4];
 #pragma unroll
         for (int k = 0; k < 8; ++k) frag(sa[k], S, k);
@@ -504,7 +592,57 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
         for (int k = 0; k < 8; ++k)
             mma64rs<0>(X, sa[k], desc(st.k + (k >> 2) * BOX, 32 * (k & 3), 16), k);
         wg_commit();
+#if GDN_SOLO
+        // Y = S0 q^T from the same fragments, then R M^T into it; the update of S issued before
+        // the outputs are stored
+        float Y[32];
+        if (!GDN_NO_OUT) {
+            wait_bar(smem_u32(&sm.qfull), (unsigned)(jc & 1));
+            wg_fence();                         // (a branch since the fence before X)
+#pragma unroll
+            for (int k = 0; k < 8; ++k)
+                mma64rs<0>(Y, sa[k], desc(sm.os.q + (k >> 2) * BOX, 32 * (k & 3), 16), k);
+            wg_commit();
+        }
+        wg_wait<GDN_NO_OUT ? 0 : 1>();         // X (Y may still run)
+        pin(X);
+        form_r(X, st.v, st.f[0], st.f[1], r0, t4);
+        unsigned ra[4][4];
+        issue_vp(X, ra, st.t);                  // V'^T = R T^T (into X's registers)
+        if (!GDN_NO_OUT) {
+            wg_wait<1>();                       // Y (V'^T may still run)
+            pin(Y);
+            scale_tokens(Y, st.f[2], t4);
+            wg_fence();
+#pragma unroll
+            for (int k = 0; k < 4; ++k) mma64rs<1>(Y, ra[k], desc(sm.os.m, 2048 * k, 8192), 1);
+            wg_commit();
+        }
+        wg_wait<GDN_NO_OUT ? 0 : 1>();         // V'^T (R M^T may still run)
+        pin(X);
+        issue_update(S, X, st, t4);
+        if (!GDN_NO_OUT) {
+            wg_wait<1>();                       // R M^T (the update may still run)
+            pin(Y);
+            out_sync();                         // q and M^T read: the next chunk's
+            if (tid == 0 && jc + 1 < n_chunks) {
+                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                             :: "r"(smem_u32(&sm.qfull)), "r"(OUT_BYTES) : "memory");
+                load_out_in(sm.os, p, smem_u32(&sm.qfull), (int)(c0 + (jc + 1) * C_), i_h, i_hv);
+            }
+            const long long t0 = c0 + jc * C_;
+            store_chunk(p, sm.ob[jc & 1], Y, rd ? 1.f : 0.f, eos - t0, ident ? t0 + p.T_all : t0,
+                        row0, i_hv, r0, t4, tid);
+        }
+        wg_wait<0>();
+        pin(S);
+        out_sync();                             // the stage read: chunk jc + 2's inputs into it
+        if (w == 0 && jc + 2 < n_chunks)
+            load_chain_in(sm.st[s], p, smem_u32(&sm.full[s]), c0 + (jc + 2) * C_,
+                          eos - c0 - (jc + 2) * C_, i_h, i_hv, row0, ident, lane, 0);
+#else
         // S0 to the handover buffer (free once the outputs of chunk jc - 2 are done)
+        const int b = (int)(jc & 1);
         if (jc >= 2) wait_bar(smem_u32(&sm.hempty[b]), (unsigned)(((jc >> 1) - 1) & 1));
         unsigned char* h = reinterpret_cast<unsigned char*>(&sm.hb[b]);
 #pragma unroll
@@ -525,21 +663,11 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
         bar_arrive(&sm.hfull[b]);               // S0 and R of chunk jc for the outputs
         wg_wait<0>();
         pin(X);
-        scale_tokens(X, st.f[3], t4);
-        unsigned va[4][4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) frag(va[k], X, k);
-        const float gl = st.glast[0];
-#pragma unroll
-        for (int i = 0; i < 64; ++i) S[i] *= gl;
-        // S = e^G_last S0 + V'^T diag(fk) k
-        wg_fence();
-#pragma unroll
-        for (int k = 0; k < 4; ++k) mma128rs<1>(S, va[k], desc(st.k, 2048 * k, 8192), 1);
-        wg_commit();
+        issue_update(S, X, st, t4);
         wg_wait<0>();
         pin(S);
         bar_arrive(&sm.empty[s]);               // k, T^T, v and the factors read
+#endif
 #if GDN_CKPT
         {   // the state after chunk jc, where a checkpoint falls inside the sequence
             const long long end = (jc + 1) * C_;
@@ -550,6 +678,9 @@ extern "C" __global__ void __launch_bounds__(NTHR, 1) gdn_wgmma_chain(
         }
 #endif
     }
+#if GDN_SOLO
+    if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");   // ob read
+#endif
 #if GDN_SEG
     // Z (a segment's chain from zeros, or segment 0's from the state) or Phi (an identity
     // chain) into the [2, N, S, HV, V, K] fp32 buffer the combine reads

@@ -7,6 +7,9 @@ outputs warpgroup.  The variants:
     (none kept: each measured one is an EDITS file in its notebook folder, e.g.
     lab/notebook/h200/chain_experiments_2026-11-30/hoist.py)
 
+``--solo``: the product's two forms side by side, "product" the 185 KB form (one CTA an SM),
+"solo" the one-warpgroup form (two CTAs an SM); EDITS variants named solo* launch the solo form.
+
 ``--edits FILE``: more variants, the ``EDITS`` dict of a Python file (each a list of (old, new)
 text pairs).  On an sm_90 GPU with cupy, from the repository root:
 
@@ -34,12 +37,18 @@ def main():
     ap.add_argument("--variants", default="", help="names of EDITS (from --edits)")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--edits", help="a Python file whose EDITS dict adds variants")
+    ap.add_argument("--solo", action="store_true",
+                    help="also the product's one-warpgroup form (launch(..., solo=True))")
     a = ap.parse_args()
     if a.edits:
         EDITS.update(load(a.edits))
     product = chain.SOURCE
-    sources = {"product": product,
-               **{v: edited(product, EDITS, v) for v in filter(None, a.variants.split(","))}}
+    # name -> (source, launch keywords)
+    sources = {"product": (product, {"solo": False}),
+               **{v: (edited(product, EDITS, v), {"solo": v.startswith("solo")})
+                  for v in filter(None, a.variants.split(","))}}
+    if a.solo:
+        sources["solo"] = (product, {"solo": True})
     for cell in a.cells.split(","):
         H, HV, lens = parse(cell)
         x = make(lens, H, HV, seed=0)
@@ -52,19 +61,19 @@ def main():
         out, ns = torch.empty_like(x["out"]), torch.empty_like(x["new_state"])
         args = (x["q"], x["k"], x["v"], x["cu"], mats, vecs, out, x["state"], ns)
         calls = {}
-        for name, src in sources.items():
+        for name, (src, kw) in sources.items():
             chain.SOURCE = src
             out.fill_(float("nan"))
             ns.fill_(float("nan"))
-            chain.launch(*args)
+            chain.launch(*args, **kw)
             torch.cuda.synchronize()
             same = torch.equal(out, x["out"]) and torch.equal(ns, x["new_state"])
             print(f"{cell:14s} {name:10s} bit-identical to the product: {same} | out "
                   f"{rel(out, o64):.3e} state {rel(ns, s64):.3e}", flush=True)
             for no_out in (False, True):
-                def call(s=src, o=no_out):
+                def call(s=src, o=no_out, kw=kw):
                     chain.SOURCE = s
-                    chain.launch(*args, no_out=o)
+                    chain.launch(*args, no_out=o, **kw)
                 calls[f"{name}{' no-out' if no_out else ''}"] = call
         t = medians(calls, a.reps)
         chain.SOURCE = product

@@ -100,6 +100,12 @@ def test_segments_fill_one_wave_of_ctas_once_each_has_enough_chunks():
     assert pick(16, long, 8) == 1             # 8 sequences of 1024
 
 
+def test_the_solo_form_takes_grids_past_one_wave():
+    assert not chain.pick_solo(132, 132) and chain.pick_solo(133, 132)
+    assert chain.SOLO_SMEM * 2 + 2 * 1024 <= 228 * 1024      # two CTAs an SM on Hopper
+    assert chain.SMEM > 114 * 1024                            # the 185 KB form: one
+
+
 def _run(x, state, new_state, out, chain_kind, segments=1, **kw):
     cfg = dict(precision="bf16", prep="cuda", chain=chain_kind, segments=segments)
     tc.launch(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.cu_seqlens, x.scale, out,
@@ -141,8 +147,11 @@ FORMS = ["dense-bf16", "dense-bf16-pdl", "kfirst-inplace", "pool-inplace-padding
 
 
 @pytest.mark.skipif(MISSING is not None, reason=f"cuda-chunk-bf16 cannot run here: {MISSING}")
+@pytest.mark.parametrize("solo", [False, True], ids=["split", "solo"])
 @pytest.mark.parametrize("form", FORMS)
-def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form):
+def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form, solo, monkeypatch):
+    """Both forms of the chain kernel (the 185 KB one with an outputs warpgroup, and "solo")."""
+    monkeypatch.setattr(chain, "pick_solo", lambda grid, n_sm: solo)
     lens = {"v64-short": [5, 0, 63, 17], "cu64": [1000, 1, 130]}.get(form, [300, 64, 0, 200, 129])
     H, HV, V = (1, 2, 64) if form == "v64-short" else (2, 4, 128)
     x = make_prefill_inputs(lens, H=H, HV=HV, K=128, V=V, device="cuda", seed=len(form),
@@ -182,10 +191,13 @@ def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form):
 @pytest.mark.skipif(MISSING is not None, reason=f"cuda-chunk-bf16 cannot run here: {MISSING}")
 @pytest.mark.parametrize("form", ["dense", "pool-padding-kfirst", "no-state-bf16"])
 @pytest.mark.parametrize("segments", [2, 3, 4])
-def test_segmented_chains_match_the_triton_segments_bit_for_bit(form, segments):
+@pytest.mark.parametrize("solo", [False, True], ids=["split", "solo"])
+def test_segmented_chains_match_the_triton_segments_bit_for_bit(form, segments, solo,
+                                                                monkeypatch):
     """Each sequence cut into segments (the chains side by side, then triton-chunk's combine and
-    output kernels): the CUDA chains against triton-chunk's cp_chain_kernel, outputs and final
-    states bit-identical (a long sequence, a short one, an empty one)."""
+    output kernels): the CUDA chains (both forms) against triton-chunk's cp_chain_kernel, outputs
+    and final states bit-identical (a long sequence, a short one, an empty one)."""
+    monkeypatch.setattr(chain, "pick_solo", lambda grid, n_sm: solo)
     lens = [3000, 70, 0, 1200]
     x = make_prefill_inputs(lens, H=2, HV=4, device="cuda", seed=segments)
     dev, HV = "cuda", 4
