@@ -10,8 +10,9 @@ One CTA per (sequence, value head, 64 state rows), in two forms: up to one wave 
 threads (a producer warp for the TMA copies, the chain warpgroup with the state in wgmma
 accumulators, the outputs warpgroup a chunk behind) in 185 KB of shared memory, one CTA an SM;
 past one wave, "solo": one warpgroup of 128 threads for the chain and the outputs in 109 KB, two
-CTAs an SM (:func:`pick_solo`).  Calls TMA cannot address (a zero-token batch, a base or a stride of q, k, v or
-out not a multiple of 16 bytes) run triton-chunk's sequential kernel with the same products."""
+CTAs an SM (:func:`pick_solo`).  Calls TMA cannot address (a zero-token batch, a base or a
+stride of q, k, v or out not a multiple of 16 bytes) run triton-chunk's sequential kernel with
+the same products."""
 from __future__ import annotations
 
 import ctypes

@@ -556,7 +556,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
     }
 #endif
 
-    // warpgroup 0: the chain
+    // warpgroup 0: the chain (in the solo form the outputs too)
     float S[64];                                // the state tile [64, 128] as an m64n128 accumulator
     bool init = rd && GDN_STATE0 && seg == 0 && !ident;
 #if GDN_HAS_INIT

@@ -103,7 +103,7 @@ def test_segments_fill_one_wave_of_ctas_once_each_has_enough_chunks():
 def test_the_solo_form_takes_grids_past_one_wave():
     assert not chain.pick_solo(132, 132) and chain.pick_solo(133, 132)
     assert chain.SOLO_SMEM * 2 + 2 * 1024 <= 228 * 1024      # two CTAs an SM on Hopper
-    assert chain.SMEM > 114 * 1024                            # the 185 KB form: one
+    assert chain.SMEM > 114 * 1024                            # the 185 KB form: one an SM
 
 
 def _run(x, state, new_state, out, chain_kind, segments=1, **kw):
