@@ -265,6 +265,11 @@ __device__ __forceinline__ void load_factors(St& st, const ChainParams& p, int i
         cp4(&st.f[f][i], p.vecs + (i_hv * 5 + f) * p.T_all + t0 + (i < rem ? i : 0), i < rem);
     }
 }
+// arrives on ``bar`` expecting ``bytes`` more of copies
+__device__ __forceinline__ void arrive_expect(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 :: "r"(bar), "r"(bytes) : "memory");
+}
 // the chain's inputs of a chunk into ``st`` by one warp (``lane``): k (two boxes), the T^T rows
 // and v (not for an identity chain) by TMA from lane 0, the factors and the last gate by
 // cp.async, all counted on the ``full`` barrier with ``extra`` bytes more (the caller's copies)
@@ -273,8 +278,7 @@ __device__ __forceinline__ void load_chain_in(St& st, const ChainParams& p, unsi
                                               long long t0, long long rem, int i_h, int i_hv,
                                               int row0, bool ident, int lane, unsigned extra) {
     if (lane == 0) {
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                     :: "r"(full), "r"((ident ? 3 : 4) * BOX * 2 + extra) : "memory");
+        arrive_expect(full, (ident ? 3 : 4) * BOX * 2 + extra);
         const int t = (int)t0;
         tma3(st.k, p.tk, 0, i_h, t, full);
         tma3(st.k + BOX, p.tk, 64, i_h, t, full);
@@ -287,10 +291,11 @@ __device__ __forceinline__ void load_chain_in(St& st, const ChainParams& p, unsi
 }
 #define OUT_BYTES (3 * BOX * 2)
 // the outputs' inputs of the chunk at token t (q, two boxes, and the M^T rows) by TMA from one
-// thread, counted on ``full`` (OUT_BYTES)
+// thread, counted on ``full`` (OUT_BYTES; ``expect``: this thread's arrival expects them)
 template <class St>
 __device__ __forceinline__ void load_out_in(St& st, const ChainParams& p, unsigned full, int t,
-                                            int i_h, int i_hv) {
+                                            int i_h, int i_hv, bool expect = false) {
+    if (expect) arrive_expect(full, OUT_BYTES);
     tma3(st.q, p.tq, 0, i_h, t, full);
     tma3(st.q + BOX, p.tq, 64, i_h, t, full);
     tma3(st.m, p.tm, C_, i_hv, t, full);
@@ -504,11 +509,8 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
         if (w == 0 && j < n_chunks)
             load_chain_in(sm.st[j], p, smem_u32(&sm.full[j]), c0 + j * C_, eos - c0 - j * C_, i_h,
                           i_hv, row0, ident, lane, 0);
-    if (!GDN_NO_OUT && tid == 0 && n_chunks > 0) {
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                     :: "r"(smem_u32(&sm.qfull)), "r"(OUT_BYTES) : "memory");
-        load_out_in(sm.os, p, smem_u32(&sm.qfull), (int)c0, i_h, i_hv);
-    }
+    if (!GDN_NO_OUT && tid == 0 && n_chunks > 0)
+        load_out_in(sm.os, p, smem_u32(&sm.qfull), (int)c0, i_h, i_hv, true);
 #else
     if (wg == 2) {                              // the producer warp
         for (long long jc = 0; jc < n_chunks; ++jc) {
@@ -625,11 +627,9 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
             wg_wait<1>();                       // R M^T (the update may still run)
             pin(Y);
             out_sync();                         // q and M^T read: the next chunk's
-            if (tid == 0 && jc + 1 < n_chunks) {
-                asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
-                             :: "r"(smem_u32(&sm.qfull)), "r"(OUT_BYTES) : "memory");
-                load_out_in(sm.os, p, smem_u32(&sm.qfull), (int)(c0 + (jc + 1) * C_), i_h, i_hv);
-            }
+            if (tid == 0 && jc + 1 < n_chunks)
+                load_out_in(sm.os, p, smem_u32(&sm.qfull), (int)(c0 + (jc + 1) * C_), i_h, i_hv,
+                            true);
             const long long t0 = c0 + jc * C_;
             store_chunk(p, sm.ob[jc & 1], Y, rd ? 1.f : 0.f, eos - t0, ident ? t0 + p.T_all : t0,
                         row0, i_hv, r0, t4, tid);
