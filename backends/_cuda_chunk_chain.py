@@ -10,7 +10,9 @@ One CTA per (sequence, value head, 64 state rows), in two forms: up to one wave 
 threads (a producer warp for the TMA copies, the chain warpgroup with the state in wgmma
 accumulators, the outputs warpgroup a chunk behind) in 185 KB of shared memory, one CTA an SM;
 past one wave, "solo": one warpgroup of 128 threads for the chain and the outputs in 109 KB, two
-CTAs an SM (:func:`pick_solo`).  Calls TMA cannot address (a zero-token batch, a base or a
+CTAs an SM (:func:`pick_solo`).  One sequence whose 185 KB chain leaves half the SMs idle runs
+the prep kernel beside it on those SMs, chunk by chunk (:func:`pick_overlap`).  Calls TMA
+cannot address (a zero-token batch, a base or a
 stride of q, k, v or out not a multiple of 16 bytes) run triton-chunk's sequential kernel with
 the same products."""
 from __future__ import annotations
@@ -30,8 +32,8 @@ NAME = "gdn_wgmma_chain"
 CC = (9, 0)                      # wgmma and the sm_90a target
 ROWS, CHUNK, HEAD_DIM = 64, 64, 128
 THREADS = 288
-# after the five tensor maps: 9 pointers, then 23 integers; the block is padded to 64 bytes
-PARAMS = struct.Struct("<9Q23q")
+# after the five tensor maps: 10 pointers, then 23 integers; the block is padded to 64 bytes
+PARAMS = struct.Struct("<10Q23q")
 # a stage: k and q [64, 128], the workspace rows of T^T and M^T and v [64, 64] (bf16), four
 # [C] factors and the last gate, rounded up to 1 KB
 STAGE = -(-(2 * CHUNK * HEAD_DIM * 2 + 3 * CHUNK * CHUNK * 2 + 4 * CHUNK * 4 + 16) // 1024) * 1024
@@ -54,6 +56,31 @@ def pick_solo(grid: int, n_sm: int) -> bool:
     23.4; within one wave the single CTA an SM is faster: 4/8 8 x 1024 (128 CTAs) 32.3 / 36.2,
     16/32 1 x 8192 (64) 188.3 / 223.3."""
     return grid > n_sm
+
+
+def pick_overlap(grid: int, n_sm: int, sequences: int) -> bool:
+    """Whether the prep kernel runs beside a chain of ``grid`` CTAs of the 185 KB form (one an
+    SM) instead of before it: one sequence whose chain leaves at least half the SMs to the
+    prep.  The prep then starts as soon as every chain CTA is resident, and a chain CTA waits per
+    chunk for the prep's flag (``cuda_chunk_chain.cu``, GDN_OVERLAP).  A whole call on an H200,
+    us, prep first / beside (lab/notebook/h200/prep_beside_2026-11-30/, outputs and states bit
+    for bit the same): 16/32 heads 1 x 8192 tokens (64 CTAs) 312.4 / 273.1, 1 x 32768 1180 /
+    1045, 1 x 2048 88.4 / 84.2, 12/24 1 x 8192 283.1 / 259.9; slower where the prep's chunk
+    order (a sequence's after another's) leaves later sequences' chains waiting: 8/16 2 x 4096
+    164.6 / 202.5, 4/8 4 x 2048 87.9 / 114.2; and where the prep has fewer SMs than half: 16/48
+    1 x 8192 (96 CTAs) 371 / 612."""
+    return sequences == 1 and 0 < grid <= n_sm // 2
+
+
+def flags_for(mats: torch.Tensor, T: int, HV: int, N: int):
+    """The overlap's int32 flags (``(T // CHUNK + N) * HV`` and a count) in the "bf16"
+    workspace's unused half of ``mats`` (bf16 rows, ``[T, HV, 2 C]`` used of ``2 T HV 2 C``),
+    or None when they do not fit."""
+    words = mats.view(torch.int32)
+    used = T * HV * CHUNK
+    if words.numel() - used < (T // CHUNK + N) * HV + 1:
+        return None
+    return words[used:]
 
 
 # segments a sequence at most (triton_chunk.pick_segments): 4 at 4/8 heads fill 112 of 132 SMs
@@ -97,7 +124,7 @@ def tensor_maps(q, k, v, mats, out) -> bytes:
 def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indices=None,
            new_state_indices=None, null_slot=-1, has_initial_state=None, k_first=False,
            checkpoints=None, checkpoint_every=None, pdl=False, no_out=False, segments=0,
-           solo=None):
+           solo=None, flags=None):
     """The chain kernel on the workspace (mats: bf16 rows, vecs: the factors) with the
     arguments of triton-chunk's ``launch_state``.  Needs T >= 1 and q, k, v, out that TMA
     can address (:func:`_cuda_build.aligned16`).  ``no_out``: timing only (the outputs
@@ -107,7 +134,8 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     identity chains' outputs at tokens T..2T-1 of one [2 T, HV, V] map) and ``new_state`` its
     fp32 [2, N, S, HV, V, K] buffer of final tiles (no checkpoints, no PDL); the pool
     arguments then only say where segment 0's state is read.  ``solo``: the one-warpgroup form
-    (None: :func:`pick_solo`)."""
+    (None: :func:`pick_solo`).  ``flags`` (:func:`flags_for`; one segment, the 185 KB form):
+    the prep kernel is launched next, beside this one (:func:`pick_overlap`)."""
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
@@ -126,7 +154,7 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
         GDN_PDL=int(bool(pdl)), GDN_S_DT=code[src.dtype], GDN_NS_DT=code[ns.dtype],
         GDN_C_DT=code[ckpt.dtype], GDN_CU64=int(cu_seqlens.dtype == torch.int64),
         GDN_IDX64=int(idx.dtype == torch.int64), GDN_NIDX64=int(new_idx.dtype == torch.int64),
-        GDN_NO_OUT=int(bool(no_out)))
+        GDN_NO_OUT=int(bool(no_out)), GDN_OVERLAP=int(flags is not None))
     if seg:
         if pdl or checkpoints is not None or K != V or out.dtype != torch.bfloat16:
             raise ValueError("segments: K == V, a bf16 buffer, no checkpoints and no PDL")
@@ -134,6 +162,8 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     grid = (2 * seg - 1 if seg else 1) * N * HV * (V // ROWS)
     if solo is None:
         solo = pick_solo(grid, cuda_build.sm_count(dev))
+    if flags is not None and (seg or solo):
+        raise ValueError("flags: the 185 KB form of one segment only")
     defs["GDN_SOLO"] = int(bool(solo))
     threads, smem = (SOLO_THREADS, SOLO_SMEM) if solo else (THREADS, SMEM)
     func = cuda_build.get_kernel(
@@ -141,7 +171,7 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     body = tensor_maps(q, k, v, mats, o2) + PARAMS.pack(
         cu_seqlens.data_ptr(), vecs.data_ptr(), out.data_ptr(), src.data_ptr(),
         ns.data_ptr(), idx.data_ptr(), new_idx.data_ptr(), init.data_ptr(),
-        ckpt.data_ptr(), N, T, o2.stride(0), o2.stride(1), H, HV, V, *ss,
+        ckpt.data_ptr(), 0 if flags is None else flags.data_ptr(), N, T, o2.stride(0), o2.stride(1), H, HV, V, *ss,
         *tlaunch.state_strides(ns, k_first), *tlaunch.state_strides(ckpt, k_first),
         src.shape[0], ns.shape[0], null_slot, checkpoint_every or 1)
     # the driver copies the parameter block at launch

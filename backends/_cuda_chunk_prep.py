@@ -18,8 +18,8 @@ NAME = "gdn_chunk_prep"
 CHUNK = 64
 HEAD_DIM = 128
 PRECISIONS = ("bf16x3", "bf16")
-# PrepParams: 9 pointers, 16 integers, the scale
-PARAMS = struct.Struct("<9Q16qd")
+# PrepParams: 10 pointers, 16 integers, the scale
+PARAMS = struct.Struct("<10Q16qd")
 # dynamic shared memory of PrepSmem: q and k tiles (their space reused for A/M and T in fp32),
 # the stored rows' staging 128 columns a pass (its space the warps' scratch before), four [C]
 # vectors and a total
@@ -69,11 +69,19 @@ def min_ctas(grid: int, n_sm: int) -> int:
     return CTAS_PER_SM_CAPPED if grid > CTAS_PER_SM * n_sm else CTAS_PER_SM
 
 
-def launch(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c, *,
-           neg=False, pdl=False, heads=None):
+def launch(*args, **kw):
     """The prep kernel into the workspace (mats, vecs), with the arguments of triton-chunk's
     ``launch_prep`` (``c`` a resolved Config whose precision and chunk :func:`serves` takes);
     ``heads``: value heads a CTA (None: :func:`pick_heads`)."""
+    launcher(*args, **kw)()
+
+
+def launcher(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c, *,
+             neg=False, pdl=False, heads=None, flags=None):
+    """:func:`launch`'s launch, its kernel compiled and loaded and its parameters packed
+    first.  ``flags`` (int32, :func:`backends._cuda_chunk_chain.flags_for`): launched beside the
+    chain kernel just launched, as its programmatic dependent, setting a flag per chunk slot and
+    value head; the chain kernel waits for them, so nothing may compile between the two."""
     T, H, K = q.shape
     HV, N = ga.shape[1], cu_seqlens.shape[0] - 1
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
@@ -87,19 +95,26 @@ def launch(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gate
         GDN_GATES=int(gates), GDN_A_DT=code[ga.dtype], GDN_B_DT=code[gb.dtype],
         GDN_ALOG_DT=code[A_log.dtype], GDN_DTB_DT=code[dt_bias.dtype], GDN_NEG=int(bool(neg)),
         GDN_PDL=int(bool(pdl)), GDN_STORE3=int(c.precision == "bf16x3"),
-        GDN_HEADS=heads, GDN_MIN_CTAS=min_ctas(grid, n_sm)).items()))
+        GDN_HEADS=heads, GDN_MIN_CTAS=min_ctas(grid, n_sm),
+        GDN_FLAGS=int(flags is not None)).items()))
     func = cuda_build.get_kernel(SOURCE, NAME, defs, dev, SMEM).func
     # packed per call (the grid and T change with every prompt); the driver copies the block
     params = ctypes.create_string_buffer(PARAMS.pack(
         q.data_ptr(), k.data_ptr(), ga.data_ptr(), gb.data_ptr(), A_log.data_ptr(),
         dt_bias.data_ptr(), cu_seqlens.data_ptr(), mats.data_ptr(), vecs.data_ptr(),
-        N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1),
-        gb.stride(0), gb.stride(1), A_log.stride(0) if A_log.dim() else 0,
+        0 if flags is None else flags.data_ptr(), N, T, q.stride(0), q.stride(1), k.stride(0),
+        k.stride(1), ga.stride(0), ga.stride(1), gb.stride(0), gb.stride(1), A_log.stride(0) if A_log.dim() else 0,
         dt_bias.stride(0) if dt_bias.dim() else 0, H, HV, int(bool(l2)),
         int(cu_seqlens.dtype == torch.int64), float(scale)))
     argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-    if pdl:
+    pdl_config = None
+    if pdl or flags is not None:
         from gdnzoo.backends._pdl_launch import PdlConfig
-        cuda_build.launch_raw_pdl(PdlConfig(grid, 128, SMEM), func, dev, ctypes.addressof(argv))
-    else:
-        cuda_build.launch_raw(func, grid, 128, dev, ctypes.addressof(argv), SMEM)
+        pdl_config = PdlConfig(grid, 128, SMEM)
+
+    def go(params=params, argv=argv):             # both kept alive until the launch
+        if pdl_config is not None:
+            cuda_build.launch_raw_pdl(pdl_config, func, dev, ctypes.addressof(argv))
+        else:
+            cuda_build.launch_raw(func, grid, 128, dev, ctypes.addressof(argv), SMEM)
+    return go

@@ -11,7 +11,10 @@ Triton's 280 us at 16/32 heads, 1 x 8192 tokens; 116 against 143 at 8 x 1024
 long sequence) each sequence is cut into segments as triton-chunk's are, this kernel running
 the segments' chains and identity chains side by side (bit-identical to triton-chunk-bf16's
 segments): at 4/8 heads, 1 x 8192 tokens, 4 segments, the chain kernel 53 against 182 us
-(lab/notebook/h200/wgmma_segments_2026-11-29.log).  The whole call beside FlashInfer's
+(lab/notebook/h200/wgmma_segments_2026-11-29.log).  One sequence too long for segments but
+whose chain leaves half the SMs idle (16/32 heads) runs the prep kernel beside the chain kernel
+on them, the chain waiting for each chunk's flag: 312 -> 273 us at 16/32, 1 x 8192
+(lab/notebook/h200/prep_beside_2026-11-30/).  The whole call beside FlashInfer's
 kernel: bench/results/h200/prefill_cuda_chunk_bf16/.
 
 Serves K = 128, V a multiple of 64, bf16 q/k/v on a compute capability 9.0 GPU with CuPy;

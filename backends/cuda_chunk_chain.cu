@@ -51,11 +51,21 @@
 // chains' at T..2T-1), final tiles into fp32 [2, N, S, HV, V, K] for the combine kernel.
 // GDN_NO_OUT (timing only, lab/wgmma_chain.py --no-out): no outputs computed (warpgroup 1
 // releases every chunk at once; with GDN_SOLO the products Y are skipped).
+// GDN_OVERLAP 1 (the 185 KB form, one segment; _cuda_chunk_chain.pick_overlap): the prep kernel
+// runs beside this one on the SMs it leaves free, launched after it as its programmatic
+// dependent.  Each CTA clears the flags of its chunks (``flags[slot * HV + head]``, the prep's
+// chunk slots) and CTA 0 the prep's count of finished CTAs, then lets the prep start; the
+// producer warp waits for a chunk's flag (set by the prep once its rows and factors are
+// stored) before it copies them.  A flag never set (the prep kernel unable to run) traps
+// after ~9 s of waiting instead of hanging.
 #ifndef GDN_NO_OUT
 #define GDN_NO_OUT 0
 #endif
 #ifndef GDN_SOLO
 #define GDN_SOLO 0
+#endif
+#ifndef GDN_OVERLAP
+#define GDN_OVERLAP 0
 #endif
 #include "gdn_common.cuh"             // gdn_ld, gdn_st (fp32 / bf16 states)
 #include "wgmma.cuh"                  // the wgmma wrappers
@@ -98,6 +108,9 @@
 #if GDN_SEG && (GDN_CKPT || GDN_PDL)
 #error "GDN_SEG: no checkpoints, no PDL (the launcher runs one segment then)"
 #endif
+#if GDN_OVERLAP && (GDN_SEG || GDN_SOLO)
+#error "GDN_OVERLAP: the 185 KB form of one segment only"
+#endif
 
 typedef unsigned short bf16_t;
 
@@ -120,6 +133,7 @@ struct ChainParams {       // by value (backends/_cuda_chunk_chain.py packs it)
     TMap to;               // [T, HV, V] out
     const void* cu; const float* vecs; bf16_t* out; const void* state; void* new_state;
     const void* idx; const void* new_idx; const unsigned char* has_init; void* ckpt;
+    int* flags;            // GDN_OVERLAP: [slots * HV] chunk flags, then the prep's count
     long long N, T_all, so_t, so_h, H, HV, V;
     long long ss_n, ss_h, ss_v, ss_k, sn_n, sn_h, sn_v, sn_k, sc_n, sc_h, sc_v, sc_k;
     long long P, PN, null_slot, every;
@@ -265,6 +279,26 @@ __device__ __forceinline__ void load_factors(St& st, const ChainParams& p, int i
         cp4(&st.f[f][i], p.vecs + (i_hv * 5 + f) * p.T_all + t0 + (i < rem ? i : 0), i < rem);
     }
 }
+#if GDN_OVERLAP
+__device__ __noinline__ void flag_timeout() {
+    printf("gdnzoo: the chain kernel waited ~9 s for the prep kernel beside it (run one kernel "
+           "at a time, as ncu does? then set GDNZOO_PREFILL_OVERLAP=0)\n");
+    __trap();
+}
+// until the prep kernel has set ``*flag`` (every lane acquires it: their copies of the rows and
+// factors follow); trap after ~2^24 polls of 512 ns (~9 s), never hang
+__device__ __forceinline__ void wait_flag(const int* flag, int lane) {
+    int v = 0;
+    for (unsigned n = 0;; ++n) {
+        asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+        if (v) break;
+        if (n == (1u << 24)) flag_timeout();
+        __nanosleep(512);
+    }
+    __syncwarp();
+    if (lane == 0) asm volatile("fence.proxy.async.global;" ::: "memory");   // the TMA reads
+}
+#endif
 // arrives on ``bar`` expecting ``bytes`` more of copies
 __device__ __forceinline__ void arrive_expect(unsigned bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
@@ -448,7 +482,9 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
     const int i_h = i_hv / (HV / (int)p.H);
 #if GDN_PDL
     asm volatile("griddepcontrol.wait;" ::: "memory");    // the prep kernel's workspace
+#if !GDN_OVERLAP
     asm volatile("griddepcontrol.launch_dependents;");
+#endif
 #endif
     long long bos = cu_at(p, i_n), eos = cu_at(p, i_n + 1);
     held(bos, eos, p.T_all);
@@ -482,6 +518,14 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
         n_chunks = j1 - j0;
     }
 #endif
+#if GDN_OVERLAP
+    // the prep's chunk slots of this sequence: its first token's chunk, plus one a sequence
+    // before it (backends/cuda_chunk_prep.cu)
+    const long long slot0 = bos / C_ + i_n;
+    for (long long j = tid; j < n_chunks; j += NTHR) p.flags[(slot0 + j) * HV + i_hv] = 0;
+    if (blockIdx.x == 0 && tid == 0) p.flags[(p.T_all / C_ + p.N) * HV] = 0;
+    __threadfence();
+#endif
     if (tid == 0) {
         for (int s = 0; s < STAGES; ++s)
             bar_init(&sm.full[s], 1 + 32);      // the producer's expect_tx + its lanes' copies
@@ -502,6 +546,9 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
                 make_uint4(0, 0, 0, 0);
     }
     __syncthreads();
+#if GDN_OVERLAP
+    asm volatile("griddepcontrol.launch_dependents;");    // every flag of this CTA cleared
+#endif
 
 #if GDN_SOLO
     // the chain's inputs of chunks 0 and 1, the outputs' of chunk 0
@@ -518,6 +565,9 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
             if (jc >= STAGES) wait_bar(smem_u32(&sm.empty[s]), (unsigned)((jc / STAGES - 1) & 1));
             const long long t0 = c0 + jc * C_;
             const unsigned full = smem_u32(&sm.full[s]);
+#if GDN_OVERLAP
+            wait_flag(p.flags + (slot0 + jc) * HV + i_hv, lane);
+#endif
             load_chain_in(sm.st[s], p, full, t0, eos - t0, i_h, i_hv, row0, ident, lane,
                           OUT_BYTES);
             if (lane == 0) load_out_in(sm.st[s], p, full, (int)t0, i_h, i_hv);

@@ -18,7 +18,11 @@
 // GDN_ALOG_DT, GDN_DTB_DT (0 fp32, 1 bf16, 2 fp16), GDN_NEG (raw beta = 2 sigmoid(b)), GDN_PDL
 // (wait for the kernel before, then let the next one launch), GDN_STORE3, GDN_HEADS (value heads
 // a CTA: a divisor of HV / H), GDN_MIN_CTAS (CTAs an SM the registers must allow: 4 caps
-// them at 128, with a few spills; 3 leaves the kernel its ~147).
+// them at 128, with a few spills; 3 leaves the kernel its ~147), GDN_FLAGS (run beside the chain
+// kernel, launched as its programmatic dependent: no wait for it at the start; each head's flag
+// ``flags[slot * HV + head]`` set once its rows and factors are stored, an empty slot's at once;
+// the last CTA to finish waits for the chain kernel, so that the prefill's last kernel in the
+// stream ends after both).
 
 #define C_ 64
 #define K_ 128
@@ -34,13 +38,16 @@
 #ifndef GDN_MIN_CTAS
 #define GDN_MIN_CTAS 4
 #endif
+#ifndef GDN_FLAGS
+#define GDN_FLAGS 0
+#endif
 
 typedef unsigned short bf16_t;
 
 // by value, every field 8 bytes (backends/_cuda_chunk_prep.py packs it)
 struct PrepParams {
     const bf16_t* q; const bf16_t* k; const void* a; const void* b; const void* A_log;
-    const void* dt_bias; const void* cu; bf16_t* mats; float* vecs;
+    const void* dt_bias; const void* cu; bf16_t* mats; float* vecs; int* flags;
     long long N, T_all, sq_t, sq_h, sk_t, sk_h, sa_t, sa_h, sb_t, sb_h, s_alog, s_dtb, H, HV;
     long long l2norm, cu64;
     double scale;
@@ -130,13 +137,38 @@ __device__ __forceinline__ long long cu_at(const PrepParams& p, long long i) {
     return p.cu64 ? static_cast<const long long*>(p.cu)[i] : static_cast<const int*>(p.cu)[i];
 }
 
+// GDN_FLAGS: the head's rows and factors of the slot stored (by every thread: the caller's
+// barrier), flag set for the chain kernel
+__device__ __forceinline__ void publish(const PrepParams& p, long long slot, int i_hv) {
+#if GDN_FLAGS
+    if (threadIdx.x == 0) {
+        __threadfence();
+        asm volatile("st.release.gpu.global.b32 [%0], %1;"
+                     :: "l"(p.flags + slot * p.HV + i_hv), "r"(1) : "memory");
+    }
+#endif
+}
+// GDN_FLAGS: the last CTA to finish waits for the chain kernel (its count after the flags,
+// cleared by the chain kernel before this one starts)
+__device__ __forceinline__ void finish(const PrepParams& p) {
+#if GDN_FLAGS
+    if (threadIdx.x == 0) {
+        unsigned* done = reinterpret_cast<unsigned*>(p.flags + (p.T_all / C_ + p.N) * p.HV);
+        if (atomicAdd(done, 1u) == gridDim.x - 1)
+            asm volatile("griddepcontrol.wait;" ::: "memory");
+    }
+#endif
+}
+
 extern "C" __global__ void __launch_bounds__(128, GDN_MIN_CTAS) gdn_chunk_prep(const PrepParams p) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     PrepSmem& sm = *reinterpret_cast<PrepSmem*>(smem_raw);
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
-#if GDN_PDL
+#if GDN_PDL && !GDN_FLAGS
     asm volatile("griddepcontrol.wait;" ::: "memory");   // every input may be the producer's
+#endif
+#if GDN_PDL || GDN_FLAGS
     asm volatile("griddepcontrol.launch_dependents;");   // the sequential kernel waits for all
 #endif
     const int HV = (int)p.HV, N = (int)p.N, groups = HV / GDN_HEADS;
@@ -160,7 +192,12 @@ extern "C" __global__ void __launch_bounds__(128, GDN_MIN_CTAS) gdn_chunk_prep(c
     bos = bos < 0 ? 0 : (bos > T_all ? T_all : bos);      // held inside [0, T], as triton-chunk
     eos = eos < bos ? bos : (eos > T_all ? T_all : eos);
     const long long t0 = count > 0 ? bos + (slot - (bos / C_ + n)) * C_ : eos;
-    if (t0 >= eos) return;
+    if (t0 >= eos) {                 // an empty slot: nothing to wait for
+#pragma unroll
+        for (int hh = 0; hh < GDN_HEADS; ++hh) publish(p, slot, hv0 + hh);
+        finish(p);
+        return;
+    }
     const int rem = (int)(eos - t0 < C_ ? eos - t0 : C_);
 
     for (int i = tid; i < C_ * 16; i += 128) {
@@ -404,5 +441,8 @@ extern "C" __global__ void __launch_bounds__(128, GDN_MIN_CTAS) gdn_chunk_prep(c
             v[3 * T_all] = rk * expf(GL - G);
             v[4 * T_all] = expf(GL);
         }
+        if (GDN_FLAGS) __syncthreads();
+        publish(p, slot, i_hv);
     }                                // the group's heads
+    finish(p);
 }

@@ -89,6 +89,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from typing import NamedTuple
 
 import torch
@@ -452,18 +453,36 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     # PDL left at its default without it (the kernels compile as they did before PDL);
     # launch_pdl: Triton's launcher launches with programmatic dependent launch
     pdl_kw = dict(PDL=1, launch_pdl=True) if pdl else {}
+    slots = dict(state_indices=state_indices, new_state_indices=new_state_indices,
+                 null_slot=null_slot, has_initial_state=has_initial_state, k_first=k_first)
     # the CUDA kernels copy q, k (and the chain v, out) in 16-byte pieces: views off that
     # grain take the Triton kernels, which write the same workspace and compute the same chain
-    if T > 0 and c.prep == "cuda" and cuda_build.aligned16(q, k):
+    cuda_prep = T > 0 and c.prep == "cuda" and cuda_build.aligned16(q, k)
+    if c.chain == "cuda" and not (T > 0 and cuda_build.aligned16(q, k, v, out)):
+        c = c._replace(chain="triton")
+    flags = None
+    if cuda_prep and c.chain == "cuda" and c.segments <= 1 and overlap_allowed():
+        ctas, n_sm = N * HV * (V // _cuda_chunk_chain.ROWS), cuda_build.sm_count(q.device)
+        if _cuda_chunk_chain.pick_overlap(ctas, n_sm, N) \
+                and not _cuda_chunk_chain.pick_solo(ctas, n_sm):
+            flags = _cuda_chunk_chain.flags_for(mats, T, HV, N)
+    if flags is not None:
+        # the chain first, one CTA an SM on at most half of them; the prep beside it (compiled
+        # before the chain starts waiting for it)
+        prep = _cuda_chunk_prep.launcher(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs,
+                                         scale, l2, gates, c, neg=allow_neg_eigval and g is None,
+                                         pdl=pdl, flags=flags)
+        _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, **slots,
+                                 checkpoints=checkpoints, checkpoint_every=checkpoint_every,
+                                 pdl=pdl, flags=flags)
+        prep()
+        return c
+    if cuda_prep:
         _cuda_chunk_prep.launch(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2,
                                 gates, c, neg=allow_neg_eigval and g is None, pdl=pdl)
     elif T > 0:
         launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c,
                     neg=allow_neg_eigval and g is None, pdl_kw=pdl_kw)
-    slots = dict(state_indices=state_indices, new_state_indices=new_state_indices,
-                 null_slot=null_slot, has_initial_state=has_initial_state, k_first=k_first)
-    if c.chain == "cuda" and not (T > 0 and cuda_build.aligned16(q, k, v, out)):
-        c = c._replace(chain="triton")
     if c.segments > 1:
         launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots)
     elif c.chain == "cuda":
@@ -474,6 +493,17 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
         launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots,
                      checkpoints=checkpoints, checkpoint_every=checkpoint_every, pdl_kw=pdl_kw)
     return c
+
+
+def overlap_allowed() -> bool:
+    """False when ``GDNZOO_PREFILL_OVERLAP=0`` or under compute-sanitizer (its injection's
+    ``NV_SANITIZER_INJECTION_*`` variables): the CUDA prep kernel then always runs before the
+    CUDA chain kernel, never beside it (:func:`_cuda_chunk_chain.pick_overlap`).  Tools that
+    run one kernel at a time (compute-sanitizer, ncu) need it: there the chain kernel would wait
+    for a prep kernel that cannot start, and trap after ~9 s of polls."""
+    env = os.environ
+    return env.get("GDNZOO_PREFILL_OVERLAP", "1") != "0" \
+        and "NV_SANITIZER_INJECTION_PORT_BASE" not in env
 
 
 def launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c, *,

@@ -100,6 +100,27 @@ def test_segments_fill_one_wave_of_ctas_once_each_has_enough_chunks():
     assert pick(16, long, 8) == 1             # 8 sequences of 1024
 
 
+def test_the_prep_runs_beside_chains_that_leave_half_the_sms_free(monkeypatch):
+    monkeypatch.delenv("GDNZOO_PREFILL_OVERLAP", raising=False)
+    assert tc.overlap_allowed()
+    monkeypatch.setenv("NV_SANITIZER_INJECTION_PORT_BASE", "49152")   # compute-sanitizer's
+    assert not tc.overlap_allowed()
+    monkeypatch.delenv("NV_SANITIZER_INJECTION_PORT_BASE")
+    monkeypatch.setenv("GDNZOO_PREFILL_OVERLAP", "0")                  # for ncu
+    assert not tc.overlap_allowed()
+    assert chain.pick_overlap(66, 132, 1) and not chain.pick_overlap(67, 132, 1)
+    assert not chain.pick_overlap(0, 132, 1) and not chain.pick_overlap(64, 132, 2)
+    # its flags fit the "bf16" workspace's unused half, after the rows
+    mats = torch.zeros(2 * 100 * 4 * 2 * 64, dtype=BF16)       # T = 100, HV = 4, fp32 words
+    f = chain.flags_for(mats, 100, 4, 3)
+    assert f.dtype == torch.int32 and f.numel() >= (100 // 64 + 3) * 4 + 1
+    assert f.data_ptr() == mats.data_ptr() + 100 * 4 * 64 * 4
+    assert chain.flags_for(torch.zeros(2 * 1 * 1 * 2 * 64, dtype=BF16), 1, 1, 64) is None
+    # no prep CTA fits an SM beside a chain CTA (228 KB, 1 KB reserved a CTA): sharing one
+    # slowed the chain more than the prep gained (lab/notebook/h200/prep_beside_2026-11-30/)
+    assert chain.SMEM + prep.SMEM + 2 * 1024 > 228 * 1024
+
+
 def test_the_solo_form_takes_grids_past_one_wave():
     assert not chain.pick_solo(132, 132) and chain.pick_solo(133, 132)
     assert chain.SOLO_SMEM * 2 + 2 * 1024 <= 228 * 1024      # two CTAs an SM on Hopper
@@ -147,11 +168,18 @@ FORMS = ["dense-bf16", "dense-bf16-pdl", "kfirst-inplace", "pool-inplace-padding
 
 
 @pytest.mark.skipif(MISSING is not None, reason=f"cuda-chunk-bf16 cannot run here: {MISSING}")
-@pytest.mark.parametrize("solo", [False, True], ids=["split", "solo"])
+@pytest.mark.parametrize("kind", ["split", "solo", "beside"])
 @pytest.mark.parametrize("form", FORMS)
-def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form, solo, monkeypatch):
-    """Both forms of the chain kernel (the 185 KB one with an outputs warpgroup, and "solo")."""
-    monkeypatch.setattr(chain, "pick_solo", lambda grid, n_sm: solo)
+def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form, kind, monkeypatch):
+    """Every form of the chain kernel: the 185 KB one with an outputs warpgroup after the prep
+    kernel ("split") and with the prep kernel beside it ("beside"), and "solo"."""
+    monkeypatch.setattr(chain, "pick_solo", lambda grid, n_sm: kind == "solo")
+    monkeypatch.setattr(chain, "pick_overlap", lambda *a: kind == "beside")
+    monkeypatch.setattr(tc, "overlap_allowed", lambda: True)
+    launched = []
+    real = chain.launch
+    monkeypatch.setattr(chain, "launch", lambda *a, **kw: (launched.append(kw.get("flags")),
+                                                           real(*a, **kw))[1])
     lens = {"v64-short": [5, 0, 63, 17], "cu64": [1000, 1, 130]}.get(form, [300, 64, 0, 200, 129])
     H, HV, V = (1, 2, 64) if form == "v64-short" else (2, 4, 128)
     x = make_prefill_inputs(lens, H=H, HV=HV, K=128, V=V, device="cuda", seed=len(form),
@@ -181,6 +209,7 @@ def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form, solo, monke
         runs = _both(x, lambda: None, lambda s: _nan(x.state), checkpoints=ck,
                      checkpoint_every=128)
     (o_t, _, n_t, c_t), (o_c, _, n_c, c_c) = runs
+    assert [f is not None for f in launched] == [kind == "beside"], "the form asked for ran"
     assert not o_c[: T].isnan().any(), "an output row left unwritten"
     _same(o_c, o_t, "out")
     _same(n_c, n_t, "state")
