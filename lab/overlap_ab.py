@@ -40,7 +40,11 @@ def span_us(fn, reps: int) -> float:
         b.record()
         b.synchronize()
         out.append(a.elapsed_time(b) * 1e3)
+    SPANS.append(sorted(out))
     return statistics.median(out)
+
+
+SPANS: list = []          # every span_us call's samples, sorted (--spread prints them)
 
 
 def timeline(fn) -> str:
@@ -56,13 +60,57 @@ def timeline(fn) -> str:
     return ", ".join(f"{n[:24]} +{s - t0:.0f} for {e - s:.0f}" for s, e, n in ev)
 
 
+def gaps_us(fn, reps: int) -> str:
+    """Host time from the chain kernel's launch call returning to the prep kernel's launch call
+    (median, us), outside and inside a CUPTI kernel-clock session, and the kernel clock."""
+    from gdnzoo.backends import _cuda_build as cb
+    from gdnzoo.bench import clocks
+    import time
+    marks, real_raw, real_pdl = [], cb.launch_raw, cb.launch_raw_pdl
+
+    def raw(*a, **kw):
+        real_raw(*a, **kw)
+        marks.append(("chain", time.perf_counter_ns()))
+
+    def pdl(*a, **kw):
+        marks.append(("prep", time.perf_counter_ns()))
+        real_pdl(*a, **kw)
+    cb.launch_raw, cb.launch_raw_pdl = raw, pdl
+    try:
+        def gaps():
+            g = [(b[1] - a[1]) / 1e3 for a, b in zip(marks, marks[1:])
+                 if a[0] == "chain" and b[0] == "prep"]
+            marks.clear()
+            return f"{statistics.median(g):.1f}" if g else "n/a"
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+        plain = gaps()
+        samples, method = clocks.kernel_times(lambda i: fn(), reps)
+        graph = clocks.graph_times(lambda i: fn(), 4, 10)
+        q = sorted(samples)
+        return (f"launch gap {plain} us plain, {gaps()} us in the kernel clock's session; "
+                f"kernel clock {statistics.median(q):.1f} us (min {q[0]:.1f}, max {q[-1]:.1f}; "
+                f"{method}); graph clock {statistics.median(graph):.1f} us")
+    finally:
+        cb.launch_raw, cb.launch_raw_pdl = real_raw, real_pdl
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cells", default="16,32:8192", help="H,HV:len+len+...; several with ';'")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--algo", default="cuda-chunk-bf16")
+    ap.add_argument("--clocks", action="store_true",
+                    help="also the bench's kernel clock and the host's launch gaps")
+    ap.add_argument("--spread", action="store_true", help="every span sample, sorted")
+    ap.add_argument("--cupti-own-clock", action="store_true",
+                    help="the kernel clock's CUPTI session without its Python timestamp callback")
     args = ap.parse_args()
+    if args.cupti_own_clock:
+        from gdnzoo.bench import clocks
+        clocks._fine_timestamps = lambda cupti: (cupti.get_timestamp, " (CUPTI's own clock)")
     for cell in args.cells.split(";"):
         heads, lens = cell.split(":")
         H, HV = map(int, heads.split(","))
@@ -96,9 +144,14 @@ def main():
                     print(f"{cell} {name} round {r}: NOT bit-identical to the prep-first form: "
                           f"out {rel(out, ref[0]):.3e} state {rel(new, ref[1]):.3e}", flush=True)
                 times[name].append(span_us(call, args.reps))
+                if args.spread:
+                    print(f"{cell} {name} round {r}: spans " + " ".join(
+                        f"{t:.0f}" for t in SPANS[-1]), flush=True)
         for name, rule in forms.items():
             chain.pick_overlap = rule
             print(f"{cell} {name}: {timeline(call)}", flush=True)
+            if args.clocks:
+                print(f"{cell} {name}: {gaps_us(call, args.reps)}", flush=True)
         chain.pick_overlap = PRODUCT
         med = {f: statistics.median(t) for f, t in times.items()}
         print(f"{cell}: prep first {med['off']:.1f} us, beside {med['on']:.1f} us "
