@@ -191,9 +191,19 @@ def span_us(recs) -> float:
 
 
 def busy_and_count(recs) -> tuple:
-    """(sum of every record's duration in us, number of records) of one call: the time of every
-    kernel, memcpy and memset it launched, gaps between them left out, and how many there were."""
-    return sum(e - s for s, e in recs) / 1e3, len(recs)
+    """(time covered by the records in us, number of records) of one call: the union of the
+    intervals of every kernel, memcpy and memset it launched, gaps between them left out (the
+    sum of their durations where none overlaps; kernels that run side by side counted once),
+    and how many there were."""
+    busy, end = 0, None
+    for s, e in sorted(recs):
+        if end is None or s >= end:
+            busy += e - s
+            end = e
+        elif e > end:
+            busy += e - end
+            end = e
+    return busy / 1e3, len(recs)
 
 
 def _group(windows, launch_of, gpu) -> tuple:

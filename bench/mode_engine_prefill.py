@@ -48,9 +48,9 @@ METHOD = (
     "per-token oracle (the engine's side and entries that round their states judged with the "
     "bf16 state's bound), the adapter's pool storage outside the named slots bit-identical, "
     "padded rows zero. Clocks on one input set, the pool updated in place by every call as in "
-    "serving: kernel (a call's CUPTI records summed, the engine's gather/scatter/cast kernels "
-    "included), graph (n/a for the engine: its sequence syncs the host), host (wall per eager "
-    "call, each batch synchronized). Medians with p20/p80.")
+    "serving: kernel (the time a call's CUPTI records cover, the engine's gather/scatter/cast "
+    "kernels included), graph (n/a for the engine: its sequence syncs the host), host (wall "
+    "per eager call, each batch synchronized). Medians with p20/p80.")
 
 
 def mix_lengths(mix: str) -> tuple:

@@ -268,7 +268,8 @@ def verify_winners(results, top=3):
     return table, values
 
 
-PREFILL_HOW = ("gdnzoo bench --mode prefill: CUPTI kernel-clock medians (a call's records summed), "
+PREFILL_HOW = ("gdnzoo bench --mode prefill: CUPTI kernel-clock medians (the time a call's "
+               "records cover), "
                "in place; per tokens per sequence (T/N, what the prefill table is read at) the "
                "registered backend held to the call's own state bound (not the entries that "
                "round the state to bf16) with the lowest mean multiple of each cell's fastest "

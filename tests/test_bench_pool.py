@@ -300,6 +300,10 @@ def test_busy_and_count_sums_a_calls_records():
                                                          pytest.approx(0.005)]
     got = clocks._spans(windows, launch_of, gpu, clocks.busy_and_count)[0]
     assert got == [(pytest.approx(0.020), 2), (pytest.approx(0.005), 1)]
+    # kernels side by side (the prefill's prep beside its chain) count once, not twice
+    assert clocks.busy_and_count([(0, 300), (2, 290), (400, 410)]) == (pytest.approx(0.310), 3)
+    assert clocks.busy_and_count([(0, 10), (5, 20), (20, 30), (25, 26)]) == \
+        (pytest.approx(0.030), 4)
 
 
 def test_prepare_runs_outside_the_timed_window():
