@@ -496,14 +496,18 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
 
 
 def overlap_allowed() -> bool:
-    """False when ``GDNZOO_PREFILL_OVERLAP=0`` or under compute-sanitizer (its injection's
-    ``NV_SANITIZER_INJECTION_*`` variables): the CUDA prep kernel then always runs before the
-    CUDA chain kernel, never beside it (:func:`_cuda_chunk_chain.pick_overlap`).  Tools that
-    run one kernel at a time (compute-sanitizer, ncu) need it: there the chain kernel would wait
-    for a prep kernel that cannot start, and trap after ~9 s of polls."""
+    """False when ``GDNZOO_PREFILL_OVERLAP=0``, under compute-sanitizer (its injection's
+    ``NV_SANITIZER_INJECTION_*`` variables) or with an MPS share of the SMs
+    (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``): the CUDA prep kernel then always runs before the
+    CUDA chain kernel, never beside it (:func:`_cuda_chunk_chain.pick_overlap`).  Beside it, the
+    chain kernel's CTAs wait for the prep's, which must find SMs the chain leaves free: tools
+    that run one kernel at a time (compute-sanitizer, ncu) never run them, nor may a share of
+    the SMs smaller than the device's count (or other streams' chains holding the rest); the
+    chain kernel then traps after ~9 s of polls rather than hang."""
     env = os.environ
     return env.get("GDNZOO_PREFILL_OVERLAP", "1") != "0" \
-        and "NV_SANITIZER_INJECTION_PORT_BASE" not in env
+        and "NV_SANITIZER_INJECTION_PORT_BASE" not in env \
+        and "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in env
 
 
 def launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c, *,

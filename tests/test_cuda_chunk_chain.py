@@ -106,6 +106,9 @@ def test_the_prep_runs_beside_chains_that_leave_half_the_sms_free(monkeypatch):
     monkeypatch.setenv("NV_SANITIZER_INJECTION_PORT_BASE", "49152")   # compute-sanitizer's
     assert not tc.overlap_allowed()
     monkeypatch.delenv("NV_SANITIZER_INJECTION_PORT_BASE")
+    monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "40")     # a share of the SMs
+    assert not tc.overlap_allowed()
+    monkeypatch.delenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
     monkeypatch.setenv("GDNZOO_PREFILL_OVERLAP", "0")                  # for ncu
     assert not tc.overlap_allowed()
     assert chain.pick_overlap(66, 132, 1) and not chain.pick_overlap(67, 132, 1)
@@ -278,3 +281,44 @@ def test_views_off_the_16_byte_grain_take_the_triton_kernels(monkeypatch, precis
     assert not launched
     _same(res[0][0], res[1][0], "out")
     _same(res[0][1], res[1][1], "state")
+
+
+@pytest.mark.skipif(MISSING is not None, reason=f"cuda-chunk-bf16 cannot run here: {MISSING}")
+@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
+def test_the_prep_beside_the_chain_replays_in_a_cuda_graph(pdl, monkeypatch):
+    """One sequence (the prep beside the chain by the product's rule) captured once and replayed
+    with new data: each replay clears and sets its flags again; bit for bit the eager call."""
+    import gdnzoo
+    monkeypatch.setattr(tc, "overlap_allowed", lambda: True)
+    launched = []
+    real = chain.launch
+    monkeypatch.setattr(chain, "launch", lambda *a, **kw: (launched.append(kw.get("flags")),
+                                                           real(*a, **kw))[1])
+
+    def inputs(seed):
+        return make_prefill_inputs([700], H=2, HV=4, K=128, V=128, device="cuda", seed=seed)
+    bufs, out = inputs(1), None
+
+    def call(x, out):
+        return gdnzoo.prefill(*x.args(), out=out, use_qk_l2norm=True, algo="cuda-chunk-bf16",
+                              pdl="wait" if pdl else None)
+    out = torch.empty_like(bufs.v)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        call(bufs, out)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        call(bufs, out)
+    assert launched and all(f is not None for f in launched), "the prep ran beside the chain"
+    for seed in (2, 3):
+        y = inputs(seed)
+        for name in ("q", "k", "v", "A_log", "a", "dt_bias", "b", "state"):
+            getattr(bufs, name).copy_(getattr(y, name))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want_out, want_state = call(y, None)
+        _same(out, want_out, f"out, replay {seed}")
+        _same(bufs.state, want_state, f"state, replay {seed}")
