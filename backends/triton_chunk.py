@@ -418,7 +418,9 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     config's chunk) of each real sequence, packed as :func:`gdnzoo.prefill` says; the row
     offsets are counted on the device.  ``pdl``: both kernels launched with programmatic
     dependent launch, each waiting for the kernel before it before any load (compute
-    capability >= 9.0).  ``allow_neg_eigval``: with the raw gates beta = 2 sigmoid(b) (the
+    capability >= 9.0; the CUDA prep beside the CUDA chain, :func:`overlap_allowed`, waits for
+    nothing: the chain waits for the producer and then for each chunk's flag).
+    ``allow_neg_eigval``: with the raw gates beta = 2 sigmoid(b) (the
     precomputed beta is taken as given).  Returns the resolved Config."""
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
