@@ -481,7 +481,8 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
     const int i_hv = (int)(i_nh % HV);
     const int i_h = i_hv / (HV / (int)p.H);
 #if GDN_PDL
-    asm volatile("griddepcontrol.wait;" ::: "memory");    // the prep kernel's workspace
+    // the kernel before: the prep's workspace (beside the prep: the producer of the inputs)
+    asm volatile("griddepcontrol.wait;" ::: "memory");
 #if !GDN_OVERLAP
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
