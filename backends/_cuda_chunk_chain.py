@@ -160,8 +160,8 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
             raise ValueError("segments: K == V, a bf16 buffer, no checkpoints and no PDL")
         defs["GDN_SEG"] = seg
     grid = (2 * seg - 1 if seg else 1) * N * HV * (V // ROWS)
-    if solo is None:
-        solo = pick_solo(grid, cuda_build.sm_count(dev))
+    if solo is None:        # the prep beside the chain needs the 185 KB form (pick_overlap)
+        solo = flags is None and pick_solo(grid, cuda_build.sm_count(dev))
     if flags is not None and (seg or solo):
         raise ValueError("flags: the 185 KB form of one segment only")
     defs["GDN_SOLO"] = int(bool(solo))

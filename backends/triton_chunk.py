@@ -463,11 +463,10 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     if c.chain == "cuda" and not (T > 0 and cuda_build.aligned16(q, k, v, out)):
         c = c._replace(chain="triton")
     flags = None
-    if cuda_prep and c.chain == "cuda" and c.segments <= 1 and overlap_allowed():
-        ctas, n_sm = N * HV * (V // _cuda_chunk_chain.ROWS), cuda_build.sm_count(q.device)
-        if _cuda_chunk_chain.pick_overlap(ctas, n_sm, N) \
-                and not _cuda_chunk_chain.pick_solo(ctas, n_sm):
-            flags = _cuda_chunk_chain.flags_for(mats, T, HV, N)
+    if cuda_prep and c.chain == "cuda" and c.segments <= 1 and _cuda_chunk_chain.pick_overlap(
+            N * HV * (V // _cuda_chunk_chain.ROWS), cuda_build.sm_count(q.device), N) \
+            and overlap_allowed():
+        flags = _cuda_chunk_chain.flags_for(mats, T, HV, N)
     if flags is not None:
         # the chain first, one CTA an SM on at most half of them; the prep beside it (compiled
         # before the chain starts waiting for it)
