@@ -57,10 +57,11 @@ class Lab:
         return 1 if self.failed else 0
 
 
-def event_median_us(fn, reps: int, warm: int = 3) -> float:
-    """``fn()``'s median time in us over ``reps`` calls, each between two CUDA events on the
-    current stream (host launch gaps included), after ``warm`` calls."""
-    import statistics
+def event_times_us(fn, reps: int, warm: int = 3, ahead: int = 0) -> list:
+    """``fn()``'s times in us over ``reps`` calls, each between two CUDA events on the current
+    stream (host launch gaps included), after ``warm`` calls.  ``ahead`` > 0: a sleep kernel of
+    that many cycles queued before each first event, so the host has issued the call before
+    the GPU reaches it (its launch gaps left out)."""
     import torch
     for _ in range(warm):
         fn()
@@ -68,12 +69,20 @@ def event_median_us(fn, reps: int, warm: int = 3) -> float:
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if ahead:
+            torch.cuda._sleep(ahead)
         a.record()
         fn()
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times)
+    return times
+
+
+def event_median_us(fn, reps: int, warm: int = 3) -> float:
+    """The median of :func:`event_times_us`."""
+    import statistics
+    return statistics.median(event_times_us(fn, reps, warm))
 
 
 def run(name: str, fn, needs_cuda: bool = False):

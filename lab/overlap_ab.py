@@ -17,6 +17,7 @@ import torch
 
 import gdnzoo
 from gdnzoo.backends import _cuda_chunk_chain as chain
+from lab.harness import event_times_us
 from lab.prefill_gpu import make, oracle
 
 PRODUCT = chain.pick_overlap
@@ -28,19 +29,8 @@ def rel(got, want):
 
 def span_us(fn, reps: int) -> float:
     """Median GPU time of ``fn()`` between two events queued behind a 200 us sleep kernel."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(400_000)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3)
-    SPANS.append(sorted(out))
+    out = sorted(event_times_us(fn, reps, ahead=400_000))
+    SPANS.append(out)
     return statistics.median(out)
 
 
