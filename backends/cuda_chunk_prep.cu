@@ -7,7 +7,8 @@
 //
 // One CTA of 4 warps per (chunk slot, group of GDN_HEADS value heads of one k-head); warp w owns
 // the chunk's rows [16 w, 16 w + 16).  The group's heads share q, k, their norms and k k^T, q k^T
-// (loaded and formed once); the rest runs once per head, one head after the other.
+// (loaded and formed once; the norms from the diagonals of k k^T and q q^T, whose 16 x 16 blocks
+// on a warp's rows are two more products); the rest runs once per head, one after the other.
 // T: the 16 x 16 diagonal blocks inverted by forward substitution (a lane per column), then the
 // blocks below by block forward substitution, T_rc = -D_r sum_{c <= k < r} A_rk T_kc, one block
 // row a step (three steps), every block product an mma.sync with its fp32 operands split into
@@ -30,6 +31,7 @@
 #define LD 68           // fp32 [64, 64] tiles' padded row
 #define SL 20           // a warp's fp32 [16, 16] scratch row
 #define LOG_DECAY_MIN (-128.0f)    // as triton-chunk: exp of it is 0 in fp32 already
+#define LOG2E 1.44269504f
 
 #include "gdn_common.cuh"                      // mma16816, gdn_ld, gdn_pack2/unpack2
 #ifndef GDN_HEADS
@@ -53,6 +55,20 @@ struct PrepParams {
     double scale;
 };
 
+// 2^x, flushing denormal results to 0
+__device__ __forceinline__ float ex2ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+// four 8 x 8 bf16 matrices (a C fragment's pairs) stored transposed; lane 8 m + r gives
+// matrix m's row-r address (after the transpose: the fragment's column r)
+__device__ __forceinline__ void stm4t(void* p, unsigned r0, unsigned r1, unsigned r2,
+                                      unsigned r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};"
+                 :: "r"(static_cast<unsigned>(__cvta_generic_to_shared(p))), "r"(r0), "r"(r1),
+                    "r"(r2), "r"(r3) : "memory");
+}
 // d += a b with a's four fragment registers in an array
 __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0,
                                     unsigned b1) {
@@ -236,39 +252,21 @@ extern "C" __global__ void __launch_bounds__(128, GDN_MIN_CTAS) gdn_chunk_prep(c
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
-    {   // 1 / ||row|| of q and k (two threads a row)
-        const int r = tid >> 1, c0 = (tid & 1) * 64;
-        float sq = 0.f, sk = 0.f;
-#pragma unroll
-        for (int c = 0; c < 64; c += 8) {
-            const uint4 xq = *reinterpret_cast<const uint4*>(&sm.u.in.q[r][c0 + c]);
-            const uint4 xk = *reinterpret_cast<const uint4*>(&sm.u.in.k[r][c0 + c]);
-            const unsigned wq[4] = {xq.x, xq.y, xq.z, xq.w}, wk[4] = {xk.x, xk.y, xk.z, xk.w};
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                float q0, q1, k0, k1;
-                gdn_unpack2<GDN_BF16>(wq[u], q0, q1);
-                gdn_unpack2<GDN_BF16>(wk[u], k0, k1);
-                sq += q0 * q0 + q1 * q1;
-                sk += k0 * k0 + k1 * k1;
-            }
-        }
-        sq += __shfl_xor_sync(0xffffffffu, sq, 1);
-        sk += __shfl_xor_sync(0xffffffffu, sk, 1);
-        if ((tid & 1) == 0) {
-            sm.rq[r] = p.l2norm ? rsqrtf(sq + 1e-6f) : 1.f;
-            sm.rk[r] = p.l2norm ? rsqrtf(sk + 1e-6f) : 1.f;
-        }
-    }
-    // k k^T and q k^T, rows [16 w, 16 w + 16), all 64 columns
+    // k k^T and q k^T, rows [16 w, 16 w + 16), all 64 columns; q q^T's diagonal block
     const int a_r = (lane & 7) + 8 * ((lane >> 3) & 1), a_c = 8 * (lane >> 4);
     const int b_r = (lane & 7) + 8 * (lane >> 4), b_c = 8 * ((lane >> 3) & 1);
-    float KK[8][4] = {}, QK[8][4] = {};
+    float KK[8][4] = {}, QK[8][4] = {}, QQ[2][4] = {}, KD[2][4] = {};
 #pragma unroll
     for (int ks = 0; ks < K_ / 16; ++ks) {
-        unsigned ak[4], aq[4];
+        unsigned ak[4], aq[4], bq[4], bd[4];
         ldm4(ak, &sm.u.in.k[16 * w + a_r][ks * 16 + a_c]);
         ldm4(aq, &sm.u.in.q[16 * w + a_r][ks * 16 + a_c]);
+        ldm4(bq, &sm.u.in.q[16 * w + b_r][ks * 16 + b_c]);
+        ldm4(bd, &sm.u.in.k[16 * w + b_r][ks * 16 + b_c]);
+        mma(QQ[0], aq, bq[0], bq[1]);
+        mma(QQ[1], aq, bq[2], bq[3]);
+        mma(KD[0], ak, bd[0], bd[1]);
+        mma(KD[1], ak, bd[2], bd[3]);
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
             unsigned bk[4];
@@ -277,6 +275,18 @@ extern "C" __global__ void __launch_bounds__(128, GDN_MIN_CTAS) gdn_chunk_prep(c
             mma(KK[2 * np + 1], ak, bk[2], bk[3]);
             mma(QK[2 * np], aq, bk[0], bk[1]);
             mma(QK[2 * np + 1], aq, bk[2], bk[3]);
+        }
+    }
+    // 1 / ||row|| of q and k: row 16 w + g + 8 h's squared norms are the diagonal elements
+    // (h, 2 h + (g & 1)) of QQ and KD, held by the lane with t4 == g / 2
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const bool odd = g & 1;
+        const float qq = odd ? QQ[h][2 * h + 1] : QQ[h][2 * h];
+        const float kk = odd ? KD[h][2 * h + 1] : KD[h][2 * h];
+        if (t4 == g >> 1) {
+            sm.rq[16 * w + g + 8 * h] = p.l2norm ? rsqrtf(qq + 1e-6f) : 1.f;
+            sm.rk[16 * w + g + 8 * h] = p.l2norm ? rsqrtf(kk + 1e-6f) : 1.f;
         }
     }
     const float scale = (float)p.scale;
@@ -300,8 +310,51 @@ extern "C" __global__ void __launch_bounds__(128, GDN_MIN_CTAS) gdn_chunk_prep(c
             if (tid < C_) sm.G[tid] = tid >= 32 ? gam + sm.total : gam;
             __syncthreads();
         }
-        // A (to shared memory) and P
+        // A (to shared memory) and P.  Their decays e^(G_i - G_j) (i >= j) as
+        // e^(G_i - G_b) e^(G_b - G_j), G_b the first of j's 16-token block: 16 column and 8 row
+        // factors a thread instead of 32 exponentials, each one ex2.approx.ftz (as the Triton
+        // prep's exp); both stay in fp32 range while no 16-token block decays by 60 or more,
+        // else the chunk takes the exact form (lab/notebook/h200/prep_cuts_2026-11-30/: same
+        // errors against float64, the prep 4-6% faster)
         float P[8][4];
+        bool sep = true;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) sep = sep && sm.G[16 * b] - sm.G[16 * b + 15] < 60.f;
+        if (sep) {
+            float cf[8][2];              // e^(G_b - G_j) rk_j, b the first of j's block
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int j = 8 * nt + 2 * t4 + e;
+                    cf[nt][e] = ex2ftz(LOG2E * (sm.G[16 * (nt >> 1)] - sm.G[j])) * sm.rk[j];
+                }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int i = 16 * w + g + 8 * h;
+                const float Gi = sm.G[i], bi = sm.beta[i] * sm.rk[i], si = scale * sm.rq[i];
+                float rb[4], rs[4];      // e^(G_i - G_b) beta_i rk_i and scale rq_i (b <= i's)
+#pragma unroll
+                for (int b = 0; b < 4; ++b) {
+                    const float r = ex2ftz(LOG2E * fminf(Gi - sm.G[16 * b], 0.f));
+                    rb[b] = r * bi;
+                    rs[b] = r * si;
+                }
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt) {
+                    float av[2];
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int j = 8 * nt + 2 * t4 + e;
+                        av[e] = i > j ? KK[nt][2 * h + e] * cf[nt][e] * rb[nt >> 1] : 0.f;
+                        P[nt][2 * h + e] = i >= j ? QK[nt][2 * h + e] * cf[nt][e] * rs[nt >> 1]
+                                                  : 0.f;
+                    }
+                    *reinterpret_cast<float2*>(&sm.u.m.A[i][8 * nt + 2 * t4]) =
+                        make_float2(av[0], av[1]);
+                }
+            }
+        } else
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
@@ -312,9 +365,6 @@ extern "C" __global__ void __launch_bounds__(128, GDN_MIN_CTAS) gdn_chunk_prep(c
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const int j = 8 * nt + 2 * t4 + e;
-                    // __expf (ex2.approx, as the Triton prep's exp): Gi - G_j <= 0, same
-                    // errors against float64, ~1% of the kernel (lab/notebook/h200/
-                    // prep_variants_2026-11-30/)
                     const float dec = __expf(i >= j ? Gi - sm.G[j] : 0.f) * sm.rk[j];
                     av[e] = i > j ? KK[nt][2 * h + e] * dec * bi : 0.f;
                     P[nt][2 * h + e] = i >= j ? QK[nt][2 * h + e] * dec * si : 0.f;
@@ -340,8 +390,8 @@ extern "C" __global__ void __launch_bounds__(128, GDN_MIN_CTAS) gdn_chunk_prep(c
                 for (int i = 0; i < 16; ++i) {
                     sm.u.m.T[16 * w + i][16 * w + c] = d[i];
 #pragma unroll
-                    for (int cb = 0; cb < 4; ++cb)
-                        if (cb > w) sm.u.m.T[16 * w + i][16 * cb + c] = 0.f;
+                    for (int cb = 0; cb < 4; ++cb)      // the upper blocks ("bf16x3")
+                        if (GDN_STORE3 && cb > w) sm.u.m.T[16 * w + i][16 * cb + c] = 0.f;
                 }
             }
         }
@@ -392,37 +442,73 @@ extern "C" __global__ void __launch_bounds__(128, GDN_MIN_CTAS) gdn_chunk_prep(c
                 mma3(M[nt], fp, bh, bl);
             }
         }
+#if GDN_STORE3                        // M to shared memory (A's space) for the passes below
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
                 *reinterpret_cast<float2*>(&sm.u.m.A[16 * w + g + 8 * h][8 * nt + 2 * t4]) =
                     make_float2(M[nt][2 * h], M[nt][2 * h + 1]);
+#else
+        {   // "bf16": the stored rows staged from the warps' fragments, row i = column i of T,
+            // then of M (the warp's rows [16 w, 16 w + 16) as bf16 pairs, transposed by
+            // stmatrix; T's blocks above the diagonal are zeros, never formed)
+            const int m = lane >> 3, r = lane & 7;      // stmatrix: lane 8 m + r, row r of m
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                unsigned tr[4], mr[4];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int nt = 2 * np + (u >> 1), h = u & 1;
+                    float2 x = make_float2(0.f, 0.f);
+                    if (nt < 2 * w + 2)
+                        x = *reinterpret_cast<const float2*>(
+                            &sm.u.m.T[16 * w + g + 8 * h][8 * nt + 2 * t4]);
+                    tr[u] = gdn_pack2<GDN_BF16>(x.x, x.y);
+                    mr[u] = gdn_pack2<GDN_BF16>(M[nt][2 * h], M[nt][2 * h + 1]);
+                }
+#if __CUDA_ARCH__ >= 900
+                bf16_t* row = &sm.x.out[16 * np + 8 * (m >> 1) + r][16 * w + 8 * (m & 1)];
+                stm4t(row, tr[0], tr[1], tr[2], tr[3]);
+                stm4t(row + C_, mr[0], mr[1], mr[2], mr[3]);
+#else                                    // no stmatrix before Hopper: its transpose by halves
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    bf16_t* at = &sm.x.out[8 * (2 * np + (u >> 1)) + 2 * t4][16 * w + 8 * (u & 1) + g];
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        at[e * (2 * C_ + 8)] = (bf16_t)(tr[u] >> 16 * e);
+                        at[e * (2 * C_ + 8) + C_] = (bf16_t)(mr[u] >> 16 * e);
+                    }
+                }
+#endif
+            }
+        }
+#endif
         __syncthreads();
-        // the stored rows: row i = column i of T, then of M ("bf16x3": hi parts, then lo
-        // parts), assembled 128 columns a pass: both matrices at once with "bf16", one a pass
-        // with "bf16x3"
+        // the stored rows: row i = column i of T, then of M; with "bf16x3" their hi parts,
+        // then their lo parts, assembled from shared memory a pass each ("bf16": staged above)
         constexpr int NP = GDN_STORE3 ? 2 : 1, ROW = 2 * NP * C_;
 #pragma unroll 1
         for (int pass = 0; pass < NP; ++pass) {
+#if GDN_STORE3
             if (pass) __syncthreads();   // the last pass's rows stored
-            for (int it = tid; it < (2 / NP) * C_ * 8; it += 128) {
-                const int i = it & 63, c8 = (it >> 6) & 7, m = it >> 9, mtx = pass + m;
-                const float* src = mtx ? &sm.u.m.A[0][0] : &sm.u.m.T[0][0];
+            for (int it = tid; it < C_ * 8; it += 128) {
+                const int i = it & 63, c8 = it >> 6;
+                const float* src = pass ? &sm.u.m.A[0][0] : &sm.u.m.T[0][0];
                 unsigned hi[4], lo[4];
 #pragma unroll
                 for (int u = 0; u < 4; ++u) {
                     const float x0 = src[(8 * c8 + 2 * u) * LD + i];
                     const float x1 = src[(8 * c8 + 2 * u + 1) * LD + i];
-                    if (GDN_STORE3) split2(x0, x1, hi[u], lo[u]);
-                    else hi[u] = gdn_pack2<GDN_BF16>(x0, x1);
+                    split2(x0, x1, hi[u], lo[u]);
                 }
-                bf16_t* row = &sm.x.out[i][m * C_ + 8 * c8];
+                bf16_t* row = &sm.x.out[i][8 * c8];
                 *reinterpret_cast<uint4*>(row) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-                if (GDN_STORE3)
-                    *reinterpret_cast<uint4*>(row + C_) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+                *reinterpret_cast<uint4*>(row + C_) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
             }
             __syncthreads();
+#endif
             for (int it = tid; it < C_ * 16; it += 128) {
                 const int i = it >> 4, c = (it & 15) * 8;
                 if (i < rem)

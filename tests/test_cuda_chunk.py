@@ -139,6 +139,29 @@ def test_value_heads_grouped_in_a_cta_write_the_same_workspace_bit_for_bit(i):
                                                                      b.nan_to_num(0)), h
 
 
+HOPPER_MISSING = MISSING or cuda_missing((9, 0))
+
+
+@pytest.mark.skipif(HOPPER_MISSING is not None,
+                    reason=f"needs a GPU with stmatrix to compare against: {HOPPER_MISSING}")
+@pytest.mark.parametrize("precision", ["bf16", "bf16x3"])
+def test_the_pre_hopper_build_writes_the_workspace_of_the_hopper_build(monkeypatch, precision):
+    """Before Hopper (no stmatrix) the "bf16" rows are staged by plain stores: that build, as
+    compute_80 PTX the driver compiles for this GPU, writes the native build's workspace bit
+    for bit."""
+    from gdnzoo.backends import _cuda_build as cb
+    lens, H, HV = [300, 64, 0, 129], 2, 4
+    x = make_prefill_inputs(lens, H=H, HV=HV, device="cuda", seed=11)
+    native = _workspace(x, False, precision, False, use_cuda=True)
+    monkeypatch.setattr(cb, "arch_option",
+                        lambda cc, supported=None: ("--gpu-architecture=compute_80", "ptx"))
+    monkeypatch.setattr(cb, "_kernels", {})
+    older = _workspace(x, False, precision, False, use_cuda=True)
+    for a, b in zip(older, native):
+        assert torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0),
+                                                                 b.nan_to_num(0))
+
+
 @pytest.mark.skipif(not tc.available()[0], reason=tc.available()[1])
 def test_a_bad_prep_is_refused_cold_and_right_after_a_valid_call():
     """Config.prep is checked on every call before any kernel: nothing is written."""

@@ -6,7 +6,7 @@
   zeros, never stored) rounded to bf16 pairs and written transposed by ``stmatrix .trans``
   (8 a warp), instead of M through shared memory as fp32 and 64 scalar loads a thread to
   transpose both; the upper blocks of T no longer cleared.
-* tree: T's blocks below the diagonal in the block-inverse form, T_hi,lo = -T_hi A_hi,lo T_lo
+* blkinv: T's blocks below the diagonal in the block-inverse form, T_hi,lo = -T_hi A_hi,lo T_lo
   over halves of 32 rows: T_10 and T_32 (warps 1, 3), then X_rc = A_r0 T_0c + A_r1 T_1c (warp
   2 (r - 2) + c, its scratch), then T_rc = -(T_r2 X_2c + T_r3 X_3c): the same 16 products a
   (chunk, head), 6 on the longest warp's path instead of 9, three barriers as before.  The
@@ -132,4 +132,71 @@ TREE_NEW2 = """                put16(&sm.u.m.T[16 * r][16 * c], LD, X, -1.f, g, 
             put16(&sm.u.m.T[16 * r][16 * c], LD, Y, -1.f, g, t4);
         }
         __syncthreads();"""
-EDITS["tree"] = [(TREE_OLD, TREE_NEW), (TREE_OLD2, TREE_NEW2)]
+EDITS["blkinv"] = [(TREE_OLD, TREE_NEW), (TREE_OLD2, TREE_NEW2)]
+
+# norm: 1 / ||row|| of q and k from the diagonals of q q^T and k k^T (their 16 x 16 blocks on
+# the warp's rows: 32 more mma a warp; k k^T's own block sits at a warp-dependent n-tile, which
+# would index its registers), instead of 256 products a thread from shared memory
+NORM_OLD = """    {   // 1 / ||row|| of q and k (two threads a row)
+        const int r = tid >> 1, c0 = (tid & 1) * 64;
+        float sq = 0.f, sk = 0.f;
+#pragma unroll
+        for (int c = 0; c < 64; c += 8) {
+            const uint4 xq = *reinterpret_cast<const uint4*>(&sm.u.in.q[r][c0 + c]);
+            const uint4 xk = *reinterpret_cast<const uint4*>(&sm.u.in.k[r][c0 + c]);
+            const unsigned wq[4] = {xq.x, xq.y, xq.z, xq.w}, wk[4] = {xk.x, xk.y, xk.z, xk.w};
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                float q0, q1, k0, k1;
+                gdn_unpack2<GDN_BF16>(wq[u], q0, q1);
+                gdn_unpack2<GDN_BF16>(wk[u], k0, k1);
+                sq += q0 * q0 + q1 * q1;
+                sk += k0 * k0 + k1 * k1;
+            }
+        }
+        sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+        sk += __shfl_xor_sync(0xffffffffu, sk, 1);
+        if ((tid & 1) == 0) {
+            sm.rq[r] = p.l2norm ? rsqrtf(sq + 1e-6f) : 1.f;
+            sm.rk[r] = p.l2norm ? rsqrtf(sk + 1e-6f) : 1.f;
+        }
+    }
+    // k k^T and q k^T, rows [16 w, 16 w + 16), all 64 columns"""
+NORM_NEW = """    // k k^T and q k^T, rows [16 w, 16 w + 16), all 64 columns; q q^T's diagonal block"""
+NORM_OLD2 = """    float KK[8][4] = {}, QK[8][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < K_ / 16; ++ks) {
+        unsigned ak[4], aq[4];
+        ldm4(ak, &sm.u.in.k[16 * w + a_r][ks * 16 + a_c]);
+        ldm4(aq, &sm.u.in.q[16 * w + a_r][ks * 16 + a_c]);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {"""
+NORM_NEW2 = """    float KK[8][4] = {}, QK[8][4] = {}, QQ[2][4] = {}, KD[2][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < K_ / 16; ++ks) {
+        unsigned ak[4], aq[4], bq[4], bd[4];
+        ldm4(ak, &sm.u.in.k[16 * w + a_r][ks * 16 + a_c]);
+        ldm4(aq, &sm.u.in.q[16 * w + a_r][ks * 16 + a_c]);
+        ldm4(bq, &sm.u.in.q[16 * w + b_r][ks * 16 + b_c]);
+        ldm4(bd, &sm.u.in.k[16 * w + b_r][ks * 16 + b_c]);
+        mma(QQ[0], aq, bq[0], bq[1]);
+        mma(QQ[1], aq, bq[2], bq[3]);
+        mma(KD[0], ak, bd[0], bd[1]);
+        mma(KD[1], ak, bd[2], bd[3]);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {"""
+NORM_OLD3 = """    const float scale = (float)p.scale;"""
+NORM_NEW3 = """    // 1 / ||row|| of q and k: row 16 w + g + 8 h's squared norms are the diagonal elements
+    // (h, 2 h + (g & 1)) of QQ and KD, held by the lane with t4 == g / 2
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const bool odd = g & 1;
+        const float qq = odd ? QQ[h][2 * h + 1] : QQ[h][2 * h];
+        const float kk = odd ? KD[h][2 * h + 1] : KD[h][2 * h];
+        if (t4 == g >> 1) {
+            sm.rq[16 * w + g + 8 * h] = p.l2norm ? rsqrtf(qq + 1e-6f) : 1.f;
+            sm.rk[16 * w + g + 8 * h] = p.l2norm ? rsqrtf(kk + 1e-6f) : 1.f;
+        }
+    }
+    const float scale = (float)p.scale;"""
+EDITS["norm"] = [(NORM_OLD, NORM_NEW), (NORM_OLD2, NORM_NEW2), (NORM_OLD3, NORM_NEW3)]
