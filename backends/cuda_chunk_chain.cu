@@ -8,7 +8,8 @@
 //     X = S0 k^T,  R = v^T diag(beta) - X diag(beta rk e^G),  V'^T = R T^T,
 //     O^T = (S0 q^T) diag(scale rq e^G) + R M^T,  S = e^G_last S0 + V'^T diag(rk e^(G_last-G)) k
 //
-// One CTA per (sequence, value head, 64 state rows), three roles:
+// One CTA per (sequence, value head, 64 state rows), the sequences taken longest first (CTA
+// order: a ragged batch's longest chains start in the first wave), three roles:
 // * warpgroup 0, the chain: the state tile in wgmma accumulators (warp w: rows 16 w + lane / 4
 //   and + 8; registers 4 j .. 4 j + 3: columns 8 j + 2 (lane % 4), + 1); X, R, V'^T and the
 //   update, each product's A operand from registers (the previous accumulator rounded to bf16:
@@ -434,6 +435,32 @@ __device__ __forceinline__ void held(long long& bos, long long& eos, long long T
     bos = bos < 0 ? 0 : (bos > T ? T : bos);
     eos = eos < bos ? bos : (eos > T ? T : eos);
 }
+// The sequence of rank ``rank`` in the order longest first (ties: the earlier first), N < the
+// CTA's threads: a CTA's sequence by its place in the grid, so that the CTAs the scheduler
+// places first (one an SM) hold the longest chains and a later wave, or a second CTA on an SM,
+// the shortest.  ``scratch``: N + 1 words of shared memory no copy has reached yet.  Every
+// thread calls it (two barriers).
+__device__ __forceinline__ long long longest_first(const ChainParams& p, long long rank,
+                                                   long long* scratch, int tid) {
+    const int N = (int)p.N;
+    long long mine = 0;
+    if (tid < N) {
+        long long b = cu_at(p, tid), e = cu_at(p, tid + 1);
+        held(b, e, p.T_all);
+        scratch[tid] = mine = e - b;
+    }
+    __syncthreads();
+    if (tid < N) {
+        long long r = 0;
+        for (int u = 0; u < N; ++u) {
+            const long long o = scratch[u];
+            r += o > mine || (o == mine && u < tid);
+        }
+        if (r == rank) scratch[N] = tid;
+    }
+    __syncthreads();
+    return scratch[N];
+}
 // the first checkpoint row of sequence n: the sum of L_i // every over i < n
 __device__ __forceinline__ long long checkpoint_row0(const ChainParams& p, long long n) {
     long long row = 0;
@@ -474,7 +501,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
     const bool ident = task >= GDN_SEG;
     const int seg = ident ? task - GDN_SEG + 1 : task;
 #else
-    const long long i_n = i_nh / HV;
+    long long i_n = i_nh / HV;       // its rank among the sequences, longest first (below)
     constexpr bool ident = false;
     constexpr int seg = 0;
 #endif
@@ -486,6 +513,10 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
 #if !GDN_OVERLAP
     asm volatile("griddepcontrol.launch_dependents;");
 #endif
+#endif
+#if !GDN_SEG && !GDN_OVERLAP
+    if (p.N > 1 && p.N < NTHR)
+        i_n = longest_first(p, i_n, reinterpret_cast<long long*>(sm.st[0].k), tid);
 #endif
     long long bos = cu_at(p, i_n), eos = cu_at(p, i_n + 1);
     held(bos, eos, p.T_all);
