@@ -6,14 +6,14 @@ bf16 states, checkpoints, PDL) is triton-chunk's; outputs and states were bit-id
 triton-chunk's "bf16" sequential kernel in every form measured on an H200
 (lab/notebook/h200/wgmma_chain_2026-11-29/).  Compiled through CuPy's NVRTC for sm_90a only.
 
-One CTA per (sequence, value head, 64 state rows), in two forms: up to one wave of CTAs, 288
-threads (a producer warp for the TMA copies, the chain warpgroup with the state in wgmma
-accumulators, the outputs warpgroup a chunk behind) in 185 KB of shared memory, one CTA an SM;
-past one wave, "solo": one warpgroup of 128 threads for the chain and the outputs in 109 KB, two
-CTAs an SM (:func:`pick_solo`).  One sequence whose 185 KB chain leaves half the SMs idle runs
-the prep kernel beside it on those SMs, chunk by chunk (:func:`pick_overlap`).  Calls TMA
-cannot address (a zero-token batch, a base or a
-stride of q, k, v or out not a multiple of 16 bytes) run triton-chunk's sequential kernel with
+One CTA per (sequence, value head, 64 state rows; several sequences taken longest first), in
+two forms: up to two waves of CTAs, 288 threads (a producer warp for the TMA copies, the chain
+warpgroup with the state in wgmma accumulators, the outputs warpgroup a chunk behind) in 185 KB
+of shared memory, one CTA an SM; past two waves, "solo": one warpgroup of 128 threads for the
+chain and the outputs in 109 KB, two CTAs an SM (:func:`pick_solo`).  One sequence whose 185 KB
+chain leaves half the SMs idle runs the prep kernel beside it on those SMs, chunk by chunk
+(:func:`pick_overlap`).  Calls TMA cannot address (a zero-token batch, a base or a stride of q,
+k, v or out not a multiple of 16 bytes) run triton-chunk's sequential kernel with
 the same products."""
 from __future__ import annotations
 
@@ -48,14 +48,17 @@ SOLO_SMEM = 2 * CSTAGE + CHUNK * HEAD_DIM * 2 + CHUNK * CHUNK * 2 + 2 * CHUNK * 
 
 
 def pick_solo(grid: int, n_sm: int) -> bool:
-    """Whether a grid of ``grid`` CTAs runs the "solo" form (two CTAs an SM): past one wave of
+    """Whether a grid of ``grid`` CTAs runs the "solo" form (two CTAs an SM): past two waves of
     the 185 KB form.  The chain alone on an H200, us, 185 KB / solo
-    (lab/notebook/h200/chain_solo_2026-11-30/, same outputs and states bit for bit): past one
-    wave 16/32 heads 8 x 1024 tokens (512 CTAs) 121.6 / 104.0, 16/32 16 x 256 91.6 / 83.1,
-    16/64 8 x 1024 234.6 / 193.7, 16/48 64 x 64 296.7 / 246.0, 4/8 16 x 256 (256 CTAs) 25.5 /
-    23.4; within one wave the single CTA an SM is faster: 4/8 8 x 1024 (128 CTAs) 32.3 / 36.2,
-    16/32 1 x 8192 (64) 188.3 / 223.3."""
-    return grid > n_sm
+    (lab/notebook/h200/chain_solo_2026-11-30/, same outputs and states bit for bit): 16/32 heads
+    8 x 1024 tokens (512 CTAs) 121.6 / 104.0, 16/32 16 x 256 91.6 / 83.1, 16/64 8 x 1024 234.6 /
+    193.7, 16/48 64 x 64 296.7 / 246.0; within one wave the single CTA an SM is faster: 4/8 8 x
+    1024 (128 CTAs) 32.3 / 36.2, 16/32 1 x 8192 (64) 188.3 / 223.3.  Between one and two waves
+    the 185 KB form's second wave holds the shortest sequences (the kernel takes them longest
+    first), where the solo form would double up SMs under long ones: whole calls, 4/8 heads
+    the bench's ragged mix (160 CTAs) 166.5 us solo against 146.0, 16 x 256 (256 CTAs, all
+    alike) 45.1 against 46.0 (lab/notebook/h200/chain_order_2026-11-30/)."""
+    return grid > 2 * n_sm
 
 
 def pick_overlap(grid: int, n_sm: int, sequences: int) -> bool:

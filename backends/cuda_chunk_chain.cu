@@ -23,7 +23,7 @@
 //   twice, the workspace rows of T^T and M^T, v), 128-byte swizzle, and the factors by cp.async
 //   (zeros past the sequence's end), all counted on the stage's "full" mbarrier; a stage is
 //   refilled once both warpgroups released it ("empty").
-// GDN_SOLO 1, the form for grids past one wave of that one (_cuda_chunk_chain.pick_solo): one
+// GDN_SOLO 1, the form for grids past two waves of that one (_cuda_chunk_chain.pick_solo): one
 // warpgroup of 128 threads computes the chain and the chunk's outputs (Y = S0 q^T from the same A
 // fragments as X, R M^T from R's) with no handover; two stages of the chain's inputs (k, T^T, v,
 // the factors: chunk jc + 2's copied in once chunk jc is done) and one of the outputs' (q, M^T:

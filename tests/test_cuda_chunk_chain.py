@@ -124,8 +124,8 @@ def test_the_prep_runs_beside_chains_that_leave_half_the_sms_free(monkeypatch):
     assert chain.SMEM + prep.SMEM + 2 * 1024 > 228 * 1024
 
 
-def test_the_solo_form_takes_grids_past_one_wave():
-    assert not chain.pick_solo(132, 132) and chain.pick_solo(133, 132)
+def test_the_solo_form_takes_grids_past_two_waves():
+    assert not chain.pick_solo(264, 132) and chain.pick_solo(265, 132)
     assert chain.SOLO_SMEM * 2 + 2 * 1024 <= 228 * 1024      # two CTAs an SM on Hopper
     assert chain.SMEM > 114 * 1024                            # the 185 KB form: one an SM
 
