@@ -139,6 +139,8 @@ def main():
         variants[Path(path).stem] = (Path(path).resolve(), int(smem))
     variants["tree"] = (prep.SOURCE, prep.SMEM)
     for v in filter(None, a.variants.split(",")):
+        if v in variants:
+            raise SystemExit(f"variant {v!r}: the name of a column already (rename the edit)")
         variants[v] = (edited(prep.SOURCE, EDITS, v), prep.SMEM)
     if a.errors:
         return errors(variants, a.cells, a.precision)
