@@ -174,7 +174,8 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     body = tensor_maps(q, k, v, mats, o2) + PARAMS.pack(
         cu_seqlens.data_ptr(), vecs.data_ptr(), out.data_ptr(), src.data_ptr(),
         ns.data_ptr(), idx.data_ptr(), new_idx.data_ptr(), init.data_ptr(),
-        ckpt.data_ptr(), 0 if flags is None else flags.data_ptr(), N, T, o2.stride(0), o2.stride(1), H, HV, V, *ss,
+        ckpt.data_ptr(), 0 if flags is None else flags.data_ptr(), N, T, o2.stride(0),
+        o2.stride(1), H, HV, V, *ss,
         *tlaunch.state_strides(ns, k_first), *tlaunch.state_strides(ckpt, k_first),
         src.shape[0], ns.shape[0], null_slot, checkpoint_every or 1)
     # the driver copies the parameter block at launch

@@ -103,8 +103,9 @@ def launcher(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, ga
         q.data_ptr(), k.data_ptr(), ga.data_ptr(), gb.data_ptr(), A_log.data_ptr(),
         dt_bias.data_ptr(), cu_seqlens.data_ptr(), mats.data_ptr(), vecs.data_ptr(),
         0 if flags is None else flags.data_ptr(), N, T, q.stride(0), q.stride(1), k.stride(0),
-        k.stride(1), ga.stride(0), ga.stride(1), gb.stride(0), gb.stride(1), A_log.stride(0) if A_log.dim() else 0,
-        dt_bias.stride(0) if dt_bias.dim() else 0, H, HV, int(bool(l2)),
+        k.stride(1), ga.stride(0), ga.stride(1), gb.stride(0), gb.stride(1),
+        A_log.stride(0) if A_log.dim() else 0, dt_bias.stride(0) if dt_bias.dim() else 0, H, HV,
+        int(bool(l2)),
         int(cu_seqlens.dtype == torch.int64), float(scale)))
     argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
     pdl_config = None

@@ -467,32 +467,29 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
             N * HV * (V // _cuda_chunk_chain.ROWS), cuda_build.sm_count(q.device), N) \
             and overlap_allowed():
         flags = _cuda_chunk_chain.flags_for(mats, T, HV, N)
-    if flags is not None:
-        # the chain first, one CTA an SM on at most half of them; the prep beside it (compiled
-        # before the chain starts waiting for it)
+    if cuda_prep:
+        # with flags (set only with cuda_prep) launched after the chain, beside it, but
+        # compiled before the chain starts waiting for it
         prep = _cuda_chunk_prep.launcher(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs,
                                          scale, l2, gates, c, neg=allow_neg_eigval and g is None,
                                          pdl=pdl, flags=flags)
-        _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, **slots,
-                                 checkpoints=checkpoints, checkpoint_every=checkpoint_every,
-                                 pdl=pdl, flags=flags)
-        prep()
-        return c
-    if cuda_prep:
-        _cuda_chunk_prep.launch(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2,
-                                gates, c, neg=allow_neg_eigval and g is None, pdl=pdl)
+        if flags is None:
+            prep()
     elif T > 0:
         launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c,
                     neg=allow_neg_eigval and g is None, pdl_kw=pdl_kw)
     if c.segments > 1:
         launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots)
     elif c.chain == "cuda":
+        # with flags: one CTA an SM on at most half of them, the prep launched next beside it
         _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, **slots,
                                  checkpoints=checkpoints, checkpoint_every=checkpoint_every,
-                                 pdl=pdl)
+                                 pdl=pdl, flags=flags)
     else:
         launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots,
                      checkpoints=checkpoints, checkpoint_every=checkpoint_every, pdl_kw=pdl_kw)
+    if flags is not None:
+        prep()
     return c
 
 
