@@ -228,7 +228,7 @@ chunk-bf16)                 # cuda-chunk-bf16: its kernel tests and the registry
       > "$OUT/check_prefill.log" 2>&1; echo "check --op prefill: exit $?" > "$OUT/check.summary" ) &
   wait
   for tool in memcheck racecheck; do
-    timeout 150 compute-sanitizer --tool $tool python3 -m pytest -q -p no:cacheprovider \
+    timeout 240 compute-sanitizer --tool $tool python3 -m pytest -q -p no:cacheprovider -rs \
       tests/test_cuda_chunk_chain.py -k bit_for_bit > "$OUT/sanitizer_$tool.log" 2>&1
     echo "compute-sanitizer $tool: exit $?: $(grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" \
       "$OUT/sanitizer_$tool.log" | tail -1)" > "$OUT/sanitizer_$tool.summary"
