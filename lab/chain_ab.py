@@ -10,6 +10,9 @@ outputs warpgroup.  The variants:
 ``--solo``: the product's two forms side by side, "product" the 185 KB form (one CTA an SM),
 "solo" the one-warpgroup form (two CTAs an SM); EDITS variants named solo* launch the solo form.
 
+``--before FILE``: an older kernel source's solo form beside ("before-solo"; its parameters
+must be the tree's).
+
 ``--edits FILE``: more variants, the ``EDITS`` dict of a Python file (each a list of (old, new)
 text pairs).  On an sm_90 GPU with cupy, from the repository root:
 
@@ -19,6 +22,7 @@ text pairs).  On an sm_90 GPU with cupy, from the repository root:
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 
@@ -39,6 +43,7 @@ def main():
     ap.add_argument("--edits", help="a Python file whose EDITS dict adds variants")
     ap.add_argument("--solo", action="store_true",
                     help="also the product's one-warpgroup form (launch(..., solo=True))")
+    ap.add_argument("--before", help="an older chain source: its solo form beside")
     a = ap.parse_args()
     if a.edits:
         EDITS.update(load(a.edits))
@@ -49,6 +54,8 @@ def main():
                   for v in filter(None, a.variants.split(","))}}
     if a.solo:
         sources["solo"] = (product, {"solo": True})
+    if a.before:
+        sources["before-solo"] = (Path(a.before), {"solo": True})
     for cell in a.cells.split(","):
         H, HV, lens = parse(cell)
         x = make(lens, H, HV, seed=0)
