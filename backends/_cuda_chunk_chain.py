@@ -127,7 +127,7 @@ def tensor_maps(q, k, v, mats, out) -> bytes:
 def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indices=None,
            new_state_indices=None, null_slot=-1, has_initial_state=None, k_first=False,
            checkpoints=None, checkpoint_every=None, pdl=False, no_out=False, segments=0,
-           solo=None, flags=None):
+           solo=None, flags=None, after_prep=False):
     """The chain kernel on the workspace (mats: bf16 rows, vecs: the factors) with the
     arguments of triton-chunk's ``launch_state``.  Needs T >= 1 and q, k, v, out that TMA
     can address (:func:`_cuda_build.aligned16`).  ``no_out``: timing only (the outputs
@@ -138,7 +138,10 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     fp32 [2, N, S, HV, V, K] buffer of final tiles (no checkpoints, no PDL); the pool
     arguments then only say where segment 0's state is read.  ``solo``: the one-warpgroup form
     (None: :func:`pick_solo`).  ``flags`` (:func:`flags_for`; one segment, the 185 KB form):
-    the prep kernel is launched next, beside this one (:func:`pick_overlap`)."""
+    the prep kernel is launched next, beside this one (:func:`pick_overlap`).  ``after_prep``:
+    launched right after the CUDA prep kernel (launched with ``trigger``) as its programmatic
+    dependent, its CTAs starting where the prep's last ones leave SMs free; only its copies of
+    the workspace wait for the prep (GDN_PDL 2; also with segments)."""
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
@@ -154,7 +157,7 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     defs = dict(
         GDN_STATE0=int(state is not None), GDN_POOL=pool,
         GDN_HAS_INIT=int(has_initial_state is not None), GDN_CKPT=int(checkpoints is not None),
-        GDN_PDL=int(bool(pdl)), GDN_S_DT=code[src.dtype], GDN_NS_DT=code[ns.dtype],
+        GDN_PDL=2 if after_prep else int(bool(pdl)), GDN_S_DT=code[src.dtype], GDN_NS_DT=code[ns.dtype],
         GDN_C_DT=code[ckpt.dtype], GDN_CU64=int(cu_seqlens.dtype == torch.int64),
         GDN_IDX64=int(idx.dtype == torch.int64), GDN_NIDX64=int(new_idx.dtype == torch.int64),
         GDN_NO_OUT=int(bool(no_out)), GDN_OVERLAP=int(flags is not None))
@@ -165,8 +168,8 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     grid = (2 * seg - 1 if seg else 1) * N * HV * (V // ROWS)
     if solo is None:        # the prep beside the chain needs the 185 KB form (pick_overlap)
         solo = flags is None and pick_solo(grid, cuda_build.sm_count(dev))
-    if flags is not None and (seg or solo):
-        raise ValueError("flags: the 185 KB form of one segment only")
+    if flags is not None and (seg or solo or after_prep):
+        raise ValueError("flags: the 185 KB form of one segment only, launched before the prep")
     defs["GDN_SOLO"] = int(bool(solo))
     threads, smem = (SOLO_THREADS, SOLO_SMEM) if solo else (THREADS, SMEM)
     func = cuda_build.get_kernel(
@@ -181,7 +184,7 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     # the driver copies the parameter block at launch
     params = ctypes.create_string_buffer(body + bytes(-len(body) % 64))
     argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-    if pdl:
+    if pdl or after_prep:
         from gdnzoo.backends._pdl_launch import PdlConfig
         cuda_build.launch_raw_pdl(PdlConfig(grid, threads, smem), func, dev,
                                   ctypes.addressof(argv))

@@ -77,11 +77,14 @@ def launch(*args, **kw):
 
 
 def launcher(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c, *,
-             neg=False, pdl=False, heads=None, flags=None):
+             neg=False, pdl=False, heads=None, flags=None, trigger=False):
     """:func:`launch`'s launch, its kernel compiled and loaded and its parameters packed
     first.  ``flags`` (int32, :func:`backends._cuda_chunk_chain.flags_for`): launched beside the
     chain kernel just launched, as its programmatic dependent, setting a flag per chunk slot and
-    value head; the chain kernel waits for them, so nothing may compile between the two."""
+    value head; the chain kernel waits for them, so nothing may compile between the two.
+    ``trigger``: each CTA lets the kernel after it (the CUDA chain, launched as its programmatic
+    dependent) launch once it starts (compiled with GDN_PDL; launched as a dependent itself only
+    with ``pdl``)."""
     T, H, K = q.shape
     HV, N = ga.shape[1], cu_seqlens.shape[0] - 1
     dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
@@ -94,7 +97,7 @@ def launcher(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, ga
     defs = tuple(sorted(dict(
         GDN_GATES=int(gates), GDN_A_DT=code[ga.dtype], GDN_B_DT=code[gb.dtype],
         GDN_ALOG_DT=code[A_log.dtype], GDN_DTB_DT=code[dt_bias.dtype], GDN_NEG=int(bool(neg)),
-        GDN_PDL=int(bool(pdl)), GDN_STORE3=int(c.precision == "bf16x3"),
+        GDN_PDL=int(bool(pdl or trigger)), GDN_STORE3=int(c.precision == "bf16x3"),
         GDN_HEADS=heads, GDN_MIN_CTAS=min_ctas(grid, n_sm),
         GDN_FLAGS=int(flags is not None)).items()))
     func = cuda_build.get_kernel(SOURCE, NAME, defs, dev, SMEM).func

@@ -42,8 +42,12 @@
 // zeros, its slot unread), GDN_STATE0 (0: no state, zeros), k-last or K-first by strides,
 // GDN_S_DT / GDN_NS_DT / GDN_C_DT (state, new state, checkpoint dtypes: 0 fp32, 1 bf16),
 // GDN_CKPT (the state after every ``every`` tokens of a real sequence, rows counted over
-// cu_seqlens), GDN_PDL (wait for the kernel before, then let the next one launch), GDN_CU64 /
-// GDN_IDX64 / GDN_NIDX64 (int64 cu_seqlens and slot indices).  GDN_SMEM: the dynamic shared
+// cu_seqlens), GDN_PDL (1: wait for the kernel before, then let the next one launch; 2: launched
+// right after the CUDA prep kernel as its programmatic dependent, so that its CTAs start on the
+// SMs the prep's last CTAs leave: only the warp that copies the prep's workspace waits for it,
+// before its first copy; every other input, the state among them, is read at once, since the
+// prep's CTAs let this kernel launch only after their own wait for the kernel before them),
+// GDN_CU64 / GDN_IDX64 / GDN_NIDX64 (int64 cu_seqlens and slot indices).  GDN_SMEM: the dynamic shared
 // memory the host sizes (checked against the layout).
 // GDN_SEG = S > 1: triton-chunk's segmented form (backends/_triton_chunk_cp.py): the grid holds
 // 2 S - 1 tasks of N * HV * V / 64 CTAs each, the segments' chains over their chunks (segment 0
@@ -106,8 +110,11 @@
 #ifndef GDN_SEG
 #define GDN_SEG 0
 #endif
-#if GDN_SEG && (GDN_CKPT || GDN_PDL)
-#error "GDN_SEG: no checkpoints, no PDL (the launcher runs one segment then)"
+#if GDN_SEG && (GDN_CKPT || GDN_PDL == 1)
+#error "GDN_SEG: no checkpoints, no PDL but after the prep (the launcher runs one segment then)"
+#endif
+#if GDN_OVERLAP && GDN_PDL == 2
+#error "GDN_OVERLAP: the chain is launched first, before the prep"
 #endif
 #if GDN_OVERLAP && (GDN_SEG || GDN_SOLO)
 #error "GDN_OVERLAP: the 185 KB form of one segment only"
@@ -507,12 +514,12 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
 #endif
     const int i_hv = (int)(i_nh % HV);
     const int i_h = i_hv / (HV / (int)p.H);
-#if GDN_PDL
+#if GDN_PDL == 1
     // the kernel before: the prep's workspace (beside the prep: the producer of the inputs)
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#if !GDN_OVERLAP
-    asm volatile("griddepcontrol.launch_dependents;");
 #endif
+#if GDN_PDL && !GDN_OVERLAP
+    asm volatile("griddepcontrol.launch_dependents;");
 #endif
 #if !GDN_SEG && !GDN_OVERLAP
     if (p.N > 1 && p.N < NTHR)
@@ -584,6 +591,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
 
 #if GDN_SOLO
     // the chain's inputs of chunks 0 and 1, the outputs' of chunk 0
+    if (GDN_PDL == 2 && w == 0) asm volatile("griddepcontrol.wait;" ::: "memory");   // the prep
     for (int j = 0; j < 2; ++j)
         if (w == 0 && j < n_chunks)
             load_chain_in(sm.st[j], p, smem_u32(&sm.full[j]), c0 + j * C_, eos - c0 - j * C_, i_h,
@@ -592,6 +600,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
         load_out_in(sm.os, p, smem_u32(&sm.qfull), (int)c0, i_h, i_hv, true);
 #else
     if (wg == 2) {                              // the producer warp
+        if (GDN_PDL == 2) asm volatile("griddepcontrol.wait;" ::: "memory");   // the prep
         for (long long jc = 0; jc < n_chunks; ++jc) {
             const int s = (int)(jc % STAGES);
             if (jc >= STAGES) wait_bar(smem_u32(&sm.empty[s]), (unsigned)((jc / STAGES - 1) & 1));

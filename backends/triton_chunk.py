@@ -419,7 +419,9 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     offsets are counted on the device.  ``pdl``: both kernels launched with programmatic
     dependent launch, each waiting for the kernel before it before any load (compute
     capability >= 9.0; the CUDA prep beside the CUDA chain, :func:`overlap_allowed`, waits for
-    nothing: the chain waits for the producer and then for each chunk's flag).
+    nothing: the chain waits for the producer and then for each chunk's flag).  With or without
+    it, the CUDA chain after the CUDA prep is the prep's programmatic dependent: its CTAs start
+    where the prep's last ones leave SMs, and only its copies of the workspace wait.
     ``allow_neg_eigval``: with the raw gates beta = 2 sigmoid(b) (the
     precomputed beta is taken as given).  Returns the resolved Config."""
     T, H, K = q.shape
@@ -467,24 +469,27 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
             N * HV * (V // _cuda_chunk_chain.ROWS), cuda_build.sm_count(q.device), N) \
             and overlap_allowed():
         flags = _cuda_chunk_chain.flags_for(mats, T, HV, N)
+    # the CUDA chain right after the CUDA prep, as its programmatic dependent
+    after = cuda_prep and c.chain == "cuda" and flags is None
     if cuda_prep:
         # with flags (set only with cuda_prep) launched after the chain, beside it, but
         # compiled before the chain starts waiting for it
         prep = _cuda_chunk_prep.launcher(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs,
                                          scale, l2, gates, c, neg=allow_neg_eigval and g is None,
-                                         pdl=pdl, flags=flags)
+                                         pdl=pdl, flags=flags, trigger=after)
         if flags is None:
             prep()
     elif T > 0:
         launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c,
                     neg=allow_neg_eigval and g is None, pdl_kw=pdl_kw)
     if c.segments > 1:
-        launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots)
+        launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots,
+                        after_prep=after)
     elif c.chain == "cuda":
         # with flags: one CTA an SM on at most half of them, the prep launched next beside it
         _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, **slots,
                                  checkpoints=checkpoints, checkpoint_every=checkpoint_every,
-                                 pdl=pdl, flags=flags)
+                                 pdl=pdl, flags=flags, after_prep=after)
     else:
         launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots,
                      checkpoints=checkpoints, checkpoint_every=checkpoint_every, pdl_kw=pdl_kw)
@@ -553,14 +558,15 @@ def launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
 
 def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
                     state_indices=None, new_state_indices=None, null_slot=-1,
-                    has_initial_state=None, k_first=False):
+                    has_initial_state=None, k_first=False, after_prep=False):
     """The sequential part of :func:`launch` with each sequence cut into ``c.segments``
     segments (K == V): the chains, the join of the segments' states, the outputs (three
     launches, :mod:`backends._triton_chunk_cp`).  Allocates buffers of 2 T HV V elements (the
     chains' outputs: bf16 where the precision is "bf16" and the outputs are bf16, whose
     products round them to bf16 anyway but for one rounding of a segment's own outputs
     before the join adds to them; else fp32) and of 3 segments N HV V K elements (the
-    segments' final tiles in fp32; their start states, bf16 with "bf16" products)."""
+    segments' final tiles in fp32; their start states, bf16 with "bf16" products).
+    ``after_prep``: the CUDA chains launched as the CUDA prep's programmatic dependent."""
     from gdnzoo.backends._triton_chunk_cp import (cp_chain_kernel, cp_combine_kernel,
                                                   cp_out_kernel)
     T, H, K = q.shape
@@ -583,7 +589,7 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
                                  state_indices=state_indices,
                                  new_state_indices=new_state_indices, null_slot=null_slot,
                                  has_initial_state=has_initial_state, k_first=k_first,
-                                 segments=S)
+                                 segments=S, after_prep=after_prep)
     else:
         zero_row = torch.zeros(V, dtype=v.dtype, device=dev)      # the identity chains' v
         _LAUNCH(cp_chain_kernel, (2 * S - 1) * N * HV * (V // bv),

@@ -193,8 +193,8 @@ def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form, kind, monke
     monkeypatch.setattr(tc, "overlap_allowed", lambda: True)
     launched = []
     real = chain.launch
-    monkeypatch.setattr(chain, "launch", lambda *a, **kw: (launched.append(kw.get("flags")),
-                                                           real(*a, **kw))[1])
+    monkeypatch.setattr(chain, "launch", lambda *a, **kw: (launched.append(
+        (kw.get("flags") is not None, kw.get("after_prep"))), real(*a, **kw))[1])
     lens = {"v64-short": [5, 0, 63, 17], "cu64": [1000, 1, 130]}.get(form, [300, 64, 0, 200, 129])
     H, HV, V = (1, 2, 64) if form == "v64-short" else (2, 4, 128)
     x = make_prefill_inputs(lens, H=H, HV=HV, K=128, V=V, device="cuda", seed=len(form),
@@ -224,7 +224,8 @@ def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form, kind, monke
         runs = _both(x, lambda: None, lambda s: _nan(x.state), checkpoints=ck,
                      checkpoint_every=128)
     (o_t, _, n_t, c_t), (o_c, _, n_c, c_c) = runs
-    assert [f is not None for f in launched] == [kind == "beside"], "the form asked for ran"
+    # the prep beside the chain, or the chain as the prep's programmatic dependent
+    assert launched == [(kind == "beside", kind != "beside")], "the form asked for ran"
     assert not o_c[: T].isnan().any(), "an output row left unwritten"
     _same(o_c, o_t, "out")
     _same(n_c, n_t, "state")
@@ -242,6 +243,10 @@ def test_segmented_chains_match_the_triton_segments_bit_for_bit(form, segments, 
     output kernels): the CUDA chains (both forms) against triton-chunk's cp_chain_kernel, outputs
     and final states bit-identical (a long sequence, a short one, an empty one)."""
     monkeypatch.setattr(chain, "pick_solo", lambda grid, n_sm: solo)
+    launched = []
+    real = chain.launch
+    monkeypatch.setattr(chain, "launch", lambda *a, **kw: (launched.append(kw.get("after_prep")),
+                                                           real(*a, **kw))[1])
     lens = [3000, 70, 0, 1200]
     x = make_prefill_inputs(lens, H=2, HV=4, device="cuda", seed=segments)
     dev, HV = "cuda", 4
@@ -264,6 +269,7 @@ def test_segmented_chains_match_the_triton_segments_bit_for_bit(form, segments, 
             state, new = None, _nan(x.state).to(BF16)
         _run(x, state, new, out, kind, segments=segments, **kw)
         res.append((out, new))
+    assert launched == [True], "the CUDA chains as the prep's programmatic dependent"
     _same(res[1][0], res[0][0], "out")
     _same(res[1][1], res[0][1], "state")
 
