@@ -157,8 +157,9 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     defs = dict(
         GDN_STATE0=int(state is not None), GDN_POOL=pool,
         GDN_HAS_INIT=int(has_initial_state is not None), GDN_CKPT=int(checkpoints is not None),
-        GDN_PDL=2 if after_prep else int(bool(pdl)), GDN_S_DT=code[src.dtype], GDN_NS_DT=code[ns.dtype],
-        GDN_C_DT=code[ckpt.dtype], GDN_CU64=int(cu_seqlens.dtype == torch.int64),
+        GDN_PDL=2 if after_prep else int(bool(pdl)), GDN_S_DT=code[src.dtype],
+        GDN_NS_DT=code[ns.dtype], GDN_C_DT=code[ckpt.dtype],
+        GDN_CU64=int(cu_seqlens.dtype == torch.int64),
         GDN_IDX64=int(idx.dtype == torch.int64), GDN_NIDX64=int(new_idx.dtype == torch.int64),
         GDN_NO_OUT=int(bool(no_out)), GDN_OVERLAP=int(flags is not None))
     if seg:

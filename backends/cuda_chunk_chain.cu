@@ -47,8 +47,8 @@
 // SMs the prep's last CTAs leave: only the warp that copies the prep's workspace waits for it,
 // before its first copy; every other input, the state among them, is read at once, since the
 // prep's CTAs let this kernel launch only after their own wait for the kernel before them),
-// GDN_CU64 / GDN_IDX64 / GDN_NIDX64 (int64 cu_seqlens and slot indices).  GDN_SMEM: the dynamic shared
-// memory the host sizes (checked against the layout).
+// GDN_CU64 / GDN_IDX64 / GDN_NIDX64 (int64 cu_seqlens and slot indices).  GDN_SMEM: the dynamic
+// shared memory the host sizes (checked against the layout).
 // GDN_SEG = S > 1: triton-chunk's segmented form (backends/_triton_chunk_cp.py): the grid holds
 // 2 S - 1 tasks of N * HV * V / 64 CTAs each, the segments' chains over their chunks (segment 0
 // from the state, the others from zeros) and the identity chains of segments 1..S-1 (v = 0: its

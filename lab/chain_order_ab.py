@@ -104,8 +104,8 @@ def main():
                     chain.SOURCE, chain.pick_solo = TREE, PRODUCT_RULE
                 return undo
             return setup
-        side_by_side(cell, product_call(x), {n: setter(*v) for n, v in variants.items()}, a.rounds, a.reps,
-                     o64, s64)
+        side_by_side(cell, product_call(x), {n: setter(*v) for n, v in variants.items()},
+                     a.rounds, a.reps, o64, s64)
 
 
 if __name__ == "__main__":
