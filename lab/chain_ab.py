@@ -30,7 +30,8 @@ from gdnzoo.backends import _cuda_chunk_chain as chain
 from gdnzoo.backends import triton_chunk as tc
 from lab.prefill_gpu import make, oracle
 from lab.source_edits import edited, load
-from lab.wgmma_chain import config, medians, parse, rel, workspace
+from lab.harness import rel
+from lab.wgmma_chain import config, medians, parse, workspace
 
 EDITS: dict = {}
 

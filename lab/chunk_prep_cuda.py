@@ -20,6 +20,7 @@ sys.path.insert(0, str(ROOT))
 from gdnzoo.backends import _triton_launch as tlaunch      # noqa: E402
 from gdnzoo.backends import triton_chunk as tc             # noqa: E402
 from lab.chunk_ablate import kernel_medians                # noqa: E402
+from lab.harness import rel                              # noqa: E402
 from lab.prefill_gpu import make, oracle                   # noqa: E402
 
 C, K = 64, 128
@@ -38,10 +39,6 @@ def prep(x, precision):
     tc.launch_prep(q, x["k"], ga, gb, A_log, dt_bias, x["cu"], mats, vecs, K ** -0.5, True,
                    gates, c)
     return mats.clone(), vecs.clone(), max(T, 1), c
-
-
-def rel(got, want):
-    return float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30))
 
 
 def cuda_prep(x, mats, vecs, T_all, heads=None):

@@ -8,6 +8,8 @@ and judges with the one gate (:func:`gdnzoo.gate.gated_call`), as ``gdnzoo bench
     lab.save()                           # $OUT/<name>.log and $OUT/<name>.json (lab.results)
 
 ``profiled(call, reps)``: per kernel name the torch.profiler record times of ``reps`` calls.
+``side_by_side(cell, call, variants, ...)``: variants of one call in turn, round by round, their
+results bit for bit against the first's and their GPU spans; ``rel``: a relative error.
 """
 from __future__ import annotations
 
@@ -115,3 +117,57 @@ def profiled(call, reps: int, warm: int = 3) -> dict:
         if e.device_type == torch.autograd.DeviceType.CUDA:
             by.setdefault(e.name, []).append(e.time_range.elapsed_us())
     return by
+
+
+def patch(obj, **attrs):
+    """A :func:`side_by_side` variant: setting ``obj``'s attributes, undone by what it returns."""
+    def setup():
+        saved = {n: getattr(obj, n) for n in attrs}
+        for n, v in attrs.items():
+            setattr(obj, n, v)
+        return lambda: [setattr(obj, n, v) for n, v in saved.items()]
+    return setup
+
+
+def rel(got, want) -> float:
+    """||got - want|| / ||want|| in float64."""
+    return float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30))
+
+
+def side_by_side(cell, call, variants, rounds, reps, o64, s64, spread=False) -> dict:
+    """Per round each variant in turn (``variants``: name -> a function setting it up and
+    returning one that undoes it): ``call()``'s (outputs, state) against the first variant's
+    first (whose errors against float64 ``o64``, ``s64`` are printed; a difference is printed
+    with its size), then its GPU span (CUDA events behind a sleep kernel, median of ``reps``;
+    ``spread``: every sample printed).  Prints the medians over rounds and returns them."""
+    import statistics
+    import torch
+    first, same, spans = None, {}, {name: [] for name in variants}
+    for r in range(rounds):
+        for name, setup in variants.items():
+            undo = setup()
+            try:
+                out, new = (t.clone() for t in call())
+                torch.cuda.synchronize()
+                if first is None:
+                    first = (out, new)
+                    print(f"{cell} errors vs float64: out {rel(out, o64):.3e} state "
+                          f"{rel(new, s64):.3e}", flush=True)
+                same[name] = same.get(name, True) and torch.equal(out, first[0]) \
+                    and torch.equal(new, first[1])
+                if not same[name]:
+                    print(f"{cell} {name} round {r}: NOT bit-identical to the first: out "
+                          f"{rel(out, first[0]):.3e} state {rel(new, first[1]):.3e}", flush=True)
+                samples = sorted(event_times_us(call, reps, ahead=400_000))
+                spans[name].append(statistics.median(samples))
+                if spread:
+                    print(f"{cell} {name} round {r}: spans " + " ".join(f"{t:.0f}" for t in samples),
+                          flush=True)
+            finally:
+                undo()
+    med = {n: statistics.median(v) for n, v in spans.items()}
+    print(f"{cell}: " + ", ".join(f"{n} {m:.1f} us" for n, m in med.items())
+          + "; bit for bit as the first: " + ", ".join(f"{n} {s}" for n, s in same.items())
+          + "; rounds " + "; ".join(f"{n} " + " ".join(f"{t:.1f}" for t in v)
+                                  for n, v in spans.items()), flush=True)
+    return med

@@ -15,26 +15,11 @@ import statistics
 
 import torch
 
-import gdnzoo
 from gdnzoo.backends import _cuda_chunk_chain as chain
-from lab.harness import event_times_us
-from lab.prefill_gpu import make, oracle
+from lab.harness import patch, side_by_side
+from lab.prefill_gpu import make, oracle, prefill_call
 
 PRODUCT = chain.pick_overlap
-
-
-def rel(got, want):
-    return float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30))
-
-
-def span_us(fn, reps: int) -> float:
-    """Median GPU time of ``fn()`` between two events queued behind a 200 us sleep kernel."""
-    out = sorted(event_times_us(fn, reps, ahead=400_000))
-    SPANS.append(out)
-    return statistics.median(out)
-
-
-SPANS: list = []          # every span_us call's samples, sorted (--spread prints them)
 
 
 def timeline(fn) -> str:
@@ -111,43 +96,18 @@ def main():
         if not PRODUCT(grid, n_sm, len(lens.split("+"))):
             print(f"{cell}: {grid} chain CTAs, the rule keeps the prep first on {n_sm} SMs; "
                   f"forced on anyway", flush=True)
-        s0 = x["state"].clone()
-
-        def call():
-            return gdnzoo.prefill(x["q"], x["k"], x["v"], s0, x["A_log"], x["a"],
-                                  x["dt_bias"], x["b"], x["cu"], out=x["out"],
-                                  new_state=x["new_state"], use_qk_l2norm=True, algo=args.algo)
+        call = prefill_call(x, args.algo)
         forms = {"off": lambda g, n, s: False, "on": lambda g, n, s: 0 < g <= n}
-        ref = None
-        times = {f: [] for f in forms}
-        for r in range(args.rounds):
-            for name, rule in forms.items():
-                chain.pick_overlap = rule
-                out, new = (t.clone() for t in call())
-                torch.cuda.synchronize()
-                if ref is None:
-                    ref = (out, new)
-                    print(f"{cell} errors vs float64: out {rel(out, o64):.3e} state "
-                          f"{rel(new, s64):.3e}", flush=True)
-                same = torch.equal(out, ref[0]) and torch.equal(new, ref[1])
-                if not same:
-                    print(f"{cell} {name} round {r}: NOT bit-identical to the prep-first form: "
-                          f"out {rel(out, ref[0]):.3e} state {rel(new, ref[1]):.3e}", flush=True)
-                times[name].append(span_us(call, args.reps))
-                if args.spread:
-                    print(f"{cell} {name} round {r}: spans " + " ".join(
-                        f"{t:.0f}" for t in SPANS[-1]), flush=True)
+        med = side_by_side(cell, call, {n: patch(chain, pick_overlap=r) for n, r in forms.items()},
+                           args.rounds, args.reps, o64, s64, spread=args.spread)
         for name, rule in forms.items():
             chain.pick_overlap = rule
             print(f"{cell} {name}: {timeline(call)}", flush=True)
             if args.clocks:
                 print(f"{cell} {name}: {gaps_us(call, args.reps)}", flush=True)
         chain.pick_overlap = PRODUCT
-        med = {f: statistics.median(t) for f, t in times.items()}
         print(f"{cell}: prep first {med['off']:.1f} us, beside {med['on']:.1f} us "
-              f"({med['off'] / med['on']:.2f}x); rounds " + "; ".join(
-                  f"{f} " + " ".join(f"{t:.1f}" for t in ts) for f, ts in times.items()),
-              flush=True)
+              f"({med['off'] / med['on']:.2f}x)", flush=True)
 
 
 if __name__ == "__main__":

@@ -14,20 +14,18 @@ import argparse
 
 from gdnzoo.backends import _cuda_chunk_chain as chain
 from gdnzoo.backends import _cuda_chunk_prep as prep
-from lab.chain_order_ab import lens_of, product_call, side_by_side
-from lab.prefill_gpu import make, oracle
+from lab.chain_order_ab import lens_of
+from lab.harness import patch, side_by_side
+from lab.prefill_gpu import make, oracle, prefill_call
 
 LAUNCH, LAUNCHER = chain.launch, prep.launcher
 
 
 def plain():
     """Both launches with the dependent launch taken out; returns the undo."""
-    chain.launch = lambda *a, **kw: LAUNCH(*a, **{**kw, "after_prep": False})
-    prep.launcher = lambda *a, **kw: LAUNCHER(*a, **{**kw, "trigger": False})
-
-    def undo():
-        chain.launch, prep.launcher = LAUNCH, LAUNCHER
-    return undo
+    undo = [patch(chain, launch=lambda *a, **kw: LAUNCH(*a, **{**kw, "after_prep": False}))(),
+            patch(prep, launcher=lambda *a, **kw: LAUNCHER(*a, **{**kw, "trigger": False}))()]
+    return lambda: [u() for u in undo]
 
 
 def main():
@@ -41,7 +39,7 @@ def main():
         H, HV = map(int, heads.split(","))
         x = make(lens_of(mix), H, HV, seed=0)
         o64, s64 = oracle(x, True)
-        med = side_by_side(cell, product_call(x), {"after": lambda: (lambda: None),
+        med = side_by_side(cell, prefill_call(x), {"after": patch(chain),
                                                    "plain": plain}, a.rounds, a.reps, o64, s64)
         print(f"{cell}: plain / after {med['plain'] / med['after']:.3f}x", flush=True)
 

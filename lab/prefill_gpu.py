@@ -47,6 +47,7 @@ if not torch.cuda.is_available():          # a smoke run of this script's logic 
     os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import gdnzoo                                              # noqa: E402
 from gdnzoo import gate                                    # noqa: E402
 from gdnzoo.backends import triton_chunk as tc             # noqa: E402
 from gdnzoo.bench import clocks                            # noqa: E402
@@ -91,6 +92,18 @@ def make(lens, H, HV, seed, io=torch.bfloat16, state_dtype=torch.float32):
     x["out"] = torch.empty(T, HV, V, dtype=io, device=DEV)
     x["new_state"] = torch.empty_like(x["state"])
     return x
+
+
+def prefill_call(x, algo="cuda-chunk-bf16"):
+    """A ``gdnzoo.prefill`` call of ``algo`` on :func:`make`'s inputs (the l2 norm on, from one
+    copy of the state, into the inputs' out and new_state), as a closure."""
+    state = x["state"].clone()
+
+    def call():
+        return gdnzoo.prefill(x["q"], x["k"], x["v"], state, x["A_log"], x["a"], x["dt_bias"],
+                              x["b"], x["cu"], out=x["out"], new_state=x["new_state"],
+                              use_qk_l2norm=True, algo=algo)
+    return call
 
 
 def gates64(x):

@@ -12,14 +12,9 @@ from __future__ import annotations
 import argparse
 import statistics
 
-import gdnzoo
 from gdnzoo.backends import triton_chunk as tc
-from lab.harness import profiled
-from lab.prefill_gpu import make, oracle
-
-
-def rel(got, want):
-    return float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30))
+from lab.harness import profiled, rel
+from lab.prefill_gpu import make, oracle, prefill_call
 
 
 def main():
@@ -44,10 +39,7 @@ def run(args, tag):
         x = make([int(n) for n in lens.split("+")], H, HV, seed=0)
         o64, s64 = oracle(x, True)
         for algo in args.algo.split(","):
-            def call(state=x["state"].clone()):
-                return gdnzoo.prefill(x["q"], x["k"], x["v"], state, x["A_log"], x["a"],
-                                      x["dt_bias"], x["b"], x["cu"], out=x["out"],
-                                      new_state=x["new_state"], use_qk_l2norm=True, algo=algo)
+            call = prefill_call(x, algo)
             out, new = call()
             err = f"out {rel(out, o64):.3e} state {rel(new, s64):.3e}"
             by = profiled(call, args.reps)

@@ -102,7 +102,8 @@ def errors(variants, cells, precision):
     """Each variant's whole prefill call against float64 (relative RMS of outputs and states)."""
     import gdnzoo
     from lab.prefill_gpu import make, oracle
-    from lab.wgmma_chain import parse, rel
+    from lab.harness import rel
+    from lab.wgmma_chain import parse
     algo = "cuda-chunk-bf16" if precision == "bf16" else "cuda-chunk"
     for cell in cells.split(","):
         H, HV, lens = parse(cell)

@@ -17,13 +17,9 @@ import torch
 from gdnzoo.backends import _cuda_chunk_chain as chain
 from gdnzoo.backends import triton_chunk as tc
 from lab.prefill_gpu import make, oracle
-from lab.harness import profiled
+from lab.harness import profiled, rel
 
 CELLS = "2/4:1000+64+0+130+7,4/8:1x8192,16/32:1x8192,16/32:8x1024,4/8:16x256"
-
-
-def rel(got, want):
-    return float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30))
 
 
 def medians(calls: dict, reps: int) -> dict:
