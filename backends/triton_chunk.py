@@ -464,13 +464,13 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     cuda_prep = T > 0 and c.prep == "cuda" and cuda_build.aligned16(q, k)
     if c.chain == "cuda" and not (T > 0 and cuda_build.aligned16(q, k, v, out)):
         c = c._replace(chain="triton")
-    flags = None
-    if cuda_prep and c.chain == "cuda" and c.segments <= 1 and _cuda_chunk_chain.pick_overlap(
+    both_cuda, flags = cuda_prep and c.chain == "cuda", None
+    if both_cuda and c.segments <= 1 and _cuda_chunk_chain.pick_overlap(
             N * HV * (V // _cuda_chunk_chain.ROWS), cuda_build.sm_count(q.device), N) \
             and overlap_allowed():
         flags = _cuda_chunk_chain.flags_for(mats, T, HV, N)
-    # the CUDA chain right after the CUDA prep, as its programmatic dependent
-    after = cuda_prep and c.chain == "cuda" and flags is None
+    # else the CUDA chain right after the CUDA prep, as its programmatic dependent
+    after = both_cuda and flags is None
     if cuda_prep:
         # with flags (set only with cuda_prep) launched after the chain, beside it, but
         # compiled before the chain starts waiting for it
