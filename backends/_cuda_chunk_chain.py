@@ -33,7 +33,7 @@ CC = (9, 0)                      # wgmma and the sm_90a target
 ROWS, CHUNK, HEAD_DIM = 64, 64, 128
 THREADS = 288
 # after the five tensor maps: 10 pointers, then 23 integers; the block is padded to 64 bytes
-PARAMS = struct.Struct("<10Q23q")
+PARAMS = struct.Struct("<11Q23q")
 # a stage: k and q [64, 128], the workspace rows of T^T and M^T and v [64, 64] (bf16), four
 # [C] factors and the last gate, rounded up to 1 KB
 STAGE = -(-(2 * CHUNK * HEAD_DIM * 2 + 3 * CHUNK * CHUNK * 2 + 4 * CHUNK * 4 + 16) // 1024) * 1024
@@ -109,9 +109,9 @@ def serves(cc, K: int, V: int, io_dtype, precision: str, chunk: int):
     return True, ""
 
 
-def tensor_maps(q, k, v, mats, out) -> bytes:
-    """The five tensor maps: k and q [T, H, K], the workspace rows [T, HV, 2 C], v [T, HV, V]
-    and ``out`` [rows, HV, V]; boxes of [64 tokens, 1 head, 64 columns]."""
+def tensor_maps(q, k, v, mats, out, w) -> bytes:
+    """The six tensor maps: k and q [T, H, K], the workspace rows [T, HV, 2 C], v, ``out`` and
+    ``w`` [T, HV, V]; boxes of [64 tokens, 1 head, 64 columns]."""
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     box = (64, 1, 64)
@@ -121,21 +121,23 @@ def tensor_maps(q, k, v, mats, out) -> bytes:
                                (t.stride(1) * 2, t.stride(0) * 2), box)
     rows = _tma.tensor_map(mats.data_ptr(), (2 * CHUNK, HV, T), (2 * CHUNK * 2, HV * 2 * CHUNK * 2),
                            box)
-    return b"".join((tmap(k, K, H), tmap(q, K, H), rows, tmap(v, V, HV), tmap(out, V, HV)))
+    return b"".join((tmap(k, K, H), tmap(q, K, H), rows, tmap(v, V, HV), tmap(out, V, HV),
+                     tmap(w, V, HV)))
 
 
 def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indices=None,
            new_state_indices=None, null_slot=-1, has_initial_state=None, k_first=False,
            checkpoints=None, checkpoint_every=None, pdl=False, no_out=False, segments=0,
-           solo=None, flags=None, after_prep=False):
+           seg_w=None, seg_phi=None, solo=None, flags=None, after_prep=False):
     """The chain kernel on the workspace (mats: bf16 rows, vecs: the factors) with the
     arguments of triton-chunk's ``launch_state``.  Needs T >= 1 and q, k, v, out that TMA
     can address (:func:`_cuda_build.aligned16`).  ``no_out``: timing only (the outputs
     warpgroup computes nothing).  ``segments`` S > 1: the chains of triton-chunk's segmented
     form (:mod:`backends._triton_chunk_cp`'s cp_chain_kernel: S segments from the state or
-    zeros, S - 1 identity chains, K == V), ``out`` its bf16 [2, T, HV, V] output buffer (the
-    identity chains' outputs at tokens T..2T-1 of one [2 T, HV, V] map) and ``new_state`` its
-    fp32 [2, N, S, HV, V, K] buffer of final tiles (no checkpoints, no PDL); the pool
+    zeros, S - 1 identity chains, K == V): the segments' outputs into ``out`` (bf16; segment
+    0's final, the others' before the output pass adds to them), the identity chains' into
+    ``seg_w`` (bf16 [T, HV, V]); the final tiles Z into ``new_state`` (fp32 [N, S, HV, V, K])
+    and Phi into ``seg_phi`` (bf16 or fp32, that shape); no checkpoints, no PDL; the pool
     arguments then only say where segment 0's state is read.  ``solo``: the one-warpgroup form
     (None: :func:`pick_solo`).  ``flags`` (:func:`flags_for`; one segment, the 185 KB form):
     the prep kernel is launched next, beside this one (:func:`pick_overlap`).  ``after_prep``:
@@ -149,10 +151,12 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     pool, idx, new_idx, init, src, ss = tlaunch.chain_slots(
         cu_seqlens, state, new_state, state_indices, new_state_indices, has_initial_state, k_first)
     seg = segments if segments > 1 else 0
-    # the segmented form's buffers, viewed as one [2 T, HV, V] output and [.., HV, V, K] state
-    o2 = out.flatten(0, 1) if seg else out
+    if seg and (seg_w is None or seg_phi is None):
+        raise ValueError("segments: seg_w and seg_phi are needed")
+    # the segmented form's tiles viewed as [.., HV, V, K] states, Phi's in the checkpoints' place
+    w = seg_w if seg else out
     ns = new_state.view(-1, HV, V, K) if seg else new_state
-    ckpt = ns if checkpoints is None else checkpoints
+    ckpt = seg_phi.view(-1, HV, V, K) if seg else ns if checkpoints is None else checkpoints
     code = cuda_build.DTYPE_CODE
     defs = dict(
         GDN_STATE0=int(state is not None), GDN_POOL=pool,
@@ -175,11 +179,11 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     threads, smem = (SOLO_THREADS, SOLO_SMEM) if solo else (THREADS, SMEM)
     func = cuda_build.get_kernel(
         SOURCE, NAME, (("GDN_SMEM", smem), *sorted(defs.items())), dev, smem).func
-    body = tensor_maps(q, k, v, mats, o2) + PARAMS.pack(
-        cu_seqlens.data_ptr(), vecs.data_ptr(), out.data_ptr(), src.data_ptr(),
+    body = tensor_maps(q, k, v, mats, out, w) + PARAMS.pack(
+        cu_seqlens.data_ptr(), vecs.data_ptr(), out.data_ptr(), w.data_ptr(), src.data_ptr(),
         ns.data_ptr(), idx.data_ptr(), new_idx.data_ptr(), init.data_ptr(),
-        ckpt.data_ptr(), 0 if flags is None else flags.data_ptr(), N, T, o2.stride(0),
-        o2.stride(1), H, HV, V, *ss,
+        ckpt.data_ptr(), 0 if flags is None else flags.data_ptr(), N, T, out.stride(0),
+        out.stride(1), H, HV, V, *ss,
         *tlaunch.state_strides(ns, k_first), *tlaunch.state_strides(ckpt, k_first),
         src.shape[0], ns.shape[0], null_slot, checkpoint_every or 1)
     # the driver copies the parameter block at launch

@@ -26,9 +26,11 @@ boundary reads it as is):
    be empty: Z = 0, Phi = I).
 2. :func:`cp_combine_kernel`, one program per (sequence, value head, tile): the segments'
    start states in order (``starts`` [N, S, HV, V, K]; S - 1 products of [BV, K] by [K, K])
-   and the final state, written to the sequence's write slot.
+   and the final state, written to the sequence's write slot, from Z and Phi (``zbuf``,
+   ``phibuf``: fbuf's halves, or cuda-chunk-bf16's chain kernel's buffers, Phi in bf16).
 3. :func:`cp_out_kernel`, one program per (chunk slot, value head): out = o, plus w S_start^T
-   in segments past the first, in q's dtype.
+   in segments past the first, in q's dtype (``IN_PLACE``: o is already in ``out``, as
+   cuda-chunk-bf16's chain kernel writes it; segment 0's programs then have nothing to do).
 
 Pools, padding and ``has_initial_state`` follow the unsegmented kernel (a padded sequence's
 outputs and w are zeros, nothing written); no checkpoints, no PDL (the launcher runs the
@@ -111,7 +113,8 @@ def cp_chain_kernel(
 
 @triton.jit
 def cp_combine_kernel(
-        cu_seqlens, fbuf, starts, new_state, slot_idx, new_slot_idx, N, T_all, P, PN, null_slot,
+        cu_seqlens, zbuf, phibuf, starts, new_state, slot_idx, new_slot_idx, N, T_all, P, PN,
+        null_slot,
         sn_n, sn_h, sn_v, sn_k,
         H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr,
         BV: tl.constexpr, PREC: tl.constexpr, S: tl.constexpr, POOL: tl.constexpr):
@@ -121,21 +124,21 @@ def cp_combine_kernel(
     cols = tl.arange(0, K)
     tile = rows_v[:, None] * K + cols[None, :]
     square = cols[:, None] * K + cols[None, :]
-    h = tl.load(fbuf + (i_n * S * HV + i_hv) * (V * K) + tile)       # Z of segment 0
+    h = tl.load(zbuf + (i_n * S * HV + i_hv) * (V * K) + tile)       # Z of segment 0
     for s in tl.static_range(1, S):
         at = ((i_n * S + s) * HV + i_hv) * (V * K)
         tl.store(starts + at + tile, h.to(starts.dtype.element_ty))
-        phi = tl.load(fbuf + N * S * HV * V * K + at + square)
-        h = mm(h, phi, PREC) + tl.load(fbuf + at + tile)
+        phi = tl.load(phibuf + at + square)
+        h = mm(h, phi, PREC) + tl.load(zbuf + at + tile)
     tl.store(new_state + slot_w * sn_n + i_hv * sn_h + rows_v[:, None] * sn_v
              + cols[None, :] * sn_k, h.to(new_state.dtype.element_ty), mask=wr)
 
 
 @triton.jit
 def cp_out_kernel(
-        cu_seqlens, obuf, starts, out, N, T_all, so_t, so_h,
+        cu_seqlens, obuf, wbuf, starts, out, N, T_all, so_t, so_h,
         HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, C: tl.constexpr,
-        PREC: tl.constexpr, S: tl.constexpr):
+        PREC: tl.constexpr, S: tl.constexpr, IN_PLACE: tl.constexpr):
     pid = tl.program_id(0)
     i_hv = pid % HV
     slot = pid // HV
@@ -146,17 +149,22 @@ def cp_out_kernel(
     m = t < eos
     cols = tl.arange(0, V)
     row = t[:, None] * (HV * V) + i_hv * V
-    o = tl.load(obuf + row + cols[None, :], mask=m[:, None], other=0.0).to(tl.float32)
+    dst = out + t[:, None] * so_t + i_hv * so_h + cols[None, :]
     _, per = segment_chunks(bos, eos, C, S)
     seg = ((t0 - bos) // C) // per
+    if IN_PLACE:
+        if seg == 0:            # the chains wrote segment 0's outputs, final already
+            return
+        o = tl.load(dst, mask=m[:, None], other=0.0).to(tl.float32)
+    else:
+        o = tl.load(obuf + row + cols[None, :], mask=m[:, None], other=0.0).to(tl.float32)
     if seg > 0:
         kk = tl.arange(0, K)
-        w = tl.load(obuf + T_all * HV * V + row + kk[None, :], mask=m[:, None], other=0.0)
+        w = tl.load(wbuf + row + kk[None, :], mask=m[:, None], other=0.0)
         at = ((i_n * S + seg) * HV + i_hv) * (V * K)
         start = tl.load(starts + at + cols[:, None] * K + kk[None, :])        # [V, K]
         o = o + mm(w, tl.trans(start), PREC)
-    tl.store(out + t[:, None] * so_t + i_hv * so_h + cols[None, :],
-             o.to(out.dtype.element_ty), mask=m[:, None])
+    tl.store(dst, o.to(out.dtype.element_ty), mask=m[:, None])
 
 
 if INTERPRETED:

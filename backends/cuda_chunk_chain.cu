@@ -52,8 +52,10 @@
 // GDN_SEG = S > 1: triton-chunk's segmented form (backends/_triton_chunk_cp.py): the grid holds
 // 2 S - 1 tasks of N * HV * V / 64 CTAs each, the segments' chains over their chunks (segment 0
 // from the state, the others from zeros) and the identity chains of segments 1..S-1 (v = 0: its
-// tiles cleared once, never loaded); outputs into a bf16 [2 T, HV, V] buffer (the identity
-// chains' at T..2T-1), final tiles into fp32 [2, N, S, HV, V, K] for the combine kernel.
+// tiles cleared once, never loaded); the segments' outputs straight into ``out`` (segment 0's
+// final, the others' completed in place by the output pass), the identity chains' (w) into a
+// bf16 [T, HV, V] buffer; final tiles Z into fp32 [N, S, HV, V, K] and Phi into p.ckpt's buffer
+// of that shape (GDN_C_DT) for the combine kernel.
 // GDN_NO_OUT (timing only, lab/wgmma_chain.py --no-out): no outputs computed (warpgroup 1
 // releases every chunk at once; with GDN_SOLO the products Y are skipped).
 // GDN_OVERLAP 1 (the 185 KB form, one segment; _cuda_chunk_chain.pick_overlap): the prep kernel
@@ -139,7 +141,9 @@ struct alignas(64) TMap { unsigned long long v[16]; };      // a CUtensorMap
 struct ChainParams {       // by value (backends/_cuda_chunk_chain.py packs it)
     TMap tk, tq, tm, tv;   // [T, H, K] k and q, [T, HV, 2 C] workspace rows, [T, HV, V] v
     TMap to;               // [T, HV, V] out
-    const void* cu; const float* vecs; bf16_t* out; const void* state; void* new_state;
+    TMap tw;               // GDN_SEG: [T, HV, V] the identity chains' outputs (w); else as to
+    const void* cu; const float* vecs; bf16_t* out; bf16_t* wout; const void* state;
+    void* new_state;
     const void* idx; const void* new_idx; const unsigned char* has_init; void* ckpt;
     int* flags;            // GDN_OVERLAP: [slots * HV] chunk flags, then the prep's count
     long long N, T_all, so_t, so_h, H, HV, V;
@@ -378,9 +382,11 @@ __device__ __forceinline__ void outputs_y(float (&Y)[32], const void* s0, const 
 // staged in ``ob`` for one TMA store (once the store two chunks back has read it), a sequence's
 // last, partial chunk stored directly (a box would write the next sequence's rows); the outputs
 // warpgroup's threads (``ti``: 0..127)
+// A chunk's outputs (its first token's row tw): into ``out``, or (an identity chain) into the
+// w buffer, contiguous [T, HV, V]
 __device__ __forceinline__ void store_chunk(const ChainParams& p, bf16_t* ob, const float (&Y)[32],
                                             float keep, long long rem, long long tw, int row0,
-                                            int i_hv, int r0, int t4, int ti) {
+                                            int i_hv, int r0, int t4, int ti, bool ident) {
     if (rem >= C_) {
         if (ti == 0) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
         out_sync();
@@ -392,15 +398,17 @@ __device__ __forceinline__ void store_chunk(const ChainParams& p, bf16_t* ob, co
                     = (bf16_t)(pack2(keep * Y[4 * j + e], 0.f) & 0xFFFF);
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         out_sync();
-        if (ti == 0) tma_store3(p.to, row0, i_hv, (int)tw, ob);
+        if (ti == 0) tma_store3(ident ? p.tw : p.to, row0, i_hv, (int)tw, ob);
     } else {
+        bf16_t* dst = ident ? p.wout : p.out;
+        const long long s_t = ident ? p.HV * p.V : p.so_t, s_h = ident ? p.V : p.so_h;
 #pragma unroll
         for (int j = 0; j < 8; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
                 if (i < rem)
-                    p.out[(tw + i) * p.so_t + i_hv * p.so_h + row0 + r]
+                    dst[(tw + i) * s_t + i_hv * s_h + row0 + r]
                         = (bf16_t)(pack2(keep * Y[4 * j + e], 0.f) & 0xFFFF);
             }
     }
@@ -639,10 +647,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
             outputs_rm(Y, hb.r, st.m);
             bar_arrive(&sm.hempty[b]);          // S0 and R of this chunk read
             bar_arrive(&sm.empty[s]);           // q, M^T and fq read
-            // the row of the chunk's first token in ``out``: with segments an identity chain's
-            // outputs go to the second half of the [2 T, HV, V] buffer
-            const long long tw = ident ? t0 + p.T_all : t0;
-            store_chunk(p, sm.ob[b], Y, keep, rem, tw, row0, i_hv, r0, t4, ti);
+            store_chunk(p, sm.ob[b], Y, keep, rem, t0, row0, i_hv, r0, t4, ti, ident);
         }
         if (ti == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         return;
@@ -722,8 +727,8 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
                 load_out_in(sm.os, p, smem_u32(&sm.qfull), (int)(c0 + (jc + 1) * C_), i_h, i_hv,
                             true);
             const long long t0 = c0 + jc * C_;
-            store_chunk(p, sm.ob[jc & 1], Y, rd ? 1.f : 0.f, eos - t0, ident ? t0 + p.T_all : t0,
-                        row0, i_hv, r0, t4, tid);
+            store_chunk(p, sm.ob[jc & 1], Y, rd ? 1.f : 0.f, eos - t0, t0, row0, i_hv, r0, t4,
+                        tid, ident);
         }
         wg_wait<0>();
         pin(S);
@@ -773,10 +778,14 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
     if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");   // ob read
 #endif
 #if GDN_SEG
-    // Z (a segment's chain from zeros, or segment 0's from the state) or Phi (an identity
-    // chain) into the [2, N, S, HV, V, K] fp32 buffer the combine reads
-    store_tile<0>(S, p.new_state, ((((ident ? 1 : 0) * p.N + i_n) * GDN_SEG + seg) * HV + i_hv)
-                  * p.V * K_ + row0 * K_, K_, 1, r0, t4);
+    // Z (a segment's chain from zeros, or segment 0's from the state) into the fp32
+    // [N, S, HV, V, K] buffer the combine reads, or Phi (an identity chain) into its buffer of
+    // the same shape in p.ckpt (bf16: the combine's products round it so)
+    const long long at = ((i_n * GDN_SEG + seg) * HV + i_hv) * p.V * K_ + row0 * K_;
+    if (ident)
+        store_tile<GDN_C_DT>(S, p.ckpt, at, K_, 1, r0, t4);
+    else
+        store_tile<0>(S, p.new_state, at, K_, 1, r0, t4);
 #else
     if (wr)
         store_tile<GDN_NS_DT>(S, p.new_state, slot_w * p.sn_n + i_hv * p.sn_h + row0 * p.sn_v,

@@ -565,7 +565,10 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
     chains' outputs: bf16 where the precision is "bf16" and the outputs are bf16, whose
     products round them to bf16 anyway but for one rounding of a segment's own outputs
     before the join adds to them; else fp32) and of 3 segments N HV V K elements (the
-    segments' final tiles in fp32; their start states, bf16 with "bf16" products).
+    segments' final tiles in fp32; their start states, bf16 with "bf16" products).  The CUDA
+    chains write the segments' outputs into ``out`` itself (the output pass completes those
+    past segment 0 in place) and only w into a buffer (T HV V), Phi in bf16 (the join's
+    "bf16" products round it so).
     ``after_prep``: the CUDA chains launched as the CUDA prep's programmatic dependent."""
     from gdnzoo.backends._triton_chunk_cp import (cp_chain_kernel, cp_combine_kernel,
                                                   cp_out_kernel)
@@ -576,20 +579,24 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
         cu_seqlens, state, new_state, state_indices, new_state_indices, has_initial_state, k_first)
     dev = q.device
     low = c.precision == "bf16" and out.dtype == torch.bfloat16
-    obuf = torch.empty(2, max(T, 1), HV, V, dtype=torch.bfloat16 if low else torch.float32,
-                       device=dev)
+    cuda = c.chain == "cuda"
+    obuf = torch.empty(1 if cuda else 2, max(T, 1), HV, V,
+                       dtype=torch.bfloat16 if low else torch.float32, device=dev)
     fbuf = torch.empty(2, N, S, HV, V, K, dtype=torch.float32, device=dev)
+    if cuda:        # Phi in bf16 (c.precision is "bf16" with the CUDA chain)
+        fbuf = (fbuf[0], torch.empty(N, S, HV, V, K, dtype=torch.bfloat16, device=dev))
     # the segments' start states, read only as the outputs' product operand: in bf16 where
     # that product rounds them to bf16 ("bf16"), half the bytes each output program reads
     starts = torch.empty(N, S, HV, V, K, dtype=torch.bfloat16 if c.precision == "bf16"
                          else torch.float32, device=dev)
     P, PN = src.shape[0], new_state.shape[0]
-    if c.chain == "cuda":
-        _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, obuf, state, fbuf,
+    if cuda:
+        _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, out, state, fbuf[0],
                                  state_indices=state_indices,
                                  new_state_indices=new_state_indices, null_slot=null_slot,
                                  has_initial_state=has_initial_state, k_first=k_first,
-                                 segments=S, after_prep=after_prep)
+                                 segments=S, seg_w=obuf[0], seg_phi=fbuf[1],
+                                 after_prep=after_prep)
     else:
         zero_row = torch.zeros(V, dtype=v.dtype, device=dev)      # the identity chains' v
         _LAUNCH(cp_chain_kernel, (2 * S - 1) * N * HV * (V // bv),
@@ -599,9 +606,10 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
                  int(state is not None), int(has_initial_state is not None), c.stages,
                  c.v_ahead), num_warps=c.warps, num_stages=c.stages)
     _LAUNCH(cp_combine_kernel, N * HV * (V // bv),
-            (cu_seqlens, fbuf, starts, new_state, idx, new_idx),
+            (cu_seqlens, fbuf[0], fbuf[1], starts, new_state, idx, new_idx),
             (N, T, P, PN, null_slot, *tlaunch.state_strides(new_state, k_first), H, HV, K, V,
              bv, c.precision, S, pool), num_warps=c.warps)
     if T > 0:
-        _LAUNCH(cp_out_kernel, (T // C + N) * HV, (cu_seqlens, obuf, starts, out),
-                (N, T, out.stride(0), out.stride(1), HV, K, V, C, c.precision, S), num_warps=4)
+        _LAUNCH(cp_out_kernel, (T // C + N) * HV, (cu_seqlens, obuf[0], obuf[-1], starts, out),
+                (N, T, out.stride(0), out.stride(1), HV, K, V, C, c.precision, S, int(cuda)),
+                num_warps=4)
