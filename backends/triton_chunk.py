@@ -582,8 +582,10 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
     cuda = c.chain == "cuda"
     obuf = torch.empty(1 if cuda else 2, max(T, 1), HV, V,
                        dtype=torch.bfloat16 if low else torch.float32, device=dev)
-    fbuf = torch.empty(2, N, S, HV, V, K, dtype=torch.float32, device=dev)
-    if cuda:        # Phi in bf16 (c.precision is "bf16" with the CUDA chain)
+    # the chains' final tiles, Z then Phi (the CUDA chains' Phi in bf16: their precision is
+    # "bf16", whose products in the join round it so)
+    fbuf = torch.empty(1 if cuda else 2, N, S, HV, V, K, dtype=torch.float32, device=dev)
+    if cuda:
         fbuf = (fbuf[0], torch.empty(N, S, HV, V, K, dtype=torch.bfloat16, device=dev))
     # the segments' start states, read only as the outputs' product operand: in bf16 where
     # that product rounds them to bf16 ("bf16"), half the bytes each output program reads
