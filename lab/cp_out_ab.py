@@ -5,17 +5,14 @@ side (cuda-chunk-bf16; the pass is launched with 4 warps).  On a GPU:
 
 Per cell and round, each variant in turn: a call's GPU span (CUDA events behind a sleep kernel;
 median of --reps), outputs and states compared bit for bit with the first variant's.  Cells as
-``lab.chain_order_ab``'s; only cells cut into segments run the pass.
+``lab.prefill_gpu.lens_of`` reads them; only cells cut into segments run the pass.
 """
 from __future__ import annotations
 
-import argparse
-
 from gdnzoo.backends import triton_chunk as tc
 from gdnzoo.backends._triton_chunk_cp import cp_out_kernel
-from lab.chain_order_ab import lens_of
-from lab.harness import patch, side_by_side
-from lab.prefill_gpu import make, oracle, prefill_call
+from lab.harness import patch
+from lab.prefill_gpu import ab_cells
 
 LAUNCH = tc._LAUNCH
 
@@ -30,23 +27,9 @@ def with_warps(n: int):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cells", default="4,8:1x8192")
-    ap.add_argument("--warps", default="2,8")
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=3)
-    a = ap.parse_args()
-    for cell in a.cells.split(";"):
-        heads, mix = cell.split(":")
-        H, HV = map(int, heads.split(","))
-        x = make(lens_of(mix), H, HV, seed=0)
-        o64, s64 = oracle(x, True)
-        variants = {"w4": patch(tc)}
-        variants.update({f"w{n}": patch(tc, _LAUNCH=with_warps(int(n)))
-                         for n in a.warps.split(",")})
-        med = side_by_side(cell, prefill_call(x), variants, a.rounds, a.reps, o64, s64)
-        print(f"{cell}: " + ", ".join(f"{n} / w4 {m / med['w4']:.3f}x" for n, m in med.items()),
-              flush=True)
+    ab_cells(__doc__, lambda a: {"w4": patch(tc), **{
+        f"w{n}": patch(tc, _LAUNCH=with_warps(int(n))) for n in a.warps.split(",")}},
+        more_args=lambda ap: ap.add_argument("--warps", default="2,8"))
 
 
 if __name__ == "__main__":

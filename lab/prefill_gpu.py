@@ -94,6 +94,43 @@ def make(lens, H, HV, seed, io=torch.bfloat16, state_dtype=torch.float32):
     return x
 
 
+def lens_of(mix: str) -> list:
+    """The sequence lengths of a mix: "ragged" (the bench's ragged mix), "NxL" or
+    "len+len+..."."""
+    if mix == "ragged":
+        from bench.mode_prefill import RAGGED
+        return list(RAGGED)
+    if "x" in mix:
+        n, L = map(int, mix.split("x"))
+        return [L] * n
+    return [int(s) for s in mix.split("+")]
+
+
+def ab_cells(doc: str, variants, cells="4,8:1x8192", more_args=None):
+    """The main of a whole-call A/B script (``doc``: its docstring): --cells "H,HV:mix;..."
+    (mixes as :func:`lens_of`), --reps, --rounds, and what ``more_args(parser)`` adds; per cell
+    one cuda-chunk-bf16 call (:func:`make`, seed 0) under each of ``variants(args)`` (name -> a
+    setup returning its undo, as :func:`lab.harness.side_by_side` takes them) side by side,
+    then each variant's median span over the first's."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--cells", default=cells)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    if more_args:
+        more_args(ap)
+    a = ap.parse_args()
+    setups = variants(a)
+    for cell in a.cells.split(";"):
+        heads, mix = cell.split(":")
+        H, HV = map(int, heads.split(","))
+        x = make(lens_of(mix), H, HV, seed=0)
+        o64, s64 = oracle(x, True)
+        med = harness.side_by_side(cell, prefill_call(x), setups, a.rounds, a.reps, o64, s64)
+        first, *rest = med
+        print(f"{cell}: " + ", ".join(f"{n} / {first} {med[n] / med[first]:.3f}x"
+                                      for n in rest), flush=True)
+
+
 def prefill_call(x, algo="cuda-chunk-bf16"):
     """A ``gdnzoo.prefill`` call of ``algo`` on :func:`make`'s inputs (the l2 norm on, from one
     copy of the state, into the inputs' out and new_state), as a closure."""

@@ -8,21 +8,18 @@ calls side by side.  On a GPU:
 
 Per cell and round, each variant in turn: a call's GPU span (CUDA events behind a sleep kernel;
 median of --reps), outputs and states compared bit for bit with the first variant's, the first's
-errors against float64.  Cells as ``lab.chain_order_ab``'s ("H,HV:NxL"); only cells whose
-sequences the product cuts into segments exercise the change.
+errors against float64. Cells as ``lab.prefill_gpu.lens_of`` reads them ("H,HV:NxL"); only cells
+whose sequences the product cuts into segments exercise the change.
 """
 from __future__ import annotations
-
-import argparse
 
 import torch
 
 from gdnzoo.backends import _cuda_chunk_chain as chain
 from gdnzoo.backends import _triton_launch as tlaunch
 from gdnzoo.backends import triton_chunk as tc
-from lab.chain_order_ab import lens_of
-from lab.harness import patch, side_by_side
-from lab.prefill_gpu import make, oracle, prefill_call
+from lab.harness import patch
+from lab.prefill_gpu import ab_cells
 
 
 def before_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
@@ -56,19 +53,8 @@ def before_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cells", default="4,8:1x8192")
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--rounds", type=int, default=3)
-    a = ap.parse_args()
-    for cell in a.cells.split(";"):
-        heads, mix = cell.split(":")
-        H, HV = map(int, heads.split(","))
-        x = make(lens_of(mix), H, HV, seed=0)
-        o64, s64 = oracle(x, True)
-        variants = {"tree": patch(tc), "before": patch(tc, launch_segments=before_segments)}
-        med = side_by_side(cell, prefill_call(x), variants, a.rounds, a.reps, o64, s64)
-        print(f"{cell}: before / tree {med['before'] / med['tree']:.3f}x", flush=True)
+    ab_cells(__doc__, lambda a: {"tree": patch(tc),
+                                 "before": patch(tc, launch_segments=before_segments)})
 
 
 if __name__ == "__main__":
