@@ -61,6 +61,13 @@ def pick_solo(grid: int, n_sm: int) -> bool:
     return grid > 2 * n_sm
 
 
+def pick_form(grid: int, n_sm: int, segmented: bool) -> bool:
+    """Whether to run the solo form: :func:`pick_solo`, which a segmented grid asks as if twice
+    as large (its chains alike: past one wave of the 185 KB form a second wave would double the
+    chain's time, where the solo form's one wave of two CTAs an SM takes ~1.9x)."""
+    return pick_solo(2 * grid if segmented else grid, n_sm)
+
+
 def pick_overlap(grid: int, n_sm: int, sequences: int) -> bool:
     """Whether the prep kernel runs beside a chain of ``grid`` CTAs of the 185 KB form (one an
     SM) instead of before it: one sequence whose chain leaves at least half the SMs to the
@@ -87,7 +94,9 @@ def flags_for(mats: torch.Tensor, T: int, HV: int, N: int):
 
 
 # segments a sequence at most (triton_chunk.pick_segments): 4 at 4/8 heads fill 112 of 132 SMs
+# with the 185 KB form; past that wave, up to 8 in the solo form (triton_chunk.pick_cuda_segments)
 MAX_SEGMENTS = 4
+MAX_SOLO_SEGMENTS = 8
 
 
 def serves(cc, K: int, V: int, io_dtype, precision: str, chunk: int):
@@ -172,7 +181,7 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
         defs["GDN_SEG"] = seg
     grid = (2 * seg - 1 if seg else 1) * N * HV * (V // ROWS)
     if solo is None:        # the prep beside the chain needs the 185 KB form (pick_overlap)
-        solo = flags is None and pick_solo(grid, cuda_build.sm_count(dev))
+        solo = flags is None and pick_form(grid, cuda_build.sm_count(dev), bool(seg))
     if flags is not None and (seg or solo or after_prep):
         raise ValueError("flags: the 185 KB form of one segment only, launched before the prep")
     defs["GDN_SOLO"] = int(bool(solo))

@@ -119,6 +119,15 @@ MAX_SEGMENTS = 16
 # of 16 chunks at 4/8 heads 1 x 4096 tokens: chain 30.1 + combine 8.2 + outputs 10.5 us against
 # 95.2 for one chain (lab/notebook/h200/wgmma_segments_2026-11-29.log).
 SEGMENT_MIN_CHUNKS = 16
+# cuda-chunk-bf16's segments in its solo form (pick_cuda_segments): a segment's chunks at least.
+# Its chain kernel a chunk takes ~1.45 us in the 185 KB form, ~2.7 in the solo form; the join
+# and the output pass grow with the segments.  An H200, whole calls against the one-wave rule
+# (lab/notebook/h200/seg_solo_2026-11-30/): 2/8 heads 1 x 32768 tokens 358.0 -> 342.5 us (8
+# segments of 64 chunks instead of 4), 4/8 2 x 16384 347.2 -> 341.8 (4 instead of 2); 16/32
+# 1 x 8192 265.5 -> 326.2 (2 instead of none: not taken).  Kernels summed, Phi then in fp32
+# (lab/notebook/h200/chain_solo_2026-11-30/segments.log): 4/8 1 x 8192, 8 segments of 16
+# chunks 118.8 against 4 segments' 112.4.
+SOLO_SEGMENT_CHUNKS = 64
 
 
 class Config(NamedTuple):
@@ -224,6 +233,22 @@ def pick_segments(programs: int, n_sm: int, tokens: int, N: int, C: int, most: i
     return best
 
 
+def pick_cuda_segments(programs: int, n_sm: int, tokens: int, N: int, C: int) -> int:
+    """Segments for cuda-chunk-bf16's chain: :func:`pick_segments` within one wave of its 185 KB
+    form (up to :data:`_cuda_chunk_chain.MAX_SEGMENTS`); where that already cuts the sequences,
+    more, up to ``MAX_SOLO_SEGMENTS``, in one wave of its solo form (two CTAs an SM) while each
+    segment still holds :data:`SOLO_SEGMENT_CHUNKS` chunks.  Sequences that one wave does not
+    cut (16/32 heads) stay whole: 2 segments in the solo form measured slower there."""
+    best = pick_segments(programs, n_sm, tokens, N, C, most=_cuda_chunk_chain.MAX_SEGMENTS)
+    if best < 2:
+        return best
+    for S in range(best + 1, _cuda_chunk_chain.MAX_SOLO_SEGMENTS + 1):
+        if (2 * S - 1) * programs <= 2 * n_sm \
+                and tokens >= S * SOLO_SEGMENT_CHUNKS * C * max(N, 1):
+            best = S
+    return best
+
+
 def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int = 0) -> Config:
     """``config`` with its zeros filled in for a call of N sequences and ``tokens`` tokens in
     all, and checked (ValueError naming it).  Answers are remembered per call shape (a model's
@@ -284,9 +309,8 @@ def _resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int)
         if not ok:
             raise ValueError(f"config: chain 'cuda': {why}")
         if not c.segments:
-            c = c._replace(segments=pick_segments(
-                N * HV * (V // _cuda_chunk_chain.ROWS), n_sm, tokens, N, c.chunk,
-                most=_cuda_chunk_chain.MAX_SEGMENTS) if n_sm else 1)
+            c = c._replace(segments=pick_cuda_segments(
+                N * HV * (V // _cuda_chunk_chain.ROWS), n_sm, tokens, N, c.chunk) if n_sm else 1)
     if not 0 <= c.segments <= MAX_SEGMENTS:
         raise ValueError(f"config: segments must be 0 (auto) to {MAX_SEGMENTS}, "
                          f"got {c.segments}")

@@ -100,6 +100,24 @@ def test_segments_fill_one_wave_of_ctas_once_each_has_enough_chunks():
     assert pick(16, long, 8) == 1             # 8 sequences of 1024
 
 
+def test_cut_sequences_take_more_segments_in_the_solo_form_while_each_keeps_64_chunks():
+    def pick(programs, tokens, N):
+        return tc.pick_cuda_segments(programs, 132, tokens, N, 64)
+    assert pick(16, 32768, 1) == 8            # 4/8 heads: 15 x 16 = 240 CTAs, 64 chunks each
+    assert pick(16, 8192, 1) == 4             # 8 would leave 16 chunks a segment
+    assert pick(16, 5 * 64 * 64, 1) == 5
+    assert pick(32, 32768, 2) == 4            # 2 sequences: 7 x 32 = 224 CTAs
+    assert pick(64, 32768, 1) == 1            # 16/32: one wave cuts nothing, none then
+    assert pick(128, 8192, 8) == 1
+
+
+def test_segments_past_one_wave_take_the_solo_form():
+    assert chain.pick_form(240, 132, True)          # 8 segments at 4/8 heads
+    assert not chain.pick_form(112, 132, True)      # 4: one wave of the 185 KB form
+    assert not chain.pick_form(240, 132, False)     # unsegmented: past two waves only
+    assert chain.pick_form(512, 132, False)
+
+
 def test_the_prep_runs_beside_chains_that_leave_half_the_sms_free(monkeypatch):
     monkeypatch.delenv("GDNZOO_PREFILL_OVERLAP", raising=False)
     assert tc.overlap_allowed()
@@ -235,7 +253,7 @@ def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form, kind, monke
 
 @pytest.mark.skipif(MISSING is not None, reason=f"cuda-chunk-bf16 cannot run here: {MISSING}")
 @pytest.mark.parametrize("form", ["dense", "pool-padding-kfirst", "no-state-bf16"])
-@pytest.mark.parametrize("segments", [2, 3, 4])
+@pytest.mark.parametrize("segments", [2, 3, 4, 8])
 @pytest.mark.parametrize("solo", [False, True], ids=["split", "solo"])
 def test_segmented_chains_match_the_triton_segments_bit_for_bit(form, segments, solo,
                                                                 monkeypatch):
