@@ -1,7 +1,7 @@
-"""cuda-chunk-bf16's segment count: the tree's rule (past one wave of the 185 KB form, up to 8
-segments in the solo form where each keeps 64 chunks: triton_chunk.pick_cuda_segments) against
-the one-wave rule before it ("one-wave": up to 4 segments within one wave of the 185 KB form, or
-none), whole calls side by side.  On a GPU:
+"""cuda-chunk-bf16's segment count: the tree's rule (where one wave of the 185 KB form already
+cuts the sequences, up to 8 segments in the solo form while each keeps 64 chunks:
+triton_chunk.pick_cuda_segments) against the one-wave rule before it ("one-wave": up to 4
+segments within one wave of the 185 KB form, or none), whole calls side by side.  On a GPU:
 
     python3 -m lab.seg_solo_ab --cells "2,8:1x32768;16,32:1x8192"
 
