@@ -66,9 +66,11 @@ K = V = 128 on Hopper, timed side by side on an H200 (lab/notebook/h200/prefill_
   wave of SMs and the sequences are long (one sequence at 2/4 heads, Qwen3-Next at tensor
   parallel 8: 300 -> 202 us at 1 x 8192 tokens on an H200, errors unchanged), else 1 (at
   4/8, 192 programs on 132 SMs, two segments took 392 against 334 us, 328 at 4 warps and 2
-  stages); up to 4 with cuda-chunk-bf16's chain (one CTA an SM at 64 rows).  Each segment
-  after the first runs from zeros beside an identity chain, joined by two more launches;
-  buffers of 2 T HV V + 3 S N HV V K elements are allocated per call.
+  stages); with cuda-chunk-bf16's chain up to 4 in one wave of its 185 KB form (one CTA an SM
+  at 64 rows), and where that already cuts the sequences up to 8 in its solo form
+  (:func:`pick_cuda_segments`).  Each segment after the first runs from zeros beside an
+  identity chain, joined by two more launches; buffers of 2 T HV V + 3 S N HV V K elements
+  are allocated per call (with cuda-chunk-bf16's chain T HV V, the outputs written in place).
 * ``prep_warps`` 4: the prep kernel holds several C x C fp32 tiles; 247 registers, no spills,
   two programs an SM by registers and shared memory (2 warps spill; 8 were slower).
 * ``chunk`` 64, ``base`` 8: 7 serial substitution steps on 8 x 8 blocks and three merge
@@ -149,7 +151,7 @@ class Config(NamedTuple):
     sequential kernel) or "cuda" (``backends/cuda_chunk_chain.cu``, warpgroup MMAs and TMA:
     cuda-chunk-bf16's, compute capability 9.0, K = 128, V a multiple of 64, bf16 q/k/v,
     chunk 64, precision "bf16" only; ``segments`` auto: its own pick,
-    :func:`pick_segments` up to 4 segments; ``block_v`` and ``warps`` then steer the Triton
+    :func:`pick_cuda_segments`, up to 8; ``block_v`` and ``warps`` then steer the Triton
     combine and output kernels of segments and the Triton chain it falls back on where TMA
     cannot address the tensors)."""
     block_v: int = 0
