@@ -94,7 +94,8 @@ def flags_for(mats: torch.Tensor, T: int, HV: int, N: int):
 
 
 # segments a sequence at most (triton_chunk.pick_segments): 4 at 4/8 heads fill 112 of 132 SMs
-# with the 185 KB form; past that wave, up to 8 in the solo form (triton_chunk.pick_cuda_segments)
+# with the 185 KB form; where that cuts, up to 8 while each keeps 64 chunks, in the solo form
+# past one wave (triton_chunk.pick_cuda_segments, pick_form)
 MAX_SEGMENTS = 4
 MAX_SOLO_SEGMENTS = 8
 
