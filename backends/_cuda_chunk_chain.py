@@ -32,7 +32,7 @@ NAME = "gdn_wgmma_chain"
 CC = (9, 0)                      # wgmma and the sm_90a target
 ROWS, CHUNK, HEAD_DIM = 64, 64, 128
 THREADS = 288
-# after the five tensor maps: 10 pointers, then 23 integers; the block is padded to 64 bytes
+# after the six tensor maps: 11 pointers, then 23 integers; the block is padded to 64 bytes
 PARAMS = struct.Struct("<11Q23q")
 # a stage: k and q [64, 128], the workspace rows of T^T and M^T and v [64, 64] (bf16), four
 # [C] factors and the last gate, rounded up to 1 KB
