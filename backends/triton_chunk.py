@@ -606,25 +606,25 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
     dev = q.device
     low = c.precision == "bf16" and out.dtype == torch.bfloat16
     cuda = c.chain == "cuda"
+    # the chains' outputs o then w (the CUDA chains write o into ``out``: w alone), their final
+    # tiles Z then Phi (the CUDA chains' Phi in bf16: their precision is "bf16", whose products
+    # in the join round it so)
     obuf = torch.empty(1 if cuda else 2, max(T, 1), HV, V,
                        dtype=torch.bfloat16 if low else torch.float32, device=dev)
-    # the chains' final tiles, Z then Phi (the CUDA chains' Phi in bf16: their precision is
-    # "bf16", whose products in the join round it so)
     fbuf = torch.empty(1 if cuda else 2, N, S, HV, V, K, dtype=torch.float32, device=dev)
-    if cuda:
-        fbuf = (fbuf[0], torch.empty(N, S, HV, V, K, dtype=torch.bfloat16, device=dev))
+    zbuf, wbuf = fbuf[0], obuf[-1]
+    phibuf = torch.empty_like(zbuf, dtype=torch.bfloat16) if cuda else fbuf[1]
     # the segments' start states, read only as the outputs' product operand: in bf16 where
     # that product rounds them to bf16 ("bf16"), half the bytes each output program reads
     starts = torch.empty(N, S, HV, V, K, dtype=torch.bfloat16 if c.precision == "bf16"
                          else torch.float32, device=dev)
     P, PN = src.shape[0], new_state.shape[0]
     if cuda:
-        _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, out, state, fbuf[0],
+        _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, out, state, zbuf,
                                  state_indices=state_indices,
                                  new_state_indices=new_state_indices, null_slot=null_slot,
                                  has_initial_state=has_initial_state, k_first=k_first,
-                                 segments=S, seg_w=obuf[0], seg_phi=fbuf[1],
-                                 after_prep=after_prep)
+                                 segments=S, seg_w=wbuf, seg_phi=phibuf, after_prep=after_prep)
     else:
         zero_row = torch.zeros(V, dtype=v.dtype, device=dev)      # the identity chains' v
         _LAUNCH(cp_chain_kernel, (2 * S - 1) * N * HV * (V // bv),
@@ -634,10 +634,10 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
                  int(state is not None), int(has_initial_state is not None), c.stages,
                  c.v_ahead), num_warps=c.warps, num_stages=c.stages)
     _LAUNCH(cp_combine_kernel, N * HV * (V // bv),
-            (cu_seqlens, fbuf[0], fbuf[1], starts, new_state, idx, new_idx),
+            (cu_seqlens, zbuf, phibuf, starts, new_state, idx, new_idx),
             (N, T, P, PN, null_slot, *tlaunch.state_strides(new_state, k_first), H, HV, K, V,
              bv, c.precision, S, pool), num_warps=c.warps)
     if T > 0:
-        _LAUNCH(cp_out_kernel, (T // C + N) * HV, (cu_seqlens, obuf[0], obuf[-1], starts, out),
+        _LAUNCH(cp_out_kernel, (T // C + N) * HV, (cu_seqlens, obuf[0], wbuf, starts, out),
                 (N, T, out.stride(0), out.stride(1), HV, K, V, C, c.precision, S, int(cuda)),
                 num_warps=4)
