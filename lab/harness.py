@@ -158,7 +158,10 @@ def side_by_side(cell, call, variants, rounds, reps, o64, s64, spread=False) -> 
                 if not same[name]:
                     print(f"{cell} {name} round {r}: NOT bit-identical to the first: out "
                           f"{rel(out, first[0]):.3e} state {rel(new, first[1]):.3e}", flush=True)
-                samples = sorted(event_times_us(call, reps, ahead=400_000))
+                # ~1 ms of sleep ahead: an eager prefill call's launches took up to ~0.3 ms
+                # on the lent H200's host, past the 0.2 ms slept before (4/8 1x8192 read
+                # 107-298 us in lab/notebook/h200/chain_ldsm_2026-11-30/)
+                samples = sorted(event_times_us(call, reps, ahead=2_000_000))
                 spans[name].append(statistics.median(samples))
                 if spread:
                     print(f"{cell} {name} round {r}: spans " + " ".join(f"{t:.0f}" for t in samples),
