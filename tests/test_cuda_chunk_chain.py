@@ -181,6 +181,18 @@ def _skip_unless_beside_can_run():
                     "the prep first)")
 
 
+def _spy_launches(monkeypatch, what):
+    """The chain kernel's launches, each recorded as ``what(its keywords)`` in the list
+    returned, then run."""
+    launched, real = [], chain.launch
+
+    def spy(*a, **kw):
+        launched.append(what(kw))
+        return real(*a, **kw)
+    monkeypatch.setattr(chain, "launch", spy)
+    return launched
+
+
 def _nan(t):
     return torch.full_like(t, float("nan"))
 
@@ -209,10 +221,8 @@ def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form, kind, monke
     monkeypatch.setattr(chain, "pick_solo", lambda grid, n_sm: kind == "solo")
     monkeypatch.setattr(chain, "pick_overlap", lambda *a: kind == "beside")
     monkeypatch.setattr(tc, "overlap_allowed", lambda: True)
-    launched = []
-    real = chain.launch
-    monkeypatch.setattr(chain, "launch", lambda *a, **kw: (launched.append(
-        (kw.get("flags") is not None, kw.get("after_prep"))), real(*a, **kw))[1])
+    launched = _spy_launches(monkeypatch, lambda kw: (kw.get("flags") is not None,
+                                                      kw.get("after_prep")))
     lens = {"v64-short": [5, 0, 63, 17], "cu64": [1000, 1, 130]}.get(form, [300, 64, 0, 200, 129])
     H, HV, V = (1, 2, 64) if form == "v64-short" else (2, 4, 128)
     x = make_prefill_inputs(lens, H=H, HV=HV, K=128, V=V, device="cuda", seed=len(form),
@@ -261,10 +271,7 @@ def test_segmented_chains_match_the_triton_segments_bit_for_bit(form, segments, 
     output kernels): the CUDA chains (both forms) against triton-chunk's cp_chain_kernel, outputs
     and final states bit-identical (a long sequence, a short one, an empty one)."""
     monkeypatch.setattr(chain, "pick_solo", lambda grid, n_sm: solo)
-    launched = []
-    real = chain.launch
-    monkeypatch.setattr(chain, "launch", lambda *a, **kw: (launched.append(kw.get("after_prep")),
-                                                           real(*a, **kw))[1])
+    launched = _spy_launches(monkeypatch, lambda kw: kw.get("after_prep"))
     lens = [3000, 70, 0, 1200]
     x = make_prefill_inputs(lens, H=2, HV=4, device="cuda", seed=segments)
     dev, HV = "cuda", 4
@@ -327,10 +334,7 @@ def test_the_prep_beside_the_chain_replays_in_a_cuda_graph(pdl, monkeypatch):
     import gdnzoo
     _skip_unless_beside_can_run()
     monkeypatch.setattr(tc, "overlap_allowed", lambda: True)
-    launched = []
-    real = chain.launch
-    monkeypatch.setattr(chain, "launch", lambda *a, **kw: (launched.append(kw.get("flags")),
-                                                           real(*a, **kw))[1])
+    launched = _spy_launches(monkeypatch, lambda kw: kw.get("flags"))
 
     def inputs(seed):
         return make_prefill_inputs([700], H=2, HV=4, K=128, V=128, device="cuda", seed=seed)
