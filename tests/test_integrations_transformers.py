@@ -8,6 +8,7 @@ the very same objects; unsupported versions and layouts are refused, changing no
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import sys
 from contextlib import contextmanager
@@ -60,9 +61,20 @@ def module_of(family):
     return importlib.import_module(MODULES[family].module)
 
 
+# With FLA importable, transformers (5.17 on) routes the two names to FLA's Triton kernels,
+# which take CUDA tensors only; these CPU models are compared with transformers' own torch
+# loops, as on a machine without FLA (CI).  The comparison with FLA on a GPU: lab.models_gpu.
+FLA_IMPORTABLE = importlib.util.find_spec("fla") is not None
+
+
 @pytest.fixture(autouse=True)
-def _disabled():
+def _disabled(monkeypatch):
     hook.disable()
+    if FLA_IMPORTABLE:
+        for fam in hook.FAMILIES:
+            mod = module_of(fam.name)
+            for name in (RECURRENT, CHUNK):
+                monkeypatch.setattr(mod, name, inspect.unwrap(getattr(mod, name)))
     yield
     hook.disable()
 
