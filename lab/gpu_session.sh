@@ -4,6 +4,9 @@
 #
 #   bash lab/gpu_session.sh tests   OUT  # the decode suite in 3 parallel shards + the decode check
 #   bash lab/gpu_session.sh prefill OUT  # the prefill tests alone + lab.engine_prefill_gpu
+#   bash lab/gpu_session.sh prefill-all OUT  # every prefill test file in four shards side by
+#                                        # side, then check --op prefill (about 8 min; the
+#                                        # bundle staged for the peers' and engines' cases)
 #   bash lab/gpu_session.sh models-tests OUT  # the models' tests + check --op prefill
 #   bash lab/gpu_session.sh sweep OUT    # lab.prefill_gpu $SWEEP_ARGS (configs and peers)
 #   bash lab/gpu_session.sh timing  OUT  # gdnzoo bench --mode prefill (BUDGET s, default 420;
@@ -217,6 +220,20 @@ segments)                   # triton-chunk's segmented form: GPU tests, then tim
     VARIANTS=${VARIANTS:-base,seg2,seg2w4,seg2w4s2,seg3w4,seg4w4} ARGS=--errors OUT="$OUT" \
     timeout 300 bash lab/chunk_ablate_gpu.sh > "$OUT/ablate_run.log" 2>&1
   echo "lab.chunk_ablate: exit $?"; grep -v "^ *$" "$OUT/ablate.log" | tail -30
+  ;;
+prefill-all)                # every prefill test file, four shards side by side (about 8 min)
+  t0=$SECONDS
+  shard A 480 --tb=short tests/test_integrations_transformers.py tests/test_triton_chunk_pdl.py \
+    tests/test_prefill_checkpoints.py tests/test_pack_prefill.py tests/test_check_prefill.py \
+    tests/test_prefill_graphs.py
+  shard B 480 --tb=short tests/test_cuda_chunk.py tests/test_cuda_chunk_chain.py \
+    tests/test_triton_chunk.py
+  shard C 480 --tb=short tests/test_prefill.py tests/test_integrations_prefill.py
+  shard D 480 --tb=short tests/test_tune_prefill.py tests/test_bench_engine_prefill.py \
+    tests/test_fla_recurrent_prefill.py tests/test_forms.py    # FLA's own: models-tests
+  wait
+  echo "== failures"; grep -h "^FAILED\|^ERROR" "$OUT"/pytest_*.log | cut -c1-300 | head -40
+  echo "== summary ($((SECONDS - t0)) s)"; cat "$OUT"/*.summary
   ;;
 chunk-bf16)                 # cuda-chunk-bf16: its kernel tests and the registry's matrices on it,
   t0=$SECONDS               # compute-sanitizer over the chain tests, then lab.wgmma_chain timed
