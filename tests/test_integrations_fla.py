@@ -20,7 +20,7 @@ from gdnzoo import gate
 from gdnzoo.checks import IO_DTYPES
 from gdnzoo.integrations import fla
 from conftest import DEVICE, HAS_CUDA
-from fla_oracle import fla_oracle
+from fla_oracle import fla_oracle, state_error
 from helpers import assert_matches
 
 FNS = {"recurrent": fla.fused_recurrent_gated_delta_rule, "chunk": fla.chunk_gated_delta_rule}
@@ -372,11 +372,19 @@ def test_matches_fla_itself(form):
         B, T, H, HV, lens = SHAPES[shape]
         for name, fn in FNS.items():
             for v_first in (False, True):
-                kw, _ = make(13, B, T, H, HV, lens, K=128, V=128, form=form, v_first=v_first)
-                mine = fn(**kw)
-                theirs = getattr(upstream, fn.__name__)(**kw)
-                # FLA's chunk rounds its states to bf16: the peers' state bound, not fp32's
-                # (each side against float64: test_matches_oracle)
-                j = gate.judge(mine[0], mine[1], theirs[0], theirs[1],
-                               state_dtype=torch.float32, state_tol=gate.PEER_STATE_TOL)
-                assert j.ok, f"{name} {form} {shape} v_first={v_first}: {j.reason}"
+                kw, oracle = make(13, B, T, H, HV, lens, K=128, V=128, form=form,
+                                  v_first=v_first)
+                mine = [x.cpu() for x in fn(**kw)]
+                theirs = [x.cpu() for x in getattr(upstream, fn.__name__)(**kw)]
+                ref_out, ref_state = fla_oracle(**oracle)
+                what = f"{name} {form} {shape} v_first={v_first}"
+                # Both against float64: ours by the strict gate, FLA itself (the oracle's reading
+                # of its semantics) by relative error, its chunk's state within the peers' bound:
+                # it holds its states in bf16, and with allow_neg_eigval its long chunk's state
+                # is 1.1e-2 off float64 at worst (lab/fla_neg_oracle.py), past the contest's
+                # elementwise rule; ours is never farther from float64 than FLA's
+                assert_matches(*mine, ref_out, ref_state, torch.float32, what)
+                e_out, e_state = state_error(theirs[0], ref_out), state_error(theirs[1], ref_state)
+                assert e_out < gate.STRICT_TOL["out"] and e_state < gate.PEER_STATE_TOL, \
+                    (what, e_out, e_state)
+                assert state_error(mine[1], ref_state) <= max(e_state, 1e-5), what
