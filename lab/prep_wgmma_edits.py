@@ -1,0 +1,280 @@
+"""Two edits of cuda-chunk's prep kernel, written without a GPU (2026-11-30, twenty-third
+session) for the next A/B; both compile for sm_90a and sm_80 with 128 registers and no spills
+(``python -m lab.prep_wgmma_edits``: nvcc, registers, spills, static SASS counts).  On a GPU:
+
+    python -m lab.prep_ab --rev '' --edits lab/prep_wgmma_edits.py --precision bf16 \
+        --variants wgmma,halves,wgmma+halves --cells 16/32:8x1024,16/64:16x256,16/48:16x256,4/8:1x8192
+    (the same with --errors for the whole call's errors against float64)
+
+    wgmma  q and k staged as no-swizzle core-matrix tiles ([64, 128] bf16: core (r / 8, c / 8)
+           at (r / 8) 2048 + (c / 8) 128 bytes, rows of 16 bytes), and k k^T and q k^T as two
+           warpgroup MMAs (m64n64k16, both operands by descriptor, 8 k-steps each) on cc 9.0
+           (which backends/_cuda_build.py always builds as sm_90a: a plain sm_90 build fails loudly)
+           instead of 160 mma.sync and 48 ldmatrix a warp; k's norms from k k^T's diagonal
+           blocks, q's from q q^T's by mma.sync as before, issued while the warpgroup MMAs run.
+           Elsewhere (no sm_90a) the same tiles by ldmatrix and mma.sync.
+    halves the blocks of T below the diagonal by halves: T_10 and T_32 (warps 0 and 1), then
+           the lower-left 32 x 32 block as -T[23][23] (A[23][01] T[01][01]) by all four warps:
+           six bf16x3 block products on the longest path instead of nine (sixteen in all either
+           way), the same three barriers.
+Neither is expected to write the tree's workspace bit for bit (other sums' order); prep_ab
+prints the largest difference.
+"""
+from __future__ import annotations
+
+_STRUCT_OLD = "        struct { bf16_t q[C_][KP]; bf16_t k[C_][KP]; } in;\n"
+_STRUCT_NEW = ("        struct { bf16_t q[C_ * K_]; bf16_t k[C_ * K_]; } in;   "
+               "// core-matrix tiles (cm)\n")
+
+_HELPERS_OLD = """__device__ __forceinline__ unsigned smem_u32(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+"""
+_HELPERS_NEW = """#include "wgmma.cuh"                  // smem_u32, the warpgroup MMA wrappers
+// byte offset of (row r, column c; c a multiple of 8) in a [64, 128] bf16 no-swizzle tile:
+// core matrix (r / 8, c / 8) at (r / 8) 2048 + (c / 8) 128 bytes, its rows 16 bytes apart
+__device__ __forceinline__ int cm(int r, int c) {
+    return (r >> 3) * 2048 + (c >> 3) * 128 + (r & 7) * 16;
+}
+"""
+
+_COPY_OLD = """        cp16(&sm.u.in.q[r][c], p.q + t * p.sq_t + i_h * p.sq_h + c, ok);
+        cp16(&sm.u.in.k[r][c], p.k + t * p.sk_t + i_h * p.sk_h + c, ok);
+"""
+_COPY_NEW = """        cp16(reinterpret_cast<unsigned char*>(sm.u.in.q) + cm(r, c),
+             p.q + t * p.sq_t + i_h * p.sq_h + c, ok);
+        cp16(reinterpret_cast<unsigned char*>(sm.u.in.k) + cm(r, c),
+             p.k + t * p.sk_t + i_h * p.sk_h + c, ok);
+"""
+
+_PRODUCTS_OLD = """    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+    // k k^T and q k^T, rows [16 w, 16 w + 16), all 64 columns; q q^T's diagonal block
+    const int a_r = (lane & 7) + 8 * ((lane >> 3) & 1), a_c = 8 * (lane >> 4);
+    const int b_r = (lane & 7) + 8 * (lane >> 4), b_c = 8 * ((lane >> 3) & 1);
+    float KK[8][4] = {}, QK[8][4] = {}, QQ[2][4] = {}, KD[2][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < K_ / 16; ++ks) {
+        unsigned ak[4], aq[4], bq[4], bd[4];
+        ldm4(ak, &sm.u.in.k[16 * w + a_r][ks * 16 + a_c]);
+        ldm4(aq, &sm.u.in.q[16 * w + a_r][ks * 16 + a_c]);
+        ldm4(bq, &sm.u.in.q[16 * w + b_r][ks * 16 + b_c]);
+        ldm4(bd, &sm.u.in.k[16 * w + b_r][ks * 16 + b_c]);
+        mma(QQ[0], aq, bq[0], bq[1]);
+        mma(QQ[1], aq, bq[2], bq[3]);
+        mma(KD[0], ak, bd[0], bd[1]);
+        mma(KD[1], ak, bd[2], bd[3]);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+            unsigned bk[4];
+            ldm4(bk, &sm.u.in.k[16 * np + b_r][ks * 16 + b_c]);
+            mma(KK[2 * np], ak, bk[0], bk[1]);
+            mma(KK[2 * np + 1], ak, bk[2], bk[3]);
+            mma(QK[2 * np], aq, bk[0], bk[1]);
+            mma(QK[2 * np + 1], aq, bk[2], bk[3]);
+        }
+    }
+"""
+_PRODUCTS_NEW = """    asm volatile("cp.async.wait_all;" ::: "memory");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900   // built as sm_90a
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");   // for the warpgroup MMAs
+#endif
+    __syncthreads();
+    // k k^T and q k^T, rows [16 w, 16 w + 16), all 64 columns; q q^T's diagonal block
+    const int a_r = (lane & 7) + 8 * ((lane >> 3) & 1), a_c = 8 * (lane >> 4);
+    const int b_r = (lane & 7) + 8 * (lane >> 4), b_c = 8 * ((lane >> 3) & 1);
+    const unsigned char* qt = reinterpret_cast<const unsigned char*>(sm.u.in.q);
+    const unsigned char* kt = reinterpret_cast<const unsigned char*>(sm.u.in.k);
+    float KK[8][4] = {}, QK[8][4] = {}, QQ[2][4] = {}, KD[2][4];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900   // built as sm_90a
+    {   // the warpgroup's two products (the accumulators' layout is mma.sync's: warp w's rows
+        // 16 w + g and + 8, n-tile j in registers 4 j .. 4 j + 3)
+        float (&kk)[32] = reinterpret_cast<float (&)[32]>(KK);
+        float (&qk)[32] = reinterpret_cast<float (&)[32]>(QK);
+        wg_fence();
+#pragma unroll
+        for (int s = 0; s < K_ / 16; ++s)
+            mma64ss<0>(kk, wg_desc(smem_u32(kt) + 256 * s, 128, 2048, 0),
+                       wg_desc(smem_u32(kt) + 256 * s, 128, 2048, 0), s);
+#pragma unroll
+        for (int s = 0; s < K_ / 16; ++s)
+            mma64ss<0>(qk, wg_desc(smem_u32(qt) + 256 * s, 128, 2048, 0),
+                       wg_desc(smem_u32(kt) + 256 * s, 128, 2048, 0), s);
+        wg_commit();
+#pragma unroll
+        for (int ks = 0; ks < K_ / 16; ++ks) {      // q q^T's diagonal block meanwhile
+            unsigned aq[4], bq[4];
+            ldm4(aq, reinterpret_cast<const bf16_t*>(qt + cm(16 * w + a_r, ks * 16 + a_c)));
+            ldm4(bq, reinterpret_cast<const bf16_t*>(qt + cm(16 * w + b_r, ks * 16 + b_c)));
+            mma(QQ[0], aq, bq[0], bq[1]);
+            mma(QQ[1], aq, bq[2], bq[3]);
+        }
+        wg_wait<0>();
+        pin(kk);
+        pin(qk);
+    }
+#else
+#pragma unroll
+    for (int ks = 0; ks < K_ / 16; ++ks) {
+        unsigned ak[4], aq[4], bq[4];
+        ldm4(ak, reinterpret_cast<const bf16_t*>(kt + cm(16 * w + a_r, ks * 16 + a_c)));
+        ldm4(aq, reinterpret_cast<const bf16_t*>(qt + cm(16 * w + a_r, ks * 16 + a_c)));
+        ldm4(bq, reinterpret_cast<const bf16_t*>(qt + cm(16 * w + b_r, ks * 16 + b_c)));
+        mma(QQ[0], aq, bq[0], bq[1]);
+        mma(QQ[1], aq, bq[2], bq[3]);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+            unsigned bk[4];
+            ldm4(bk, reinterpret_cast<const bf16_t*>(kt + cm(16 * np + b_r, ks * 16 + b_c)));
+            mma(KK[2 * np], ak, bk[0], bk[1]);
+            mma(KK[2 * np + 1], ak, bk[2], bk[3]);
+            mma(QK[2 * np], aq, bk[0], bk[1]);
+            mma(QK[2 * np + 1], aq, bk[2], bk[3]);
+        }
+    }
+#endif
+    // k k^T's diagonal block of the warp's rows: its n-tiles 2 w and 2 w + 1
+#pragma unroll
+    for (int ww = 0; ww < 4; ++ww)
+        if (w == ww)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) KD[h][e] = KK[2 * ww + h][e];
+"""
+
+_SOLVE_OLD = """        // the blocks below: block row r a step, warp c < r forms T_rc
+        for (int r = 1; r < 4; ++r) {
+            if (w < r) {
+                const int c = w;
+                float S[2][4] = {};
+                for (int kb = c; kb < r; ++kb) {
+                    const Frag fa = frag_a(&sm.u.m.A[16 * r][16 * kb], LD, g, t4);
+#pragma unroll
+                    for (int nt = 0; nt < 2; ++nt) {
+                        unsigned bh[2], bl[2];
+                        frag_b(&sm.u.m.T[16 * kb][16 * c], LD, nt, g, t4, bh, bl);
+                        mma3(S[nt], fa, bh, bl);
+                    }
+                }
+                put16(&sm.x.S[w][0][0], SL, S, 1.f, g, t4);
+                __syncwarp();
+                const Frag fd = frag_a(&sm.u.m.T[16 * r][16 * r], LD, g, t4);
+                float X[2][4] = {};
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt) {
+                    unsigned bh[2], bl[2];
+                    frag_b(&sm.x.S[w][0][0], SL, nt, g, t4, bh, bl);
+                    mma3(X[nt], fd, bh, bl);
+                }
+                put16(&sm.u.m.T[16 * r][16 * c], LD, X, -1.f, g, t4);
+            }
+            __syncthreads();
+        }
+"""
+_SOLVE_NEW = """        // the blocks below by halves: T_10 = -D_1 A_10 D_0 and T_32 = -D_3 A_32 D_2 (warps 0,
+        // 1), then the lower-left 32 x 32 block -T[23][23] (A[23][01] T[01][01]): six block
+        // products on the longest path instead of nine, every warp busy in the second half
+        if (w < 2) {
+            const int r = 2 * w + 1, c = 2 * w;
+            float S[2][4] = {};
+            const Frag fa = frag_a(&sm.u.m.A[16 * r][16 * c], LD, g, t4);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                unsigned bh[2], bl[2];
+                frag_b(&sm.u.m.T[16 * c][16 * c], LD, nt, g, t4, bh, bl);
+                mma3(S[nt], fa, bh, bl);
+            }
+            put16(&sm.x.S[w][0][0], SL, S, 1.f, g, t4);
+            __syncwarp();
+            const Frag fd = frag_a(&sm.u.m.T[16 * r][16 * r], LD, g, t4);
+            float X[2][4] = {};
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                unsigned bh[2], bl[2];
+                frag_b(&sm.x.S[w][0][0], SL, nt, g, t4, bh, bl);
+                mma3(X[nt], fd, bh, bl);
+            }
+            put16(&sm.u.m.T[16 * r][16 * c], LD, X, -1.f, g, t4);
+        }
+        __syncthreads();
+        {   // warp w: block (r, c) = (2 + w / 2, w % 2); Y_rc = sum_{c <= k <= 1} A_rk T_kc into
+            // its scratch, then T_2c = -D_2 Y_2c, T_3c = -(T_32 Y_2c + D_3 Y_3c)
+            const int r = 2 + (w >> 1), c = w & 1;
+            float S[2][4] = {};
+            for (int kb = c; kb < 2; ++kb) {
+                const Frag fa = frag_a(&sm.u.m.A[16 * r][16 * kb], LD, g, t4);
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt) {
+                    unsigned bh[2], bl[2];
+                    frag_b(&sm.u.m.T[16 * kb][16 * c], LD, nt, g, t4, bh, bl);
+                    mma3(S[nt], fa, bh, bl);
+                }
+            }
+            put16(&sm.x.S[w][0][0], SL, S, 1.f, g, t4);
+            __syncthreads();
+            float X[2][4] = {};
+            if (r == 3) {
+                const Frag ft = frag_a(&sm.u.m.T[48][32], LD, g, t4);
+#pragma unroll
+                for (int nt = 0; nt < 2; ++nt) {
+                    unsigned bh[2], bl[2];
+                    frag_b(&sm.x.S[c][0][0], SL, nt, g, t4, bh, bl);
+                    mma3(X[nt], ft, bh, bl);
+                }
+            }
+            const Frag fd = frag_a(&sm.u.m.T[16 * r][16 * r], LD, g, t4);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                unsigned bh[2], bl[2];
+                frag_b(&sm.x.S[w][0][0], SL, nt, g, t4, bh, bl);
+                mma3(X[nt], fd, bh, bl);
+            }
+            put16(&sm.u.m.T[16 * r][16 * c], LD, X, -1.f, g, t4);
+        }
+        __syncthreads();
+"""
+
+EDITS = {"halves": [(_SOLVE_OLD, _SOLVE_NEW)],
+         "wgmma": [(_STRUCT_OLD, _STRUCT_NEW), (_HELPERS_OLD, _HELPERS_NEW),
+                   (_COPY_OLD, _COPY_NEW), (_PRODUCTS_OLD, _PRODUCTS_NEW)]}
+
+
+def main():
+    """Compile the edited kernel for sm_90a and sm_80 (nvcc, -Xptxas -v): registers, spills,
+    and the SASS's HGMMA / HMMA counts."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from lab.source_edits import edited
+    root = Path(__file__).resolve().parents[1] / "backends"
+    variants = {"tree": root / "cuda_chunk_prep.cu"}
+    for name in ("wgmma", "halves", "wgmma+halves"):
+        variants[name] = edited(root / "cuda_chunk_prep.cu", EDITS, name)
+    defs = dict(GDN_GATES=0, GDN_A_DT=1, GDN_B_DT=1, GDN_ALOG_DT=0, GDN_DTB_DT=0, GDN_NEG=0,
+                GDN_PDL=1, GDN_STORE3=0, GDN_HEADS=1, GDN_MIN_CTAS=4, GDN_FLAGS=0)
+    for name, path in variants.items():
+        for arch in ("sm_90a", "sm_80"):
+            cubin = Path(f"/tmp/prep_{name.replace('+', '_')}_{arch}.cubin")
+            d = dict(defs, GDN_PDL=int(arch == "sm_90a"))        # griddepcontrol: sm_90 on
+            cmd = ["nvcc", "-std=c++17", f"-arch={arch}", "-cubin", "-Xptxas", "-v",
+                   "-diag-suppress", "177", f"-I{root}", *[f"-D{k}={v}" for k, v in d.items()],
+                   "-o", str(cubin), str(path)]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode:
+                print(f"{name} {arch}: FAILED\n{r.stderr[-2000:]}")
+                continue
+            regs = re.findall(r"Used (\d+) registers", r.stderr)
+            spill = re.findall(r"(\d+) bytes spill stores", r.stderr)
+            sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True,
+                                  text=True).stdout
+            n_ins = len(re.findall(r"^\s+/\*[0-9a-f]{4}\*/", sass, re.M))
+            print(f"{name:12s} {arch:7s} registers {regs} spill stores {spill} HGMMA "
+                  f"{len(re.findall(r'HGMMA', sass))} HMMA {len(re.findall(r'HMMA', sass))} "
+                  f"LDSM {len(re.findall(r'LDSM', sass))} instructions {n_ins}")
+
+
+if __name__ == "__main__":
+    main()
