@@ -1,9 +1,9 @@
-"""Two edits of cuda-chunk's prep kernel, written without a GPU (2026-11-30, twenty-third
-session) for the next A/B; both compile for sm_90a and sm_80 with 128 registers and no spills
+"""An edit of cuda-chunk's prep kernel, written without a GPU (2026-11-30, twenty-third
+session) for the next A/B; it compiles for sm_90a and sm_80 with 128 registers and no spills
 (``python -m lab.prep_wgmma_edits``: nvcc, registers, spills, static SASS counts).  On a GPU:
 
     python -m lab.prep_ab --rev '' --edits lab/prep_wgmma_edits.py --precision bf16 \
-        --variants wgmma,halves,wgmma+halves --cells 16/32:8x1024,16/64:16x256,16/48:16x256,4/8:1x8192
+        --variants wgmma,wgmma+bf16mma --cells 16/32:8x1024,16/64:16x256,16/48:16x256,4/8:1x8192
     (the same with --errors for the whole call's errors against float64)
 
     wgmma  q and k staged as no-swizzle core-matrix tiles ([64, 128] bf16: core (r / 8, c / 8)
@@ -13,11 +13,9 @@ session) for the next A/B; both compile for sm_90a and sm_80 with 128 registers 
            instead of 160 mma.sync and 48 ldmatrix a warp; k's norms from k k^T's diagonal
            blocks, q's from q q^T's by mma.sync as before, issued while the warpgroup MMAs run.
            Elsewhere (no sm_90a) the same tiles by ldmatrix and mma.sync.
-    halves the blocks of T below the diagonal by halves: T_10 and T_32 (warps 0 and 1), then
-           the lower-left 32 x 32 block as -T[23][23] (A[23][01] T[01][01]) by all four warps:
-           six bf16x3 block products on the longest path instead of nine (sixteen in all either
-           way), the same three barriers.
-Neither is expected to write the tree's workspace bit for bit (other sums' order); prep_ab
+(T's blocks below the diagonal by halves, the other idea staged first, is the block-inverse
+form prep_cuts measured and dropped: lab/notebook/h200/prep_cuts_2026-11-30/, "blkinv".)
+It is not expected to write the tree's workspace bit for bit (other sums' order); prep_ab
 prints the largest difference.
 """
 from __future__ import annotations
@@ -143,100 +141,7 @@ _PRODUCTS_NEW = """    asm volatile("cp.async.wait_all;" ::: "memory");
                 for (int e = 0; e < 4; ++e) KD[h][e] = KK[2 * ww + h][e];
 """
 
-_SOLVE_OLD = """        // the blocks below: block row r a step, warp c < r forms T_rc
-        for (int r = 1; r < 4; ++r) {
-            if (w < r) {
-                const int c = w;
-                float S[2][4] = {};
-                for (int kb = c; kb < r; ++kb) {
-                    const Frag fa = frag_a(&sm.u.m.A[16 * r][16 * kb], LD, g, t4);
-#pragma unroll
-                    for (int nt = 0; nt < 2; ++nt) {
-                        unsigned bh[2], bl[2];
-                        frag_b(&sm.u.m.T[16 * kb][16 * c], LD, nt, g, t4, bh, bl);
-                        mma3(S[nt], fa, bh, bl);
-                    }
-                }
-                put16(&sm.x.S[w][0][0], SL, S, 1.f, g, t4);
-                __syncwarp();
-                const Frag fd = frag_a(&sm.u.m.T[16 * r][16 * r], LD, g, t4);
-                float X[2][4] = {};
-#pragma unroll
-                for (int nt = 0; nt < 2; ++nt) {
-                    unsigned bh[2], bl[2];
-                    frag_b(&sm.x.S[w][0][0], SL, nt, g, t4, bh, bl);
-                    mma3(X[nt], fd, bh, bl);
-                }
-                put16(&sm.u.m.T[16 * r][16 * c], LD, X, -1.f, g, t4);
-            }
-            __syncthreads();
-        }
-"""
-_SOLVE_NEW = """        // the blocks below by halves: T_10 = -D_1 A_10 D_0 and T_32 = -D_3 A_32 D_2 (warps 0,
-        // 1), then the lower-left 32 x 32 block -T[23][23] (A[23][01] T[01][01]): six block
-        // products on the longest path instead of nine, every warp busy in the second half
-        if (w < 2) {
-            const int r = 2 * w + 1, c = 2 * w;
-            float S[2][4] = {};
-            const Frag fa = frag_a(&sm.u.m.A[16 * r][16 * c], LD, g, t4);
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-                unsigned bh[2], bl[2];
-                frag_b(&sm.u.m.T[16 * c][16 * c], LD, nt, g, t4, bh, bl);
-                mma3(S[nt], fa, bh, bl);
-            }
-            put16(&sm.x.S[w][0][0], SL, S, 1.f, g, t4);
-            __syncwarp();
-            const Frag fd = frag_a(&sm.u.m.T[16 * r][16 * r], LD, g, t4);
-            float X[2][4] = {};
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-                unsigned bh[2], bl[2];
-                frag_b(&sm.x.S[w][0][0], SL, nt, g, t4, bh, bl);
-                mma3(X[nt], fd, bh, bl);
-            }
-            put16(&sm.u.m.T[16 * r][16 * c], LD, X, -1.f, g, t4);
-        }
-        __syncthreads();
-        {   // warp w: block (r, c) = (2 + w / 2, w % 2); Y_rc = sum_{c <= k <= 1} A_rk T_kc into
-            // its scratch, then T_2c = -D_2 Y_2c, T_3c = -(T_32 Y_2c + D_3 Y_3c)
-            const int r = 2 + (w >> 1), c = w & 1;
-            float S[2][4] = {};
-            for (int kb = c; kb < 2; ++kb) {
-                const Frag fa = frag_a(&sm.u.m.A[16 * r][16 * kb], LD, g, t4);
-#pragma unroll
-                for (int nt = 0; nt < 2; ++nt) {
-                    unsigned bh[2], bl[2];
-                    frag_b(&sm.u.m.T[16 * kb][16 * c], LD, nt, g, t4, bh, bl);
-                    mma3(S[nt], fa, bh, bl);
-                }
-            }
-            put16(&sm.x.S[w][0][0], SL, S, 1.f, g, t4);
-            __syncthreads();
-            float X[2][4] = {};
-            if (r == 3) {
-                const Frag ft = frag_a(&sm.u.m.T[48][32], LD, g, t4);
-#pragma unroll
-                for (int nt = 0; nt < 2; ++nt) {
-                    unsigned bh[2], bl[2];
-                    frag_b(&sm.x.S[c][0][0], SL, nt, g, t4, bh, bl);
-                    mma3(X[nt], ft, bh, bl);
-                }
-            }
-            const Frag fd = frag_a(&sm.u.m.T[16 * r][16 * r], LD, g, t4);
-#pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
-                unsigned bh[2], bl[2];
-                frag_b(&sm.x.S[w][0][0], SL, nt, g, t4, bh, bl);
-                mma3(X[nt], fd, bh, bl);
-            }
-            put16(&sm.u.m.T[16 * r][16 * c], LD, X, -1.f, g, t4);
-        }
-        __syncthreads();
-"""
-
-EDITS = {"halves": [(_SOLVE_OLD, _SOLVE_NEW)],
-         "wgmma": [(_STRUCT_OLD, _STRUCT_NEW), (_HELPERS_OLD, _HELPERS_NEW),
+EDITS = {"wgmma": [(_STRUCT_OLD, _STRUCT_NEW), (_HELPERS_OLD, _HELPERS_NEW),
                    (_COPY_OLD, _COPY_NEW), (_PRODUCTS_OLD, _PRODUCTS_NEW)]}
 
 
@@ -251,7 +156,7 @@ def main():
     from lab.source_edits import edited
     root = Path(__file__).resolve().parents[1] / "backends"
     variants = {"tree": root / "cuda_chunk_prep.cu"}
-    for name in ("wgmma", "halves", "wgmma+halves"):
+    for name in ("wgmma",):
         variants[name] = edited(root / "cuda_chunk_prep.cu", EDITS, name)
     defs = dict(GDN_GATES=0, GDN_A_DT=1, GDN_B_DT=1, GDN_ALOG_DT=0, GDN_DTB_DT=0, GDN_NEG=0,
                 GDN_PDL=1, GDN_STORE3=0, GDN_HEADS=1, GDN_MIN_CTAS=4, GDN_FLAGS=0)
