@@ -10,8 +10,8 @@ From the repository root (FLA importable, e.g. the GPU bundle on PYTHONPATH):
 state layouts, a decode step at GVA 2, 4 tokens at GVA 3, q/k already at HV heads, a dense call
 past DECODE_MAX_T, packed sequences with a zero-length one) at K = V = 128, bf16 and fp16 io,
 both entry points: gdnzoo's and FLA's results each judged by the project gate
-(gdnzoo.gate.judge) against the float64 oracle (tests/fla_oracle.py), and gdnzoo against FLA;
-which gdnzoo backend served each call.
+(gdnzoo.gate.judge) against the float64 oracle (tests/fla_oracle.py), gdnzoo's state never
+farther from it than FLA's; which gdnzoo backend served each call.
 (b) decode: the same call through gdnzoo.integrations.fla and through FLA's own
 fused_recurrent_gated_delta_rule: q, k [B, 1, H, K], v [B, 1, HV, V] bf16, K-first fp32 initial
 state, precomputed gates (fp32 log decay, bf16 beta), qk l2 norm, the final state returned (a
@@ -121,11 +121,14 @@ def correctness(lab, args):
                             theirs = getattr(mod, fn.__name__)(**kw)
                             jf = gate.judge(*theirs, *ref, state_dtype=torch.float32,
                                             state_tol=tol)
-                            jm = gate.judge(*mine, *theirs, state_dtype=torch.float32,
-                                            state_tol=tol)
+                            # beside FLA: never farther from float64 than FLA's state (as
+                            # test_matches_fla_itself; FLA's bf16 chunk states with negative
+                            # eigenvalues are up to 1.1e-2 off float64 elementwise)
+                            near = j.rel_err_state <= max(jf.rel_err_state, 1e-5)
                             row.update(fla_ok=jf.ok, fla_rel_out=jf.rel_err_out,
-                                       fla_rel_state=jf.rel_err_state, vs_fla_ok=jm.ok,
-                                       vs_fla_why=jm.reason)
+                                       fla_rel_state=jf.rel_err_state, vs_fla_ok=near,
+                                       vs_fla_why="" if near else "farther from float64 "
+                                                                 "than FLA's state")
                         rows.append(row)
                         if not row["ok"] or not row.get("vs_fla_ok", True):
                             lab.log(f"  FAIL {row}")

@@ -381,7 +381,7 @@ def test_matches_fla_itself(form):
                 # Both against float64: ours by the strict gate, FLA itself (the oracle's reading
                 # of its semantics) by relative error, its chunk's state within the peers' bound:
                 # it holds its states in bf16, and with allow_neg_eigval its long chunk's state
-                # is 1.1e-2 off float64 at worst (lab/fla_neg_oracle.py), past the contest's
+                # is 1.1e-2 off float64 at worst (docs/models.md), past the contest's
                 # elementwise rule; ours is never farther from float64 than FLA's
                 assert_matches(*mine, ref_out, ref_state, torch.float32, what)
                 e_out, e_state = state_error(theirs[0], ref_out), state_error(theirs[1], ref_state)

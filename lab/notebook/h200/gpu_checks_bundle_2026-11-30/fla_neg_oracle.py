@@ -1,18 +1,19 @@
 """Ours and FLA itself against the float64 oracle where tests/test_integrations_fla.py's
-test_matches_fla_itself compares the two directly: the allow_neg_eigval forms on its "long"
-shape (chunk entry point).  Prints each side's relative RMS error of output and final state
-against float64, and the largest elementwise state difference.  GPU with FLA importable:
+test_matches_fla_itself compared the two directly until 1749cef: the allow_neg_eigval forms on
+its "long" shape (chunk entry point).  Prints each side's relative RMS error of output and final
+state against float64, and the largest elementwise state difference.  Kept as the record of what
+ran (call5_fla_neg_oracle.log); ``python -m lab.models_gpu --parts correctness`` measures both
+sides against float64 over every form and shape.  GPU with FLA importable, from the repository
+root:
 
-    python -m lab.fla_neg_oracle
+    python lab/notebook/h200/gpu_checks_bundle_2026-11-30/fla_neg_oracle.py
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[4] / "tests"))
 import test_integrations_fla as t                          # noqa: E402
 from fla_oracle import fla_oracle, state_error             # noqa: E402
 
