@@ -1,6 +1,6 @@
 """An edit of cuda-chunk's prep kernel, written without a GPU (2026-11-30, twenty-third
 session) for the next A/B; it compiles for sm_90a and sm_80 with 128 registers and no spills
-(``python -m lab.prep_wgmma_edits``: nvcc, registers, spills, static SASS counts).  On a GPU:
+(``python -m lab.prep_wgmma_edits``: ptxas's registers and spills, the SASS's opcode counts).  On a GPU:
 
     python -m lab.prep_ab --rev '' --edits lab/prep_wgmma_edits.py --precision bf16 \
         --variants wgmma,wgmma+bf16mma --cells 16/32:8x1024,16/64:16x256,16/48:16x256,4/8:1x8192
@@ -146,39 +146,37 @@ EDITS = {"wgmma": [(_STRUCT_OLD, _STRUCT_NEW), (_HELPERS_OLD, _HELPERS_NEW),
 
 
 def main():
-    """Compile the edited kernel for sm_90a and sm_80 (nvcc, -Xptxas -v): registers, spills,
-    and the SASS's HGMMA / HMMA counts."""
+    """The edited kernel and the tree's, built as the product builds them for cc 9.0 (sm_90a) and
+    8.0 (``_cuda_build.nvcc_args``): registers and spills (ptxas); at 9.0 the SASS opcode counts
+    (``lab.sass_lines.per_line``)."""
     import re
     import subprocess
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from gdnzoo.backends import _cuda_build as cb
+    from lab.sass_lines import per_line
     from lab.source_edits import edited
-    root = Path(__file__).resolve().parents[1] / "backends"
-    variants = {"tree": root / "cuda_chunk_prep.cu"}
-    for name in ("wgmma",):
-        variants[name] = edited(root / "cuda_chunk_prep.cu", EDITS, name)
-    defs = dict(GDN_GATES=0, GDN_A_DT=1, GDN_B_DT=1, GDN_ALOG_DT=0, GDN_DTB_DT=0, GDN_NEG=0,
-                GDN_PDL=1, GDN_STORE3=0, GDN_HEADS=1, GDN_MIN_CTAS=4, GDN_FLAGS=0)
-    for name, path in variants.items():
-        for arch in ("sm_90a", "sm_80"):
-            cubin = Path(f"/tmp/prep_{name.replace('+', '_')}_{arch}.cubin")
-            d = dict(defs, GDN_PDL=int(arch == "sm_90a"))        # griddepcontrol: sm_90 on
-            cmd = ["nvcc", "-std=c++17", f"-arch={arch}", "-cubin", "-Xptxas", "-v",
-                   "-diag-suppress", "177", f"-I{root}", *[f"-D{k}={v}" for k, v in d.items()],
-                   "-o", str(cubin), str(path)]
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            if r.returncode:
-                print(f"{name} {arch}: FAILED\n{r.stderr[-2000:]}")
-                continue
-            regs = re.findall(r"Used (\d+) registers", r.stderr)
-            spill = re.findall(r"(\d+) bytes spill stores", r.stderr)
-            sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True,
-                                  text=True).stdout
-            n_ins = len(re.findall(r"^\s+/\*[0-9a-f]{4}\*/", sass, re.M))
-            print(f"{name:12s} {arch:7s} registers {regs} spill stores {spill} HGMMA "
-                  f"{len(re.findall(r'HGMMA', sass))} HMMA {len(re.findall(r'HMMA', sass))} "
-                  f"LDSM {len(re.findall(r'LDSM', sass))} instructions {n_ins}")
+    tree = Path(__file__).resolve().parents[1] / "backends" / "cuda_chunk_prep.cu"
+    for name, src in (("tree", tree), ("wgmma", edited(tree, EDITS, "wgmma"))):
+        for cc in ((9, 0), (8, 0)):
+            defs = tuple(dict(GDN_GATES=0, GDN_A_DT=1, GDN_B_DT=1, GDN_ALOG_DT=0, GDN_DTB_DT=0,
+                              GDN_NEG=0, GDN_PDL=int(cc >= (9, 0)), GDN_STORE3=0, GDN_HEADS=1,
+                              GDN_MIN_CTAS=4, GDN_FLAGS=0).items())
+            ptxas = subprocess.run(["nvcc", *cb.nvcc_args(defs, cc), "-Xptxas", "-v",
+                                    "-diag-suppress", "177", "--cubin", "-o", "/dev/null",
+                                    str(src)], capture_output=True, text=True).stderr
+            regs = re.findall(r"Used (\d+) registers", ptxas)
+            spills = re.findall(r"(\d+) bytes spill stores", ptxas)
+            line = f"{name:6s} cc {cc[0]}.{cc[1]}: registers {regs} spill stores {spills}"
+            if cc == (9, 0):                      # per_line builds for sm_90a
+                ops = {}
+                for (_, op), n in per_line(src, defs).items():
+                    ops[op] = ops.get(op, 0) + n
+                line += ", " + ", ".join(f"{op} {ops.get(op, 0)}" for op in ("HGMMA", "HMMA",
+                                                                               "LDSM"))
+                line += f", instructions {sum(ops.values())}"
+            print(line)
 
 
 if __name__ == "__main__":
