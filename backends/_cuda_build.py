@@ -273,12 +273,42 @@ def launch_raw(func, grid: int, block: int, device_index: int, argv_addr: int,
         driver.launchKernel(func, grid, 1, 1, block, 1, 1, shared, stream, argv_addr, 0)
 
 
+def _device_now() -> int:
+    """The calling thread's current device, as :func:`launch_raw` reads it (CuPy's runtime
+    binding, a few times cheaper than torch's ``current_device``; torch's without CuPy)."""
+    global _driver
+    if _driver is None:
+        try:
+            from cupy_backends.cuda.api import driver, runtime
+        except ImportError:
+            return torch.cuda.current_device()
+        _driver = (driver, runtime)
+    return _driver[1].getDevice()
+
+
+_PDL_CONFIGS: dict = {}
+
+
+def pdl_config(grid: int, block: int, shared: int = 0):
+    """The :class:`gdnzoo.backends._pdl_launch.PdlConfig` of (grid, block, shared bytes), made
+    once: the prefill launchers, whose grid changes with every prompt, reuse them instead of
+    building the driver's structures on every call (at most 256 kept; cleared when full)."""
+    key = (grid, block, shared)
+    cfg = _PDL_CONFIGS.get(key)
+    if cfg is None:
+        from gdnzoo.backends._pdl_launch import PdlConfig
+        if len(_PDL_CONFIGS) >= 256:
+            _PDL_CONFIGS.clear()
+        cfg = _PDL_CONFIGS[key] = PdlConfig(grid, block, shared)
+    return cfg
+
+
 def launch_raw_pdl(config, func, device_index: int, argv_addr: int) -> None:
     """:func:`launch_raw` with programmatic dependent launch: ``config`` a
     :class:`gdnzoo.backends._pdl_launch.PdlConfig` (grid, block, shared bytes)."""
     stream = _raw_stream(device_index) if _raw_stream is not None \
         else torch.cuda.current_stream(device_index).cuda_stream
-    if torch.cuda.current_device() != device_index:
+    if _device_now() != device_index:
         with torch.cuda.device(device_index):
             config.launch(func, stream, argv_addr)
         return

@@ -200,8 +200,7 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     params = ctypes.create_string_buffer(body + bytes(-len(body) % 64))
     argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
     if pdl or after_prep:
-        from gdnzoo.backends._pdl_launch import PdlConfig
-        cuda_build.launch_raw_pdl(PdlConfig(grid, threads, smem), func, dev,
+        cuda_build.launch_raw_pdl(cuda_build.pdl_config(grid, threads, smem), func, dev,
                                   ctypes.addressof(argv))
     else:
         cuda_build.launch_raw(func, grid, threads, dev, ctypes.addressof(argv), smem)

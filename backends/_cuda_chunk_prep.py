@@ -111,10 +111,7 @@ def launcher(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, ga
         int(bool(l2)),
         int(cu_seqlens.dtype == torch.int64), float(scale)))
     argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-    pdl_config = None
-    if pdl or flags is not None:
-        from gdnzoo.backends._pdl_launch import PdlConfig
-        pdl_config = PdlConfig(grid, 128, SMEM)
+    pdl_config = cuda_build.pdl_config(grid, 128, SMEM) if pdl or flags is not None else None
 
     def go(params=params, argv=argv):             # both kept alive until the launch
         if pdl_config is not None:
