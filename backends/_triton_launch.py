@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import operator
 import os
+import threading
 
 import torch
+from torch import Tensor
 
 from gdnzoo.backends import _cuda_build as cuda_build
 
@@ -342,46 +344,157 @@ def raw_launch(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int
                              pdl=bool(getattr(compiled.metadata, "launch_pdl", False)))
 
 
+def spec_class(x):
+    """What Triton's specialization sees of a plain value passed to a runtime parameter: for an
+    int its width (i32, i64 or u64), whether it is 1 (then a constant) and whether it is a
+    multiple of 16 (an alignment hint); a bool or float by its type; anything else by value."""
+    if x.__class__ is int:
+        width = 0 if -2 ** 31 <= x < 2 ** 31 else 1 if -2 ** 63 <= x < 2 ** 63 else 2
+        return (int, width, x == 1, x % 16 == 0)
+    if x.__class__ is float:
+        return float
+    return x
+
+
+def constexpr_positions(kernel) -> frozenset | None:
+    """Positions of a Triton kernel's constexpr parameters (None when the kernel does not
+    say: then every plain value keys by value)."""
+    params = getattr(kernel, "params", None)
+    if params is None:
+        return None
+    return frozenset(i for i, p in enumerate(params) if getattr(p, "is_constexpr", False))
+
+
 class LaunchCache:
-    """Launches of Triton kernels whose leading arguments are tensors and the rest plain values
-    (ints, strings, bools: prefill's kernels): the first call of a signature through Triton's
-    own ``kernel[grid](...)``, later ones through :func:`raw_launch` with only the tensors'
-    pointers written.  The signature is the kernel, grid, tensors' dtypes, every other argument
-    and keyword (Triton specializes ints equal to 1 and multiples of 16) and the device; calls
-    with a tensor not 16-byte aligned, or without CuPy (the raw launch's binding), always take
-    Triton's path.  Holds at most ``limit`` signatures (cleared when full: prompts of new
-    lengths keep coming).  ``bind(compiled, grid0, args, n_ptrs, device_index)`` makes the raw
-    launch (default: :func:`raw_launch` without a scale, where CuPy is importable)."""
+    """Launches of Triton kernels (prefill's): the first call of a signature through Triton's
+    own ``kernel[grid](*args, **kw)``, later ones through a raw launch (:class:`ArgsLaunch`)
+    that writes every runtime parameter, pointers and plain values alike, and the grid on each
+    call.  The signature is the kernel, each tensor's position and dtype, each constexpr by
+    value, each other plain value by what Triton specializes on (:func:`spec_class`: a
+    prompt's token count or strides change without a new signature), the keywords and the
+    device; calls with a tensor not 16-byte aligned, or without CuPy (the raw launch's
+    binding), always take Triton's path.  Holds at most ``limit`` signatures (cleared when
+    full).  ``bind(compiled, args, device_index)`` makes the raw launch (default:
+    :class:`ArgsLaunch`, where CuPy is importable), called as ``fast(grid0, args)``."""
 
     def __init__(self, limit: int = 512, bind=None):
         self.limit = limit
         self.bind = bind or _bind_raw
         self.fast = {}
+        self.runtime = {}           # kernel -> positions of its runtime (not constexpr) params
 
-    def __call__(self, kernel, grid0: int, tensors: tuple, rest: tuple, **kw):
-        ptrs = tuple(t.data_ptr() for t in tensors)
-        key = None
-        if all(p % 16 == 0 for p in ptrs):
-            key = (kernel, grid0, tuple(t.dtype for t in tensors), rest, tuple(kw.items()),
-                   tensors[0].get_device())
+    def key(self, kernel, args, kw):
+        """The signature of a call (None: a tensor off 16 bytes, never launched raw).  Inlined
+        :func:`spec_class` for ints: this runs on every launch."""
+        runtime = self.runtime.get(kernel)
+        if runtime is None:
+            const = constexpr_positions(kernel)
+            runtime = self.runtime[kernel] = frozenset(
+                () if const is None else set(range(len(kernel.params))) - const)
+        key = [kernel]
+        add = key.append
+        for i, x in enumerate(args):
+            c = x.__class__
+            if c is int and i in runtime:
+                add(1 if x == 1 else 2 + (x % 16 == 0) + 2 * (-2147483648 <= x < 2147483648)
+                    + 4 * (x >= 9223372036854775808))
+            elif c is Tensor or isinstance(x, Tensor):
+                if x.data_ptr() % 16:
+                    return None
+                add(x.dtype)
+            elif i in runtime:
+                add(spec_class(x))
+            else:
+                add(x)
+        return tuple(key), tuple(kw.items())
+
+    def __call__(self, kernel, grid0: int, args: tuple, **kw):
+        key = self.key(kernel, args, kw)
+        if key is not None:
+            dev = next(x for x in args if isinstance(x, torch.Tensor)).get_device()
+            key = (*key, dev)
             fast = self.fast.get(key)
             if fast:
-                fast(ptrs)
+                fast(grid0, args)
                 return
-        compiled = kernel[(grid0,)](*tensors, *rest, **kw)
+        compiled = kernel[(grid0,)](*args, **kw)
         if key is None or key in self.fast:
             return
         if len(self.fast) >= self.limit:
             self.fast.clear()
         try:
-            self.fast[key] = self.bind(compiled, grid0, (*ptrs, *rest), len(ptrs), key[-1])
+            self.fast[key] = self.bind(compiled, args, key[-1])
         except Exception:
             self.fast[key] = False
 
 
-def _bind_raw(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int):
+# each parameter of a raw launch gets an 8-byte slot: a struct code padded to it
+_PAD = {"Q": "", "q": "", "d": "", "i": "4x", "I": "4x", "f": "4x", "h": "6x", "H": "6x",
+        "b": "7x", "B": "7x"}
+
+
+class ArgsLaunch:
+    """cuLaunchKernel (cuLaunchKernelEx with programmatic dependent launch where the kernel was
+    compiled with ``launch_pdl``) of a compiled Triton kernel, every runtime parameter written
+    per call from the call's positional arguments (a tensor as its pointer) with one
+    ``pack_into``, the grid given per call; Triton's own launcher would parse and specialize
+    them all again.  Raises AttributeError when the kernel's parameters are not laid out as
+    :func:`launcher_params` reads them, or it needs global scratch."""
+
+    __slots__ = ("func", "block", "shared", "dev", "get", "is_ptr", "tail", "pack", "pdl",
+                 "_tls")
+
+    def __init__(self, compiled, args: tuple, device_index: int):
+        import struct
+        params = launcher_params(compiled)
+        if params is None or any(c not in _PAD for _, c in params):
+            raise AttributeError("kernel parameters are not laid out as this launcher needs")
+        if compiled.metadata.global_scratch_size:
+            raise AttributeError("kernel needs global scratch")
+        # the positional argument of each parameter; the scratch pointers, which Triton's
+        # launcher passes last, are always null here
+        pos = [int(n[3:]) for n, _ in params if n.startswith("arg")]
+        if [n for n, _ in params[:len(pos)]] != [f"arg{i}" for i in pos] or not pos \
+                or max(pos) >= len(args):
+            raise AttributeError("kernel parameters are not laid out as this launcher needs")
+        self.get = operator.itemgetter(*pos) if len(pos) > 1 else (lambda a: (a[pos[0]],))
+        self.is_ptr = tuple(isinstance(args[i], torch.Tensor) for i in pos)
+        self.tail = (0,) * (len(params) - len(pos))
+        self.pack = struct.Struct("<" + "".join(c + _PAD[c] for _, c in params))
+        compiled.run                                   # loads the module if it was not yet
+        self.func = compiled.function
+        self.block = 32 * compiled.metadata.num_warps
+        self.shared = compiled.metadata.shared
+        self.dev = device_index
+        self.pdl = bool(getattr(compiled.metadata, "launch_pdl", False))
+        self._tls = threading.local()
+
+    def _buffers(self):
+        import ctypes
+        n = self.pack.size // 8
+        buf = ctypes.create_string_buffer(self.pack.size)
+        base = ctypes.addressof(buf)
+        argv = (ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))
+        self._tls.b = (buf, argv, ctypes.addressof(argv))
+        return self._tls.b
+
+    def __call__(self, grid0: int, args: tuple) -> None:
+        try:
+            buf, _, argv_addr = self._tls.b
+        except AttributeError:
+            buf, _, argv_addr = self._buffers()
+        self.pack.pack_into(buf, 0, *[x.data_ptr() if p else x
+                                      for x, p in zip(self.get(args), self.is_ptr)], *self.tail)
+        if self.pdl:
+            cuda_build.launch_raw_pdl(cuda_build.pdl_config(grid0, self.block, self.shared),
+                                      self.func, self.dev, argv_addr)
+        else:
+            cuda_build.launch_raw(self.func, grid0, self.block, self.dev, argv_addr, self.shared)
+
+
+def _bind_raw(compiled, args: tuple, device_index: int):
     _need_cupy()
-    return raw_launch(compiled, grid0, args, n_ptrs, device_index, scale=False)
+    return ArgsLaunch(compiled, args, device_index)
 
 
 def _need_cupy() -> None:

@@ -325,7 +325,8 @@ def _resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int)
 _resolve_memo = functools.lru_cache(maxsize=1024)(_resolve)   # raises are never remembered
 
 
-# the Triton kernels' launches: Triton's own path once per signature, then raw launches
+# the Triton kernels' launches: Triton's own path once per signature (a new prompt length
+# is no new signature), then raw launches
 _LAUNCH = tlaunch.LaunchCache()
 
 VECTORS = 5      # per token and value head: beta, beta rk e^G, scale rq e^G, rk e^(G_last - G), e^G_last
@@ -548,9 +549,9 @@ def launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2,
     T, H, K = q.shape
     HV, N = ga.shape[1], cu_seqlens.shape[0] - 1
     _LAUNCH(chunk_prep_kernel, (T // c.chunk + N) * HV,
-            (q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs),
-            (scale, N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0),
-             ga.stride(1), gb.stride(0), gb.stride(1), A_log.stride(0), dt_bias.stride(0),
+            (q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, N, T, q.stride(0),
+             q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1), gb.stride(0),
+             gb.stride(1), A_log.stride(0), dt_bias.stride(0),
              H, HV, K, c.chunk, c.base, l2, gates, PREP_PRECISION.get(c.precision, c.precision),
              c.precision), num_warps=c.prep_warps, num_stages=1, **(pdl_kw or {}),
             **(dict(NEG=1) if neg else {}))
@@ -572,13 +573,13 @@ def launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
     # Without checkpoints CKPT is left at its default: the kernel compiles as it did before.
     ck = {} if checkpoints is None else dict(CKPT=1)
     ckpt = new_state if checkpoints is None else checkpoints
-    chunk_state_kernel[(N * HV * (V // c.block_v),)](
+    _LAUNCH(chunk_state_kernel, N * HV * (V // c.block_v), (
         q, k, v, cu_seqlens, mats, vecs, out, src, new_state, idx, new_idx, init, T,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), *ss, *sn, src.shape[0], new_state.shape[0], null_slot,
         ckpt, *tlaunch.state_strides(ckpt, k_first), checkpoint_every or 0,
         H, HV, K, V, c.chunk, c.block_v, c.precision, pool, int(state is not None),
-        int(has_initial_state is not None), c.stages, num_warps=c.warps, num_stages=c.stages,
+        int(has_initial_state is not None), c.stages), num_warps=c.warps, num_stages=c.stages,
         **ck, **(dict(V_AHEAD=1) if c.v_ahead else {}), **(pdl_kw or {}))
 
 
@@ -628,16 +629,16 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
     else:
         zero_row = torch.zeros(V, dtype=v.dtype, device=dev)      # the identity chains' v
         _LAUNCH(cp_chain_kernel, (2 * S - 1) * N * HV * (V // bv),
-                (q, k, v, zero_row, cu_seqlens, mats, vecs, obuf, src, fbuf, idx, new_idx, init),
-                (N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),
+                (q, k, v, zero_row, cu_seqlens, mats, vecs, obuf, src, fbuf, idx, new_idx, init,
+                 N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),
                  v.stride(1), *ss, P, PN, null_slot, H, HV, K, V, C, bv, c.precision, S, pool,
                  int(state is not None), int(has_initial_state is not None), c.stages,
                  c.v_ahead), num_warps=c.warps, num_stages=c.stages)
     _LAUNCH(cp_combine_kernel, N * HV * (V // bv),
-            (cu_seqlens, zbuf, phibuf, starts, new_state, idx, new_idx),
-            (N, T, P, PN, null_slot, *tlaunch.state_strides(new_state, k_first), H, HV, K, V,
-             bv, c.precision, S, pool), num_warps=c.warps)
+            (cu_seqlens, zbuf, phibuf, starts, new_state, idx, new_idx, N, T, P, PN, null_slot,
+             *tlaunch.state_strides(new_state, k_first), H, HV, K, V, bv, c.precision, S, pool),
+            num_warps=c.warps)
     if T > 0:
-        _LAUNCH(cp_out_kernel, (T // C + N) * HV, (cu_seqlens, obuf[0], wbuf, starts, out),
-                (N, T, out.stride(0), out.stride(1), HV, K, V, C, c.precision, S, int(cuda)),
-                num_warps=4)
+        _LAUNCH(cp_out_kernel, (T // C + N) * HV,
+                (cu_seqlens, obuf[0], wbuf, starts, out, N, T, out.stride(0), out.stride(1), HV,
+                 K, V, C, c.precision, S, int(cuda)), num_warps=4)

@@ -461,41 +461,61 @@ def test_resolve_remembers_answers_not_refusals():
 
 def test_launch_cache_binds_once_per_signature():
     """_triton_launch.LaunchCache: a signature's first call through Triton's own launch, later
-    ones through the bound raw launch with the new pointers; a tensor off 16 bytes, or a
-    signature whose raw launch cannot be made, always through Triton's; full, it starts over."""
+    ones through the bound raw launch with the call's own arguments and grid; a new token count
+    of the same specialization is no new signature, a constexpr's value or an int of another
+    specialization (1, a multiple of 16, 64-bit) is; a tensor off 16 bytes, or a signature
+    whose raw launch cannot be made, always through Triton's; full, it starts over."""
     from gdnzoo.backends import _triton_launch as tlaunch
     triton_calls, raw_calls = [], []
 
+    class Param:
+        def __init__(self, const):
+            self.is_constexpr = const
+
     class Kernel:                                   # kernel[grid](*args, **kw) -> "compiled"
+        params = [Param(False), Param(False), Param(False), Param(True)]   # a, b, T, MODE
+
         def __getitem__(self, grid):
             return lambda *args, **kw: triton_calls.append((grid, args, kw)) or "compiled"
 
-    def bind(compiled, grid0, args, n_ptrs, dev):
-        assert compiled == "compiled" and n_ptrs == 2 and dev == -1
-        assert all(isinstance(x, int) for x in args[:2])        # the pointers, not the tensors
+    def bind(compiled, args, dev):
+        assert compiled == "compiled" and dev == -1
         if args[3] == "no raw":
             raise AttributeError("parameters not laid out so")
-        return lambda ptrs: raw_calls.append((grid0, args[2:], ptrs))
+        return lambda grid0, a: raw_calls.append((grid0, a))
 
-    cache, kern = tlaunch.LaunchCache(limit=3, bind=bind), Kernel()
+    cache, kern = tlaunch.LaunchCache(limit=4, bind=bind), Kernel()
     a, b = torch.zeros(8), torch.zeros(8)
     for _ in range(3):
-        cache(kern, 5, (a, b), (7, "x"), num_warps=4)
-    assert len(triton_calls) == 1 and raw_calls == [(5, (7, "x"), (a.data_ptr(), b.data_ptr()))] * 2
+        cache(kern, 5, (a, b, 7, "x"), num_warps=4)
+    assert len(triton_calls) == 1 and raw_calls == [(5, (a, b, 7, "x"))] * 2
     c = torch.zeros(8)
-    cache(kern, 5, (c, b), (7, "x"), num_warps=4)      # new pointers, the same signature
-    assert raw_calls[-1][2] == (c.data_ptr(), b.data_ptr()) and len(triton_calls) == 1
-    cache(kern, 5, (a, b), (8, "x"), num_warps=4)      # another int: another signature
-    cache(kern, 5, (a, b), (7, "x"), num_warps=8)      # another keyword: another signature
-    assert len(triton_calls) == 3
-    off = torch.zeros(9)[1:]                         # 4 bytes past a 16-byte boundary
+    cache(kern, 6, (c, b, 9, "x"), num_warps=4)       # new pointers, grid and T: the same
+    assert raw_calls[-1] == (6, (c, b, 9, "x")) and len(triton_calls) == 1
+    for t in (1, 32, 2 ** 40):                          # ints Triton specializes otherwise
+        cache(kern, 5, (a, b, t, "x"), num_warps=4)
+    assert len(triton_calls) == 4
+    cache(kern, 5, (a, b, 7, "y"), num_warps=4)       # another constexpr: another signature
+    cache(kern, 5, (a, b, 7, "x"), num_warps=8)       # another keyword: another signature
+    assert len(triton_calls) == 6
+    off = torch.zeros(9)[1:]                          # 4 bytes past a 16-byte boundary
     for _ in range(2):
-        cache(kern, 5, (off, b), (7, "x"), num_warps=4)
-    assert len(triton_calls) == 5
+        cache(kern, 5, (off, b, 7, "x"), num_warps=4)
+    assert len(triton_calls) == 8
     for _ in range(2):
-        cache(kern, 5, (a, b), (7, "no raw"), num_warps=4)
-    assert len(triton_calls) == 7 and cache.fast[next(reversed(cache.fast))] is False
-    assert len(cache.fast) <= 3                      # cleared once full
+        cache(kern, 5, (a, b, 7, "no raw"), num_warps=4)
+    assert len(triton_calls) == 10 and cache.fast[next(reversed(cache.fast))] is False
+    assert len(cache.fast) <= 4                       # cleared once full
+
+
+def test_launch_cache_spec_classes():
+    """What the launch cache keys a plain runtime value by: Triton's specialization of it."""
+    from gdnzoo.backends import _triton_launch as tlaunch
+    sc = tlaunch.spec_class
+    assert sc(7) == sc(9) == sc(2 ** 31 - 1) != sc(2 ** 31)
+    assert sc(16) == sc(4096) != sc(8) and sc(1) != sc(3) and sc(-16) == sc(32)
+    assert sc(2 ** 63) != sc(2 ** 62 + 1) and sc(0.5) == sc(2.0) != sc(2)
+    assert sc("bf16") == "bf16" and sc(None) is None
 
 
 @pytest.mark.slow
