@@ -425,8 +425,9 @@ RAW = [                                             # K, tc.launch's keywords
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="raw launches need a CUDA device")
 @pytest.mark.parametrize("K,kw", RAW)
 def test_raw_launches_match_tritons_own(device, K, kw):
-    """After a signature's first call, the Triton kernels of a call are launched raw (only their
-    pointers rewritten): a second call on new buffers gives what Triton's own launch gives."""
+    """After a signature's first call, the Triton kernels of a call are launched raw (every
+    runtime argument and the grid written per call): a second call on new buffers of another
+    token count, the same signature, gives what Triton's own launch gives."""
     pytest.importorskip("cupy", reason="the raw launch binds cuLaunchKernel through CuPy")
 
     def run(x):
@@ -435,11 +436,14 @@ def test_raw_launches_match_tritons_own(device, K, kw):
         launch(x, x["states"], out, new, True, **kw)
         return out, new
 
-    xs = [to_device(make([300, 70, 0, 200], 1, 2, K, K, seed=s), device) for s in (51, 52)]
+    xs = [to_device(make([300, 70, 0, last], 1, 2, K, K, seed=s), device)
+          for s, last in ((51, 200), (52, 184))]        # 570 and 554 tokens: T % 16 alike
     tc._LAUNCH.fast.clear()
     run(xs[0])
     assert any(tc._LAUNCH.fast.values()), "no Triton kernel got a raw launch"
+    seen = set(tc._LAUNCH.fast)
     got = run(xs[1])
+    assert set(tc._LAUNCH.fast) == seen, "a new token count made a new signature"
     tc._LAUNCH.fast.clear()
     want = run(xs[1])
     for g, w in zip(got, want):
