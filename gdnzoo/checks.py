@@ -119,7 +119,10 @@ def need_last_contiguous(name, x, axis_name):
 def need_own_memory(name, x):
     """A written tensor whose elements do not share memory: sorted by stride, each dimension
     of size > 1 must step past everything the smaller ones span (so a stride of 0, as in
-    ``expand``, is refused)."""
+    ``expand``, is refused).  A contiguous tensor never shares (checked first: the common
+    case, one call into torch)."""
+    if x.is_contiguous():
+        return
     span = 0
     for n, st in sorted(((n, st) for n, st in zip(x.shape, x.stride()) if n > 1),
                         key=lambda d: d[1]):
@@ -177,9 +180,26 @@ def writers(op, given, inplace: bool) -> list:
     return [a.name for a in op.args if a.written and a.name in given and a.name != skip]
 
 
-def aliasing_pairs(op, given, inplace: bool) -> list[tuple[str, str]]:
+_PAIRS: dict = {}
+
+
+def aliasing_pairs(op, given, inplace: bool) -> tuple[tuple[str, str], ...]:
     """(written, other) argument names whose memory must be disjoint, in the order checked:
-    each writer against every argument that is not a writer, then the writers pairwise."""
+    each writer against every argument that is not a writer, then the writers pairwise.
+    Remembered per (operation, names given, in place): validation and the overlap probe of
+    every new signature ask it."""
+    key = (op.name, frozenset(given), bool(inplace))
+    hit = _PAIRS.get(key)
+    if hit is not None and hit[0] is op:
+        return hit[1]
+    pairs = _aliasing_pairs(op, given, inplace)
+    if len(_PAIRS) >= 256:
+        _PAIRS.clear()
+    _PAIRS[key] = (op, pairs)
+    return pairs
+
+
+def _aliasing_pairs(op, given, inplace: bool) -> tuple[tuple[str, str], ...]:
     ws = writers(op, given, inplace)
     order = [a.name for a in op.args if a.name in given]
     pairs = [(w, r) for w in ws for r in order if r not in ws]
@@ -187,12 +207,14 @@ def aliasing_pairs(op, given, inplace: bool) -> list[tuple[str, str]]:
     # earlier argument first
     state = op.inplace[1] if op.inplace and inplace else None
     first = sorted(ws, key=lambda n: (n == state, n != "out", op.index(n)))
-    return pairs + [(w, x) for i, w in enumerate(first) for x in first[i + 1:]]
+    return tuple(pairs + [(w, x) for i, w in enumerate(first) for x in first[i + 1:]])
 
 
 def byte_span(x) -> int:
     """Bytes from ``x``'s first to one past its last element (0 when empty): fixed by shape,
     strides and dtype, so a memoized signature can check overlaps from data pointers alone."""
+    if x.is_contiguous():
+        return x.numel() * x.element_size()
     if x.numel() == 0:
         return 0
     last = 0
