@@ -267,3 +267,32 @@ def test_out_none_is_a_fresh_empty_like_v():
     vt = x.v.transpose(0, 1).contiguous().transpose(0, 1)   # dense, batch axis not outermost
     o, _ = gdnzoo.decode(x.q, x.k, vt, x.state, x.A_log, x.a, x.dt_bias, x.b, algo="pt-reference")
     assert o.stride() == vt.stride()
+
+
+def test_byte_span_and_own_memory_on_views():
+    """The byte span (the overlap checks' unit) is the bytes from a tensor's first to one past
+    its last element, contiguous or not, empty ones 0; a written tensor whose elements share
+    memory is refused, a transposed or sliced one without sharing is not; the remembered
+    aliasing pairs are the ones computed afresh."""
+    from gdnzoo import checks
+    from gdnzoo.operation import PREFILL
+
+    def span(x):                                # from the definition, element by element
+        if x.numel() == 0:
+            return 0
+        last = sum((n - 1) * st for n, st in zip(x.shape, x.stride()))
+        return (last + 1) * x.element_size()
+    base = torch.zeros(4, 6, 8, dtype=torch.bfloat16)
+    views = [base, base[1:3], base[:, 2:], base[..., ::2], base.transpose(0, 2), base[:0],
+             base[:, :1], base.unsqueeze(1), torch.zeros(3, 1).expand(3, 4)]
+    for v in views:
+        assert checks.byte_span(v) == span(v), (tuple(v.shape), v.stride())
+    for v in views[:-1]:
+        checks.need_own_memory("out", v)
+    with pytest.raises(ValueError, match="internal overlap"):
+        checks.need_own_memory("out", views[-1])
+    names = {"q", "k", "v", "state", "out", "new_state", "cu_seqlens"}
+    for inplace in (True, False):
+        first = checks.aliasing_pairs(PREFILL, names, inplace)
+        assert checks.aliasing_pairs(PREFILL, set(names), inplace) is first
+        assert first == checks._aliasing_pairs(PREFILL, names, inplace)
