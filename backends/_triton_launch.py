@@ -360,9 +360,9 @@ def constexpr_positions(kernel) -> frozenset | None:
     """Positions of a Triton kernel's constexpr parameters (None when the kernel does not
     say: then every plain value keys by value)."""
     params = getattr(kernel, "params", None)
-    if params is None:
+    if params is None or not all(hasattr(p, "is_constexpr") for p in params):
         return None
-    return frozenset(i for i, p in enumerate(params) if getattr(p, "is_constexpr", False))
+    return frozenset(i for i, p in enumerate(params) if p.is_constexpr)
 
 
 class LaunchCache:

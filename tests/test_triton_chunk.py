@@ -512,6 +512,21 @@ def test_launch_cache_binds_once_per_signature():
     assert len(cache.fast) <= 4                       # cleared once full
 
 
+def test_launch_cache_reads_a_kernels_constexprs():
+    """The launch cache keys constexprs by value and runtime values by their specialization:
+    it reads which is which from a Triton kernel's parameters (this Triton's JITFunction, made
+    directly: under the interpreter ``triton.jit`` gives none), and keys every value by value
+    where a kernel does not say."""
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+    from gdnzoo.backends import _triton_launch as tlaunch
+
+    def shape(x, n, M: tl.constexpr, s, P: tl.constexpr):     # a kernel's parameters only
+        pass
+    assert tlaunch.constexpr_positions(JITFunction(shape)) == {2, 4}
+    assert tlaunch.constexpr_positions(object()) is None
+
+
 def test_launch_cache_spec_classes():
     """What the launch cache keys a plain runtime value by: Triton's specialization of it."""
     from gdnzoo.backends import _triton_launch as tlaunch
