@@ -344,16 +344,12 @@ def raw_launch(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int
                              pdl=bool(getattr(compiled.metadata, "launch_pdl", False)))
 
 
-def spec_class(x):
-    """What Triton's specialization sees of a plain value passed to a runtime parameter: for an
-    int its width (i32, i64 or u64), whether it is 1 (then a constant) and whether it is a
-    multiple of 16 (an alignment hint); a bool or float by its type; anything else by value."""
-    if x.__class__ is int:
-        width = 0 if -2 ** 31 <= x < 2 ** 31 else 1 if -2 ** 63 <= x < 2 ** 63 else 2
-        return (int, width, x == 1, x % 16 == 0)
-    if x.__class__ is float:
-        return float
-    return x
+def _plain_class(x):
+    """What Triton's specialization sees of a plain value other than an int passed to a
+    runtime parameter: a float by its type (never specialized), anything else by value.  (An
+    int's class, its width and whether it is 1 or a multiple of 16, is written out in
+    :meth:`LaunchCache.key`, which runs on every launch.)"""
+    return float if x.__class__ is float else x
 
 
 def constexpr_positions(kernel) -> frozenset | None:
@@ -370,10 +366,10 @@ class LaunchCache:
     own ``kernel[grid](*args, **kw)``, later ones through a raw launch (:class:`ArgsLaunch`)
     that writes every runtime parameter, pointers and plain values alike, and the grid on each
     call.  The signature is the kernel, each tensor's position and dtype, each constexpr by
-    value, each other plain value by what Triton specializes on (:func:`spec_class`: a
-    prompt's token count or strides change without a new signature), the keywords and the
-    device; calls with a tensor not 16-byte aligned, or without CuPy (the raw launch's
-    binding), always take Triton's path.  Holds at most ``limit`` signatures (cleared when
+    value, each other plain value by what Triton specializes on (an int by its width and
+    whether it is 1 or a multiple of 16: a prompt's token count or strides change without a new
+    signature), the keywords and the device; calls with a tensor not 16-byte aligned, or
+    without CuPy (the raw launch's binding), always take Triton's path.  Holds at most ``limit`` signatures (cleared when
     full).  ``bind(compiled, args, device_index)`` makes the raw launch (default:
     :class:`ArgsLaunch`, where CuPy is importable), called as ``fast(grid0, args)``."""
 
@@ -384,35 +380,37 @@ class LaunchCache:
         self.runtime = {}           # kernel -> positions of its runtime (not constexpr) params
 
     def key(self, kernel, args, kw):
-        """The signature of a call (None: a tensor off 16 bytes, never launched raw).  Inlined
-        :func:`spec_class` for ints: this runs on every launch."""
+        """(signature, device of the first tensor) of a call; None when a tensor is off 16
+        bytes (never launched raw).  Runs on every launch: one pass over the arguments."""
         runtime = self.runtime.get(kernel)
         if runtime is None:
             const = constexpr_positions(kernel)
             runtime = self.runtime[kernel] = frozenset(
                 () if const is None else set(range(len(kernel.params))) - const)
-        key = [kernel]
+        key, dev = [kernel], None
         add = key.append
         for i, x in enumerate(args):
             c = x.__class__
             if c is int and i in runtime:
+                # Triton's int classes: 1 (a constant), else i32 / i64 / u64 and % 16
                 add(1 if x == 1 else 2 + (x % 16 == 0) + 2 * (-2147483648 <= x < 2147483648)
                     + 4 * (x >= 9223372036854775808))
             elif c is Tensor or isinstance(x, Tensor):
                 if x.data_ptr() % 16:
                     return None
+                if dev is None:
+                    dev = x.get_device()
                 add(x.dtype)
             elif i in runtime:
-                add(spec_class(x))
+                add(_plain_class(x))
             else:
                 add(x)
-        return tuple(key), tuple(kw.items())
+        return (tuple(key), tuple(kw.items()), dev), dev
 
     def __call__(self, kernel, grid0: int, args: tuple, **kw):
-        key = self.key(kernel, args, kw)
+        hit = self.key(kernel, args, kw)
+        key = None if hit is None else hit[0]
         if key is not None:
-            dev = next(x for x in args if isinstance(x, torch.Tensor)).get_device()
-            key = (*key, dev)
             fast = self.fast.get(key)
             if fast:
                 fast(grid0, args)
@@ -423,7 +421,7 @@ class LaunchCache:
         if len(self.fast) >= self.limit:
             self.fast.clear()
         try:
-            self.fast[key] = self.bind(compiled, args, key[-1])
+            self.fast[key] = self.bind(compiled, args, hit[1])
         except Exception:
             self.fast[key] = False
 

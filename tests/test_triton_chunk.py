@@ -528,13 +528,25 @@ def test_launch_cache_reads_a_kernels_constexprs():
 
 
 def test_launch_cache_spec_classes():
-    """What the launch cache keys a plain runtime value by: Triton's specialization of it."""
+    """What the launch cache keys a plain runtime value by: Triton's specialization of it (an
+    int's width, == 1 and % 16; a float's type; anything else its value)."""
     from gdnzoo.backends import _triton_launch as tlaunch
-    sc = tlaunch.spec_class
+
+    class Param:
+        is_constexpr = False
+
+    class Kernel:
+        params = [Param(), Param()]
+
+    cache, kern, t = tlaunch.LaunchCache(), Kernel(), torch.zeros(4)
+
+    def sc(x):
+        return cache.key(kern, (t, x), {})[0]
     assert sc(7) == sc(9) == sc(2 ** 31 - 1) != sc(2 ** 31)
     assert sc(16) == sc(4096) != sc(8) and sc(1) != sc(3) and sc(-16) == sc(32)
     assert sc(2 ** 63) != sc(2 ** 62 + 1) and sc(0.5) == sc(2.0) != sc(2)
-    assert sc("bf16") == "bf16" and sc(None) is None
+    assert sc("bf16") != sc("bf16x3") and sc("bf16") == sc("bf16") and sc(None) != sc(0)
+    assert cache.key(kern, (t, 7), {})[1] == -1          # the first tensor's device
 
 
 @pytest.mark.slow
