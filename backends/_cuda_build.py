@@ -252,11 +252,7 @@ def launch_raw(func, grid: int, block: int, device_index: int, argv_addr: int,
     The driver copies the parameter block before returning (during stream capture it goes into
     the graph's kernel node), so the caller may rewrite its buffer right after.
     """
-    global _driver
-    if _driver is None:
-        from cupy_backends.cuda.api import driver, runtime
-        _driver = (driver, runtime)
-    driver, runtime = _driver
+    driver, runtime = _driver or _cupy_api()
     # The current torch stream, inlined: this runs on every launch of every CUDA and Triton backend.
     stream = _raw_stream(device_index) if _raw_stream is not None \
         else torch.cuda.current_stream(device_index).cuda_stream
@@ -273,17 +269,22 @@ def launch_raw(func, grid: int, block: int, device_index: int, argv_addr: int,
         driver.launchKernel(func, grid, 1, 1, block, 1, 1, shared, stream, argv_addr, 0)
 
 
+def _cupy_api() -> tuple:
+    """(driver, runtime) of CuPy's CUDA bindings, imported once (ImportError without CuPy)."""
+    global _driver
+    if _driver is None:
+        from cupy_backends.cuda.api import driver, runtime
+        _driver = (driver, runtime)
+    return _driver
+
+
 def _device_now() -> int:
     """The calling thread's current device, as :func:`launch_raw` reads it (CuPy's runtime
     binding, a few times cheaper than torch's ``current_device``; torch's without CuPy)."""
-    global _driver
-    if _driver is None:
-        try:
-            from cupy_backends.cuda.api import driver, runtime
-        except ImportError:
-            return torch.cuda.current_device()
-        _driver = (driver, runtime)
-    return _driver[1].getDevice()
+    try:
+        return (_driver or _cupy_api())[1].getDevice()
+    except ImportError:
+        return torch.cuda.current_device()
 
 
 _PDL_CONFIGS: dict = {}

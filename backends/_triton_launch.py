@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import operator
 import os
-import threading
 
 import torch
 from torch import Tensor
@@ -308,6 +307,17 @@ def launcher_params(compiled):
     return out
 
 
+def _launch_params(compiled, scratch_ptr) -> list:
+    """:func:`launcher_params` of a kernel a raw launch can make, given the global scratch
+    pointer it would pass (None: none); AttributeError otherwise."""
+    params = launcher_params(compiled)
+    if params is None:
+        raise AttributeError("kernel parameters are not laid out as this launcher needs")
+    if compiled.metadata.global_scratch_size and scratch_ptr is None:
+        raise AttributeError("kernel needs global scratch but none was given")
+    return params
+
+
 def raw_launch(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int,
                scratch_ptr=None, scale: bool = True):
     """A :class:`gdnzoo.cuda_build.Launch` of a compiled Triton kernel: cuLaunchKernel on a
@@ -320,14 +330,12 @@ def raw_launch(compiled, grid0: int, args: tuple, n_ptrs: int, device_index: int
     size from the kernel).  Raises AttributeError when the kernel's parameters are not laid out
     so."""
     import struct
-    params = launcher_params(compiled)
+    params = _launch_params(compiled, scratch_ptr)
     lead = n_ptrs + int(scale)
     want = [f"arg{i}" for i, x in enumerate(args) if x is not None][:lead]
-    if params is None or [n for n, _ in params[:lead]] != want or \
+    if [n for n, _ in params[:lead]] != want or \
             any(c != "Q" for _, c in params[:n_ptrs]) or (scale and params[n_ptrs][1] != "f"):
         raise AttributeError("kernel parameters are not laid out as this launcher needs")
-    if compiled.metadata.global_scratch_size and scratch_ptr is None:
-        raise AttributeError("kernel needs global scratch but none was given")
     template = bytearray(8 * len(params))
     for i, (name, code) in enumerate(params):
         if name.startswith("arg"):
@@ -431,59 +439,47 @@ _PAD = {"Q": "", "q": "", "d": "", "i": "4x", "I": "4x", "f": "4x", "h": "6x", "
         "b": "7x", "B": "7x"}
 
 
-class ArgsLaunch:
+class ArgsLaunch(cuda_build.Launch):
     """cuLaunchKernel (cuLaunchKernelEx with programmatic dependent launch where the kernel was
-    compiled with ``launch_pdl``) of a compiled Triton kernel, every runtime parameter written
-    per call from the call's positional arguments (a tensor as its pointer) with one
-    ``pack_into``, the grid given per call; Triton's own launcher would parse and specialize
-    them all again.  Raises AttributeError when the kernel's parameters are not laid out as
-    :func:`launcher_params` reads them, or it needs global scratch."""
+    compiled with ``launch_pdl``) of a compiled Triton kernel: a :class:`cuda_build.Launch`
+    whose whole parameter block, every runtime parameter from the call's positional arguments
+    (a tensor as its pointer), is written per call with one ``pack_into``, and whose grid is
+    given per call; Triton's own launcher would parse and specialize them all again.  Raises
+    AttributeError when the kernel's parameters are not laid out as :func:`launcher_params`
+    reads them, or it needs global scratch."""
 
-    __slots__ = ("func", "block", "shared", "dev", "get", "is_ptr", "tail", "pack", "pdl",
-                 "_tls")
+    __slots__ = ("get", "is_ptr", "tail", "dynamic_pdl")
 
     def __init__(self, compiled, args: tuple, device_index: int):
         import struct
-        params = launcher_params(compiled)
-        if params is None or any(c not in _PAD for _, c in params):
+        params = _launch_params(compiled, None)
+        if any(c not in _PAD for _, c in params):
             raise AttributeError("kernel parameters are not laid out as this launcher needs")
-        if compiled.metadata.global_scratch_size:
-            raise AttributeError("kernel needs global scratch")
         # the positional argument of each parameter; the scratch pointers, which Triton's
         # launcher passes last, are always null here
         pos = [int(n[3:]) for n, _ in params if n.startswith("arg")]
         if [n for n, _ in params[:len(pos)]] != [f"arg{i}" for i in pos] or not pos \
                 or max(pos) >= len(args):
             raise AttributeError("kernel parameters are not laid out as this launcher needs")
+        pack = struct.Struct("<" + "".join(c + _PAD[c] for _, c in params))
+        compiled.run                                   # loads the module if it was not yet
+        # grid 0 and no PDL config of the base: both are the call's (its grid)
+        super().__init__(compiled.function, 0, 32 * compiled.metadata.num_warps, device_index,
+                         template=bytes(pack.size), slots=range(0, pack.size, 8), head=pack,
+                         shared=compiled.metadata.shared)
         self.get = operator.itemgetter(*pos) if len(pos) > 1 else (lambda a: (a[pos[0]],))
         self.is_ptr = tuple(isinstance(args[i], torch.Tensor) for i in pos)
         self.tail = (0,) * (len(params) - len(pos))
-        self.pack = struct.Struct("<" + "".join(c + _PAD[c] for _, c in params))
-        compiled.run                                   # loads the module if it was not yet
-        self.func = compiled.function
-        self.block = 32 * compiled.metadata.num_warps
-        self.shared = compiled.metadata.shared
-        self.dev = device_index
-        self.pdl = bool(getattr(compiled.metadata, "launch_pdl", False))
-        self._tls = threading.local()
-
-    def _buffers(self):
-        import ctypes
-        n = self.pack.size // 8
-        buf = ctypes.create_string_buffer(self.pack.size)
-        base = ctypes.addressof(buf)
-        argv = (ctypes.c_void_p * n)(*(base + 8 * i for i in range(n)))
-        self._tls.b = (buf, argv, ctypes.addressof(argv))
-        return self._tls.b
+        self.dynamic_pdl = bool(getattr(compiled.metadata, "launch_pdl", False))
 
     def __call__(self, grid0: int, args: tuple) -> None:
         try:
             buf, _, argv_addr = self._tls.b
         except AttributeError:
-            buf, _, argv_addr = self._buffers()
-        self.pack.pack_into(buf, 0, *[x.data_ptr() if p else x
+            buf, _, argv_addr = self.buffers()
+        self.head.pack_into(buf, 0, *[x.data_ptr() if p else x
                                       for x, p in zip(self.get(args), self.is_ptr)], *self.tail)
-        if self.pdl:
+        if self.dynamic_pdl:
             cuda_build.launch_raw_pdl(cuda_build.pdl_config(grid0, self.block, self.shared),
                                       self.func, self.dev, argv_addr)
         else:
