@@ -21,6 +21,8 @@ the host's gaps between a call's launches).  Then, as asked:
 
     python -m lab.host_prefill                     # the table, 16x256 and 1x8192
     python -m lab.host_prefill --algo cuda-chunk,triton-chunk --engines plain --mixes= --vary
+    python -m lab.host_prefill --algo auto,cuda-chunk,get:cuda-chunk --engines plain  # the
+                                                   # automatic choice beside the named forms
 
 Host time swings up to ~2x from one process to the next on a lent host: compare trees only
 in alternating processes (lab/notebook/h200/host_launch_2026-11-30/).
@@ -49,10 +51,16 @@ from gdnzoo.inputs import make_prefill_inputs
 
 
 def plain_call(lengths, algo, state_dtype, device):
+    """``gdnzoo.prefill(..., algo=algo)``; ``auto``: without ``algo`` (the automatic choice);
+    ``get:NAME``: the backend's callable from ``gdnzoo.get(NAME, op="prefill")`` (as the
+    prefill bench calls a named entry)."""
     x = make_prefill_inputs(lengths, H=ep.H, HV=ep.HV, K=128, V=128, seed=0, device=device,
                             state_dtype=state_dtype)
-    return lambda: gdnzoo.prefill(x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b,
-                                  x.cu_seqlens, algo=algo)
+    if algo.startswith("get:"):
+        fn, kw = gdnzoo.get(algo[4:], op="prefill"), {}
+    else:
+        fn, kw = gdnzoo.prefill, ({} if algo == "auto" else {"algo": algo})
+    return lambda: fn(x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.cu_seqlens, **kw)
 
 
 def engine_adapter_call(engine, lengths, pads, algo, state_dtype, device):
@@ -127,6 +135,8 @@ def vary_host_us(calls):
 
 
 def syncs_of(call):
+    """The host syncs of one call, by torch's sync debug mode (its own notice on first use,
+    "Synchronization debug mode is a prototype feature", is no sync)."""
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
@@ -135,7 +145,8 @@ def syncs_of(call):
         finally:
             torch.cuda.set_sync_debug_mode("default")
     return [str(w.message).splitlines()[0][:90] + f" ({w.filename.split('/')[-1]}:{w.lineno})"
-            for w in got if "synchroniz" in str(w.message)]
+            for w in got if "synchroniz" in str(w.message)
+            and not str(w.message).startswith("Synchronization debug mode is a prototype")]
 
 
 def profile_of(call, n, top):
