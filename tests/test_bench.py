@@ -127,6 +127,26 @@ def test_profiler_spans_drop_a_rare_lost_record_and_say_so():
         clocks._spans(windows, launch_of, [], lose=clocks.LOST_SHARE)
 
 
+def test_profiler_spans_mislinked_records_go_by_their_start():
+    """Links that point at other launches (a torch.profiler session after a cupti-python one in
+    the same process) leave iterations empty and others doubled; each iteration drains before
+    the next, so the records' starts assign them, and the note says so.  Where the starts do
+    not give every iteration its share either, the links' grouping stands (and its error)."""
+    n = 50
+    windows = [(1000 * i, 1000 * i + 100) for i in range(n)]
+    launch_of = {i: 1000 * i + 5 for i in range(n)}
+    gpu = [(1000 * i + 300, 1000 * i + 310 + i % 3, i) for i in range(n)]
+    want = clocks._spans(windows, launch_of, gpu)[0]
+    # records 10..20 linked to the launch of the iteration after theirs (20's to 21's)
+    mislinked = [(s, e, c + 1 if 10 <= c <= 20 else c) for s, e, c in gpu]
+    got, note = clocks._spans(windows, launch_of, mislinked)
+    assert got == want
+    assert note == " (1 of 50 iterations linked to no record: every record assigned by its start)"
+    twice = mislinked + [(30_400, 30_450, -1)]           # unlinked, a second in iteration 30
+    with pytest.raises(RuntimeError, match="iteration 10 launched no GPU activity"):
+        clocks._spans(windows, launch_of, twice)
+
+
 class _Ev:
     """A torch.profiler (Kineto) event stand-in."""
 
