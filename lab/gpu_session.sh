@@ -16,6 +16,8 @@
 #                                        # ran past 540 s on an H200)
 #   bash lab/gpu_session.sh engine OUT   # gdnzoo bench --mode engine-prefill (ENGINE_ARGS)
 #   bash lab/gpu_session.sh pool OUT     # gdnzoo bench --mode pool, both state dtypes (BUDGET s)
+#   bash lab/gpu_session.sh verify-tune OUT  # cuda-v4's verify launch rows of this GPU (TUNE_RUNS;
+#                                        # no bundle needed), the table files into OUT
 #   bash lab/gpu_session.sh kfirst OUT   # tests/test_forms.py + test_tables.py beside
 #                                        # lab.models_gpu's correctness, then its decode timing
 #   bash lab/gpu_session.sh recurrent OUT  # fla-recurrent's prefill: its GPU tests and the forms'
@@ -152,6 +154,23 @@ engine)                     # gdnzoo bench --mode engine-prefill alone (the PDL 
     --no-plots --out "$OUT/bench_engine" > "$OUT/bench_engine.log" 2>&1
   echo "gdnzoo bench --mode engine-prefill: exit $? in $((SECONDS - t0)) s"
   tail -60 "$OUT/bench_engine.log"
+  ;;
+verify-tune)                # cuda-v4's verify launch rows of this GPU (gdnzoo tune --shapes --mode
+                            # verify --write), one search a ';'-separated TUNE_RUNS entry (default:
+                            # the H200's verify cells past 1.15x their floor, 2026-11-25), then
+                            # this GPU's table file and every search's files into OUT
+  i=0
+  IFS=';' read -ra runs <<< "${TUNE_RUNS:---tokens 8 --state-dtype bf16 --batch 4,16,64;--tokens 4 --state-dtype bf16 --batch 4,16,64;--tokens 8 --state-dtype fp32 --batch 1,4}"
+  for r in "${runs[@]}"; do
+    t0=$SECONDS; i=$((i + 1))
+    # shellcheck disable=SC2086  # each run's arguments split on spaces
+    timeout ${TUNE_S:-170} gdnzoo tune --shapes --algo cuda-v4 --mode verify $r --write \
+      --out "$OUT/tune_$i" > "$OUT/tune_$i.log" 2>&1
+    echo "gdnzoo tune --shapes --algo cuda-v4 --mode verify $r --write: exit $? in $((SECONDS - t0)) s" | tee -a "$OUT/runs.txt"
+    grep -A12 "^row sets\|^no row" "$OUT/tune_$i.log" | head -14
+  done
+  cp backends/tables/*.yaml "$OUT/" 2>/dev/null
+  git diff --stat -- backends/tables/ | tail -3
   ;;
 pool)                       # gdnzoo bench --mode pool alone: the rows of this GPU's table_pool
   t0=$SECONDS
