@@ -27,17 +27,35 @@ def compile_offline(kernel, args, kwargs, arch: int = 90):
     CompiledKernel (``.asm["ptx"]``, ``.asm["cubin"]``, ``.metadata``).  For the checks that
     read the generated code (tests, lab)."""
     import triton
+    from triton.compiler import ASTSource
+    target, backend, kwargs, bound, spec, opts = _bind(kernel, args, kwargs, arch)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, spec, opts)
+    return triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
+                          options=options.__dict__)
+
+
+def triton_specialization(kernel, args, kwargs, arch: int = 90) -> tuple:
+    """What Triton's JIT keys ``kernel[grid](*args, **kwargs)``'s compiled kernel by on an
+    sm_``arch`` GPU (JIT mode, no GPU needed): each parameter's specialization (type and
+    alignment or int class; a constexpr's value) and the options, hashable; two calls with the
+    same one run the same compiled kernel."""
+    *_, spec, opts = _bind(kernel, args, kwargs, arch)
+    return tuple(tuple(x) if isinstance(x, list) else x for x in spec), \
+        tuple(sorted((k, repr(v)) for k, v in opts.items()))
+
+
+def _bind(kernel, args, kwargs, arch):
+    """(target, backend, kwargs, bound args, specialization, options) of Triton's binding of a
+    call, as JITFunction.run makes them for an sm_``arch`` GPU."""
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
+    from triton.compiler import make_backend
     from triton.runtime.jit import create_function_from_signature
     target = GPUTarget("cuda", arch, 32)
     backend = make_backend(target)
     kwargs = dict(kwargs, debug=False, instrumentation_mode="")   # what JITFunction.run adds
     binder = create_function_from_signature(kernel.signature, kernel.params, backend)
     bound, spec, opts = binder(*args, **kwargs)
-    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, spec, opts)
-    return triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=target,
-                          options=options.__dict__)
+    return target, backend, kwargs, bound, spec, opts
 
 
 def state_strides(x, k_first: bool) -> tuple:
