@@ -59,6 +59,21 @@ class Lab:
         return 1 if self.failed else 0
 
 
+def callgrind_total(argv: list, out_file, env_more: dict, cwd=None) -> int:
+    """Instructions callgrind counts over ``python argv...`` (this interpreter; one thread of
+    each math library; ``env_more`` on top of the environment; the profile to ``out_file``)."""
+    import re
+    import subprocess
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **env_more)
+    r = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out_file}",
+                        os.path.realpath(sys.executable), *map(str, argv)],
+                       capture_output=True, text=True, env=env, cwd=cwd)
+    m = re.search(r"Collected : (\d+)", r.stderr)
+    if m is None:
+        raise RuntimeError(f"callgrind gave no total: {r.stderr[-800:]}")
+    return int(m.group(1))
+
+
 def event_times_us(fn, reps: int, warm: int = 3, ahead: int = 0) -> list:
     """``fn()``'s times in us over ``reps`` calls, each between two CUDA events on the current
     stream (host launch gaps included), after ``warm`` calls.  ``ahead`` > 0: a sleep kernel of

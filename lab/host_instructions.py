@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -42,16 +40,10 @@ for _ in range(n):
 
 
 def count(work, face, n, algo):
-    env = dict(os.environ, GDNZOO_REGISTRY=str(work / "registry.yaml"), OMP_NUM_THREADS="1",
-               OPENBLAS_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(work), *sys.path]))
-    out = work / f"cg.{n}.{algo}.{Path(face).name}"
-    r = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                        os.path.realpath(sys.executable), str(work / "calls.py"), face, str(n),
-                        algo], capture_output=True, text=True, env=env)
-    m = re.search(r"Collected : (\d+)", r.stderr)
-    if m is None:
-        raise RuntimeError(f"callgrind gave no total: {r.stderr[-500:]}")
-    return int(m.group(1))
+    return harness.callgrind_total(
+        [work / "calls.py", face, n, algo], work / f"cg.{n}.{algo}.{Path(face).name}",
+        dict(GDNZOO_REGISTRY=str(work / "registry.yaml"),
+             PYTHONPATH=os.pathsep.join([str(work), *sys.path])))
 
 
 def main(lab):

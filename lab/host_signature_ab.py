@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from lab import harness
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,17 +59,10 @@ def tree_at(rev: str, work: Path) -> Path:
 
 
 def count(work: Path, path: str, n: int) -> int:
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([path, *sys.path]), GDNZOO_REGISTRY=str(
-                   Path(path) / "registry.yaml"))
-    out = work / f"cg.{Path(path).name}.{n}"
-    r = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                        os.path.realpath(sys.executable), str(work / "calls.py"), str(n)],
-                       capture_output=True, text=True, env=env, cwd=work)
-    m = re.search(r"Collected : (\d+)", r.stderr)
-    if m is None:
-        raise RuntimeError(f"callgrind gave no total: {r.stderr[-800:]}")
-    return int(m.group(1))
+    return harness.callgrind_total(
+        [work / "calls.py", n], work / f"cg.{Path(path).name}.{n}",
+        dict(PYTHONPATH=os.pathsep.join([path, *sys.path]),
+             GDNZOO_REGISTRY=str(Path(path) / "registry.yaml")), cwd=work)
 
 
 def main(argv=None):
