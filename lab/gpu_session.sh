@@ -157,14 +157,16 @@ engine)                     # gdnzoo bench --mode engine-prefill alone (the PDL 
   ;;
 verify-tune)                # cuda-v4's verify launch rows of this GPU (gdnzoo tune --shapes --mode
                             # verify --write), one search a ';'-separated TUNE_RUNS entry (default:
-                            # the H200's verify cells past 1.15x their floor, 2026-11-25), then
-                            # this GPU's table file and every search's files into OUT
+                            # T = 8 and 4, both state dtypes, B = 1 to 256, where the H200's misses
+                            # of 2026-11-25 were; then TUNE_RUNS="--tokens 2" in a second call), the
+                            # table files and every search's files into OUT.  An H100 search of
+                            # T = 2 took 87 s for ten cells.
   i=0
-  IFS=';' read -ra runs <<< "${TUNE_RUNS:---tokens 8 --state-dtype bf16 --batch 4,16,64;--tokens 4 --state-dtype bf16 --batch 4,16,64;--tokens 8 --state-dtype fp32 --batch 1,4}"
+  IFS=';' read -ra runs <<< "${TUNE_RUNS:---tokens 8 --batch 1,4,16,64,256;--tokens 4 --batch 1,4,16,64,256}"
   for r in "${runs[@]}"; do
     t0=$SECONDS; i=$((i + 1))
     # shellcheck disable=SC2086  # each run's arguments split on spaces
-    timeout ${TUNE_S:-170} gdnzoo tune --shapes --algo cuda-v4 --mode verify $r --write \
+    timeout ${TUNE_S:-270} gdnzoo tune --shapes --algo cuda-v4 --mode verify $r --write \
       --out "$OUT/tune_$i" > "$OUT/tune_$i.log" 2>&1
     echo "gdnzoo tune --shapes --algo cuda-v4 --mode verify $r --write: exit $? in $((SECONDS - t0)) s" | tee -a "$OUT/runs.txt"
     grep -A12 "^row sets\|^no row" "$OUT/tune_$i.log" | head -14
