@@ -244,10 +244,10 @@ def _spans(windows, launch_of, gpu, reduce=span_us, lose=0.0) -> tuple:
     if not empty:
         return [reduce(recs) for recs in per], ""
     # Links that leave iterations empty may point at other launches: after a cupti-python
-    # session finalized CUPTI, a torch.profiler session of the same process linked 11 of 200
-    # iterations' kernels to others (H200, torch 2.11; lab/clock_interplay.py).  Each iteration
-    # drains before the next, so each record's start says its iteration: taken where it gives
-    # every iteration the same number of records.
+    # session finalized CUPTI, a torch.profiler session of the same process left 11 of 200
+    # iterations without a record, their kernels linked to other launches (H200, torch 2.11;
+    # lab/clock_interplay.py).  Each iteration drains before the next, so each record's start
+    # says its iteration: taken where it gives every iteration the same number of records.
     by_start, _ = _group(windows, {}, [(s, e, None) for s, e, _ in gpu])
     if by_start and len({len(r) for r in by_start}) == 1 and by_start[0]:
         return [reduce(recs) for recs in by_start], (
