@@ -395,9 +395,11 @@ class LaunchCache:
     value, each other plain value by what Triton specializes on (an int by its width and
     whether it is 1 or a multiple of 16: a prompt's token count or strides change without a new
     signature), the keywords and the device; calls with a tensor not 16-byte aligned, or
-    without CuPy (the raw launch's binding), always take Triton's path.  Holds at most ``limit`` signatures (cleared when
-    full).  ``bind(compiled, args, device_index)`` makes the raw launch (default:
-    :class:`ArgsLaunch`, where CuPy is importable), called as ``fast(grid0, args)``."""
+    without CuPy (the raw launch's binding), always take Triton's path.  Holds at most
+    ``limit`` signatures (cleared when full).  ``bind(compiled, args, device_index)`` makes the
+    raw launch (default: :class:`ArgsLaunch`, where CuPy is importable), called as
+    ``fast(grid0, args)``.  tests/test_triton_launch_keys.py holds the keys to Triton's own
+    specialization."""
 
     def __init__(self, limit: int = 512, bind=None):
         self.limit = limit

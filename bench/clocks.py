@@ -235,10 +235,10 @@ LOST_SHARE = 0.02
 def _spans(windows, launch_of, gpu, reduce=span_us, lose=0.0) -> tuple:
     """(samples, note): ``reduce`` (default :func:`span_us`) of each iteration's GPU records
     (:func:`_group`; where its links leave iterations empty but the records' starts give every
-    iteration the same number, by their starts, and the note says so).  Up to ``lose`` (a share, e.g. :data:`LOST_SHARE`) of the iterations may
-    have no record: those are dropped, and so is every iteration holding more records than
-    most do (a lost record may have landed there), and the note says how many; beyond that an
-    iteration without any is an error."""
+    iteration the same number, by their starts, and the note says so).  Up to ``lose`` (a
+    share, e.g. :data:`LOST_SHARE`) of the iterations may have no record: those are dropped,
+    and so is every iteration holding more records than most do (a lost record may have landed
+    there), and the note says how many; beyond that an iteration without any is an error."""
     per, dropped = _group(windows, launch_of, gpu)
     empty = [i for i, recs in enumerate(per) if not recs]
     if not empty:
