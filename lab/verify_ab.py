@@ -22,9 +22,10 @@ import torch
 
 from gdnzoo import dispatch
 from gdnzoo.backends import cuda_v4
-from gdnzoo.bench import clocks, floor, shapes
-from gdnzoo.bench import pool as serving
-from gdnzoo.bench import verify as vb
+from gdnzoo.bench import clocks, floor
+from gdnzoo.bench import mode_pool as serving
+from gdnzoo.bench import mode_verify as vb
+from gdnzoo.inputs import DTYPES
 
 G = types.SimpleNamespace(H=4, HV=8, K=128, V=128)     # the contest geometry
 
@@ -59,11 +60,12 @@ def cell_configs(row, cands, sd, T, extra=None) -> dict:
 def contexts(sd, cells):
     """(B, T, ctx) for each (B, T) of ``cells`` at state dtype ``sd``: the bench's verify
     cells (contest geometry) over one state pool sized for all of them, freed at the end."""
-    dt, l2 = shapes.DTYPES[sd], clocks.l2_bytes()
-    sp = serving.StatePool(vb.pool_slots(cells, G.HV, G.V, G.K, dt.itemsize, l2),
-                           G.HV, G.V, G.K, dt, "cuda")
+    l2 = clocks.l2_bytes()
+    sp = serving.state_pool(serving.pool_slots(cells, G.HV, G.V, G.K, DTYPES[sd].itemsize, l2,
+                                               width=vb.Verify.width),
+                            G.HV, G.V, G.K, sd, "cuda")
     for B, T in cells:
-        ctx = vb.make_ctx(B, T, sd, sp, G, l2, "cuda", 0)
+        ctx = vb.verify_ctx(B, T, sd, sp, vars(G), l2, "cuda", 0)
         yield B, T, ctx
         del ctx
     del sp
@@ -79,7 +81,7 @@ def run(sds, ts, bs, rounds, candidates, extra=None, use=None):
     t0 = time.time()
     try:
         for sd in sds:
-            dt = shapes.DTYPES[sd]
+            dt = DTYPES[sd]
             for B, T, ctx in contexts(sd, [(B, T) for T in ts for B in bs]):
                 row = cuda_v4.full_config(orig(gpu, dt, B, G.H, G.HV, G.K, G.V, True, T, True,
                                                True))
@@ -102,10 +104,10 @@ def _time_form(ctx, form, cfgs, rounds, what, t0, use) -> dict:
     calls = {}
     for name, cfg in cfgs.items():
         use(name, cfg)
-        e = vb.entry_call("cuda-v4", form, ctx)
+        e = vb.verify_call("cuda-v4", form, ctx)
         # A name starting with "x_" is a timing probe (a variant that leaves something out, to
         # bound what that costs): timed without the gate, and never a candidate to keep.
-        chk = {"ok": True} if name.startswith("x_") else vb.check_entry(e, ctx, form)
+        chk = {"ok": True} if name.startswith("x_") else vb.check_form(e, ctx, form)
         if not chk["ok"]:
             print("  FAIL", what, form, name, chk["reason"], flush=True)
             continue
@@ -122,17 +124,15 @@ def time_rounds(ctx, form, calls, rounds, prepare, what) -> dict:
     acc = {}
     method = ""
     for _ in range(rounds):
-        f = floor.verify_floor_times(vb.floor_target(ctx, form), iters=100,
-                                     reduce=clocks.busy_and_count)
+        f = floor.indexed_floor_times(ctx.target(form), iters=100,
+                                      reduce=clocks.busy_and_count)
         acc.setdefault("floor", []).extend(s for s, _ in f["samples"])
         for name, call in calls.items():
             prepare(name)
-            for _ in range(5):
-                ctx.ix.advance()
-                call(ctx.ix.index)
-            torch.cuda.synchronize()
-            busy, _, method = serving._timed(call, ctx.ix, 200, 5.0)
-            acc.setdefault(name, []).extend(busy)
+            got, method = clocks.kernel_times(ctx.bank.kernel(call), 200, warmup=5,
+                                              reduce=clocks.busy_and_count,
+                                              prepare=ctx.bank.prepare)
+            acc.setdefault(name, []).extend(s for s, _ in got)
     med = {k: statistics.median(v) for k, v in acc.items()}
     bar = med["floor"] * 1.15 + 0.032
     print(f"{what} floor {med['floor']:.3f} bar {bar:.3f} | "
