@@ -15,6 +15,7 @@ floor.  How: :data:`METHOD`.  Without a CUDA device cells with B <= 4 are checke
 
 from __future__ import annotations
 
+import copy
 import importlib
 import itertools
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from gdnzoo.bench.args import usage_error
 from gdnzoo.bench.pipeline import Entry, Group, io_bytes, judged, section, state_bytes
 from gdnzoo.inputs import Inputs, accepted_counts, distinct_slots, intermediate_buffer
 from gdnzoo.reference import reference_commit, reference_verify_outputs
+from gdnzoo.pool import Pool as Slots
 from gdnzoo.verify import Verify as Keep
 
 BATCHES = (1, 4, 16, 64, 256)
@@ -368,12 +370,16 @@ class Verify(serving.Serving):
 
 class VerifyCell(serving.PoolCell):
     """One (state dtype, B) of a verify shape search at T tokens (``gdnzoo tune --shapes --mode
-    verify``): a cell of this mode over a shared pool ``sp`` in the ``states`` form (update_state
-    False), each candidate checked by :func:`check_form`."""
-    FORM = "states"
+    verify``): a cell of this mode over a shared pool ``sp`` in ``form`` (the search's stages run
+    in ``states``, update_state False), each candidate checked by :func:`check_form`.  A verify
+    row serves every form, so the search confirms its pick in each of :attr:`CONFIRM_FORMS`
+    (:meth:`in_form`: the same inputs, bank and pool in another form)."""
+    CONFIRM_FORMS = FORMS
 
-    def __init__(self, sd, sp, B, T, geometry, seed=3):
-        self.T = T
+    def __init__(self, sd, sp, B, T, geometry, seed=3, form="states"):
+        if form not in FORMS:
+            raise ValueError(f"form: one of {', '.join(FORMS)}, got {form!r}")
+        self.T, self.FORM = T, form
         super().__init__(sd, sp, B, geometry, seed)
 
     def context(self, geometry, seed):
@@ -381,9 +387,29 @@ class VerifyCell(serving.PoolCell):
         l2 = clocks.l2_bytes(device) if device.type == "cuda" else 0
         return verify_ctx(self.B, self.T, self.sd, self.sp, geometry, l2, device, seed)
 
+    def in_form(self, form) -> "VerifyCell":
+        """This cell in ``form``: its context shared (inputs, index bank, pool, intermediate
+        store), its Problem, calls, check and floor those of ``form``."""
+        if form not in FORMS:
+            raise ValueError(f"form: one of {', '.join(FORMS)}, got {form!r}")
+        other = copy.copy(self)
+        other.FORM, other.problem = form, self.ctx.problem(form)
+        return other
+
     def call(self, run, config):
+        ctx = self.ctx
+        if self.FORM == "slots":                  # per-token slots [B, T], no intermediate store
+            st = ctx.pool.state
+
+            def call(ix):
+                entries.launch(run, ctx.x, st, ctx.out, st, True, config=config,
+                               pool=Slots(ix.grid, ix.grid, NULL_SLOT),
+                               verify=Keep(None, None, False, True, ctx.accepted))
+                return ctx.out
+            return call
+        update = self.FORM == "states+update"
         return super().call(run, config,
-                            verify=lambda ix: Keep(self.ctx.inter, ix.rows, False, False, None))
+                            verify=lambda ix: Keep(ctx.inter, ix.rows, update, False, None))
 
     def check(self, call) -> dict:
         return check_form(Call(call, ""), self.ctx, self.FORM)

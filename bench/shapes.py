@@ -19,7 +19,11 @@ A candidate that fails the gate, or fails to compile or launch, is reported and 
 --mode pool`` (T=1) and of ``--mode verify``'s ``states`` form (``update_state=False``) in their
 serving convention (page-strided pool, fresh random distinct slots and intermediate rows every
 call), each candidate checked by that bench's check beside that bench's floor, and write rows
-with ``mode: pool`` or ``mode: verify, tokens: T`` (what such a call prefers).
+with ``mode: pool`` or ``mode: verify, tokens: T`` (what such a call prefers).  A verify row
+serves all three forms, so its confirm runs in each (``states+update`` and ``slots`` too, each
+beside its own floor) and a row changes only where the winner's worst multiple of a form's floor
+is the margin below the committed row's: a shape faster with ``update_state=False`` can be
+slower when it writes the final state.
 
 Writes ``gpu_tune.{csv,json,log}`` under ``--out`` after every cell (a time-out keeps what was
 measured) and prints the rows; ``--write`` puts them into this GPU's table file (a new file for
@@ -32,6 +36,7 @@ from __future__ import annotations
 import csv
 import datetime
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -57,8 +62,8 @@ def add_shapes_args(p):
                    help="the bench mode whose cells are searched: inplace (dense), dest "
                         "(destination passing, a distinct new_state rotated cold), pool (the "
                         "serving convention of gdnzoo bench --mode pool; T=1) or verify (the "
-                        "serving convention of gdnzoo bench --mode verify, states form, --tokens "
-                        "T >= 2)")
+                        "serving convention of gdnzoo bench --mode verify, states form, confirmed "
+                        "in all three forms; --tokens T >= 2)")
     g.add_argument("--tokens", type=int, default=1, help="T tokens per call (default 1)")
     g.add_argument("--rows-from-tokens", type=int, default=None,
                    help="the least T the written rows serve (default: --tokens)")
@@ -163,32 +168,96 @@ def search_cell(cell, names, args, log, rows):
             except Exception as e:
                 log(f"  committed row {b} {committed[b]}: {type(e).__name__}: {str(e)[:120]}")
                 del committed[b]
-    conf, _ = time_candidates(picks, args.confirm_iters, args.confirm_rounds, cell.prepare)
+    by_form = confirm(cell, picks, args, log)
+    conf = by_form[cell.FORM]
     fmed = conf[("floor", "floor")]
+    worst = worst_multiples(by_form)
+    forms = len(by_form) > 1
     out, summary = {}, [f"{cell.sd} B={cell.B:<4d} floor {fmed:7.2f}"]
-    for (b, c), us in conf.items():
-        if b != "floor":
-            rows.append(dict(sd=cell.sd, B=cell.B, backend=b, config=c, us=us,
-                             stage="committed" if c == committed.get(b) and c != wins[b]
-                             else "confirm"))
+    for form, m in by_form.items():
+        for (b, c), us in m.items():
+            if b != "floor":
+                kind = ("committed" if c == committed.get(b) and c != wins[b] else "confirm")
+                rows.append(dict(sd=cell.sd, B=cell.B, backend=b, config=c, us=us,
+                                 stage=kind if form == cell.FORM else f"{kind} {form}"))
     for b, c in wins.items():
         us = conf[(b, c)]
-        text = f"{b} {us:7.2f} ({us / fmed:.3f}) {c}"
+        text = f"{b} {us:7.2f} ({us / fmed:.3f}{_worst(worst, b, c) if forms else ''}) {c}"
         pick = (c, us, fmed, True)
         if b in committed:
             t_us = conf[(b, committed[b])] if committed[b] != c else us
-            # "change" only where the winner reads at least the margin faster than the committed
-            # row in the same confirm sessions: their spread is about 1%, and a table should
-            # not churn on noise
-            verdict = ("same" if committed[b] == c else
-                       "change" if us <= t_us * (1 - args.margin) else "keep")
-            text += f" vs committed {t_us:7.2f} ({t_us / fmed:.3f}) {committed[b]}: {verdict}"
+            verdict = confirm_verdict(us, t_us, worst.get((b, c)), worst.get((b, committed[b])),
+                                      committed[b] == c, args.margin, forms)
+            text += (f" vs committed {t_us:7.2f} ({t_us / fmed:.3f}"
+                     f"{_worst(worst, b, committed[b]) if forms else ''}) {committed[b]}: "
+                     f"{verdict}")
             if verdict != "change":
                 pick = (committed[b], t_us, fmed, False)
+        elif worst[(b, c)][0] == math.inf:
+            summary.append(f"{b}: the winner fails a form and no row serves here: none written")
+            continue
         out[b] = pick
         summary.append(text)
     log("  ".join(summary) + f"   [{method}]")
     return out
+
+
+def confirm(cell, picks, args, log) -> dict:
+    """{form: {(backend, config): median us}} of the confirm sessions: ``picks`` (the floor
+    first, then each backend's winner and committed row) in the cell's form; for a cell whose
+    rows serve other forms too (``CONFIRM_FORMS``: a verify row serves all three), the same
+    shapes checked and timed in each other form beside that form's floor (a shape that fails
+    there is left out of it)."""
+    by_form = {cell.FORM: time_candidates(picks, args.confirm_iters, args.confirm_rounds,
+                                          cell.prepare)[0]}
+    for form in getattr(cell, "CONFIRM_FORMS", ()):
+        if form == cell.FORM:
+            continue
+        other = cell.in_form(form)
+        fl = other.floor_launcher()
+        if fl["launch"] is None:
+            raise SystemExit(f"the shape search needs the floor's CuPy kernel: {fl['config']}")
+        mine = [("floor", "floor", fl["launch"])]
+        for b, c, _ in picks[1:]:
+            try:
+                mine.append((b, c, other.checked(entries.raw(b), c)))
+            except Exception as e:
+                log(f"  {form}: {b} {c}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+                torch.cuda.synchronize()
+        by_form[form] = time_candidates(mine, args.confirm_iters, args.confirm_rounds,
+                                        other.prepare)[0]
+    return by_form
+
+
+def worst_multiples(by_form) -> dict:
+    """(backend, config) -> (the largest multiple of its form's floor over the forms, that
+    form): infinite where a shape was not timed in a form (it failed there)."""
+    keys = {k for m in by_form.values() for k in m if k[0] != "floor"}
+    worst = {}
+    for k in keys:
+        worst[k] = max(((m[k] / m[("floor", "floor")], f) if k in m else (math.inf, f)
+                        for f, m in by_form.items()), key=lambda t: t[0])
+    return worst
+
+
+def _worst(worst, b, c) -> str:
+    x, form = worst[(b, c)]
+    return f"; worst {x:.3f} {form}"
+
+
+def confirm_verdict(us, t_us, win_worst, row_worst, same, margin, forms) -> str:
+    """"same", "change" or "keep" for a winner (``us``) beside the committed row (``t_us``) in
+    the confirm sessions: "change" only where the winner reads at least ``margin`` faster (their
+    spread is about 1%, and a table should not churn on noise); with ``forms`` (the row serves
+    several forms), by the worst multiple of each form's floor (``*_worst``: (multiple, form)),
+    so that a row faster in the searched form but slower in another is kept."""
+    if same:
+        return "same"
+    if forms and win_worst[0] == math.inf:       # it failed a form's check: never written
+        return "keep"
+    if forms:
+        return "change" if win_worst[0] <= row_worst[0] * (1 - margin) else "keep"
+    return "change" if us <= t_us * (1 - margin) else "keep"
 
 
 def write_files(out, rows, lines, env):
@@ -308,11 +377,14 @@ def cmd_shapes(args) -> int:
             "verify": " in the verify serving convention of gdnzoo bench --mode verify, "
                       "states form (intermediate_states by intermediate_indices, "
                       "update_state=False, page-strided pool, fresh random slots and "
-                      "intermediate rows every call, packed mixed_qkv, use_qk_l2norm=True)"
+                      "intermediate rows every call, packed mixed_qkv, use_qk_l2norm=True), "
+                      "the winner confirmed beside the committed row in the states, "
+                      "states+update and slots forms, each beside its own floor"
             }.get(args.mode, "")
+    by = " by the worst multiple of a form's floor" if args.mode == "verify" else ""
     src = {sid: dict(how=f"gdnzoo tune --shapes --algo {','.join(names)} --mode {args.mode} "
                          f"--tokens {args.tokens} on {gpu}{conv}: winners beside the committed "
-                         f"rows, changed where >= {args.margin:.0%} faster",
+                         f"rows, changed where >= {args.margin:.0%} faster{by}",
                      date=datetime.date.today().isoformat(), commit=env.get("commit"),
                      results=[shown])}
     made, cited = new_rows(tables.launch_tables(), gpu, results, args, sid)

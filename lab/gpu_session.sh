@@ -157,12 +157,12 @@ engine)                     # gdnzoo bench --mode engine-prefill alone (the PDL 
   ;;
 verify-tune)                # cuda-v4's verify launch rows of this GPU (gdnzoo tune --shapes --mode
                             # verify --write), one search a ';'-separated TUNE_RUNS entry (default:
-                            # T = 8 and 4, both state dtypes, B = 1 to 256, where the H200's misses
-                            # of 2026-11-25 were; then TUNE_RUNS="--tokens 2" in a second call), the
-                            # table files and every search's files into OUT.  An H100 search of
-                            # T = 2 took 87 s for ten cells.
+                            # T = 8, one state dtype a search; then TUNE_RUNS with --tokens 4, then
+                            # 2, in later calls), the table files and every search's files into
+                            # OUT.  On the H200 (2026-11-30, states-form confirm) one state dtype's
+                            # five cells took 155 s warm, both dtypes cold at T = 8 over 270 s.
   i=0
-  IFS=';' read -ra runs <<< "${TUNE_RUNS:---tokens 8 --batch 1,4,16,64,256;--tokens 4 --batch 1,4,16,64,256}"
+  IFS=';' read -ra runs <<< "${TUNE_RUNS:---tokens 8 --state-dtype fp32;--tokens 8 --state-dtype bf16}"
   for r in "${runs[@]}"; do
     t0=$SECONDS; i=$((i + 1))
     # shellcheck disable=SC2086  # each run's arguments split on spaces

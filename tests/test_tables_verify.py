@@ -293,11 +293,109 @@ def test_verify_cell_checks_candidates_on_the_cpu(sd):
         cell.checked(updates, config)
 
 
+@pytest.mark.skipif(HAS_CUDA, reason="the CPU form of the cell (the GPU test times it)")
+def test_verify_cell_in_each_form_on_the_cpu():
+    """A verify row serves every form, so the search's confirm runs its picks in each: the cell
+    in another form shares its inputs, bank and pool, takes that form's Problem, passes a
+    correct candidate and refuses one that gets that form's stores wrong."""
+    cell = _cpu_cell("fp32", B=2, T=3)
+    run = registry.runner("fla-recurrent")
+    config = (128, 8, 1)
+    assert cell.CONFIRM_FORMS == verify.FORMS and cell.FORM == "states"
+    for form in verify.FORMS:
+        other = cell.in_form(form)
+        assert other.ctx is cell.ctx and other.FORM == form and cell.FORM == "states"
+        assert (other.problem.verify, other.problem.T, other.problem.B) == (form, 3, 2)
+        launch = other.checked(run, config)
+        other.prepare()
+        launch(0)
+        assert torch.isfinite(cell.ctx.out).all()
+
+    def no_update(call, *, config=None):
+        run(call._replace(verify=call.verify._replace(update=False)), config=config)
+
+    def last_token_only(call, *, config=None):         # every token's state to its last slot
+        g = call.pool.read
+        last = g[:, -1:].expand_as(g).contiguous()
+        run(call._replace(pool=call.pool._replace(read=last, write=last)), config=config)
+    with pytest.raises(AssertionError, match="new_state: .* elements off"):
+        cell.in_form("states+update").checked(no_update, config)
+    with pytest.raises(AssertionError, match="new_state: .* elements off"):
+        cell.in_form("slots").checked(last_token_only, config)
+    with pytest.raises(ValueError, match="form: one of states, states\\+update, slots"):
+        cell.in_form("slot")
+
+
+def test_confirm_runs_a_verify_cells_picks_in_every_form(monkeypatch):
+    """The confirm times the picks in the cell's form, then checks and times them in each other
+    form beside that form's floor; a shape failing a form's check is left out of that form and
+    reads infinitely far from its floor there."""
+    class Cell:
+        CONFIRM_FORMS = ("states", "states+update", "slots")
+
+        def __init__(self, form="states"):
+            self.FORM, self.prepare = form, None
+
+        def in_form(self, form):
+            return Cell(form)
+
+        def floor_launcher(self):
+            return {"launch": ("floor", self.FORM), "config": ""}
+
+        def checked(self, run, c):
+            if self.FORM == "slots" and c == "bad-in-slots":
+                raise AssertionError("out: 3 of 96 elements off")
+            return (c, self.FORM)
+    floors = {"states": 2.0, "states+update": 3.0, "slots": 4.0}
+    us = {("win", "states"): 2.2, ("win", "states+update"): 4.2, ("win", "slots"): 4.4,
+          ("row", "states"): 2.1, ("row", "states+update"): 3.3, ("row", "slots"): 4.2,
+          ("bad-in-slots", "states"): 2.1, ("bad-in-slots", "states+update"): 3.1}
+
+    def timed(cands, reps, rounds=1, prepare=None):
+        return {(b, c): floors[f] if b == "floor" else us[(c, f)]
+                for b, c, (_, f) in cands}, "fake clock"
+    monkeypatch.setattr(shapes, "time_candidates", timed)
+    monkeypatch.setattr(shapes.entries, "raw", lambda b: None)
+    monkeypatch.setattr(shapes.torch.cuda, "synchronize", lambda: None)   # after a failed check
+    logged = []
+    args = argparse.Namespace(confirm_iters=1, confirm_rounds=1)
+    picks = [("floor", "floor", ("floor", "states"))] + [
+        ("k", c, (c, "states")) for c in ("win", "row", "bad-in-slots")]
+    by_form = shapes.confirm(Cell(), picks, args, logged.append)
+    assert list(by_form) == ["states", "states+update", "slots"]
+    assert by_form["states+update"][("k", "win")] == 4.2
+    assert ("k", "bad-in-slots") not in by_form["slots"]
+    assert logged and "slots: k bad-in-slots: AssertionError: out" in logged[0]
+    worst = shapes.worst_multiples(by_form)
+    assert worst[("k", "win")] == pytest.approx((1.4, "states+update"))
+    assert worst[("k", "row")] == pytest.approx((1.1, "states+update"))
+    assert worst[("k", "bad-in-slots")] == (float("inf"), "slots")
+
+
+def test_confirm_verdict_reads_the_worst_form_for_verify_rows():
+    """A verify row changes only where the winner's worst multiple of a form's floor is the
+    margin below the committed row's (2026-11-30: a bf16 T=4 B=16 winner 8% faster without the
+    update read 1.38x its floor with it, the committed row 1.19x); a winner that failed a form
+    is never written; other searches keep the searched form's rule."""
+    verdict = shapes.confirm_verdict
+    assert verdict(6.91, 7.81, (1.38, "states+update"), (1.19, "states+update"), False, 0.01,
+                   True) == "keep"
+    assert verdict(6.91, 7.81, (1.10, "states"), (1.24, "states"), False, 0.01, True) == "change"
+    assert verdict(6.91, 7.81, (1.10, "s"), (1.105, "s"), False, 0.01, True) == "keep"
+    assert verdict(1.0, 2.0, (float("inf"), "slots"), (float("inf"), "slots"), False, 0.01,
+                   True) == "keep"
+    assert verdict(1.0, 2.0, (1.0, "s"), (float("inf"), "slots"), False, 0.01, True) == "change"
+    assert verdict(6.91, 7.81, None, None, False, 0.01, False) == "change"
+    assert verdict(7.80, 7.81, None, None, False, 0.01, False) == "keep"
+    assert verdict(7.80, 7.80, None, None, True, 0.01, False) == "same"
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="the serving-size pool and the verify floor: a CUDA "
                                          "device")
 def test_verify_cell_on_the_gpu():
     """A verify search's cells (make_cells): every cuda-v4 candidate of a small B is checked and
-    runs on fresh rows, and the verify floor's launcher is found."""
+    runs on fresh rows, and the verify floor's launcher is found; in the confirm's other forms
+    a candidate and the committed row are checked and run, and each form's floor is found."""
     args = argparse.Namespace(mode="verify", tokens=2, batch=[1, 4])
     cells = list(shapes.make_cells(args, "fp32", {}))
     assert [(c.B, c.T, c.problem.verify) for c in cells] == [(1, 2, "states"), (4, 2, "states")]
@@ -314,3 +412,14 @@ def test_verify_cell_on_the_gpu():
     assert fl["launch"] is not None, fl["config"]
     fl["launch"](0)
     torch.cuda.synchronize()
+    for form in ("states+update", "slots"):           # the confirm's other forms
+        other = cell.in_form(form)
+        for c in (cands[0], mod.CONFIG.normalize(mod.launch_config(other.problem,
+                                                                   torch.cuda.get_device_name()))):
+            launch = other.checked(run, c)
+            other.prepare()
+            launch(0)
+        fl = other.floor_launcher()
+        assert fl["launch"] is not None, (form, fl["config"])
+        fl["launch"](0)
+        torch.cuda.synchronize()
