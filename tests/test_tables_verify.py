@@ -372,6 +372,36 @@ def test_confirm_runs_a_verify_cells_picks_in_every_form(monkeypatch):
     assert worst[("k", "bad-in-slots")] == (float("inf"), "slots")
 
 
+@pytest.mark.skipif(HAS_CUDA, reason="the CPU form of the cell (the GPU test times it)")
+def test_a_verify_search_cell_end_to_end_on_the_cpu(monkeypatch):
+    """search_cell on a CPU verify cell (fla-recurrent through Triton's interpreter, one
+    candidate, clock and floor faked): every stage checks, the confirm runs in the three forms,
+    its rows name their form, the log reads each shape's worst form, and the winner that reads
+    faster in every form replaces the committed row."""
+    cell = _cpu_cell("fp32")
+    mod = registry.backend_module("fla-recurrent")
+    row = mod.CONFIG.normalize(mod.launch_config(cell.problem, H100))
+    win = mod.CONFIG.normalize((16, 2, 1, 4, 1))
+    assert win != row
+    fast = {win: 1.1, row: 1.5}
+
+    def timed(cands, reps, rounds=1, prepare=None):
+        return {(b, c): 1.0 if b == "floor" else fast.get(c, 2.0) for b, c, _ in cands}, "fake"
+    monkeypatch.setattr(mod, "candidates", lambda p: [win])
+    monkeypatch.setattr(cell, "floor_launcher", lambda: {"launch": lambda i: None, "config": ""})
+    monkeypatch.setattr(shapes, "time_candidates", timed)
+    monkeypatch.setattr(shapes.torch.cuda, "get_device_name", lambda: H100)
+    args = argparse.Namespace(reps=1, confirm_iters=1, confirm_rounds=1, margin=0.01)
+    logged, rows = [], []
+    out = shapes.search_cell(cell, ["fla-recurrent"], args, logged.append, rows)
+    assert out == {"fla-recurrent": (win, 1.1, 1.0, True)}
+    stages = {r["stage"] for r in rows}
+    assert {"confirm", "confirm states+update", "confirm slots", "committed",
+            "committed states+update", "committed slots"} <= stages
+    line = logged[-1]
+    assert "worst 1.100" in line and "worst 1.500" in line and ": change" in line, line
+
+
 def test_confirm_verdict_reads_the_worst_form_for_verify_rows():
     """A verify row changes only where the winner's worst multiple of a form's floor is the
     margin below the committed row's (2026-11-30: a bf16 T=4 B=16 winner 8% faster without the
