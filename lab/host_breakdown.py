@@ -1,6 +1,7 @@
 """Where the host time of one eager gdnzoo.decode call at B=1 goes, per layer (GPU machine):
 
     python3 -m lab.host_breakdown [--algo cuda-v4,fla-recurrent] [--ab OLD_INIT.py]
+    python3 -m lab.host_breakdown --device cpu --algo pt-reference    # the layers, no GPU
 
 Each row is the median wall time per call over batches of back-to-back calls (the host clock of
 ``gdnzoo bench``: no synchronization), so it is dispatch cost as long as the GPU keeps up.
@@ -23,8 +24,10 @@ import torch
 import gdnzoo
 from gdnzoo import dispatch, guards, registry
 from gdnzoo.bench.clocks import host_times
-from gdnzoo.contract import check_aliasing, signature, validate
+from gdnzoo.checks import check_aliasing, signature
+from gdnzoo.contract import validate
 from gdnzoo.inputs import make_inputs
+from gdnzoo.operation import DECODE
 from lab import harness
 
 
@@ -33,32 +36,45 @@ def per_call_us(fn, batches=9):
                                         warmup=200))
 
 
-def breakdown(lab, names):
-    x = make_inputs(B=1, device="cuda", seed=0)
-    out = torch.empty(1, 1, 8, 128, dtype=x.v.dtype, device="cuda")
+def decode_args(x, out, algo):
+    """gdnzoo.decode's positional arguments of a dense call (as dispatch.decode builds them)."""
+    return (x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.scale, out, None, False,
+            algo) + dispatch._NO_SERVE + (None,) + dispatch._RAW_K_LAST
+
+
+def breakdown(lab, names, device):
+    x = make_inputs(B=1, device=device, seed=0)
+    out = torch.empty(1, 1, 8, 128, dtype=x.v.dtype, device=device)
     a = (x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b)
+    named = dict(zip(("q", "k", "v", "state", "A_log", "a", "dt_bias", "b"), a), out=out)
+    args = decode_args(x, out, names[0])
     rows = [
-        ("signature() of the inputs", lambda: signature(*a, x.scale, out, None, False)),
+        ("signature() of the inputs", lambda: signature(DECODE, args)),
         ("full validate()", lambda: validate(*a, x.scale, out=out)),
         ("check_aliasing() (validate path; memoized calls compare spans)",
-         lambda: check_aliasing(*a, out, None)),
+         lambda: check_aliasing(DECODE, named, True)),
         ("registry.env_algo() (only when no algo is named)", registry.env_algo),
         ("10 x Tensor.data_ptr()", lambda: [t.data_ptr() for t in (*a, out, x.state)]),
-        ("torch raw current stream", lambda: torch._C._cuda_getCurrentRawStream(0)),
     ]
+    if device == "cuda":
+        rows.append(("torch raw current stream", lambda: torch._C._cuda_getCurrentRawStream(0)))
     for name in names:
-        run = registry.runner(name)
-        bound = registry.launcher(name, *a, x.scale, out, x.state, False)
+        args = decode_args(x, out, name)
+        rec = dispatch.record(DECODE, args, name)
+        run, bound = registry.runner(name), registry.launcher(name, rec)
         gdnzoo.decode(*a, x.scale, out=out, algo=name)          # memoizes (and guards) it
         rows += [
             (f"{name}: decode's memo lookup (guards in use: {guards.available()})",
-             lambda name=name: dispatch.lookup(*a, x.scale, out, None, False, name)),
+             lambda args=args: dispatch.lookup(DECODE, args)),
             (f"{name}: gdnzoo.decode(..., out=out)",
              lambda name=name: gdnzoo.decode(*a, x.scale, out=out, algo=name)),
-            (f"{name}: backend run()", lambda run=run: run(*a, x.scale, out, x.state, False)),
-            (f"{name}: bound launcher", lambda b=bound: b(*a, x.scale, out, x.state, False)),
+            (f"{name}: the call record", lambda args=args, name=name: dispatch.record(
+                DECODE, args, name)),
+            (f"{name}: backend run(record)", lambda run=run, rec=rec: run(rec)),
+            (f"{name}: bound launcher(record)", lambda b=bound, rec=rec: b(rec)),
         ]
-    lab.log(f"host time per call, B=1, {torch.cuda.get_device_name()}:")
+    where = torch.cuda.get_device_name() if device == "cuda" else "CPU"
+    lab.log(f"host time per call, B=1, {where}:")
     for what, fn in rows:
         us = per_call_us(fn)
         lab.results.setdefault("breakdown", []).append(dict(what=what, us=us))
@@ -96,9 +112,11 @@ def main(lab):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--algo", default="cuda-v4,fla-recurrent")
     ap.add_argument("--ab", default=None, metavar="OLD_INIT_PY")
+    ap.add_argument("--device", default="cuda", help="cuda, or cpu (then e.g. --algo "
+                    "pt-reference: the dispatch's share alone)")
     args = ap.parse_args()
     names = [n for n in args.algo.split(",") if n]
-    lab.part("breakdown", breakdown, lab, names)
+    lab.part("breakdown", breakdown, lab, names, args.device)
     if args.ab:
         lab.part("ab", ab, lab, names, args.ab)
 
