@@ -5,8 +5,8 @@ overlap probe, and the backend's bound launcher) is memoized as a :class:`Resolv
 call's signature (:func:`gdnzoo.checks.signature`: shapes, strides, dtypes, devices,
 requires_grad of every tensor, the other arguments with their types, as ``1 == 1.0 == True``,
 and the ALGO and GDNZOO_PDL variables where they apply).  Building that key in Python costs some
-40 attribute reads, so each resolved signature also gets a guard (:mod:`gdnzoo.guards`, one C++
-check of all tensors) and the last few guards of a calling mode are tried first.
+40 attribute reads, so a signature seen a second time also gets a guard (:mod:`gdnzoo.guards`,
+one C++ check of all tensors) and the last few guards of a calling mode are tried first.
 
 A memo skips work, never a check: whatever validate would refuse for a call, the memoized path
 refuses with the same error.  What a signature cannot fix, that no written tensor overlaps
@@ -172,22 +172,25 @@ def _remember(hit, mode, tensors):
 
 def _miss(lay, args, mode, tensors, pointers, slots=None):
     """The verdict when no guard of ``mode`` matched: by the signature (checking overlaps),
-    else validated and selected now; either way guarded from now on.  ``pointers()``: the
-    call's pointer tuple, one per name of ``slots`` (default: the tensors present), asked for
-    once the arguments are known to be tensors.  Returns the verdict and the pointers."""
+    else validated and selected now.  A signature seen again is guarded from then on; one seen
+    once is not (a server's prefill meets a new token count nearly every call: a guard for each
+    would cost its making and push the recurring signatures' guards out of ``mode``'s few).
+    ``pointers()``: the call's pointer tuple, one per name of ``slots`` (default: the tensors
+    present), asked for once the arguments are known to be tensors.  Returns the verdict and
+    the pointers."""
     key = _signature_key(lay, args, slots)
     hit = None if key is None else _MEMO.get(key)
     if hit is not None:
         ptrs = pointers()
         if ptrs != hit.last:
             _overlaps(hit, ptrs, lay, args)
+        if mode is not None and hit.guard is not False:
+            _remember(hit, mode, tensors)
     else:
         names, present = _present(lay, args)
         problem_scale = lay.contract.verdict(args, env_pdl)
         ptrs = pointers()
         hit = _resolve(lay, args, key, names, present, ptrs, slots or names, problem_scale)
-    if key is not None and mode is not None and hit.guard is not False:
-        _remember(hit, mode, tensors)
     return hit, ptrs
 
 

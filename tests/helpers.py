@@ -105,3 +105,15 @@ def ptx_code(ptx):
         if s and not s.startswith((".loc", ".file", "$L__tmp", "$L__func")):
             out.append(s)
     return out
+
+
+def served_twice(call):
+    """``call()``, a valid call, made twice: its signature memoized and, where dynamo's guards
+    work in this process, guarded (a signature is guarded once seen again), so a refusal right
+    after it meets both memo layers."""
+    from gdnzoo import dispatch, guards
+    call()
+    call()
+    assert dispatch._MEMO, "the valid call was not memoized"
+    if guards._state.get("ok"):
+        assert any(isinstance(k[0], str) for k in dispatch._MEMO), "the valid call was not guarded"

@@ -190,6 +190,9 @@ def test_memo_guard_serves_only_calls_with_the_same_layout(monkeypatch):
     monkeypatch.setattr(dispatch, "_MEMO", {})
     x = base()
     gdnzoo.decode(*x.args(), algo="pt-reference")
+    assert not any(isinstance(k[0], str) for k in dispatch._MEMO), \
+        "a signature seen once was guarded"
+    gdnzoo.decode(*x.clone().args(), algo="pt-reference")        # seen again: guarded
     assert any(isinstance(k[0], str) for k in dispatch._MEMO), "no guard was memoized"
     hit = _memo_probe(x.clone())
     assert hit is not None and hit.guard not in (None, False)

@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 import torch
 
-from gdnzoo import dispatch, registry
+from gdnzoo import registry
 from gdnzoo.integrations import sglang as sg, vllm as vl
 from test_bad_inputs import memo  # noqa: F401  (decode's memo emptied, both layers)
+from helpers import served_twice
 from test_integrations import make_packed, nan_out
 from test_integrations_verify import _sglang_buffer, make_call, slots
 
@@ -121,8 +122,7 @@ def _cold_and_warm(bad, good, storages, exc, name):
     """``bad()`` refused naming ``name`` cold, then the same right after ``good()``."""
     cold = _refused(bad, storages, exc)
     assert cold[0] is exc and cold[1].startswith(f"{name}: "), cold
-    good()
-    assert dispatch._MEMO, "the valid call was not memoized"
+    served_twice(good)
     assert _refused(bad, storages, exc) == cold
 
 
