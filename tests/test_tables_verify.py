@@ -314,7 +314,7 @@ def test_verify_cell_in_each_form_on_the_cpu():
     def no_update(call, *, config=None):
         run(call._replace(verify=call.verify._replace(update=False)), config=config)
 
-    def last_token_only(call, *, config=None):         # every token's state to its last slot
+    def last_token_only(call, *, config=None):    # every token reads and stores the last slot
         g = call.pool.read
         last = g[:, -1:].expand_as(g).contiguous()
         run(call._replace(pool=call.pool._replace(read=last, write=last)), config=config)
