@@ -370,16 +370,15 @@ class Verify(serving.Serving):
 
 class VerifyCell(serving.PoolCell):
     """One (state dtype, B) of a verify shape search at T tokens (``gdnzoo tune --shapes --mode
-    verify``): a cell of this mode over a shared pool ``sp`` in ``form`` (the search's stages run
-    in ``states``, update_state False), each candidate checked by :func:`check_form`.  A verify
-    row serves every form, so the search confirms its pick in each of :attr:`CONFIRM_FORMS`
-    (:meth:`in_form`: the same inputs, bank and pool in another form)."""
+    verify``): a cell of this mode over a shared pool ``sp`` in the ``states`` form (update_state
+    False, where the search's stages run), each candidate checked by :func:`check_form`.  A
+    verify row serves every form, so the search confirms its pick in each of
+    :attr:`CONFIRM_FORMS` (:meth:`in_form`: the same inputs, bank and pool in another form)."""
+    FORM = "states"
     CONFIRM_FORMS = FORMS
 
-    def __init__(self, sd, sp, B, T, geometry, seed=3, form="states"):
-        if form not in FORMS:
-            raise ValueError(f"form: one of {', '.join(FORMS)}, got {form!r}")
-        self.T, self.FORM = T, form
+    def __init__(self, sd, sp, B, T, geometry, seed=3):
+        self.T = T
         super().__init__(sd, sp, B, geometry, seed)
 
     def context(self, geometry, seed):

@@ -15,9 +15,13 @@ LAB = Path(__file__).resolve().parents[1] / "lab"
 PRODUCT = ("gdnzoo",)
 
 
-def _imports(path):
-    """(line, module, name or None) of every product import in ``path``."""
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+def _tree(path):
+    return ast.parse(path.read_text(), str(path))
+
+
+def _imports(tree):
+    """(line, module, name or None) of every product import in ``tree``."""
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and \
                 node.module.split(".")[0] in PRODUCT:
             for alias in node.names:
@@ -43,11 +47,11 @@ def _resolves(module, name) -> str:
         return f"{module} has no {name}"
 
 
-def _module_names(path) -> dict:
-    """name -> the product module it is bound to in ``path`` (``import gdnzoo.x as y``,
+def _module_names(tree) -> dict:
+    """name -> the product module it is bound to in ``tree`` (``import gdnzoo.x as y``,
     ``from gdnzoo.x import module as y``, ``import gdnzoo``), where that import resolves."""
     bound = {}
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] in PRODUCT and not _resolves(alias.name, None):
@@ -65,20 +69,21 @@ def _module_names(path) -> dict:
     return bound
 
 
-def _attribute_reads(path):
-    """(line, name, attribute) of every ``name.attribute`` read in ``path``."""
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+def _attribute_reads(tree):
+    """(line, name, attribute) of every ``name.attribute`` read in ``tree``."""
+    for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and \
                 isinstance(node.value, ast.Name):
             yield node.lineno, node.value.id, node.attr
 
 
 def problems(path) -> list:
-    bad = [f"{path.name}:{line}: {why}" for line, module, name in _imports(path)
+    tree = _tree(path)
+    bad = [f"{path.name}:{line}: {why}" for line, module, name in _imports(tree)
            for why in [_resolves(module, name)] if why]
-    mods = _module_names(path)
+    mods = _module_names(tree)
     bad += [f"{path.name}:{line}: {mods[name].__name__} has no {attr} ({name}.{attr})"
-            for line, name, attr in _attribute_reads(path)
+            for line, name, attr in _attribute_reads(tree)
             if name in mods and not hasattr(mods[name], attr)]
     return bad
 
@@ -95,7 +100,7 @@ def test_the_check_sees_a_stale_import(tmp_path):
     f = tmp_path / "stale.py"
     f.write_text("from gdnzoo.bench import pool\nfrom gdnzoo.checks import signature\n"
                  "import gdnzoo.no_such_module\n")
-    got = [_resolves(m, n) for _, m, n in _imports(f)]
+    got = [_resolves(m, n) for _, m, n in _imports(_tree(f))]
     assert got[0] == "gdnzoo.bench has no pool" and got[1] == ""
     assert got[2].startswith("gdnzoo.no_such_module")
     g = tmp_path / "attrs.py"
