@@ -9,9 +9,11 @@ records and tells them apart by ``call.op``.
 
 The protocol every backend module follows (the registry calls nothing else):
 
-``available() -> (bool, str)``
-    Whether this backend can run on this machine at all, and why not.  Imports its optional
-    packages lazily, inside the function; compiles nothing, launches nothing.
+``available(device) -> (bool, str)``
+    Whether this backend can run calls on ``device`` ("cpu" or "cuda", one of the devices
+    ``registry.yaml`` gives it) on this machine, and why not (a Triton backend on CPU needs the
+    interpreter, pt-compiled's CPU code a C++ compiler).  Imports its optional packages lazily,
+    inside the function; compiles nothing, launches nothing.
 
 ``supports(problem) -> (bool, str)``
     Whether it can serve this call's problem (head sizes, T, dtypes, GPU generation...), with

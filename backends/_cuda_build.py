@@ -84,8 +84,9 @@ def param_values(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, po
             ss[1], ss[2], ns[1], ns[2], A_log.stride(0), dt_bias.stride(0))
 
 
-def available():
-    """(ok, why) of every CUDA C++ backend: CuPy (its NVRTC and driver bindings) importable."""
+def available(device="cuda"):
+    """(ok, why) of every CUDA C++ backend (``device``: cuda, the only one they declare): CuPy
+    (its NVRTC and driver bindings) importable."""
     import importlib.util
     if importlib.util.find_spec("cupy") is None:
         return False, "needs CuPy (pip install cupy-cuda13x or cupy-cuda12x)"

@@ -29,10 +29,6 @@ CPU_MAX_PROGRAM_TOKENS = 1024
 GRID_LIMIT = 2**31 - 1
 
 
-def available():
-    return tlaunch.available((8, 0))
-
-
 def supports(problem):
     """The registry's question for a prefill problem."""
     p = problem

@@ -102,12 +102,15 @@ def interpreter_on() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def available(min_cc: tuple[int, int]) -> tuple[bool, str]:
+def available(min_cc: tuple[int, int], device: str) -> tuple[bool, str]:
+    """A Triton backend's answer for ``device``: on CPU only through the interpreter."""
     import importlib.util
     if importlib.util.find_spec("triton") is None:
         return False, "the triton package is not installed"
     if interpreter_on():
         return True, "Triton interpreter (TRITON_INTERPRET=1): CPU tensors, slow, for testing"
+    if device == "cpu":
+        return False, "runs on CPU only through the Triton interpreter (set TRITON_INTERPRET=1)"
     if not torch.cuda.is_available():
         return False, "no CUDA device (set TRITON_INTERPRET=1 to run through the Triton interpreter)"
     cc = torch.cuda.get_device_capability()

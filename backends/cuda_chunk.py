@@ -21,9 +21,9 @@ from gdnzoo.backends import triton_chunk as _tc
 NAME = "cuda-chunk"
 
 
-def available():
-    ok, why = _tc.available()
-    return (ok, why) if not ok else _cuda_build.available()
+def available(device):
+    ok, why = _tc.available(device)
+    return (ok, why) if not ok else _cuda_build.available(device)
 
 
 def supports(problem):

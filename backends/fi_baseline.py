@@ -63,7 +63,7 @@ _seen: set = set()
 _indices: dict = {}
 
 
-def available():
+def available(device):
     ok, why = _peer_checks.available(("flashinfer", "cutlass"),
                                      "flashinfer-python 0.7.2.post1 and nvidia-cutlass-dsl",
                                      "FlashInfer's GDN kernels are GPU-only",

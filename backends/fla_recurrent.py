@@ -152,8 +152,8 @@ def refine(ranked):
     return [CONFIG.normalize(c) for c in ranked[:3]]
 
 
-def available():
-    return tlaunch.available((8, 0))
+def available(device):
+    return tlaunch.available((8, 0), device)
 
 
 def supports(problem):

@@ -85,8 +85,8 @@ def refine(ranked):
     return [CONFIG.normalize(c) for c in ranked[:3]]
 
 
-def available():
-    return tlaunch.available((9, 0))
+def available(device):
+    return tlaunch.available((9, 0), device)
 
 
 def supports(problem):

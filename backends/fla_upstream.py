@@ -48,7 +48,7 @@ from gdnzoo.backends import _peer_checks
 PATH_ENV = "GDNZOO_FLA_PATH"
 
 
-def available():
+def available(device):
     return _peer_checks.available(("fla", "triton"),
                                   "flash-linear-attention (fla-core 0.6.0) and triton",
                                   "fla-upstream is launched on CUDA only",

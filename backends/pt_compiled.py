@@ -91,20 +91,20 @@ def _cxx_candidates():
     return [c for c in (cxx if isinstance(cxx, (list, tuple)) else (cxx,)) if c is not None]
 
 
-def available():
-    cxx, why = cpp_compiler()
-    if cxx is None and not torch.cuda.is_available():
-        return False, why
-    return True, "torch.compile (inductor); CPU needs a C++ compiler, GPU needs Triton"
-
-
-def supports(problem):
-    if problem.device == "cuda":
+def available(device):
+    """Inductor's CPU code needs a C++ compiler, its CUDA code Triton (and no C++ compiler)."""
+    if device == "cuda":
         import importlib.util
         if importlib.util.find_spec("triton") is None:
             return False, "inductor on CUDA needs the triton package, which is not installed"
-    elif cpp_compiler()[0] is None:
-        return False, cpp_compiler()[1]
+        return True, "torch.compile (inductor): Triton kernels"
+    cxx, why = cpp_compiler()
+    if cxx is None:
+        return False, why
+    return True, f"torch.compile (inductor): C++ built with {cxx}"
+
+
+def supports(problem):
     return True, ""
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from gdnzoo import prefill_reference, reference
 
 
-def available():
+def available(device):
     return True, "PyTorch eager; runs on CPU and GPU"
 
 

@@ -382,8 +382,8 @@ def _workspace(workspace, T: int, HV: int, c: Config, device) -> tuple:
     return mats, flat[n_mats:need]
 
 
-def available():
-    return tlaunch.available((8, 0))
+def available(device):
+    return tlaunch.available((8, 0), device)
 
 
 def supports(problem):

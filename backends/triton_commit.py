@@ -43,17 +43,17 @@ def block_size(slot: int, elem_bytes: int) -> int:
     return min(triton.next_power_of_2(slot), 16384 // elem_bytes)
 
 
-def available():
+def available(device):
+    from gdnzoo.backends._triton_launch import interpreter_on
     if importlib.util.find_spec("triton") is None:
         return False, "needs the triton package"
+    if device == "cpu" and not interpreter_on():
+        return False, "on CPU only through the Triton interpreter (TRITON_INTERPRET=1)"
     return True, "Triton (the interpreter on CPU)"
 
 
 def supports(problem):
-    from gdnzoo.backends._triton_launch import interpreter_on
-    if problem.device == "cuda" or interpreter_on():
-        return True, ""
-    return False, "on CPU only through the Triton interpreter (TRITON_INTERPRET=1)"
+    return True, ""
 
 
 def run(call, *, config=None):

@@ -41,7 +41,7 @@ def _kernel():
     return getattr(importlib.import_module(MODULE), FUNCTION)
 
 
-def available():
+def available(device):
     ok, why = _peer_checks.available(("vllm", "triton"),
                                      "vLLM 0.33.0 (its GDN Triton kernels) and triton",
                                      "vLLM's packed decode kernel is launched on CUDA only",

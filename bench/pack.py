@@ -77,11 +77,11 @@ _served = {served}
 def _check(p):
     if p in _served:
         return{early}
-    ok, why = _available()
-    if not ok:
-        raise RuntimeError(f"{{ALGO}} is not available here: {{why}}")
     if p.device not in LIMITS["devices"]:
         raise ValueError(f"{{ALGO}} runs on {{LIMITS['devices']}}, inputs are on {{p.device}}")
+    ok, why = _available(p.device)
+    if not ok:
+        raise RuntimeError(f"{{ALGO}} is not available here: {{why}}")
     if p.cc is not None and LIMITS["min_cc"] and tuple(p.cc) < tuple(LIMITS["min_cc"]):
         raise ValueError(f"{{ALGO}} needs compute capability >= {{LIMITS['min_cc']}}, got {{p.cc}}")
     if p.state_name not in LIMITS["state_dtypes"]:

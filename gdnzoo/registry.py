@@ -331,7 +331,7 @@ def availability(name: str, device: str | None = None, op: str = "decode") -> tu
         return False, f"optional package(s) not installed: {', '.join(missing)}"
     try:
         mod = backend_module(name, op)
-        ok, reason = mod.available()
+        ok, reason = mod.available(device)
     except Exception as e:  # a broken optional install must not break `gdnzoo list`
         return False, f"failed to load {s.module_name}: {type(e).__name__}: {e}"
     return bool(ok), reason

@@ -22,7 +22,7 @@ import yaml
 from gdnzoo import registry
 from lab import harness
 
-NOOP = "def available(): return True, 'no-op'\ndef supports(p): return True, ''\ndef run(*a): pass\n"
+NOOP = "def available(device): return True, 'no-op'\ndef supports(p): return True, ''\ndef run(*a): pass\n"
 CALLS = '''
 import importlib.util, sys
 import torch, gdnzoo

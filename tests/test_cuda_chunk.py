@@ -18,10 +18,11 @@ from gdnzoo.backends import triton_chunk as tc
 from gdnzoo.backends import cuda_chunk
 from gdnzoo.inputs import make_prefill_inputs
 
+from conftest import DEVICE
 from helpers import cuda_missing
 
-MISSING = cuda_missing((8, 0)) or (None if cuda_chunk.available()[0]
-                                   else cuda_chunk.available()[1])
+MISSING = cuda_missing((8, 0)) or (None if cuda_chunk.available("cuda")[0]
+                                   else cuda_chunk.available("cuda")[1])
 
 
 @pytest.mark.parametrize("K, io, precision, chunk, word", [
@@ -162,10 +163,10 @@ def test_the_pre_hopper_build_writes_the_workspace_of_the_hopper_build(monkeypat
                                                                  b.nan_to_num(0))
 
 
-@pytest.mark.skipif(not tc.available()[0], reason=tc.available()[1])
+@pytest.mark.skipif(not tc.available(DEVICE)[0], reason=tc.available(DEVICE)[1])
 def test_a_bad_prep_is_refused_cold_and_right_after_a_valid_call():
     """Config.prep is checked on every call before any kernel: nothing is written."""
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = DEVICE
     x = make_prefill_inputs([70, 3], H=1, HV=2, K=64, V=64, device=dev, seed=4)
     out = torch.full((73, 2, 64), float("nan"), dtype=x.q.dtype, device=dev)
     ns = torch.full_like(x.state, float("nan"))

@@ -28,7 +28,7 @@ BF16 = torch.bfloat16
 MISSING = cuda_missing((9, 0)) or (
     None if torch.cuda.get_device_capability() == chain.CC
     else f"the chain kernel is sm_90a only, this GPU is {torch.cuda.get_device_capability()}") \
-    or (None if cuda_chunk_bf16.available()[0] else cuda_chunk_bf16.available()[1])
+    or (None if cuda_chunk_bf16.available("cuda")[0] else cuda_chunk_bf16.available("cuda")[1])
 
 
 @pytest.mark.parametrize("cc, K, V, io, precision, chunk, word", [

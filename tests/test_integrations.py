@@ -257,7 +257,7 @@ def test_vllm_packed_available_names_what_is_missing(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda n, *a: None if n == "vllm" else real(n, *a))
-    ok, why = mod.available()
+    ok, why = mod.available("cuda")
     assert not ok and "vllm" in why
 
 

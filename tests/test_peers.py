@@ -25,7 +25,7 @@ def test_available_names_the_missing_package(monkeypatch, name, pkg):
     mod = registry.backend_module(name)
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == pkg else real(n, *a))
-    ok, why = mod.available()
+    ok, why = mod.available("cuda")
     assert not ok and pkg in why
 
 
@@ -34,7 +34,7 @@ def test_available_without_gpu_says_so(monkeypatch, name):
     mod = registry.backend_module(name)
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: object())
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    ok, why = mod.available()
+    ok, why = mod.available("cuda")
     assert not ok and "CUDA" in why
 
 
@@ -52,17 +52,17 @@ def test_fi_baseline_unavailable_when_the_cute_dsl_lacks_its_compiler(monkeypatc
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda n, *a: fake if n == "cutlass" else object())
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    ok, why = mod.available()
+    ok, why = mod.available("cuda")
     assert not ok and "compiler library" in why and "cu13" in why
     (libs / "_cutlass_ir.cu13.cpython-312-x86_64-linux-gnu.so").write_bytes(b"")
-    assert mod.available()[0]
+    assert mod.available("cuda")[0]
 
 
 def test_importing_peer_modules_imports_no_optional_package():
     import subprocess
     import sys
     code = ("import sys, gdnzoo.backends.fi_baseline as f, gdnzoo.backends.fla_upstream as u; "
-            "f.available(); u.available(); "
+            "f.available(\"cuda\"); u.available(\"cuda\"); "
             "bad = [m for m in ('flashinfer', 'fla', 'triton', 'cutlass') if m in sys.modules]; "
             "assert not bad, bad")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -317,8 +317,9 @@ def test_triton_chunk_needs_a_chunk_that_divides_the_interval():
     """Checkpoints are stored at chunk ends: a config chunk of 128 cannot store every 64
     tokens (refused before any kernel, naming the config)."""
     from gdnzoo.backends import triton_chunk as tc
-    if not tc.available()[0]:
-        pytest.skip(tc.available()[1])
+    ok, why = tc.available(DEVICE)
+    if not ok:
+        pytest.skip(why)
     x = make_prefill_inputs([130], H=1, HV=1, K=64, V=64, device=DEVICE)
     ck = torch.full((2, 1, 64, 64), float("nan"), device=DEVICE)
     out = torch.full(tuple(x.v.shape), float("nan"), dtype=x.v.dtype, device=DEVICE)

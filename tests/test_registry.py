@@ -351,8 +351,8 @@ def test_prefill_has_its_own_default_table():
 
 @pytest.mark.parametrize("op", ["decode", "prefill", "commit"])
 def test_every_backend_follows_the_documented_protocol(op):
-    """What backends/__init__.py documents: available(), supports(problem), the entry point
-    run(call, *, config=None) and an optional bind with the same parameters."""
+    """What backends/__init__.py documents: available(device), supports(problem), the entry
+    point run(call, *, config=None) and an optional bind with the same parameters."""
     import inspect
 
     def params(fn):
@@ -364,6 +364,7 @@ def test_every_backend_follows_the_documented_protocol(op):
     for name in registry.names(op):
         mod = registry.backend_module(name, op)
         assert callable(mod.available) and callable(mod.supports), name
+        assert [p[0] for p in params(mod.available)] == ["device"], name
         assert params(registry.runner(name, op)) == want, name
         if hasattr(mod, "bind"):
             assert params(mod.bind) == want, name

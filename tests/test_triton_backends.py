@@ -26,7 +26,7 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 def _backend(name):
     mod = importlib.import_module(NAMES[name])
-    ok, why = mod.available()
+    ok, why = mod.available(DEVICE)
     if not ok:
         pytest.skip(f"{name} unavailable: {why}")
     return mod

@@ -15,11 +15,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import DEVICE
 from gdnzoo import gate
 from gdnzoo.backends import triton_chunk as tc
 
 F64 = torch.float64
-pytestmark = pytest.mark.skipif(not tc.available()[0], reason=tc.available()[1])
+pytestmark = pytest.mark.skipif(not tc.available(DEVICE)[0], reason=tc.available(DEVICE)[1])
 
 
 # ------------------------------------------------------------------ oracle and inputs

@@ -36,7 +36,7 @@ HEAD = 128 if HAS_CUDA else 64                # K = V
 
 def _backend():
     from gdnzoo.backends import fla_recurrent as mod
-    ok, why = mod.available()
+    ok, why = mod.available(DEVICE)
     if not ok:
         pytest.skip(f"{NAME} unavailable: {why}")
     return mod

@@ -48,10 +48,12 @@ RUN = ["run", "--algo", "pt-compiled", "--batch", "1", "--heads", "1,2", "--dim"
 
 
 def test_pt_compiled_without_a_cpp_compiler_is_unavailable_with_the_reason(tmp_path):
-    """$CXX names no compiler: `gdnzoo list` says pt-compiled is unavailable and why (both
-    operations), and `gdnzoo run --algo pt-compiled` refuses with that reason (exit 2)."""
+    """$CXX names no compiler: `gdnzoo list --device cpu` says pt-compiled is unavailable and
+    why (both operations), and `gdnzoo run --algo pt-compiled` refuses with that reason (exit
+    2), on a machine with a GPU too (inductor's CUDA code needs no C++ compiler, its CPU code
+    does)."""
     env = {"CXX": str(tmp_path / "no-such-g++")}
-    r = _gdnzoo(["list"], env)
+    r = _gdnzoo(["list", "--device", "cpu"], env)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [line for line in r.stdout.splitlines() if line.startswith("pt-compiled ")]
     assert len(rows) == 2, r.stdout
@@ -91,6 +93,24 @@ def test_pt_compiled_compile_failure_names_pt_compiled_and_the_cause(tmp_path):
     assert r.returncode == 1, r.stdout + r.stderr
     assert "error: pt-compiled: torch.compile could not compile" in r.stderr, r.stderr
     assert "this compiler compiles nothing" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_availability_is_per_device(monkeypatch):
+    """On a machine with a GPU, what a backend needs differs by the call's device: pt-compiled
+    on CPU needs a C++ compiler and on CUDA only Triton; a Triton kernel on CPU needs the
+    interpreter.  `gdnzoo list --device cpu` says so there instead of the GPU's answer."""
+    from gdnzoo.backends import _triton_launch as tlaunch, pt_compiled
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(pt_compiled, "cpp_compiler", lambda: (None, "no working C++ compiler (x)"))
+    assert pt_compiled.available("cpu") == (False, "no working C++ compiler (x)")
+    assert pt_compiled.available("cuda")[0]
+    monkeypatch.setattr(tlaunch, "interpreter_on", lambda: False)
+    ok, why = registry.backend_module("fla-recurrent").available("cpu")
+    assert not ok and "TRITON_INTERPRET=1" in why
+    ok, why = registry.backend_module("triton-commit", "commit").available("cpu")
+    assert not ok and "TRITON_INTERPRET=1" in why
+    monkeypatch.setattr(tlaunch, "interpreter_on", lambda: True)
+    assert registry.backend_module("fla-recurrent").available("cpu")[0]
 
 
 def test_pt_compiled_is_available_here_with_a_compiler():
