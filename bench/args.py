@@ -170,7 +170,8 @@ def add_bench_args(p):
                    help="comma list of batch sizes (default: the mode's; dense "
                         "1,4,8,16,32,48,64,128,256,512)")
     p.add_argument("--heads", type=heads, default=_unset((4, 8)),
-                   help="H,HV (default 4,8: the contest geometry)")
+                   help="H,HV (default 4,8: the contest geometry; --mode prefill: 4,8 16,32 "
+                        "16,48 16,64 2,8)")
     p.add_argument("--model", type=model, default=None,
                    help=f"the GDN geometry of a released model ({', '.join(MODELS)}): heads "
                         f"H/TP, HV/TP, K = V = {MODEL_DIM}; not with --heads")
@@ -267,18 +268,30 @@ def resolve(args) -> list:
     return notes
 
 
-def check_out(path) -> Path:
+def drop_env_pdl(command: str) -> str | None:
+    """Unset GDNZOO_PDL for the rest of this process: ``command`` (bench, check) names every
+    backend itself, and gdnzoo refuses a named backend that cannot launch with the PDL asked
+    for; each of its calls runs without PDL (``gdnzoo bench --mode chained`` measures PDL levels
+    of its own).  The note saying so, or None when the variable was unset."""
+    value = os.environ.pop("GDNZOO_PDL", None)
+    if not value:
+        return None
+    return (f"GDNZOO_PDL={value} is not applied by {command}: it names each backend, and calls "
+            f"them without PDL (`gdnzoo bench --mode chained` measures PDL)")
+
+
+def check_out(path, command="gdnzoo bench") -> Path:
     """The results folder, created and probed before anything is measured: an existing file, a
     folder that cannot be made or one not writable is a usage error."""
     out = Path(path)
     if out.exists() and not out.is_dir():
-        usage_error(f"--out: {out} exists and is not a directory")
+        usage_error(f"--out: {out} exists and is not a directory", command)
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".gdnzoo-probe-"):
             pass
     except OSError as e:
-        usage_error(f"--out: cannot write results into {out} ({e.strerror or e})")
+        usage_error(f"--out: cannot write results into {out} ({e.strerror or e})", command)
     if not os.access(out, os.W_OK):
-        usage_error(f"--out: {out} is not writable")
+        usage_error(f"--out: {out} is not writable", command)
     return out

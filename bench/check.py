@@ -23,8 +23,8 @@ from collections import defaultdict
 import torch
 
 import gdnzoo
-from gdnzoo import gate, operation
-from gdnzoo.bench import entries
+from gdnzoo import gate, operation, registry
+from gdnzoo.bench import args as A, entries
 
 
 WORKLOAD_SETS = ("contest",)
@@ -67,7 +67,7 @@ def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2, op="decode"):
     """
     ok, why = entries.available(name, device, op)
     if not ok:
-        return "SKIP", why, []
+        return ("ERROR" if why.startswith(registry.LOAD_FAILED) else "SKIP"), why, []
     call = gdnzoo.get(name, op)
     rows, skipped = [], []
     for i, label, x, ref_out, ref_state in workloads:
@@ -128,6 +128,9 @@ def cmd_check(args) -> int:
         print(f"error: --workloads: unknown set {args.workloads!r} (known: contest)", file=sys.stderr)
         return 2
     op = getattr(args, "op", "decode") or "decode"
+    note = A.drop_env_pdl("gdnzoo check")
+    if note:
+        print(f"note: {note}")
     algo = getattr(args, "algo", None)
     try:
         names = entries.named(None if algo is None or str(algo).strip() == "" else algo,
@@ -179,4 +182,8 @@ def cmd_check(args) -> int:
     for name, (status, reason, rows) in results.items():
         n_ok = sum(r["ok"] for r in rows)
         print(f"{status:<5} {name:<14} {n_ok}/{len(rows)} workloads" + (f"  {reason}" if status != "PASS" and reason else ""))
-    return 1 if any(s == "FAIL" for s, _, _ in results.values()) else 0
+    if all(not rows for _, _, rows in results.values()):
+        print("nothing was checked: every backend named was skipped (above, with the reason)",
+              file=sys.stderr)
+        return 1
+    return 1 if any(s in ("FAIL", "ERROR") for s, _, _ in results.values()) else 0

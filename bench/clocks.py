@@ -13,8 +13,9 @@ Every clock takes ``launch(i)``: issue call number ``i`` (the caller rotates sta
   behind), hands CUPTI a nanosecond clock counted from the session's start (its own
   CLOCK_REALTIME stamps came in 256 ns steps) and checks the timestamp unit against the host.
 * graph: per-call time inside one CUDA graph of many calls, CUDA events around each replay.
-* host: wall time per eager call (Python dispatch included), batches of calls issued back to back
-  with no synchronization at all: the GPU runs ahead, so this is max(host dispatch, GPU time).
+* host: wall time per eager call (Python dispatch included), batches of calls issued back to back,
+  each batch synchronized at its start and end (the wait inside its time), none inside it: per
+  call max(host dispatch, GPU time), plus one call's other part spread over the batch.
 """
 from __future__ import annotations
 
@@ -526,18 +527,15 @@ def graph_times(launch, n_calls: int, replays: int, warmup: int = 3) -> list:
 
 # --------------------------------------------------------------------------------- host clock
 
-def host_times(call, batches: int, per_batch: int, warmup: int = 5, warm_s: float = 0.0,
-               sync: bool = False) -> list:
+def host_times(call, batches: int, per_batch: int, warmup: int = 5, warm_s: float = 0.0) -> list:
     """Wall time per eager call (us): one sample per batch of ``per_batch`` back-to-back calls.
 
-    ``sync``: each batch starts and ends synchronized, the final wait inside its time, so a
-    sample is (dispatch + GPU time) of the batch whatever the depth of the launch queue: the
-    clock for calls of hundreds of microseconds (a prefill), whose queue a batch never fills.
-
-    Nothing synchronizes between or inside batches, nor between the warm-up and the batches:
-    once the launch queue is full a call waits for a free slot, so a kernel slower than its
-    dispatch is timed at steady state, max(dispatch, GPU).  Before the batches: ``warmup`` calls,
-    then more calls until ``warm_s`` seconds have passed (at most 20000 calls).  Why a time-based
+    Each batch starts and ends synchronized (on a GPU), the final wait inside its time, nothing
+    synchronized inside it: a sample is max(dispatch, GPU) per call plus one call's other part
+    spread over the batch, whatever the depth of the launch queue (a queue still filling read
+    the dispatch alone when batches ran unsynchronized, before 2026-11-29).  Before the
+    batches: ``warmup`` calls, then more calls until ``warm_s`` seconds have passed (at most
+    20000 calls).  Why a time-based
     warm-up: on a lent H100 machine, cells of 200 calls right after the other clocks read 14-15 us
     per call where the same calls read 8.4-10.7 us after 200 warm-up calls in 1000-call batches;
     our guess (unverified) is a host core that needs some ms of work to reach its full clock."""
@@ -549,7 +547,7 @@ def host_times(call, batches: int, per_batch: int, warmup: int = 5, warm_s: floa
         call(i)
         i += 1
     out = []
-    sync = sync and torch.cuda.is_available()
+    sync = torch.cuda.is_available()
     for _ in range(batches):
         if sync:
             torch.cuda.synchronize()

@@ -61,7 +61,11 @@ def render(table, env, plan, files=(), drawn="") -> str:
              f"{(env.get('versions') or {}).get('torch')}), commit {env.get('commit')}"]
     calls = mode.headline.format(tokens=",".join(map(str, plan.tokens)), l2norm=plan.l2norm,
                                  layers=plan.layers, kernel_clock=env.get("kernel_clock", "n/a"))
-    lines.append(f"H={plan.H} HV={plan.HV} K={plan.K} V={plan.V}, {calls}"
+    # the geometries the table holds (a prefill run without --heads times five)
+    geoms = list(dict.fromkeys((r["H"], r["HV"]) for r in table if "HV" in r))
+    heads = (f"H={plan.H} HV={plan.HV}" if geoms in ([], [(plan.H, plan.HV)]) else
+             "H/HV " + ", ".join(f"{h}/{hv}" for h, hv in geoms))
+    lines.append(f"{heads} K={plan.K} V={plan.V}, {calls}"
                  + (mode.k_first if plan.layout == "k-first" else ""))
     ref = env.get("device_reference") or {}
     copy, empty = ref.get("copy") or {}, ref.get("empty_kernel") or {}

@@ -36,8 +36,9 @@ METHOD = (
     "(N >= 2), updated in place. kernel: CUPTI activity records, per call last end - first start "
     "of all kernels/memcpy/memset it launched, device drained between calls (never inside). "
     "graph: per-call time of many calls captured in one CUDA graph, CUDA events per replay. "
-    "host: wall time per eager call via gdnzoo.get(name), batches of back-to-back calls with no "
-    "synchronization (measures dispatch until the launch queue fills, then max(dispatch, GPU)). "
+    "host: wall time per eager call via gdnzoo.get(name), batches of back-to-back calls, each "
+    "batch synchronized at its start and end (the wait inside its time), none inside it: per "
+    "call max(dispatch, GPU) plus one call's other part spread over the batch. "
     "floor: in-place float4 streaming kernel over exactly the state bytes, best launch shape "
     "searched, same clock and rotation. Medians with p20/p80.")
 

@@ -228,6 +228,9 @@ def load_entry(sol: dict, workdir) -> callable:
 
 
 def cmd_pack(args) -> int:
+    """``gdnzoo pack``: exit 2 on a bad option (nothing written: the folder of ``--out`` is made
+    and probed only once the Solution is built)."""
+    from gdnzoo.bench.args import check_out
     try:
         op = check_op(getattr(args, "op", None) or "decode")
         sol = build_solution(args.algo, author=getattr(args, "author", "gdnzoo") or "gdnzoo",
@@ -235,9 +238,9 @@ def cmd_pack(args) -> int:
     except (ValueError, PackError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    out = check_out(args.out or f"gdnzoo-pack-{'' if op == 'decode' else op + '-'}{args.algo}",
+                    "gdnzoo pack")
     checked = validate_with_fib(sol)
-    out = Path(args.out or f"gdnzoo-pack-{'' if op == 'decode' else op + '-'}{args.algo}")
-    out.mkdir(parents=True, exist_ok=True)
     path = out / "solution.json"
     path.write_text(json.dumps(sol, indent=2) + "\n")
     print(f"wrote {path}: Solution {sol['name']!r} for {sol['definition']}, "

@@ -311,13 +311,20 @@ class Entry:
     base: dict = field(default_factory=dict)
 
 
+def skip_status(why: str) -> str:
+    """SKIP, or ERROR where the reason is a backend module that failed to load (a broken
+    install or a new backend's bug, not a machine without its GPU or package)."""
+    from gdnzoo import registry
+    return "ERROR" if why.startswith(registry.LOAD_FAILED) else "SKIP"
+
+
 def gated(cell, clocks, setup, plan) -> list:
     """Rows of one entry: SKIP (``setup()`` raised Skip), FAIL (the gate), PASS checked but not
     timed (no CUDA device, a mode that checks there), or :func:`timed`'s."""
     try:
         e = setup()
     except entries.Skip as s:
-        return rows_of(cell, clocks, "SKIP", str(s))
+        return rows_of(cell, clocks, skip_status(str(s)), str(s))
     chk = e.check()
     base = {**e.base, **errors(chk)}
     if not chk["ok"]:
@@ -360,8 +367,7 @@ def timed(cell, clock_names, e: Entry, plan, busy=False, base=None) -> list:
                     e.host(i)
                 call_us = max((time.perf_counter() - t0) * 1e6 / 3, est, 1.0)
                 per, nb = host_batches(call_us, plan.iters)
-                row["samples"] = clocks.host_times(e.host, nb, per, warm_s=HOST_WARM_S,
-                                                   sync=True)
+                row["samples"] = clocks.host_times(e.host, nb, per, warm_s=HOST_WARM_S)
                 row["method"] = "perf_counter"
             elif not plan.gpu:
                 row["note"] = joined(e.note, "n/a (no CUDA device)")
@@ -502,7 +508,7 @@ def measure(plan: Plan, args=None) -> tuple:
         if not why and g.budgeted and plan.budget and time.perf_counter() - t0 > plan.budget:
             why = f"time budget ({plan.budget:g} s) exhausted"
         if why:
-            rows += [r for c, k in g.cells for r in rows_of(c, k, "SKIP", why)]
+            rows += [r for c, k in g.cells for r in rows_of(c, k, skip_status(why), why)]
             continue
         got = guarded(lambda: mode.measure(g, plan), g.cells, plan)
         rows += got
@@ -526,7 +532,10 @@ def cmd_bench(args) -> int:
     """``gdnzoo bench``: exit 2 on a bad option (before anything is measured), 1 if an entry
     failed its check or broke, else 0 (also when nothing could be measured: the rows say why)."""
     from gdnzoo.bench.report import default_out_dir
+    pdl_note = A.drop_env_pdl("gdnzoo bench")
     plan = make_plan(args)
+    if pdl_note:
+        plan.notes.append(pdl_note)
     out = A.check_out(args.out or Path(default_out_dir()) / plan.mode.subdir)
     rows, ref = measure(plan, args)
     table, _ = results(plan, rows, ref, out, plots=not args.no_plots)

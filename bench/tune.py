@@ -114,11 +114,11 @@ def load_runs(paths, base=None):
     error: two runs would silently disagree."""
     files = [Path(x) for p in paths for x in str(p).split(",") if x.strip()]
     if not files:
-        raise SystemExit("tune --from: no results file given")
+        bench_args.usage_error("--from: no results file given", "gdnzoo tune")
     rows, envs, seen = [], [], {}
     for f in files:
         if not f.is_file():
-            raise SystemExit(f"tune --from: {f}: no such file")
+            bench_args.usage_error(f"--from: {f}: no such file", "gdnzoo tune")
         rs, env = report.read_results(f)
         envs.append(env)
         for r in rs:

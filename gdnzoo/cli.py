@@ -104,7 +104,10 @@ def cmd_run(args) -> int:
     print(f"inputs: B={args.batch} T={args.tokens} H={H} HV={HV} K=V={args.dim} "
           f"state={args.state_dtype} l2norm={args.l2norm} device={device} seed={args.seed} "
           f"mode={'dest-passing' if args.dest else 'in-place'}")
-    call, first = gdnzoo.get(sel.name), []
+    # a backend named (--algo) is called by name; else the automatic choice, which falls back
+    # where a named one would refuse (GDNZOO_PDL on a backend without PDL: run without it)
+    algo = sel.name if args.algo else None
+    call, first = (gdnzoo.get(algo) if algo else gdnzoo.decode), []
 
     def timed(*a, **kw):
         t0 = time.perf_counter()
@@ -115,6 +118,9 @@ def cmd_run(args) -> int:
         return res
     try:
         j, _, _ = gate.gated_call(timed, x, dest=args.dest, use_qk_l2norm=args.l2norm)
+    except ValueError as e:            # a call the backend refuses (ALGO with GDNZOO_PDL)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except RuntimeError as e:          # a backend that fails here (pt-compiled: no toolchain)
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -130,13 +136,13 @@ def cmd_run(args) -> int:
     state2 = x.state.clone()
     for _ in range(3):
         gdnzoo.decode(x.q, x.k, x.v, state2, x.A_log, x.a, x.dt_bias, x.b, x.scale,
-                      use_qk_l2norm=args.l2norm, algo=sel.name)
+                      use_qk_l2norm=args.l2norm, algo=algo)
     if device == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(n):
         gdnzoo.decode(x.q, x.k, x.v, state2, x.A_log, x.a, x.dt_bias, x.b, x.scale,
-                      use_qk_l2norm=args.l2norm, algo=sel.name)
+                      use_qk_l2norm=args.l2norm, algo=algo)
     if device == "cuda":
         torch.cuda.synchronize()
     per = (time.perf_counter() - t0) / n

@@ -311,6 +311,11 @@ def backend_module(name: str, op: str = "decode"):
     return importlib.import_module(spec(name, op).module_name)
 
 
+# How availability's reason starts when a backend's module failed to import or to answer: a
+# broken backend, which bench and check report as ERROR (`gdnzoo list` only shows it).
+LOAD_FAILED = "failed to load"
+
+
 @functools.lru_cache(maxsize=None)
 def availability(name: str, device: str | None = None, op: str = "decode") -> tuple[bool, str]:
     """(available, reason) of a backend on this machine for ``device`` (default: cuda if present)."""
@@ -333,7 +338,7 @@ def availability(name: str, device: str | None = None, op: str = "decode") -> tu
         mod = backend_module(name, op)
         ok, reason = mod.available(device)
     except Exception as e:  # a broken optional install must not break `gdnzoo list`
-        return False, f"failed to load {s.module_name}: {type(e).__name__}: {e}"
+        return False, f"{LOAD_FAILED} {s.module_name}: {type(e).__name__}: {e}"
     return bool(ok), reason
 
 

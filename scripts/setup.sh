@@ -5,7 +5,8 @@
 #     (nvidia-smi lists one) the default index's build (on PyPI: CUDA, with NVIDIA's wheels);
 #   triton (TRITON_VERSION, default 3.6.0) if triton is missing: on CPU it runs our Triton
 #     kernels through its interpreter;
-#   gdnzoo editable from this checkout with its test extra (numpy, pyyaml, pytest).
+#   gdnzoo editable from this checkout with numpy, pyyaml and its test extra (pytest,
+#   pytest-xdist, transformers).
 # On a GPU machine, install the GPU extras too: pip install -e '.[gpu]'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +49,6 @@ if ! "$PY" -c "import triton" 2>/dev/null; then
   echo "[setup] installing $TRITON (its interpreter runs the Triton kernels on CPU)"
   pip_install "$TRITON"
 fi
-echo "[setup] installing gdnzoo (editable) with test extras"
+echo "[setup] installing gdnzoo (editable) with its test extra: pytest, pytest-xdist, transformers"
 pip_install --no-build-isolation -e ".[test]" 2>/dev/null || pip_install -e ".[test]"
 "$PY" -c "import gdnzoo, torch, triton; print(f'[setup] gdnzoo {gdnzoo.__version__}, torch {torch.__version__}, triton {triton.__version__}, cuda={torch.cuda.is_available()}')"

@@ -115,15 +115,8 @@ def test_graph_clock_spin_kernel(sleep50):
     assert _med(t) == pytest.approx(ref, rel=0.10)
 
 
-def test_host_clock_runs_ahead(sleep50):
-    """K launches of a 50 us kernel return long before K x 50 us: nothing waits for the GPU."""
-    c, ref = sleep50
-    t = clocks.host_times(lambda i: torch.cuda._sleep(c), batches=1, per_batch=20, warmup=0)
-    assert t[0] < 0.5 * ref
-
-
-def test_host_clock_steady_state_is_gpu_bound(sleep50):
-    """Once the launch queue is full, wall time per call settles at the kernel's time."""
+def test_host_clock_long_batches_are_gpu_bound(sleep50):
+    """Batches of 100 calls of a 50 us kernel: wall time per call is the kernel's time."""
     c, ref = sleep50
     t = clocks.host_times(lambda i: torch.cuda._sleep(c), batches=10, per_batch=100, warmup=4000)
     assert _med(t) == pytest.approx(ref, rel=0.10)
@@ -133,8 +126,7 @@ def test_host_clock_synchronized_batches_read_the_gpu(sleep50):
     """The bench's host clock (synchronized batches of 10, no warm-up to fill the queue): a
     50 us kernel reads its GPU time, plus at most one dispatch spread over the batch."""
     c, ref = sleep50
-    t = clocks.host_times(lambda i: torch.cuda._sleep(c), batches=5, per_batch=10, warmup=2,
-                          sync=True)
+    t = clocks.host_times(lambda i: torch.cuda._sleep(c), batches=5, per_batch=10, warmup=2)
     assert _med(t) == pytest.approx(ref, rel=0.15)
 
 

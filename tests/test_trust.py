@@ -122,6 +122,71 @@ def test_pt_compiled_is_available_here_with_a_compiler():
     assert registry.availability("pt-compiled", "cpu")[0]
 
 
+# ------------------------------------------------------------------ the CLI: what it reports
+
+SMALL = ["--batch", "1", "--heads", "1,2", "--dim", "16", "--device", "cpu"]
+
+
+def test_a_pdl_request_in_the_environment_breaks_no_command(tmp_path):
+    """GDNZOO_PDL=wait where no backend can launch with PDL (CPU): `gdnzoo run` takes the
+    automatic choice, which runs without it; bench and check, which name each backend (and a
+    named backend that cannot launch with PDL is refused), say they do not apply it and call
+    every backend without it: no ERROR, exit 0."""
+    env = {"GDNZOO_PDL": "wait"}
+    r = _gdnzoo(["run", *SMALL, "--iters", "1"], env)
+    assert r.returncode == 0 and "PASS" in r.stdout and "Traceback" not in r.stderr, \
+        r.stdout + r.stderr
+    r = _gdnzoo(["bench", "--algo", "pt-reference", *SMALL, "--no-plots", "--quiet",
+                 "--out", str(tmp_path / "b")], env)
+    assert r.returncode == 0 and "ERROR" not in r.stdout, r.stdout + r.stderr
+    assert "GDNZOO_PDL=wait is not applied by gdnzoo bench" in r.stdout, r.stdout
+    r = _gdnzoo(["check", "--algo", "pt-reference", "--device", "cpu"], env)
+    assert r.returncode == 0 and "PASS  pt-reference" in r.stdout, r.stdout + r.stderr
+    assert "GDNZOO_PDL=wait is not applied by gdnzoo check" in r.stdout, r.stdout
+
+
+def test_check_with_nothing_checked_fails():
+    """Every backend named skipped (cuda-v4 on the CPU): not a pass, exit 1, and says why."""
+    r = _gdnzoo(["check", "--algo", "cuda-v4", "--device", "cpu"])
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "SKIP  cuda-v4" in r.stdout and "nothing was checked" in r.stderr, r.stdout + r.stderr
+
+
+def test_a_backend_module_that_fails_to_load_is_an_error(tmp_path):
+    """A registered backend whose module raises on import: `gdnzoo list` shows why, bench and
+    check report ERROR and exit 1 (a broken install or a new backend's bug is no skip)."""
+    import yaml
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "gdnzoo_broken_backend.py").write_text('raise ImportError("broken on purpose")\n')
+    reg = yaml.safe_load(registry.registry_path().read_text())
+    reg["operations"]["decode"]["backends"].append(dict(
+        name="pt-broken", entry="gdnzoo_broken_backend:run", language="python",
+        devices=["cpu", "cuda"], state_dtypes=["fp32", "bf16"], notes="broken by a test"))
+    path = tmp_path / "registry.yaml"
+    path.write_text(yaml.safe_dump(reg, sort_keys=False))
+    env = {"GDNZOO_REGISTRY": str(path),
+           "PYTHONPATH": os.pathsep.join([str(mods), os.environ.get("PYTHONPATH", "")])}
+    r = _gdnzoo(["list", "--device", "cpu", "--op", "decode"], env)
+    assert r.returncode == 0 and "broken on purpose" in r.stdout, r.stdout + r.stderr
+    r = _gdnzoo(["check", "--algo", "pt-broken,pt-reference", "--device", "cpu"], env)
+    assert r.returncode == 1 and "ERROR pt-broken" in r.stdout, r.stdout + r.stderr
+    r = _gdnzoo(["bench", "--algo", "pt-broken,pt-reference", *SMALL, "--no-plots", "--quiet",
+                 "--out", str(tmp_path / "b")], env)
+    assert r.returncode == 1 and "broken on purpose" in r.stdout, r.stdout + r.stderr
+
+
+def test_pack_refuses_a_bad_out(tmp_path):
+    """`gdnzoo pack --out` an existing file or a folder that cannot be made: exit 2, said in
+    one line, no traceback."""
+    f = tmp_path / "a-file"
+    f.write_text("")
+    for out in (f, f / "below"):
+        r = _gdnzoo(["pack", "--algo", "pt-reference", "--out", str(out)])
+        assert r.returncode == 2 and "--out" in r.stderr and "Traceback" not in r.stderr, \
+            r.stdout + r.stderr
+
+
 # ------------------------------------------------------------------ adapters: type errors
 
 def _bits(xs):
