@@ -119,7 +119,10 @@ class Dense(Mode):
         avail = {n: entries.available(n, plan.device) for n in names}
         if plan.device != "cuda":
             plan.notes.append("no CUDA device: kernel and graph clocks, floor, copy bandwidth and "
-                              "empty kernel are skipped; host clock only")
+                              "empty kernel are skipped; " + (
+                                  "host clock only" if "host" in plan.clocks else
+                                  "--timing asked for none of the others: each entry is "
+                                  "checked against the reference, not timed"))
         if plan.layout == "k-first":
             plan.notes.append("--state-layout k-first: every state is K-first [B, HV, K, V] (V "
                               "contiguous), gated against the k-last reference; the floor moves "

@@ -329,7 +329,8 @@ def gated(cell, clocks, setup, plan) -> list:
     base = {**e.base, **errors(chk)}
     if not chk["ok"]:
         return rows_of(cell, clocks, "FAIL", chk["reason"], **base)
-    if not plan.gpu and plan.mode.cpu == "check":
+    if not plan.gpu and (plan.mode.cpu == "check" or "host" not in clocks):
+        # a mode that checks on CPU, or only GPU clocks asked for (--timing kernel)
         return rows_of(cell, clocks, "PASS", joined(e.note, "checked, not timed (not on a CUDA "
                                                             "device)"), **base)
     return timed(cell, clocks, e, plan, plan.mode.busy, base)

@@ -145,6 +145,16 @@ def test_a_pdl_request_in_the_environment_breaks_no_command(tmp_path):
     assert "GDNZOO_PDL=wait is not applied by gdnzoo check" in r.stdout, r.stdout
 
 
+def test_bench_with_only_gpu_clocks_on_the_cpu_says_it_checked(tmp_path):
+    """`--timing kernel` where there is no CUDA device: each entry is checked, not timed, and
+    the console says so (not "host clock only", which was not asked for)."""
+    r = _gdnzoo(["bench", "--timing", "kernel", "--algo", "pt-reference", *SMALL, "--no-plots",
+                 "--quiet", "--out", str(tmp_path / "b")])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "CHECKED, not timed" in r.stdout and "pt-reference (1 cell)" in r.stdout, r.stdout
+    assert "host clock only" not in r.stdout, r.stdout
+
+
 def test_check_with_nothing_checked_fails():
     """Every backend named skipped (cuda-v4 on the CPU): not a pass, exit 1, and says why."""
     r = _gdnzoo(["check", "--algo", "cuda-v4", "--device", "cpu"])
