@@ -82,18 +82,22 @@ def _rewrite(src: str, modname: str, imports) -> str:
 
 
 def _data_files(tree, base: Path):
-    """Files next to a module that its string literals name (e.g. 'cuda_v4.cu'), with includes."""
+    """Files next to a module that its string literals name (e.g. 'cuda_v4.cu'), with includes;
+    one found in the folder above instead (registry.yaml: beside the installed package, at a
+    source checkout's root) is vendored beside the module too, so that a Solution is the same
+    from a wheel and from a checkout."""
     out = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
                 0 < len(node.value) < 200 and "\n" not in node.value:
-            cand = base / node.value
-            try:
-                ok = cand.is_file() and cand.suffix in _DATA_SUFFIXES
-            except (OSError, ValueError):
-                ok = False
-            if ok:
-                out[cand.resolve()] = node.value
+            for cand in (base / node.value, base.parent / node.value):
+                try:
+                    ok = cand.is_file() and cand.suffix in _DATA_SUFFIXES
+                except (OSError, ValueError):
+                    ok = False
+                if ok:
+                    out[cand.resolve()] = node.value
+                    break
     todo = list(out)
     while todo:
         f = todo.pop()

@@ -216,6 +216,16 @@ def test_pack_solution_schema(packed):
     assert validate_with_fib(sol).spec.entry_point == "kernel.py::run"
 
 
+def test_pack_vendors_a_named_file_from_a_checkouts_root_too():
+    """registry.yaml, which a vendored module names (gdnzoo.tables), lies beside the installed
+    package in a wheel and at the root of a checkout: vendored either way (it was only from a
+    wheel), so that a Solution and its name are the same from both."""
+    from gdnzoo import registry
+    from gdnzoo.bench.pack import build_solution
+    got = {s["path"]: s["content"] for s in build_solution("cuda-v4")["sources"]}
+    assert got["gdnzoo_vendored/registry.yaml"] == registry.registry_path().read_text()
+
+
 def test_pack_vendors_instead_of_importing_gdnzoo(packed):
     for s in packed["sources"]:
         if s["path"].endswith(".py"):
