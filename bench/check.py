@@ -23,7 +23,7 @@ from collections import defaultdict
 import torch
 
 import gdnzoo
-from gdnzoo import gate, operation, registry
+from gdnzoo import gate, operation
 from gdnzoo.bench import args as A, entries
 
 
@@ -67,7 +67,7 @@ def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2, op="decode"):
     """
     ok, why = entries.available(name, device, op)
     if not ok:
-        return ("ERROR" if why.startswith(registry.LOAD_FAILED) else "SKIP"), why, []
+        return entries.skip_status(why), why, []
     call = gdnzoo.get(name, op)
     rows, skipped = [], []
     for i, label, x, ref_out, ref_state in workloads:

@@ -99,6 +99,12 @@ def available(name, device, op: str = "decode") -> tuple:
     return registry.availability(name, device, op)
 
 
+def skip_status(why: str) -> str:
+    """SKIP, or ERROR where the reason is a backend module that failed to load (a broken
+    install or a new backend's bug, not a machine without its GPU or package)."""
+    return "ERROR" if why.startswith(registry.LOAD_FAILED) else "SKIP"
+
+
 def can_serve(name, problem) -> tuple:
     """(ok, why not): whether backend ``name`` serves ``problem`` (a gdnzoo.contract.Problem)."""
     return registry.can_serve(name, problem)

@@ -311,20 +311,13 @@ class Entry:
     base: dict = field(default_factory=dict)
 
 
-def skip_status(why: str) -> str:
-    """SKIP, or ERROR where the reason is a backend module that failed to load (a broken
-    install or a new backend's bug, not a machine without its GPU or package)."""
-    from gdnzoo import registry
-    return "ERROR" if why.startswith(registry.LOAD_FAILED) else "SKIP"
-
-
 def gated(cell, clocks, setup, plan) -> list:
     """Rows of one entry: SKIP (``setup()`` raised Skip), FAIL (the gate), PASS checked but not
     timed (no CUDA device, a mode that checks there), or :func:`timed`'s."""
     try:
         e = setup()
     except entries.Skip as s:
-        return rows_of(cell, clocks, skip_status(str(s)), str(s))
+        return rows_of(cell, clocks, entries.skip_status(str(s)), str(s))
     chk = e.check()
     base = {**e.base, **errors(chk)}
     if not chk["ok"]:
@@ -509,7 +502,7 @@ def measure(plan: Plan, args=None) -> tuple:
         if not why and g.budgeted and plan.budget and time.perf_counter() - t0 > plan.budget:
             why = f"time budget ({plan.budget:g} s) exhausted"
         if why:
-            rows += [r for c, k in g.cells for r in rows_of(c, k, skip_status(why), why)]
+            rows += [r for c, k in g.cells for r in rows_of(c, k, entries.skip_status(why), why)]
             continue
         got = guarded(lambda: mode.measure(g, plan), g.cells, plan)
         rows += got
