@@ -27,6 +27,7 @@ from gdnzoo import prefill_reference, reference
 from gdnzoo.reference import reference_decode
 
 _compiled = {}
+_scratch = {}           # in place on CPU: a state-sized buffer a signature (see _dense)
 
 
 def _step(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, g, beta,
@@ -122,19 +123,30 @@ def _compile_error(key, e):
 
 def _dense(q, k, v, state, A_log, a, dt_bias, b, scale, out, new_state, use_qk_l2norm, g=None,
            beta=None, neg=False, k_first=False):
-    """One dense decode through the compiled step of its signature."""
+    """One dense decode through the compiled step of its signature.  In place on CPU the step
+    writes a scratch state of its signature, copied into ``state`` after it: inductor's CPU
+    code generation (torch 2.13) fails on the step that updates its own input in place at one
+    sequence and T >= 2 ("KeyError: 'buf4'", its outer-loop fusion with a local buffer)."""
     tensors = tuple(t for t in (q, k, v, state, A_log, a, dt_bias, b, out, new_state, g, beta)
                     if t is not None)
-    key = _signature(tensors, float(scale), bool(use_qk_l2norm), new_state is state) + (
+    inplace = new_state is state
+    key = _signature(tensors, float(scale), bool(use_qk_l2norm), inplace) + (
         g is None, neg, k_first)
     fn = _compiled.get(key)
     if fn is None:
         fn = _compiled[key] = _compile_for(key)
+    dest = new_state
+    if inplace and state.device.type == "cpu":
+        dest = _scratch.get(key)
+        if dest is None:
+            dest = _scratch[key] = torch.empty_like(state)
     try:
-        fn(q, k, v, state, A_log, a, dt_bias, b, float(scale), out, new_state,
+        fn(q, k, v, state, A_log, a, dt_bias, b, float(scale), out, dest,
            bool(use_qk_l2norm), g, beta, neg, k_first)
     except torch._dynamo.exc.BackendCompilerFailed as e:
         raise _compile_error(key, e) from None
+    if dest is not new_state:
+        new_state.copy_(dest)
 
 
 def run(call, *, config=None):

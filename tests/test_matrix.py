@@ -25,16 +25,19 @@ STATE = [torch.float32, torch.bfloat16]
 CYCLE_ONLY = {"pt-compiled"}
 
 
-def _cycle(B):
-    """Every combination of (state dtype, l2norm, T, mode), geometries round-robin."""
+def _cycle(Bs):
+    """Every combination of (state dtype, l2norm, T, mode), geometries and batch sizes ``Bs``
+    round-robin."""
     combos = itertools.product(STATE, (False, True), (1, 2), ("inplace", "dest"))
-    return [dict(geom=GEOMS[i % len(GEOMS)], sd=sd, l2=l2, T=T, mode=m, B=B, seed=100 + i)
-            for i, (sd, l2, T, m) in enumerate(combos)]
+    return [dict(geom=GEOMS[i % len(GEOMS)], sd=sd, l2=l2, T=T, mode=m, B=Bs[i % len(Bs)],
+                 seed=100 + i) for i, (sd, l2, T, m) in enumerate(combos)]
 
 
 def _cases():
     if DEVICE == "cpu":
-        return [dict(c, tier="cycle") for c in _cycle(B=2)]
+        # B = 1 and 2 in turn: one sequence is a shape of its own to a compiler (pt-compiled's
+        # inductor miscompiled B = 1, T = 2 in place on CPU, torch 2.13)
+        return [dict(c, tier="cycle") for c in _cycle((1, 2))]
     full = [dict(geom=g, sd=sd, l2=l2, T=T, mode=m, B=B, seed=i, tier="full")
             for i, (g, sd, l2, T, m, B) in enumerate(itertools.product(
                 GEOMS, STATE, (False, True), (1, 2, 4), ("inplace", "dest"), (1, 33)))]
@@ -44,7 +47,7 @@ def _cases():
     # DECODE_MAX_T), at a real geometry
     many = [dict(geom=(16, 32), sd=sd, l2=True, T=128, mode="dest", B=2, seed=950 + i,
                  tier="full") for i, sd in enumerate(STATE)]
-    return [dict(c, tier="cycle") for c in _cycle(B=3)] + full + large + many
+    return [dict(c, tier="cycle") for c in _cycle((3,))] + full + large + many
 
 
 CASES = _cases()
