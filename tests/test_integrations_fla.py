@@ -290,6 +290,14 @@ def _bad_cases():
         ("k device", dict(k=q.to("meta")), ValueError, r"^k: expected device"),
         ("grad", dict(q=q.clone().requires_grad_()), ValueError, r"^q: expected a tensor that "
                                                                r"does not require grad"),
+        # fp32 g with the gate in the kernel: the decay is made in torch before gdnzoo sees
+        # it, so the parameter that requires grad is named, not the g made from it
+        ("A_log grad", dict(use_gate_in_kernel=True,
+                            A_log=torch.zeros(4, device=DEVICE, requires_grad=True)),
+         ValueError, r"^A_log: expected a tensor that does not require grad"),
+        ("dt_bias grad", dict(use_gate_in_kernel=True, A_log=torch.zeros(4, device=DEVICE),
+                              dt_bias=torch.zeros(4, device=DEVICE, requires_grad=True)),
+         ValueError, r"^dt_bias: expected a tensor that does not require grad"),
     ]
 
 
@@ -331,16 +339,19 @@ def test_head_first_refused_by_both():
                 fn(**kw, head_first=flag)
 
 
-def test_both_layout_keywords_true_agree():
+def test_state_v_first_and_its_old_name_never_together():
+    """As FLA: the old name alone is the new one (with its warning); state_v_first=True beside
+    the old name, whatever its value, is refused."""
     kw, _ = make(6, 2, 2, 2, 4, v_first=True)
     kw.pop("state_v_first")
     for fn in FNS.values():
         with pytest.warns(DeprecationWarning, match="transpose_state_layout"):
-            out, final = fn(**kw, state_v_first=True, transpose_state_layout=True)
+            out, final = fn(**kw, transpose_state_layout=True)
         ref = fn(**kw, state_v_first=True)
         assert torch.equal(out, ref[0]) and torch.equal(final, ref[1])
-        with pytest.raises(ValueError, match="^state_v_first: True with"):
-            fn(**kw, state_v_first=True, transpose_state_layout=False)
+        for old in (True, False):
+            with pytest.raises(ValueError, match="^state_v_first: given with the deprecated"):
+                fn(**kw, state_v_first=True, transpose_state_layout=old)
 
 
 def test_chunk_only_refusals():

@@ -25,7 +25,7 @@ Both take FLA 0.6's arguments, positional order included, and keep its semantics
   ``chunk_size`` (16, 32 or 64) as keywords, as FLA does; ``cu_seqlens_cpu`` and
   ``chunk_indices`` are accepted and not needed.  Other keywords are ignored, as FLA ignores
   them (transformers passes its own).  The deprecated ``transpose_state_layout`` is read as
-  ``state_v_first``, with FLA's warning.
+  ``state_v_first``, with FLA's warning (and, as FLA, refused beside ``state_v_first=True``).
 
 Both are forward only (gdnzoo computes no gradients) and run wherever gdnzoo runs; a keyword
 ``algo=`` (not FLA's) names a gdnzoo backend.  The two differ only in their signatures: each call
@@ -254,9 +254,9 @@ def _legacy_keywords(state_v_first, kwargs):
     if "transpose_state_layout" not in kwargs:
         return state_v_first
     old = kwargs["transpose_state_layout"]
-    if state_v_first and not old:
-        raise ValueError("state_v_first: True with the deprecated transpose_state_layout (its "
-                         "old name) False")
+    if state_v_first:                 # as FLA: the new name and the old one, never both
+        raise ValueError("state_v_first: given with the deprecated transpose_state_layout (its "
+                         "old name); pass only state_v_first")
     warnings.warn("`transpose_state_layout` is deprecated and renamed to `state_v_first`.",
                   DeprecationWarning, stacklevel=3)
     return old
@@ -347,7 +347,14 @@ def _check_gates(g, beta, A_log, dt_bias, gate_in, beta_in, shape) -> bool:
 
 def _precomputed(g, beta, A_log, dt_bias, gate_in, beta_in, neg, shape, device):
     """(log decay fp32, beta) for gdnzoo's precomputed form: FLA's own where given so, else
-    what FLA's kernels compute from the raw tensors, in fp32, made here."""
+    what FLA's kernels compute from the raw tensors, in fp32, made here (a tensor made from
+    ones that require grad would be refused under the name g or beta: the ones given are
+    checked here, under their own names)."""
+    from gdnzoo.checks import need_no_grad
+    for name, x in (("g", g), ("beta", beta)) + ((("A_log", A_log), ("dt_bias", dt_bias))
+                                                  if gate_in else ()):
+        if x is not None:
+            need_no_grad(name, x)
     if gate_in:
         bias = 0.0 if dt_bias is None else dt_bias.float()
         lg = -torch.exp(A_log.float()) * F.softplus(g.float() + bias)
