@@ -269,8 +269,8 @@ def resolve(args) -> list:
 
 
 def drop_env_pdl(command: str) -> str | None:
-    """Unset GDNZOO_PDL for the rest of this process: ``command`` (bench, check) names every
-    backend itself, and gdnzoo refuses a named backend that cannot launch with the PDL asked
+    """Unset GDNZOO_PDL for the rest of this process: ``command`` (bench, check, tune --shapes)
+    names every backend itself, and gdnzoo refuses a named backend that cannot launch with the PDL asked
     for; each of its calls runs without PDL (``gdnzoo bench --mode chained`` measures PDL levels
     of its own).  The note saying so, or None when the variable was unset."""
     value = os.environ.pop("GDNZOO_PDL", None)

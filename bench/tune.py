@@ -563,7 +563,10 @@ def tune_prefill(args, gpu, rows, prov) -> int:
 
 
 def cmd_tune(args) -> int:
-    if args.shapes:
+    if args.shapes:                  # launch shapes are measured without PDL, as bench times
+        note = bench_args.drop_env_pdl("gdnzoo tune --shapes")
+        if note:
+            print(f"note: {note}")
         return shapes.cmd_shapes(args)
     if getattr(args, "from_files", None):
         path = args.registry or registry.registry_path()

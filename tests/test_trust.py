@@ -129,9 +129,9 @@ SMALL = ["--batch", "1", "--heads", "1,2", "--dim", "16", "--device", "cpu"]
 
 def test_a_pdl_request_in_the_environment_breaks_no_command(tmp_path):
     """GDNZOO_PDL=wait where no backend can launch with PDL (CPU): `gdnzoo run` takes the
-    automatic choice, which runs without it; bench and check, which name each backend (and a
-    named backend that cannot launch with PDL is refused), say they do not apply it and call
-    every backend without it: no ERROR, exit 0."""
+    automatic choice, which runs without it; bench, check and tune --shapes, which name each
+    backend (and a named backend that cannot launch with PDL is refused), say they do not apply
+    it and call every backend without it: no ERROR, exit 0."""
     env = {"GDNZOO_PDL": "wait"}
     r = _gdnzoo(["run", *SMALL, "--iters", "1"], env)
     assert r.returncode == 0 and "PASS" in r.stdout and "Traceback" not in r.stderr, \
@@ -143,6 +143,8 @@ def test_a_pdl_request_in_the_environment_breaks_no_command(tmp_path):
     r = _gdnzoo(["check", "--algo", "pt-reference", "--device", "cpu"], env)
     assert r.returncode == 0 and "PASS  pt-reference" in r.stdout, r.stdout + r.stderr
     assert "GDNZOO_PDL=wait is not applied by gdnzoo check" in r.stdout, r.stdout
+    r = _gdnzoo(["tune", "--shapes", "--algo", "cuda-v4", "--out", str(tmp_path / "t")], env)
+    assert "GDNZOO_PDL=wait is not applied by gdnzoo tune --shapes" in r.stdout, r.stdout
 
 
 def test_bench_with_only_gpu_clocks_on_the_cpu_says_it_checked(tmp_path):
