@@ -63,6 +63,7 @@ import torch
 import torch.nn.functional as F
 
 import gdnzoo
+from gdnzoo.checks import need_no_grad
 
 __all__ = ["fused_recurrent_gated_delta_rule", "chunk_gated_delta_rule", "DECODE_MAX_T",
            "DECODE_MAX_WORK"]
@@ -350,11 +351,11 @@ def _precomputed(g, beta, A_log, dt_bias, gate_in, beta_in, neg, shape, device):
     what FLA's kernels compute from the raw tensors, in fp32, made here (a tensor made from
     ones that require grad would be refused under the name g or beta: the ones given are
     checked here, under their own names)."""
-    from gdnzoo.checks import need_no_grad
-    for name, x in (("g", g), ("beta", beta)) + ((("A_log", A_log), ("dt_bias", dt_bias))
-                                                  if gate_in else ()):
-        if x is not None:
-            need_no_grad(name, x)
+    if torch.is_grad_enabled():         # (under no_grad nothing read is refused)
+        for name, x in (("g", g), ("beta", beta)) + ((("A_log", A_log), ("dt_bias", dt_bias))
+                                                      if gate_in else ()):
+            if x is not None:
+                need_no_grad(name, x)
     if gate_in:
         bias = 0.0 if dt_bias is None else dt_bias.float()
         lg = -torch.exp(A_log.float()) * F.softplus(g.float() + bias)
