@@ -353,6 +353,7 @@ class PoolCell:
     cell of this mode over a shared pool ``sp`` in ``FORM``, each candidate checked as the
     bench checks it (subclassed by the verify search's)."""
     FORM = "pool"
+    SLOTS = "slots"         # the index row's field of the call's slots (verify's slots form: grid)
 
     def __init__(self, sd, sp, B, geometry, seed=3):
         self.sd, self.B, self.sp = sd, B, sp
@@ -370,11 +371,12 @@ class PoolCell:
     def call(self, run, config, **kw):
         """call(ix): ``run`` with ``config`` on index row ``ix``, the pool keywords
         gdnzoo.decode passes a backend (and ``kw``, e.g. verify's)."""
-        ctx, st = self.ctx, self.ctx.pool.state
+        ctx, st, field_ = self.ctx, self.ctx.pool.state, self.SLOTS
 
         def call(ix):
+            slots = getattr(ix, field_)
             entries.launch(run, ctx.x, st, ctx.out, st, True, config=config,
-                           pool=Slots(ix.slots, ix.slots, NULL_SLOT),
+                           pool=Slots(slots, slots, NULL_SLOT),
                            **{k: f(ix) for k, f in kw.items()})
             return ctx.out
         return call

@@ -30,7 +30,6 @@ from gdnzoo.bench.args import usage_error
 from gdnzoo.bench.pipeline import Entry, Group, io_bytes, judged, section, state_bytes
 from gdnzoo.inputs import Inputs, accepted_counts, distinct_slots, intermediate_buffer
 from gdnzoo.reference import reference_commit, reference_verify_outputs
-from gdnzoo.pool import Pool as Slots
 from gdnzoo.verify import Verify as Keep
 
 BATCHES = (1, 4, 16, 64, 256)
@@ -393,19 +392,14 @@ class VerifyCell(serving.PoolCell):
             raise ValueError(f"form: one of {', '.join(FORMS)}, got {form!r}")
         other = copy.copy(self)
         other.FORM, other.problem = form, self.ctx.problem(form)
+        other.SLOTS = "grid" if form == "slots" else "slots"
         return other
 
     def call(self, run, config):
         ctx = self.ctx
         if self.FORM == "slots":                  # per-token slots [B, T], no intermediate store
-            st = ctx.pool.state
-
-            def call(ix):
-                entries.launch(run, ctx.x, st, ctx.out, st, True, config=config,
-                               pool=Slots(ix.grid, ix.grid, NULL_SLOT),
-                               verify=Keep(None, None, False, True, ctx.accepted))
-                return ctx.out
-            return call
+            keep = Keep(None, None, False, True, ctx.accepted)
+            return super().call(run, config, verify=lambda ix: keep)
         update = self.FORM == "states+update"
         return super().call(run, config,
                             verify=lambda ix: Keep(ctx.inter, ix.rows, update, False, None))
