@@ -270,9 +270,9 @@ def resolve(args) -> list:
 
 def drop_env_pdl(command: str) -> str | None:
     """Unset GDNZOO_PDL for the rest of this process: ``command`` (bench, check, tune --shapes)
-    names every backend itself, and gdnzoo refuses a named backend that cannot launch with the PDL asked
-    for; each of its calls runs without PDL (``gdnzoo bench --mode chained`` measures PDL levels
-    of its own).  The note saying so, or None when the variable was unset."""
+    names every backend itself, and gdnzoo refuses a named backend that cannot launch with the
+    PDL asked for; each of its calls runs without PDL (``gdnzoo bench --mode chained`` measures
+    PDL levels of its own).  The note saying so, or None when the variable was unset."""
     value = os.environ.pop("GDNZOO_PDL", None)
     if not value:
         return None

@@ -535,10 +535,10 @@ def host_times(call, batches: int, per_batch: int, warmup: int = 5, warm_s: floa
     spread over the batch, whatever the depth of the launch queue (a queue still filling read
     the dispatch alone when batches ran unsynchronized, before 2026-11-29).  Before the
     batches: ``warmup`` calls, then more calls until ``warm_s`` seconds have passed (at most
-    20000 calls).  Why a time-based
-    warm-up: on a lent H100 machine, cells of 200 calls right after the other clocks read 14-15 us
-    per call where the same calls read 8.4-10.7 us after 200 warm-up calls in 1000-call batches;
-    our guess (unverified) is a host core that needs some ms of work to reach its full clock."""
+    20000 calls).  Why a time-based warm-up: on a lent H100 machine, cells of 200 calls right
+    after the other clocks read 14-15 us per call where the same calls read 8.4-10.7 us after
+    200 warm-up calls in 1000-call batches; our guess (unverified) is a host core that needs
+    some ms of work to reach its full clock."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     i = 0

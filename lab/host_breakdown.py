@@ -4,7 +4,8 @@
     python3 -m lab.host_breakdown --device cpu --algo pt-reference    # the layers, no GPU
 
 Each row is the median wall time per call over batches of back-to-back calls (the host clock of
-``gdnzoo bench``: no synchronization), so it is dispatch cost as long as the GPU keeps up.
+``gdnzoo bench``: each batch synchronized at its ends, none inside), so it is dispatch cost as
+long as the GPU keeps up.
 
 ``--ab`` compares the public face and hot path of another version with this one in the same
 process (host speed differs between processes and machines by up to 2x, so only in-process

@@ -1,9 +1,9 @@
 """The lab's tools still name what the product has: every ``from gdnzoo... import X`` and
 ``import gdnzoo...`` in ``lab/*.py`` resolves, and so does every attribute read of a product
 module it imported (``vb.verify_ctx`` after ``from gdnzoo.bench import mode_verify as vb``; read
-from the source, nothing of the lab run or imported).  A refactor of the product that renames a module or a function a lab tool uses fails
-here, not on a lent GPU (lab/verify_ab.py and lab/host_breakdown.py each failed on import there
-after the house refactor).  The notebook's scripts are records of their day, not checked."""
+from the source, nothing of the lab run or imported).  A refactor of the product that renames
+a module or a function a lab tool uses fails here, not on a lent GPU (lab/verify_ab.py and
+lab/host_breakdown.py each failed on import there after the house refactor).  The notebook's scripts are records of their day, not checked."""
 import ast
 import importlib
 import inspect
