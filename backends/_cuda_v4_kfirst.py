@@ -64,14 +64,17 @@ def shape(state_size: int, BHV: int, K: int, V: int, inplace: bool = True,
     16/32 and 4/8 heads, K = V = 128, B = 1 to 256 (lab/kfirst_cuda.py,
     lab/notebook/h200/kfirst_cuda_2026-11-29.log): states up to SMALL_BYTES (B <= 8 of 16/32
     fp32, <= 16 of bf16) are bound by latency, and 2 warps of 8 lanes along K (8 rows a lane)
-    were fastest; larger ones by bandwidth, where 4 lanes along K read whole 128-byte lines of
-    a row: 4 warps (8 fp32 from 2048 pairs).  Cache hint 3 (.nc loads, streaming stores) but
-    for large states written to another tensor, where the plain loads and stores (0) were
-    faster by 1-5%.  Fewer columns a block where V asks; at most MAX_ELEMS values a lane."""
+    were fastest; larger ones by bandwidth: 4 warps, a bf16 state's 4 lanes along K reading
+    whole 128-byte lines of a row (8 rows a lane), an fp32 state's 2 lanes two lines (16 rows
+    a lane: 4 lanes, or 8 warps of them from 2048 pairs, were 1-8% slower at 16/32 and 4/8
+    heads, B = 16 to 256, lab/notebook/h200/kfirst_lanes_2026-11-30/).  Cache hint 3 (.nc
+    loads, streaming stores) but for large states written to another tensor, where the plain
+    loads and stores (0) were faster by 1-5%.  Fewer columns a block where V asks; at most
+    MAX_ELEMS values a lane."""
     vec = vec_elems(state_size, vec16)
     small = BHV * K * V * state_size <= SMALL_BYTES
-    lanes = 8 if small else 4
-    warps = 2 if small else 8 if state_size == 4 and BHV >= 2048 else 4
+    lanes = 8 if small else 2 if state_size == 4 else 4
+    warps = 2 if small else 4
     while V % columns(lanes, vec) and lanes < LANES[-1]:
         lanes *= 2                                      # fewer columns a block
     while K % (warps * lanes):

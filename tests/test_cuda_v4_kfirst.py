@@ -183,13 +183,14 @@ def test_launch_shape_rule_and_refusals():
     for size in (4, 2):
         for K in (32, 64, 128, 256):
             for V in (32, 64, 96, 128, 256):
-                w, n, _ = kf.shape(size, 1, K, V)
-                assert not kf.refusal(K, V, size, w, n, True), (size, K, V)
-                w, n, _ = kf.shape(size, 1, K, V, vec16=False)
-                assert not kf.refusal(K, V, size, w, n, False), (size, K, V)
+                for BHV in (1, 32 * 256):               # latency- and bandwidth-bound
+                    w, n, _ = kf.shape(size, BHV, K, V)
+                    assert not kf.refusal(K, V, size, w, n, True), (size, BHV, K, V)
+                    w, n, _ = kf.shape(size, BHV, K, V, vec16=False)
+                    assert not kf.refusal(K, V, size, w, n, False), (size, BHV, K, V)
     assert kf.shape(4, 32, 128, 128) == (2, 8, 3)          # B = 1 of 16/32: latency
-    assert kf.shape(4, 32 * 256, 128, 128) == (8, 4, 3)    # B = 256: whole lines
-    assert kf.shape(4, 32 * 256, 128, 128, inplace=False) == (8, 4, 0)
+    assert kf.shape(4, 32 * 256, 128, 128) == (4, 2, 3)    # B = 256: two lines a row
+    assert kf.shape(4, 32 * 256, 128, 128, inplace=False) == (4, 2, 0)
     assert kf.shape(2, 32 * 64, 128, 128) == (4, 4, 3)
     assert kf.shape(2, 32, 64, 32) == (2, 8, 3)            # 32 columns: 8 lanes along K
     assert "divide V" in kf.refusal(128, 32, 2, 4, 4, True)     # 64 columns a block
