@@ -74,8 +74,10 @@ tests)                      # the decode suite, in shards side by side (up to 9 
                             # the prefill files: prefill-all and models-tests)
   shard matrix_ours 520 tests/test_matrix.py -k "cuda-v4 or fla-recurrent or every_available"
   shard matrix_rest 520 tests/test_matrix.py -k "not cuda-v4 and not fla-recurrent"
-  # the rest in two shards (files taken in turn), without the files of prefill-all and
-  # models-tests: with the bundle staged one shard of them all ran past 520 s (2026-11-30)
+  # the rest in three shards (files taken in turn), without the files of prefill-all and
+  # models-tests: with the bundle staged one shard of them all ran past 520 s, and of two
+  # halves without it the second (test_packaging .. test_warm_pointers) stopped at 53% at
+  # 520 s (2026-11-30, twenty-eighth session)
   mapfile -t rest < <(ls tests/test_*.py | grep -v -x -F -f <(printf 'tests/%s\n' \
     test_matrix.py test_clocks_gpu.py test_prefill.py test_triton_chunk.py \
     test_check_prefill.py test_integrations_fla.py test_integrations_transformers.py test_op.py \
@@ -83,8 +85,11 @@ tests)                      # the decode suite, in shards side by side (up to 9 
     test_prefill_graphs.py test_cuda_chunk.py test_cuda_chunk_chain.py \
     test_integrations_prefill.py test_tune_prefill.py test_bench_engine_prefill.py \
     test_fla_recurrent_prefill.py test_forms.py))
-  shard rest_a 520 "${rest[@]:0:${#rest[@]}/2}"
-  shard rest_b 520 "${rest[@]:${#rest[@]}/2}"
+  for i in 0 1 2; do
+    part=()
+    for ((j = i; j < ${#rest[@]}; j += 3)); do part+=("${rest[j]}"); done
+    shard "rest_$i" 520 "${part[@]}"
+  done
   ( timeout 200 gdnzoo check --algo cuda-v4,fla-recurrent,fi-baseline > "$OUT/check_decode.log" 2>&1
     echo "check (decode): exit $?" > "$OUT/check_decode.summary" ) &
   wait
