@@ -66,8 +66,9 @@ def shape(state_size: int, BHV: int, K: int, V: int, inplace: bool = True,
     fp32, <= 16 of bf16) are bound by latency, and 2 warps of 8 lanes along K (8 rows a lane)
     were fastest; larger ones by bandwidth: 4 warps, a bf16 state's 4 lanes along K reading
     whole 128-byte lines of a row (8 rows a lane), an fp32 state's 2 lanes two lines (16 rows
-    a lane: 4 lanes, or 8 warps of them from 2048 pairs, were 1-8% slower at 16/32 and 4/8
-    heads, B = 16 to 256, lab/notebook/h200/kfirst_lanes_2026-11-30/).  Cache hint 3 (.nc
+    a lane; the former 4 lanes, 8 warps of them from 2048 pairs, read 0-5% slower at 16/32 and
+    4/8 heads, B = 16 to 256, and a sweep of every shape found none more than 4% faster:
+    lab/notebook/h200/kfirst_lanes_2026-11-30/).  Cache hint 3 (.nc
     loads, streaming stores) but for large states written to another tensor, where the plain
     loads and stores (0) were faster by 1-5%.  Fewer columns a block where V asks; at most
     MAX_ELEMS values a lane."""
