@@ -8,8 +8,6 @@ outside [0, S), padded slot) returns before touching memory.  Offsets are 64-bit
 """
 from __future__ import annotations
 
-import importlib.util
-
 import triton
 import triton.language as tl
 
@@ -44,12 +42,9 @@ def block_size(slot: int, elem_bytes: int) -> int:
 
 
 def available(device):
-    from gdnzoo.backends._triton_launch import interpreter_on
-    if importlib.util.find_spec("triton") is None:
-        return False, "needs the triton package"
-    if device == "cpu" and not interpreter_on():
-        return False, "on CPU only through the Triton interpreter (TRITON_INTERPRET=1)"
-    return True, "Triton (the interpreter on CPU)"
+    """The Triton backends' answer (any compute capability: plain loads and stores)."""
+    from gdnzoo.backends._triton_launch import available as triton_available
+    return triton_available((0, 0), device)
 
 
 def supports(problem):
