@@ -16,21 +16,8 @@ import torch
 
 from gdnzoo.backends import _cuda_v4_kfirst as kf
 from gdnzoo.backends import cuda_v4
-from lab.kfirst_cuda import checked, record, sets_for
+from lab.kfirst_cuda import checked, explicit, record, sets_for
 from lab.kfirst_rows import batches, parser, time_us
-
-
-def explicit(w, lk, hint, dest):
-    cfg = dict(warps=w, row_groups=1, lanes_per_row=lk, hint=hint)
-    recs = {}
-
-    def call(x, st, out):
-        key = (id(x), id(st), id(out))
-        if key not in recs:
-            recs[key] = record(x, st, out, True, dest)
-        cuda_v4.run(recs[key], config=cfg)
-        return recs[key].out, recs[key].new_state
-    return call
 
 
 def klast(dest):
