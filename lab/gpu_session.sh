@@ -2,7 +2,8 @@
 # One GPU session in parts that each fit one 10-minute call (the GPU bundle of FlashInfer, CuTe
 # DSL, FLA and vLLM's kernels unpacked at /tmp/gd first; see the developers' notes):
 #
-#   bash lab/gpu_session.sh tests   OUT  # the decode suite in 4 parallel shards + the decode check
+#   bash lab/gpu_session.sh tests   OUT  # the decode matrix, check, clocks and a third of the rest
+#   bash lab/gpu_session.sh tests-rest OUT  # the decode suite's other two thirds, six shards
 #   bash lab/gpu_session.sh prefill OUT  # the prefill tests alone + lab.engine_prefill_gpu
 #   bash lab/gpu_session.sh prefill-all OUT  # every prefill test file in four shards side by
 #                                        # side, then check --op prefill (about 8 min; the
@@ -69,33 +70,43 @@ pack_logs() {                # everything in one archive (a call returns few fil
 }
 trap pack_logs EXIT
 
-case "$PART" in
-tests)                      # the decode suite, in shards side by side (up to 9 min on an H200;
-                            # the prefill files: prefill-all and models-tests)
-  shard matrix_ours 520 tests/test_matrix.py -k "cuda-v4 or fla-recurrent or every_available"
-  shard matrix_rest 520 tests/test_matrix.py -k "not cuda-v4 and not fla-recurrent"
-  # the rest in three shards (files taken in turn), without the files of prefill-all and
-  # models-tests: with the bundle staged one shard of them all ran past 520 s, and of two
-  # halves without it the second (test_packaging .. test_warm_pointers) stopped at 53% at
-  # 520 s (2026-11-30, twenty-eighth session)
-  mapfile -t rest < <(ls tests/test_*.py | grep -v -x -F -f <(printf 'tests/%s\n' \
+rest_files() {              # rest_files I: every third test file (from the I-th) but the matrix,
+                            # the clocks and the files of prefill-all and models-tests
+  ls tests/test_*.py | grep -v -x -F -f <(printf 'tests/%s\n' \
     test_matrix.py test_clocks_gpu.py test_prefill.py test_triton_chunk.py \
     test_check_prefill.py test_integrations_fla.py test_integrations_transformers.py test_op.py \
     test_triton_chunk_pdl.py test_prefill_checkpoints.py test_pack_prefill.py \
     test_prefill_graphs.py test_cuda_chunk.py test_cuda_chunk_chain.py \
     test_integrations_prefill.py test_tune_prefill.py test_bench_engine_prefill.py \
-    test_fla_recurrent_prefill.py test_forms.py))
-  for i in 0 1 2; do
-    part=()
-    for ((j = i; j < ${#rest[@]}; j += 3)); do part+=("${rest[j]}"); done
-    shard "rest_$i" 520 "${part[@]}"
-  done
+    test_fla_recurrent_prefill.py test_forms.py) | awk -v i="$1" '(NR - 1) % 3 == i'
+}
+
+case "$PART" in
+tests)                      # the decode suite's matrix, check and clocks, and a third of the
+                            # rest (about 5 min on an H200); tests-rest: the other two thirds
+  shard matrix_ours 520 tests/test_matrix.py -k "cuda-v4 or fla-recurrent or every_available"
+  shard matrix_rest 520 tests/test_matrix.py -k "not cuda-v4 and not fla-recurrent"
+  mapfile -t part < <(rest_files 2)
+  shard rest_2 520 "${part[@]}"
   ( timeout 200 gdnzoo check --algo cuda-v4,fla-recurrent,fi-baseline > "$OUT/check_decode.log" 2>&1
     echo "check (decode): exit $?" > "$OUT/check_decode.summary" ) &
   wait
   timeout 60 python3 -m pytest -q -rfE -p no:cacheprovider tests/test_clocks_gpu.py \
     > "$OUT/pytest_clocks.log" 2>&1
   echo "clocks: exit $?: $(tail -1 "$OUT/pytest_clocks.log")" > "$OUT/pytest_clocks.summary"
+  echo "== failures"; grep -h "^FAILED\|^ERROR" "$OUT"/pytest_*.log | cut -c1-300 | head -40
+  echo "== summary"; cat "$OUT"/*.summary
+  ;;
+tests-rest)                 # the rest's other two thirds in six shards (about 7 min on an H200:
+                            # beside the matrix shards two thirds stopped at 73% and 86% of 520 s;
+                            # alone in six shards they passed in 129-405 s, 2026-11-30)
+  mapfile -t files < <(rest_files 0; rest_files 1)
+  for i in 0 1 2 3 4 5; do
+    part=()
+    for ((j = i; j < ${#files[@]}; j += 6)); do part+=("${files[j]}"); done
+    shard "rest_$i" 540 "${part[@]}"
+  done
+  wait
   echo "== failures"; grep -h "^FAILED\|^ERROR" "$OUT"/pytest_*.log | cut -c1-300 | head -40
   echo "== summary"; cat "$OUT"/*.summary
   ;;
