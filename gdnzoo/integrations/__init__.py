@@ -136,10 +136,12 @@ def _views(mixed_qkv, a, b, A_log, initial_state, out, traced):
         raise _shape_error("b", b, f"[B={B}, HV={HV}]")
     if out.shape != (B, 1, HV, V):
         raise _shape_error("out", out, f"[B={B}, 1, HV={HV}, V={V}]")
-    if traced:      # torch.compile cannot trace storage_offset(): slices keep the offsets
-        q = mixed_qkv.as_strided((B, 1, H, K), (s0, s0, K, 1))
-        k = mixed_qkv[:, H * K:].as_strided((B, 1, H, K), (s0, s0, K, 1))
-        v = mixed_qkv[:, 2 * H * K:].as_strided((B, 1, HV, V), (s0, s0, V, 1))
+    if traced:      # torch.compile cannot trace storage_offset(): views of slices keep the
+        # offsets (not as_strided of a slice, whose offset torch 2.11's inductor drops: k and v
+        # then read q's columns)
+        q = mixed_qkv[:, :H * K].view(B, 1, H, K)
+        k = mixed_qkv[:, H * K:2 * H * K].view(B, 1, H, K)
+        v = mixed_qkv[:, 2 * H * K:].view(B, 1, HV, V)
     else:           # eager: three as_strided, no slice (host time matters every step)
         at = mixed_qkv.storage_offset()
         q = mixed_qkv.as_strided((B, 1, H, K), (s0, s0, K, 1), at)
