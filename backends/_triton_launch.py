@@ -12,6 +12,8 @@ pointers are not all 16-byte aligned always take Triton's own path.
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import operator
 import os
 
@@ -102,11 +104,43 @@ def interpreter_on() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def available(min_cc: tuple[int, int], device: str) -> tuple[bool, str]:
-    """A Triton backend's answer for ``device``: on CPU only through the interpreter."""
+# The oldest Triton our kernels are written for (pyproject's triton extra: 3.6 through 3.9): they
+# use triton.language.extra.cuda's gdc_launch_dependents / gdc_wait (PDL) and the interpreter's
+# semantics of 3.6; an older Triton (torch 2.4 pins 3.0) fails at import or gives errors.
+MIN_TRITON = (3, 6)
+
+
+@functools.lru_cache(maxsize=None)
+def triton_version() -> tuple[int, ...] | None:
+    """The installed Triton's version as numbers (its leading ones: "3.6.0+git1" is (3, 6, 0)),
+    read from its package metadata without importing it; None when there is no triton."""
+    import importlib.metadata
     import importlib.util
     if importlib.util.find_spec("triton") is None:
+        return None
+    try:
+        text = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:      # a copy without metadata: ask it
+        import triton
+        text = triton.__version__
+    nums = []
+    for part in text.split("+")[0].split("."):
+        digits = "".join(itertools.takewhile(str.isdigit, part))
+        if not digits:
+            break
+        nums.append(int(digits))
+    return tuple(nums)
+
+
+def available(min_cc: tuple[int, int], device: str) -> tuple[bool, str]:
+    """A Triton backend's answer for ``device``: Triton >= :data:`MIN_TRITON`; on CPU only
+    through the interpreter."""
+    version = triton_version()
+    if version is None:
         return False, "the triton package is not installed"
+    if version < MIN_TRITON:
+        return False, (f"needs triton >= {'.'.join(map(str, MIN_TRITON))} (pip install "
+                       f"'gdnzoo[triton]'), found {'.'.join(map(str, version))}")
     if interpreter_on():
         return True, "Triton interpreter (TRITON_INTERPRET=1): CPU tensors, slow, for testing"
     if device == "cpu":

@@ -34,12 +34,15 @@ def when_compiled(fn, substitute):
 
 def _substitute_all():
     import torch._dynamo
+    substitute = getattr(torch._dynamo, "substitute_in_graph", None)
+    if substitute is None:       # torch < 2.5 (gdnzoo needs 2.5): dynamo traces the functions
+        return
     for entry in _SUBSTITUTES:
         if not entry[2]:
             fn, sub = entry[0], entry[1]
             if sub.__name__ == "make":
                 sub = sub()
-            torch._dynamo.substitute_in_graph(fn, skip_signature_check=True)(sub)
+            substitute(fn, skip_signature_check=True)(sub)
             entry[2] = True
 
 

@@ -113,6 +113,41 @@ def test_availability_is_per_device(monkeypatch):
     assert registry.backend_module("fla-recurrent").available("cpu")[0]
 
 
+@pytest.mark.parametrize("text,want", [("3.0.0", (3, 0, 0)), ("3.5.1", (3, 5, 1)),
+                                       ("3.6.0+git1a2b3c", (3, 6, 0)), ("3.10.0rc1", (3, 10, 0))])
+def test_a_triton_older_than_the_kernels_is_unavailable_with_the_reason(monkeypatch, text, want):
+    """torch 2.4 pins Triton 3.0, which lacks what the kernels use (they failed at import):
+    every Triton backend says which Triton it needs instead."""
+    import importlib.metadata
+    from gdnzoo.backends import _triton_launch as tlaunch
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: text)
+    monkeypatch.setattr(tlaunch, "interpreter_on", lambda: True)
+    tlaunch.triton_version.cache_clear()
+    try:
+        assert tlaunch.triton_version() == want
+        for name, op in (("fla-recurrent", "decode"), ("fla-tma", "decode"),
+                         ("triton-chunk", "prefill"), ("triton-commit", "commit")):
+            ok, why = registry.backend_module(name, op).available("cpu")
+            assert ok == (want >= (3, 6)), (name, why)
+            if not ok:
+                assert f"needs triton >= 3.6" in why and "found " + text in why, why
+    finally:
+        tlaunch.triton_version.cache_clear()
+
+
+def test_a_torch_without_substitute_in_graph_keeps_dynamo_working(monkeypatch):
+    """Before torch 2.5 dynamo has no substitute_in_graph: registering the public functions'
+    substitutes does nothing instead of raising inside torch._dynamo's import (which left that
+    module half made and every torch.compile of the process broken, torch 2.4)."""
+    import torch._dynamo
+    from gdnzoo import compiling
+    entry = [lambda: None, lambda: None, False]
+    monkeypatch.delattr(torch._dynamo, "substitute_in_graph")
+    monkeypatch.setattr(compiling, "_SUBSTITUTES", [entry])
+    compiling._substitute_all()
+    assert entry[2] is False
+
+
 def test_pt_compiled_is_available_here_with_a_compiler():
     """This machine has g++: pt-compiled serves CPU problems (the suite compiles with it)."""
     from gdnzoo.backends import pt_compiled
