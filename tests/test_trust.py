@@ -130,7 +130,7 @@ def test_a_triton_older_than_the_kernels_is_unavailable_with_the_reason(monkeypa
             ok, why = registry.backend_module(name, op).available("cpu")
             assert ok == (want >= (3, 6)), (name, why)
             if not ok:
-                assert f"needs triton >= 3.6" in why and "found " + text in why, why
+                assert "needs triton >= 3.6" in why and "found " + text in why, why
     finally:
         tlaunch.triton_version.cache_clear()
 
