@@ -756,3 +756,25 @@ def test_verify_cu_seqlens_dtype_and_device_checked(engine, bad, exc, frag):
         else:
             sglang_call(c, slots(c, 13, 1), True, "pt-reference", cu_seqlens=cu)
     assert torch.equal(c.pool, before)
+
+
+@pytest.mark.parametrize("engine", ("vllm", "sglang"))
+def test_verify_adapters_compile_as_they_are(engine):
+    """torch.compile(fullgraph=True) takes the verify adapters as they are (a CPU cu_seqlens's
+    values, checked on the host eagerly, are not read while dynamo traces) and gives the eager
+    call's out and pool bit for bit."""
+    c = make_call(seed=3)
+    idx = slots(c, 1, 2) if engine == "vllm" else slots(c, 9, 1)
+    acc = torch.tensor([2, 3, 1], dtype=torch.int32, device=c.q.device)
+
+    def call():
+        r = (vllm_call(c, idx, acc, True, "pt-reference") if engine == "vllm"
+             else sglang_call(c, idx, True, "pt-reference"))
+        return r[0] if isinstance(r, tuple) else r
+    buf0 = c.buf.clone()
+    want = call().clone()
+    pool_want = c.buf.clone()
+    c.buf.copy_(buf0)
+    torch._dynamo.reset()
+    got = torch.compile(call, fullgraph=True, backend="aot_eager")()
+    assert torch.equal(got, want) and torch.equal(c.buf, pool_want)

@@ -27,7 +27,8 @@ one :func:`gdnzoo.decode` call; what they do not serve raises ValueError naming 
 Every adapter names arguments as its engine does: a non-tensor where a tensor goes raises
 TypeError naming it, before anything is read or written.
 ``cu_seqlens`` must then be ``[0, T, 2T, ..., N*T]``: its values are read on the host only when
-it lives on the CPU or ``GDNZOO_CHECK_INDICES=1`` is set (reading a device tensor would sync).
+it lives on the CPU or ``GDNZOO_CHECK_INDICES=1`` is set (reading a device tensor would sync),
+and never while torch.compile traces (the adapters compile with ``fullgraph=True``).
 
 Both engines prefill (Hopper, FlashInfer's chunk kernel) by gathering the sequences' states out
 of the pool, running the chunk kernel on the copies and scattering the final states back.
@@ -44,6 +45,12 @@ import gdnzoo
 from gdnzoo.compiling import when_compiled
 
 __all__ = ["packed_views", "packed_decode", "prefill_pool"]
+
+
+def _compiling() -> bool:
+    """Whether torch.compile is tracing (a tensor's values cannot be read on the host then)."""
+    import torch
+    return torch.compiler.is_compiling()
 
 
 def _shape_error(name, x, expected):
@@ -213,7 +220,7 @@ def sequences(cu_seqlens, q, T=None, T_from=None):
                                        f"length T (q's tokens over N)")
         T, T_from = q.shape[1] // N, f"q's {q.shape[1]} tokens over N={N}"
     from gdnzoo import pool as pools
-    if cu_seqlens.device.type == "cpu" or pools.checking():
+    if (cu_seqlens.device.type == "cpu" or pools.checking()) and not _compiling():
         got = cu_seqlens.tolist()
         for n in range(N):
             if (got[n], got[n + 1]) != (n * T, n * T + T):
