@@ -105,8 +105,8 @@ def interpreter_on() -> bool:
 
 
 # The oldest Triton our kernels are written for (pyproject's triton extra: 3.6 through 3.9): they
-# use triton.language.extra.cuda's gdc_launch_dependents / gdc_wait (PDL) and the interpreter's
-# semantics of 3.6; an older Triton (torch 2.4 pins 3.0) fails at import or gives errors.
+# use triton.language.extra.cuda's gdc_launch_dependents / gdc_wait (PDL), which older Tritons
+# lack; Triton 3.0 (torch 2.4's pin) failed at import and in the interpreter.
 MIN_TRITON = (3, 6)
 
 

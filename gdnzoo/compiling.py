@@ -35,7 +35,7 @@ def when_compiled(fn, substitute):
 def _substitute_all():
     import torch._dynamo
     substitute = getattr(torch._dynamo, "substitute_in_graph", None)
-    if substitute is None:       # torch < 2.5 (gdnzoo needs 2.5): dynamo traces the functions
+    if substitute is None:       # torch < 2.5 (below gdnzoo's 2.10): dynamo traces the functions
         return
     for entry in _SUBSTITUTES:
         if not entry[2]:
