@@ -391,3 +391,18 @@ def test_value_errors_name_the_engines_argument(engine, monkeypatch):
     bad, _ = CALLS[engine](c, **{idx_name: dup})
     with pytest.raises(ValueError, match=rf"^{idx_name}\[\d\] = "):
         bad()
+
+
+@pytest.mark.parametrize("engine", ("vllm", "sglang"))
+def test_adapters_compile_as_they_are(engine):
+    """torch.compile(fullgraph=True) takes the prefill adapters as they are and gives the eager
+    call's output and pool bit for bit."""
+    c = make_case(engine)
+    pool0 = c.pool.clone()
+    want = run_adapter(c, "pt-reference").clone()
+    pool_want = c.pool.clone()
+    c.pool.copy_(pool0)
+    torch._dynamo.reset()
+    got = torch.compile(lambda: run_adapter(c, "pt-reference"), fullgraph=True,
+                        backend="aot_eager")()
+    assert torch.equal(got, want) and torch.equal(c.pool, pool_want)
