@@ -3,8 +3,9 @@ on gdnzoo.  Tiny random-init bf16 models of each family (GVA ratios 2 and 3; den
 the family has them, four tiny experts in Qwen3.5-MoE): prefill and teacher-forced decode with
 enable() match transformers' own path (logits and the cache's final states), never run
 transformers' torch fallbacks, and leave each step's state at least as close to a float64
-oracle of the step as transformers' own; generate() works with the cache; disable() puts back
-the very same objects; unsupported versions and layouts are refused, changing nothing."""
+oracle of the step as transformers' own; generate() works with the cache and a left-padded
+batch; disable() puts back the very same objects; unsupported versions and layouts are refused,
+changing nothing."""
 from __future__ import annotations
 
 import importlib
@@ -202,19 +203,25 @@ def test_prefill_and_decode_match_transformers(family, ratio):
 
 @pytest.mark.parametrize("family", list(MODULES))
 def test_generate_with_cache(family):
-    """generate() on gdnzoo: each new token is transformers' own greedy choice at that position
-    (its full forward over the sequence, no cache), up to near-ties of bf16 logits."""
+    """generate() on gdnzoo, a batch with a left-padded prompt and its attention mask: each new
+    token is transformers' own greedy choice at that position (its full forward over the
+    sequence with the mask, no cache), up to near-ties of bf16 logits."""
     model = tiny(family, 2)
-    ids = torch.randint(0, 128, (2, 7), generator=torch.Generator().manual_seed(2))
+    ids = torch.randint(1, 128, (2, 7), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0                                # row 1: a 4-token prompt, padded left
+    ids = ids * mask                               # pad token 0
     calls = {"steps": [], "l2norm": 0}
     hook.enable()
     with recording(family, calls), torch.no_grad():
-        seq = model.generate(ids, max_new_tokens=6, do_sample=False, min_new_tokens=6)
+        seq = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False,
+                             min_new_tokens=6, pad_token_id=0)
     hook.disable()
     assert seq.shape == (2, 13) and calls["l2norm"] == 0
     assert [s["kind"] for s in calls["steps"]].count("recurrent") == 2 * 5
+    full = torch.cat([mask, torch.ones(2, 6, dtype=mask.dtype)], 1)
     with torch.no_grad():
-        logits = model(seq).logits[:, 6:-1].float()
+        logits = model(seq, attention_mask=full).logits[:, 6:-1].float()
     picked = logits.gather(-1, seq[:, 7:, None])[..., 0]
     assert (logits.max(-1).values - picked).max() <= 2e-2
 
