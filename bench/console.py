@@ -1,10 +1,10 @@
 """The one console renderer of ``gdnzoo bench``: the run's line, then per section of the mode
 (``Mode.sections``) a grid of B rows x entries with the automatic choice and its time over the
-best entry of each cell, the mode's own lines (its bars), what was not timed and why, the
-notes, the plots and the files."""
+best entry of each cell, the mode's own lines (its bars), the entries that best leaves out
+and why, what was not timed and why, the notes, the plots and the files."""
 from __future__ import annotations
 
-from gdnzoo.bench.report import FLOOR, finite
+from gdnzoo.bench.report import FLOOR, finite, not_a_rival
 
 
 def us(x) -> str:
@@ -54,6 +54,16 @@ def grid(rows, with_floor=True, by="B") -> list:
     return lines
 
 
+def left_out(table, mode) -> list:
+    """A line per reason an entry the grids show is not counted in ``auto/best``'s best."""
+    why = {}
+    for name in dict.fromkeys(r["backend"] for r in table
+                              if r["status"] == "PASS" and finite(r["median_us"])):
+        if name != FLOOR and (reason := not_a_rival(name, mode)):
+            why.setdefault(reason, []).append(name)
+    return [f"auto/best leaves out {', '.join(names)}: {reason}" for reason, names in why.items()]
+
+
 def render(table, env, plan, files=(), drawn="") -> str:
     mode = plan.mode
     lines = [f"gdnzoo bench --mode {','.join(plan.words)} on {env.get('gpu')} (driver "
@@ -78,6 +88,7 @@ def render(table, env, plan, files=(), drawn="") -> str:
             lines += [title] if isinstance(title, str) else title
             lines += grid(rows, with_floor, *by)
     lines += mode.extra_lines(table, plan)
+    lines += left_out(table, mode)
     # the entries checked but not timed (no CUDA device) with their cells, a line per FAIL or
     # ERROR (entry, reason), one per SKIP reason naming its entries
     seen, skips, checked = set(), {}, {}

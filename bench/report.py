@@ -87,8 +87,7 @@ def derive(rows, mode):
     ``not_rivals``, nor a backend judged with the peers' bound because it rounds the state
     (``rounds_state``), which the automatic choice never picks."""
     keys = KEYS + tuple(mode.keys)
-    rival = functools.lru_cache(maxsize=None)(
-        lambda name: name not in mode.not_rivals and gate.state_tol_of(name, mode.op) is None)
+    rival = functools.lru_cache(maxsize=None)(lambda name: not_a_rival(name, mode) is None)
 
     def key(r, **over):
         return tuple({**r, **over}.get(k) for k in keys)
@@ -115,6 +114,16 @@ def derive(rows, mode):
         if ms and pick in ms:
             for r in rs:
                 r["auto_vs_best"] = ms[pick] / min(ms.values())
+
+
+def not_a_rival(name, mode):
+    """Why ``auto/best`` leaves the entry ``name`` out of its best (None: it counts)."""
+    if name in mode.not_rivals:
+        return "the engine's own call, what the adapters replace"
+    if gate.state_tol_of(name, mode.op) is not None:
+        return ("rounds its state's operands or states to bf16 (judged with the peers' bound), "
+                "which the automatic choice never picks")
+    return None
 
 
 # ------------------------------------------------------------------------------ environment

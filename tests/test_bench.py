@@ -641,6 +641,13 @@ def test_auto_against_the_best_entry_held_to_its_bound():
                                      ("triton-chunk", 3.0), ("pt-reference", 90.0))]
     report.derive(rows, mode)
     assert {round(r["auto_vs_best"], 3) for r in rows} == {1.1}
+    # the console says which entries its best left out, and why
+    out = console.left_out(rows, mode)
+    assert len(out) == 2 and out[0].startswith("auto/best leaves out engine: the engine's own")
+    assert out[1].startswith("auto/best leaves out fi-baseline, fla-upstream, "
+                             "triton-chunk-bf16: rounds") and "triton-chunk," not in out[1]
+    assert console.left_out(rows, pipeline.get_mode("prefill"))[0].startswith(
+        "auto/best leaves out fi-baseline")                # decode-style modes: no engine
 
 
 def test_gpu_slug():
