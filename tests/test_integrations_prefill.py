@@ -393,6 +393,29 @@ def test_value_errors_name_the_engines_argument(engine, monkeypatch):
         bad()
 
 
+@pytest.mark.parametrize("engine", list(CALLS))
+def test_error_messages_speak_only_the_engines_names(engine, memo):
+    """Not only the leading name: where a message goes on to mention another argument of
+    gdnzoo's (the entry before a decreasing cu_seqlens, the indices that make the state a
+    pool), it mentions it under the engine's name too."""
+    c = make_case(engine, seed=9)
+    cu_name, idx_name, pool_name = (("cu_seqlens", "prefill_state_indices", "ssm_state")
+                                    if engine == "vllm" else
+                                    ("query_start_loc", "cache_indices", "ssm_states"))
+    bad_cu = c.cu.clone()
+    bad_cu[3] = bad_cu[2] - 1                     # decreasing at entry 3
+    bad, _ = CALLS[engine](c, **{cu_name: bad_cu})
+    with pytest.raises(ValueError) as ei:
+        bad()
+    assert str(ei.value).startswith(f"{cu_name}[3] = {int(bad_cu[3])}: expected >= "
+                                    f"{cu_name}[2] = {int(bad_cu[2])}"), str(ei.value)
+    bad, _ = CALLS[engine](c, **{pool_name: c.pool[:, :HV // 2]})
+    with pytest.raises(ValueError) as ei:
+        bad()
+    msg = str(ei.value)
+    assert msg.startswith(f"{pool_name}: ") and f"({idx_name} given)" in msg, msg
+
+
 @pytest.mark.parametrize("engine", ("vllm", "sglang"))
 def test_adapters_compile_as_they_are(engine):
     """torch.compile(fullgraph=True) takes the prefill adapters as they are and gives the eager

@@ -41,6 +41,8 @@ Importing this package imports gdnzoo and nothing else.
 """
 from __future__ import annotations
 
+import re
+
 import gdnzoo
 from gdnzoo.compiling import when_compiled
 
@@ -104,8 +106,17 @@ def engine_error(e, args, tensors, optional=(), names=None):
     head, sep, rest = str(e).partition(": ")
     name = head.split("[", 1)[0]              # "cu_seqlens[2] = 5": the debug checks' form
     if sep and names and name in names and type(e) in (TypeError, ValueError):
-        return type(e)(f"{names[name]}{head[len(name):]}: {rest}")
+        return type(e)(f"{names[name]}{head[len(name):]}: {_renamed(rest, names)}")
     return e
+
+
+def _renamed(text, names):
+    """``text`` with gdnzoo's argument names that read as names (``cu_seqlens``,
+    ``state_indices``; not words such as ``state``) replaced by the engine's, whole words."""
+    for ours, theirs in names.items():
+        if "_" in ours and theirs.isidentifier():
+            text = re.sub(rf"(?<!\w){ours}(?!\w)", theirs, text)
+    return text
 
 
 def _views(mixed_qkv, a, b, A_log, initial_state, out, traced):
