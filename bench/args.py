@@ -168,7 +168,8 @@ def add_bench_args(p):
                    help="comma list of backends or 'all' (default: ALGO env, else the mode's)")
     p.add_argument("--batch", type=positive_ints, default=_unset(list(DEFAULT_BATCHES)),
                    help="comma list of batch sizes (default: the mode's; dense "
-                        "1,4,8,16,32,48,64,128,256,512)")
+                        "1,4,8,16,32,48,64,128,256,512; --mode prefill and engine-prefill: "
+                        "--mix)")
     p.add_argument("--heads", type=heads, default=_unset((4, 8)),
                    help="H,HV (default 4,8: the contest geometry; --mode prefill: 4,8 16,32 "
                         "16,48 16,64 2,8)")
@@ -180,7 +181,7 @@ def add_bench_args(p):
     p.add_argument("--dim", type=positive_int, default=_unset(128), help="K = V (default 128)")
     p.add_argument("--tokens", type=token_counts, default=_unset(1),
                    help="T tokens per call (default 1); --mode verify: a comma list of T in "
-                        "2..16 (default 2,4,8)")
+                        "2..16 (default 2,4,8); --mode prefill and engine-prefill: --mix")
     p.add_argument("--state-dtype", type=one_of(STATE_DTYPES, "state dtypes"),
                    default=_unset(["fp32"]), help="fp32, bf16 or fp32,bf16")
     p.add_argument("--timing", type=timings, default=_unset(list(CLOCKS)),
@@ -245,11 +246,16 @@ def resolve(args) -> list:
         usage_error("--layers: only with --mode chained")
     if getattr(args, "form", None) is not None and args.mode != ["prefill"]:
         usage_error("--form: only with --mode prefill")
-    if getattr(args, "mix", None) is not None:
-        from gdnzoo.bench.pipeline import get_mode
-        if not all("mix" in get_mode(m).keys for m in args.mode):
-            usage_error("--mix: only with a mode whose cells are sequence mixes (--mode "
-                        + " or ".join(m for m in MODES if "mix" in get_mode(m).keys) + ")")
+    from gdnzoo.bench.pipeline import get_mode
+    if all("mix" in get_mode(m).keys for m in args.mode):
+        # cells are sequence mixes: their sequences and tokens come from --mix, not B and T
+        for option, value in (("--batch", args.batch), ("--tokens", args.tokens)):
+            if given(value):
+                usage_error(f"{option}: --mode {','.join(args.mode)} times sequence mixes; "
+                            f"give them with --mix NxL (N sequences of L tokens)")
+    elif getattr(args, "mix", None) is not None:
+        usage_error("--mix: only with a mode whose cells are sequence mixes (--mode "
+                    + " or ".join(m for m in MODES if "mix" in get_mode(m).keys) + ")")
     if args.model is None:
         if args.tp is not None:
             usage_error("--tp: only with --model")

@@ -95,8 +95,9 @@ def cmd_run(args) -> int:
         return 2
     x = make_inputs(B=args.batch, T=args.tokens, H=H, HV=HV, K=args.dim, V=args.dim,
                     state_dtype=DTYPES[args.state_dtype], device=device, seed=args.seed)
-    try:
-        sel = gdnzoo.select(*x.args(), use_qk_l2norm=args.l2norm, algo=args.algo)
+    try:                               # the choice for the form run (--dest: its own table)
+        sel = gdnzoo.select(*x.args(), use_qk_l2norm=args.l2norm, algo=args.algo,
+                            **({"new_state": torch.empty_like(x.state)} if args.dest else {}))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -132,22 +133,25 @@ def cmd_run(args) -> int:
     for r in j.reasons:
         print(f"  FAIL {r}")
     # Timing: wall clock per call, synchronized, after the first (compiling) call.
+    # in the form checked: --dest times destination passing (a distinct new_state), not in place
     n = args.iters
     state2 = x.state.clone()
+    form = dict(new_state=torch.empty_like(state2)) if args.dest else {}
     for _ in range(3):
         gdnzoo.decode(x.q, x.k, x.v, state2, x.A_log, x.a, x.dt_bias, x.b, x.scale,
-                      use_qk_l2norm=args.l2norm, algo=algo)
+                      use_qk_l2norm=args.l2norm, algo=algo, **form)
     if device == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(n):
         gdnzoo.decode(x.q, x.k, x.v, state2, x.A_log, x.a, x.dt_bias, x.b, x.scale,
-                      use_qk_l2norm=args.l2norm, algo=algo)
+                      use_qk_l2norm=args.l2norm, algo=algo, **form)
     if device == "cuda":
         torch.cuda.synchronize()
     per = (time.perf_counter() - t0) / n
     print(f"time: first call {first[0] * 1e3:.1f} ms (includes compile/JIT); then {per * 1e6:.1f} us "
-          f"per call (wall clock over {n} eager calls, state warm; `gdnzoo bench` for kernel time)")
+          f"per call (wall clock over {n} eager {'dest-passing' if args.dest else 'in-place'} "
+          f"calls, state warm; `gdnzoo bench` for kernel time)")
     ok = j.ok
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

@@ -176,3 +176,42 @@ def test_no_command_or_an_option_of_another_command_names_what_is_wrong(capsys):
 
 def test_dir_lists_what_loads_on_first_use():
     assert {"decode", "prefill", "commit", "inputs", "select"} <= set(dir(gdnzoo))
+
+
+MIX_MODE_BAD = [(mode, option, value) for mode in ("prefill", "engine-prefill")
+                for option, value in (("--batch", "4"), ("--tokens", "2"))]
+
+
+@pytest.mark.parametrize("mode,option,value", MIX_MODE_BAD,
+                         ids=[f"{m} {o}" for m, o, _ in MIX_MODE_BAD])
+def test_mix_modes_refuse_batch_and_tokens(mode, option, value, capsys, tmp_path):
+    """A mode whose cells are sequence mixes takes its sequences and tokens from --mix: a
+    --batch or --tokens given to it is a usage error naming the option, not ignored."""
+    code, _, err = _main(["bench", "--mode", mode, "--algo", "pt-reference", "--mix", "1x16",
+                          option, value, "--out", str(tmp_path)], capsys)
+    assert code == 2 and f"{option}: --mode {mode}" in err and "--mix" in err
+    assert "Traceback" not in err and not list(tmp_path.iterdir())
+
+
+def test_run_dest_times_destination_passing(monkeypatch, capsys):
+    """`gdnzoo run --dest` picks and times the destination-passing call it checked: each timed
+    call gets a new_state distinct from the state, none runs in place."""
+    calls, picks, real, pick = [], [], gdnzoo.decode, gdnzoo.select
+
+    def decode(*a, **kw):
+        calls.append(kw.get("new_state") is not None and kw["new_state"] is not a[3])
+        return real(*a, **kw)
+
+    def select(*a, **kw):
+        picks.append(kw.get("new_state") is not None)
+        return pick(*a, **kw)
+    monkeypatch.setattr(gdnzoo, "decode", decode)
+    monkeypatch.setattr(gdnzoo, "select", select)
+    code, out, _ = _main(["run", "--dest", "--algo", "pt-reference", "--heads", "1,2", "--dim",
+                          "16", "--iters", "2", "--device", "cpu"], capsys)
+    assert code == 0 and "PASS" in out and "dest-passing calls" in out
+    assert picks == [True] and calls and all(calls)
+    calls.clear()
+    code, out, _ = _main(["run", "--algo", "pt-reference", "--heads", "1,2", "--dim", "16",
+                          "--iters", "2", "--device", "cpu"], capsys)
+    assert code == 0 and "in-place calls" in out and calls and not any(calls)
