@@ -43,8 +43,10 @@ def add_check_args(p):
                    help="default: cuda if present, else cpu")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--state-dtype", choices=["fp32", "bf16"], default="fp32")
-    p.add_argument("--atol", type=float, default=1e-2)
-    p.add_argument("--rtol", type=float, default=1e-2)
+    p.add_argument("--atol", type=A.non_negative_float, default=1e-2,
+                   help="the elementwise rule's absolute bound (default 0.01)")
+    p.add_argument("--rtol", type=A.non_negative_float, default=1e-2,
+                   help="the elementwise rule's relative bound (default 0.01)")
 
 
 def _reference(x, device):

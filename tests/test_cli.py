@@ -215,3 +215,12 @@ def test_run_dest_times_destination_passing(monkeypatch, capsys):
     code, out, _ = _main(["run", "--algo", "pt-reference", "--heads", "1,2", "--dim", "16",
                           "--iters", "2", "--device", "cpu"], capsys)
     assert code == 0 and "in-place calls" in out and calls and not any(calls)
+
+
+@pytest.mark.parametrize("option,value", [("--atol", "nan"), ("--atol", "-1"), ("--rtol", "x")])
+def test_check_refuses_a_bound_that_is_no_bound(option, value, capsys):
+    """`check --atol nan` passed every element (no comparison with NaN is true) and a negative
+    bound failed every one: refused as usage errors (exit 2) before any workload is built."""
+    code, _, err = _main(["check", "--algo", "pt-reference", "--device", "cpu", option, value],
+                         capsys)
+    assert code == 2 and option in err and "expected a number >= 0" in err, err
