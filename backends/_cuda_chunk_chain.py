@@ -14,7 +14,12 @@ chain and the outputs in 109 KB, two CTAs an SM (:func:`pick_solo`).  One sequen
 chain leaves half the SMs idle runs the prep kernel beside it on those SMs, chunk by chunk
 (:func:`pick_overlap`).  Calls TMA cannot address (a zero-token batch, a base or a stride of q,
 k, v or out not a multiple of 16 bytes) run triton-chunk's sequential kernel with
-the same products."""
+the same products.
+
+With ``x3`` (precision "bf16x3", cuda-chunk's, on the workspace the prep writes with it) the
+solo form takes every product in three bf16 passes as triton-chunk's "bf16x3" kernel does (its
+errors against float64, not its bits): 133 KB, one CTA an SM, one segment
+(:data:`X3_SMEM`, :func:`pick_x3`)."""
 from __future__ import annotations
 
 import ctypes
@@ -45,6 +50,9 @@ SMEM = 2 * STAGE + 2 * (ROWS * HEAD_DIM + ROWS * CHUNK) * 2 + 2 * CHUNK * 64 * 2
 SOLO_THREADS = 128
 CSTAGE = -(-(CHUNK * HEAD_DIM * 2 + 2 * CHUNK * CHUNK * 2 + 4 * CHUNK * 4 + 16) // 1024) * 1024
 SOLO_SMEM = 2 * CSTAGE + CHUNK * HEAD_DIM * 2 + CHUNK * CHUNK * 2 + 2 * CHUNK * 64 * 2 + 1024
+# "bf16x3" (GDN_X3): the solo form with the T^T and M^T rows' lo parts in tiles of their own
+X3_CSTAGE = CSTAGE + CHUNK * CHUNK * 2
+X3_SMEM = 2 * X3_CSTAGE + CHUNK * HEAD_DIM * 2 + 2 * CHUNK * CHUNK * 2 + 2 * CHUNK * 64 * 2 + 1024
 
 
 def pick_solo(grid: int, n_sm: int) -> bool:
@@ -82,6 +90,21 @@ def pick_overlap(grid: int, n_sm: int, sequences: int) -> bool:
     return sequences == 1 and 0 < grid <= n_sm // 2
 
 
+def pick_x3(N: int, HV: int, V: int, tokens: int, n_sm: int) -> bool:
+    """Whether cuda-chunk's "bf16x3" chain runs on warpgroup MMAs (``x3``: one CTA an SM, 64
+    state rows a CTA) instead of triton-chunk's Triton chain: where the Triton chain's tiles of
+    16 rows would not fit one wave of SMs (it then runs 32-row tiles, whose steps take longer)
+    and the sequences hold two chunks or more on average (one-chunk sequences: many short CTAs,
+    one an SM).  Whole calls on an H200 after the CUDA prep, us, Triton chain / x3 chain
+    (lab/notebook/h200/chain_split_prec_2026-12-01/x3_rule.log, the same errors against float64,
+    ~4e-6 on the state): 16/32 heads 1 x 8192 585 / 473, 8 x 1024 473 / 329, 16 x 256 264 /
+    222; 16/64 8 x 1024 892 / 623; 16/48 1 x 8192 826 / 530; 4/8 8 x 1024 124 / 90, 16 x 256 70
+    / 56, the bench's ragged mix 357 / 228; 2/8 8 x 1024 122 / 88; 8/16 2 x 4096 299 / 244;
+    where it does not run: 4/8 1 x 8192 (16-row tiles, one wave) 300 / 390, 4/8 64 x 64 96 /
+    107, 16/32 64 x 64 341 / 390."""
+    return N * HV * (V // 16) > n_sm and tokens >= 2 * CHUNK * N
+
+
 def flags_for(mats: torch.Tensor, T: int, HV: int, N: int):
     """The overlap's int32 flags (``(T // CHUNK + N) * HV`` and a count) in the "bf16"
     workspace's unused half of ``mats`` (bf16 rows, ``[T, HV, 2 C]`` used of ``2 T HV 2 C``),
@@ -112,16 +135,18 @@ def serves(cc, K: int, V: int, io_dtype, precision: str, chunk: int):
                       f"must be 0, got V={V}"
     if io_dtype != torch.bfloat16:
         return False, f"its sequential kernel reads q, k and v as bfloat16, got {io_dtype}"
-    if precision != "bf16":
-        return False, f"its sequential kernel has 'bf16' products only, got {precision!r}"
+    if precision not in ("bf16", "bf16x3"):
+        return False, f"its sequential kernel has 'bf16' and 'bf16x3' products only, got " \
+                      f"{precision!r}"
     if chunk != CHUNK:
         return False, f"its sequential kernel is written for chunk={CHUNK}, got {chunk}"
     return True, ""
 
 
-def tensor_maps(q, k, v, mats, out, w) -> bytes:
-    """The six tensor maps: k and q [T, H, K], the workspace rows [T, HV, 2 C], v, ``out`` and
-    ``w`` [T, HV, V]; boxes of [64 tokens, 1 head, 64 columns]."""
+def tensor_maps(q, k, v, mats, out, w, parts: int = 1) -> bytes:
+    """The six tensor maps: k and q [T, H, K], the workspace rows [T, HV, 2 parts C] (``parts``
+    2: "bf16x3"'s hi and lo), v, ``out`` and ``w`` [T, HV, V]; boxes of [64 tokens, 1 head, 64
+    columns]."""
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     box = (64, 1, 64)
@@ -129,8 +154,8 @@ def tensor_maps(q, k, v, mats, out, w) -> bytes:
     def tmap(t, inner, heads):
         return _tma.tensor_map(t.data_ptr(), (inner, heads, t.shape[0]),
                                (t.stride(1) * 2, t.stride(0) * 2), box)
-    rows = _tma.tensor_map(mats.data_ptr(), (2 * CHUNK, HV, T), (2 * CHUNK * 2, HV * 2 * CHUNK * 2),
-                           box)
+    row = 2 * parts * CHUNK
+    rows = _tma.tensor_map(mats.data_ptr(), (row, HV, T), (row * 2, HV * row * 2), box)
     return b"".join((tmap(k, K, H), tmap(q, K, H), rows, tmap(v, V, HV), tmap(out, V, HV),
                      tmap(w, V, HV)))
 
@@ -138,7 +163,7 @@ def tensor_maps(q, k, v, mats, out, w) -> bytes:
 def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indices=None,
            new_state_indices=None, null_slot=-1, has_initial_state=None, k_first=False,
            checkpoints=None, checkpoint_every=None, pdl=False, no_out=False, segments=0,
-           seg_w=None, seg_phi=None, solo=None, flags=None, after_prep=False):
+           seg_w=None, seg_phi=None, solo=None, flags=None, after_prep=False, x3=False):
     """The chain kernel on the workspace (mats: bf16 rows, vecs: the factors) with the
     arguments of triton-chunk's ``launch_state``.  Needs T >= 1 and q, k, v, out that TMA
     can address (:func:`_cuda_build.aligned16`).  ``no_out``: timing only (the outputs
@@ -153,7 +178,10 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     the prep kernel is launched next, beside this one (:func:`pick_overlap`).  ``after_prep``:
     launched right after the CUDA prep kernel (launched with ``trigger``) as its programmatic
     dependent, its CTAs starting where the prep's last ones leave SMs free; only its copies of
-    the workspace wait for the prep (GDN_PDL 2; also with segments)."""
+    the workspace wait for the prep (GDN_PDL 2; also with segments).  ``x3``: "bf16x3" products
+    on that precision's workspace (the solo form, one segment, no flags)."""
+    if x3 and (segments > 1 or flags is not None or solo is False):
+        raise ValueError("x3: the solo form of one segment, no flags")
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
@@ -182,14 +210,16 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
         defs["GDN_SEG"] = seg
     grid = (2 * seg - 1 if seg else 1) * N * HV * (V // ROWS)
     if solo is None:        # the prep beside the chain needs the 185 KB form (pick_overlap)
-        solo = flags is None and pick_form(grid, cuda_build.sm_count(dev), bool(seg))
+        solo = x3 or (flags is None and pick_form(grid, cuda_build.sm_count(dev), bool(seg)))
     if flags is not None and (seg or solo or after_prep):
         raise ValueError("flags: the 185 KB form of one segment only, launched before the prep")
     defs["GDN_SOLO"] = int(bool(solo))
-    threads, smem = (SOLO_THREADS, SOLO_SMEM) if solo else (THREADS, SMEM)
+    if x3:
+        defs["GDN_X3"] = 1
+    threads, smem = (SOLO_THREADS, X3_SMEM if x3 else SOLO_SMEM) if solo else (THREADS, SMEM)
     func = cuda_build.get_kernel(
         SOURCE, NAME, (("GDN_SMEM", smem), *sorted(defs.items())), dev, smem).func
-    body = tensor_maps(q, k, v, mats, out, w) + PARAMS.pack(
+    body = tensor_maps(q, k, v, mats, out, w, 2 if x3 else 1) + PARAMS.pack(
         cu_seqlens.data_ptr(), vecs.data_ptr(), out.data_ptr(), w.data_ptr(), src.data_ptr(),
         ns.data_ptr(), idx.data_ptr(), new_idx.data_ptr(), init.data_ptr(),
         ckpt.data_ptr(), 0 if flags is None else flags.data_ptr(), N, T, out.stride(0),

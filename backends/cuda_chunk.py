@@ -9,6 +9,13 @@ precision ("bf16x3": ~4e-6 relative state error) are triton-chunk's.  Against th
 kernel on an H200 (lab/chunk_prep_cuda.py): the workspaces agree to ~5e-7 relative and the
 prep takes 1.3x-1.65x less time (165 against 265 us at 16/32 1 x 8192 tokens).
 
+On compute capability 9.0 its chain is "auto" (``_cuda_chunk_chain.pick_x3``): where the Triton
+chain would take 32-row tiles and the sequences hold two chunks or more on average, the
+sequential kernel on warpgroup MMAs (``backends/cuda_chunk_chain.cu``, GDN_X3) with the same
+"bf16x3" products, every operand split into bf16 hi and lo parts: the same errors against
+float64 (~4e-6 on the state), whole calls 1.2x-1.6x faster on an H200 (16/32 heads 8 x 1024
+tokens 473 -> 329 us; lab/notebook/h200/chain_split_prec_2026-12-01/).
+
 Serves K = 128, bf16 q/k on a CUDA GPU (compute capability >= 8.0) with CuPy; refuses the rest
 with the reason (triton-chunk serves them).  The kernel copies q and k in 16-byte pieces: views
 whose base or strides are off that grain (legal: only the last axis must be contiguous) take
@@ -37,5 +44,9 @@ def supports(problem):
 
 
 def run(call, *, config=None):
-    """triton-chunk's entry point with ``prep`` "cuda" (the rest of ``config`` as given)."""
-    _tc.run(call, config=_tc.normalize(config)._replace(prep="cuda"))
+    """triton-chunk's entry point with ``prep`` "cuda" and, unless ``config`` names one,
+    ``chain`` "auto" (the rest of ``config`` as given)."""
+    c = _tc.normalize(config)
+    named = not isinstance(config, dict) or "chain" in config
+    _tc.run(call, config=c._replace(prep="cuda", chain=c.chain if config is not None and named
+                                    else "auto"))

@@ -56,6 +56,12 @@
 // final, the others' completed in place by the output pass), the identity chains' (w) into a
 // bf16 [T, HV, V] buffer; final tiles Z into fp32 [N, S, HV, V, K] and Phi into p.ckpt's buffer
 // of that shape (GDN_C_DT) for the combine kernel.
+// GDN_X3 1 (with GDN_SOLO, one segment): triton-chunk's "bf16x3" products, the fp32-accurate
+// chain of cuda-chunk (the automatic choice): every product's operands in bf16 hi and lo parts
+// (hi = bf16(x), lo = bf16(x - hi)), a_hi b_hi + a_lo b_hi + a_hi b_lo (k and q are bf16 already:
+// two passes), on the workspace the prep writes with precision "bf16x3" (per token and value
+// head the rows T^T hi, T^T lo, M^T hi, M^T lo: the lo rows copied into tiles of their own);
+// 133 KB, one CTA an SM (lab/notebook/h200/chain_split_prec_2026-12-01/).
 // GDN_NO_OUT (timing only, lab/wgmma_chain.py --no-out): no outputs computed (warpgroup 1
 // releases every chunk at once; with GDN_SOLO the products Y are skipped).
 // GDN_OVERLAP 1 (the 185 KB form, one segment; _cuda_chunk_chain.pick_overlap): the prep kernel
@@ -112,6 +118,12 @@
 #ifndef GDN_SEG
 #define GDN_SEG 0
 #endif
+#ifndef GDN_X3
+#define GDN_X3 0
+#endif
+#if GDN_X3 && (!GDN_SOLO || GDN_SEG || GDN_OVERLAP)
+#error "GDN_X3: the solo form of one segment only"
+#endif
 #if GDN_SEG && (GDN_CKPT || GDN_PDL == 1)
 #error "GDN_SEG: no checkpoints, no PDL but after the prep (the launcher runs one segment then)"
 #endif
@@ -129,9 +141,10 @@ typedef unsigned short bf16_t;
 #define ROWS 64
 #define BOX (C_ * 64)            // bf16 elements of a [64 tokens, 64 columns] box (8 KB)
 #define STAGES 2
+#define MCOL (GDN_X3 ? 2 * C_ : C_)   // the M^T rows' first column in a workspace row
 #if GDN_SOLO
 #define NTHR 128                 // one warpgroup, its warp 0 the producer too
-#define CTAS_SM 2
+#define CTAS_SM (GDN_X3 ? 1 : 2)
 #else
 #define NTHR 288                 // two warpgroups and the producer warp
 #define CTAS_SM 1
@@ -139,7 +152,8 @@ typedef unsigned short bf16_t;
 
 struct alignas(64) TMap { unsigned long long v[16]; };      // a CUtensorMap
 struct ChainParams {       // by value (backends/_cuda_chunk_chain.py packs it)
-    TMap tk, tq, tm, tv;   // [T, H, K] k and q, [T, HV, 2 C] workspace rows, [T, HV, V] v
+    TMap tk, tq, tm, tv;   // [T, H, K] k and q, [T, HV, 2 C] workspace rows (GDN_X3: 4 C),
+                           // [T, HV, V] v
     TMap to;               // [T, HV, V] out
     TMap tw;               // GDN_SEG: [T, HV, V] the identity chains' outputs (w); else as to
     const void* cu; const float* vecs; bf16_t* out; bf16_t* wout; const void* state;
@@ -169,6 +183,9 @@ struct alignas(1024) Handover {  // chain -> outputs, no swizzle: core (r / 8, c
 struct alignas(1024) CStage {   // the chain's inputs of a chunk (two of them: the next one lands
     bf16_t k[2 * BOX];          // while this one is used)
     bf16_t t[BOX];
+#if GDN_X3
+    bf16_t tl[BOX];             // the T^T rows' lo parts
+#endif
     bf16_t v[BOX];
     float f[4][C_];
     float glast[4];
@@ -176,6 +193,9 @@ struct alignas(1024) CStage {   // the chain's inputs of a chunk (two of them: t
 struct alignas(1024) OStage {   // the outputs' inputs (one: the next chunk's land once the
     bf16_t q[2 * BOX];          // outputs' products are done)
     bf16_t m[BOX];
+#if GDN_X3
+    bf16_t ml[BOX];             // the M^T rows' lo parts
+#endif
 };
 struct alignas(1024) ChainSmem {
     CStage st[2];
@@ -220,6 +240,21 @@ __device__ __forceinline__ void frag(unsigned (&a)[4], const float (&d)[R], int 
     a[2] = pack2(d[8 * s + 4], d[8 * s + 5]);
     a[3] = pack2(d[8 * s + 6], d[8 * s + 7]);
 }
+#if GDN_X3
+// the bf16 remainders x - bf16(x) of a pair, packed as pack2 packs the pair
+__device__ __forceinline__ unsigned lo2(float x0, float x1) {
+    const unsigned h = pack2(x0, x1);
+    return pack2(x0 - __uint_as_float(h << 16), x1 - __uint_as_float(h & 0xffff0000u));
+}
+// frag's lo parts: the A fragments of k-step s of d - bf16(d)
+template <int R>
+__device__ __forceinline__ void frag_lo(unsigned (&a)[4], const float (&d)[R], int s) {
+    a[0] = lo2(d[8 * s + 0], d[8 * s + 1]);
+    a[1] = lo2(d[8 * s + 2], d[8 * s + 3]);
+    a[2] = lo2(d[8 * s + 4], d[8 * s + 5]);
+    a[3] = lo2(d[8 * s + 6], d[8 * s + 7]);
+}
+#endif
 
 __device__ __forceinline__ void tma3(void* dst, const TMap& map, int c0, int c1, int c2,
                                      unsigned bar) {
@@ -324,18 +359,21 @@ __device__ __forceinline__ void load_chain_in(St& st, const ChainParams& p, unsi
                                               long long t0, long long rem, int i_h, int i_hv,
                                               int row0, bool ident, int lane, unsigned extra) {
     if (lane == 0) {
-        arrive_expect(full, (ident ? 3 : 4) * BOX * 2 + extra);
+        arrive_expect(full, ((ident ? 3 : 4) + GDN_X3) * BOX * 2 + extra);
         const int t = (int)t0;
         tma3(st.k, p.tk, 0, i_h, t, full);
         tma3(st.k + BOX, p.tk, 64, i_h, t, full);
         tma3(st.t, p.tm, 0, i_hv, t, full);
+#if GDN_X3
+        tma3(st.tl, p.tm, C_, i_hv, t, full);
+#endif
         if (!ident) tma3(st.v, p.tv, row0, i_hv, t, full);
     }
     load_factors(st, p, i_hv, t0, rem, lane);
     if (lane == 0) cp4(&st.glast[0], p.vecs + (i_hv * 5 + 4) * p.T_all + t0, rem > 0);
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"(full) : "memory");
 }
-#define OUT_BYTES (3 * BOX * 2)
+#define OUT_BYTES ((3 + GDN_X3) * BOX * 2)
 // the outputs' inputs of the chunk at token t (q, two boxes, and the M^T rows) by TMA from one
 // thread, counted on ``full`` (OUT_BYTES; ``expect``: this thread's arrival expects them)
 template <class St>
@@ -344,7 +382,10 @@ __device__ __forceinline__ void load_out_in(St& st, const ChainParams& p, unsign
     if (expect) arrive_expect(full, OUT_BYTES);
     tma3(st.q, p.tq, 0, i_h, t, full);
     tma3(st.q + BOX, p.tq, 64, i_h, t, full);
-    tma3(st.m, p.tm, C_, i_hv, t, full);
+    tma3(st.m, p.tm, MCOL, i_hv, t, full);
+#if GDN_X3
+    tma3(st.ml, p.tm, 3 * C_, i_hv, t, full);
+#endif
 }
 // R = v^T diag(beta) - X diag(beta rk e^G) in X's registers (v: the chunk's swizzled box)
 __device__ __forceinline__ void form_r(float (&X)[32], const bf16_t* v, const float* f0,
@@ -367,6 +408,27 @@ __device__ __forceinline__ void issue_vp(float (&X)[32], unsigned (&ra)[4][4], c
     for (int k = 0; k < 4; ++k) mma64rs<1>(X, ra[k], desc(t, 2048 * k, 8192), k);
     wg_commit();
 }
+#if GDN_X3
+// issue_vp with R in hi (ra) and lo (rl) fragments and T^T's lo rows tl: R_hi T^T + R_lo T^T +
+// R_hi T^T_lo
+__device__ __forceinline__ void issue_vp_x3(float (&X)[32], unsigned (&ra)[4][4],
+                                            unsigned (&rl)[4][4], const bf16_t* t,
+                                            const bf16_t* tl) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        frag(ra[k], X, k);
+        frag_lo(rl[k], X, k);
+    }
+    wg_fence();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) mma64rs<1>(X, ra[k], desc(t, 2048 * k, 8192), k);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) mma64rs<1>(X, rl[k], desc(t, 2048 * k, 8192), 1);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) mma64rs<1>(X, ra[k], desc(tl, 2048 * k, 8192), 1);
+    wg_commit();
+}
+#endif
 // Y = S0 q^T, S0 from its no-swizzle handover tile, q the chunk's two swizzled boxes
 __device__ __forceinline__ void outputs_y(float (&Y)[32], const void* s0, const bf16_t* q) {
     wg_fence();
@@ -433,12 +495,21 @@ __device__ __forceinline__ void issue_update(float (&S)[64], float (&X)[32], con
     unsigned va[4][4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) frag(va[k], X, k);
+#if GDN_X3
+    unsigned vl[4][4];                          // V'^T's lo parts (k is bf16: two passes)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) frag_lo(vl[k], X, k);
+#endif
     const float gl = st.glast[0];
 #pragma unroll
     for (int i = 0; i < 64; ++i) S[i] *= gl;
     wg_fence();
 #pragma unroll
     for (int k = 0; k < 4; ++k) mma128rs<1>(S, va[k], desc(st.k, 2048 * k, 8192), 1);
+#if GDN_X3
+#pragma unroll
+    for (int k = 0; k < 4; ++k) mma128rs<1>(S, vl[k], desc(st.k, 2048 * k, 8192), 1);
+#endif
     wg_commit();
 }
 
@@ -684,11 +755,21 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
         unsigned sa[8][4];
 #pragma unroll
         for (int k = 0; k < 8; ++k) frag(sa[k], S, k);
+#if GDN_X3
+        unsigned sl[8][4];                      // S0's lo parts (k and q are bf16: two passes)
+#pragma unroll
+        for (int k = 0; k < 8; ++k) frag_lo(sl[k], S, k);
+#endif
         float X[32];
         wg_fence();
 #pragma unroll
         for (int k = 0; k < 8; ++k)
             mma64rs<0>(X, sa[k], desc(st.k + (k >> 2) * BOX, 32 * (k & 3), 16), k);
+#if GDN_X3
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+            mma64rs<0>(X, sl[k], desc(st.k + (k >> 2) * BOX, 32 * (k & 3), 16), 1);
+#endif
         wg_commit();
 #if GDN_SOLO
         // Y = S0 q^T from the same fragments, then R M^T into it; the update of S issued before
@@ -700,13 +781,23 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
 #pragma unroll
             for (int k = 0; k < 8; ++k)
                 mma64rs<0>(Y, sa[k], desc(sm.os.q + (k >> 2) * BOX, 32 * (k & 3), 16), k);
+#if GDN_X3
+#pragma unroll
+            for (int k = 0; k < 8; ++k)
+                mma64rs<0>(Y, sl[k], desc(sm.os.q + (k >> 2) * BOX, 32 * (k & 3), 16), 1);
+#endif
             wg_commit();
         }
         wg_wait<GDN_NO_OUT ? 0 : 1>();         // X (Y may still run)
         pin(X);
         form_r(X, st.v, st.f[0], st.f[1], r0, t4);
         unsigned ra[4][4];
+#if GDN_X3
+        unsigned rl[4][4];
+        issue_vp_x3(X, ra, rl, st.t, st.tl);    // V'^T = R T^T (into X's registers)
+#else
         issue_vp(X, ra, st.t);                  // V'^T = R T^T (into X's registers)
+#endif
         if (!GDN_NO_OUT) {
             wg_wait<1>();                       // Y (V'^T may still run)
             pin(Y);
@@ -714,6 +805,12 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
             wg_fence();
 #pragma unroll
             for (int k = 0; k < 4; ++k) mma64rs<1>(Y, ra[k], desc(sm.os.m, 2048 * k, 8192), 1);
+#if GDN_X3
+#pragma unroll
+            for (int k = 0; k < 4; ++k) mma64rs<1>(Y, rl[k], desc(sm.os.m, 2048 * k, 8192), 1);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) mma64rs<1>(Y, ra[k], desc(sm.os.ml, 2048 * k, 8192), 1);
+#endif
             wg_commit();
         }
         wg_wait<GDN_NO_OUT ? 0 : 1>();         // V'^T (R M^T may still run)

@@ -150,10 +150,12 @@ class Config(NamedTuple):
     bf16 q/k, chunk 64, precision "bf16x3" or "bf16" only); ``chain``: "triton" (the Triton
     sequential kernel) or "cuda" (``backends/cuda_chunk_chain.cu``, warpgroup MMAs and TMA:
     cuda-chunk-bf16's, compute capability 9.0, K = 128, V a multiple of 64, bf16 q/k/v,
-    chunk 64, precision "bf16" only; ``segments`` auto: its own pick,
-    :func:`pick_cuda_segments`, up to 8; ``block_v`` and ``warps`` then steer the Triton
-    combine and output kernels of segments and the Triton chain it falls back on where TMA
-    cannot address the tensors)."""
+    chunk 64, precision "bf16" (``segments`` auto: its own pick, :func:`pick_cuda_segments`, up
+    to 8; ``block_v`` and ``warps`` then steer the Triton combine and output kernels of
+    segments and the Triton chain it falls back on where TMA cannot address the tensors) or
+    "bf16x3" (one segment: its one-CTA-an-SM form, cuda-chunk's) only), or "auto" (cuda-chunk's:
+    "cuda" where it serves the call and :func:`_cuda_chunk_chain.pick_x3` prefers it, else
+    "triton")."""
     block_v: int = 0
     warps: int = 0
     stages: int = 0
@@ -168,7 +170,7 @@ class Config(NamedTuple):
 
 
 PREPS = ("triton", "cuda")
-CHAINS = ("triton", "cuda")
+CHAINS = ("triton", "cuda", "auto")
 
 
 def normalize(config) -> Config:
@@ -302,6 +304,13 @@ def _resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int)
             raise ValueError(f"config: prep 'cuda': {why}")
     if c.chain not in CHAINS:
         raise ValueError(f"config: chain must be one of {CHAINS}, got {c.chain!r}")
+    if c.chain == "auto":
+        ok = device.type == "cuda" and _cuda_chunk_chain.serves(
+            cuda_build.capability(device), _cuda_chunk_chain.HEAD_DIM, V, torch.bfloat16,
+            c.precision, c.chunk)[0]
+        cuda = ok and c.segments <= 1 and (c.precision == "bf16" or _cuda_chunk_chain.pick_x3(
+            N, HV, V, tokens, n_sm or cuda_build.sm_count(device)))
+        c = c._replace(chain="cuda" if cuda else "triton")
     if c.chain == "cuda":
         if device.type != "cuda":
             raise ValueError("config: chain 'cuda' needs a CUDA device")
@@ -310,6 +319,11 @@ def _resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int)
                                            c.precision, c.chunk)
         if not ok:
             raise ValueError(f"config: chain 'cuda': {why}")
+        if c.precision == "bf16x3":     # its one-CTA-an-SM form runs one segment
+            if c.segments > 1:
+                raise ValueError(f"config: chain 'cuda' with precision 'bf16x3' runs one "
+                                 f"segment, got segments={c.segments}")
+            c = c._replace(segments=1)
         if not c.segments:
             c = c._replace(segments=pick_cuda_segments(
                 N * HV * (V // _cuda_chunk_chain.ROWS), n_sm, tokens, N, c.chunk) if n_sm else 1)
@@ -492,7 +506,8 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     if c.chain == "cuda" and not (T > 0 and cuda_build.aligned16(q, k, v, out)):
         c = c._replace(chain="triton")
     both_cuda, flags = cuda_prep and c.chain == "cuda", None
-    if both_cuda and c.segments <= 1 and _cuda_chunk_chain.pick_overlap(
+    x3 = c.precision == "bf16x3"
+    if both_cuda and not x3 and c.segments <= 1 and _cuda_chunk_chain.pick_overlap(
             N * HV * (V // _cuda_chunk_chain.ROWS), cuda_build.sm_count(q.device), N) \
             and overlap_allowed():
         flags = _cuda_chunk_chain.flags_for(mats, T, HV, N)
@@ -516,7 +531,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
         # with flags: one CTA an SM on at most half of them, the prep launched next beside it
         _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, **slots,
                                  checkpoints=checkpoints, checkpoint_every=checkpoint_every,
-                                 pdl=pdl, flags=flags, after_prep=after)
+                                 pdl=pdl, flags=flags, after_prep=after, x3=x3)
     else:
         launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots,
                      checkpoints=checkpoints, checkpoint_every=checkpoint_every, pdl_kw=pdl_kw)

@@ -47,6 +47,19 @@ def test_config_prep_is_checked_before_any_kernel():
         tc.resolve(dict(fixed, prep="cuda"), 1, 8, 128, torch.device("cpu"))
 
 
+def test_cuda_chunk_picks_its_chain_unless_the_config_names_one(monkeypatch):
+    """cuda-chunk runs triton-chunk with prep "cuda" and chain "auto" (the "bf16x3" chain on
+    warpgroup MMAs where pick_x3 prefers it, else the Triton one); a config naming a chain
+    keeps it."""
+    seen = []
+    monkeypatch.setattr(tc, "run", lambda call, config: seen.append(config))
+    for config in (None, dict(block_v=16), dict(chain="triton"), dict(chain="cuda")):
+        cuda_chunk.run(None, config=config)
+    assert [(c.prep, c.chain) for c in seen] == [("cuda", "auto"), ("cuda", "auto"),
+                                                  ("cuda", "triton"), ("cuda", "cuda")]
+    assert seen[1].block_v == 16
+
+
 def test_one_value_head_a_cta_up_to_group_waves_of_capped_ctas_then_groups_of_three_or_four():
     waves = prep.GROUP_WAVES * 132 * prep.CTAS_PER_SM_CAPPED
     assert [prep.pick_heads(g, waves, 132) for g in (1, 2, 3, 4, 6, 8)] == [1] * 6

@@ -37,7 +37,7 @@ MISSING = cuda_missing((9, 0)) or (
     ((9, 0), 64, 128, BF16, "bf16", 64, "K = 128"),
     ((9, 0), 128, 96, BF16, "bf16", 64, "V % 64"),
     ((9, 0), 128, 128, torch.float16, "bf16", 64, "bfloat16"),
-    ((9, 0), 128, 128, BF16, "bf16x3", 64, "'bf16' products only"),
+    ((9, 0), 128, 128, BF16, "tf32x3", 64, "'bf16' and 'bf16x3' products only"),
     ((9, 0), 128, 128, BF16, "bf16", 32, "chunk=64"),
 ])
 def test_the_chain_kernel_refuses_what_it_is_not_written_for(cc, K, V, io, precision, chunk,
@@ -45,6 +45,7 @@ def test_the_chain_kernel_refuses_what_it_is_not_written_for(cc, K, V, io, preci
     ok, why = chain.serves(cc, K, V, io, precision, chunk)
     assert not ok and word in why
     assert chain.serves((9, 0), 128, 64, BF16, "bf16", 64) == (True, "")
+    assert chain.serves((9, 0), 128, 128, BF16, "bf16x3", 64) == (True, "")
 
 
 def _problem(**kw):
@@ -148,8 +149,8 @@ def test_the_solo_form_takes_grids_past_two_waves():
     assert chain.SMEM > 114 * 1024                            # the 185 KB form: one an SM
 
 
-def _run(x, state, new_state, out, chain_kind, segments=1, **kw):
-    cfg = dict(precision="bf16", prep="cuda", chain=chain_kind, segments=segments)
+def _run(x, state, new_state, out, chain_kind, segments=1, precision="bf16", **kw):
+    cfg = dict(precision=precision, prep="cuda", chain=chain_kind, segments=segments)
     tc.launch(x.q, x.k, x.v, state, x.A_log, x.a, x.dt_bias, x.b, x.cu_seqlens, x.scale, out,
               new_state, True, config=cfg, **kw)
     torch.cuda.synchronize()
@@ -259,6 +260,86 @@ def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form, kind, monke
     _same(n_c, n_t, "state")
     _same(c_c, c_t, "checkpoints")
     assert N == x.cu_seqlens.numel() - 1
+
+
+def _close(a, b, what, tol):
+    """The same NaN places, and relative RMS of the difference within ``tol``."""
+    if a is None:
+        assert b is None
+        return
+    assert torch.equal(a.isnan(), b.isnan()), f"{what}: NaN places differ"
+    a, b = a.double().nan_to_num(0.0), b.double().nan_to_num(0.0)
+    err = float((a - b).norm() / b.norm().clamp_min(1e-30))
+    assert err <= tol, f"{what}: relative RMS difference {err:.3e} > {tol:g}"
+
+
+@pytest.mark.skipif(MISSING is not None, reason=f"cuda-chunk-bf16 cannot run here: {MISSING}")
+@pytest.mark.parametrize("form", FORMS)
+def test_the_x3_chain_matches_the_triton_x3_chain(form, monkeypatch):
+    """The "bf16x3" chain (cuda-chunk's, GDN_X3: every product in three bf16 passes, one CTA an
+    SM) against triton-chunk's "bf16x3" chain on the same workspace, in every state form: the
+    same written places, states and checkpoints within fp32 sums' reordering (1e-5 relative),
+    outputs within their bf16 rounding (4e-3); both kernels' own errors against the reference
+    run in the registry's matrices (cuda-chunk)."""
+    launched = _spy_launches(monkeypatch, lambda kw: (kw.get("x3"), kw.get("after_prep")))
+    lens = {"v64-short": [5, 0, 63, 17], "cu64": [1000, 1, 130]}.get(form, [300, 64, 0, 200, 129])
+    H, HV, V = (1, 2, 64) if form == "v64-short" else (2, 4, 128)
+    x = make_prefill_inputs(lens, H=H, HV=HV, K=128, V=V, device="cuda", seed=len(form),
+                            index_dtype=torch.int64 if form == "cu64" else torch.int32)
+    T, dev, x3 = x.q.shape[0], "cuda", dict(precision="bf16x3")
+    if form.startswith("dense") or form in ("v64-short", "cu64"):
+        st = x.state.to(BF16) if form.startswith("dense") else x.state
+        runs = _both(x, st.clone, _nan, pdl=form.endswith("pdl"), **x3)
+    elif form == "kfirst-inplace":
+        kf = x.state.transpose(-1, -2).contiguous()
+        runs = _both(x, kf.clone, lambda s: s, k_first=True, **x3)
+    elif form == "pool-inplace-padding":
+        pool = torch.randn(7, HV, V, 128, device=dev) * 0.05
+        runs = _both(x, pool.clone, lambda s: s, **x3,
+                     state_indices=torch.tensor([3, -1, 5, 0, 6], dtype=torch.int32, device=dev),
+                     null_slot=6, has_initial_state=torch.tensor([True, True, False, True, True],
+                                                                 device=dev))
+    elif form == "pool-write-slots-bf16":
+        pool = torch.randn(7, HV, V, 128, device=dev) * 0.05
+        runs = _both(x, lambda: pool, lambda s: _nan(torch.zeros(9, HV, V, 128, device=dev)
+                                                      .to(BF16)), **x3,
+                     state_indices=torch.tensor([3, -1, 5, 0, 6], device=dev),
+                     new_state_indices=torch.tensor([8, 2, 1, -1, 4], device=dev))
+    else:                                                   # checkpoints, no initial state
+        ck = torch.full((T // 128, HV, V, 128), float("nan"), device=dev)
+        runs = _both(x, lambda: None, lambda s: _nan(x.state), checkpoints=ck,
+                     checkpoint_every=128, **x3)
+    (o_t, _, n_t, c_t), (o_c, _, n_c, c_c) = runs
+    assert launched == [(True, True)], "the x3 chain, as the prep's programmatic dependent"
+    assert not o_c[: T].isnan().any(), "an output row left unwritten"
+    bf16_state = n_t.dtype == BF16
+    _close(o_c, o_t, "out", 4e-3)
+    _close(n_c, n_t, "state", 4e-3 if bf16_state else 1e-5)
+    _close(c_c, c_t, "checkpoints", 1e-5)
+
+
+def test_the_x3_chain_runs_where_the_triton_chain_takes_32_row_tiles_and_two_chunks():
+    """pick_x3 on the cells measured on an H200 (132 SMs): where the x3 chain was faster, and
+    where it was not (16-row Triton tiles in one wave; one-chunk sequences)."""
+    def pick(H_V, N, L):
+        return chain.pick_x3(N, H_V[1], 128, N * L, 132)
+    for faster in [((16, 32), 1, 8192), ((16, 32), 8, 1024), ((16, 32), 16, 256),
+                   ((16, 64), 8, 1024), ((16, 48), 1, 8192), ((4, 8), 8, 1024), ((4, 8), 16, 256),
+                   ((2, 8), 8, 1024), ((8, 16), 2, 4096)]:
+        assert pick(*faster), faster
+    for slower in [((4, 8), 1, 8192), ((4, 8), 64, 64), ((16, 32), 64, 64)]:
+        assert not pick(*slower), slower
+
+
+def test_the_x3_chain_runs_its_solo_form_of_one_segment():
+    """133 KB: one CTA an SM (two would need 266 KB); resolve gives it one segment, refuses
+    more; chain "auto" is the Triton chain where no CUDA device serves it."""
+    assert 114 * 1024 < chain.X3_SMEM <= 227 * 1024
+    with pytest.raises(ValueError, match="x3: the solo form of one segment"):
+        chain.launch(*([None] * 9), segments=2, x3=True)
+    fixed = dict(block_v=32, warps=4)
+    c = tc.resolve(dict(fixed, chain="auto", segments=1), 1, 8, 128, torch.device("cpu"))
+    assert c.chain == "triton"
 
 
 @pytest.mark.skipif(MISSING is not None, reason=f"cuda-chunk-bf16 cannot run here: {MISSING}")

@@ -197,7 +197,10 @@ CHAIN_VARIANTS = [dict(STATE0=1, POOL=0, HAS_INIT=0, CKPT=0, PDL=0, S_DT=0, NS_D
                        CU64=0, IDX64=1, NIDX64=0),
                   dict(STATE0=0, POOL=0, CKPT=1, NO_OUT=1),
                   dict(STATE0=1, POOL=1, HAS_INIT=1, SEG=4, S_DT=1),     # segments' chains
-                  dict(STATE0=0, POOL=0, SEG=2, CU64=0)]
+                  dict(STATE0=0, POOL=0, SEG=2, CU64=0),
+                  # "bf16x3" products (cuda-chunk's): the solo form only
+                  dict(STATE0=1, POOL=1, HAS_INIT=1, SOLO=1, X3=1, PDL=2, S_DT=1, NS_DT=1),
+                  dict(STATE0=1, POOL=2, SOLO=1, X3=1, CKPT=1, C_DT=1, IDX64=0)]
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH: cannot compile the CUDA sources")
