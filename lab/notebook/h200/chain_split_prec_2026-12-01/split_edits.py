@@ -146,3 +146,52 @@ EDITS = {
                   (VP_OLD, VP_NEW), (RM_OLD, RM_NEW), (UP_OLD, UP_NEW)],
     "tp3": [("#define SPLIT_TP 2", "#define SPLIT_TP 3")],
 }
+
+# ---- solox3: the whole fp32-accurate chain, the workspace's lo rows (triton-chunk's "bf16x3"
+# rows: per token and head T^T hi, T^T lo, M^T hi, M^T lo, 64 columns each) copied into their
+# own tiles; needs the rows' tensor map over 4 x 64 columns and 133 KB of shared memory (one
+# CTA an SM): ``x3_ab.py`` launches it so.
+CST_OLD = """    bf16_t t[BOX];
+    bf16_t v[BOX];
+    float f[4][C_];"""
+CST_NEW = """    bf16_t t[BOX];
+    bf16_t tl[BOX];             // T^T lo rows
+    bf16_t v[BOX];
+    float f[4][C_];"""
+OST_OLD = """    bf16_t q[2 * BOX];          // outputs' products are done)
+    bf16_t m[BOX];
+};"""
+OST_NEW = """    bf16_t q[2 * BOX];          // outputs' products are done)
+    bf16_t m[BOX];
+    bf16_t ml[BOX];             // M^T lo rows
+};"""
+LD_OLD = """        arrive_expect(full, (ident ? 3 : 4) * BOX * 2 + extra);
+        const int t = (int)t0;
+        tma3(st.k, p.tk, 0, i_h, t, full);
+        tma3(st.k + BOX, p.tk, 64, i_h, t, full);
+        tma3(st.t, p.tm, 0, i_hv, t, full);"""
+LD_NEW = """        arrive_expect(full, (ident ? 4 : 5) * BOX * 2 + extra);
+        const int t = (int)t0;
+        tma3(st.k, p.tk, 0, i_h, t, full);
+        tma3(st.k + BOX, p.tk, 64, i_h, t, full);
+        tma3(st.t, p.tm, 0, i_hv, t, full);
+        tma3(st.tl, p.tm, C_, i_hv, t, full);"""
+OUT_OLD = """#define OUT_BYTES (3 * BOX * 2)"""
+OUT_NEW = """#define OUT_BYTES (4 * BOX * 2)"""
+LM_OLD = """    tma3(st.m, p.tm, C_, i_hv, t, full);"""
+LM_NEW = """    tma3(st.m, p.tm, 2 * C_, i_hv, t, full);
+    tma3(st.ml, p.tm, 3 * C_, i_hv, t, full);"""
+VP3_FNS = SPLIT_FNS.replace(
+    "unsigned (&rl)[4][4], const bf16_t* t) {",
+    "unsigned (&rl)[4][4], const bf16_t* t,\n                                          const bf16_t* tl) {"
+).replace(
+    "        for (int k = 0; k < 4; ++k) mma64rs<1>(X, ra[k], desc(t, 2048 * k, 8192), 1);\n    }",
+    "        for (int k = 0; k < 4; ++k) mma64rs<1>(X, ra[k], desc(tl, 2048 * k, 8192), 1);\n    }")
+VP3_NEW = VP_NEW.replace("issue_vp2(X, ra, rl, st.t);             //",
+                         "issue_vp2(X, ra, rl, st.t, st.tl);      //")
+RM3_NEW = RM_NEW.replace("mma64rs<1>(Y, ra[k], desc(sm.os.m, 2048 * k, 8192), 1);\n            }",
+                         "mma64rs<1>(Y, ra[k], desc(sm.os.ml, 2048 * k, 8192), 1);\n            }")
+EDITS["solox3"] = [(FRAG, FRAG_LO.replace("#define SPLIT_TP 2", "#define SPLIT_TP 3")),
+                   (CU_AT, VP3_FNS), (X_OLD, X_NEW), (Y_OLD, Y_NEW), (VP_OLD, VP3_NEW),
+                   (RM_OLD, RM3_NEW), (UP_OLD, UP_NEW), (CST_OLD, CST_NEW), (OST_OLD, OST_NEW),
+                   (LD_OLD, LD_NEW), (OUT_OLD, OUT_NEW), (LM_OLD, LM_NEW)]
