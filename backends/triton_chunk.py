@@ -155,7 +155,7 @@ class Config(NamedTuple):
     segments and the Triton chain it falls back on where TMA cannot address the tensors) or
     "bf16x3" (one segment: its one-CTA-an-SM form, cuda-chunk's) only), or "auto" (cuda-chunk's:
     "cuda" where it serves the call and :func:`_cuda_chunk_chain.pick_x3` prefers it, else
-    "triton")."""
+    "triton"; always "triton" with checkpoints)."""
     block_v: int = 0
     warps: int = 0
     stages: int = 0
@@ -468,7 +468,12 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
-    c = resolve(config, N, HV, V, q.device, tokens=T)
+    asked = normalize(config)
+    if asked.chain == "auto" and checkpoints is not None:
+        # the x3 chain's checkpoint form spills more registers (108 bytes, nvcc -Xptxas -v, against
+        # 20 dense and 48 with pools) and was not timed: the Triton chain keeps it
+        asked = asked._replace(chain="triton")
+    c = resolve(asked, N, HV, V, q.device, tokens=T)
     C = c.chunk
     scale = float(scale) if scale else 1.0 / math.sqrt(K)
     if c.prep == "cuda":

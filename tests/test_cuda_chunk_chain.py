@@ -331,6 +331,25 @@ def test_the_x3_chain_runs_where_the_triton_chain_takes_32_row_tiles_and_two_chu
         assert not pick(*slower), slower
 
 
+def test_auto_keeps_the_triton_chain_for_checkpoints(monkeypatch):
+    """The x3 chain's checkpoint form (more spilled registers, not timed) is never the automatic
+    pick: chain "auto" with checkpoints resolves as chain "triton"."""
+    asked = []
+
+    def stop(config, *a, **kw):
+        asked.append(tc.normalize(config).chain)
+        raise RuntimeError("stop")
+    monkeypatch.setattr(tc, "resolve", stop)
+    x = make_prefill_inputs([130], H=1, HV=2, K=128, V=128, device="cpu", seed=0)
+    for ck in (None, torch.zeros(2, 2, 128, 128)):
+        with pytest.raises(RuntimeError, match="stop"):
+            tc.launch(x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.cu_seqlens, None,
+                      x.v.clone(), x.state.clone(), True, checkpoints=ck,
+                      checkpoint_every=None if ck is None else 64,
+                      config=dict(precision="bf16x3", prep="cuda", chain="auto"))
+    assert asked == ["auto", "triton"]
+
+
 def test_the_x3_chain_runs_its_solo_form_of_one_segment():
     """133 KB: one CTA an SM (two would need 266 KB); resolve gives it one segment, refuses
     more; chain "auto" is the Triton chain where no CUDA device serves it."""
