@@ -229,6 +229,7 @@ class Prefill(PrefillMode):
         geoms = [(plan.H, plan.HV)] if A.given(args.heads) or args.model else list(GEOMETRIES)
         if A.given(args.dim) and args.dim != DIM:
             plan.notes.append(f"--dim {args.dim}: prefill cells are K = V = {DIM} (the peers')")
+        plan.K = plan.V = DIM                          # the header says what the cells are
         names = entries.named(args.algo or registry.env_algo(),
                               lambda: [n for n in entries.backends("prefill") if n not in SLOW],
                               "prefill")

@@ -224,3 +224,13 @@ def test_check_refuses_a_bound_that_is_no_bound(option, value, capsys):
     code, _, err = _main(["check", "--algo", "pt-reference", "--device", "cpu", option, value],
                          capsys)
     assert code == 2 and option in err and "expected a number >= 0" in err, err
+
+
+def test_prefill_header_says_the_cells_head_size(capsys, tmp_path):
+    """`--mode prefill --dim 64`: the cells stay K = V = 128 (a note says so), and so does the
+    header (it read K=64 V=64 above cells of 128)."""
+    code, out, _ = _main(["bench", "--mode", "prefill", "--algo", "pt-reference", "--mix", "1x16",
+                          "--heads", "1,2", "--dim", "64", "--no-plots", "--out", str(tmp_path)],
+                         capsys)
+    assert code == 0 and "K=128 V=128" in out and "K=64" not in out, out
+    assert "--dim 64: prefill cells are K = V = 128" in out, out
