@@ -133,6 +133,9 @@ class EnginePrefill(PrefillMode):
             return [n for n in OURS if n != "auto" and n in entries.backends("prefill")]
         ours = entries.named(",".join(picked), default, "prefill") if picked else default()
         names = ["engine", "auto", *ours]
+        if args.l2norm:
+            plan.notes.append("--l2norm: no effect here; q and k are normalized outside the "
+                              "kernel, as the engines' calls take them")
         if not given(args.heads) and not args.model:
             plan.H, plan.HV = ep.H, ep.HV
         if not given(args.dim):

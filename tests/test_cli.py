@@ -234,3 +234,10 @@ def test_prefill_header_says_the_cells_head_size(capsys, tmp_path):
                          capsys)
     assert code == 0 and "K=128 V=128" in out and "K=64" not in out, out
     assert "--dim 64: prefill cells are K = V = 128" in out, out
+
+
+def test_engine_prefill_says_l2norm_has_no_effect(capsys, tmp_path):
+    code, out, _ = _main(["bench", "--mode", "engine-prefill", "--algo", "pt-reference", "--mix",
+                          "1x16", "--heads", "1,2", "--l2norm", "--no-plots", "--out",
+                          str(tmp_path)], capsys)
+    assert code == 0 and "--l2norm: no effect here" in out, out
