@@ -562,7 +562,29 @@ def tune_prefill(args, gpu, rows, prov) -> int:
     return _emit(args, row, gpu, PREFILL)
 
 
+# options that steer a measurement; a row built from results (--from) takes none of them
+MEASURING = ("--batch", "--algo", "--iters", "--time-budget", "--dest", "--state-dtype", "--mode",
+             "--tokens", "--rows-from-tokens", "--reps", "--confirm-iters", "--confirm-rounds",
+             "--margin")
+
+
+def _given_measuring(args) -> list:
+    """The MEASURING options ``args`` holds at other than their defaults."""
+    p = add_tune_args(argparse.ArgumentParser(add_help=False))
+    return [a.option_strings[0] for a in p._actions
+            if a.option_strings and a.option_strings[0] in MEASURING
+            and getattr(args, a.dest, a.default) != a.default]
+
+
 def cmd_tune(args) -> int:
+    if getattr(args, "from_files", None):
+        if args.shapes:
+            bench_args.usage_error("--from builds the default-table row from results; --shapes "
+                                   "measures launch shapes: one or the other", "gdnzoo tune")
+        ignored = _given_measuring(args)
+        if ignored:
+            bench_args.usage_error(f"{', '.join(ignored)}: only when tune measures; --from builds "
+                                   f"the row from the results files as they are", "gdnzoo tune")
     if args.shapes:                  # launch shapes are measured without PDL, as bench times
         note = bench_args.drop_env_pdl("gdnzoo tune --shapes")
         if note:

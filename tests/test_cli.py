@@ -241,3 +241,13 @@ def test_engine_prefill_says_l2norm_has_no_effect(capsys, tmp_path):
                           "1x16", "--heads", "1,2", "--l2norm", "--no-plots", "--out",
                           str(tmp_path)], capsys)
     assert code == 0 and "--l2norm: no effect here" in out, out
+
+
+@pytest.mark.parametrize("extra", [["--algo", "nope"], ["--dest"], ["--mode", "pool"],
+                                   ["--iters", "5"], ["--shapes"]])
+def test_tune_from_refuses_what_only_a_measurement_takes(extra, capsys, tmp_path):
+    """`tune --from` builds the row from the files as they are: an option that only steers a
+    measurement (or --shapes) is a usage error naming it, not silently dropped."""
+    missing = str(tmp_path / "none.json")
+    code, _, err = _main(["tune", "--from", missing, *extra], capsys)
+    assert code == 2 and extra[0] in err and "Traceback" not in err, err
