@@ -26,6 +26,9 @@ SGLang's padding: an index < 0 is padding; slot 0 is a real slot (SGLang reserve
 but the kernels read and write it like any other), so these adapters pass no ``null_slot``.
 A padded sequence gets zeros in ``out``; no slot is read or written for it.  ``algo=`` names a
 gdnzoo backend (default: gdnzoo's automatic choice).  The adapters add views only, no kernel.
+For the prefill, the automatic choice keeps fp32-accurate products; ``algo="cuda-chunk-bf16"``
+rounds them to bf16 as FlashInfer's kernel does and is faster than the engine's own call
+(``docs/serving.md`` has the numbers).
 
 SGLang prefills (``forward_extend``) through its kernel dispatcher's ``extend``; its FlashInfer
 kernel gathers ``ssm_states[cache_indices]``, runs FlashInfer's chunk kernel and copies the

@@ -23,6 +23,9 @@ vLLM's padding: an index <= 0 is padding (block 0 is vLLM's null block), so thes
 ``null_slot=0``.  A padded sequence gets zeros in ``out``; its slot is neither read nor written.
 ``algo=`` names a gdnzoo backend (default: gdnzoo's automatic choice; ``"vllm-packed"`` runs
 vLLM's own packed kernel through gdnzoo, the peer).  The adapters add views only, no kernel.
+For the prefill, the automatic choice keeps fp32-accurate products; ``algo="cuda-chunk-bf16"``
+rounds them to bf16 as FlashInfer's kernel does and is faster than the engine's own call
+(``docs/serving.md`` has the numbers).
 
 vLLM prefills (``_forward_core``'s prefill branch) by gathering ``ssm_state`` at
 ``prefill_state_indices``, zeroing the rows whose ``prefill_has_initial_state`` is False,
