@@ -232,29 +232,20 @@ __device__ __forceinline__ float bf2f(bf16_t x) {
 __device__ __forceinline__ unsigned long long desc(const void* p, unsigned bytes, unsigned lbo) {
     return wg_desc(smem_u32(p) + bytes, lbo, 1024, 1);
 }
-// A fragments of k-step s (columns 16 s .. 16 s + 15) from an accumulator's registers
-template <int R>
-__device__ __forceinline__ void frag(unsigned (&a)[4], const float (&d)[R], int s) {
-    a[0] = pack2(d[8 * s + 0], d[8 * s + 1]);
-    a[1] = pack2(d[8 * s + 2], d[8 * s + 3]);
-    a[2] = pack2(d[8 * s + 4], d[8 * s + 5]);
-    a[3] = pack2(d[8 * s + 6], d[8 * s + 7]);
-}
-#if GDN_X3
-// the bf16 remainders x - bf16(x) of a pair, packed as pack2 packs the pair
+// the bf16 remainders x - bf16(x) of a pair, packed as pack2 packs the pair (GDN_X3's lo parts)
 __device__ __forceinline__ unsigned lo2(float x0, float x1) {
     const unsigned h = pack2(x0, x1);
     return pack2(x0 - __uint_as_float(h << 16), x1 - __uint_as_float(h & 0xffff0000u));
 }
-// frag's lo parts: the A fragments of k-step s of d - bf16(d)
-template <int R>
-__device__ __forceinline__ void frag_lo(unsigned (&a)[4], const float (&d)[R], int s) {
-    a[0] = lo2(d[8 * s + 0], d[8 * s + 1]);
-    a[1] = lo2(d[8 * s + 2], d[8 * s + 3]);
-    a[2] = lo2(d[8 * s + 4], d[8 * s + 5]);
-    a[3] = lo2(d[8 * s + 6], d[8 * s + 7]);
+// A fragments of k-step s (columns 16 s .. 16 s + 15) from an accumulator's registers (LO: of
+// their remainders d - bf16(d))
+template <bool LO = false, int R>
+__device__ __forceinline__ void frag(unsigned (&a)[4], const float (&d)[R], int s) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        a[i] = LO ? lo2(d[8 * s + 2 * i], d[8 * s + 2 * i + 1])
+                  : pack2(d[8 * s + 2 * i], d[8 * s + 2 * i + 1]);
 }
-#endif
 
 __device__ __forceinline__ void tma3(void* dst, const TMap& map, int c0, int c1, int c2,
                                      unsigned bar) {
@@ -417,7 +408,7 @@ __device__ __forceinline__ void issue_vp_x3(float (&X)[32], unsigned (&ra)[4][4]
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         frag(ra[k], X, k);
-        frag_lo(rl[k], X, k);
+        frag<true>(rl[k], X, k);
     }
     wg_fence();
 #pragma unroll
@@ -498,7 +489,7 @@ __device__ __forceinline__ void issue_update(float (&S)[64], float (&X)[32], con
 #if GDN_X3
     unsigned vl[4][4];                          // V'^T's lo parts (k is bf16: two passes)
 #pragma unroll
-    for (int k = 0; k < 4; ++k) frag_lo(vl[k], X, k);
+    for (int k = 0; k < 4; ++k) frag<true>(vl[k], X, k);
 #endif
     const float gl = st.glast[0];
 #pragma unroll
@@ -758,7 +749,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
 #if GDN_X3
         unsigned sl[8][4];                      // S0's lo parts (k and q are bf16: two passes)
 #pragma unroll
-        for (int k = 0; k < 8; ++k) frag_lo(sl[k], S, k);
+        for (int k = 0; k < 8; ++k) frag<true>(sl[k], S, k);
 #endif
         float X[32];
         wg_fence();
