@@ -1,12 +1,20 @@
 """Which operands of cuda-chunk-bf16's chain products must be split (hi + lo bf16 pairs) for its
 state to meet the strict fp32 bound (1e-4 relative)?  CPU emulation, chain_lookahead's algebra."""
 from __future__ import annotations
-import sys, itertools, time
+import importlib.util
+import sys
+import time
 from pathlib import Path
 import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
 from gdnzoo.prefill_reference import LOG_DECAY_MIN, chunked_sequence
-from lab.prefill_gpu import gates64, make, oracle
+from lab.prefill_gpu import make, oracle
+
+_spec = importlib.util.spec_from_file_location(
+    "chain_lookahead", Path(__file__).resolve().parent.parent / "lookahead_2026-11-30"
+    / "chain_lookahead.py")
+LOOKAHEAD = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(LOOKAHEAD)
 F32, F64, BF16 = torch.float32, torch.float64, torch.bfloat16
 C = 64
 
@@ -32,19 +40,9 @@ def mm(a, b, sa, sb):
     return r
 
 def prep(q, k, gam, beta, scale, rq, rk):
-    G = gam.double().cumsum(-1)
-    dec = torch.exp(G[:, :, None] - G[:, None, :]).tril()
-    kk = k.double() @ k.double().transpose(-1, -2)
-    qk = q.double() @ k.double().transpose(-1, -2)
-    rk64, rq64, b64 = rk.double(), rq.double(), beta.double()
-    A = (kk * dec * (b64 * rk64)[:, :, None] * rk64[:, None, :]).tril(-1)
-    eye = torch.eye(C, dtype=F64).expand_as(A)
-    T = torch.linalg.solve_triangular(eye + A, eye, upper=False)
-    P = qk * dec * (scale * rq64)[:, :, None] * rk64[:, None, :]
-    M = P @ T
-    eG, GL = torch.exp(G), G[:, -1:]
-    f = [b64, b64 * rk64 * eG, scale * rq64 * eG, rk64 * torch.exp(GL - G), torch.exp(GL)]
-    return T.float(), M.float(), [x.float() for x in f]
+    """chain_lookahead.py's prep with no rounding (the products here round per operand)."""
+    return LOOKAHEAD.prep(q, k, gam, beta, scale, rq, rk, lambda t: t)
+
 
 def chain(x, s0, r, tm, va):
     def step(S, q, k, v, lg, beta, scale):
