@@ -211,6 +211,39 @@ FORMS = ["dense-bf16", "dense-bf16-pdl", "kfirst-inplace", "pool-inplace-padding
          "pool-write-slots-bf16", "checkpoints-no-state", "v64-short", "cu64"]
 
 
+def _form_runs(form, **extra):
+    """One FORMS case: the Triton chain's and the CUDA chain's (out, state, new_state,
+    checkpoints) on the same inputs (``extra``: more launch keywords, e.g. the precision), and
+    the tokens T."""
+    lens = {"v64-short": [5, 0, 63, 17], "cu64": [1000, 1, 130]}.get(form, [300, 64, 0, 200, 129])
+    H, HV, V = (1, 2, 64) if form == "v64-short" else (2, 4, 128)
+    x = make_prefill_inputs(lens, H=H, HV=HV, K=128, V=V, device="cuda", seed=len(form),
+                            index_dtype=torch.int64 if form == "cu64" else torch.int32)
+    T, dev = x.q.shape[0], "cuda"
+    assert len(lens) == x.cu_seqlens.numel() - 1
+    if form.startswith("dense") or form in ("v64-short", "cu64"):
+        st = x.state.to(BF16) if form.startswith("dense") else x.state
+        return _both(x, st.clone, _nan, pdl=form.endswith("pdl"), **extra), T
+    if form == "kfirst-inplace":
+        kf = x.state.transpose(-1, -2).contiguous()
+        return _both(x, kf.clone, lambda s: s, k_first=True, **extra), T
+    if form == "pool-inplace-padding":
+        pool = torch.randn(7, HV, V, 128, device=dev) * 0.05
+        return _both(x, pool.clone, lambda s: s, **extra,
+                     state_indices=torch.tensor([3, -1, 5, 0, 6], dtype=torch.int32, device=dev),
+                     null_slot=6, has_initial_state=torch.tensor([True, True, False, True, True],
+                                                                 device=dev)), T
+    if form == "pool-write-slots-bf16":
+        pool = torch.randn(7, HV, V, 128, device=dev) * 0.05
+        return _both(x, lambda: pool, lambda s: _nan(torch.zeros(9, HV, V, 128, device=dev)
+                                                      .to(BF16)), **extra,
+                     state_indices=torch.tensor([3, -1, 5, 0, 6], device=dev),
+                     new_state_indices=torch.tensor([8, 2, 1, -1, 4], device=dev)), T
+    ck = torch.full((T // 128, HV, V, 128), float("nan"), device=dev)   # checkpoints, no state
+    return _both(x, lambda: None, lambda s: _nan(x.state), checkpoints=ck,
+                 checkpoint_every=128, **extra), T
+
+
 @pytest.mark.skipif(MISSING is not None, reason=f"cuda-chunk-bf16 cannot run here: {MISSING}")
 @pytest.mark.parametrize("kind", ["split", "solo", "beside"])
 @pytest.mark.parametrize("form", FORMS)
@@ -224,34 +257,7 @@ def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form, kind, monke
     monkeypatch.setattr(tc, "overlap_allowed", lambda: True)
     launched = _spy_launches(monkeypatch, lambda kw: (kw.get("flags") is not None,
                                                       kw.get("after_prep")))
-    lens = {"v64-short": [5, 0, 63, 17], "cu64": [1000, 1, 130]}.get(form, [300, 64, 0, 200, 129])
-    H, HV, V = (1, 2, 64) if form == "v64-short" else (2, 4, 128)
-    x = make_prefill_inputs(lens, H=H, HV=HV, K=128, V=V, device="cuda", seed=len(form),
-                            index_dtype=torch.int64 if form == "cu64" else torch.int32)
-    T, N, dev = x.q.shape[0], len(lens), "cuda"
-    kw, pool = {}, None
-    if form.startswith("dense") or form in ("v64-short", "cu64"):
-        st = x.state.to(BF16) if form.startswith("dense") else x.state
-        runs = _both(x, st.clone, _nan, pdl=form.endswith("pdl"))
-    elif form == "kfirst-inplace":
-        kf = x.state.transpose(-1, -2).contiguous()
-        runs = _both(x, kf.clone, lambda s: s, k_first=True)
-    elif form == "pool-inplace-padding":
-        pool = torch.randn(7, HV, V, 128, device=dev) * 0.05
-        kw = dict(state_indices=torch.tensor([3, -1, 5, 0, 6], dtype=torch.int32, device=dev),
-                  null_slot=6, has_initial_state=torch.tensor([True, True, False, True, True],
-                                                              device=dev))
-        runs = _both(x, pool.clone, lambda s: s, **kw)
-    elif form == "pool-write-slots-bf16":
-        pool = torch.randn(7, HV, V, 128, device=dev) * 0.05
-        kw = dict(state_indices=torch.tensor([3, -1, 5, 0, 6], device=dev),
-                  new_state_indices=torch.tensor([8, 2, 1, -1, 4], device=dev))
-        runs = _both(x, lambda: pool, lambda s: _nan(torch.zeros(9, HV, V, 128, device=dev)
-                                                      .to(BF16)), **kw)
-    else:                                                   # checkpoints, no initial state
-        ck = torch.full((T // 128, HV, V, 128), float("nan"), device=dev)
-        runs = _both(x, lambda: None, lambda s: _nan(x.state), checkpoints=ck,
-                     checkpoint_every=128)
+    runs, T = _form_runs(form)
     (o_t, _, n_t, c_t), (o_c, _, n_c, c_c) = runs
     # the prep beside the chain, or the chain as the prep's programmatic dependent
     assert launched == [(kind == "beside", kind != "beside")], "the form asked for ran"
@@ -259,7 +265,6 @@ def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form, kind, monke
     _same(o_c, o_t, "out")
     _same(n_c, n_t, "state")
     _same(c_c, c_t, "checkpoints")
-    assert N == x.cu_seqlens.numel() - 1
 
 
 def _close(a, b, what, tol):
@@ -282,33 +287,7 @@ def test_the_x3_chain_matches_the_triton_x3_chain(form, monkeypatch):
     outputs within their bf16 rounding (4e-3); both kernels' own errors against the reference
     run in the registry's matrices (cuda-chunk)."""
     launched = _spy_launches(monkeypatch, lambda kw: (kw.get("x3"), kw.get("after_prep")))
-    lens = {"v64-short": [5, 0, 63, 17], "cu64": [1000, 1, 130]}.get(form, [300, 64, 0, 200, 129])
-    H, HV, V = (1, 2, 64) if form == "v64-short" else (2, 4, 128)
-    x = make_prefill_inputs(lens, H=H, HV=HV, K=128, V=V, device="cuda", seed=len(form),
-                            index_dtype=torch.int64 if form == "cu64" else torch.int32)
-    T, dev, x3 = x.q.shape[0], "cuda", dict(precision="bf16x3")
-    if form.startswith("dense") or form in ("v64-short", "cu64"):
-        st = x.state.to(BF16) if form.startswith("dense") else x.state
-        runs = _both(x, st.clone, _nan, pdl=form.endswith("pdl"), **x3)
-    elif form == "kfirst-inplace":
-        kf = x.state.transpose(-1, -2).contiguous()
-        runs = _both(x, kf.clone, lambda s: s, k_first=True, **x3)
-    elif form == "pool-inplace-padding":
-        pool = torch.randn(7, HV, V, 128, device=dev) * 0.05
-        runs = _both(x, pool.clone, lambda s: s, **x3,
-                     state_indices=torch.tensor([3, -1, 5, 0, 6], dtype=torch.int32, device=dev),
-                     null_slot=6, has_initial_state=torch.tensor([True, True, False, True, True],
-                                                                 device=dev))
-    elif form == "pool-write-slots-bf16":
-        pool = torch.randn(7, HV, V, 128, device=dev) * 0.05
-        runs = _both(x, lambda: pool, lambda s: _nan(torch.zeros(9, HV, V, 128, device=dev)
-                                                      .to(BF16)), **x3,
-                     state_indices=torch.tensor([3, -1, 5, 0, 6], device=dev),
-                     new_state_indices=torch.tensor([8, 2, 1, -1, 4], device=dev))
-    else:                                                   # checkpoints, no initial state
-        ck = torch.full((T // 128, HV, V, 128), float("nan"), device=dev)
-        runs = _both(x, lambda: None, lambda s: _nan(x.state), checkpoints=ck,
-                     checkpoint_every=128, **x3)
+    runs, T = _form_runs(form, precision="bf16x3")
     (o_t, _, n_t, c_t), (o_c, _, n_c, c_c) = runs
     assert launched == [(True, True)], "the x3 chain, as the prep's programmatic dependent"
     assert not o_c[: T].isnan().any(), "an output row left unwritten"
