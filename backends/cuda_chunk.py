@@ -48,6 +48,5 @@ def run(call, *, config=None):
     """triton-chunk's entry point with ``prep`` "cuda" and, unless ``config`` names one,
     ``chain`` "auto" (the rest of ``config`` as given)."""
     c = _tc.normalize(config)
-    named = not isinstance(config, dict) or "chain" in config
-    _tc.run(call, config=c._replace(prep="cuda", chain=c.chain if config is not None and named
-                                    else "auto"))
+    named = config is not None and (not isinstance(config, dict) or "chain" in config)
+    _tc.run(call, config=c._replace(prep="cuda", chain=c.chain if named else "auto"))

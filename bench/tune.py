@@ -562,18 +562,16 @@ def tune_prefill(args, gpu, rows, prov) -> int:
     return _emit(args, row, gpu, PREFILL)
 
 
-# options that steer a measurement; a row built from results (--from) takes none of them
-MEASURING = ("--batch", "--algo", "--iters", "--time-budget", "--dest", "--state-dtype", "--mode",
-             "--tokens", "--rows-from-tokens", "--reps", "--confirm-iters", "--confirm-rounds",
-             "--margin")
+# options (their dests) that steer a measurement; a row built from results (--from) takes none
+MEASURING = ("batch", "algo", "iters", "time_budget", "dest", "state_dtype", "mode", "tokens",
+             "rows_from_tokens", "reps", "confirm_iters", "confirm_rounds", "margin")
 
 
 def _given_measuring(args) -> list:
-    """The MEASURING options ``args`` holds at other than their defaults."""
+    """The MEASURING options ``args`` holds at other than their defaults, as --options."""
     p = add_tune_args(argparse.ArgumentParser(add_help=False))
-    return [a.option_strings[0] for a in p._actions
-            if a.option_strings and a.option_strings[0] in MEASURING
-            and getattr(args, a.dest, a.default) != a.default]
+    return ["--" + d.replace("_", "-") for d in MEASURING
+            if getattr(args, d, p.get_default(d)) != p.get_default(d)]
 
 
 def cmd_tune(args) -> int:
