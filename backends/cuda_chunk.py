@@ -12,10 +12,11 @@ prep takes 1.3x-1.65x less time (165 against 265 us at 16/32 1 x 8192 tokens).
 On compute capability 9.0 its chain is "auto" (``_cuda_chunk_chain.pick_x3``): where the Triton
 chain would take 32-row tiles and the sequences hold two chunks or more on average, the
 sequential kernel on warpgroup MMAs (``backends/cuda_chunk_chain.cu``, GDN_X3) with the same
-"bf16x3" products, every operand split into bf16 hi and lo parts (not with checkpoints: that
-form spills more registers and was not timed): the same errors against
-float64 (~4e-6 on the state), whole calls 1.2x-1.6x faster on an H200 (16/32 heads 8 x 1024
-tokens 473 -> 329 us; lab/notebook/h200/chain_split_prec_2026-12-01/).
+"bf16x3" products, every operand split into bf16 hi and lo parts, launched after the prep
+plainly (as its programmatic dependent it read 3-8% slower, 10-20% in a pool): the same errors
+against float64 (~4e-6 on the state), whole calls 1.2x-1.6x faster on an H200 (16/32 heads 8 x
+1024 tokens 473 -> 329 us; lab/notebook/h200/chain_split_prec_2026-12-01/), in a pool
+1.2x-1.6x and with checkpoints 1.24x-1.83x (lab/notebook/h200/x3_forms_2026-12-01/).
 
 Serves K = 128, bf16 q/k on a CUDA GPU (compute capability >= 8.0) with CuPy; refuses the rest
 with the reason (triton-chunk serves them).  The kernel copies q and k in 16-byte pieces: views

@@ -733,7 +733,12 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
                          : (ident && row0 + r0 + 8 * (e >> 1) == 8 * j + 2 * t4 + (e & 1)) ? 1.f
                          : 0.f;
 #if GDN_CKPT
-    const long long crow0 = checkpoint_row0(p, i_n), n_tok = eos - bos;
+    // checkpoints by counters: chunks to the next one (``every`` is a multiple of C_), its row,
+    // the buffer's rows, the chunks that end inside the sequence
+    const int ev = (int)(p.every / C_);
+    int left = ev;
+    long long crow = checkpoint_row0(p, i_n);
+    const long long crows = p.T_all / p.every, full = (eos - bos) / C_;
 #endif
 #if !GDN_SOLO
     // this thread's words in the handover tiles: rows r0 (+ 8), columns 8 j + 2 t4 (+ 1)
@@ -853,12 +858,12 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
         bar_arrive(&sm.empty[s]);               // k, T^T, v and the factors read
 #endif
 #if GDN_CKPT
-        {   // the state after chunk jc, where a checkpoint falls inside the sequence
-            const long long end = (jc + 1) * C_;
-            if (rd && end % p.every == 0 && crow0 + end / p.every <= p.T_all / p.every
-                    && end <= n_tok)
-                store_tile<GDN_C_DT>(S, p.ckpt, (crow0 + end / p.every - 1) * p.sc_n
-                                     + i_hv * p.sc_h + row0 * p.sc_v, p.sc_v, p.sc_k, r0, t4);
+        if (--left == 0) {   // the state after chunk jc, at a checkpoint inside the sequence
+            left = ev;
+            if (rd && jc < full && crow < crows)
+                store_tile<GDN_C_DT>(S, p.ckpt, crow * p.sc_n + i_hv * p.sc_h + row0 * p.sc_v,
+                                     p.sc_v, p.sc_k, r0, t4);
+            ++crow;
         }
 #endif
     }

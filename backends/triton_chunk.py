@@ -461,19 +461,15 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     dependent launch, each waiting for the kernel before it before any load (compute
     capability >= 9.0; the CUDA prep beside the CUDA chain, :func:`overlap_allowed`, waits for
     nothing: the chain waits for the producer and then for each chunk's flag).  With or without
-    it, the CUDA chain after the CUDA prep is the prep's programmatic dependent: its CTAs start
-    where the prep's last ones leave SMs, and only its copies of the workspace wait.
+    it, the "bf16" CUDA chain after the CUDA prep is the prep's programmatic dependent: its CTAs
+    start where the prep's last ones leave SMs, and only its copies of the workspace wait (the
+    "bf16x3" one, one CTA an SM, is launched after the prep plainly).
     ``allow_neg_eigval``: with the raw gates beta = 2 sigmoid(b) (the
     precomputed beta is taken as given).  Returns the resolved Config."""
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
-    asked = normalize(config)
-    if asked.chain == "auto" and checkpoints is not None:
-        # the x3 chain's checkpoint form spills more registers (108 bytes, nvcc -Xptxas -v, against
-        # 20 dense and 48 with pools) and was not timed: the Triton chain keeps it
-        asked = asked._replace(chain="triton")
-    c = resolve(asked, N, HV, V, q.device, tokens=T)
+    c = resolve(normalize(config), N, HV, V, q.device, tokens=T)
     C = c.chunk
     scale = float(scale) if scale else 1.0 / math.sqrt(K)
     if c.prep == "cuda":
@@ -516,8 +512,10 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
             N * HV * (V // _cuda_chunk_chain.ROWS), cuda_build.sm_count(q.device), N) \
             and overlap_allowed():
         flags = _cuda_chunk_chain.flags_for(mats, T, HV, N)
-    # else the CUDA chain right after the CUDA prep, as its programmatic dependent
-    after = both_cuda and flags is None
+    # else the "bf16" CUDA chain right after the CUDA prep, as its programmatic dependent; the x3
+    # chain (one CTA an SM) after it plainly: as a dependent its whole calls read 3-8% slower
+    # dense and 10-20% in a pool on an H200 (lab/notebook/h200/x3_forms_2026-12-01/)
+    after = both_cuda and flags is None and not x3
     if cuda_prep:
         # with flags (set only with cuda_prep) launched after the chain, beside it, but
         # compiled before the chain starts waiting for it

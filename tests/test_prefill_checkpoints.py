@@ -32,8 +32,11 @@ CASES = [
     # (the float64 per-token oracle of them takes minutes on 2 CPU cores)
     ([0, 63, 64, 128, 130, 200, 1000], 4, 8, 64, torch.float32, "inplace", False),
     ([1000, 0, 130, 256], 4, 8, 128, torch.bfloat16, "dest", False),
+    # a pool with padding at K = V = 128, two chunks a sequence or more on average (cuda-chunk's
+    # warpgroup-MMA "bf16x3" chain on Hopper)
+    ([700, 64, 0, 130, 300], 2, 8, 64, torch.float32, "pool", False),
 ]
-DIM = {6: 128, 7: 128}                     # K = V of a case (default 64)
+DIM = {6: 128, 7: 128, 8: 128}             # K = V of a case (default 64)
 SERVERS = [n for n in registry.names("prefill")
            if registry.spec(n, "prefill").features["checkpoints"] is True]
 # pt-compiled compiles per signature, triton-chunk and fla-recurrent run in the interpreter

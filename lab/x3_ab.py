@@ -1,0 +1,128 @@
+"""cuda-chunk's x3 chain (``GDN_X3``) against edited copies of it, in the state forms the
+automatic prefill serves: whole calls of triton-chunk's launch with the CUDA prep and the CUDA
+chain ("bf16x3"), torch.profiler medians: the sum of a call's kernels and its span, and whether each variant's
+outputs, states and checkpoints are bit-identical to the product's.  The Triton "bf16x3" chain
+is timed beside for reference.
+
+    python -m lab.x3_ab --edits lab/notebook/h200/x3_forms_2026-12-01/edits.py \\
+        --variants x3slo --cells 16/32:1x8192,16/32:8x1024 --forms dense,pool,ckpt
+
+An edits file gives ``EDITS`` (lab.source_edits) and may give ``SMEM_MORE`` = {variant: bytes}
+(shared memory past the product's X3_SMEM).  On an sm_90 GPU with cupy, from the repository
+root."""
+from __future__ import annotations
+
+import argparse
+import runpy
+import statistics
+
+import torch
+
+from gdnzoo.backends import _cuda_chunk_chain as chain
+from gdnzoo.backends import triton_chunk as tc
+from lab.prefill_gpu import lens_of, make
+from lab.source_edits import edited
+
+EVERY = 512
+
+
+def forms_of(x, names):
+    """{form: (state, new_state, launch keywords)}: dense in place, a pool of 2N + 3 slots (a
+    random permutation's first N), the dense form with checkpoints every EVERY tokens."""
+    T, N, HV = x["q"].shape[0], x["cu"].shape[0] - 1, x["v"].shape[1]
+    pool = torch.randn(2 * N + 3, HV, 128, 128, device="cuda") * 0.05
+    slots = torch.randperm(2 * N + 3, device="cuda")[:N].to(torch.int32)
+    ck = torch.empty(T // EVERY + N, HV, 128, 128, device="cuda")
+    every = {"dense": (x["state"], x["new_state"], {}),
+             "inplace": (x["state"], x["state"], {}),
+             "pool-fresh": (pool, pool, dict(state_indices=slots)),
+             # the dense state read through slots 0..N-1 (the pool kernel on the dense layout)
+             "pool-id": (x["state"], x["state"], dict(state_indices=torch.arange(
+                 N, device="cuda", dtype=torch.int32))),
+             "pool": (pool, pool, dict(state_indices=slots)),
+             "ckpt": (x["state"], x["new_state"], dict(checkpoints=ck, checkpoint_every=EVERY))}
+    return {f: every[f] for f in names}
+
+
+def timed(call, reps):
+    """Per kernel name the median record time, and the median span of a call (its first
+    kernel's start to its last one's end: the kernels overlap where a programmatic dependent
+    starts before its primary ends), torch.profiler, us."""
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            call()
+        torch.cuda.synchronize()
+    ev = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                if e.device_type == torch.autograd.DeviceType.CUDA
+                and e.name.startswith(("gdn", "chunk")))
+    per = len(ev) // reps
+    by, spans = {}, []
+    for i in range(reps):
+        call_ev = ev[i * per:(i + 1) * per]
+        spans.append(max(e for _, e, _ in call_ev) - call_ev[0][0])
+        for s, e, n in call_ev:
+            by.setdefault(n, []).append(e - s)
+    return {n: statistics.median(v) for n, v in by.items()}, statistics.median(spans)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--edits", required=True)
+    ap.add_argument("--variants", required=True)
+    ap.add_argument("--cells", default="16/32:1x8192,16/32:8x1024")
+    ap.add_argument("--forms", default="dense,pool,ckpt")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--kernels", action="store_true", help="each kernel's median too")
+    ap.add_argument("--no-after-prep", action="store_true",
+                    help="the CUDA chain launched plainly, not as the prep's programmatic "
+                         "dependent")
+    a = ap.parse_args()
+    if a.no_after_prep:
+        plain = chain.launch
+
+        def launch(*args, **kw):
+            kw["after_prep"] = False
+            return plain(*args, **kw)
+        chain.launch = launch
+    spec = runpy.run_path(a.edits)
+    product, smem = chain.SOURCE, chain.X3_SMEM
+    sources = {"product": (product, smem)}
+    for v in a.variants.split(","):
+        sources[v] = (edited(product, spec["EDITS"], v), smem + spec.get("SMEM_MORE", {}).get(v, 0))
+    for cell in a.cells.split(","):
+        geom, mix = cell.split(":")
+        H, HV = map(int, geom.split("/"))
+        x = make(lens_of(mix), H, HV, seed=0)
+        for form, (st, ns, kw) in forms_of(x, a.forms.split(",")).items():
+            keep, got, line = st.clone(), {}, []
+            for name, (src, sm) in [("triton", (product, smem)), *sources.items()]:
+                def call(src=src, sm=sm, name=name):
+                    chain.SOURCE, chain.X3_SMEM = src, sm
+                    if form.endswith("-fresh") or form == "inplace":
+                        st.copy_(keep)          # the same state every call (copy not summed)
+                    tc.launch(x["q"], x["k"], x["v"], st, x["A_log"], x["a"], x["dt_bias"],
+                              x["b"], x["cu"], None, x["out"], ns, True, **kw,
+                              config=dict(precision="bf16x3", prep="cuda",
+                                          chain="triton" if name == "triton" else "cuda"))
+                st.copy_(keep)
+                call()
+                torch.cuda.synchronize()
+                got[name] = [x["out"].clone(), ns.clone()] + (
+                    [kw["checkpoints"].clone()] if "checkpoints" in kw else [])
+                st.copy_(keep)
+                med, span = timed(call, a.reps)
+                st.copy_(keep)
+                same = "" if name in ("triton", "product") else " bit-identical " + str(
+                    all(torch.equal(u, w) for u, w in zip(got[name], got["product"])))
+                parts = " + ".join(f"{k[:12]} {v:.1f}" for k, v in med.items()) if a.kernels else ""
+                line.append(f"{name} {sum(med.values()):.1f} us span {span:.1f}"
+                            + (f" ({parts})" if parts else "") + same)
+            chain.SOURCE, chain.X3_SMEM = product, smem
+            print(f"{cell:14s} {form:6s} " + " | ".join(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()
