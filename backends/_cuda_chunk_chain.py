@@ -18,8 +18,8 @@ the same products.
 
 With ``x3`` (precision "bf16x3", cuda-chunk's, on the workspace the prep writes with it) the
 solo form takes every product in three bf16 passes as triton-chunk's "bf16x3" kernel does (its
-errors against float64, not its bits): 133 KB, one CTA an SM, one segment
-(:data:`X3_SMEM`, :func:`pick_x3`)."""
+errors against float64, not its bits): 133 KB, one CTA an SM (:data:`X3_SMEM`,
+:func:`pick_x3`); cut into segments, its outputs and Phi go to fp32 buffers."""
 from __future__ import annotations
 
 import ctypes
@@ -172,16 +172,18 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     zeros, S - 1 identity chains, K == V): the segments' outputs into ``out`` (bf16; segment
     0's final, the others' before the output pass adds to them), the identity chains' into
     ``seg_w`` (bf16 [T, HV, V]); the final tiles Z into ``new_state`` (fp32 [N, S, HV, V, K])
-    and Phi into ``seg_phi`` (bf16 or fp32, that shape); no checkpoints, no PDL; the pool
+    and Phi into ``seg_phi`` (bf16 or fp32, that shape); with ``x3`` ``out`` and ``seg_w`` are
+    fp32 [T, HV, V] buffers of the segments' outputs (the output pass adds to all of them) and
+    Phi is fp32; no checkpoints, no PDL; the pool
     arguments then only say where segment 0's state is read.  ``solo``: the one-warpgroup form
     (None: :func:`pick_solo`).  ``flags`` (:func:`flags_for`; one segment, the 185 KB form):
     the prep kernel is launched next, beside this one (:func:`pick_overlap`).  ``after_prep``:
     launched right after the CUDA prep kernel (launched with ``trigger``) as its programmatic
     dependent, its CTAs starting where the prep's last ones leave SMs free; only its copies of
     the workspace wait for the prep (GDN_PDL 2; also with segments).  ``x3``: "bf16x3" products
-    on that precision's workspace (the solo form, one segment, no flags)."""
-    if x3 and (segments > 1 or flags is not None or solo is False):
-        raise ValueError("x3: the solo form of one segment, no flags")
+    on that precision's workspace (the solo form, no flags)."""
+    if x3 and (flags is not None or solo is False):
+        raise ValueError("x3: the solo form, no flags")
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
@@ -205,8 +207,11 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
         GDN_IDX64=int(idx.dtype == torch.int64), GDN_NIDX64=int(new_idx.dtype == torch.int64),
         GDN_NO_OUT=int(bool(no_out)), GDN_OVERLAP=int(flags is not None))
     if seg:
-        if pdl or checkpoints is not None or K != V or out.dtype != torch.bfloat16:
-            raise ValueError("segments: K == V, a bf16 buffer, no checkpoints and no PDL")
+        want = torch.float32 if x3 else torch.bfloat16
+        if pdl or checkpoints is not None or K != V or out.dtype != want \
+                or seg_w.dtype != want or (x3 and seg_phi.dtype != torch.float32):
+            raise ValueError("segments: K == V, output buffers of bf16 (x3: fp32, and Phi "
+                             "fp32), no checkpoints and no PDL")
         defs["GDN_SEG"] = seg
     grid = (2 * seg - 1 if seg else 1) * N * HV * (V // ROWS)
     if solo is None:        # the prep beside the chain needs the 185 KB form (pick_overlap)
@@ -219,6 +224,7 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     threads, smem = (SOLO_THREADS, X3_SMEM if x3 else SOLO_SMEM) if solo else (THREADS, SMEM)
     func = cuda_build.get_kernel(
         SOURCE, NAME, (("GDN_SMEM", smem), *sorted(defs.items())), dev, smem).func
+    # (x3's segmented form stores out and w, fp32, plainly: their maps are made, never used)
     body = tensor_maps(q, k, v, mats, out, w, 2 if x3 else 1) + PARAMS.pack(
         cu_seqlens.data_ptr(), vecs.data_ptr(), out.data_ptr(), w.data_ptr(), src.data_ptr(),
         ns.data_ptr(), idx.data_ptr(), new_idx.data_ptr(), init.data_ptr(),

@@ -16,7 +16,11 @@ sequential kernel on warpgroup MMAs (``backends/cuda_chunk_chain.cu``, GDN_X3) w
 plainly (as its programmatic dependent it read 3-8% slower, 10-20% in a pool): the same errors
 against float64 (~4e-6 on the state), whole calls 1.2x-1.6x faster on an H200 (16/32 heads 8 x
 1024 tokens 473 -> 329 us; lab/notebook/h200/chain_split_prec_2026-12-01/), in a pool
-1.2x-1.6x and with checkpoints 1.24x-1.83x (lab/notebook/h200/x3_forms_2026-12-01/).
+1.2x-1.6x and with checkpoints 1.24x-1.83x (lab/notebook/h200/x3_forms_2026-12-01/).  One
+sequence of few heads (4/8, 2/8: where four segments' chains fit one wave,
+``triton_chunk.pick_x3_segments``) runs it cut into four segments, its outputs and Phi in fp32
+for triton-chunk's join and output pass: 4/8 1 x 8192 tokens 299 -> 211 us, 1 x 32768 1176 ->
+764, the same errors.
 
 Serves K = 128, bf16 q/k on a CUDA GPU (compute capability >= 8.0) with CuPy; refuses the rest
 with the reason (triton-chunk serves them).  The kernel copies q and k in 16-byte pieces: views

@@ -56,12 +56,14 @@
 // final, the others' completed in place by the output pass), the identity chains' (w) into a
 // bf16 [T, HV, V] buffer; final tiles Z into fp32 [N, S, HV, V, K] and Phi into p.ckpt's buffer
 // of that shape (GDN_C_DT) for the combine kernel.
-// GDN_X3 1 (with GDN_SOLO, one segment): triton-chunk's "bf16x3" products, the fp32-accurate
+// GDN_X3 1 (with GDN_SOLO): triton-chunk's "bf16x3" products, the fp32-accurate
 // chain of cuda-chunk (the automatic choice): every product's operands in bf16 hi and lo parts
 // (hi = bf16(x), lo = bf16(x - hi)), a_hi b_hi + a_lo b_hi + a_hi b_lo (k and q are bf16 already:
 // two passes), on the workspace the prep writes with precision "bf16x3" (per token and value
 // head the rows T^T hi, T^T lo, M^T hi, M^T lo: the lo rows copied into tiles of their own);
-// 133 KB, one CTA an SM (lab/notebook/h200/chain_split_prec_2026-12-01/).
+// 133 KB, one CTA an SM (lab/notebook/h200/chain_split_prec_2026-12-01/).  With GDN_SEG its
+// outputs (o, and an identity chain's w) go to fp32 buffers by plain stores and Phi is fp32
+// (GDN_C_DT 0): the join and the output pass then round nothing the unsegmented form keeps.
 // GDN_NO_OUT (timing only, lab/wgmma_chain.py --no-out): no outputs computed (warpgroup 1
 // releases every chunk at once; with GDN_SOLO the products Y are skipped).
 // GDN_OVERLAP 1 (the 185 KB form, one segment; _cuda_chunk_chain.pick_overlap): the prep kernel
@@ -121,8 +123,8 @@
 #ifndef GDN_X3
 #define GDN_X3 0
 #endif
-#if GDN_X3 && (!GDN_SOLO || GDN_SEG || GDN_OVERLAP)
-#error "GDN_X3: the solo form of one segment only"
+#if GDN_X3 && (!GDN_SOLO || GDN_OVERLAP)
+#error "GDN_X3: the solo form only"
 #endif
 #if GDN_SEG && (GDN_CKPT || GDN_PDL == 1)
 #error "GDN_SEG: no checkpoints, no PDL but after the prep (the launcher runs one segment then)"
@@ -466,6 +468,24 @@ __device__ __forceinline__ void store_chunk(const ChainParams& p, bf16_t* ob, co
             }
     }
 }
+#if GDN_X3 && GDN_SEG
+// the segmented x3 form's chunk outputs in fp32 (the join's "bf16x3" products read them
+// unrounded): o into p.out, an identity chain's w into p.wout, both fp32 [T, HV, V], by each
+// thread's own stores of its rows r0, r0 + 8 (eight lanes: 32 contiguous bytes)
+__device__ __forceinline__ void store_chunk_f32(const ChainParams& p, const float (&Y)[32],
+                                                float keep, long long rem, long long tw,
+                                                int row0, int i_hv, int r0, int t4, bool ident) {
+    float* dst = reinterpret_cast<float*>(ident ? p.wout : p.out);
+    const long long s_t = ident ? p.HV * p.V : p.so_t, s_h = ident ? p.V : p.so_h;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
+            if (i < rem) dst[(tw + i) * s_t + i_hv * s_h + row0 + r] = keep * Y[4 * j + e];
+        }
+}
+#endif
 // Y += R M^T, R from its no-swizzle handover tile, M^T the chunk's workspace rows
 __device__ __forceinline__ void outputs_rm(float (&Y)[32], const void* r, const bf16_t* m) {
     wg_fence();
@@ -820,8 +840,12 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
                 load_out_in(sm.os, p, smem_u32(&sm.qfull), (int)(c0 + (jc + 1) * C_), i_h, i_hv,
                             true);
             const long long t0 = c0 + jc * C_;
+#if GDN_X3 && GDN_SEG
+            store_chunk_f32(p, Y, rd ? 1.f : 0.f, eos - t0, t0, row0, i_hv, r0, t4, ident);
+#else
             store_chunk(p, sm.ob[jc & 1], Y, rd ? 1.f : 0.f, eos - t0, t0, row0, i_hv, r0, t4,
                         tid, ident);
+#endif
         }
         wg_wait<0>();
         pin(S);

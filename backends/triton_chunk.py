@@ -130,6 +130,11 @@ SEGMENT_MIN_CHUNKS = 16
 # (lab/notebook/h200/chain_solo_2026-11-30/segments.log): 4/8 1 x 8192, 8 segments of 16
 # chunks 118.8 against 4 segments' 112.4.
 SOLO_SEGMENT_CHUNKS = 64
+# cuda-chunk's x3 chain in segments: this many (one CTA an SM: at 4/8 heads, one sequence, its
+# 2 S - 1 chains fill 112 of 132 SMs) or none (fewer were slower than the Triton chain), with at
+# least this many chunks a segment (4/8 1 x 2048: 70 us against 80; 1 x 1024: 50 against 45)
+X3_MAX_SEGMENTS = 4
+X3_SEGMENT_MIN_CHUNKS = 8
 
 
 class Config(NamedTuple):
@@ -153,9 +158,10 @@ class Config(NamedTuple):
     chunk 64, precision "bf16" (``segments`` auto: its own pick, :func:`pick_cuda_segments`, up
     to 8; ``block_v`` and ``warps`` then steer the Triton combine and output kernels of
     segments and the Triton chain it falls back on where TMA cannot address the tensors) or
-    "bf16x3" (one segment: its one-CTA-an-SM form, cuda-chunk's) only), or "auto" (cuda-chunk's:
-    "cuda" where it serves the call and :func:`_cuda_chunk_chain.pick_x3` prefers it, else
-    "triton"; always "triton" with checkpoints)."""
+    "bf16x3" (its one-CTA-an-SM form, cuda-chunk's; ``segments`` auto:
+    :func:`pick_x3_segments`) only), or "auto" (cuda-chunk's: "cuda" where it serves the call
+    and :func:`_cuda_chunk_chain.pick_x3` prefers it or it would run segments, else
+    "triton")."""
     block_v: int = 0
     warps: int = 0
     stages: int = 0
@@ -222,17 +228,18 @@ def pick_warps(block_v: int, programs: int, n_sm: int, precision: str = "bf16x3"
     return 4
 
 
-def pick_segments(programs: int, n_sm: int, tokens: int, N: int, C: int, most: int = 2) -> int:
+def pick_segments(programs: int, n_sm: int, tokens: int, N: int, C: int, most: int = 2,
+                  min_chunks: int = 0) -> int:
     """The most segments S, up to ``most``, whose chains (2 S - 1 times ``programs``: S real
     chains and S - 1 identity chains) still fit one wave of SMs, once the sequences average
-    at least :data:`SEGMENT_MIN_CHUNKS` chunks a segment; else 1.  ``most``: 2 for the Triton
+    at least ``min_chunks`` (default :data:`SEGMENT_MIN_CHUNKS`) chunks a segment; else 1.  ``most``: 2 for the Triton
     chain (measured there), :data:`_cuda_chunk_chain.MAX_SEGMENTS` for cuda-chunk-bf16's.
     Measured on an H200 (one program an SM at block_v 16,
     lab/notebook/h200/chunk_ablate_2026-11-29b.log): 2/4 heads 1 x 8192 tokens (32 programs)
     300 -> 202 us; 4/8 (64 programs, 192 past 132 SMs) 334 -> 392 us."""
-    best = 1
+    best, least = 1, min_chunks or SEGMENT_MIN_CHUNKS
     for S in range(2, most + 1):
-        if (2 * S - 1) * programs <= n_sm and tokens >= S * SEGMENT_MIN_CHUNKS * C * max(N, 1):
+        if (2 * S - 1) * programs <= n_sm and tokens >= S * least * C * max(N, 1):
             best = S
     return best
 
@@ -251,6 +258,22 @@ def pick_cuda_segments(programs: int, n_sm: int, tokens: int, N: int, C: int) ->
                 and tokens >= S * SOLO_SEGMENT_CHUNKS * C * max(N, 1):
             best = S
     return best
+
+
+def pick_x3_segments(N: int, HV: int, V: int, tokens: int, n_sm: int, C: int) -> int:
+    """Segments for cuda-chunk's x3 chain (one CTA an SM, 64 state rows a CTA): four where
+    their 7 chains fit one wave and hold :data:`X3_SEGMENT_MIN_CHUNKS` chunks a segment or more
+    (:func:`pick_segments`), else one.  Whole calls on an H200 (every kernel: the CUDA prep,
+    the chains, the join and the output pass), us, the Triton chain / the x3 chain in 1, 2, 3, 4
+    segments, the same errors against float64 (~4e-6 on the state;
+    lab/notebook/h200/x3_forms_2026-12-01/segments_all_kernels.log): 4/8 heads 1 x 8192 tokens
+    299 / 382, 313, 246, 211; 1 x 32768 1176 / 1506, 1187, 908, 764; 1 x 4096 151 / 193, 162,
+    134, 117; 1 x 2048 80 / 102, 92, 77, 70; slower where fewer fit: 1 x 1024 45 / 56, 57, 53,
+    50; 8/16 1 x 8192 333 / 391, 380, 466, 401; 4/8 2 x 4096 169 / 205, 198, 238, 218 (the
+    output pass reads the segments' fp32 outputs: 42 of 211 us at 4/8 1 x 8192)."""
+    S = pick_segments(N * HV * (V // _cuda_chunk_chain.ROWS), n_sm, tokens, N, C,
+                      most=X3_MAX_SEGMENTS, min_chunks=X3_SEGMENT_MIN_CHUNKS) if n_sm else 1
+    return S if S == X3_MAX_SEGMENTS else 1
 
 
 def resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int = 0) -> Config:
@@ -308,8 +331,9 @@ def _resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int)
         ok = device.type == "cuda" and _cuda_chunk_chain.serves(
             cuda_build.capability(device), _cuda_chunk_chain.HEAD_DIM, V, torch.bfloat16,
             c.precision, c.chunk)[0]
+        n = n_sm or (cuda_build.sm_count(device) if ok else 0)
         cuda = ok and c.segments <= 1 and (c.precision == "bf16" or _cuda_chunk_chain.pick_x3(
-            N, HV, V, tokens, n_sm or cuda_build.sm_count(device)))
+            N, HV, V, tokens, n) or pick_x3_segments(N, HV, V, tokens, n, c.chunk) > 1)
         c = c._replace(chain="cuda" if cuda else "triton")
     if c.chain == "cuda":
         if device.type != "cuda":
@@ -319,11 +343,9 @@ def _resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int)
                                            c.precision, c.chunk)
         if not ok:
             raise ValueError(f"config: chain 'cuda': {why}")
-        if c.precision == "bf16x3":     # its one-CTA-an-SM form runs one segment
-            if c.segments > 1:
-                raise ValueError(f"config: chain 'cuda' with precision 'bf16x3' runs one "
-                                 f"segment, got segments={c.segments}")
-            c = c._replace(segments=1)
+        if c.precision == "bf16x3" and not c.segments:     # its one-CTA-an-SM form
+            c = c._replace(segments=pick_x3_segments(N, HV, V, tokens, n_sm, c.chunk)
+                           if n_sm else 1)
         if not c.segments:
             c = c._replace(segments=pick_cuda_segments(
                 N * HV * (V // _cuda_chunk_chain.ROWS), n_sm, tokens, N, c.chunk) if n_sm else 1)
@@ -610,10 +632,11 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
     chains' outputs: bf16 where the precision is "bf16" and the outputs are bf16, whose
     products round them to bf16 anyway but for one rounding of a segment's own outputs
     before the join adds to them; else fp32) and of 3 segments N HV V K elements (the
-    segments' final tiles in fp32; their start states, bf16 with "bf16" products).  The CUDA
-    chains write the segments' outputs into ``out`` itself (the output pass completes those
-    past segment 0 in place) and only w into a buffer (T HV V), Phi in bf16 (the join's
-    "bf16" products round it so).
+    segments' final tiles in fp32; their start states, bf16 with "bf16" products).  The "bf16"
+    CUDA chains write the segments' outputs into ``out`` itself (the output pass completes
+    those past segment 0 in place) and only w into a buffer (T HV V), Phi in bf16 (the join's
+    "bf16" products round it so); the "bf16x3" (x3) ones write o, w and Phi in fp32 as the
+    Triton chains do.
     ``after_prep``: the CUDA chains launched as the CUDA prep's programmatic dependent."""
     from gdnzoo.backends._triton_chunk_cp import (cp_chain_kernel, cp_combine_kernel,
                                                   cp_out_kernel)
@@ -625,25 +648,28 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
     dev = q.device
     low = c.precision == "bf16" and out.dtype == torch.bfloat16
     cuda = c.chain == "cuda"
-    # the chains' outputs o then w (the CUDA chains write o into ``out``: w alone), their final
-    # tiles Z then Phi (the CUDA chains' Phi in bf16: their precision is "bf16", whose products
-    # in the join round it so)
-    obuf = torch.empty(1 if cuda else 2, max(T, 1), HV, V,
+    x3 = cuda and c.precision == "bf16x3"
+    # the chains' outputs o then w (the "bf16" CUDA chains write o into ``out``: w alone), their
+    # final tiles Z then Phi (the "bf16" CUDA chains' Phi in bf16: their products in the join
+    # round it so; the x3 CUDA chains', as the Triton chains', fp32)
+    inplace = cuda and not x3
+    obuf = torch.empty(1 if inplace else 2, max(T, 1), HV, V,
                        dtype=torch.bfloat16 if low else torch.float32, device=dev)
-    fbuf = torch.empty(1 if cuda else 2, N, S, HV, V, K, dtype=torch.float32, device=dev)
+    fbuf = torch.empty(1 if inplace else 2, N, S, HV, V, K, dtype=torch.float32, device=dev)
     zbuf, wbuf = fbuf[0], obuf[-1]
-    phibuf = torch.empty_like(zbuf, dtype=torch.bfloat16) if cuda else fbuf[1]
+    phibuf = torch.empty_like(zbuf, dtype=torch.bfloat16) if inplace else fbuf[1]
     # the segments' start states, read only as the outputs' product operand: in bf16 where
     # that product rounds them to bf16 ("bf16"), half the bytes each output program reads
     starts = torch.empty(N, S, HV, V, K, dtype=torch.bfloat16 if c.precision == "bf16"
                          else torch.float32, device=dev)
     P, PN = src.shape[0], new_state.shape[0]
     if cuda:
-        _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, out, state, zbuf,
-                                 state_indices=state_indices,
+        _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, obuf[0] if x3 else out, state,
+                                 zbuf, state_indices=state_indices,
                                  new_state_indices=new_state_indices, null_slot=null_slot,
                                  has_initial_state=has_initial_state, k_first=k_first,
-                                 segments=S, seg_w=wbuf, seg_phi=phibuf, after_prep=after_prep)
+                                 segments=S, seg_w=wbuf, seg_phi=phibuf, after_prep=after_prep,
+                                 x3=x3)
     else:
         zero_row = torch.zeros(V, dtype=v.dtype, device=dev)      # the identity chains' v
         _LAUNCH(cp_chain_kernel, (2 * S - 1) * N * HV * (V // bv),
@@ -659,4 +685,4 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
     if T > 0:
         _LAUNCH(cp_out_kernel, (T // C + N) * HV,
                 (cu_seqlens, obuf[0], wbuf, starts, out, N, T, out.stride(0), out.stride(1), HV,
-                 K, V, C, c.precision, S, int(cuda)), num_warps=4)
+                 K, V, C, c.precision, S, int(inplace)), num_warps=4)

@@ -6,6 +6,10 @@ is timed beside for reference.
 
     python -m lab.x3_ab --edits lab/notebook/h200/x3_forms_2026-12-01/edits.py \\
         --variants x3slo --cells 16/32:1x8192,16/32:8x1024 --forms dense,pool,ckpt
+    python -m lab.x3_ab --segments 1,2,4,0 --cells 4/8:1x8192 --forms dense,pool
+
+``--segments``: the CUDA chain cut into each number of segments in turn (0: the product's own
+pick); a variant's results are compared bit for bit with the first CUDA entry's.
 
 An edits file gives ``EDITS`` (lab.source_edits) and may give ``SMEM_MORE`` = {variant: bytes}
 (shared memory past the product's X3_SMEM).  On an sm_90 GPU with cupy, from the repository
@@ -20,7 +24,8 @@ import torch
 
 from gdnzoo.backends import _cuda_chunk_chain as chain
 from gdnzoo.backends import triton_chunk as tc
-from lab.prefill_gpu import lens_of, make
+from lab.harness import rel
+from lab.prefill_gpu import lens_of, make, oracle
 from lab.source_edits import edited
 
 EVERY = 512
@@ -45,7 +50,8 @@ def forms_of(x, names):
 
 
 def timed(call, reps):
-    """Per kernel name the median record time, and the median span of a call (its first
+    """Per kernel name the median record time (every kernel but copies and fills: the "-fresh"
+    forms' state copy), and the median span of a call (its first
     kernel's start to its last one's end: the kernels overlap where a programmatic dependent
     starts before its primary ends), torch.profiler, us."""
     for _ in range(3):
@@ -57,7 +63,7 @@ def timed(call, reps):
         torch.cuda.synchronize()
     ev = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
                 if e.device_type == torch.autograd.DeviceType.CUDA
-                and e.name.startswith(("gdn", "chunk")))
+                and not e.name.startswith(("Memcpy", "Memset")))
     per = len(ev) // reps
     by, spans = {}, []
     for i in range(reps):
@@ -70,12 +76,16 @@ def timed(call, reps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--edits", required=True)
-    ap.add_argument("--variants", required=True)
+    ap.add_argument("--edits", help="a Python file of EDITS (and SMEM_MORE)")
+    ap.add_argument("--variants", default="", help="names of its EDITS")
+    ap.add_argument("--segments", default="0",
+                    help="the CUDA chain's segments, each timed (0: the product's pick)")
     ap.add_argument("--cells", default="16/32:1x8192,16/32:8x1024")
     ap.add_argument("--forms", default="dense,pool,ckpt")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--kernels", action="store_true", help="each kernel's median too")
+    ap.add_argument("--errors", action="store_true",
+                    help="the dense form's errors against the float64 per-token oracle")
     ap.add_argument("--no-after-prep", action="store_true",
                     help="the CUDA chain launched plainly, not as the prep's programmatic "
                          "dependent")
@@ -87,25 +97,32 @@ def main():
             kw["after_prep"] = False
             return plain(*args, **kw)
         chain.launch = launch
-    spec = runpy.run_path(a.edits)
+    spec = runpy.run_path(a.edits) if a.edits else {}
     product, smem = chain.SOURCE, chain.X3_SMEM
-    sources = {"product": (product, smem)}
-    for v in a.variants.split(","):
-        sources[v] = (edited(product, spec["EDITS"], v), smem + spec.get("SMEM_MORE", {}).get(v, 0))
+    segs = [int(x) for x in a.segments.split(",")]
+    sources = {}
+    for v in ["product", *filter(None, a.variants.split(","))]:
+        src = product if v == "product" else edited(product, spec["EDITS"], v)
+        for S in segs:
+            sources[v + (f" S{S}" if S else "")] = (
+                src, smem + spec.get("SMEM_MORE", {}).get(v, 0), S)
     for cell in a.cells.split(","):
         geom, mix = cell.split(":")
         H, HV = map(int, geom.split("/"))
         x = make(lens_of(mix), H, HV, seed=0)
+        o64 = s64 = None
+        if a.errors:
+            o64, s64 = oracle(x, True)
         for form, (st, ns, kw) in forms_of(x, a.forms.split(",")).items():
             keep, got, line = st.clone(), {}, []
-            for name, (src, sm) in [("triton", (product, smem)), *sources.items()]:
-                def call(src=src, sm=sm, name=name):
+            for name, (src, sm, S) in [("triton", (product, smem, 0)), *sources.items()]:
+                def call(src=src, sm=sm, name=name, S=S):
                     chain.SOURCE, chain.X3_SMEM = src, sm
                     if form.endswith("-fresh") or form == "inplace":
                         st.copy_(keep)          # the same state every call (copy not summed)
                     tc.launch(x["q"], x["k"], x["v"], st, x["A_log"], x["a"], x["dt_bias"],
                               x["b"], x["cu"], None, x["out"], ns, True, **kw,
-                              config=dict(precision="bf16x3", prep="cuda",
+                              config=dict(precision="bf16x3", prep="cuda", segments=S,
                                           chain="triton" if name == "triton" else "cuda"))
                 st.copy_(keep)
                 call()
@@ -113,13 +130,16 @@ def main():
                 got[name] = [x["out"].clone(), ns.clone()] + (
                     [kw["checkpoints"].clone()] if "checkpoints" in kw else [])
                 st.copy_(keep)
+                err = f" err out {rel(got[name][0], o64):.2e} state {rel(got[name][1], s64):.2e}" \
+                    if o64 is not None and form == "dense" else ""
                 med, span = timed(call, a.reps)
                 st.copy_(keep)
-                same = "" if name in ("triton", "product") else " bit-identical " + str(
-                    all(torch.equal(u, w) for u, w in zip(got[name], got["product"])))
+                base = next(iter(sources))
+                same = "" if name in ("triton", base) else " bit-identical " + str(
+                    all(torch.equal(u, w) for u, w in zip(got[name], got[base])))
                 parts = " + ".join(f"{k[:12]} {v:.1f}" for k, v in med.items()) if a.kernels else ""
                 line.append(f"{name} {sum(med.values()):.1f} us span {span:.1f}"
-                            + (f" ({parts})" if parts else "") + same)
+                            + (f" ({parts})" if parts else "") + same + err)
             chain.SOURCE, chain.X3_SMEM = product, smem
             print(f"{cell:14s} {form:6s} " + " | ".join(line), flush=True)
 

@@ -329,35 +329,72 @@ def test_auto_resolves_with_checkpoints_as_without(monkeypatch):
     assert asked == ["auto", "auto"]
 
 
-def test_the_x3_chain_runs_its_solo_form_of_one_segment():
-    """133 KB: one CTA an SM (two would need 266 KB); resolve gives it one segment, refuses
-    more; chain "auto" is the Triton chain where no CUDA device serves it."""
+def test_auto_takes_the_x3_chain_where_it_runs_segments_or_pick_x3_prefers_it(monkeypatch):
+    """Chain "auto" with "bf16x3" products on a (stand-in) Hopper of 132 SMs: the x3 chain in
+    segments for one long sequence of few heads, whole where pick_x3 prefers it, the Triton
+    chain where neither holds."""
+    monkeypatch.setattr(tc.cuda_build, "capability", lambda d: (9, 0))
+    monkeypatch.setattr(tc.cuda_build, "sm_count", lambda d: 132)
+    dev = torch.device("cuda")
+
+    def pick(HV, N, L):
+        c = tc._resolve(dict(precision="bf16x3", prep="cuda", chain="auto"), N, HV, 128, dev,
+                        N * L)
+        return c.chain, c.segments
+    assert pick(8, 1, 8192) == ("cuda", 4)
+    assert pick(8, 1, 2048) == ("cuda", 4)
+    assert pick(32, 8, 1024) == ("cuda", 1)
+    assert pick(16, 1, 8192)[0] == "triton"       # 4 segments do not fit one wave
+    assert pick(8, 1, 1024)[0] == "triton"
+    assert pick(32, 64, 64)[0] == "triton"
+
+
+def test_the_x3_chain_runs_its_solo_form():
+    """133 KB: one CTA an SM (two would need 266 KB), never beside the prep; chain "auto" is
+    the Triton chain where no CUDA device serves it."""
     assert 114 * 1024 < chain.X3_SMEM <= 227 * 1024
-    with pytest.raises(ValueError, match="x3: the solo form of one segment"):
-        chain.launch(*([None] * 9), segments=2, x3=True)
+    with pytest.raises(ValueError, match="x3: the solo form, no flags"):
+        chain.launch(*([None] * 9), solo=False, x3=True)
     fixed = dict(block_v=32, warps=4)
     c = tc.resolve(dict(fixed, chain="auto", segments=1), 1, 8, 128, torch.device("cpu"))
     assert c.chain == "triton"
 
 
+def test_the_x3_chain_takes_segments_within_one_wave():
+    """pick_x3_segments: four segments where their 7 chains of N HV V / 64 CTAs (one an SM)
+    fit one wave of 132 SMs and hold 8 chunks each, else one (fewer segments were slower than
+    the Triton chain on an H200)."""
+    def segs(H_V, N, L):
+        return tc.pick_x3_segments(N, H_V[1], 128, N * L, 132, 64)
+    assert segs((4, 8), 1, 8192) == 4            # 7 x 16 = 112 CTAs
+    assert segs((2, 8), 1, 32768) == 4
+    assert segs((4, 8), 1, 2048) == 4            # 32 chunks: four segments of 8
+    assert segs((4, 8), 1, 1024) == 1            # two of 8 would fit: one
+    assert segs((8, 16), 1, 8192) == 1           # 3 x 32 = 96 fits, 7 x 32 does not
+    assert segs((4, 8), 2, 4096) == 1
+    assert segs((16, 32), 1, 8192) == 1
+    assert segs((4, 8), 8, 1024) == 1
+
+
 @pytest.mark.skipif(MISSING is not None, reason=f"cuda-chunk-bf16 cannot run here: {MISSING}")
 @pytest.mark.parametrize("form", ["dense", "pool-padding-kfirst", "no-state-bf16"])
 @pytest.mark.parametrize("segments", [2, 3, 4, 8])
-@pytest.mark.parametrize("solo", [False, True], ids=["split", "solo"])
-def test_segmented_chains_match_the_triton_segments_bit_for_bit(form, segments, solo,
-                                                                monkeypatch):
+@pytest.mark.parametrize("kind", ["split", "solo", "x3"])
+def test_segmented_chains_match_the_triton_segments(form, segments, kind, monkeypatch):
     """Each sequence cut into segments (the chains side by side, then triton-chunk's combine and
-    output kernels): the CUDA chains (both forms) against triton-chunk's cp_chain_kernel, outputs
-    and final states bit-identical (a long sequence, a short one, an empty one)."""
-    monkeypatch.setattr(chain, "pick_solo", lambda grid, n_sm: solo)
+    output kernels): the "bf16" CUDA chains (both forms) against triton-chunk's cp_chain_kernel,
+    outputs and final states bit-identical; the x3 chains against its "bf16x3" ones as the
+    unsegmented x3 test judges them (a long sequence, a short one, an empty one)."""
+    monkeypatch.setattr(chain, "pick_solo", lambda grid, n_sm: kind == "solo")
     launched = _spy_launches(monkeypatch, lambda kw: kw.get("after_prep"))
+    precision = "bf16x3" if kind == "x3" else "bf16"
     lens = [3000, 70, 0, 1200]
     x = make_prefill_inputs(lens, H=2, HV=4, device="cuda", seed=segments)
     dev, HV = "cuda", 4
     gen = torch.Generator(device=dev).manual_seed(segments)
     pool = (torch.randn(6, HV, 128, 128, device=dev, generator=gen) * 0.05).transpose(-1, -2)
     res = []
-    for kind in ("triton", "cuda"):
+    for chain_kind in ("triton", "cuda"):
         out = torch.full_like(x.v, float("nan"))
         kw = {}
         if form == "dense":
@@ -371,11 +408,16 @@ def test_segmented_chains_match_the_triton_segments_bit_for_bit(form, segments, 
                                                                  device=dev), k_first=True)
         else:
             state, new = None, _nan(x.state).to(BF16)
-        _run(x, state, new, out, kind, segments=segments, **kw)
+        _run(x, state, new, out, chain_kind, segments=segments, precision=precision, **kw)
         res.append((out, new))
-    assert launched == [True], "the CUDA chains as the prep's programmatic dependent"
-    _same(res[1][0], res[0][0], "out")
-    _same(res[1][1], res[0][1], "state")
+    # the "bf16" CUDA chains as the prep's programmatic dependent, the x3 ones after it plainly
+    assert launched == [kind != "x3"]
+    if kind == "x3":
+        _close(res[1][0], res[0][0], "out", 4e-3)
+        _close(res[1][1], res[0][1], "state", 4e-3 if res[0][1].dtype == BF16 else 1e-5)
+    else:
+        _same(res[1][0], res[0][0], "out")
+        _same(res[1][1], res[0][1], "state")
 
 
 @pytest.mark.skipif(MISSING is not None, reason=f"cuda-chunk-bf16 cannot run here: {MISSING}")
