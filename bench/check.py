@@ -37,7 +37,7 @@ def add_check_args(p):
                    help="workload set (contest: decode 54 workloads, B = 1x10 4x8 8x7 16x7 32x7 "
                         "48x7 64x8; prefill the sequence mixes of gdnzoo.inputs."
                         "CONTEST_PREFILL_MIX)")
-    p.add_argument("--algo", default=None,
+    p.add_argument("--algo", type=A.names, default=None,
                    help="comma-separated backend names, or 'all' (default: all)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None,
                    help="default: cuda if present, else cpu")
@@ -135,10 +135,17 @@ def cmd_check(args) -> int:
         print(f"note: {note}")
     algo = getattr(args, "algo", None)
     try:
-        names = entries.named(None if algo is None or str(algo).strip() == "" else algo,
-                              lambda: entries.backends(op), op, command="gdnzoo check")
+        names = entries.named(algo, lambda: entries.backends(op), op, command="gdnzoo check")
     except SystemExit as e:                 # an unknown name (said on stderr): exit status 2
         return e.code
+    # the backends that cannot run here are said first: none left, no reference is computed
+    here = {n: entries.available(n, device, op) for n in names}
+    if not any(ok for ok, _ in here.values()):
+        for n, (_, why) in here.items():
+            print(f"  {n:<14} {entries.skip_status(why)}  ({why})")
+        print("nothing was checked: every backend named was skipped (above, with the reason)",
+              file=sys.stderr)
+        return 1
     atol, rtol = getattr(args, "atol", 1e-2), getattr(args, "rtol", 1e-2)
     sd = getattr(args, "state_dtype", "fp32") or "fp32"
     seed = getattr(args, "seed", 0) or 0

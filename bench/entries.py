@@ -42,6 +42,9 @@ def named(algo, default, op: str = "decode", command: str = "gdnzoo bench") -> l
     if algo in (None, "all"):
         return list(default())
     every = backends(op)
+    if not words(algo):
+        usage_error(f"--algo: expected a comma list of backend names or 'all', got {algo!r}",
+                    command)
     picked, unknown = [], []
     for n in words(algo):
         if n == "all":

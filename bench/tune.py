@@ -51,8 +51,9 @@ def add_tune_args(p):
     p.add_argument("--registry", default=None, help="registry.yaml to update (default: the loaded one)")
     p.add_argument("--batch", type=bench_args.positive_ints,
                    default=list(bench_args.DEFAULT_BATCHES))
-    p.add_argument("--algo", default=None, help="comma list of candidate backends (default all; "
-                                                "with --shapes every tunable one)")
+    p.add_argument("--algo", type=bench_args.names, default=None,
+                   help="comma list of candidate backends (default all; "
+                        "with --shapes every tunable one)")
     p.add_argument("--iters", type=int, default=200)
     p.add_argument("--time-budget", type=float, default=None)
     p.add_argument("--quiet", action="store_true")

@@ -81,3 +81,26 @@ def test_check_prefill_refuses_what_the_contest_does_not_define(capsys):
     assert check.cmd_check(p.parse_args(["--op", "prefill", "--algo", "cuda-v4",
                                          "--device", "cpu"])) == 2
     assert "unknown backend" in capsys.readouterr().err
+
+
+def test_check_refuses_an_empty_algo_list(capsys):
+    with pytest.raises(SystemExit) as e:
+        _parser().parse_args(["--algo", ","])
+    assert e.value.code == 2
+    assert "--algo: expected a comma list of backend names" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("op", ["decode", "prefill"])
+def test_check_skips_unavailable_backends_before_any_reference(op, monkeypatch, capsys):
+    """Every backend named unavailable here: each said with its reason, exit status 1, and no
+    workload or reference computed (minutes on a CPU for the prefill mix)."""
+    def never(*a, **kw):
+        raise AssertionError("a reference was computed")
+    monkeypatch.setattr(check, "prefill_workloads", never)
+    monkeypatch.setattr(inputs, "contest_workloads", never)
+    monkeypatch.setattr(check, "_reference", never)
+    unavailable = next(b.name for b in gdnzoo.list_backends("cpu", op=op) if not b.available)
+    assert check.cmd_check(_parser().parse_args(["--op", op, "--algo", unavailable,
+                                                 "--device", "cpu"])) == 1
+    out, err = capsys.readouterr()
+    assert unavailable in out and "SKIP" in out and "nothing was checked" in err
