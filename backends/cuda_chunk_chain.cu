@@ -437,6 +437,30 @@ __device__ __forceinline__ void outputs_y(float (&Y)[32], const void* s0, const 
 // staged in ``ob`` for one TMA store (once the store two chunks back has read it), a sequence's
 // last, partial chunk stored directly (a box would write the next sequence's rows); the outputs
 // warpgroup's threads (``ti``: 0..127)
+template <class T> __device__ __forceinline__ T to_out(float x);
+template <> __device__ __forceinline__ bf16_t to_out<bf16_t>(float x) {
+    return (bf16_t)(pack2(x, 0.f) & 0xFFFF);
+}
+template <> __device__ __forceinline__ float to_out<float>(float x) { return x; }
+// A chunk's outputs (keep Y; its first token's row tw) by each thread's own stores of its rows
+// r0, r0 + 8 of the tokens before ``rem`` (eight lanes: contiguous rows): into ``out``, or (an
+// identity chain) into the w buffer, contiguous [T, HV, V]; bf16 (as pack2 rounds), or fp32
+// (the segmented x3 form's o and w, read unrounded by the join's "bf16x3" products)
+template <class T>
+__device__ __forceinline__ void store_rows(const ChainParams& p, const float (&Y)[32], float keep,
+                                           long long rem, long long tw, int row0, int i_hv,
+                                           int r0, int t4, bool ident) {
+    T* dst = reinterpret_cast<T*>(ident ? p.wout : p.out);
+    const long long s_t = ident ? p.HV * p.V : p.so_t, s_h = ident ? p.V : p.so_h;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
+            if (i < rem)
+                dst[(tw + i) * s_t + i_hv * s_h + row0 + r] = to_out<T>(keep * Y[4 * j + e]);
+        }
+}
 // A chunk's outputs (its first token's row tw): into ``out``, or (an identity chain) into the
 // w buffer, contiguous [T, HV, V]
 __device__ __forceinline__ void store_chunk(const ChainParams& p, bf16_t* ob, const float (&Y)[32],
@@ -455,37 +479,9 @@ __device__ __forceinline__ void store_chunk(const ChainParams& p, bf16_t* ob, co
         out_sync();
         if (ti == 0) tma_store3(ident ? p.tw : p.to, row0, i_hv, (int)tw, ob);
     } else {
-        bf16_t* dst = ident ? p.wout : p.out;
-        const long long s_t = ident ? p.HV * p.V : p.so_t, s_h = ident ? p.V : p.so_h;
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
-                if (i < rem)
-                    dst[(tw + i) * s_t + i_hv * s_h + row0 + r]
-                        = (bf16_t)(pack2(keep * Y[4 * j + e], 0.f) & 0xFFFF);
-            }
+        store_rows<bf16_t>(p, Y, keep, rem, tw, row0, i_hv, r0, t4, ident);
     }
 }
-#if GDN_X3 && GDN_SEG
-// the segmented x3 form's chunk outputs in fp32 (the join's "bf16x3" products read them
-// unrounded): o into p.out, an identity chain's w into p.wout, both fp32 [T, HV, V], by each
-// thread's own stores of its rows r0, r0 + 8 (eight lanes: 32 contiguous bytes)
-__device__ __forceinline__ void store_chunk_f32(const ChainParams& p, const float (&Y)[32],
-                                                float keep, long long rem, long long tw,
-                                                int row0, int i_hv, int r0, int t4, bool ident) {
-    float* dst = reinterpret_cast<float*>(ident ? p.wout : p.out);
-    const long long s_t = ident ? p.HV * p.V : p.so_t, s_h = ident ? p.V : p.so_h;
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int i = 8 * j + 2 * t4 + (e & 1), r = r0 + 8 * (e >> 1);
-            if (i < rem) dst[(tw + i) * s_t + i_hv * s_h + row0 + r] = keep * Y[4 * j + e];
-        }
-}
-#endif
 // Y += R M^T, R from its no-swizzle handover tile, M^T the chunk's workspace rows
 __device__ __forceinline__ void outputs_rm(float (&Y)[32], const void* r, const bf16_t* m) {
     wg_fence();
@@ -841,7 +837,7 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
                             true);
             const long long t0 = c0 + jc * C_;
 #if GDN_X3 && GDN_SEG
-            store_chunk_f32(p, Y, rd ? 1.f : 0.f, eos - t0, t0, row0, i_hv, r0, t4, ident);
+            store_rows<float>(p, Y, rd ? 1.f : 0.f, eos - t0, t0, row0, i_hv, r0, t4, ident);
 #else
             store_chunk(p, sm.ob[jc & 1], Y, rd ? 1.f : 0.f, eos - t0, t0, row0, i_hv, r0, t4,
                         tid, ident);

@@ -116,9 +116,9 @@ def run(name: str, fn, needs_cuda: bool = False):
     sys.exit(lab.save())
 
 
-def profiled(call, reps: int, warm: int = 3) -> dict:
-    """{kernel name: [record time, us]} of ``reps`` calls of ``call`` under torch.profiler
-    (after ``warm`` untimed calls)."""
+def profiled_events(call, reps: int, warm: int = 3) -> list:
+    """[(start, end, kernel name)] of the GPU records of ``reps`` calls of ``call`` under
+    torch.profiler (after ``warm`` untimed calls), in start order, us."""
     import torch
     for _ in range(warm):
         call()
@@ -127,10 +127,16 @@ def profiled(call, reps: int, warm: int = 3) -> dict:
         for _ in range(reps):
             call()
         torch.cuda.synchronize()
+    return sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                  if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def profiled(call, reps: int, warm: int = 3) -> dict:
+    """{kernel name: [record time, us]} of ``reps`` calls of ``call`` under torch.profiler
+    (after ``warm`` untimed calls)."""
     by = {}
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            by.setdefault(e.name, []).append(e.time_range.elapsed_us())
+    for start, end, name in profiled_events(call, reps, warm):
+        by.setdefault(name, []).append(end - start)
     return by
 
 

@@ -24,7 +24,7 @@ import torch
 
 from gdnzoo.backends import _cuda_chunk_chain as chain
 from gdnzoo.backends import triton_chunk as tc
-from lab.harness import rel
+from lab.harness import profiled_events, rel
 from lab.prefill_gpu import lens_of, make, oracle
 from lab.source_edits import edited
 
@@ -51,19 +51,10 @@ def forms_of(x, names):
 
 def timed(call, reps):
     """Per kernel name the median record time (every kernel but copies and fills: the "-fresh"
-    forms' state copy), and the median span of a call (its first
-    kernel's start to its last one's end: the kernels overlap where a programmatic dependent
-    starts before its primary ends), torch.profiler, us."""
-    for _ in range(3):
-        call()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            call()
-        torch.cuda.synchronize()
-    ev = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
-                if e.device_type == torch.autograd.DeviceType.CUDA
-                and not e.name.startswith(("Memcpy", "Memset")))
+    forms' state copy), and the median span of a call (its first kernel's start to its last
+    one's end: the kernels overlap where a programmatic dependent starts before its primary
+    ends), torch.profiler, us."""
+    ev = [e for e in profiled_events(call, reps) if not e[2].startswith(("Memcpy", "Memset"))]
     per = len(ev) // reps
     by, spans = {}, []
     for i in range(reps):
