@@ -232,8 +232,9 @@ def pick_segments(programs: int, n_sm: int, tokens: int, N: int, C: int, most: i
                   min_chunks: int = 0) -> int:
     """The most segments S, up to ``most``, whose chains (2 S - 1 times ``programs``: S real
     chains and S - 1 identity chains) still fit one wave of SMs, once the sequences average
-    at least ``min_chunks`` (default :data:`SEGMENT_MIN_CHUNKS`) chunks a segment; else 1.  ``most``: 2 for the Triton
-    chain (measured there), :data:`_cuda_chunk_chain.MAX_SEGMENTS` for cuda-chunk-bf16's.
+    at least ``min_chunks`` (default :data:`SEGMENT_MIN_CHUNKS`) chunks a segment; else 1.
+    ``most``: 2 for the Triton chain (measured there), :data:`_cuda_chunk_chain.MAX_SEGMENTS`
+    for cuda-chunk-bf16's.
     Measured on an H200 (one program an SM at block_v 16,
     lab/notebook/h200/chunk_ablate_2026-11-29b.log): 2/4 heads 1 x 8192 tokens (32 programs)
     300 -> 202 us; 4/8 (64 programs, 192 past 132 SMs) 334 -> 392 us."""

@@ -1,8 +1,8 @@
 """cuda-chunk's x3 chain (``GDN_X3``) against edited copies of it, in the state forms the
 automatic prefill serves: whole calls of triton-chunk's launch with the CUDA prep and the CUDA
-chain ("bf16x3"), torch.profiler medians: the sum of a call's kernels and its span, and whether each variant's
-outputs, states and checkpoints are bit-identical to the product's.  The Triton "bf16x3" chain
-is timed beside for reference.
+chain ("bf16x3"), torch.profiler medians (the sum of a call's kernels, and its span), and
+whether each variant's outputs, states and checkpoints are bit-identical to the product's.  The
+Triton "bf16x3" chain is timed beside for reference.
 
     python -m lab.x3_ab --edits lab/notebook/h200/x3_forms_2026-12-01/edits.py \\
         --variants x3slo --cells 16/32:1x8192,16/32:8x1024 --forms dense,pool,ckpt
