@@ -23,11 +23,12 @@ from collections import defaultdict
 import torch
 
 import gdnzoo
-from gdnzoo import gate, operation
+from gdnzoo import gate, operation, registry
 from gdnzoo.bench import args as A, entries
 
 
 WORKLOAD_SETS = ("contest",)
+NOTHING_CHECKED = "nothing was checked: every backend named was skipped (above, with the reason)"
 
 
 def add_check_args(p):
@@ -50,10 +51,8 @@ def add_check_args(p):
 
 
 def _reference(x, device):
-    B, T, H, K = x.q.shape
-    HV, V = x.v.shape[2], x.v.shape[3]
     from gdnzoo.reference import reference_decode
-    ref_out = torch.empty(B, T, HV, V, dtype=x.v.dtype, device=device)
+    ref_out = torch.empty(*x.q.shape[:2], *x.v.shape[2:], dtype=x.v.dtype, device=device)
     ref_state = torch.empty_like(x.state)
     reference_decode(*x.args(), ref_out, ref_state, False, compute_dtype=torch.float32)
     return ref_out, ref_state
@@ -67,7 +66,7 @@ def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2, op="decode"):
 
     Returns ``(status, reason, rows)``: status PASS | FAIL | SKIP, rows one dict per workload run.
     """
-    ok, why = entries.available(name, device, op)
+    ok, why = registry.availability(name, device, op)
     if not ok:
         return entries.skip_status(why), why, []
     call = gdnzoo.get(name, op)
@@ -75,7 +74,7 @@ def check_backend(name, workloads, device, atol=1e-2, rtol=1e-2, op="decode"):
     for i, label, x, ref_out, ref_state in workloads:
         contract = importlib.import_module(f"gdnzoo.{operation.get(x.op).contract}")
         problem = dataclasses.replace(contract.validate(*x.args())[0], inplace=False)
-        ok, why = entries.can_serve(name, problem)
+        ok, why = registry.can_serve(name, problem)
         if not ok:
             skipped.append((label, why))
             continue
@@ -106,11 +105,9 @@ def prefill_workloads(seed, device, no_state=3):
     ``state=None``: [(i, label, inputs, fp32 out, fp32 final states)]."""
     from gdnzoo.inputs import CONTEST_PREFILL_MIX, contest_prefill_workloads
     n = len(CONTEST_PREFILL_MIX)
-    runs = [(True, contest_prefill_workloads(seed=seed, device=device, state=True)),
-            (False, contest_prefill_workloads(seed=seed, device=device, state=False))]
     out = []
-    for state, gen in runs:
-        for i, lengths, x in gen:
+    for state in (True, False):
+        for i, lengths, x in contest_prefill_workloads(seed=seed, device=device, state=state):
             if not state and i >= no_state:
                 break
             label = (f"{len(lengths)}x{lengths[0]}" if len(set(lengths)) == 1 else
@@ -133,50 +130,43 @@ def cmd_check(args) -> int:
     note = A.drop_env_pdl("gdnzoo check")
     if note:
         print(f"note: {note}")
-    algo = getattr(args, "algo", None)
     try:
-        names = entries.named(algo, lambda: entries.backends(op), op, command="gdnzoo check")
+        names = entries.named(args.algo, lambda: entries.backends(op), op, command="gdnzoo check")
     except SystemExit as e:                 # an unknown name (said on stderr): exit status 2
         return e.code
-    # the backends that cannot run here are said first: none left, no reference is computed
-    here = {n: entries.available(n, device, op) for n in names}
-    if not any(ok for ok, _ in here.values()):
-        for n, (_, why) in here.items():
-            print(f"  {n:<14} {entries.skip_status(why)}  ({why})")
-        print("nothing was checked: every backend named was skipped (above, with the reason)",
-              file=sys.stderr)
-        return 1
     atol, rtol = getattr(args, "atol", 1e-2), getattr(args, "rtol", 1e-2)
     sd = getattr(args, "state_dtype", "fp32") or "fp32"
     seed = getattr(args, "seed", 0) or 0
+    if op == "prefill" and sd != "fp32":
+        print("error: --state-dtype: the contest's prefill state is fp32", file=sys.stderr)
+        return 2
+    # the backends that cannot run here are said first: none left, no reference is computed
+    here = {n: registry.availability(n, device, op) for n in names}
+    if not any(ok for ok, _ in here.values()):
+        for n, (_, why) in here.items():
+            print(f"{entries.skip_status(why):<5} {n:<14} 0/0 workloads  {why}")
+        print(NOTHING_CHECKED, file=sys.stderr)
+        return 1
     if op == "prefill":
-        if sd != "fp32":
-            print("error: --state-dtype: the contest's prefill state is fp32", file=sys.stderr)
-            return 2
         wl = prefill_workloads(seed, device)
-        tokens = sum(w[2].q.shape[0] for w in wl)
-        print(f"gdnzoo check --op prefill: {len(wl)} contest prefill workloads (H=4, HV=8, "
-              f"K=V=128, bf16 q/k/v, int64 cu_seqlens, no l2norm; {tokens} tokens in all;"
-              f" the first ones also with state=None), fp32 state, "
-              f"device {device}, seed {seed}, destination-passing, gate: fail where abs>{atol:g} "
-              f"and rel>{rtol:g}, or a relative error past gdnzoo.gate's bounds, vs the fp32 "
-              f"per-token reference", flush=True)
-        key = "mix"
+        head = (f"gdnzoo check --op prefill: {len(wl)} contest prefill workloads (H=4, HV=8, "
+                f"K=V=128, bf16 q/k/v, int64 cu_seqlens, no l2norm; "
+                f"{sum(w[2].q.shape[0] for w in wl)} tokens in all; the first ones also with "
+                f"state=None), fp32 state")
+        key, w, ref = "mix", 18, "the fp32 per-token reference"
     else:
-        wl = []
-        for i, B, x in contest_workloads(seed=seed, device=device, state_dtype=DTYPES[sd]):
-            wl.append((i, B, x) + _reference(x, device))
-        print(f"gdnzoo check: {len(wl)} contest workloads (B mix {sorted(set(w[1] for w in wl))}), "
-              f"{sd} state, device {device}, seed {seed}, destination-passing, "
-              f"gate: fail where abs>{atol:g} and rel>{rtol:g}, or a relative error past "
-              f"gdnzoo.gate's bounds, vs fp32 reference")
-        key = "B"
+        wl = [(i, B, x) + _reference(x, device)
+              for i, B, x in contest_workloads(seed=seed, device=device, state_dtype=DTYPES[sd])]
+        head = (f"gdnzoo check: {len(wl)} contest workloads (B mix "
+                f"{sorted(set(w[1] for w in wl))}), {sd} state")
+        key, w, ref = "B", 4, "fp32 reference"
+    print(f"{head}, device {device}, seed {seed}, destination-passing, gate: fail where "
+          f"abs>{atol:g} and rel>{rtol:g}, or a relative error past gdnzoo.gate's bounds, vs "
+          f"{ref}", flush=True)
     results = {}
     for name in names:
-        status, reason, rows = check_backend(name, wl, device, atol, rtol, op)
-        results[name] = (status, reason, rows)
+        results[name] = status, reason, rows = check_backend(name, wl, device, atol, rtol, op)
         print(f"  {name:<14} {status}" + (f"  ({reason})" if reason else ""), flush=True)
-    w = 18 if op == "prefill" else 4
     print(f"\n{'backend':<14} {key:>{w}} {'pass':>7} {'max|d| out':>11} {'max|d| state':>13}")
     for name, (status, reason, rows) in results.items():
         by = defaultdict(list)
@@ -189,10 +179,9 @@ def cmd_check(args) -> int:
                   f"{max(r['state_abs'] for r in rs):>13.2e}")
     print()
     for name, (status, reason, rows) in results.items():
-        n_ok = sum(r["ok"] for r in rows)
-        print(f"{status:<5} {name:<14} {n_ok}/{len(rows)} workloads" + (f"  {reason}" if status != "PASS" and reason else ""))
+        print(f"{status:<5} {name:<14} {sum(r['ok'] for r in rows)}/{len(rows)} workloads"
+              + (f"  {reason}" if status != "PASS" and reason else ""))
     if all(not rows for _, _, rows in results.values()):
-        print("nothing was checked: every backend named was skipped (above, with the reason)",
-              file=sys.stderr)
+        print(NOTHING_CHECKED, file=sys.stderr)
         return 1
     return 1 if any(s in ("FAIL", "ERROR") for s, _, _ in results.values()) else 0

@@ -19,6 +19,7 @@ Every clock takes ``launch(i)``: issue call number ``i`` (the caller rotates sta
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import statistics
@@ -138,16 +139,13 @@ class IndexBank(Sets):
 
     def advance(self, i=None):
         """Copy the next row into :attr:`index` (device copies; ``i`` is unused)."""
-        row = self.next()
-        for k in self.names:
-            self._index[k].copy_(self.bank[k][row.block])
-        self.block = row.block
+        self.first(self.next().block)
 
-    def first(self):
-        """Row 0 into :attr:`index` (the counter unchanged)."""
+    def first(self, block=0):
+        """Row ``block`` (default 0) into :attr:`index` (the counter unchanged)."""
         for k in self.names:
-            self._index[k].copy_(self.bank[k][0])
-        self.block = 0
+            self._index[k].copy_(self.bank[k][block])
+        self.block = block
 
     prepare = advance
 
@@ -219,8 +217,7 @@ def _group(windows, launch_of, gpu) -> tuple:
     dropped = 0
     for s, e, corr in gpu:
         t = launch_of.get(corr)
-        key = t if t is not None else s
-        i = bisect.bisect_right(starts, key) - 1
+        i = bisect.bisect_right(starts, s if t is None else t) - 1
         if i >= 0 and (t is None or t <= windows[i][1]):
             per[i].append((s, e))
         else:
@@ -274,10 +271,8 @@ def _detach_cupti(cupti):
     raw TSC ticks on x86) that outlives its profiling session; records taken after it are in
     ticks, not ns (a 2.1 GHz TSC read 100 us as ~206 us).  cuptiFinalize forgets every callback,
     so CUPTI's own ns clock is back; CUPTI re-attaches on the next call."""
-    try:
+    with contextlib.suppress(Exception):
         cupti.finalize()
-    except Exception:
-        pass
 
 
 def _paired_now(now):
@@ -366,10 +361,8 @@ def _kernel_times_cupti(launch, iters, start, cupti=None, sync=None, reduce=span
         cupti.activity_flush_all(1)
     finally:
         for k in gpu_kinds:
-            try:
+            with contextlib.suppress(Exception):
                 cupti.activity_disable(k)
-            except Exception:
-                pass
         cupti.finalize()
     scale = ns_per_tick(first, last)
     # A record stands in for its own launch: it goes to the window its start falls in.
@@ -450,8 +443,7 @@ def kernel_times(launch, iters: int, warmup: int = 3, start: int = 0,
     return samples, method + note
 
 
-def interleaved_kernel_times(launches, reps: int, warmup: int = 3,
-                             prepare=None) -> tuple[list, str]:
+def interleaved_kernel_times(launches, reps: int, prepare=None) -> tuple[list, str]:
     """Kernel-clock samples of several launchers timed side by side in one session.
 
     ``launches[j](i)`` runs candidate j with rotation index i; the session runs them round robin
@@ -469,7 +461,7 @@ def interleaved_kernel_times(launches, reps: int, warmup: int = 3,
         ran.append(j)
         launches[j](i)
     extra = {} if prepare is None else dict(prepare=prepare)
-    samples, method = kernel_times(launch, m * reps, warmup=warmup, **extra)
+    samples, method = kernel_times(launch, m * reps, **extra)
     ran = ran[len(ran) - len(samples):]
     per = [[] for _ in range(m)]
     for j, t in zip(ran, samples):
@@ -492,10 +484,8 @@ def capture(issue):
         with torch.cuda.graph(g):
             issue()
     except Exception as e:
-        try:
+        with contextlib.suppress(Exception):
             torch.cuda.synchronize()
-        except Exception:
-            pass
         raise GraphUnsupported(f"capture failed: {type(e).__name__}: "
                                f"{str(e).splitlines()[0][:160] if str(e) else ''}") from None
     return g
@@ -539,27 +529,23 @@ def host_times(call, batches: int, per_batch: int, warmup: int = 5, warm_s: floa
     after the other clocks read 14-15 us per call where the same calls read 8.4-10.7 us after
     200 warm-up calls in 1000-call batches; our guess (unverified) is a host core that needs
     some ms of work to reach its full clock."""
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    sync()
     i = 0
     t_end = time.perf_counter() + warm_s
     while i < warmup or (time.perf_counter() < t_end and i < 20000):
         call(i)
         i += 1
     out = []
-    sync = torch.cuda.is_available()
     for _ in range(batches):
-        if sync:
-            torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
         for _ in range(per_batch):
             call(i)
             i += 1
-        if sync:
-            torch.cuda.synchronize()
+        sync()
         out.append((time.perf_counter() - t0) * 1e6 / per_batch)
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()               # after the last sample, outside every batch
+    sync()                                     # after the last sample, outside every batch
     return out
 
 

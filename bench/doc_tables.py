@@ -116,14 +116,13 @@ def verify_tables(paths):
     for sd in STATES:
         for T in sorted({r["T"] for r in rows if r["state_dtype"] == sd}):
             for form in FORMS:
-                first = True
+                head = f"| {sd} | {T} | {form} |"      # on the form's first row only
                 for e in VERIFY_ENTRIES:
                     got = [at.get((sd, T, form, e, B)) for B in Bs]
                     if all(g is None or g["status"] == "SKIP" for g in got):
                         continue
-                    head = f"| {sd} | {T} | {form} |" if first else "| | | |"
-                    first = False
                     out.append(f"{head} {e} | " + " | ".join(cell(g) for g in got) + " |")
+                    head = "| | | |"
                 for B in Bs:
                     bar.judge(f"{sd} T={T} {form} B={B}", at.get((sd, T, form, "cuda-v4", B)),
                               at.get((sd, T, form, "floor", B)),

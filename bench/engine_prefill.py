@@ -72,8 +72,7 @@ def sglang_sequence(fi, q, k, v, g, beta, ssm_states, cache_indices, query_start
     T = q.shape[1]
     q_fi = F.normalize(q[0].contiguous().float(), dim=-1, eps=1e-6).to(q.dtype)
     k_fi = F.normalize(k[0].contiguous().float(), dim=-1, eps=1e-6).to(k.dtype)
-    safe = torch.where(cache_indices >= 0, cache_indices,
-                       ssm_states.shape[0] - 1).to(torch.int64)
+    safe = torch.where(cache_indices >= 0, cache_indices, ssm_states.shape[0] - 1).to(torch.int64)
     o, final = fi(q=q_fi, k=k_fi, v=v[0].contiguous(), g=torch.exp(g[0].to(torch.float32)),
                   beta=beta[0].to(torch.float32), scale=None,
                   initial_state=ssm_states[safe].to(torch.float32), output_final_state=True,
@@ -150,12 +149,11 @@ def adapter_problem(engine, c):
     """The prefill Problem the case's adapter call poses (what the registry decides who
     serves): the arguments ``adapter_call`` hands gdnzoo.prefill through the adapter."""
     vllm = engine == "vllm"
-    problem, _ = prefill_contract.validate(
+    return prefill_contract.validate(
         c["q"][0], c["k"][0], c["v"][0], c["pool"], cu_seqlens=c["cu"], g=c["g"][0],
         beta=c["beta"][0], use_qk_l2norm=not vllm, state_indices=c["idx"],
         has_initial_state=c["has_init"] if vllm else None,
-        null_slot=vl.NULL_SLOT if vllm else sg.NULL_SLOT)
-    return problem
+        null_slot=vl.NULL_SLOT if vllm else sg.NULL_SLOT)[0]
 
 
 def oracle(engine, c):
@@ -174,8 +172,7 @@ def oracle(engine, c):
 
 
 def rest_untouched(c, buf, before, pool) -> bool:
-    """Whether the pool's storage outside the case's named slots is bit-identical to
-    ``before``."""
+    """Whether the pool's storage outside the case's named slots is bit-identical to ``before``."""
     keep = torch.ones_like(buf, dtype=torch.bool)
     page, block = pool.stride(0), pool[0].numel()
     base = pool.storage_offset() - buf.storage_offset()

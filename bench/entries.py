@@ -97,27 +97,17 @@ def launch(run, x, state, out, new_state, l2, *, config=None, **kw):
                       new_state, l2, **kw), config=config)
 
 
-def available(name, device, op: str = "decode") -> tuple:
-    """(ok, why not): whether backend ``name`` runs on ``device`` here."""
-    return registry.availability(name, device, op)
-
-
 def skip_status(why: str) -> str:
     """SKIP, or ERROR where the reason is a backend module that failed to load (a broken
     install or a new backend's bug, not a machine without its GPU or package)."""
     return "ERROR" if why.startswith(registry.LOAD_FAILED) else "SKIP"
 
 
-def can_serve(name, problem) -> tuple:
-    """(ok, why not): whether backend ``name`` serves ``problem`` (a gdnzoo.contract.Problem)."""
-    return registry.can_serve(name, problem)
-
-
 def serve(name, problem):
     """Skip unless ``name`` is registered and can serve ``problem`` (the registry's reason)."""
     if name not in backends(problem.op):
         raise Skip("not registered in registry.yaml")
-    ok, why = can_serve(name, problem)
+    ok, why = registry.can_serve(name, problem)
     if not ok:
         raise Skip(why)
 

@@ -617,8 +617,7 @@ def best_indexed_launcher(target) -> dict:
     searched)``, ``launch`` and ``shape`` None (``config`` saying why) without CuPy."""
     ok, why = cupy_available()
     if not ok:
-        return dict(launch=None, config=f"not measured: {why}", shape=None, dropped=[],
-                    searched=0)
+        return dict(launch=None, config=f"not measured: {why}", shape=None, dropped=[], searched=0)
     best, note, dropped, searched = _search(
         target.what, target.n4, target, _indexed_launcher, seqs=target.B,
         check=lambda v, b: launchable(v, b, *target.kind), prepare=target.prepare)

@@ -150,8 +150,7 @@ class Chain:
                  min_bytes=serving.MIN_POOL_BYTES):
         elem = DTYPES[sd].itemsize
         self.B, self.sd, self.L = B, sd, L
-        self.P, rows = layer_slots(B, L, HV, V, K, elem, l2, min_bytes)
-        P = self.P
+        P, rows = self.P, self.rows = layer_slots(B, L, HV, V, K, elem, l2, min_bytes)
         s = self.storage = serving.state_pool(L * P, HV, V, K, sd, device, seed)
         self.pools = [s.state[i * P:(i + 1) * P] for i in range(L)]
         self.bufs = [s.buf[i * P * s.page:(i + 1) * P * s.page] for i in range(L)]
@@ -170,7 +169,6 @@ class Chain:
                         m[:, 2 * HK:].view(B, 1, HV, V)) for m in self.mixed]
         self.flat = [(y[:B * HK].view(B, 1, H, K), y[B * HK:2 * B * HK].view(B, 1, H, K),
                       y[2 * B * HK:].view(B, 1, HV, V)) for y in self.ys]
-        self.rows = rows
         self.working_set = rows * L * B * s.slot * elem    # bytes the replays cycle through
 
     def produce(self, layer):
@@ -179,7 +177,6 @@ class Chain:
     def check_rows(self, layer):
         """Layer ``layer``'s slots in row 0, the check's."""
         return self.slots.rows[0].slots[layer]
-
 
 
 def layer_slots(B, L, HV, V, K, elem, l2, min_bytes=serving.MIN_POOL_BYTES) -> tuple:
@@ -296,8 +293,7 @@ def check_chain(ch, run, issue) -> dict:
         q, k, v = run.views(i)
         ref = reference_outputs(Inputs(q, k, v, before[i], x.A_log, x.a, x.dt_bias, x.b,
                                        x.scale), use_qk_l2norm=True)
-        j = gate.judge(ch.outs[i], after, *ref, out_dtype=torch.bfloat16,
-                       state_dtype=after.dtype)
+        j = gate.judge(ch.outs[i], after, *ref, out_dtype=torch.bfloat16, state_dtype=after.dtype)
         reasons += [f"layer {i}: {r}" for r in j.reasons]
         for key, val in errors(judged(j)).items():
             res[key] = (res[key] + val if key == "n_bad" else max(res[key], val)

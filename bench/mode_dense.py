@@ -116,7 +116,7 @@ class Dense(Mode):
     def plan(self, plan, args):
         names = entries.named(args.algo or registry.env_algo(), entries.backends)
         order = [n for n in names if n not in RUN_LAST] + [n for n in names if n in RUN_LAST]
-        avail = {n: entries.available(n, plan.device) for n in names}
+        avail = {n: registry.availability(n, plan.device) for n in names}
         if plan.device != "cuda":
             plan.notes.append("no CUDA device: kernel and graph clocks, floor, copy bandwidth and "
                               "empty kernel are skipped; " + (

@@ -61,7 +61,7 @@ def mix_lengths(mix: str) -> tuple:
 
 def engine_kernel(device):
     """FlashInfer's chunk kernel (Skip where it cannot run here)."""
-    ok, why = entries.available("fi-baseline", device, "prefill")
+    ok, why = registry.availability("fi-baseline", device, "prefill")
     if not ok:
         raise entries.Skip(f"the engines call FlashInfer's chunk kernel: {why}")
     return ep.flashinfer_chunk()
@@ -93,7 +93,7 @@ def engine_entry(c: Cell, plan) -> Entry:
         cold.graph = no_graph(NO_GRAPH)
     else:
         if c.backend != "auto":
-            ok, why = entries.available(c.backend, plan.device, "prefill")
+            ok, why = registry.availability(c.backend, plan.device, "prefill")
             if not ok:
                 raise entries.Skip(why)
             entries.serve(c.backend, ep.adapter_problem(engine, case))

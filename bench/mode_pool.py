@@ -123,8 +123,7 @@ def cell_inputs(B, T, sd, geometry, device, seed) -> tuple:
 
 def make_ctx(B, sd, sp, H, HV, K, V, device, seed, l2) -> PoolCtx:
     x, out = cell_inputs(B, 1, sd, dict(H=H, HV=HV, K=K, V=V), device, seed)
-    bank = slot_bank(sp.P, B, rows_for(B, sp.slot * sp.buf.element_size(), l2), device,
-                     seed + B)
+    bank = slot_bank(sp.P, B, rows_for(B, sp.slot * sp.buf.element_size(), l2), device, seed + B)
     bank.working_set_bytes = bank.n * B * sp.slot * sp.buf.element_size()
     return PoolCtx(B, sd, sp, x, bank, out)
 
@@ -272,8 +271,7 @@ class Serving(Mode):
                 plan.cache.clear()
             P = pool_slots(self.cells(plan), plan.HV, plan.V, plan.K, DTYPES[sd].itemsize,
                            plan.l2, MIN_POOL_BYTES if plan.gpu else 0, width=self.width)
-            sp = plan.cache[sd] = state_pool(P, plan.HV, plan.V, plan.K, sd, plan.device,
-                                             plan.seed)
+            sp = plan.cache[sd] = state_pool(P, plan.HV, plan.V, plan.K, sd, plan.device, plan.seed)
             plan.notes.append(f"{sd} pool: {sp.P} slots, {sp.nbytes / 2**30:.2f} GiB, page "
                               f"{sp.page} elements (slot {sp.slot})")
         return plan.cache[sd]

@@ -168,8 +168,7 @@ def prefill_entry(c: Cell, plan) -> Entry:
         return judged(j)
 
     def call(y, st, kw):
-        fn(*y.args()[:3], st, *y.args()[4:], out=out, use_qk_l2norm=True, **kw,
-           state_layout=layout)
+        fn(*y.args()[:3], st, *y.args()[4:], out=out, use_qk_l2norm=True, **kw, state_layout=layout)
 
     if c.backend in HOST_SYNC:
         sets.graph = no_graph(HOST_SYNC[c.backend])
@@ -234,7 +233,7 @@ class Prefill(PrefillMode):
                               lambda: [n for n in entries.backends("prefill") if n not in SLOW],
                               "prefill")
         names = ["auto"] + [n for n in names if n != "auto"]
-        avail = {n: entries.available(n, plan.device, "prefill") for n in names if n != "auto"}
+        avail = {n: registry.availability(n, plan.device, "prefill") for n in names if n != "auto"}
         plan.notes += [f"{n}: skipped ({why})" for n, (ok, why) in avail.items() if not ok]
         plan.l2norm = True
         if plan.layout == "k-first":

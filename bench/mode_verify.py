@@ -251,8 +251,7 @@ def check_form(e: Call, ctx, form) -> dict:
 
 
 def commit_call(ctx):
-    """call(ix): gdnzoo.commit of step accepted[n] - 1 of row ix.rows[n] into slot
-    ix.slots[n]."""
+    """call(ix): gdnzoo.commit of step accepted[n] - 1 of row ix.rows[n] into slot ix.slots[n]."""
     return lambda ix: gdnzoo.commit(ctx.inter, ix.rows, ctx.steps, ctx.pool.state, ix.slots,
                                     null_slot=NULL_SLOT)
 

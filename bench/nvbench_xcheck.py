@@ -34,11 +34,8 @@ def cross_check(rows, args, timeout_per_cell=4.0):
         return [], "nvbench cross-check skipped: cuda-bench (NVBench Python) not installed"
     if not torch.cuda.is_available():
         return [], "nvbench cross-check skipped: no CUDA device"
-    cells = {}
-    for r in rows:
-        c = r["cell"]
-        if r["clock"] == "kernel" and r["status"] == "PASS" and c.backend != "floor" and r.get("samples"):
-            cells[_name(c.__dict__)] = c
+    cells = {_name(r["cell"].__dict__): r["cell"] for r in rows if r["clock"] == "kernel"
+             and r["status"] == "PASS" and r["cell"].backend != "floor" and r.get("samples")}
     if not cells:
         return [], "nvbench cross-check: no correct kernel-clock cells to check"
     with tempfile.TemporaryDirectory() as d:

@@ -233,8 +233,7 @@ def cmd_pack(args) -> int:
     from gdnzoo.bench.args import check_out
     try:
         op = check_op(getattr(args, "op", None) or "decode")
-        sol = build_solution(args.algo, author=getattr(args, "author", "gdnzoo") or "gdnzoo",
-                             op=op)
+        sol = build_solution(args.algo, author=getattr(args, "author", "gdnzoo") or "gdnzoo", op=op)
     except (ValueError, PackError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

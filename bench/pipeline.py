@@ -28,6 +28,7 @@ here.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -115,10 +116,9 @@ class Plan:
     def sync(self):
         if self.gpu:
             import torch
-            try:
+            # a sticky device error is not raised here: the next entries say so too
+            with contextlib.suppress(Exception):
                 torch.cuda.synchronize()
-            except Exception:            # a sticky device error: the next entries say so too
-                pass
 
     def cell(self, backend, form, B, sd, T=None, **keys) -> Cell:
         return Cell(self.mode.bench_of(form), backend, B, self.tokens[0] if T is None else T,
@@ -352,8 +352,7 @@ def timed(cell, clock_names, e: Entry, plan, busy=False, base=None) -> list:
     est = clocks.event_time_us(once, 3)
     rows = []
     for clock in clock_names:
-        row = dict(base, cell=cell, clock=clock, status="PASS", note=e.note, flags="",
-                   samples=[])
+        row = dict(base, cell=cell, clock=clock, status="PASS", note=e.note, flags="", samples=[])
         try:
             if clock == "host":
                 t0 = time.perf_counter()
@@ -395,11 +394,9 @@ class Progress:
     def __init__(self, total, quiet):
         self.total, self.i, self.bar, self.quiet = total, 0, None, quiet
         if not quiet:
-            try:
+            with contextlib.suppress(ImportError):
                 from tqdm import tqdm
                 self.bar = tqdm(total=total, file=sys.stderr, unit="cell", leave=False)
-            except ImportError:
-                pass
 
     def step(self, label):
         self.i += 1
@@ -508,8 +505,7 @@ def measure(plan: Plan, args=None) -> tuple:
         rows += got
         line = mode.summary(got)
         if line is not None:
-            bar.log(f"[{bar.i}/{bar.total}] {g.label} ({time.perf_counter() - t0:.0f} s): "
-                    + line)
+            bar.log(f"[{bar.i}/{bar.total}] {g.label} ({time.perf_counter() - t0:.0f} s): " + line)
         if plan.gpu:
             torch.cuda.empty_cache()
     bar.close()

@@ -24,9 +24,7 @@ def _series(rows, sd, clock="kernel"):
                  + (f" T={r['T']}" if len(Ts) > 1 else ""))
         out.setdefault(label, []).append((r["B"], r["median_us"], r["pct_copy_bw"],
                                           r["bytes_moved"]))
-    for v in out.values():
-        v.sort()
-    return out
+    return {label: sorted(pts) for label, pts in out.items()}
 
 
 def _panels(plt, dtypes, env, ylabel, draw, path) -> str:

@@ -9,6 +9,7 @@ Files written before ``bench`` and the automatic-choice columns existed load as 
 reader infers ``bench`` from ``mode`` (:data:`LEGACY_BENCH`)."""
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime
 import functools
@@ -31,8 +32,7 @@ COLUMNS = ["backend", "B", "T", "H", "HV", "K", "V", "state_dtype", "mode", "l2n
            "achieved_gbps", "pct_copy_bw", "x_floor", "speedup_vs_ref",
            "speedup_vs_fi", "n_sets", "working_set_mib", "flags", "method", "bench", "auto",
            "auto_vs_best"]
-KEYS = ("bench", "backend", "B", "T", "H", "HV", "K", "V", "state_dtype", "mode", "l2norm",
-        "clock")
+KEYS = ("bench", "backend", "B", "T", "H", "HV", "K", "V", "state_dtype", "mode", "l2norm", "clock")
 LEGACY_BENCH = {"inplace": "dense", "dest": "dest", "pool": "pool", "states": "verify",
                 "states+update": "verify", "slots": "verify", "commit": "verify",
                 "off": "chained", "wait": "chained", "early": "chained"}
@@ -129,11 +129,9 @@ def not_a_rival(name, mode):
 # ------------------------------------------------------------------------------ environment
 
 def gpu_name():
-    try:
+    with contextlib.suppress(Exception):
         if torch.cuda.is_available():
             return torch.cuda.get_device_name()
-    except Exception:
-        pass
     return "cpu"
 
 

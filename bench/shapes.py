@@ -122,14 +122,16 @@ def time_candidates(cands, reps, rounds=1, prepare=None):
     return {k: statistics.median(v) for k, v in per.items()}, method
 
 
-def stage(cell, todo, reps, log, rounds=1):
-    """Check and time (backend, config) candidates: ({key: median}, [(b, c, launch)], method)."""
-    cands = []
+def stage(cell, todo, reps, log, rounds=1, head=(), what="skip"):
+    """Check and time (backend, config) candidates, beside ``head`` (launches already made, e.g.
+    the floor's): ({key: median}, [(b, c, launch)], method); a failed check is logged after
+    ``what``."""
+    cands = list(head)
     for b, c in todo:
         try:
             cands.append((b, c, cell.checked(entries.raw(b), c)))
         except Exception as e:
-            log(f"  skip {b} {c}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            log(f"  {what} {b} {c}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
             torch.cuda.synchronize()
     med, method = time_candidates(cands, reps, rounds, cell.prepare)
     return med, cands, method
@@ -217,15 +219,9 @@ def confirm(cell, picks, args, log) -> dict:
         fl = other.floor_launcher()
         if fl["launch"] is None:
             raise SystemExit(f"the shape search needs the floor's CuPy kernel: {fl['config']}")
-        mine = [("floor", "floor", fl["launch"])]
-        for b, c, _ in picks[1:]:
-            try:
-                mine.append((b, c, other.checked(entries.raw(b), c)))
-            except Exception as e:
-                log(f"  {form}: {b} {c}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
-                torch.cuda.synchronize()
-        by_form[form] = time_candidates(mine, args.confirm_iters, args.confirm_rounds,
-                                        other.prepare)[0]
+        by_form[form] = stage(other, [p[:2] for p in picks[1:]], args.confirm_iters, log,
+                              args.confirm_rounds, [("floor", "floor", fl["launch"])],
+                              f"{form}:")[0]
     return by_form
 
 
@@ -303,8 +299,7 @@ def new_rows(lt, gpu, results, args, source_id):
 
 def write_table(gpu, made, source):
     """Put ``made`` into this GPU's table file (a new one when no file matches it)."""
-    lt = tables.launch_tables()
-    f = lt.file_for(gpu)
+    f = tables.launch_tables().file_for(gpu)
     if f.match is None:                     # no file of its own: start one
         f = tables.LaunchFile(tables.gpu_slug(gpu), tables.tables_dir() /
                               f"{tables.gpu_slug(gpu)}.yaml", gpu, gpu, tables.DEFAULT_FILE,
@@ -341,7 +336,7 @@ def cmd_shapes(args) -> int:
     if bad:
         raise SystemExit(f"--algo: not tunable{' in verify mode' * (args.mode == 'verify')}: "
                          f"{', '.join(bad)}; tunable: {', '.join(tunable)}")
-    names = [n for n in names if entries.available(n, "cuda")[0]]
+    names = [n for n in names if registry.availability(n, "cuda")[0]]
     gpu = torch.cuda.get_device_name()
     out = Path(args.out or Path(report.default_out_dir()) / "shapes")
     out.mkdir(parents=True, exist_ok=True)
@@ -359,9 +354,8 @@ def cmd_shapes(args) -> int:
     pools = {}
     for sd in [s.strip() for s in args.state_dtype.split(",") if s.strip()]:
         for cell in make_cells(args, sd, pools):
-            B = cell.B
             for b, pick in search_cell(cell, names, args, log, rows).items():
-                results.setdefault((b, sd), {})[B] = pick
+                results.setdefault((b, sd), {})[cell.B] = pick
             lines[-1] += f" [{time.time() - t0:.0f} s]"
             write_files(out, rows, lines, env)
             del cell

@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import re
 from pathlib import Path
@@ -236,6 +237,13 @@ def pool_winners(results):
     return winners([r for r in results if r["backend"] in able], "pool", bench="pool")
 
 
+def mean_multiples(cells) -> dict:
+    """{backend: the mean over ``cells`` ([{backend: us}]) of its time over the cell's fastest},
+    for the backends timed in every cell, in the order they are first seen."""
+    every = [b for b in dict.fromkeys(b for t in cells for b in t) if all(b in t for t in cells)]
+    return {b: sum(t[b] / min(t.values()) for t in cells) / len(cells) for b in every}
+
+
 def verify_winners(results, top=3):
     """({state dtype: [(lo, hi, backend)]}, {state dtype: {B: {backend: mean multiple}}}) of the
     rows of a ``gdnzoo bench --mode verify`` run.  A verify table is keyed by batch size alone,
@@ -255,11 +263,7 @@ def verify_winners(results, top=3):
     for sd in ("fp32", "bf16"):
         choice = {}
         for (_, B), by_cell in sorted(c for c in cells.items() if c[0][0] == sd):
-            ratios = {}
-            for times in by_cell.values():
-                for be, us in times.items():
-                    ratios.setdefault(be, []).append(us / min(times.values()))
-            full = {be: sum(x) / len(x) for be, x in ratios.items() if len(x) == len(by_cell)}
+            full = mean_multiples(list(by_cell.values()))
             if full:
                 ranked = sorted(full.items(), key=lambda t: t[1])[:top]
                 choice[B] = ranked[0][0]
@@ -300,15 +304,11 @@ def prefill_winners(results, form="dense"):
         by_key = {}
         for cell, times in cells.items():
             if cell[0] == sd:
-                key = max(1, int(cell[6]) // max(1, int(cell[5])))
-                by_key.setdefault(key, []).append({b: t / min(times.values())
-                                                   for b, t in times.items()})
+                by_key.setdefault(max(1, int(cell[6]) // max(1, int(cell[5]))), []).append(times)
         means = {}
-        for key, ratios in sorted(by_key.items()):
-            every = set.intersection(*(set(x) for x in ratios))
-            if every:
-                means[key] = {b: round(sum(x[b] for x in ratios) / len(ratios), 3)
-                              for b in sorted(every)}
+        for key, times in sorted(by_key.items()):
+            if m := mean_multiples(times):
+                means[key] = {b: round(m[b], 3) for b in sorted(m)}
         if means:
             table[sd] = merge_ranges({k: min(v, key=v.get) for k, v in means.items()})
             values[sd] = means
@@ -551,9 +551,7 @@ def tune_prefill(args, gpu, rows, prov) -> int:
         raise SystemExit("tune --from: --geometry-row: the prefill table is read at tokens per "
                          "sequence whatever the heads, so it has no rows by geometry")
     try:
-        row = make_prefill_row(gpu, rows, results_file=prov["results_file"],
-                               commit=prov["commit"], versions=prov["versions"],
-                               date=prov["date"])
+        row = make_prefill_row(gpu, rows, **prov)
     except ValueError as e:
         raise SystemExit(str(e)) from None
     for key, form in zip(PREFILL.tables, ("in place", "state pool")):
@@ -600,16 +598,11 @@ def cmd_tune(args) -> int:
         kfirst = [r for r in rows if r["layout"] == "k-first"]
         dense = [r for r in rows
                  if r.get("bench") in ("dense", "dest") and r["layout"] != "k-first"]
-        if dense:
-            row = make_row(gpu, dense, results_file=prov["results_file"], commit=prov["commit"],
-                           versions=prov["versions"], date=prov["date"],
-                           geometry_row=args.geometry_row)
-        elif old is None:
+        row = make_row(gpu, dense, **prov, geometry_row=args.geometry_row) if dense else old
+        if row is None:
             raise SystemExit(f"tune --from: pool, verify or K-first results only, and {path} has "
                              f"no row for {gpu}{'' if geo is None else f' at {geo}'} to add their "
                              f"tables to (tune the in-place table first)")
-        else:
-            row = old
         if not dense and not kfirst and not any(MODE_TABLES[k][1](rows)[0] for k in MODE_TABLES):
             raise SystemExit("tune --from: no correct kernel-clock results of a registered pool "
                              "or verify backend to choose from")
@@ -633,18 +626,14 @@ def cmd_tune(args) -> int:
     argv = ["--mode", "dense,dest" if args.dest else "dense", "--timing", "kernel",
             "--state-dtype", "fp32,bf16", "--batch", ",".join(map(str, args.batch)),
             "--iters", str(args.iters), "--time-budget", str(args.time_budget or 0),
-            "--device", "cuda"] + ["--algo", args.algo] * bool(args.algo) + ["--quiet"] * bool(
-            args.quiet)
-    plan = pipeline.make_plan(bench_args.add_bench_args(argparse.ArgumentParser()).parse_args(
-        argv))
+            "--device", "cuda", *["--algo", args.algo] * bool(args.algo), *["--quiet"] * args.quiet]
+    plan = pipeline.make_plan(bench_args.add_bench_args(argparse.ArgumentParser()).parse_args(argv))
     raw, ref = pipeline.measure(plan)
     out = Path(args.out or Path(report.default_out_dir()) / "tune")
     rows, env = pipeline.results(plan, raw, ref, bench_args.check_out(out))
     res = (out / "results.json").resolve()
-    try:
+    with contextlib.suppress(ValueError):
         res = res.relative_to(Path(registry.registry_path()).resolve().parent)
-    except ValueError:
-        pass
     row = make_row(env["gpu"], rows, results_file=str(res), commit=env["commit"],
                    versions=env["versions"], date=env["date"][:10],
                    geometry_row=args.geometry_row)
