@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
-from gdnzoo.prefill_reference import LOG_DECAY_MIN, chunked_sequence
+from gdnzoo.prefill_reference import LOG_DECAY_MIN
 from lab.prefill_gpu import make, oracle
 
 _spec = importlib.util.spec_from_file_location(
@@ -56,15 +56,7 @@ def chain(x, s0, r, tm, va):
         V = mm(R, Tm.transpose(-1, -2), r, tm) * f3[:, None, :]
         O = mm(S, qc.transpose(-1, -2), s0, False) * f2[:, None, :] + mm(R, Mm.transpose(-1, -2), r, tm)
         return O.permute(2, 0, 1), f4[:, :, None] * S + mm(V, kc, va, False)
-    cu = x["cu"].tolist()
-    out = torch.zeros(x["v"].shape, dtype=F32)
-    final = torch.zeros(x["state"].shape, dtype=F32)
-    for n in range(len(cu) - 1):
-        b, e = cu[n], cu[n + 1]
-        out[b:e], final[n] = chunked_sequence(
-            x["q"][b:e], x["k"][b:e], x["v"][b:e], x["state"][n].float(), x["A_log"],
-            x["a"][b:e], x["dt_bias"], x["b"][b:e], x["q"].shape[2] ** -0.5, False, step)
-    return out, final
+    return LOOKAHEAD.per_sequence(x, lambda: step)
 
 cells = sys.argv[1].split(",") if len(sys.argv) > 1 else ["4/8:1x2048"]
 forms = {"none (as now)": (0, 0, 0, 0), "S0": (1, 0, 0, 0), "S0+va": (1, 0, 0, 1),

@@ -87,6 +87,13 @@ def chain(x, lookahead: bool, exact: bool, neg: bool = False):
             return O.permute(2, 0, 1), f4[:, :, None] * S + va @ kc
         return step
 
+    return per_sequence(x, step_of_a_sequence, neg)
+
+
+def per_sequence(x, step_of, neg=False):
+    """(outputs, final states) of every sequence of ``x`` by
+    :func:`gdnzoo.prefill_reference.chunked_sequence`, each with the chunk step ``step_of()``
+    gives (one per sequence: a step may keep the chunk before)."""
     cu = x["cu"].tolist()
     out = torch.zeros(x["v"].shape, dtype=F32)
     final = torch.zeros(x["state"].shape, dtype=F32)
@@ -95,7 +102,7 @@ def chain(x, lookahead: bool, exact: bool, neg: bool = False):
         out[b:e], final[n] = chunked_sequence(
             x["q"][b:e], x["k"][b:e], x["v"][b:e], x["state"][n].float(), x["A_log"],
             x["a"][b:e], x["dt_bias"], x["b"][b:e], x["q"].shape[2] ** -0.5, False,
-            step_of_a_sequence(), neg=neg)
+            step_of(), neg=neg)
     return out, final
 
 
