@@ -345,8 +345,7 @@ def _resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int)
         if not ok:
             raise ValueError(f"config: chain 'cuda': {why}")
         if c.precision == "bf16x3" and not c.segments:     # its one-CTA-an-SM form
-            c = c._replace(segments=pick_x3_segments(N, HV, V, tokens, n_sm, c.chunk)
-                           if n_sm else 1)
+            c = c._replace(segments=pick_x3_segments(N, HV, V, tokens, n_sm, c.chunk))
         if not c.segments:
             c = c._replace(segments=pick_cuda_segments(
                 N * HV * (V // _cuda_chunk_chain.ROWS), n_sm, tokens, N, c.chunk) if n_sm else 1)
@@ -492,7 +491,7 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     N = cu_seqlens.shape[0] - 1
-    c = resolve(normalize(config), N, HV, V, q.device, tokens=T)
+    c = resolve(config, N, HV, V, q.device, tokens=T)
     C = c.chunk
     scale = float(scale) if scale else 1.0 / math.sqrt(K)
     if c.prep == "cuda":
