@@ -1,5 +1,5 @@
 """The segmented form's output pass (cp_out_kernel) at other warp counts, whole calls side by
-side (cuda-chunk-bf16; the pass is launched with 4 warps).  On a GPU:
+side (--algo, default cuda-chunk-bf16; the pass is launched with 4 warps).  On a GPU:
 
     python3 -m lab.cp_out_ab --cells "4,8:1x8192;2,8:1x32768" --warps 2,8
 
@@ -19,10 +19,10 @@ LAUNCH = tc._LAUNCH
 
 def with_warps(n: int):
     """tc._LAUNCH with the output pass's num_warps replaced by ``n``."""
-    def launch(kernel, grid0, tensors, rest, **kw):
+    def launch(kernel, grid0, args, **kw):
         if kernel is cp_out_kernel:
             kw = {**kw, "num_warps": n}
-        return LAUNCH(kernel, grid0, tensors, rest, **kw)
+        return LAUNCH(kernel, grid0, args, **kw)
     return launch
 
 

@@ -108,14 +108,15 @@ def lens_of(mix: str) -> list:
 
 def ab_cells(doc: str, variants, cells="4,8:1x8192", more_args=None):
     """The main of a whole-call A/B script (``doc``: its docstring): --cells "H,HV:mix;..."
-    (mixes as :func:`lens_of`), --reps, --rounds, and what ``more_args(parser)`` adds; per cell
-    one cuda-chunk-bf16 call (:func:`make`, seed 0) under each of ``variants(args)`` (name -> a
+    (mixes as :func:`lens_of`), --reps, --rounds, --algo, and what ``more_args(parser)`` adds;
+    per cell one call of --algo (default cuda-chunk-bf16) (:func:`make`, seed 0) under each of ``variants(args)`` (name -> a
     setup returning its undo, as :func:`lab.harness.side_by_side` takes them) side by side,
     then each variant's median span over the first's."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--cells", default=cells)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--algo", default="cuda-chunk-bf16")
     if more_args:
         more_args(ap)
     a = ap.parse_args()
@@ -125,7 +126,7 @@ def ab_cells(doc: str, variants, cells="4,8:1x8192", more_args=None):
         H, HV = map(int, heads.split(","))
         x = make(lens_of(mix), H, HV, seed=0)
         o64, s64 = oracle(x, True)
-        med = harness.side_by_side(cell, prefill_call(x), setups, a.rounds, a.reps, o64, s64)
+        med = harness.side_by_side(cell, prefill_call(x, a.algo), setups, a.rounds, a.reps, o64, s64)
         first, *rest = med
         print(f"{cell}: " + ", ".join(f"{n} / {first} {med[n] / med[first]:.3f}x"
                                       for n in rest), flush=True)

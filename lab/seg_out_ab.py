@@ -43,12 +43,12 @@ def before_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
                  null_slot=null_slot, has_initial_state=has_initial_state, k_first=k_first,
                  segments=S, seg_w=obuf[1], seg_phi=fbuf[1], after_prep=after_prep)
     tc._LAUNCH(cp_combine_kernel, N * HV * (V // bv),
-               (cu_seqlens, fbuf[0], fbuf[1], starts, new_state, idx, new_idx),
-               (N, T, src.shape[0], new_state.shape[0], null_slot,
+               (cu_seqlens, fbuf[0], fbuf[1], starts, new_state, idx, new_idx,
+                N, T, src.shape[0], new_state.shape[0], null_slot,
                 *tlaunch.state_strides(new_state, k_first), H, HV, K, V, bv, c.precision, S,
                 pool), num_warps=c.warps)
-    tc._LAUNCH(cp_out_kernel, (T // C + N) * HV, (cu_seqlens, obuf[0], obuf[1], starts, out),
-               (N, T, out.stride(0), out.stride(1), HV, K, V, C, c.precision, S, 0),
+    tc._LAUNCH(cp_out_kernel, (T // C + N) * HV, (cu_seqlens, obuf[0], obuf[1], starts, out,
+               N, T, out.stride(0), out.stride(1), HV, K, V, C, c.precision, S, 0),
                num_warps=4)
 
 
