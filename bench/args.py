@@ -244,7 +244,7 @@ def resolve(args) -> list:
         notes.append("--timing chained: read as --mode chained")
     if args.layers is not None and args.mode != ["chained"]:
         usage_error("--layers: only with --mode chained")
-    if getattr(args, "form", None) is not None and args.mode != ["prefill"]:
+    if args.form is not None and args.mode != ["prefill"]:
         usage_error("--form: only with --mode prefill")
     from gdnzoo.bench.pipeline import get_mode
     if all("mix" in get_mode(m).keys for m in args.mode):
@@ -253,7 +253,7 @@ def resolve(args) -> list:
             if given(value):
                 usage_error(f"{option}: --mode {','.join(args.mode)} times sequence mixes; "
                             f"give them with --mix NxL (N sequences of L tokens)")
-    elif getattr(args, "mix", None) is not None:
+    elif args.mix is not None:
         usage_error("--mix: only with a mode whose cells are sequence mixes (--mode "
                     + " or ".join(m for m in MODES if "mix" in get_mode(m).keys) + ")")
     if args.model is None:

@@ -123,10 +123,7 @@ def cmd_check(args) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda but no CUDA device is available", file=sys.stderr)
         return 2
-    if getattr(args, "workloads", "contest") != "contest":
-        print(f"error: --workloads: unknown set {args.workloads!r} (known: contest)", file=sys.stderr)
-        return 2
-    op = getattr(args, "op", "decode") or "decode"
+    op = args.op
     note = A.drop_env_pdl("gdnzoo check")
     if note:
         print(f"note: {note}")
@@ -134,9 +131,7 @@ def cmd_check(args) -> int:
         names = entries.named(args.algo, lambda: entries.backends(op), op, command="gdnzoo check")
     except SystemExit as e:                 # an unknown name (said on stderr): exit status 2
         return e.code
-    atol, rtol = getattr(args, "atol", 1e-2), getattr(args, "rtol", 1e-2)
-    sd = getattr(args, "state_dtype", "fp32") or "fp32"
-    seed = getattr(args, "seed", 0) or 0
+    atol, rtol, sd, seed = args.atol, args.rtol, args.state_dtype, args.seed
     if op == "prefill" and sd != "fp32":
         print("error: --state-dtype: the contest's prefill state is fp32", file=sys.stderr)
         return 2

@@ -8,18 +8,16 @@ Every clock takes ``launch(i)``: issue call number ``i`` (the caller rotates sta
   benchmark, the sum of those records' durations and their number).  The device is drained
   *between* iterations, never inside one: the timestamps come from the GPU, so the drain costs
   nothing that is measured (flashinfer-bench issue #195 was a sync inside an event window), and
-  the drains bracket each call's records (cupti-python takes no API records).
-  Each session starts by detaching CUPTI (a torch.profiler run leaves a TSC timestamp callback
-  behind), hands CUPTI a nanosecond clock counted from the session's start (its own
-  CLOCK_REALTIME stamps came in 256 ns steps) and checks the timestamp unit against the host.
+  the drains bracket each call's records (cupti-python takes no API records).  A session's
+  CUPTI clock: :func:`_detach_cupti`, :func:`_fine_timestamps`, :func:`ns_per_tick`.
 * graph: per-call time inside one CUDA graph of many calls, CUDA events around each replay.
-* host: wall time per eager call (Python dispatch included), batches of calls issued back to back,
-  each batch synchronized at its start and end (the wait inside its time), none inside it: per
-  call max(host dispatch, GPU time), plus one call's other part spread over the batch.
+* host: wall time per eager call (Python dispatch included), in synchronized batches of calls
+  issued back to back (:func:`host_times`).
 """
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import math
 import statistics
@@ -173,15 +171,10 @@ def summarize(xs) -> dict:
 
 def cupti_python_available() -> tuple[bool, str]:
     try:
-        from cupti import cupti  # noqa: F401
+        importlib.import_module("cupti.cupti")
     except Exception as e:  # ImportError, or a CUPTI/driver mismatch at import
         return False, f"cupti-python not importable ({type(e).__name__}: {e})"
     return True, "cupti-python"
-
-
-def kernel_clock_method() -> str:
-    return ("cupti-python" if cupti_python_available()[0] else "torch.profiler (CUPTI)") + \
-        " activity records"
 
 
 def span_us(recs) -> float:
@@ -194,14 +187,10 @@ def busy_and_count(recs) -> tuple:
     intervals of every kernel, memcpy and memset it launched, gaps between them left out (the
     sum of their durations where none overlaps; kernels that run side by side counted once),
     and how many there were."""
-    busy, end = 0, None
+    busy, end = 0, -math.inf
     for s, e in sorted(recs):
-        if end is None or s >= end:
-            busy += e - s
-            end = e
-        elif e > end:
-            busy += e - end
-            end = e
+        busy += max(e - max(s, end), 0)          # the part of [s, e] not covered yet
+        end = max(end, e)
     return busy / 1e3, len(recs)
 
 

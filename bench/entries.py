@@ -1,5 +1,5 @@
 """What the bench and the tuner call: the one lookup of registered backends, the one raw
-launch, and the entries the modes share (gdnzoo's own callables, ``auto``, FlashInfer's peers).
+launch, and what the modes share (the automatic choice, FlashInfer's peers, K-first states).
 
 Every backend list goes through :func:`backends` (keyed by operation) and every raw launch of a
 backend, bypassing dispatch (the kernel and graph clocks, the tuner's explicit-config launches,
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 
-import gdnzoo
 from gdnzoo import registry
 
 
@@ -110,27 +109,6 @@ def serve(name, problem):
     ok, why = registry.can_serve(name, problem)
     if not ok:
         raise Skip(why)
-
-
-def public(algo, x, out, state, kw):
-    """call(ix): gdnzoo's validated callable (``gdnzoo.decode`` when ``algo`` is None, else
-    ``gdnzoo.get(algo)``) on ``x`` with ``state``, ``out``, use_qk_l2norm=True and the pool
-    keywords ``kw(ix)`` of the index row ``ix``; returns ``out``."""
-    fn = gdnzoo.decode if algo is None else gdnzoo.get(algo)
-
-    def call(ix):
-        fn(*x.args(state), out=out, use_qk_l2norm=True, **kw(ix))
-        return out
-    return call
-
-
-def auto_note(x, out, state, **kw) -> str:
-    """``auto -> NAME (source)``: what gdnzoo.decode picks for these arguments (Skip if none)."""
-    try:
-        sel = gdnzoo.select(*x.args(state), out=out, use_qk_l2norm=True, **kw)
-    except ValueError as e:
-        raise Skip(str(e)) from None
-    return f"auto -> {sel.name} ({sel.source})"
 
 
 def choice(problem) -> str:

@@ -7,22 +7,17 @@ flight per thread, exact or persistent grid) is searched per size, timed with th
 and the same cold-L2 rotation as the backends.  Also here: device-to-device copy bandwidth and an
 empty-kernel time, measured in the same run.  Without CuPy, a torch ``mul_`` stands in (no search).
 
-The pool floor (:func:`indexed_floor_times` of a :class:`PoolTarget`) streams a state pool:
-each sequence's slot index is loaded first, then that slot's [HV, V, K] block is read and
-written back, through the measured calls' index tensor (same pool, same slots), its launch shape
-(float4s per thread, threads, blocks per slot) searched the same way; without CuPy it is not
-measured.  The verify floor (a :class:`VerifyTarget`) shares the loop: each sequence's indices
-are loaded first, its block is read once and stored wherever the speculative-verify form stores
-states (T intermediate states, the final state, one slot per token, or a commit's one copy).
-
-The chained floor (:func:`chained_launcher`) is the pool floor kernel as one layer of a model's
-graph runs it, right behind the kernel that writes mixed_qkv: it also reads one value of it per
-sequence, and it is launched with programmatic dependent launch at the decode's PDL levels
-(waiting for that kernel before any load, or after the state's first loads).
+The pool floor (:func:`indexed_floor_times` of a :class:`PoolTarget`) streams the slots the
+measured calls name, through their own index tensor, each slot's index loaded first; the verify
+floor (a :class:`VerifyTarget`) stores each block wherever a speculative-verify form stores
+states; the chained floor (:func:`chained_launcher`) is the pool floor kernel as one layer of a
+model's graph runs it, right behind the kernel that writes mixed_qkv, at the decode's PDL levels.
+Their launch shapes are searched the same way; without CuPy they are not measured.
 """
 from __future__ import annotations
 
 import functools
+import importlib
 import itertools
 
 import numpy as np
@@ -251,7 +246,7 @@ WAVES = (None, 1, 2, 4)          # None: one pass, grid covers the array; k: k b
 
 def cupy_available() -> tuple[bool, str]:
     try:
-        import cupy  # noqa: F401
+        importlib.import_module("cupy")
     except Exception as e:
         return False, f"cupy not importable ({type(e).__name__})"
     return True, "cupy"
@@ -534,9 +529,7 @@ def chained_launcher(target: PoolTarget, shape, level: int, mixed, alpha: float 
 
 
 def verify_stores(form: str, T: int) -> int:
-    """[HV, V, K] blocks a verify of T tokens in ``form`` (or a commit) stores per sequence:
-    T intermediate states (and the final state with ``states+update``), T per-token slots, or
-    one committed state."""
+    """[HV, V, K] blocks a verify of T tokens in ``form`` (or a commit) stores per sequence."""
     return {"states": T, "states+update": T + 1, "slots": T, "commit": 1}[form]
 
 

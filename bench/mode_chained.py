@@ -1,15 +1,12 @@
 """``gdnzoo bench --mode chained``: the decode's added latency per layer inside a model's graph.
 
-A CUDA graph of L layers (``--layers``, default 64), each a producer (a Triton SiLU writing the
-layer's packed ``mixed_qkv``, launched without PDL) then the decode on the layer's own pool, in
-the serving convention of ``--mode pool``; added latency per layer = (chain - producers alone)
-/ L.  Entries at the PDL levels off, wait and early: the chained floor (the pool floor kernel
-reading one value of ``mixed_qkv``, :func:`gdnzoo.bench.floor.chained_launcher`), ours (the
-backends with ``pdl: true``, through ``gdnzoo.decode(..., pdl=level)``), and without PDL the
-peers ``vllm-packed`` and ``flashinfer-pool``; each also timed standalone (the pool mode's kernel
-clock).  Every chain is replayed once on NaN-filled inputs and judged before it is timed.  Bars
-(ours, printed, never asserted), how it measures: :data:`METHOD`.  Without a CUDA device every
-row is SKIP.
+A CUDA graph of L layers (``--layers``, default 64), each a producer (a Triton kernel writing
+the layer's packed ``mixed_qkv``) then the decode on the layer's own pool, in the serving
+convention of ``--mode pool``; how it measures and its bars (ours, printed, never asserted):
+:data:`METHOD`.  Entries at the PDL levels off, wait and early: the chained floor
+(:func:`gdnzoo.bench.floor.chained_launcher`), ours (the backends with ``pdl: true``, through
+``gdnzoo.decode(..., pdl=level)``), and without PDL the peers ``vllm-packed`` and
+``flashinfer-pool``; each also timed standalone.  Without a CUDA device every row is SKIP.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import torch
 import gdnzoo
 from gdnzoo import gate, registry
 from gdnzoo.bench import clocks, entries, floor
-from gdnzoo.bench.console import ratio, us
+from gdnzoo.bench.console import ratio, text
 from gdnzoo.bench.pipeline import Entry, Group, Mode, judged, state_bytes
 from gdnzoo.bench.report import finite
 from gdnzoo.contract import validate
@@ -95,9 +95,7 @@ def published(rows, B, sd, form, clock) -> list:
     lines = [f"| {'Algorithm':<{w}} | Median (us) | Speedup | vs FlashInfer |",
              f"|{'-' * (w + 2)}|-------------|---------|---------------|"]
     for r in sel:
-        ok = r["status"] == "PASS" and finite(r["median_us"])
-        med = us(r["median_us"]) if ok else (r["status"] if r["status"] != "PASS" else "n/a")
-        lines.append(f"| {r['backend'] + ('*' if r['flags'] else ''):<{w}} | {med:>11} | "
+        lines.append(f"| {r['backend'] + '*' * bool(r['flags']):<{w}} | {text(r, False):>11} | "
                      f"{ratio(r['speedup_vs_ref']):>7} | {ratio(r['speedup_vs_fi']):>13} |")
     return lines
 

@@ -1,14 +1,12 @@
 """``gdnzoo bench --mode pool``: the serving benchmark, and the serving convention that
 ``--mode verify`` and ``--mode chained`` build on (:class:`Serving`, :class:`PoolCell`).
 
-The call a serving engine makes, per (B, state dtype): a page-strided pool of at least 2 GiB
-(:func:`gdnzoo.inputs.paged_pool`, slot 0 the null slot), q, k, v views of a packed
-``mixed_qkv`` and a, b of one [B, 2*HV] tensor (:func:`gdnzoo.inputs.packed`), T = 1, in place,
-fresh random distinct slots every call (clocks.IndexBank).  Entries: the pool floor, ``auto``
-(``gdnzoo.decode``'s own choice), each pool-capable gdnzoo backend, ``flashinfer-pool`` (bf16
-state), the engine adapters ``adapter-vllm`` and ``adapter-sglang`` (flagged when their CUPTI
-records per call differ from ``auto``'s).  How: :data:`METHOD`.  ``gdnzoo tune --from`` reads the
-rows for the default table's ``table_pool``.  Without a CUDA device every row is SKIP.
+The call a serving engine makes, per (B, state dtype), on a page-strided pool with fresh slots
+every call (how: :data:`METHOD`).  Entries: the pool floor, ``auto`` (``gdnzoo.decode``'s own
+choice), each pool-capable gdnzoo backend, ``flashinfer-pool`` (bf16 state), the engine
+adapters ``adapter-vllm`` and ``adapter-sglang`` (flagged when their CUPTI records per call
+differ from ``auto``'s).  ``gdnzoo tune --from`` reads the rows for the default table's
+``table_pool``.  Without a CUDA device every row is SKIP.
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+import gdnzoo
 from gdnzoo import gate
 from gdnzoo.bench import clocks, entries, floor
 from gdnzoo.bench.args import usage_error
@@ -178,15 +177,23 @@ def check_slots(call, ctx) -> dict:
 
 def gdnzoo_call(name, ctx, form="pool") -> tuple:
     """(call(ix), note) of ``auto`` (gdnzoo.decode's own choice) or gdnzoo backend ``name``
-    through its public callable in ``form``; raises Skip with the reason."""
-    def kw(ix):
-        return ctx.kw(ix, form)
-    x, st = ctx.x, ctx.pool.state
+    through its public callable in ``form``, use_qk_l2norm=True; raises Skip with the reason."""
+    x, st, out = ctx.x, ctx.pool.state, ctx.out
     if name == "auto":
-        return (entries.public(None, x, ctx.out, st, kw),
-                entries.auto_note(x, ctx.out, st, **kw(ctx.bank.check)))
-    entries.serve(name, ctx.problem(form))
-    return entries.public(name, x, ctx.out, st, kw), ""
+        try:
+            sel = gdnzoo.select(*x.args(st), out=out, use_qk_l2norm=True,
+                                **ctx.kw(ctx.bank.check, form))
+        except ValueError as e:
+            raise entries.Skip(str(e)) from None
+        fn, note = gdnzoo.decode, f"auto -> {sel.name} ({sel.source})"
+    else:
+        entries.serve(name, ctx.problem(form))
+        fn, note = gdnzoo.get(name), ""
+
+    def call(ix):
+        fn(*x.args(st), out=out, use_qk_l2norm=True, **ctx.kw(ix, form))
+        return out
+    return call, note
 
 
 def pool_call(name, ctx) -> tuple:

@@ -240,7 +240,7 @@ class Prefill(PrefillMode):
             plan.notes.append("--state-layout k-first: every state (and pool) is K-first "
                               "[.., HV, K, V] (V contiguous), gated against the k-last "
                               "reference")
-        forms = getattr(args, "form", None) or FORMS
+        forms = args.form or FORMS
         for form, (H, HV), mix, sd in itertools.product(forms, geoms, mixes, plan.states):
             L = parse_mix(mix)[0]
             timed_floor = plan.gpu and "kernel" in plan.clocks and form == "dense"

@@ -139,17 +139,14 @@ def run(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, output, new_sta
         rec.new_state.masked_fill_(empty[:, None, None, None], 0.0)
 ''')
 
-_OPS = ("decode", "prefill")       # the operations with a contest definition
-
-
 def check_op(op: str) -> str:
     """``op`` if it has a contest definition to pack for; ValueError saying why not."""
-    if op in _OPS:
+    if op in DEFINITIONS:
         return op
     if op in operation.OPERATIONS:
         raise ValueError(f"--op {op}: the {op} operation has no flashinfer-bench contest "
-                         f"definition to pack for; --op takes {' or '.join(_OPS)}")
-    raise ValueError(f"--op: unknown operation {op!r}; --op takes {' or '.join(_OPS)}")
+                         f"definition to pack for; --op takes {' or '.join(DEFINITIONS)}")
+    raise ValueError(f"--op: unknown operation {op!r}; --op takes {' or '.join(DEFINITIONS)}")
 
 
 def entry_source(name: str, op: str, spec, definition: str) -> str:
@@ -175,7 +172,7 @@ def build_solution(name: str, author: str = "gdnzoo", definition: str | None = N
     definition = definition or DEFINITIONS[op]
     valid = entries.backends(op)
     if name not in valid:
-        others = [o for o in _OPS if o != op and name in entries.backends(o)]
+        others = [o for o in DEFINITIONS if o != op and name in entries.backends(o)]
         what = (f"{name!r} is a {others[0]} backend, not a {op} one" if others else
                 f"unknown {op} backend {name!r}")
         raise ValueError(f"--algo: {what}; valid names for --op {op}: {', '.join(valid)}")
@@ -232,8 +229,8 @@ def cmd_pack(args) -> int:
     and probed only once the Solution is built)."""
     from gdnzoo.bench.args import check_out
     try:
-        op = check_op(getattr(args, "op", None) or "decode")
-        sol = build_solution(args.algo, author=getattr(args, "author", "gdnzoo") or "gdnzoo", op=op)
+        op = check_op(args.op or "decode")
+        sol = build_solution(args.algo, author=args.author or "gdnzoo", op=op)
     except (ValueError, PackError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

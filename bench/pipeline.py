@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gdnzoo.bench import args as A, entries
-from gdnzoo.bench.args import add_bench_args  # noqa: F401  (gdnzoo bench's options)
 
+add_bench_args = A.add_bench_args    # gdnzoo bench's options, where the CLI looks for them
 CELL_SECONDS = 0.15                  # target measuring time per clock per cell
 WARMUP_CALLS = 8                     # untimed calls per entry before any clock
 HOST_WARM_S = 0.02                   # host clock: calls for this long first (CPU clock ramp)
@@ -209,11 +209,8 @@ def host_batches(call_us: float, iters: int) -> tuple:
     """(calls per batch, batches) of the host clock for a call of about ``call_us`` (the
     larger of its dispatch and GPU estimates).  Each batch is synchronized at both ends, so a
     sample is max(dispatch, GPU) per call plus one call's other part spread over the batch:
-    batches of about HOST_BATCH_US, 10 to 100 calls, keep that near 1%.  Batches: as many as
-    ``iters`` calls and CELL_SECONDS allow, at least 5.  Unsynchronized batches read the
-    dispatch alone until the launch queue fills, then wait for it in bursts: their median
-    mixed the two (fla-recurrent at B = 128 read a median of 21 us with a p80 of 194 us on an
-    H200)."""
+    batches of about HOST_BATCH_US, 10 to 100 calls, keep that near 1% (why synchronized:
+    clocks.host_times).  Batches: as many as ``iters`` calls and CELL_SECONDS allow, at least 5."""
     per = int(min(max(math.ceil(HOST_BATCH_US / call_us), 10), 100))
     nb = int(max(min(CELL_SECONDS * 1e6 / (per * call_us), iters // per), 5))
     return per, nb
@@ -450,8 +447,7 @@ def make_plan(args) -> Plan:
                       f"{','.join(args.mode)} times one T, got {','.join(map(str, tokens))}")
     if args.nvbench and not mode.nvbench:
         notes.append(f"--nvbench: not available in --mode {mode.name}")
-    if getattr(args, "state_layout", "k-last") != "k-last" and mode.name not in ("dense",
-                                                                                 "prefill"):
+    if args.state_layout != "k-last" and mode.name not in ("dense", "prefill"):
         A.usage_error(f"--state-layout: a K-first state is timed by --mode dense, dest and "
                       f"prefill, not --mode {','.join(args.mode)}")
     H, HV = args.heads
@@ -459,7 +455,7 @@ def make_plan(args) -> Plan:
                 tokens if isinstance(tokens, tuple) else (tokens,), H, HV, args.dim, args.dim,
                 bool(args.l2norm), tuple(timing), args.iters, args.seed,
                 float(opt("time_budget")), device, args.layers, bool(args.quiet),
-                getattr(args, "state_layout", "k-last"), notes=notes)
+                args.state_layout, notes=notes)
     if device == "cuda":
         from gdnzoo.bench import clocks
         plan.gpu, plan.l2, plan.cc = True, clocks.l2_bytes(), torch.cuda.get_device_capability()

@@ -188,7 +188,8 @@ def environment(method, ref=None, notes=()):
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)
         env.update(l2_bytes=int(p.L2_cache_size), sms=p.multi_processor_count,
-                   kernel_clock=clocks.kernel_clock_method())
+                   kernel_clock=("cupti-python" if clocks.cupti_python_available()[0]
+                                 else "torch.profiler (CUPTI)") + " activity records")
     return env
 
 

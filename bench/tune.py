@@ -2,22 +2,15 @@
 
 * ``gdnzoo tune [--from RESULTS.json,...] [--write]``: this GPU's row of the default table (which
   backend serves each batch size), from a bench it runs or from the results.json files of
-  earlier ``gdnzoo bench`` runs (no GPU needed).  The row goes into ``registry.yaml``'s
-  ``defaults:`` list; only the lines of this GPU's entry change, every other line, comment
-  included, is kept.  Provenance names the files and the date, versions and commit each run
-  recorded.  Rows of ``gdnzoo bench --mode pool`` give the row's ``table_pool`` (the fastest
-  registered backend that serves pools, per batch size, in the serving convention), rows of
-  ``--mode verify`` its ``table_verify`` (:func:`verify_winners`): with no in-place rows beside
-  them, these are added to this GPU's existing row, every other table of it kept; a re-tune
-  without pool or verify rows keeps the row's tables of that mode.  Rows of a ``gdnzoo bench
-  --state-layout k-first`` run give its ``table_kfirst`` (in place) and ``table_kfirst_dest``
-  (destination passing) the same way (:func:`with_kfirst_tables`), their batch sizes read by
-  (sequence, head) pairs at the row's ``measured_at``.
+  earlier ``gdnzoo bench`` runs (no GPU needed), into ``registry.yaml``'s ``defaults:`` list:
+  only the lines of this GPU's entry change, comments included; provenance names the files and
+  the date, versions and commit each run recorded.  Rows of ``--mode pool``, ``--mode verify``
+  and ``--state-layout k-first`` runs give the row's ``table_pool``, ``table_verify`` and K-first
+  tables (:func:`with_mode_table`, :func:`with_kfirst_tables`); with no in-place rows beside
+  them, they are added to this GPU's existing row, and a stage without rows of its own keeps
+  the row's tables of it.
 * ``gdnzoo tune --from PREFILL_RESULTS.json,... [--write]``: this GPU's row of the prefill
-  operation's default table from ``gdnzoo bench --mode prefill`` runs (:func:`make_prefill_row`):
-  per tokens per sequence (T/N, what that table is read at) the registered backend held to the
-  call's own state bound that is fastest across the cells (``table``; the pool form's cells give
-  ``table_pool``).
+  operation's default table (:func:`make_prefill_row`).
 * ``gdnzoo tune --shapes [--write]``: the launch rows of the tunable backends on this GPU
   (:mod:`gdnzoo.bench.shapes`), into ``backends/tables/<gpu>.yaml``.
 """
@@ -141,10 +134,9 @@ def load_runs(paths, base=None):
 
     def rel(f):
         f = f.resolve()
-        try:
-            return str(f.relative_to(Path(base).resolve())) if base else str(f)
-        except ValueError:
-            return str(f)
+        with contextlib.suppress(ValueError):
+            f = f.relative_to(Path(base).resolve()) if base else f
+        return str(f)
 
     def one(xs):
         xs = [x for i, x in enumerate(xs) if x not in xs[:i]]
@@ -257,19 +249,27 @@ def verify_winners(results, top=3):
         m = r.get("median_us")
         if (r.get("bench") == "verify" and r["backend"] in able and r["mode"] != "commit"
                 and r["clock"] == "kernel" and r["status"] == "PASS" and finite(m)):
-            cells.setdefault((r["state_dtype"], r["B"]), {}).setdefault(
+            cells.setdefault(r["state_dtype"], {}).setdefault(r["B"], {}).setdefault(
                 (r["T"], r["mode"]), {})[r["backend"]] = float(m)
+    return lowest_mean_multiple({sd: {B: list(c.values()) for B, c in by_b.items()}
+                                 for sd, by_b in cells.items()}, top)
+
+
+def lowest_mean_multiple(groups, top=None) -> tuple:
+    """({state dtype: [(lo, hi, backend)]}, {state dtype: {key: {backend: mean multiple}}}):
+    per state dtype and key of ``groups`` ({state dtype: {key: [{backend: us} per cell]}}) the
+    backend with the lowest of :func:`mean_multiples`; the values kept: the ``top`` lowest
+    (None: every backend's, by name), rounded."""
     table, values = {}, {}
     for sd in ("fp32", "bf16"):
-        choice = {}
-        for (_, B), by_cell in sorted(c for c in cells.items() if c[0][0] == sd):
-            full = mean_multiples(list(by_cell.values()))
-            if full:
-                ranked = sorted(full.items(), key=lambda t: t[1])[:top]
-                choice[B] = ranked[0][0]
-                values.setdefault(sd, {})[B] = {be: round(x, 3) for be, x in ranked}
-        if choice:
-            table[sd] = merge_ranges(choice)
+        means = {}
+        for key, cells in sorted(groups.get(sd, {}).items()):
+            if m := mean_multiples(cells):
+                ranked = sorted(m.items(), key=lambda t: t[1])[:top] if top else sorted(m.items())
+                means[key] = {b: round(x, 3) for b, x in ranked}
+        if means:
+            table[sd] = merge_ranges({k: min(v, key=v.get) for k, v in means.items()})
+            values[sd] = means
     return table, values
 
 
@@ -299,20 +299,11 @@ def prefill_winners(results, form="dense"):
             continue
         cell = tuple(r.get(k) for k in ("state_dtype", "H", "HV", "K", "V", "B", "T", "mix"))
         cells.setdefault(cell, {})[r["backend"]] = float(m)
-    table, values = {}, {}
-    for sd in ("fp32", "bf16"):
-        by_key = {}
-        for cell, times in cells.items():
-            if cell[0] == sd:
-                by_key.setdefault(max(1, int(cell[6]) // max(1, int(cell[5]))), []).append(times)
-        means = {}
-        for key, times in sorted(by_key.items()):
-            if m := mean_multiples(times):
-                means[key] = {b: round(m[b], 3) for b in sorted(m)}
-        if means:
-            table[sd] = merge_ranges({k: min(v, key=v.get) for k, v in means.items()})
-            values[sd] = means
-    return table, values
+    groups = {}
+    for cell, times in cells.items():
+        tn = max(1, int(cell[6]) // max(1, int(cell[5])))          # T/N
+        groups.setdefault(cell[0], {}).setdefault(tn, []).append(times)
+    return lowest_mean_multiple(groups)
 
 
 def make_prefill_row(gpu, results, *, results_file=None, commit=None, versions=None, date=None):
@@ -582,12 +573,6 @@ def cmd_tune(args) -> int:
         if ignored:
             bench_args.usage_error(f"{', '.join(ignored)}: only when tune measures; --from builds "
                                    f"the row from the results files as they are", "gdnzoo tune")
-    if args.shapes:                  # launch shapes are measured without PDL, as bench times
-        note = bench_args.drop_env_pdl("gdnzoo tune --shapes")
-        if note:
-            print(f"note: {note}")
-        return shapes.cmd_shapes(args)
-    if getattr(args, "from_files", None):
         path = args.registry or registry.registry_path()
         gpu, rows, prov = load_runs(args.from_files, Path(path).resolve().parent)
         if any(r.get("bench") == "prefill" for r in rows):
@@ -619,6 +604,11 @@ def cmd_tune(args) -> int:
                 print(f"{gpu} {sd} {mode}: "
                       + ", ".join(f"B {lo}..{hi or ''} {be}" for lo, hi, be in ranges))
         return _emit(args, row, gpu)
+    if args.shapes:                  # launch shapes are measured without PDL, as bench times
+        note = bench_args.drop_env_pdl("gdnzoo tune --shapes")
+        if note:
+            print(f"note: {note}")
+        return shapes.cmd_shapes(args)
     import torch
     if not torch.cuda.is_available():
         raise SystemExit("gdnzoo tune: needs a CUDA device (the table is per GPU)")
