@@ -334,7 +334,8 @@ def _resolve(config, N: int, HV: int, V: int, device: torch.device, tokens: int)
             c.precision, c.chunk)[0]
         n = n_sm or (cuda_build.sm_count(device) if ok else 0)
         cuda = ok and c.segments <= 1 and (c.precision == "bf16" or _cuda_chunk_chain.pick_x3(
-            N, HV, V, tokens, n) or pick_x3_segments(N, HV, V, tokens, n, c.chunk) > 1)
+            N, HV, V, tokens, n) or (not c.segments and pick_x3_segments(N, HV, V, tokens, n,
+                                                                         c.chunk) > 1))
         c = c._replace(chain="cuda" if cuda else "triton")
     if c.chain == "cuda":
         if device.type != "cuda":

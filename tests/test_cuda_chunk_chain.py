@@ -332,16 +332,18 @@ def test_auto_resolves_with_checkpoints_as_without(monkeypatch):
 def test_auto_takes_the_x3_chain_where_it_runs_segments_or_pick_x3_prefers_it(monkeypatch):
     """Chain "auto" with "bf16x3" products on a (stand-in) Hopper of 132 SMs: the x3 chain in
     segments for one long sequence of few heads, whole where pick_x3 prefers it, the Triton
-    chain where neither holds."""
+    chain where neither holds; with one segment asked for, the segments do not count."""
     monkeypatch.setattr(tc.cuda_build, "capability", lambda d: (9, 0))
     monkeypatch.setattr(tc.cuda_build, "sm_count", lambda d: 132)
     dev = torch.device("cuda")
 
-    def pick(HV, N, L):
-        c = tc._resolve(dict(precision="bf16x3", prep="cuda", chain="auto"), N, HV, 128, dev,
-                        N * L)
+    def pick(HV, N, L, **kw):
+        c = tc._resolve(dict(precision="bf16x3", prep="cuda", chain="auto", **kw), N, HV, 128,
+                        dev, N * L)
         return c.chain, c.segments
     assert pick(8, 1, 8192) == ("cuda", 4)
+    assert pick(8, 1, 8192, segments=1) == ("triton", 1)
+    assert pick(8, 1, 8192, segments=1, block_v=16, warps=4) == ("triton", 1)
     assert pick(8, 1, 2048) == ("cuda", 4)
     assert pick(32, 8, 1024) == ("cuda", 1)
     assert pick(16, 1, 8192)[0] == "triton"       # 4 segments do not fit one wave
