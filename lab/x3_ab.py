@@ -12,7 +12,8 @@ Triton "bf16x3" chain is timed beside for reference.
 pick); a variant's results are compared bit for bit with the first CUDA entry's.
 
 An edits file gives ``EDITS`` (lab.source_edits) and may give ``SMEM_MORE`` = {variant: bytes}
-(shared memory past the product's X3_SMEM).  On an sm_90 GPU with cupy, from the repository
+(shared memory past the product's X3_SMEM) and ``PAIR_SMEM_MORE`` (past X3_PAIR_SMEM, the
+paired segmented form's).  On an sm_90 GPU with cupy, from the repository
 root."""
 from __future__ import annotations
 
@@ -89,14 +90,15 @@ def main():
             return plain(*args, **kw)
         chain.launch = launch
     spec = runpy.run_path(a.edits) if a.edits else {}
-    product, smem = chain.SOURCE, chain.X3_SMEM
+    product, smem, pair_smem = chain.SOURCE, chain.X3_SMEM, chain.X3_PAIR_SMEM
     segs = [int(x) for x in a.segments.split(",")]
     sources = {}
     for v in ["product", *filter(None, a.variants.split(","))]:
         src = product if v == "product" else edited(product, spec["EDITS"], v)
         for S in segs:
             sources[v + (f" S{S}" if S else "")] = (
-                src, smem + spec.get("SMEM_MORE", {}).get(v, 0), S)
+                src, smem + spec.get("SMEM_MORE", {}).get(v, 0),
+                pair_smem + spec.get("PAIR_SMEM_MORE", {}).get(v, 0), S)
     for cell in a.cells.split(","):
         geom, mix = cell.split(":")
         H, HV = map(int, geom.split("/"))
@@ -106,9 +108,10 @@ def main():
             o64, s64 = oracle(x, True)
         for form, (st, ns, kw) in forms_of(x, a.forms.split(",")).items():
             keep, got, line = st.clone(), {}, []
-            for name, (src, sm, S) in [("triton", (product, smem, 0)), *sources.items()]:
-                def call(src=src, sm=sm, name=name, S=S):
-                    chain.SOURCE, chain.X3_SMEM = src, sm
+            for name, (src, sm, ssm, S) in [("triton", (product, smem, pair_smem, 0)),
+                                            *sources.items()]:
+                def call(src=src, sm=sm, ssm=ssm, name=name, S=S):
+                    chain.SOURCE, chain.X3_SMEM, chain.X3_PAIR_SMEM = src, sm, ssm
                     if form.endswith("-fresh") or form == "inplace":
                         st.copy_(keep)          # the same state every call (copy not summed)
                     tc.launch(x["q"], x["k"], x["v"], st, x["A_log"], x["a"], x["dt_bias"],
@@ -131,7 +134,7 @@ def main():
                 parts = " + ".join(f"{k[:12]} {v:.1f}" for k, v in med.items()) if a.kernels else ""
                 line.append(f"{name} {sum(med.values()):.1f} us span {span:.1f}"
                             + (f" ({parts})" if parts else "") + same + err)
-            chain.SOURCE, chain.X3_SMEM = product, smem
+            chain.SOURCE, chain.X3_SMEM, chain.X3_PAIR_SMEM = product, smem, pair_smem
             print(f"{cell:14s} {form:6s} " + " | ".join(line), flush=True)
 
 
