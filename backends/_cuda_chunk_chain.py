@@ -19,7 +19,8 @@ the same products.
 With ``x3`` (precision "bf16x3", cuda-chunk's, on the workspace the prep writes with it) the
 solo form takes every product in three bf16 passes as triton-chunk's "bf16x3" kernel does (its
 errors against float64, not its bits): 133 KB, one CTA an SM (:data:`X3_SMEM`,
-:func:`pick_x3`); cut into segments, its outputs and Phi go to fp32 buffers."""
+:func:`pick_x3`); cut into segments, its outputs and Phi go to fp32 buffers, and a segmented
+grid past one wave runs "paired" in 109 KB, two CTAs an SM (:func:`pick_pair`)."""
 from __future__ import annotations
 
 import ctypes
@@ -53,6 +54,10 @@ SOLO_SMEM = 2 * CSTAGE + CHUNK * HEAD_DIM * 2 + CHUNK * CHUNK * 2 + 2 * CHUNK * 
 # "bf16x3" (GDN_X3): the solo form with the T^T and M^T rows' lo parts in tiles of their own
 X3_CSTAGE = CSTAGE + CHUNK * CHUNK * 2
 X3_SMEM = 2 * X3_CSTAGE + CHUNK * HEAD_DIM * 2 + 2 * CHUNK * CHUNK * 2 + 2 * CHUNK * 64 * 2 + 1024
+# paired (GDN_X3_PAIR, segmented grids past one wave): T^T's lo rows in one tile beside q and
+# M^T (not one in each stage), no output buffers (the fp32 outputs are stored plainly): 109 KB,
+# two CTAs an SM
+X3_PAIR_SMEM = 2 * CSTAGE + CHUNK * HEAD_DIM * 2 + 3 * CHUNK * CHUNK * 2 + 1024
 
 
 def pick_solo(grid: int, n_sm: int) -> bool:
@@ -74,6 +79,25 @@ def pick_form(grid: int, n_sm: int, segmented: bool) -> bool:
     as large (its chains alike: past one wave of the 185 KB form a second wave would double the
     chain's time, where the solo form's one wave of two CTAs an SM takes ~1.9x)."""
     return pick_solo(2 * grid if segmented else grid, n_sm)
+
+
+def pick_pair(grid: int, n_sm: int) -> bool:
+    """Whether the segmented x3 chain runs "paired" (GDN_X3_PAIR: 109 KB, two CTAs an SM): a
+    grid past one wave of one CTA an SM.  Within one wave the unpaired form is faster (its T^T lo
+    rows two chunks ahead in both stages): whole calls on an H200, us, unpaired / paired, 4/8
+    heads 1 x 8192 tokens in 4 segments (112 CTAs) 209.5 / 223.8, 1 x 32768 757.3 / 814.5; past
+    one wave the paired form's single wave wins: 8 segments (240 CTAs) 231.2 / 203.1 and 789.6 /
+    668.7; 8/16 heads 1 x 8192 in 4 segments (224 CTAs) 398.2 / 348.2
+    (lab/notebook/h200/x3_seg2_2026-12-01/)."""
+    return grid > n_sm
+
+
+def x3_form(seg: int, grid: int, n_sm: int):
+    """The x3 chain's compile switches and shared memory for ``seg`` segments (0: none) on a
+    grid of ``grid`` CTAs: paired (:func:`pick_pair`) or not."""
+    if seg and pick_pair(grid, n_sm):
+        return {"GDN_X3": 1, "GDN_X3_PAIR": 1}, X3_PAIR_SMEM
+    return {"GDN_X3": 1}, X3_SMEM
 
 
 def pick_overlap(grid: int, n_sm: int, sequences: int) -> bool:
@@ -220,8 +244,11 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
         raise ValueError("flags: the 185 KB form of one segment only, launched before the prep")
     defs["GDN_SOLO"] = int(bool(solo))
     if x3:
-        defs["GDN_X3"] = 1
-    threads, smem = (SOLO_THREADS, X3_SMEM if x3 else SOLO_SMEM) if solo else (THREADS, SMEM)
+        x3_defs, smem = x3_form(seg, grid, cuda_build.sm_count(dev))
+        defs.update(x3_defs)
+        threads = SOLO_THREADS
+    else:
+        threads, smem = (SOLO_THREADS, SOLO_SMEM) if solo else (THREADS, SMEM)
     func = cuda_build.get_kernel(
         SOURCE, NAME, (("GDN_SMEM", smem), *sorted(defs.items())), dev, smem).func
     # (x3's segmented form stores out and w, fp32, plainly: their maps are made, never used)

@@ -20,7 +20,9 @@ against float64 (~4e-6 on the state), whole calls 1.2x-1.6x faster on an H200 (1
 sequence of few heads (4/8, 2/8: where four segments' chains fit one wave,
 ``triton_chunk.pick_x3_segments``) runs it cut into four segments, its outputs and Phi in fp32
 for triton-chunk's join and output pass: 4/8 1 x 8192 tokens 299 -> 211 us, 1 x 32768 1176 ->
-764, the same errors.
+764, the same errors; eight segments where their chains fit one wave of two CTAs an SM (the
+segmented kernel "paired" in 109 KB, ``_cuda_chunk_chain.pick_pair``) and hold 16 chunks each:
+4/8 1 x 8192 209.5 -> 203.1 us, 1 x 32768 757.3 -> 668.7 (lab/notebook/h200/x3_seg2_2026-12-01/).
 
 Serves K = 128, bf16 q/k on a CUDA GPU (compute capability >= 8.0) with CuPy; refuses the rest
 with the reason (triton-chunk serves them).  The kernel copies q and k in 16-byte pieces: views

@@ -64,6 +64,11 @@
 // 133 KB, one CTA an SM (lab/notebook/h200/chain_split_prec_2026-12-01/).  With GDN_SEG its
 // outputs (o, and an identity chain's w) go to fp32 buffers by plain stores and Phi is fp32
 // (GDN_C_DT 0): the join and the output pass then round nothing the unsegmented form keeps.
+// GDN_X3_PAIR 1 (with GDN_SEG, for grids past one wave): the segmented x3 form in 109 KB, two
+// CTAs an SM: no output staging (its outputs are stored plainly) and T^T's lo rows in one tile
+// with the outputs' inputs, the next chunk's copied in once every warp's V'^T is done (their own
+// barrier, ``tlfull``); eight segments of 16 chunks at 4/8 heads 1 x 32768 tokens 668.7 us a
+// call against 757.3 in four unpaired (lab/notebook/h200/x3_seg2_2026-12-01/).
 // GDN_NO_OUT (timing only, lab/wgmma_chain.py --no-out): no outputs computed (warpgroup 1
 // releases every chunk at once; with GDN_SOLO the products Y are skipped).
 // GDN_OVERLAP 1 (the 185 KB form, one segment; _cuda_chunk_chain.pick_overlap): the prep kernel
@@ -123,8 +128,14 @@
 #ifndef GDN_X3
 #define GDN_X3 0
 #endif
+#ifndef GDN_X3_PAIR
+#define GDN_X3_PAIR 0
+#endif
 #if GDN_X3 && (!GDN_SOLO || GDN_OVERLAP)
 #error "GDN_X3: the solo form only"
+#endif
+#if GDN_X3_PAIR && (!GDN_X3 || !GDN_SEG || GDN_NO_OUT)
+#error "GDN_X3_PAIR: the segmented x3 form, with its outputs"
 #endif
 #if GDN_SEG && (GDN_CKPT || GDN_PDL == 1)
 #error "GDN_SEG: no checkpoints, no PDL but after the prep (the launcher runs one segment then)"
@@ -146,7 +157,7 @@ typedef unsigned short bf16_t;
 #define MCOL (GDN_X3 ? 2 * C_ : C_)   // the M^T rows' first column in a workspace row
 #if GDN_SOLO
 #define NTHR 128                 // one warpgroup, its warp 0 the producer too
-#define CTAS_SM (GDN_X3 ? 1 : 2)
+#define CTAS_SM (GDN_X3 && !GDN_X3_PAIR ? 1 : 2)   // x3: 133 KB, one an SM; paired 109 KB
 #else
 #define NTHR 288                 // two warpgroups and the producer warp
 #define CTAS_SM 1
@@ -185,8 +196,8 @@ struct alignas(1024) Handover {  // chain -> outputs, no swizzle: core (r / 8, c
 struct alignas(1024) CStage {   // the chain's inputs of a chunk (two of them: the next one lands
     bf16_t k[2 * BOX];          // while this one is used)
     bf16_t t[BOX];
-#if GDN_X3
-    bf16_t tl[BOX];             // the T^T rows' lo parts
+#if GDN_X3 && !GDN_X3_PAIR
+    bf16_t tl[BOX];             // the T^T rows' lo parts (GDN_X3_PAIR: in OStage)
 #endif
     bf16_t v[BOX];
     float f[4][C_];
@@ -198,12 +209,20 @@ struct alignas(1024) OStage {   // the outputs' inputs (one: the next chunk's la
 #if GDN_X3
     bf16_t ml[BOX];             // the M^T rows' lo parts
 #endif
+#if GDN_X3_PAIR
+    bf16_t tl[BOX];             // the T^T rows' lo parts: the next chunk's copied in once this
+#endif                          // one's V'^T is done (``tlfull``)
 };
 struct alignas(1024) ChainSmem {
     CStage st[2];
     OStage os;
-    bf16_t ob[2][BOX];
+#if !GDN_X3_PAIR
+    bf16_t ob[2][BOX];          // (the paired x3 form stores its fp32 outputs plainly)
+#endif
     unsigned long long full[2], qfull;
+#if GDN_X3_PAIR
+    unsigned long long tlfull;
+#endif
 };
 #else
 struct alignas(1024) ChainSmem {
@@ -352,12 +371,12 @@ __device__ __forceinline__ void load_chain_in(St& st, const ChainParams& p, unsi
                                               long long t0, long long rem, int i_h, int i_hv,
                                               int row0, bool ident, int lane, unsigned extra) {
     if (lane == 0) {
-        arrive_expect(full, ((ident ? 3 : 4) + GDN_X3) * BOX * 2 + extra);
+        arrive_expect(full, ((ident ? 3 : 4) + (GDN_X3 && !GDN_X3_PAIR)) * BOX * 2 + extra);
         const int t = (int)t0;
         tma3(st.k, p.tk, 0, i_h, t, full);
         tma3(st.k + BOX, p.tk, 64, i_h, t, full);
         tma3(st.t, p.tm, 0, i_hv, t, full);
-#if GDN_X3
+#if GDN_X3 && !GDN_X3_PAIR
         tma3(st.tl, p.tm, C_, i_hv, t, full);
 #endif
         if (!ident) tma3(st.v, p.tv, row0, i_hv, t, full);
@@ -380,6 +399,14 @@ __device__ __forceinline__ void load_out_in(St& st, const ChainParams& p, unsign
     tma3(st.ml, p.tm, 3 * C_, i_hv, t, full);
 #endif
 }
+#if GDN_X3_PAIR
+// the T^T rows' lo parts of the chunk at token t into ``tl`` by TMA from one thread (``full``)
+__device__ __forceinline__ void load_tl(bf16_t* tl, const ChainParams& p, unsigned full, int t,
+                                        int i_hv) {
+    arrive_expect(full, BOX * 2);
+    tma3(tl, p.tm, C_, i_hv, t, full);
+}
+#endif
 // R = v^T diag(beta) - X diag(beta rk e^G) in X's registers (v: the chunk's swizzled box)
 __device__ __forceinline__ void form_r(float (&X)[32], const bf16_t* v, const float* f0,
                                        const float* f1, int r0, int t4) {
@@ -656,6 +683,9 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
             bar_init(&sm.full[s], 1 + 32);      // the producer's expect_tx + its lanes' copies
 #if GDN_SOLO
         bar_init(&sm.qfull, 1);
+#if GDN_X3_PAIR
+        bar_init(&sm.tlfull, 1);
+#endif
 #else
         for (int s = 0; s < STAGES; ++s) bar_init(&sm.empty[s], 256);   // both warpgroups
         for (int b = 0; b < 2; ++b) {
@@ -682,8 +712,12 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
         if (w == 0 && j < n_chunks)
             load_chain_in(sm.st[j], p, smem_u32(&sm.full[j]), c0 + j * C_, eos - c0 - j * C_, i_h,
                           i_hv, row0, ident, lane, 0);
-    if (!GDN_NO_OUT && tid == 0 && n_chunks > 0)
+    if (!GDN_NO_OUT && tid == 0 && n_chunks > 0) {
         load_out_in(sm.os, p, smem_u32(&sm.qfull), (int)c0, i_h, i_hv, true);
+#if GDN_X3_PAIR
+        load_tl(sm.os.tl, p, smem_u32(&sm.tlfull), (int)c0, i_hv);
+#endif
+    }
 #else
     if (wg == 2) {                              // the producer warp
         if (GDN_PDL == 2) asm volatile("griddepcontrol.wait;" ::: "memory");   // the prep
@@ -806,7 +840,12 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
         unsigned ra[4][4];
 #if GDN_X3
         unsigned rl[4][4];
+#if GDN_X3_PAIR
+        wait_bar(smem_u32(&sm.tlfull), (unsigned)(jc & 1));
+        issue_vp_x3(X, ra, rl, st.t, sm.os.tl); // V'^T = R T^T (into X's registers)
+#else
         issue_vp_x3(X, ra, rl, st.t, st.tl);    // V'^T = R T^T (into X's registers)
+#endif
 #else
         issue_vp(X, ra, st.t);                  // V'^T = R T^T (into X's registers)
 #endif
@@ -828,6 +867,11 @@ extern "C" __global__ void __launch_bounds__(NTHR, CTAS_SM) gdn_wgmma_chain(
         wg_wait<GDN_NO_OUT ? 0 : 1>();         // V'^T (R M^T may still run)
         pin(X);
         issue_update(S, X, st, t4);
+#if GDN_X3_PAIR
+        out_sync();                             // every warp's V'^T read T^T's lo rows
+        if (tid == 0 && jc + 1 < n_chunks)
+            load_tl(sm.os.tl, p, smem_u32(&sm.tlfull), (int)(c0 + (jc + 1) * C_), i_hv);
+#endif
         if (!GDN_NO_OUT) {
             wg_wait<1>();                       // R M^T (the update may still run)
             pin(Y);

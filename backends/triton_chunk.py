@@ -135,6 +135,11 @@ SOLO_SEGMENT_CHUNKS = 64
 # least this many chunks a segment (4/8 1 x 2048: 70 us against 80; 1 x 1024: 50 against 45)
 X3_MAX_SEGMENTS = 4
 X3_SEGMENT_MIN_CHUNKS = 8
+# ... or this many in the "paired" form (two CTAs an SM: 2 S - 1 chains in one wave of twice the
+# SMs), each of at least this many chunks (measured at 16 and 64: 4/8 1 x 8192 209.5 us in 4
+# segments against 203.1 in 8, 1 x 32768 757.3 against 668.7)
+X3_PAIR_SEGMENTS = 8
+X3_PAIR_MIN_CHUNKS = 16
 
 
 class Config(NamedTuple):
@@ -262,18 +267,28 @@ def pick_cuda_segments(programs: int, n_sm: int, tokens: int, N: int, C: int) ->
 
 
 def pick_x3_segments(N: int, HV: int, V: int, tokens: int, n_sm: int, C: int) -> int:
-    """Segments for cuda-chunk's x3 chain (one CTA an SM, 64 state rows a CTA): four where
-    their 7 chains fit one wave and hold :data:`X3_SEGMENT_MIN_CHUNKS` chunks a segment or more
-    (:func:`pick_segments`), else one.  Whole calls on an H200 (every kernel: the CUDA prep,
-    the chains, the join and the output pass), us, the Triton chain / the x3 chain in 1, 2, 3, 4
-    segments, the same errors against float64 (~4e-6 on the state;
+    """Segments for cuda-chunk's x3 chain (64 state rows a CTA): :data:`X3_PAIR_SEGMENTS` (8)
+    where their 15 chains fit one wave of its paired form (two CTAs an SM,
+    :func:`_cuda_chunk_chain.pick_pair`) and hold :data:`X3_PAIR_MIN_CHUNKS` chunks a segment or
+    more; else four where their 7 chains fit one wave of one CTA an SM and hold
+    :data:`X3_SEGMENT_MIN_CHUNKS` chunks a segment or more (:func:`pick_segments`); else one.
+    Eight against four, whole calls (lab/notebook/h200/x3_seg2_2026-12-01/): 4/8 heads 1 x 8192
+    tokens 203.1 / 209.5 us, 1 x 32768 668.7 / 757.3.  Whole calls on an H200 (every kernel: the
+    CUDA prep, the chains, the join and the output pass), us, the Triton chain / the x3 chain in
+    1, 2, 3, 4 segments, one CTA an SM, the same errors against float64 (~4e-6 on the state;
     lab/notebook/h200/x3_forms_2026-12-01/segments_all_kernels.log): 4/8 heads 1 x 8192 tokens
     299 / 382, 313, 246, 211; 1 x 32768 1176 / 1506, 1187, 908, 764; 1 x 4096 151 / 193, 162,
     134, 117; 1 x 2048 80 / 102, 92, 77, 70; slower where fewer fit: 1 x 1024 45 / 56, 57, 53,
     50; 8/16 1 x 8192 333 / 391, 380, 466, 401; 4/8 2 x 4096 169 / 205, 198, 238, 218 (the
     output pass reads the segments' fp32 outputs: 42 of 211 us at 4/8 1 x 8192)."""
-    S = pick_segments(N * HV * (V // _cuda_chunk_chain.ROWS), n_sm, tokens, N, C,
-                      most=X3_MAX_SEGMENTS, min_chunks=X3_SEGMENT_MIN_CHUNKS) if n_sm else 1
+    if not n_sm:
+        return 1
+    programs = N * HV * (V // _cuda_chunk_chain.ROWS)
+    if pick_segments(programs, 2 * n_sm, tokens, N, C, most=X3_PAIR_SEGMENTS,
+                     min_chunks=X3_PAIR_MIN_CHUNKS) == X3_PAIR_SEGMENTS:
+        return X3_PAIR_SEGMENTS
+    S = pick_segments(programs, n_sm, tokens, N, C, most=X3_MAX_SEGMENTS,
+                      min_chunks=X3_SEGMENT_MIN_CHUNKS)
     return S if S == X3_MAX_SEGMENTS else 1
 
 

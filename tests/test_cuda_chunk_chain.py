@@ -341,14 +341,28 @@ def test_auto_takes_the_x3_chain_where_it_runs_segments_or_pick_x3_prefers_it(mo
         c = tc._resolve(dict(precision="bf16x3", prep="cuda", chain="auto", **kw), N, HV, 128,
                         dev, N * L)
         return c.chain, c.segments
-    assert pick(8, 1, 8192) == ("cuda", 4)
+    assert pick(8, 1, 8192) == ("cuda", 8)      # 8 segments, paired
     assert pick(8, 1, 8192, segments=1) == ("triton", 1)
     assert pick(8, 1, 8192, segments=1, block_v=16, warps=4) == ("triton", 1)
     assert pick(8, 1, 2048) == ("cuda", 4)
     assert pick(32, 8, 1024) == ("cuda", 1)
-    assert pick(16, 1, 8192)[0] == "triton"       # 4 segments do not fit one wave
+    assert pick(16, 1, 8192)[0] == "triton"       # neither 8 paired nor 4 fit one wave
     assert pick(8, 1, 1024)[0] == "triton"
     assert pick(32, 64, 64)[0] == "triton"
+
+
+def test_the_segmented_x3_chain_pairs_its_ctas_past_one_wave():
+    """pick_pair: the segmented x3 chain's 109 KB paired form (two CTAs an SM) for grids past one
+    wave of one CTA an SM; within one wave the 133 KB form (its T^T lo rows two chunks ahead)."""
+    assert not chain.pick_pair(112, 132)         # 4/8 heads, 4 segments
+    assert chain.pick_pair(240, 132)             # 4/8 heads, 8 segments
+    assert chain.pick_pair(133, 132) and not chain.pick_pair(132, 132)
+    # the paired layout fits two CTAs an SM (228 KB, 1 KB reserved each); the unpaired does not
+    assert 2 * (chain.X3_PAIR_SMEM + 1024) <= 228 * 1024 < 2 * (chain.X3_SMEM + 1024)
+    # what the launcher compiles: the paired switch only for a segmented grid past one wave
+    assert chain.x3_form(8, 240, 132) == ({"GDN_X3": 1, "GDN_X3_PAIR": 1}, chain.X3_PAIR_SMEM)
+    assert chain.x3_form(4, 112, 132) == ({"GDN_X3": 1}, chain.X3_SMEM)
+    assert chain.x3_form(0, 512, 132) == ({"GDN_X3": 1}, chain.X3_SMEM)   # unsegmented
 
 
 def test_the_x3_chain_runs_its_solo_form():
@@ -363,13 +377,15 @@ def test_the_x3_chain_runs_its_solo_form():
 
 
 def test_the_x3_chain_takes_segments_within_one_wave():
-    """pick_x3_segments: four segments where their 7 chains of N HV V / 64 CTAs (one an SM)
-    fit one wave of 132 SMs and hold 8 chunks each, else one (fewer segments were slower than
-    the Triton chain on an H200)."""
+    """pick_x3_segments: eight segments where their 15 chains of N HV V / 64 CTAs fit one wave
+    of the paired form (two CTAs on each of 132 SMs) and hold 16 chunks each; else four where
+    their 7 chains fit one wave of one CTA an SM and hold 8 chunks each; else one (fewer
+    segments were slower than the Triton chain on an H200)."""
     def segs(H_V, N, L):
         return tc.pick_x3_segments(N, H_V[1], 128, N * L, 132, 64)
-    assert segs((4, 8), 1, 8192) == 4            # 7 x 16 = 112 CTAs
-    assert segs((2, 8), 1, 32768) == 4
+    assert segs((4, 8), 1, 8192) == 8            # 15 x 16 = 240 CTAs, two an SM
+    assert segs((2, 8), 1, 32768) == 8
+    assert segs((4, 8), 1, 4096) == 4            # eight would hold 8 chunks each: four of 16
     assert segs((4, 8), 1, 2048) == 4            # 32 chunks: four segments of 8
     assert segs((4, 8), 1, 1024) == 1            # two of 8 would fit: one
     assert segs((8, 16), 1, 8192) == 1           # 3 x 32 = 96 fits, 7 x 32 does not
