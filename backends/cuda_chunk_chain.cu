@@ -137,6 +137,8 @@
 #if GDN_X3_PAIR && (!GDN_X3 || !GDN_SEG || GDN_NO_OUT)
 #error "GDN_X3_PAIR: the segmented x3 form, with its outputs"
 #endif
+// the x3 chain's T^T lo rows in each chain stage (unpaired), or in one tile beside q (paired)
+#define X3_TL_STAGED (GDN_X3 && !GDN_X3_PAIR)
 #if GDN_SEG && (GDN_CKPT || GDN_PDL == 1)
 #error "GDN_SEG: no checkpoints, no PDL but after the prep (the launcher runs one segment then)"
 #endif
@@ -196,7 +198,7 @@ struct alignas(1024) Handover {  // chain -> outputs, no swizzle: core (r / 8, c
 struct alignas(1024) CStage {   // the chain's inputs of a chunk (two of them: the next one lands
     bf16_t k[2 * BOX];          // while this one is used)
     bf16_t t[BOX];
-#if GDN_X3 && !GDN_X3_PAIR
+#if X3_TL_STAGED
     bf16_t tl[BOX];             // the T^T rows' lo parts (GDN_X3_PAIR: in OStage)
 #endif
     bf16_t v[BOX];
@@ -371,12 +373,12 @@ __device__ __forceinline__ void load_chain_in(St& st, const ChainParams& p, unsi
                                               long long t0, long long rem, int i_h, int i_hv,
                                               int row0, bool ident, int lane, unsigned extra) {
     if (lane == 0) {
-        arrive_expect(full, ((ident ? 3 : 4) + (GDN_X3 && !GDN_X3_PAIR)) * BOX * 2 + extra);
+        arrive_expect(full, ((ident ? 3 : 4) + X3_TL_STAGED) * BOX * 2 + extra);
         const int t = (int)t0;
         tma3(st.k, p.tk, 0, i_h, t, full);
         tma3(st.k + BOX, p.tk, 64, i_h, t, full);
         tma3(st.t, p.tm, 0, i_hv, t, full);
-#if GDN_X3 && !GDN_X3_PAIR
+#if X3_TL_STAGED
         tma3(st.tl, p.tm, C_, i_hv, t, full);
 #endif
         if (!ident) tma3(st.v, p.tv, row0, i_hv, t, full);
