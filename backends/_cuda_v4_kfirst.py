@@ -16,7 +16,9 @@ the other 32 / lanes lanes of a warp read a row side by side, one 16-byte vector
 8 bf16 values: at 4 lanes, whole 128-byte lines), so a block owns (32 / lanes) * vec columns of
 a head and a lane K / (warps * lanes) rows of them.  :func:`shape` picks it by the number of
 (sequence, head) pairs, with the cache hint; a config's ``warps``, ``lanes_per_row`` and ``hint``
-give them explicitly.
+give them explicitly.  Large one-token states take the kernel's staged form instead (GDN_STAGED:
+a block a head, its whole tile copied into shared memory; :func:`pick_staged`), unless a config
+gives the shape.
 """
 from __future__ import annotations
 
@@ -86,6 +88,32 @@ def shape(state_size: int, BHV: int, K: int, V: int, inplace: bool = True,
     return max(warps, 1), lanes, 3 if inplace or small else 0
 
 
+# GDN_STAGED (cuda_v4_kfirst.cu): a (sequence, head) a block, its tile staged in shared memory
+STAGED_WARPS, STAGED_LANES = 8, 4            # 256 threads; LK only satisfies the file's checks
+STAGED_BYTES = 64 << 20
+
+
+def staged_smem(state_size: int) -> int:
+    """GDN_STAGED's dynamic shared memory: the tile, raw k and q, the row groups' partial sums,
+    the warps' sums, the mbarrier."""
+    return 128 * 128 * state_size + 2 * 128 * 4 + 2 * 4 * 128 * 4 + 16 * 4 + 16
+
+
+def pick_staged(state_size: int, BHV: int, K: int, V: int, T: int, inplace: bool,
+                row_stride: int, verify: bool) -> bool:
+    """Whether a call runs GDN_STAGED: one token, no verify form, K = V = 128, the heads' K rows
+    contiguous (``row_stride`` V: a tile is one run of memory), states of STAGED_BYTES or more,
+    bf16 or in place.  On an H200, 16/32 heads, the kernel's time over cuda-v4 on a k-last state
+    (graph replays, lab/notebook/h200/kfirst_staged_2026-12-01/), register tile / staged: bf16
+    in place B = 64 1.056 / 1.021, B = 256 1.054 / 0.991; bf16 to another tensor 1.138 / 1.005,
+    1.118 / 0.981; fp32 in place 1.030 / 1.014, 1.022 / 0.995; slower staged: fp32 to another
+    tensor (B = 64 1.007 / 1.018, 256 1.009 / 1.019), and below STAGED_BYTES, where fewer
+    blocks than an SM holds wait on their whole tile (B = 16: bf16 1.065 / 1.101, fp32 1.035 /
+    1.074; B = 1 1.8x)."""
+    return (T == 1 and not verify and K == V == 128 and row_stride == V
+            and BHV * K * V * state_size >= STAGED_BYTES and (state_size == 2 or inplace))
+
+
 def serves(K: int, V: int, state_size: int) -> str:
     """Why a K-first call cannot be served by this kernel ("" when it can): with 16-byte
     vectors (the element-load variant has more shapes still)."""
@@ -93,27 +121,32 @@ def serves(K: int, V: int, state_size: int) -> str:
     return f"K-first state: {why}" if why else ""
 
 
-def launch(bound, vec16: bool, warps: int, lanes: int, hint: int, fast_gates: int):
+def launch(bound, vec16: bool, warps: int, lanes: int, hint: int, fast_gates: int,
+           staged: bool = False):
     """The :class:`gdnzoo.backends._cuda_build.Launch` of a K-first
     :class:`gdnzoo.backends.cuda_v4.Bound` (its signature's shapes, dtypes, pool switches,
-    strides and parameter values) at this launch shape; ValueError naming the config when the
-    shape cannot serve it."""
+    strides and parameter values) at this launch shape, or (``staged``, 16-byte vectors; see
+    :func:`pick_staged`) GDN_STAGED's; ValueError naming the config when the shape cannot serve
+    it."""
     B, T, H, K, HV, V = bound.shape
     sd, io, ad, bd, dd = bound.dtypes
     size = cuda_build.ELEM_SIZE[sd]
+    smem = 0
+    if staged:
+        warps, lanes, smem = STAGED_WARPS, STAGED_LANES, staged_smem(size)
     why = refusal(K, V, size, warps, lanes, vec16)
     if why:
         raise ValueError(f"cuda-v4: launch config invalid for a K-first state: {why}")
-    blocks = B * HV * (V // columns(lanes, vec_elems(size, vec16)))
+    blocks = B * HV if staged else B * HV * (V // columns(lanes, vec_elems(size, vec16)))
     if blocks > MAX_GRID_X:
         raise ValueError(f"cuda-v4: grid of {blocks} blocks exceeds {MAX_GRID_X}")
-    extra = {n: v for n, v in (("pdl", int(bound.pdl > 0)),) if v}
+    extra = {n: v for n, v in (("pdl", int(bound.pdl > 0)), ("staged", int(staged))) if v}
     defs = cuda_build.defines(sd, io, ad, bd, dd, K, bound.l2, v=V, t=T, hv=HV, gva=HV // H,
                               w=warps, lk=lanes, vec16=int(vec16), hint=hint if vec16 else 0,
                               fastgate=fast_gates, dense=1 if bound.dense else 2,
                               **bound.switches, **bound.form, **extra)
     kern = cuda_build.get_kernel(SOURCE, KERNEL, tuple(sorted(defs + bound.stride_defs)),
-                                 bound.dev)
+                                 bound.dev, smem)
     return cuda_build.Launch(kern, blocks, 32 * warps, bound.dev,
                              template=cuda_build.params_template(bound.values),
-                             pdl=bound.pdl > 0)
+                             pdl=bound.pdl > 0, shared=smem)

@@ -416,10 +416,15 @@ class Bound:
             w, rw, lpr, hint, fast, chain, smem, qks, chunk, ahead, hsc, kernel = \
                 full_config(config)
         if self.kfirst:                  # its own kernel and shape; the row's gates
+            staged = False
             if config is None:
-                w, lpr, hint = kfirst.shape(cuda_build.ELEM_SIZE[sd], B * HV, K, V,
-                                            not self.dest, vec16)
-            launch = self.launches[vec16] = kfirst.launch(self, vec16, w, lpr, hint, fast)
+                size = cuda_build.ELEM_SIZE[sd]
+                w, lpr, hint = kfirst.shape(size, B * HV, K, V, not self.dest, vec16)
+                staged = vec16 and kfirst.pick_staged(
+                    size, B * HV, K, V, T, not self.dest,
+                    dict(zip(cuda_build.PARAM_FIELDS, self.values))["s_v"], self.verify)
+            launch = self.launches[vec16] = kfirst.launch(self, vec16, w, lpr, hint, fast,
+                                                          staged)
             return launch
         if not vec16:
             lpr, hint = min(32, K), 0                  # element loads: one element per lane
@@ -482,7 +487,8 @@ class Bound:
                                   p[5], p[7], p[4], p[9] if self.dest else p[3], p[8], p[6], 0,
                                   0, 0)
         if launch.pdl is None:
-            cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
+            cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv,
+                                  launch.shared)     # dynamic: the K-first GDN_STAGED's tile
         else:
             cuda_build.launch_raw_pdl(launch.pdl, launch.func, launch.dev, argv)
         return True
@@ -507,7 +513,8 @@ class Bound:
                                   np_, out.data_ptr(), dt_bias.data_ptr(), inter_idx, new_idx,
                                   inter)
         if launch.pdl is None:
-            cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv)
+            cuda_build.launch_raw(launch.func, launch.grid, launch.block, launch.dev, argv,
+                                  launch.shared)     # dynamic: the K-first GDN_STAGED's tile
         else:
             cuda_build.launch_raw_pdl(launch.pdl, launch.func, launch.dev, argv)
 

@@ -107,7 +107,7 @@ POOL_VARIANTS = [
 ]
 # cuda-v4's K-first kernel (cuda_v4_kfirst.cu): lanes along K (LK), 16-byte and element loads,
 # dense, runtime and compiled-in strides, pools, the gate forms, PDL, K != V, and the verify
-# forms (intermediate rows n or indexed, the final store or not, per-token slots).
+# forms (intermediate rows n or indexed, the final store or not, per-token slots), GDN_STAGED.
 def _kf(V=128, T=1, HV=8, GVA=2, W=1, LK=8, VEC16=1, HINT=3, FAST=1, DENSE=1, POOL=0,
         IDX64=None, **form):
     d = dict(v=V, t=T, hv=HV, gva=GVA, w=W, lk=LK, vec16=VEC16, hint=HINT, fastgate=FAST,
@@ -131,6 +131,12 @@ KFIRST_VARIANTS = [(cuda_v4_kfirst.SOURCE, *rest) for rest in [
     (F32, BF16, BF16, BF16, F32, 128, True, _kf(T=4, VEC16=0, HINT=0, POOL=4, IDX64=9,
                                                  inter=0, update=1)),
     (BF16, BF16, BF16, BF16, F32, 128, False, _kf(T=2, POOL=3, IDX64=0, inter=0, update=1)),
+    # GDN_STAGED (the head's tile staged in shared memory): dense, compiled-in strides, pools,
+    # precomputed gates, PDL, fp16 io, both state dtypes
+    (BF16, BF16, BF16, BF16, F32, 128, True, _kf(W=8, LK=4, staged=1)),
+    (F32, F16, F16, F16, BF16, 128, False, _kf(HV=6, GVA=3, W=8, LK=4, DENSE=0, POOL=2,
+                                               IDX64=3, gates=1, pdl=1, staged=1)),
+    (F32, BF16, BF16, BF16, F32, 128, True, _kf(W=8, LK=4, POOL=1, IDX64=0, neg=1, staged=1)),
 ]]
 ARCHS = [(9, 0), (10, 0)]
 

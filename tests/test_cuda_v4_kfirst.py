@@ -5,7 +5,8 @@ and V != K, fp32 and bf16 states, bf16 and fp16 io, the L2 norm, in place and de
 passing, precomputed gates and allow_neg_eigval, every launch shape the kernel takes (explicit
 configs), the element-load variant (a state at a 4-byte offset), a page-strided pool with
 padding, a CUDA graph replayed with new data, and the speculative verify's forms against
-pt-reference.  On the CPU: the launch-shape rule and its refusals."""
+pt-reference; the staged form (GDN_STAGED, the head's tile in shared memory) at every size it
+serves.  On the CPU: the launch-shape rule and its refusals, and the staged form's rule."""
 from __future__ import annotations
 
 import pytest
@@ -151,6 +152,74 @@ def test_pool_with_padding_and_pages():
     touched[[4, 1]] = True
     assert torch.equal(buf[~touched], before[~touched])
     assert torch.equal(buf[touched][:, 4 * 128 * 128:], before[touched][:, 4 * 128 * 128:])
+
+
+@pytest.fixture
+def staged_everywhere(monkeypatch):
+    """Every K-first call that GDN_STAGED can serve takes it (no size floor), with fresh
+    launchers; yields the ``staged`` flag of each K-first launch built."""
+    from gdnzoo import dispatch
+    from gdnzoo.backends import cuda_v4
+    monkeypatch.setattr(kf, "STAGED_BYTES", 0)
+    monkeypatch.setattr(dispatch, "_MEMO", {})
+    monkeypatch.setattr(cuda_v4, "_binds", {})
+    seen, launch = [], kf.launch
+
+    def spy(bound, vec16, *a, **kw):
+        seen.append(bool(a[4] if len(a) > 4 else kw.get("staged", False)))
+        return launch(bound, vec16, *a, **kw)
+    monkeypatch.setattr(kf, "launch", spy)
+    yield seen
+
+
+@gpu
+@pytest.mark.parametrize("sd", [F32, BF16], ids=["fp32", "bf16"])
+def test_staged_form(sd, staged_everywhere):
+    """GDN_STAGED (the head's tile staged in shared memory by bulk copies) where the size floor
+    is lifted: in place and destination passing, GVA 1, 2 and 3, with and without the L2 norm,
+    fp16 io, precomputed gates, allow_neg_eigval, a padded page-strided pool, a CUDA graph
+    replayed with new data; T > 1, K = 64 and an fp32 state to another tensor keep the
+    register tile."""
+    from gdnzoo.reference import gates
+    bf16 = sd == BF16                     # destination passing: bf16 states only
+    for seed, (B, H, HV, l2, dest) in enumerate([(3, 2, 4, True, False), (2, 4, 4, False, bf16),
+                                                 (4, 2, 6, True, bf16), (1, 16, 32, True, False)]):
+        check(make_inputs(B=B, T=1, H=H, HV=HV, state_dtype=sd, device="cuda", seed=seed),
+              l2=l2, dest=dest)
+    check(make_inputs(B=3, T=1, H=2, HV=4, state_dtype=sd, io_dtype=F16, device="cuda",
+                      seed=11), l2=True)
+    x = make_inputs(B=3, T=1, H=2, HV=4, state_dtype=sd, device="cuda", seed=12)
+    g, beta = gates(x.A_log, x.a, x.dt_bias, x.b)
+    check(x, l2=True, g=torch.log(g), beta=beta)
+    check(x, l2=True, allow_neg_eigval=True)
+    assert staged_everywhere and all(staged_everywhere)
+    if bf16:
+        test_pool_with_padding_and_pages()
+        test_graph_replay_with_new_data()
+        assert all(staged_everywhere)
+    staged_everywhere.clear()
+    check(make_inputs(B=2, T=2, H=2, HV=4, state_dtype=sd, device="cuda", seed=13), l2=True)
+    check(make_inputs(B=2, T=1, H=2, HV=4, K=64, V=64, state_dtype=sd, device="cuda", seed=14))
+    if not bf16:
+        check(make_inputs(B=2, T=1, H=2, HV=4, state_dtype=sd, device="cuda", seed=15), dest=True)
+    assert staged_everywhere and not any(staged_everywhere)
+
+
+def test_staged_rule():
+    """pick_staged: one token, no verify form, K = V = 128, the K rows contiguous, states of
+    STAGED_BYTES or more, bf16 or in place (the H200's measured cells)."""
+    mb = 1 << 20
+    assert kf.pick_staged(2, 64 * 32, 128, 128, 1, True, 128, False)          # bf16 64 MB
+    assert kf.pick_staged(2, 64 * 32, 128, 128, 1, False, 128, False)         # to another
+    assert not kf.pick_staged(2, 16 * 32, 128, 128, 1, True, 128, False)      # 16 MB
+    assert kf.pick_staged(4, 32 * 32, 128, 128, 1, True, 128, False)          # fp32 64 MB
+    assert not kf.pick_staged(4, 256 * 32, 128, 128, 1, False, 128, False)    # fp32 dest
+    assert not kf.pick_staged(2, 256 * 32, 128, 128, 2, True, 128, False)     # T = 2
+    assert not kf.pick_staged(2, 256 * 32, 128, 128, 1, True, 128, True)      # verify
+    assert not kf.pick_staged(2, 256 * 32, 128, 128, 1, True, 136, False)     # rows apart
+    assert not kf.pick_staged(2, 4096 * 4, 64, 64, 1, True, 64, False)        # K = 64
+    assert kf.STAGED_BYTES == 64 * mb
+    assert kf.staged_smem(2) < 48 * 1024 < kf.staged_smem(4) <= 227 * 1024
 
 
 @gpu
