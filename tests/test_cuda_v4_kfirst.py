@@ -222,6 +222,27 @@ def test_staged_rule():
     assert kf.staged_smem(2) < 48 * 1024 < kf.staged_smem(4) <= 227 * 1024
 
 
+def test_cuda_v4_launch_paths_pass_dynamic_shared_memory(monkeypatch):
+    """Both of cuda-v4's per-call launch paths (the tensors', and the dense raw-gate
+    ``with_pointers``) launch with the Launch's dynamic shared memory: the staged form's tile
+    lives there (without it the first GPU run read out of bounds)."""
+    from types import SimpleNamespace
+    from gdnzoo.backends import _cuda_build as cuda_build
+    from gdnzoo.backends import cuda_v4
+    seen = []
+    monkeypatch.setattr(cuda_build, "launch_raw", lambda *a: seen.append(a))
+    launch = cuda_build.Launch(SimpleNamespace(func=7), 64, 256, 0,
+                               template=bytes(cuda_build.PARAMS.size), shared=37968)
+    bound = object.__new__(cuda_v4.Bound)
+    bound.strides_aligned, bound.vec16, bound.dest = True, launch, False
+    x = make_inputs(B=2, T=1, H=2, HV=4, seed=16)
+    out = torch.empty_like(x.v)
+    bound.launch(x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, out, x.state)
+    ptrs = [t.data_ptr() for t in (x.q, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b)]
+    assert bound.with_pointers((*ptrs, out.data_ptr(), 0), x.scale)     # CPU tensors: aligned
+    assert len(seen) == 2 and all(c[1:4] == (64, 256, 0) and c[-1] == 37968 for c in seen)
+
+
 @gpu
 def test_graph_replay_with_new_data():
     x = make_inputs(B=4, T=1, H=2, HV=4, device="cuda", seed=8)
