@@ -1,57 +1,26 @@
-"""A decode step on a K-first state with the head's tile staged in shared memory by bulk
-asynchronous copies (prototype.cu beside this file: dense, T = 1, K = V = 128, raw gates, qk
-l2norm; the product's form is GDN_STAGED in backends/cuda_v4_kfirst.cu), beside cuda-v4 on a
-k-last state and cuda-v4's K-first kernel as the product picks it, on a GPU: each entry gated
-against the float64 oracle first, then CUDA events around replays of a CUDA graph of one call
-on each of rotated input sets (states >= 2x L2), medians of 20, timed in two rounds.  From the
-repository root:
+"""cuda-v4 on a K-first state as the product picks it (the staged form, GDN_STAGED, at states
+of 64 MB or more, bf16 or in place) beside the same call on the register tile (the launch shape
+the rule would take without the staged form, given as an explicit config) and beside cuda-v4 on a
+k-last state, on a GPU: each entry gated against the float64 oracle first, then CUDA events
+around replays of a CUDA graph of one call on each of rotated input sets (states >= 2x L2),
+medians of 20, two interleaved rounds.  From the repository root:
 
     PYTHONPATH=. python3 lab/notebook/h200/kfirst_staged_2026-12-01/kfirst_staged.py \
         --geom 16/32 --state-dtype bf16 --batches 16,64,256 [--dest]
 
-(Run as ``python -m lab.kfirst_staged`` from lab/ when measured.)
+Calls 1 and 4 of this folder ran an earlier form of it, with the standalone prototype of the
+staged kernel as a third entry (prototype.cu, in git history at 02b68d2).
 """
 from __future__ import annotations
-
-import ctypes
-import struct
-from pathlib import Path
 
 import torch
 
 import gdnzoo
 from gdnzoo import gate
-from gdnzoo.backends import _cuda_build as cuda_build
-from lab.kfirst_cuda import sets_for
+from gdnzoo.backends import _cuda_v4_kfirst as kf
+from gdnzoo.backends import cuda_v4
+from lab.kfirst_cuda import record, sets_for
 from lab.kfirst_rows import batches, parser, time_us
-
-SOURCE = Path(__file__).with_name("prototype.cu")
-PARAMS = struct.Struct("<10Q2q2f")
-
-
-def smem_bytes(size: int) -> int:
-    """The tile, raw k and q, the row groups' partial sums, the warps' sums, the mbarrier."""
-    return 128 * 128 * size + 2 * 128 * 4 + 2 * 4 * 128 * 4 + 16 * 4 + 16
-
-
-def staged(dest: bool):
-    def call(x, st, out, new=None):
-        size = st.element_size()
-        dev = st.device.index or 0
-        smem = smem_bytes(size)
-        func = cuda_build.get_kernel(SOURCE, "kfirst_staged", (("SD", 0 if size == 4 else 1),),
-                                     dev, smem).func
-        ns = st if not dest else new
-        HV, H = x.v.shape[2], x.q.shape[2]
-        assert x.A_log.dtype == torch.float32 and x.dt_bias.dtype == torch.float32
-        body = PARAMS.pack(st.data_ptr(), ns.data_ptr(), x.q.data_ptr(), x.k.data_ptr(),
-                           x.v.data_ptr(), x.a.data_ptr(), x.b.data_ptr(), x.A_log.data_ptr(),
-                           x.dt_bias.data_ptr(), out.data_ptr(), HV, HV // H, float(x.scale), 0.0)
-        params = ctypes.create_string_buffer(body)
-        argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-        cuda_build.launch_raw(func, x.v.shape[0] * HV, 256, dev, ctypes.addressof(argv), smem)
-        return out, ns
-    return call
 
 
 def api(kfirst: bool, dest: bool):
@@ -60,6 +29,22 @@ def api(kfirst: bool, dest: bool):
                              x.b, x.scale, out=out, new_state=new if dest else None,
                              use_qk_l2norm=True, algo="cuda-v4",
                              state_layout="k-first" if kfirst else "k-last")
+    return call
+
+
+def register_tile(dest: bool):
+    """The K-first call on the register tile at the rule's launch shape (an explicit config)."""
+    recs = {}
+
+    def call(x, st, out, new=None):
+        key = (id(x), id(st), id(out))
+        if key not in recs:                  # (with ``dest`` the record's own new_state)
+            recs[key] = record(x, st, out, True, dest)
+        r = recs[key]
+        B, HV = x.v.shape[0], x.v.shape[2]
+        w, lk, hint = kf.shape(st.element_size(), B * HV, 128, 128, not dest, True)
+        cuda_v4.run(r, config=dict(warps=w, row_groups=1, lanes_per_row=lk, hint=hint))
+        return r.out, r.new_state
     return call
 
 
@@ -73,7 +58,6 @@ def gated(name, x, kfirst, fn, dest):
     j = gate.judge(o, ns.transpose(-1, -2) if kfirst else ns, ref_out, ref_state)
     if not j.ok:
         raise AssertionError(f"{name}: {j.reason}")
-    return o.clone(), ns.clone()
 
 
 def main(argv=None):
@@ -84,28 +68,24 @@ def main(argv=None):
     for H, HV, B, n in batches(a):
         sets = [(x, st, out, torch.empty_like(st) if a.dest else None)
                 for x, st, out in sets_for(B, H, HV, sd, n)]
-        entries = [("v4 k-last", False, api(False, a.dest)),
-                   ("v4 K-first", True, api(True, a.dest)),
-                   ("staged K-first", True, staged(a.dest))]
+        entries = [("k-last", False, api(False, a.dest)),
+                   ("K-first (product)", True, api(True, a.dest)),
+                   ("K-first (register tile)", True, register_tile(a.dest))]
         row = [f"{a.geom} B={B} {a.state_dtype}{' dest' if a.dest else ''} ({n} sets)"]
-        results = {}
+        times = {}
         for name, kfirst, fn in entries:
             try:
-                results[name] = gated(name, sets[0][0], kfirst, fn, a.dest)
+                gated(name, sets[0][0], kfirst, fn, a.dest)
+                times[name] = []
             except (AssertionError, ValueError, RuntimeError) as e:
                 row.append(f"{name}: FAIL {str(e)[:100]}")
-        if "v4 K-first" in results and "staged K-first" in results:
-            (o1, s1), (o2, s2) = results["v4 K-first"], results["staged K-first"]
-            row.append(f"staged vs v4 K-first: out max |d| {(o1.float() - o2.float()).abs().max():.2e}, "
-                       f"state {(s1.float() - s2.float()).abs().max():.2e}")
-        times = {name: [] for name, _, _ in entries if name in results}
-        for fn0 in (entries[0][2],):            # a process's first timing reads high: untimed
-            time_us(lambda x, st, o, ns, f=fn0: f(x, st, o, ns), sets)
+        # a process's first timing reads high: the first entry once, untimed
+        time_us(lambda x, st, o, ns, f=entries[0][2]: f(x, st, o, ns), sets)
         for _ in range(2):
             for name, kfirst, fn in entries:
                 if name in times:
                     times[name].append(time_us(lambda x, st, o, ns, f=fn: f(x, st, o, ns), sets))
-        base = min(times["v4 k-last"])
+        base = min(times["k-last"])
         for name, ts in times.items():
             row.append(f"{name}: {min(ts):.2f} us ({min(ts) / base:.3f}x k-last; rounds "
                        f"{', '.join(f'{t:.2f}' for t in ts)})")
