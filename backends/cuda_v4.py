@@ -422,7 +422,7 @@ class Bound:
                 w, lpr, hint = kfirst.shape(size, B * HV, K, V, not self.dest, vec16)
                 staged = vec16 and kfirst.pick_staged(
                     size, B * HV, K, V, T, not self.dest,
-                    dict(zip(cuda_build.PARAM_FIELDS, self.values))["s_v"], self.verify)
+                    self.values[cuda_build.PARAM_FIELDS.index("s_v")], self.verify)
             launch = self.launches[vec16] = kfirst.launch(self, vec16, w, lpr, hint, fast,
                                                           staged)
             return launch
