@@ -21,7 +21,7 @@ run kfirst_48 90 --heads 4,8 --batch 256,1024 --state-dtype fp32,bf16 --mode den
 run klast_48 90 --heads 4,8 --batch 256,1024 --state-dtype fp32,bf16 --mode dense,dest \
   --no-plots --algo cuda-v4 --timing kernel --time-budget 40
 for d in "" --dest; do
-  timeout 90 python3 lab/notebook/h200/kfirst_staged_2026-12-01/kfirst_staged.py --geom 16/32 \
+  PYTHONPATH=. timeout 90 python3 lab/notebook/h200/kfirst_staged_2026-12-01/kfirst_staged.py --geom 16/32 \
     --batches 16,64,256 --state-dtype bf16 $d 2>&1 | grep -v -i warn | tee -a "$OUT/ab.log" \
     > /dev/null
 done
@@ -30,3 +30,4 @@ for f in kfirst klast kfirst_48 klast_48; do
   echo "== $f"; grep -v "cell/s\|Warn\|_warn" "$OUT/$f.log" | tail -40 | cut -c1-160
 done
 echo "== ab"; grep -E "^  [0-9]|us \(" "$OUT/ab.log"
+( cd "$OUT" && tar czf /tmp/call5.tgz --exclude=pip.log . && rm -rf ./* && mv /tmp/call5.tgz . )
