@@ -196,29 +196,10 @@ __device__ __forceinline__ void staged_step(const GdnParams& p, const ST* src, S
         const float kn = kq[row] * rk;
         x0 = gd * x0 + kn * u0;
         x1 = gd * x1 + kn * u1;
-        if constexpr (GDN_STAGED == 2) {        // back into the tile (this thread's own values)
-            if constexpr (SD == GDN_F32)
-                reinterpret_cast<float2*>(tile)[row * (V / 2) + c] = make_float2(x0, x1);
-            else
-                reinterpret_cast<unsigned*>(tile)[row * (V / 2) + c] = gdn_pack2<SD>(x0, x1);
-        } else if constexpr (SD == GDN_F32) {
+        if constexpr (SD == GDN_F32) {
             *reinterpret_cast<float2*>(dst + row * ns_k + 2 * c) = make_float2(x0, x1);
         } else {
             *reinterpret_cast<unsigned*>(dst + row * ns_k + 2 * c) = gdn_pack2<SD>(x0, x1);
-        }
-    }
-    if constexpr (GDN_STAGED == 2) {            // the new tile out by bulk copies (ns_k == V)
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        __syncthreads();
-        if (t == 0) {
-            unsigned char* to = reinterpret_cast<unsigned char*>(dst);
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-                asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
-                             :: "l"(to + i * PIECE), "r"(staged_smem_u32(tile + i * PIECE)),
-                                "r"(PIECE) : "memory");
-            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-            asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
         }
     }
 }
