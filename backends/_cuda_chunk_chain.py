@@ -206,65 +206,110 @@ def launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, *, state_indi
     dependent, its CTAs starting where the prep's last ones leave SMs free; only its copies of
     the workspace wait for the prep (GDN_PDL 2; also with segments).  ``x3``: "bf16x3" products
     on that precision's workspace (the solo form, no flags)."""
-    if x3 and (flags is not None or solo is False):
-        raise ValueError("x3: the solo form, no flags")
-    T, H, K = q.shape
-    HV, V = v.shape[1], v.shape[2]
-    N = cu_seqlens.shape[0] - 1
-    dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    pool, idx, new_idx, init, src, ss = tlaunch.chain_slots(
-        cu_seqlens, state, new_state, state_indices, new_state_indices, has_initial_state, k_first)
-    seg = segments if segments > 1 else 0
-    if seg and (seg_w is None or seg_phi is None):
-        raise ValueError("segments: seg_w and seg_phi are needed")
-    # the segmented form's tiles viewed as [.., HV, V, K] states, Phi's in the checkpoints' place
-    w = seg_w if seg else out
-    ns = new_state.view(-1, HV, V, K) if seg else new_state
-    ckpt = seg_phi.view(-1, HV, V, K) if seg else ns if checkpoints is None else checkpoints
-    code = cuda_build.DTYPE_CODE
-    defs = dict(
-        GDN_STATE0=int(state is not None), GDN_POOL=pool,
-        GDN_HAS_INIT=int(has_initial_state is not None), GDN_CKPT=int(checkpoints is not None),
-        GDN_PDL=2 if after_prep else int(bool(pdl)), GDN_S_DT=code[src.dtype],
-        GDN_NS_DT=code[ns.dtype], GDN_C_DT=code[ckpt.dtype],
-        GDN_CU64=int(cu_seqlens.dtype == torch.int64),
-        GDN_IDX64=int(idx.dtype == torch.int64), GDN_NIDX64=int(new_idx.dtype == torch.int64),
-        GDN_NO_OUT=int(bool(no_out)), GDN_OVERLAP=int(flags is not None))
-    if seg:
-        want = torch.float32 if x3 else torch.bfloat16
-        if pdl or checkpoints is not None or K != V or out.dtype != want \
-                or seg_w.dtype != want or (x3 and seg_phi.dtype != torch.float32):
-            raise ValueError("segments: K == V, output buffers of bf16 (x3: fp32, and Phi "
-                             "fp32), no checkpoints and no PDL")
-        defs["GDN_SEG"] = seg
-    grid = (2 * seg - 1 if seg else 1) * N * HV * (V // ROWS)
-    if solo is None:        # the prep beside the chain needs the 185 KB form (pick_overlap)
-        solo = x3 or (flags is None and pick_form(grid, cuda_build.sm_count(dev), bool(seg)))
-    if flags is not None and (seg or solo or after_prep):
-        raise ValueError("flags: the 185 KB form of one segment only, launched before the prep")
-    defs["GDN_SOLO"] = int(bool(solo))
-    if x3:
-        x3_defs, smem = x3_form(seg, grid, cuda_build.sm_count(dev))
-        defs.update(x3_defs)
-        threads = SOLO_THREADS
-    else:
-        threads, smem = (SOLO_THREADS, SOLO_SMEM) if solo else (THREADS, SMEM)
-    func = cuda_build.get_kernel(
-        SOURCE, NAME, (("GDN_SMEM", smem), *sorted(defs.items())), dev, smem).func
-    # (x3's segmented form stores out and w, fp32, plainly: their maps are made, never used)
-    body = tensor_maps(q, k, v, mats, out, w, 2 if x3 else 1) + PARAMS.pack(
-        cu_seqlens.data_ptr(), vecs.data_ptr(), out.data_ptr(), w.data_ptr(), src.data_ptr(),
-        ns.data_ptr(), idx.data_ptr(), new_idx.data_ptr(), init.data_ptr(),
-        ckpt.data_ptr(), 0 if flags is None else flags.data_ptr(), N, T, out.stride(0),
-        out.stride(1), H, HV, V, *ss,
-        *tlaunch.state_strides(ns, k_first), *tlaunch.state_strides(ckpt, k_first),
-        src.shape[0], ns.shape[0], null_slot, checkpoint_every or 1)
-    # the driver copies the parameter block at launch
-    params = ctypes.create_string_buffer(body + bytes(-len(body) % 64))
-    argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-    if pdl or after_prep:
-        cuda_build.launch_raw_pdl(cuda_build.pdl_config(grid, threads, smem), func, dev,
-                                  ctypes.addressof(argv))
-    else:
-        cuda_build.launch_raw(func, grid, threads, dev, ctypes.addressof(argv), smem)
+    Chain(q, k, v, cu_seqlens, mats, out, state, new_state, state_indices=state_indices,
+          new_state_indices=new_state_indices, null_slot=null_slot,
+          has_initial_state=has_initial_state, k_first=k_first, checkpoints=checkpoints,
+          checkpoint_every=checkpoint_every, pdl=pdl, no_out=no_out, segments=segments,
+          seg_w=seg_w, seg_phi=seg_phi, solo=solo, flags=flags is not None,
+          after_prep=after_prep, x3=x3)(
+        q, k, v, cu_seqlens, mats, vecs, out, state, new_state, state_indices,
+        new_state_indices, has_initial_state, checkpoints, seg_w, seg_phi, flags)
 
+
+# the parameter block's head, written per call: the six tensor maps, then the 11 pointers
+HEAD = struct.Struct("<768s11Q")
+
+
+class Chain:
+    """The chain kernel's launch for one call signature (shapes, strides, dtypes and form:
+    :func:`launch`'s arguments, ``flags`` a bool): the kernel, grid and the parameter block's
+    integers made once; a call makes (or finds) the tensor maps, packs the pointers and
+    launches."""
+
+    __slots__ = ("func", "dev", "grid", "threads", "smem", "template", "parts", "segmented",
+                 "pdl_config", "k_first")
+
+    def __init__(self, q, k, v, cu_seqlens, mats, out, state, new_state, *, state_indices=None,
+                 new_state_indices=None, null_slot=-1, has_initial_state=None, k_first=False,
+                 checkpoints=None, checkpoint_every=None, pdl=False, no_out=False, segments=0,
+                 seg_w=None, seg_phi=None, solo=None, flags=False, after_prep=False, x3=False):
+        if x3 and (flags or solo is False):
+            raise ValueError("x3: the solo form, no flags")
+        T, H, K = q.shape
+        HV, V = v.shape[1], v.shape[2]
+        N = cu_seqlens.shape[0] - 1
+        dev = self.dev = q.device.index if q.device.index is not None \
+            else torch.cuda.current_device()
+        pool, idx, new_idx, init, src, ss = tlaunch.chain_slots(
+            cu_seqlens, state, new_state, state_indices, new_state_indices, has_initial_state,
+            k_first)
+        seg = segments if segments > 1 else 0
+        if seg and (seg_w is None or seg_phi is None):
+            raise ValueError("segments: seg_w and seg_phi are needed")
+        # the segmented form's tiles viewed as [.., HV, V, K] states, Phi's in the checkpoints'
+        # place
+        ns = new_state.view(-1, HV, V, K) if seg else new_state
+        ckpt = seg_phi.view(-1, HV, V, K) if seg else ns if checkpoints is None else checkpoints
+        code = cuda_build.DTYPE_CODE
+        defs = dict(
+            GDN_STATE0=int(state is not None), GDN_POOL=pool,
+            GDN_HAS_INIT=int(has_initial_state is not None), GDN_CKPT=int(checkpoints is not None),
+            GDN_PDL=2 if after_prep else int(bool(pdl)), GDN_S_DT=code[src.dtype],
+            GDN_NS_DT=code[ns.dtype], GDN_C_DT=code[ckpt.dtype],
+            GDN_CU64=int(cu_seqlens.dtype == torch.int64),
+            GDN_IDX64=int(idx.dtype == torch.int64), GDN_NIDX64=int(new_idx.dtype == torch.int64),
+            GDN_NO_OUT=int(bool(no_out)), GDN_OVERLAP=int(bool(flags)))
+        if seg:
+            want = torch.float32 if x3 else torch.bfloat16
+            if pdl or checkpoints is not None or K != V or out.dtype != want \
+                    or seg_w.dtype != want or (x3 and seg_phi.dtype != torch.float32):
+                raise ValueError("segments: K == V, output buffers of bf16 (x3: fp32, and Phi "
+                                 "fp32), no checkpoints and no PDL")
+            defs["GDN_SEG"] = seg
+        grid = self.grid = (2 * seg - 1 if seg else 1) * N * HV * (V // ROWS)
+        if solo is None:        # the prep beside the chain needs the 185 KB form (pick_overlap)
+            solo = x3 or (not flags and pick_form(grid, cuda_build.sm_count(dev), bool(seg)))
+        if flags and (seg or solo or after_prep):
+            raise ValueError("flags: the 185 KB form of one segment only, launched before the "
+                             "prep")
+        defs["GDN_SOLO"] = int(bool(solo))
+        if x3:
+            x3_defs, smem = x3_form(seg, grid, cuda_build.sm_count(dev))
+            defs.update(x3_defs)
+            threads = SOLO_THREADS
+        else:
+            threads, smem = (SOLO_THREADS, SOLO_SMEM) if solo else (THREADS, SMEM)
+        self.threads, self.smem = threads, smem
+        self.func = cuda_build.get_kernel(
+            SOURCE, NAME, (("GDN_SMEM", smem), *sorted(defs.items())), dev, smem).func
+        # the maps and pointers zero here (written per call); padded to 64 bytes
+        body = bytes(HEAD.size) + PARAMS.pack(
+            *(0,) * 11, N, T, out.stride(0), out.stride(1), H, HV, V, *ss,
+            *tlaunch.state_strides(ns, k_first), *tlaunch.state_strides(ckpt, k_first),
+            src.shape[0], ns.shape[0], null_slot, checkpoint_every or 1)[PARAMS.size - 23 * 8:]
+        self.template = body + bytes(-len(body) % 64)
+        self.parts, self.segmented, self.k_first = 2 if x3 else 1, bool(seg), k_first
+        self.pdl_config = cuda_build.pdl_config(grid, threads, smem) if pdl or after_prep \
+            else None
+
+    def __call__(self, q, k, v, cu_seqlens, mats, vecs, out, state, new_state,
+                 state_indices=None, new_state_indices=None, has_initial_state=None,
+                 checkpoints=None, seg_w=None, seg_phi=None, flags=None):
+        _, idx, new_idx, init, src, _ = tlaunch.chain_slots(
+            cu_seqlens, state, new_state, state_indices, new_state_indices, has_initial_state,
+            self.k_first)
+        w = seg_w if self.segmented else out
+        ckpt = seg_phi if self.segmented else new_state if checkpoints is None else checkpoints
+        # (x3's segmented form stores out and w, fp32, plainly: their maps are made, never used)
+        params = ctypes.create_string_buffer(self.template, len(self.template))
+        HEAD.pack_into(params, 0, tensor_maps(q, k, v, mats, out, w, self.parts),
+                       cu_seqlens.data_ptr(), vecs.data_ptr(), out.data_ptr(), w.data_ptr(),
+                       src.data_ptr(), new_state.data_ptr(), idx.data_ptr(), new_idx.data_ptr(),
+                       init.data_ptr(), ckpt.data_ptr(), 0 if flags is None else flags.data_ptr())
+        # the driver copies the parameter block at launch
+        argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+        if self.pdl_config is not None:
+            cuda_build.launch_raw_pdl(self.pdl_config, self.func, self.dev, ctypes.addressof(argv))
+        else:
+            cuda_build.launch_raw(self.func, self.grid, self.threads, self.dev,
+                                  ctypes.addressof(argv), self.smem)

@@ -78,44 +78,66 @@ def launch(*args, **kw):
 
 def launcher(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c, *,
              neg=False, pdl=False, heads=None, flags=None, trigger=False):
-    """:func:`launch`'s launch, its kernel compiled and loaded and its parameters packed
-    first.  ``flags`` (int32, :func:`backends._cuda_chunk_chain.flags_for`): launched beside the
+    """:func:`launch`'s launch, its kernel compiled and loaded first (a :class:`Prep`).
+    ``flags`` (int32, :func:`backends._cuda_chunk_chain.flags_for`): launched beside the
     chain kernel just launched, as its programmatic dependent, setting a flag per chunk slot and
     value head; the chain kernel waits for them, so nothing may compile between the two.
     ``trigger``: each CTA lets the kernel after it (the CUDA chain, launched as its programmatic
     dependent) launch once it starts (compiled with GDN_PDL; launched as a dependent itself only
     with ``pdl``)."""
-    T, H, K = q.shape
-    HV, N = ga.shape[1], cu_seqlens.shape[0] - 1
-    dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
-    slots = T // CHUNK + N
-    n_sm = cuda_build.sm_count(dev)
-    if heads is None:
-        heads = pick_heads(HV // H, slots * HV, n_sm)
-    grid = slots * (HV // heads)
-    code = cuda_build.DTYPE_CODE
-    defs = tuple(sorted(dict(
-        GDN_GATES=int(gates), GDN_A_DT=code[ga.dtype], GDN_B_DT=code[gb.dtype],
-        GDN_ALOG_DT=code[A_log.dtype], GDN_DTB_DT=code[dt_bias.dtype], GDN_NEG=int(bool(neg)),
-        GDN_PDL=int(bool(pdl or trigger)), GDN_STORE3=int(c.precision == "bf16x3"),
-        GDN_HEADS=heads, GDN_MIN_CTAS=min_ctas(grid, n_sm),
-        GDN_FLAGS=int(flags is not None)).items()))
-    func = cuda_build.get_kernel(SOURCE, NAME, defs, dev, SMEM).func
-    # packed per call (the grid and T change with every prompt); the driver copies the block
-    params = ctypes.create_string_buffer(PARAMS.pack(
-        q.data_ptr(), k.data_ptr(), ga.data_ptr(), gb.data_ptr(), A_log.data_ptr(),
-        dt_bias.data_ptr(), cu_seqlens.data_ptr(), mats.data_ptr(), vecs.data_ptr(),
-        0 if flags is None else flags.data_ptr(), N, T, q.stride(0), q.stride(1), k.stride(0),
-        k.stride(1), ga.stride(0), ga.stride(1), gb.stride(0), gb.stride(1),
-        A_log.stride(0) if A_log.dim() else 0, dt_bias.stride(0) if dt_bias.dim() else 0, H, HV,
-        int(bool(l2)),
-        int(cu_seqlens.dtype == torch.int64), float(scale)))
-    argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-    pdl_config = cuda_build.pdl_config(grid, 128, SMEM) if pdl or flags is not None else None
+    prep = Prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, scale, l2, gates, c, neg=neg, pdl=pdl,
+                heads=heads, flags=flags is not None, trigger=trigger)
+    return lambda: prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, flags)
 
-    def go(params=params, argv=argv):             # both kept alive until the launch
-        if pdl_config is not None:
-            cuda_build.launch_raw_pdl(pdl_config, func, dev, ctypes.addressof(argv))
+
+# the pointers of PrepParams, written per call
+POINTERS = struct.Struct("<10Q")
+
+
+class Prep:
+    """The prep kernel's launch for one call signature (shapes, strides, dtypes, scale and
+    form; :func:`launcher`'s arguments without the data): the kernel, grid and parameter
+    block's integers made once; a call packs the ten pointers and launches."""
+
+    __slots__ = ("func", "dev", "grid", "template", "pdl_config")
+
+    def __init__(self, q, k, ga, gb, A_log, dt_bias, cu_seqlens, scale, l2, gates, c, *,
+                 neg=False, pdl=False, heads=None, flags=False, trigger=False):
+        T, H, K = q.shape
+        HV, N = ga.shape[1], cu_seqlens.shape[0] - 1
+        dev = self.dev = q.device.index if q.device.index is not None \
+            else torch.cuda.current_device()
+        slots = T // CHUNK + N
+        n_sm = cuda_build.sm_count(dev)
+        if heads is None:
+            heads = pick_heads(HV // H, slots * HV, n_sm)
+        grid = self.grid = slots * (HV // heads)
+        code = cuda_build.DTYPE_CODE
+        defs = tuple(sorted(dict(
+            GDN_GATES=int(gates), GDN_A_DT=code[ga.dtype], GDN_B_DT=code[gb.dtype],
+            GDN_ALOG_DT=code[A_log.dtype], GDN_DTB_DT=code[dt_bias.dtype], GDN_NEG=int(bool(neg)),
+            GDN_PDL=int(bool(pdl or trigger)), GDN_STORE3=int(c.precision == "bf16x3"),
+            GDN_HEADS=heads, GDN_MIN_CTAS=min_ctas(grid, n_sm),
+            GDN_FLAGS=int(bool(flags))).items()))
+        self.func = cuda_build.get_kernel(SOURCE, NAME, defs, dev, SMEM).func
+        # the pointers zero here (written per call); the grid and T change with every prompt
+        self.template = PARAMS.pack(
+            *(0,) * 10, N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0),
+            ga.stride(1), gb.stride(0), gb.stride(1), A_log.stride(0) if A_log.dim() else 0,
+            dt_bias.stride(0) if dt_bias.dim() else 0, H, HV, int(bool(l2)),
+            int(cu_seqlens.dtype == torch.int64), float(scale))
+        self.pdl_config = cuda_build.pdl_config(grid, 128, SMEM) if pdl or flags else None
+
+    def __call__(self, q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, flags=None):
+        params = ctypes.create_string_buffer(self.template, len(self.template))
+        POINTERS.pack_into(params, 0, q.data_ptr(), k.data_ptr(), ga.data_ptr(), gb.data_ptr(),
+                           A_log.data_ptr(), dt_bias.data_ptr(), cu_seqlens.data_ptr(),
+                           mats.data_ptr(), vecs.data_ptr(),
+                           0 if flags is None else flags.data_ptr())
+        # the driver copies the block at launch
+        argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
+        if self.pdl_config is not None:
+            cuda_build.launch_raw_pdl(self.pdl_config, self.func, self.dev, ctypes.addressof(argv))
         else:
-            cuda_build.launch_raw(func, grid, 128, dev, ctypes.addressof(argv), SMEM)
-    return go
+            cuda_build.launch_raw(self.func, self.grid, 128, self.dev, ctypes.addressof(argv),
+                                  SMEM)

@@ -491,6 +491,34 @@ class LaunchCache:
             self.fast[key] = False
 
 
+class Bound:
+    """One Triton launch of a call signature (a prefill plan's: its grid and plain arguments
+    fixed, the tensors' data new each call) through ``cache``: the first call takes the cache's
+    path, which compiles and binds the raw launch; later calls take that launch straight, with
+    no key to build, while their tensors are 16-byte aligned (else the cache's path again)."""
+
+    __slots__ = ("cache", "kernel", "kw", "fast", "tensors")
+
+    def __init__(self, cache: LaunchCache, kernel, **kw):
+        self.cache, self.kernel, self.kw, self.fast, self.tensors = cache, kernel, kw, None, ()
+
+    def __call__(self, grid0: int, args: tuple) -> None:
+        fast = self.fast
+        if fast:
+            for i in self.tensors:
+                if args[i].data_ptr() % 16:
+                    break
+            else:
+                fast(grid0, args)
+                return
+        self.cache(self.kernel, grid0, args, **self.kw)
+        if fast is None:
+            hit = self.cache.key(self.kernel, args, self.kw)
+            if hit is not None:             # (None: a tensor off 16 bytes; asked again next call)
+                self.fast = self.cache.fast.get(hit[0]) or False
+                self.tensors = tuple(i for i, x in enumerate(args) if isinstance(x, Tensor))
+
+
 # each parameter of a raw launch gets an 8-byte slot: a struct code padded to it
 _PAD = {"Q": "", "q": "", "d": "", "i": "4x", "I": "4x", "f": "4x", "h": "6x", "H": "6x",
         "b": "7x", "B": "7x"}

@@ -51,9 +51,13 @@ def supports(problem):
     return _prep.serves(problem.K, problem.io_dtype, "bf16x3", _prep.CHUNK)
 
 
-def run(call, *, config=None):
-    """triton-chunk's entry point with ``prep`` "cuda" and, unless ``config`` names one,
+def bind(call, *, config=None):
+    """triton-chunk's launcher with ``prep`` "cuda" and, unless ``config`` names one,
     ``chain`` "auto" (the rest of ``config`` as given)."""
     c = _tc.normalize(config)
     named = config is not None and (not isinstance(config, dict) or "chain" in config)
-    _tc.run(call, config=c._replace(prep="cuda", chain=c.chain if named else "auto"))
+    return _tc.bind(call, config=c._replace(prep="cuda", chain=c.chain if named else "auto"))
+
+
+def run(call, *, config=None):
+    bind(call, config=config)(call)

@@ -38,7 +38,11 @@ def supports(problem):
                          _chain.CHUNK)
 
 
+def bind(call, *, config=None):
+    """triton-chunk's launcher with ``prep`` and ``chain`` "cuda" and precision "bf16"."""
+    return _tc.bind(call, config=_tc.normalize(config)._replace(prep="cuda", chain="cuda",
+                                                                precision="bf16"))
+
+
 def run(call, *, config=None):
-    """triton-chunk's entry point with ``prep`` and ``chain`` "cuda" and precision "bf16"."""
-    _tc.run(call, config=_tc.normalize(config)._replace(prep="cuda", chain="cuda",
-                                                        precision="bf16"))
+    bind(call, config=config)(call)

@@ -450,15 +450,44 @@ def supports(problem):
 
 def run(call, *, config=None):
     """The backend's entry point: a prefill call record (:mod:`gdnzoo.prefill_contract`)."""
-    c, pool = call, call.pool
-    launch(c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.cu_seqlens, c.scale, c.out,
-           c.new_state, c.use_qk_l2norm, g=c.g, beta=c.beta,
-           state_indices=None if pool is None else pool.read,
-           new_state_indices=None if pool is None or pool.same_indices else pool.write,
-           null_slot=c.null_slot, has_initial_state=c.has_initial_state,
-           k_first=c.problem.k_first, checkpoints=c.checkpoints,
-           checkpoint_every=c.checkpoint_every, config=config, pdl=bool(c.problem.pdl),
-           allow_neg_eigval=c.allow_neg_eigval)
+    bind(call, config=config)(call)
+
+
+def bind(call, *, config=None):
+    """A launcher of this call's signature (the dispatcher's, once per signature): its
+    :class:`Plan` made now, called with each record; a record whose form the signature does not
+    show (q, k, v or out off 16 bytes where the plan's were not, or the reverse; separate write
+    slots where they were the read ones) gets a plan of its own."""
+    first = Plan(*_args(call), **_kwargs(call, config))
+    plans = {first.key: first}
+
+    def launcher(rec):
+        args = _args(rec)
+        plan = plans.get(Plan.form(rec.q, rec.k, rec.v, rec.out, rec.pool))
+        if plan is None:
+            plan = Plan(*args, **_kwargs(rec, config))
+            plans[plan.key] = plan
+        plan(*args, **_tensors(rec))
+    return launcher
+
+
+def _args(c) -> tuple:
+    return (c.q, c.k, c.v, c.state, c.A_log, c.a, c.dt_bias, c.b, c.cu_seqlens, c.scale, c.out,
+            c.new_state, c.use_qk_l2norm)
+
+
+def _tensors(c) -> dict:
+    """A record's optional tensors, as :func:`launch` takes them."""
+    pool = c.pool
+    return dict(g=c.g, beta=c.beta, state_indices=None if pool is None else pool.read,
+                new_state_indices=None if pool is None or pool.same_indices else pool.write,
+                has_initial_state=c.has_initial_state, checkpoints=c.checkpoints)
+
+
+def _kwargs(c, config) -> dict:
+    return dict(_tensors(c), null_slot=c.null_slot, k_first=c.problem.k_first,
+                checkpoint_every=c.checkpoint_every, config=config, pdl=bool(c.problem.pdl),
+                allow_neg_eigval=c.allow_neg_eigval)
 
 
 def serves(*, H: int, HV: int, K: int, V: int, io_dtype, state_dtype=torch.float32,
@@ -504,81 +533,151 @@ def launch(q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_sta
     "bf16x3" one, one CTA an SM, is launched after the prep plainly).
     ``allow_neg_eigval``: with the raw gates beta = 2 sigmoid(b) (the
     precomputed beta is taken as given).  Returns the resolved Config."""
-    T, H, K = q.shape
-    HV, V = v.shape[1], v.shape[2]
-    N = cu_seqlens.shape[0] - 1
-    c = resolve(config, N, HV, V, q.device, tokens=T)
-    C = c.chunk
-    scale = float(scale) if scale else 1.0 / math.sqrt(K)
-    if c.prep == "cuda":
-        ok, why = _cuda_chunk_prep.serves(K, q.dtype, c.precision, C)
-        if not ok:
-            raise ValueError(f"config: prep 'cuda': {why}")
-    if c.chain == "cuda":
-        ok, why = _cuda_chunk_chain.serves(None, K, V, q.dtype, c.precision, C)
-        if not ok:
-            raise ValueError(f"config: chain 'cuda': {why}")
-    if checkpoints is not None and checkpoint_every % C:
-        raise ValueError(f"config: chunk={C} must divide checkpoint_every={checkpoint_every} "
-                         f"(checkpoints are stored at chunk ends)")
-    gates, ga, gb, A_log, dt_bias = tlaunch.prefill_gates(A_log, a, dt_bias, b, g, beta)
-    if N < 1:
-        return c
-    if c.segments > 1 and (K != V or checkpoints is not None or pdl):
-        c = c._replace(segments=1)
-    n_slots = T // C + N
-    grid = (2 * c.segments - 1) * N * HV * (V // c.block_v)
-    if max(n_slots * HV, grid) > GRID_LIMIT:
-        raise ValueError(f"q: (T // {C} + N) * HV and (2 segments - 1) * N * HV * V / block_v "
-                         f"must be <= {GRID_LIMIT}, got {n_slots * HV} and {grid}")
-    # at least one token: an empty workspace could be a null pointer, which Triton may refuse
-    mats, vecs = _workspace(workspace, max(T, 1), HV, c, q.device)
-    l2 = bool(use_qk_l2norm)
-    # PDL left at its default without it (the kernels compile as they did before PDL);
-    # launch_pdl: Triton's launcher launches with programmatic dependent launch
-    pdl_kw = dict(PDL=1, launch_pdl=True) if pdl else {}
-    slots = dict(state_indices=state_indices, new_state_indices=new_state_indices,
-                 null_slot=null_slot, has_initial_state=has_initial_state, k_first=k_first)
-    # the CUDA kernels copy q, k (and the chain v, out) in 16-byte pieces: views off that
-    # grain take the Triton kernels, which write the same workspace and compute the same chain
-    cuda_prep = T > 0 and c.prep == "cuda" and cuda_build.aligned16(q, k)
-    if c.chain == "cuda" and not (T > 0 and cuda_build.aligned16(q, k, v, out)):
-        c = c._replace(chain="triton")
-    both_cuda, flags = cuda_prep and c.chain == "cuda", None
-    x3 = c.precision == "bf16x3"
-    if both_cuda and not x3 and c.segments <= 1 and _cuda_chunk_chain.pick_overlap(
-            N * HV * (V // _cuda_chunk_chain.ROWS), cuda_build.sm_count(q.device), N) \
-            and overlap_allowed():
-        flags = _cuda_chunk_chain.flags_for(mats, T, HV, N)
-    # else the "bf16" CUDA chain right after the CUDA prep, as its programmatic dependent; the x3
-    # chain (one CTA an SM) after it plainly: as a dependent its whole calls read 3-8% slower
-    # dense and 10-20% in a pool on an H200 (lab/notebook/h200/x3_forms_2026-12-01/)
-    after = both_cuda and flags is None and not x3
-    if cuda_prep:
-        # with flags (set only with cuda_prep) launched after the chain, beside it, but
-        # compiled before the chain starts waiting for it
-        prep = _cuda_chunk_prep.launcher(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs,
-                                         scale, l2, gates, c, neg=allow_neg_eigval and g is None,
-                                         pdl=pdl, flags=flags, trigger=after)
-        if flags is None:
-            prep()
-    elif T > 0:
-        launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c,
-                    neg=allow_neg_eigval and g is None, pdl_kw=pdl_kw)
-    if c.segments > 1:
-        launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots,
-                        after_prep=after)
-    elif c.chain == "cuda":
-        # with flags: one CTA an SM on at most half of them, the prep launched next beside it
-        _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, **slots,
-                                 checkpoints=checkpoints, checkpoint_every=checkpoint_every,
-                                 pdl=pdl, flags=flags, after_prep=after, x3=x3)
-    else:
-        launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots,
-                     checkpoints=checkpoints, checkpoint_every=checkpoint_every, pdl_kw=pdl_kw)
-    if flags is not None:
-        prep()
-    return c
+    args = (q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state,
+            use_qk_l2norm)
+    tensors = dict(g=g, beta=beta, state_indices=state_indices,
+                   new_state_indices=new_state_indices, has_initial_state=has_initial_state,
+                   checkpoints=checkpoints)
+    plan = Plan(*args, **tensors, null_slot=null_slot, k_first=k_first,
+                checkpoint_every=checkpoint_every, config=config, workspace=workspace, pdl=pdl,
+                allow_neg_eigval=allow_neg_eigval)
+    plan(*args, **tensors)
+    return plan.config
+
+
+class Plan:
+    """:func:`launch` in two parts: what a call's signature decides (shapes, strides, dtypes,
+    form, config; checked, so a bad one raises here), made once; then, per call with that
+    signature and the data of its own, the launches.  Each launch's compiled kernel, grid and
+    fixed parameters are made on the plan's first call and kept (``launches``), so a later
+    call only packs its pointers.  Made for the alignment of q, k, v and out to 16 bytes and
+    for the pool's write slots (separate or not) it was made with: :meth:`form`."""
+
+    def __init__(self, q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state,
+                 use_qk_l2norm, *, g=None, beta=None, state_indices=None,
+                 new_state_indices=None, null_slot=-1, has_initial_state=None, k_first=False,
+                 checkpoints=None, checkpoint_every=None, config=None, workspace=None,
+                 pdl=False, allow_neg_eigval=False):
+        T, H, K = q.shape
+        HV, V = v.shape[1], v.shape[2]
+        N = cu_seqlens.shape[0] - 1
+        c = resolve(config, N, HV, V, q.device, tokens=T)
+        C = c.chunk
+        self.scale = float(scale) if scale else 1.0 / math.sqrt(K)
+        if c.prep == "cuda":
+            ok, why = _cuda_chunk_prep.serves(K, q.dtype, c.precision, C)
+            if not ok:
+                raise ValueError(f"config: prep 'cuda': {why}")
+        if c.chain == "cuda":
+            ok, why = _cuda_chunk_chain.serves(None, K, V, q.dtype, c.precision, C)
+            if not ok:
+                raise ValueError(f"config: chain 'cuda': {why}")
+        if checkpoints is not None and checkpoint_every % C:
+            raise ValueError(f"config: chunk={C} must divide checkpoint_every={checkpoint_every} "
+                             f"(checkpoints are stored at chunk ends)")
+        self.key = self.form(q, k, v, out, None if state_indices is None else
+                             (new_state_indices is None or new_state_indices is state_indices))
+        self.T, self.N, self.config, self.launches = T, N, c, {}
+        self.neg = allow_neg_eigval and g is None
+        self.l2, self.null_slot, self.k_first = bool(use_qk_l2norm), null_slot, k_first
+        self.checkpoint_every = checkpoint_every
+        if N < 1:
+            return
+        if c.segments > 1 and (K != V or checkpoints is not None or pdl):
+            c = self.config = c._replace(segments=1)
+        n_slots = T // C + N
+        grid = (2 * c.segments - 1) * N * HV * (V // c.block_v)
+        if max(n_slots * HV, grid) > GRID_LIMIT:
+            raise ValueError(f"q: (T // {C} + N) * HV and (2 segments - 1) * N * HV * V / block_v "
+                             f"must be <= {GRID_LIMIT}, got {n_slots * HV} and {grid}")
+        # at least one token: an empty workspace could be a null pointer, which Triton may refuse
+        self.mats, self.vecs = _workspace(workspace, max(T, 1), HV, c, q.device)
+        # PDL left at its default without it (the kernels compile as they did before PDL);
+        # launch_pdl: Triton's launcher launches with programmatic dependent launch
+        self.pdl, self.pdl_kw = pdl, (dict(PDL=1, launch_pdl=True) if pdl else {})
+        # the CUDA kernels copy q, k (and the chain v, out) in 16-byte pieces: views off that
+        # grain take the Triton kernels, which write the same workspace and compute the same chain
+        self.cuda_prep = T > 0 and c.prep == "cuda" and cuda_build.aligned16(q, k)
+        if c.chain == "cuda" and not (T > 0 and cuda_build.aligned16(q, k, v, out)):
+            c = self.config = c._replace(chain="triton")
+        both_cuda, self.flags = self.cuda_prep and c.chain == "cuda", None
+        x3 = c.precision == "bf16x3"
+        if both_cuda and not x3 and c.segments <= 1 and _cuda_chunk_chain.pick_overlap(
+                N * HV * (V // _cuda_chunk_chain.ROWS), cuda_build.sm_count(q.device), N) \
+                and overlap_allowed():
+            self.flags = _cuda_chunk_chain.flags_for(self.mats, T, HV, N)
+        # else the "bf16" CUDA chain right after the CUDA prep, as its programmatic dependent;
+        # the x3 chain (one CTA an SM) after it plainly: as a dependent its whole calls read 3-8%
+        # slower dense and 10-20% in a pool on an H200 (lab/notebook/h200/x3_forms_2026-12-01/)
+        self.after = both_cuda and self.flags is None and not x3
+
+    @staticmethod
+    def form(q, k, v, out, pool) -> tuple:
+        """What a plan is made for beyond the call's signature (which holds the strides): the
+        data pointers of q and k, and of v and out, on 16 bytes or not, and (a pool) whether
+        the write slots are the read ones."""
+        same = pool if pool is None or pool.__class__ is bool else pool.same_indices
+        return (q.data_ptr() | k.data_ptr()) % 16, (v.data_ptr() | out.data_ptr()) % 16, same
+
+    def __call__(self, q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state,
+                 use_qk_l2norm, *, g=None, beta=None, state_indices=None,
+                 new_state_indices=None, has_initial_state=None, checkpoints=None):
+        """Launch on these tensors (the signature's; ``scale`` and ``use_qk_l2norm`` are the
+        plan's)."""
+        if self.N < 1:
+            return
+        c, go, T, mats, vecs = self.config, self.launches, self.T, self.mats, self.vecs
+        gates, ga, gb, A_log, dt_bias = tlaunch.prefill_gates(A_log, a, dt_bias, b, g, beta)
+        slots = dict(state_indices=state_indices, new_state_indices=new_state_indices,
+                     null_slot=self.null_slot, has_initial_state=has_initial_state,
+                     k_first=self.k_first)
+        flags = self.flags
+        if self.cuda_prep:
+            prep = go.get("prep")
+            if prep is None:
+                # with flags (launched after the chain, beside it) compiled before the chain
+                # starts waiting for it
+                prep = go["prep"] = _cuda_chunk_prep.Prep(
+                    q, k, ga, gb, A_log, dt_bias, cu_seqlens, self.scale, self.l2, gates, c,
+                    neg=self.neg, pdl=self.pdl, flags=flags is not None, trigger=self.after)
+            if flags is None:
+                prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs)
+        elif T > 0:
+            launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, self.scale,
+                        self.l2, gates, c, neg=self.neg, pdl_kw=self.pdl_kw, launches=go)
+        if c.segments > 1:
+            launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots,
+                            after_prep=self.after, launches=go)
+        elif c.chain == "cuda":
+            # with flags: one CTA an SM on at most half of them, the prep launched next beside it
+            chain = go.get("chain")
+            if chain is None:
+                chain = go["chain"] = _cuda_chunk_chain.Chain(
+                    q, k, v, cu_seqlens, mats, out, state, new_state, **slots,
+                    checkpoints=checkpoints, checkpoint_every=self.checkpoint_every,
+                    pdl=self.pdl, flags=flags is not None, after_prep=self.after,
+                    x3=c.precision == "bf16x3")
+            chain(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, state_indices,
+                  new_state_indices, has_initial_state, checkpoints, flags=flags)
+        else:
+            launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, **slots,
+                         checkpoints=checkpoints, checkpoint_every=self.checkpoint_every,
+                         pdl_kw=self.pdl_kw, launches=go)
+        if flags is not None:
+            go["prep"](q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, flags)
+
+
+def _launch(launches, name, kernel, grid0: int, args: tuple, **kw) -> None:
+    """One Triton launch: through a plan's bound launch ``name`` (made on its first call)
+    where ``launches`` (the plan's) is given, else (or when a tool replaced the cache) through
+    the cache."""
+    if launches is None or _LAUNCH.__class__ is not tlaunch.LaunchCache:
+        _LAUNCH(kernel, grid0, args, **kw)
+        return
+    bound = launches.get(name)
+    if bound is None:
+        bound = launches[name] = tlaunch.Bound(_LAUNCH, kernel, **kw)
+    bound(grid0, args)
 
 
 def overlap_allowed() -> bool:
@@ -597,14 +696,15 @@ def overlap_allowed() -> bool:
 
 
 def launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2, gates, c, *,
-                neg=False, pdl_kw=None):
+                neg=False, pdl_kw=None, launches=None):
     """The prep kernel of :func:`launch` alone (the gates as
     :func:`_triton_launch.prefill_gates` gives them; ``c`` a resolved Config), into the
-    workspace (mats, vecs): one program per (chunk slot, value head)."""
+    workspace (mats, vecs): one program per (chunk slot, value head).  ``launches``: a
+    :class:`Plan`'s."""
     from gdnzoo.backends._triton_chunk_kernel import chunk_prep_kernel
     T, H, K = q.shape
     HV, N = ga.shape[1], cu_seqlens.shape[0] - 1
-    _LAUNCH(chunk_prep_kernel, (T // c.chunk + N) * HV,
+    _launch(launches, "prep", chunk_prep_kernel, (T // c.chunk + N) * HV,
             (q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, N, T, q.stride(0),
              q.stride(1), k.stride(0), k.stride(1), ga.stride(0), ga.stride(1), gb.stride(0),
              gb.stride(1), A_log.stride(0), dt_bias.stride(0),
@@ -616,9 +716,10 @@ def launch_prep(q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, scale, l2,
 def launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
                  state_indices=None, new_state_indices=None, null_slot=-1,
                  has_initial_state=None, k_first=False, checkpoints=None, checkpoint_every=None,
-                 pdl_kw=None):
+                 pdl_kw=None, launches=None):
     """The sequential kernel of :func:`launch` alone, on the workspace the prep kernel wrote:
-    one program per (sequence, value head, V-tile of ``c.block_v`` rows)."""
+    one program per (sequence, value head, V-tile of ``c.block_v`` rows).  ``launches``: a
+    :class:`Plan`'s."""
     from gdnzoo.backends._triton_chunk_kernel import chunk_state_kernel
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
@@ -629,7 +730,7 @@ def launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
     # Without checkpoints CKPT is left at its default: the kernel compiles as it did before.
     ck = {} if checkpoints is None else dict(CKPT=1)
     ckpt = new_state if checkpoints is None else checkpoints
-    _LAUNCH(chunk_state_kernel, N * HV * (V // c.block_v), (
+    _launch(launches, "state", chunk_state_kernel, N * HV * (V // c.block_v), (
         q, k, v, cu_seqlens, mats, vecs, out, src, new_state, idx, new_idx, init, T,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         out.stride(0), out.stride(1), *ss, *sn, src.shape[0], new_state.shape[0], null_slot,
@@ -641,7 +742,7 @@ def launch_state(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
 
 def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *,
                     state_indices=None, new_state_indices=None, null_slot=-1,
-                    has_initial_state=None, k_first=False, after_prep=False):
+                    has_initial_state=None, k_first=False, after_prep=False, launches=None):
     """The sequential part of :func:`launch` with each sequence cut into ``c.segments``
     segments (K == V): the chains, the join of the segments' states, the outputs (three
     launches, :mod:`backends._triton_chunk_cp`).  Allocates buffers of 2 T HV V elements (the
@@ -653,7 +754,8 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
     those past segment 0 in place) and only w into a buffer (T HV V), Phi in bf16 (the join's
     "bf16" products round it so); the "bf16x3" (x3) ones write o, w and Phi in fp32 as the
     Triton chains do.
-    ``after_prep``: the CUDA chains launched as the CUDA prep's programmatic dependent."""
+    ``after_prep``: the CUDA chains launched as the CUDA prep's programmatic dependent.
+    ``launches``: a :class:`Plan`'s."""
     from gdnzoo.backends._triton_chunk_cp import (cp_chain_kernel, cp_combine_kernel,
                                                   cp_out_kernel)
     T, H, K = q.shape
@@ -680,25 +782,31 @@ def launch_segments(q, k, v, cu_seqlens, mats, vecs, out, state, new_state, c, *
                          else torch.float32, device=dev)
     P, PN = src.shape[0], new_state.shape[0]
     if cuda:
-        _cuda_chunk_chain.launch(q, k, v, cu_seqlens, mats, vecs, obuf[0] if x3 else out, state,
-                                 zbuf, state_indices=state_indices,
-                                 new_state_indices=new_state_indices, null_slot=null_slot,
-                                 has_initial_state=has_initial_state, k_first=k_first,
-                                 segments=S, seg_w=wbuf, seg_phi=phibuf, after_prep=after_prep,
-                                 x3=x3)
+        o = obuf[0] if x3 else out
+        chain = None if launches is None else launches.get("chain")
+        if chain is None:
+            chain = _cuda_chunk_chain.Chain(
+                q, k, v, cu_seqlens, mats, o, state, zbuf, state_indices=state_indices,
+                new_state_indices=new_state_indices, null_slot=null_slot,
+                has_initial_state=has_initial_state, k_first=k_first, segments=S, seg_w=wbuf,
+                seg_phi=phibuf, after_prep=after_prep, x3=x3)
+            if launches is not None:
+                launches["chain"] = chain
+        chain(q, k, v, cu_seqlens, mats, vecs, o, state, zbuf, state_indices, new_state_indices,
+              has_initial_state, seg_w=wbuf, seg_phi=phibuf)
     else:
         zero_row = torch.zeros(V, dtype=v.dtype, device=dev)      # the identity chains' v
-        _LAUNCH(cp_chain_kernel, (2 * S - 1) * N * HV * (V // bv),
+        _launch(launches, "chain", cp_chain_kernel, (2 * S - 1) * N * HV * (V // bv),
                 (q, k, v, zero_row, cu_seqlens, mats, vecs, obuf, src, fbuf, idx, new_idx, init,
                  N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),
                  v.stride(1), *ss, P, PN, null_slot, H, HV, K, V, C, bv, c.precision, S, pool,
                  int(state is not None), int(has_initial_state is not None), c.stages,
                  c.v_ahead), num_warps=c.warps, num_stages=c.stages)
-    _LAUNCH(cp_combine_kernel, N * HV * (V // bv),
+    _launch(launches, "combine", cp_combine_kernel, N * HV * (V // bv),
             (cu_seqlens, zbuf, phibuf, starts, new_state, idx, new_idx, N, T, P, PN, null_slot,
              *tlaunch.state_strides(new_state, k_first), H, HV, K, V, bv, c.precision, S, pool),
             num_warps=c.warps)
     if T > 0:
-        _LAUNCH(cp_out_kernel, (T // C + N) * HV,
+        _launch(launches, "out", cp_out_kernel, (T // C + N) * HV,
                 (cu_seqlens, obuf[0], wbuf, starts, out, N, T, out.stride(0), out.stride(1), HV,
                  K, V, C, c.precision, S, int(inplace)), num_warps=4)

@@ -16,6 +16,10 @@ available = _tc.available
 supports = _tc.supports
 
 
+def bind(call, *, config=None):
+    """triton-chunk's launcher with ``precision`` "bf16" (the rest of ``config`` as given)."""
+    return _tc.bind(call, config=_tc.normalize(config)._replace(precision="bf16"))
+
+
 def run(call, *, config=None):
-    """triton-chunk's entry point with ``precision`` "bf16" (the rest of ``config`` as given)."""
-    _tc.run(call, config=_tc.normalize(config)._replace(precision="bf16"))
+    bind(call, config=config)(call)

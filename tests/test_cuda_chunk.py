@@ -52,7 +52,7 @@ def test_cuda_chunk_picks_its_chain_unless_the_config_names_one(monkeypatch):
     warpgroup MMAs where pick_x3 prefers it, else the Triton one); a config naming a chain
     keeps it."""
     seen = []
-    monkeypatch.setattr(tc, "run", lambda call, config: seen.append(config))
+    monkeypatch.setattr(tc, "bind", lambda call, config: seen.append(config) or (lambda r: None))
     for config in (None, dict(block_v=16), dict(chain="triton"), dict(chain="cuda")):
         cuda_chunk.run(None, config=config)
     assert [(c.prep, c.chain) for c in seen] == [("cuda", "auto"), ("cuda", "auto"),

@@ -66,8 +66,10 @@ def test_cuda_chunk_bf16_says_why_it_cannot_serve():
 def test_cuda_chunk_bf16_runs_triton_chunk_with_both_cuda_kernels(monkeypatch):
     """Its entry point is triton-chunk's with prep and chain "cuda" and precision "bf16"."""
     seen = {}
-    monkeypatch.setattr(tc, "run", lambda call, config: seen.update(config=config))
-    cuda_chunk_bf16.run(None, config=dict(block_v=16))
+    monkeypatch.setattr(tc, "bind", lambda call, config: seen.update(config=config)
+                        or (lambda rec: seen.update(rec=rec)))
+    cuda_chunk_bf16.run("record", config=dict(block_v=16))
+    assert seen["rec"] == "record"
     c = seen["config"]
     assert (c.prep, c.chain, c.precision, c.block_v) == ("cuda", "cuda", "bf16", 16)
 
@@ -183,14 +185,15 @@ def _skip_unless_beside_can_run():
 
 
 def _spy_launches(monkeypatch, what):
-    """The chain kernel's launches, each recorded as ``what(its keywords)`` in the list
-    returned, then run."""
-    launched, real = [], chain.launch
+    """The chain kernel's launches as made (:class:`chain.Chain`, once a plan: a call of
+    ``tc.launch``, or a signature of ``gdnzoo.prefill``), each recorded as ``what(its
+    keywords)`` in the list returned."""
+    launched, real = [], chain.Chain
 
     def spy(*a, **kw):
         launched.append(what(kw))
         return real(*a, **kw)
-    monkeypatch.setattr(chain, "launch", spy)
+    monkeypatch.setattr(chain, "Chain", spy)
     return launched
 
 
@@ -255,8 +258,7 @@ def test_the_chain_kernel_matches_the_triton_chain_bit_for_bit(form, kind, monke
     monkeypatch.setattr(chain, "pick_solo", lambda grid, n_sm: kind == "solo")
     monkeypatch.setattr(chain, "pick_overlap", lambda *a: kind == "beside")
     monkeypatch.setattr(tc, "overlap_allowed", lambda: True)
-    launched = _spy_launches(monkeypatch, lambda kw: (kw.get("flags") is not None,
-                                                      kw.get("after_prep")))
+    launched = _spy_launches(monkeypatch, lambda kw: (kw.get("flags"), kw.get("after_prep")))
     runs, T = _form_runs(form)
     (o_t, _, n_t, c_t), (o_c, _, n_c, c_c) = runs
     # the prep beside the chain, or the chain as the prep's programmatic dependent
@@ -448,10 +450,10 @@ def test_views_off_the_16_byte_grain_take_the_triton_kernels(monkeypatch, precis
     wide[..., 1:129] = x.q
     q_off = wide[..., 1:129]
     launched = []
-    for mod in (chain, prep):
-        real = mod.launch
-        monkeypatch.setattr(mod, "launch", lambda *a, _r=real, **kw: (launched.append(1),
-                                                                     _r(*a, **kw)))
+    for mod, name in ((chain, "Chain"), (prep, "Prep")):
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _r=real, **kw: (launched.append(1),
+                                                                 _r(*a, **kw))[1])
     cuda = dict(prep="cuda", chain="cuda" if precision == "bf16" else "triton")
     res = []
     for q, kinds in ((q_off, cuda), (x.q, dict(prep="triton", chain="triton"))):
@@ -461,6 +463,11 @@ def test_views_off_the_16_byte_grain_take_the_triton_kernels(monkeypatch, precis
         torch.cuda.synchronize()
         res.append((out, ns))
     assert not launched
+    for q_ok in (x.q, q_off):         # the spies see what the aligned call launches
+        tc.launch(q_ok, x.k, x.v, x.state, x.A_log, x.a, x.dt_bias, x.b, x.cu_seqlens, x.scale,
+                  torch.empty_like(x.v), _nan(x.state), True, config=dict(precision=precision,
+                                                                          **cuda))
+    assert len(launched) == (2 if precision == "bf16" else 1)
     _same(res[0][0], res[1][0], "out")
     _same(res[0][1], res[1][1], "state")
 
@@ -491,7 +498,7 @@ def test_the_prep_beside_the_chain_replays_in_a_cuda_graph(pdl, monkeypatch):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         call(bufs, out)
-    assert launched and all(f is not None for f in launched), "the prep ran beside the chain"
+    assert launched and all(launched), "the prep ran beside the chain"
     for seed in (2, 3):
         y = inputs(seed)
         for name in ("q", "k", "v", "A_log", "a", "dt_bias", "b", "state"):

@@ -565,13 +565,51 @@ def test_bf16_entry_is_triton_chunk_with_precision_bf16(monkeypatch):
     from gdnzoo import gate, registry
     from gdnzoo.backends import triton_chunk_bf16
     seen = {}
-    monkeypatch.setattr(tc, "launch", lambda *a, **kw: seen.update(kw))
-    from gdnzoo.prefill_contract import Call
-    # a stand-in record with every field of the real one (None), the form fields set
-    call = SimpleNamespace(**dict(dict.fromkeys(Call._fields), allow_neg_eigval=False,
-                                  pool=None, problem=SimpleNamespace(k_first=False, pdl="")))
+    monkeypatch.setattr(tc, "bind", lambda call, config: seen.update(config=config, call=call)
+                        or seen.setdefault("launched", []).append)
+    call = SimpleNamespace()                   # a stand-in record
     triton_chunk_bf16.run(call, config=dict(block_v=16))
+    assert seen["call"] is call and seen["launched"] == [call]
     assert seen["config"].precision == "bf16" and seen["config"].block_v == 16
     assert gate.state_tol_of("triton-chunk-bf16", "prefill") == gate.PEER_STATE_TOL
     assert registry.spec("triton-chunk-bf16", "prefill").devices == ("cuda",)
     assert gate.state_tol_of("triton-chunk", "prefill") is None
+
+
+def test_bind_makes_a_plan_once_a_form_and_launches_every_record(monkeypatch):
+    """The dispatcher's bound launcher: one :class:`tc.Plan` for calls of one signature, each
+    call on its own data (the same bits as a fresh launch on that data); q 8 bytes off 16 is
+    another plan, and so are a pool's separate write slots, which the signature does not show."""
+    import gdnzoo
+    from gdnzoo.inputs import make_prefill_inputs
+    made, real = [], tc.Plan
+
+    class Spy(real):
+        def __init__(self, *a, **kw):
+            made.append(1)
+            super().__init__(*a, **kw)
+    monkeypatch.setattr(tc, "Plan", Spy)
+    gdnzoo.registry.reset_caches()       # no verdict (and launcher) of an earlier test
+
+    def run(seed, off=False, write=None):
+        x = make_prefill_inputs([70, 0, 33], H=1, HV=2, K=64, V=64, seed=seed, device=DEVICE)
+        q = x.q
+        if off:                          # the same shape and strides, 8 bytes past 16
+            q = torch.empty(q.numel() + 4, dtype=q.dtype, device=DEVICE)[4:].view(q.shape)
+            q.copy_(x.q)
+        pool = torch.cat([x.state, x.state])
+        idx = torch.arange(3, dtype=torch.int32, device=DEVICE)
+        kw = dict(state_indices=idx, new_state_indices=idx if write is None else idx + write)
+        before = len(made)
+        o, _ = gdnzoo.prefill(q, x.k, x.v, pool, x.A_log, x.a, x.dt_bias, x.b, x.cu_seqlens,
+                              x.scale, algo="triton-chunk", **kw)
+        n = len(made) - before           # plans the call made
+        want_o, want_s = torch.empty_like(o), torch.cat([x.state, x.state])
+        tc.launch(x.q, x.k, x.v, want_s, x.A_log, x.a, x.dt_bias, x.b, x.cu_seqlens, x.scale,
+                  want_o, want_s, False, state_indices=idx,
+                  new_state_indices=None if write is None else idx + write)
+        assert torch.equal(o, want_o) and torch.equal(pool, want_s), (seed, off, write)
+        return n
+
+    counts = [run(0), run(1), run(2), run(3, off=True), run(4), run(5, write=3), run(6, write=3)]
+    assert counts == [1, 0, 0, 1, 0, 1, 0], counts
