@@ -457,7 +457,8 @@ def bind(call, *, config=None):
     """A launcher of this call's signature (the dispatcher's, once per signature): its
     :class:`Plan` made now, called with each record; a record whose form the signature does not
     show (q, k, v or out off 16 bytes where the plan's were not, or the reverse; separate write
-    slots where they were the read ones) gets a plan of its own."""
+    slots where they were the read ones; :func:`overlap_allowed` changed) gets a plan of its
+    own."""
     first = Plan(*_args(call), **_kwargs(call, config))
     plans = {first.key: first}
 
@@ -604,7 +605,7 @@ class Plan:
         x3 = c.precision == "bf16x3"
         if both_cuda and not x3 and c.segments <= 1 and _cuda_chunk_chain.pick_overlap(
                 N * HV * (V // _cuda_chunk_chain.ROWS), cuda_build.sm_count(q.device), N) \
-                and overlap_allowed():
+                and self.key[3]:
             self.flags = _cuda_chunk_chain.flags_for(self.mats, T, HV, N)
         # else the "bf16" CUDA chain right after the CUDA prep, as its programmatic dependent;
         # the x3 chain (one CTA an SM) after it plainly: as a dependent its whole calls read 3-8%
@@ -614,10 +615,12 @@ class Plan:
     @staticmethod
     def form(q, k, v, out, pool) -> tuple:
         """What a plan is made for beyond the call's signature (which holds the strides): the
-        data pointers of q and k, and of v and out, on 16 bytes or not, and (a pool) whether
-        the write slots are the read ones."""
+        data pointers of q and k, and of v and out, on 16 bytes or not, (a pool) whether the
+        write slots are the read ones, and :func:`overlap_allowed` (read per call, as the
+        environment may change)."""
         same = pool if pool is None or pool.__class__ is bool else pool.same_indices
-        return (q.data_ptr() | k.data_ptr()) % 16, (v.data_ptr() | out.data_ptr()) % 16, same
+        return ((q.data_ptr() | k.data_ptr()) % 16, (v.data_ptr() | out.data_ptr()) % 16, same,
+                overlap_allowed())
 
     def __call__(self, q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state,
                  use_qk_l2norm, *, g=None, beta=None, state_indices=None,

@@ -579,7 +579,8 @@ def test_bf16_entry_is_triton_chunk_with_precision_bf16(monkeypatch):
 def test_bind_makes_a_plan_once_a_form_and_launches_every_record(monkeypatch):
     """The dispatcher's bound launcher: one :class:`tc.Plan` for calls of one signature, each
     call on its own data (the same bits as a fresh launch on that data); q 8 bytes off 16 is
-    another plan, and so are a pool's separate write slots, which the signature does not show."""
+    another plan, and so are a pool's separate write slots, which the signature does not show,
+    and a change of GDNZOO_PREFILL_OVERLAP."""
     import gdnzoo
     from gdnzoo.inputs import make_prefill_inputs
     made, real = [], tc.Plan
@@ -612,4 +613,6 @@ def test_bind_makes_a_plan_once_a_form_and_launches_every_record(monkeypatch):
         return n
 
     counts = [run(0), run(1), run(2), run(3, off=True), run(4), run(5, write=3), run(6, write=3)]
-    assert counts == [1, 0, 0, 1, 0, 1, 0], counts
+    monkeypatch.setenv("GDNZOO_PREFILL_OVERLAP", "0")       # read per call, not per signature
+    counts += [run(7), run(8)]
+    assert counts == [1, 0, 0, 1, 0, 1, 0, 1, 0], counts
