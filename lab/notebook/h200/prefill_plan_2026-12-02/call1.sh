@@ -5,12 +5,7 @@
 set -u
 OUT=${1:-/tmp/out}; mkdir -p "$OUT"
 ROOT=$PWD
-rm -rf /tmp/tree_new /tmp/tree_old && mkdir -p /tmp/tree_new /tmp/tree_old
-git archive HEAD gdnzoo backends bench registry.yaml | tar -x -C /tmp/tree_old
-cp -r gdnzoo backends bench registry.yaml /tmp/tree_new/
-for t in new old; do
-  ln -sfn ../backends /tmp/tree_$t/gdnzoo/backends; ln -sfn ../bench /tmp/tree_$t/gdnzoo/bench
-done
+source "$(dirname "$0")/trees.sh"
 git diff --stat HEAD > "$OUT/diff_stat.txt"; git log -1 --format=%H > "$OUT/head.txt"
 {
 for t in old new; do

@@ -4,12 +4,7 @@
 set -u
 OUT=${1:-/tmp/out}; mkdir -p "$OUT"
 ROOT=$PWD
-rm -rf /tmp/tree_new /tmp/tree_old && mkdir -p /tmp/tree_new /tmp/tree_old
-git archive HEAD gdnzoo backends bench registry.yaml | tar -x -C /tmp/tree_old
-cp -r gdnzoo backends bench registry.yaml /tmp/tree_new/
-for t in new old; do
-  ln -sfn ../backends /tmp/tree_$t/gdnzoo/backends; ln -sfn ../bench /tmp/tree_$t/gdnzoo/bench
-done
+source "$(dirname "$0")/trees.sh"
 for r in $(seq 1 "${ROUNDS:-2}"); do for t in old new; do
   (cd /tmp && PYTHONPATH=/tmp/tree_$t:$ROOT timeout 120 python3 -m lab.host_prefill \
     --algo cuda-chunk,cuda-chunk-bf16 --engines plain,vllm --mixes 16x256,1x8192 --vary 20 \
