@@ -23,7 +23,6 @@ errors against float64, not its bits): 133 KB, one CTA an SM (:data:`X3_SMEM`,
 grid past one wave runs "paired" in 109 KB, two CTAs an SM (:func:`pick_pair`)."""
 from __future__ import annotations
 
-import ctypes
 import struct
 from pathlib import Path
 
@@ -222,12 +221,11 @@ HEAD = struct.Struct("<768s11Q")
 
 class Chain:
     """The chain kernel's launch for one call signature (shapes, strides, dtypes and form:
-    :func:`launch`'s arguments, ``flags`` a bool): the kernel, grid and the parameter block's
-    integers made once; a call makes (or finds) the tensor maps, packs the pointers and
-    launches."""
+    :func:`launch`'s arguments, ``flags`` a bool): a :class:`cuda_build.Launch` whose kernel,
+    grid and parameter block's integers are made once; a call makes (or finds) the tensor maps,
+    writes them and the pointers, and launches."""
 
-    __slots__ = ("func", "dev", "grid", "threads", "smem", "template", "parts", "segmented",
-                 "pdl_config", "k_first")
+    __slots__ = ("launch", "parts", "segmented")
 
     def __init__(self, q, k, v, cu_seqlens, mats, out, state, new_state, *, state_indices=None,
                  new_state_indices=None, null_slot=-1, has_initial_state=None, k_first=False,
@@ -238,8 +236,7 @@ class Chain:
         T, H, K = q.shape
         HV, V = v.shape[1], v.shape[2]
         N = cu_seqlens.shape[0] - 1
-        dev = self.dev = q.device.index if q.device.index is not None \
-            else torch.cuda.current_device()
+        dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
         pool, idx, new_idx, init, src, ss = tlaunch.chain_slots(
             cu_seqlens, state, new_state, state_indices, new_state_indices, has_initial_state,
             k_first)
@@ -266,7 +263,7 @@ class Chain:
                 raise ValueError("segments: K == V, output buffers of bf16 (x3: fp32, and Phi "
                                  "fp32), no checkpoints and no PDL")
             defs["GDN_SEG"] = seg
-        grid = self.grid = (2 * seg - 1 if seg else 1) * N * HV * (V // ROWS)
+        grid = (2 * seg - 1 if seg else 1) * N * HV * (V // ROWS)
         if solo is None:        # the prep beside the chain needs the 185 KB form (pick_overlap)
             solo = x3 or (not flags and pick_form(grid, cuda_build.sm_count(dev), bool(seg)))
         if flags and (seg or solo or after_prep):
@@ -279,37 +276,28 @@ class Chain:
             threads = SOLO_THREADS
         else:
             threads, smem = (SOLO_THREADS, SOLO_SMEM) if solo else (THREADS, SMEM)
-        self.threads, self.smem = threads, smem
-        self.func = cuda_build.get_kernel(
-            SOURCE, NAME, (("GDN_SMEM", smem), *sorted(defs.items())), dev, smem).func
         # the maps and pointers zero here (written per call); padded to 64 bytes
         body = bytes(HEAD.size) + PARAMS.pack(
             *(0,) * 11, N, T, out.stride(0), out.stride(1), H, HV, V, *ss,
             *tlaunch.state_strides(ns, k_first), *tlaunch.state_strides(ckpt, k_first),
             src.shape[0], ns.shape[0], null_slot, checkpoint_every or 1)[PARAMS.size - 23 * 8:]
-        self.template = body + bytes(-len(body) % 64)
-        self.parts, self.segmented, self.k_first = 2 if x3 else 1, bool(seg), k_first
-        self.pdl_config = cuda_build.pdl_config(grid, threads, smem) if pdl or after_prep \
-            else None
+        self.launch = cuda_build.Launch(
+            cuda_build.get_kernel(SOURCE, NAME, (("GDN_SMEM", smem), *sorted(defs.items())),
+                                  dev, smem), grid, threads, dev,
+            template=body + bytes(-len(body) % 64), head=HEAD, shared=smem,
+            pdl=bool(pdl or after_prep))
+        self.parts, self.segmented = 2 if x3 else 1, bool(seg)
 
     def __call__(self, q, k, v, cu_seqlens, mats, vecs, out, state, new_state,
                  state_indices=None, new_state_indices=None, has_initial_state=None,
                  checkpoints=None, seg_w=None, seg_phi=None, flags=None):
-        _, idx, new_idx, init, src, _ = tlaunch.chain_slots(
-            cu_seqlens, state, new_state, state_indices, new_state_indices, has_initial_state,
-            self.k_first)
+        _, idx, new_idx, init = tlaunch.prefill_slots(cu_seqlens, state_indices,
+                                                      new_state_indices, has_initial_state)
         w = seg_w if self.segmented else out
         ckpt = seg_phi if self.segmented else new_state if checkpoints is None else checkpoints
         # (x3's segmented form stores out and w, fp32, plainly: their maps are made, never used)
-        params = ctypes.create_string_buffer(self.template, len(self.template))
-        HEAD.pack_into(params, 0, tensor_maps(q, k, v, mats, out, w, self.parts),
-                       cu_seqlens.data_ptr(), vecs.data_ptr(), out.data_ptr(), w.data_ptr(),
-                       src.data_ptr(), new_state.data_ptr(), idx.data_ptr(), new_idx.data_ptr(),
-                       init.data_ptr(), ckpt.data_ptr(), 0 if flags is None else flags.data_ptr())
-        # the driver copies the parameter block at launch
-        argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-        if self.pdl_config is not None:
-            cuda_build.launch_raw_pdl(self.pdl_config, self.func, self.dev, ctypes.addressof(argv))
-        else:
-            cuda_build.launch_raw(self.func, self.grid, self.threads, self.dev,
-                                  ctypes.addressof(argv), self.smem)
+        self.launch((tensor_maps(q, k, v, mats, out, w, self.parts), cu_seqlens.data_ptr(),
+                     vecs.data_ptr(), out.data_ptr(), w.data_ptr(),
+                     (new_state if state is None else state).data_ptr(), new_state.data_ptr(),
+                     idx.data_ptr(), new_idx.data_ptr(), init.data_ptr(), ckpt.data_ptr(),
+                     0 if flags is None else flags.data_ptr()))

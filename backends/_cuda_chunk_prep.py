@@ -5,7 +5,6 @@ Triton prep kernel into the same workspace.  One launch per call, one CTA of 128
 cupy at module import time."""
 from __future__ import annotations
 
-import ctypes
 import struct
 from pathlib import Path
 
@@ -96,22 +95,22 @@ POINTERS = struct.Struct("<10Q")
 
 class Prep:
     """The prep kernel's launch for one call signature (shapes, strides, dtypes, scale and
-    form; :func:`launcher`'s arguments without the data): the kernel, grid and parameter
-    block's integers made once; a call packs the ten pointers and launches."""
+    form; :func:`launcher`'s arguments without the data): a :class:`cuda_build.Launch` whose
+    kernel, grid and parameter block's integers are made once; a call writes the ten pointers
+    and launches."""
 
-    __slots__ = ("func", "dev", "grid", "template", "pdl_config")
+    __slots__ = ("launch",)
 
     def __init__(self, q, k, ga, gb, A_log, dt_bias, cu_seqlens, scale, l2, gates, c, *,
                  neg=False, pdl=False, heads=None, flags=False, trigger=False):
         T, H, K = q.shape
         HV, N = ga.shape[1], cu_seqlens.shape[0] - 1
-        dev = self.dev = q.device.index if q.device.index is not None \
-            else torch.cuda.current_device()
+        dev = q.device.index if q.device.index is not None else torch.cuda.current_device()
         slots = T // CHUNK + N
         n_sm = cuda_build.sm_count(dev)
         if heads is None:
             heads = pick_heads(HV // H, slots * HV, n_sm)
-        grid = self.grid = slots * (HV // heads)
+        grid = slots * (HV // heads)
         code = cuda_build.DTYPE_CODE
         defs = tuple(sorted(dict(
             GDN_GATES=int(gates), GDN_A_DT=code[ga.dtype], GDN_B_DT=code[gb.dtype],
@@ -119,25 +118,17 @@ class Prep:
             GDN_PDL=int(bool(pdl or trigger)), GDN_STORE3=int(c.precision == "bf16x3"),
             GDN_HEADS=heads, GDN_MIN_CTAS=min_ctas(grid, n_sm),
             GDN_FLAGS=int(bool(flags))).items()))
-        self.func = cuda_build.get_kernel(SOURCE, NAME, defs, dev, SMEM).func
         # the pointers zero here (written per call); the grid and T change with every prompt
-        self.template = PARAMS.pack(
+        template = PARAMS.pack(
             *(0,) * 10, N, T, q.stride(0), q.stride(1), k.stride(0), k.stride(1), ga.stride(0),
             ga.stride(1), gb.stride(0), gb.stride(1), A_log.stride(0) if A_log.dim() else 0,
             dt_bias.stride(0) if dt_bias.dim() else 0, H, HV, int(bool(l2)),
             int(cu_seqlens.dtype == torch.int64), float(scale))
-        self.pdl_config = cuda_build.pdl_config(grid, 128, SMEM) if pdl or flags else None
+        self.launch = cuda_build.Launch(
+            cuda_build.get_kernel(SOURCE, NAME, defs, dev, SMEM), grid, 128, dev,
+            template=template, head=POINTERS, shared=SMEM, pdl=bool(pdl or flags))
 
     def __call__(self, q, k, ga, gb, A_log, dt_bias, cu_seqlens, mats, vecs, flags=None):
-        params = ctypes.create_string_buffer(self.template, len(self.template))
-        POINTERS.pack_into(params, 0, q.data_ptr(), k.data_ptr(), ga.data_ptr(), gb.data_ptr(),
-                           A_log.data_ptr(), dt_bias.data_ptr(), cu_seqlens.data_ptr(),
-                           mats.data_ptr(), vecs.data_ptr(),
-                           0 if flags is None else flags.data_ptr())
-        # the driver copies the block at launch
-        argv = (ctypes.c_void_p * 1)(ctypes.addressof(params))
-        if self.pdl_config is not None:
-            cuda_build.launch_raw_pdl(self.pdl_config, self.func, self.dev, ctypes.addressof(argv))
-        else:
-            cuda_build.launch_raw(self.func, self.grid, 128, self.dev, ctypes.addressof(argv),
-                                  SMEM)
+        self.launch((q.data_ptr(), k.data_ptr(), ga.data_ptr(), gb.data_ptr(), A_log.data_ptr(),
+                     dt_bias.data_ptr(), cu_seqlens.data_ptr(), mats.data_ptr(),
+                     vecs.data_ptr(), 0 if flags is None else flags.data_ptr()))

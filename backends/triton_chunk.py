@@ -459,16 +459,18 @@ def bind(call, *, config=None):
     show (q, k, v or out off 16 bytes where the plan's were not, or the reverse; separate write
     slots where they were the read ones; :func:`overlap_allowed` changed) gets a plan of its
     own."""
-    first = Plan(*_args(call), **_kwargs(call, config))
-    plans = {first.key: first}
+    plans = {}
+
+    def plan_of(rec):
+        key = Plan.form(rec.q, rec.k, rec.v, rec.out, rec.pool)
+        plan = plans.get(key)
+        if plan is None:
+            plan = plans[key] = Plan(*_args(rec), **_kwargs(rec, config))
+        return plan
 
     def launcher(rec):
-        args = _args(rec)
-        plan = plans.get(Plan.form(rec.q, rec.k, rec.v, rec.out, rec.pool))
-        if plan is None:
-            plan = Plan(*args, **_kwargs(rec, config))
-            plans[plan.key] = plan
-        plan(*args, **_tensors(rec))
+        plan_of(rec)(*_args(rec), **_tensors(rec))
+    plan_of(call)                            # a config the call cannot take raises here
     return launcher
 
 
@@ -551,8 +553,8 @@ class Plan:
     form, config; checked, so a bad one raises here), made once; then, per call with that
     signature and the data of its own, the launches.  Each launch's compiled kernel, grid and
     fixed parameters are made on the plan's first call and kept (``launches``), so a later
-    call only packs its pointers.  Made for the alignment of q, k, v and out to 16 bytes and
-    for the pool's write slots (separate or not) it was made with: :meth:`form`."""
+    call only packs its pointers.  Made for what :meth:`form` says of its first call (the
+    16-byte alignment of q, k, v and out, the pool's write slots, the overlap allowed)."""
 
     def __init__(self, q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state,
                  use_qk_l2norm, *, g=None, beta=None, state_indices=None,
@@ -576,8 +578,6 @@ class Plan:
         if checkpoints is not None and checkpoint_every % C:
             raise ValueError(f"config: chunk={C} must divide checkpoint_every={checkpoint_every} "
                              f"(checkpoints are stored at chunk ends)")
-        self.key = self.form(q, k, v, out, None if state_indices is None else
-                             (new_state_indices is None or new_state_indices is state_indices))
         self.T, self.N, self.config, self.launches = T, N, c, {}
         self.neg = allow_neg_eigval and g is None
         self.l2, self.null_slot, self.k_first = bool(use_qk_l2norm), null_slot, k_first
@@ -605,7 +605,7 @@ class Plan:
         x3 = c.precision == "bf16x3"
         if both_cuda and not x3 and c.segments <= 1 and _cuda_chunk_chain.pick_overlap(
                 N * HV * (V // _cuda_chunk_chain.ROWS), cuda_build.sm_count(q.device), N) \
-                and self.key[3]:
+                and overlap_allowed():
             self.flags = _cuda_chunk_chain.flags_for(self.mats, T, HV, N)
         # else the "bf16" CUDA chain right after the CUDA prep, as its programmatic dependent;
         # the x3 chain (one CTA an SM) after it plainly: as a dependent its whole calls read 3-8%
@@ -618,9 +618,8 @@ class Plan:
         data pointers of q and k, and of v and out, on 16 bytes or not, (a pool) whether the
         write slots are the read ones, and :func:`overlap_allowed` (read per call, as the
         environment may change)."""
-        same = pool if pool is None or pool.__class__ is bool else pool.same_indices
-        return ((q.data_ptr() | k.data_ptr()) % 16, (v.data_ptr() | out.data_ptr()) % 16, same,
-                overlap_allowed())
+        return ((q.data_ptr() | k.data_ptr()) % 16, (v.data_ptr() | out.data_ptr()) % 16,
+                pool is not None and pool.same_indices, overlap_allowed())
 
     def __call__(self, q, k, v, state, A_log, a, dt_bias, b, cu_seqlens, scale, out, new_state,
                  use_qk_l2norm, *, g=None, beta=None, state_indices=None,
